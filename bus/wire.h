@@ -1,0 +1,191 @@
+/* bus/wire.h: every message that crosses a process, as MessagePack (docs/PROTOCOL.md).
+ *
+ * A message is one MessagePack map with at least "v" (protocol version, WIRE_VERSION) and
+ * "type" (a string, the msg_type names below); the other fields depend on the type. Decoding
+ * is strict: wrong version, unknown type, missing or mistyped field, trailing bytes after the
+ * map, or a frame over WIRE_MAX_FRAME give a negative status and a one-line reason in `err`;
+ * the decoder never reads outside the buffer it was given. Unknown extra keys are ignored
+ * (so a newer peer can add optional fields without breaking older ones).
+ *
+ * Ownership: wire_decode fills `m`, allocating copies of every variable-size payload (strings,
+ * token arrays, masks: `bin` bodies are copied out because they are not aligned); the caller
+ * releases them with wire_msg_free. wire_encode reads `m` and allocates *buf (free()). */
+#ifndef BUS_WIRE_H
+#define BUS_WIRE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_VERSION 1
+#define WIRE_MAX_FRAME (256u << 20) /* 256 MiB: far above any batch a trainer asks for */
+#define WIRE_MAX_STR 4096           /* strings (paths, messages, names) */
+#define WIRE_MAX_KV 64              /* entries of a metrics/eval "values" map */
+#define WIRE_NAME_LEN 48            /* metric names, run names, task names */
+
+typedef enum {
+    WIRE_OK = 0,
+    WIRE_ERR_MALFORMED = -1,   /* not MessagePack, or truncated */
+    WIRE_ERR_VERSION = -2,     /* "v" missing or not WIRE_VERSION */
+    WIRE_ERR_TYPE = -3,        /* unknown "type" */
+    WIRE_ERR_MISSING = -4,     /* a required field is absent */
+    WIRE_ERR_MISTYPED = -5,    /* a field has the wrong MessagePack type or an invalid value */
+    WIRE_ERR_TRAILING = -6,    /* bytes after the map */
+    WIRE_ERR_OVERSIZE = -7,    /* frame or field larger than the limits */
+    WIRE_ERR_NOMEM = -8,
+    WIRE_ERR_ARG = -9,         /* bad argument to an encode call */
+} wire_status;
+
+typedef enum {
+    MSG_NONE = 0,
+    MSG_BATCH_REQ,   /* trainer -> loader: "batch_req" */
+    MSG_BATCH,       /* loader -> trainer: "batch" */
+    MSG_INFO_REQ,    /* client -> loader: "info_req" */
+    MSG_INFO,        /* loader -> client: "info" */
+    MSG_ERROR,       /* any reply: "error" */
+    MSG_METRICS,     /* bus event: "metrics" (training step metrics) */
+    MSG_CKPT,        /* bus event: "ckpt" (a checkpoint was written) */
+    MSG_CKPT_INDEX,  /* bus welcome: "ckpt_index" (latest ckpt of every run seen) */
+    MSG_EVAL,        /* bus event: "eval" (evaluation results) */
+    MSG_LOADER,      /* bus event: "loader" (a loader announces itself, heartbeat) */
+    MSG_LOG,         /* bus event: "log" (a human-readable line from a program) */
+    MSG_TYPE_COUNT
+} msg_type;
+
+/* Batch layouts. */
+enum { WIRE_PACK = 0, WIRE_PAD = 1 };     /* "layout": "pack" | "pad" */
+enum { WIRE_TRAIN = 0, WIRE_VAL = 1 };    /* "split": "train" | "val" */
+
+typedef struct {
+    char name[WIRE_NAME_LEN];
+    double value;
+} wire_kv_t;
+
+typedef struct {
+    uint64_t req_id;      /* echoed in the reply */
+    uint64_t seed, epoch, step;
+    uint32_t rank, world; /* data-parallel rank in [0, world) */
+    uint32_t B, T;        /* rows, and tokens per row (the row carries T+1 tokens) */
+    uint8_t layout;       /* WIRE_PACK or WIRE_PAD */
+    uint8_t split;        /* WIRE_TRAIN or WIRE_VAL */
+} msg_batch_req_t;
+
+typedef struct {
+    uint64_t req_id, seed, epoch, step;
+    uint32_t rank, world, B, T;
+    uint8_t layout, split;
+    uint64_t steps_per_epoch;
+    uint32_t *tokens;     /* (B, T+1) token ids, row-major; "tokens": bin, little-endian u32 */
+    uint8_t *mask;        /* (B, T) 1 where the target tokens[b][t+1] counts; NULL = all count.
+                             "mask": bin of B*T bytes, or absent */
+} msg_batch_t;
+
+typedef struct {
+    uint64_t req_id;
+    uint32_t world, B, T; /* to compute steps_per_epoch */
+    uint8_t layout, split;
+} msg_info_req_t;
+
+typedef struct {
+    uint64_t req_id;
+    uint32_t vocab_size, eot_id;
+    uint64_t n_docs, n_tokens, n_bytes; /* of the split served */
+    uint64_t steps_per_epoch;           /* for the (world, B, T, layout, split) asked */
+    char *tokenizer;                    /* tokenizer name, e.g. "gpt2", "bytes", "bpe" */
+    char *tokenizer_hash;               /* hex digest identifying the vocabulary */
+    char *dataset;                      /* dataset path as the loader opened it */
+} msg_info_t;
+
+typedef struct {
+    uint64_t req_id;
+    int32_t code;  /* one of the LOADER_E* or service codes documented in PROTOCOL.md */
+    char *message; /* one human-readable line */
+} msg_error_t;
+
+typedef struct {
+    char run[WIRE_NAME_LEN];
+    uint64_t step;
+    double time;               /* unix seconds */
+    uint32_t n;                /* entries used in values */
+    wire_kv_t values[WIRE_MAX_KV]; /* "values": map name -> float64 (loss, lr, grad_norm, tok_s...) */
+} msg_metrics_t;
+
+typedef struct {
+    char run[WIRE_NAME_LEN];
+    uint64_t step;
+    double time;
+    char *path;    /* checkpoint directory */
+    char *model;   /* "llama" | "free" | ... */
+} msg_ckpt_t;
+
+typedef struct {
+    uint32_t n;
+    msg_ckpt_t *items; /* "items": array of ckpt maps (each without "v"/"type") */
+} msg_ckpt_index_t;
+
+typedef struct {
+    char run[WIRE_NAME_LEN];
+    uint64_t step;
+    double time;
+    char task[WIRE_NAME_LEN];
+    char *ckpt;    /* checkpoint path evaluated */
+    uint32_t n;
+    wire_kv_t values[WIRE_MAX_KV];
+} msg_eval_t;
+
+typedef struct {
+    char name[WIRE_NAME_LEN];  /* loader instance name */
+    char *endpoint;            /* where it serves batch_req */
+    char *dataset;
+    uint64_t pid;
+    uint64_t served;           /* batches served so far */
+} msg_loader_t;
+
+typedef struct {
+    char program[WIRE_NAME_LEN];
+    char *line;
+} msg_log_t;
+
+typedef struct {
+    msg_type type;
+    union {
+        msg_batch_req_t batch_req;
+        msg_batch_t batch;
+        msg_info_req_t info_req;
+        msg_info_t info;
+        msg_error_t error;
+        msg_metrics_t metrics;
+        msg_ckpt_t ckpt;
+        msg_ckpt_index_t ckpt_index;
+        msg_eval_t eval;
+        msg_loader_t loader;
+        msg_log_t log;
+    } u;
+} wire_msg_t;
+
+/* Encodes m as one MessagePack map. *buf is malloc'ed (caller frees), *len its size. */
+int wire_encode(const wire_msg_t *m, void **buf, size_t *len);
+/* Decodes exactly one map occupying all of buf[0..len). On failure m is left empty (nothing
+ * to free) and err holds "what was wrong: where" (always NUL-terminated when errlen > 0). */
+int wire_decode(const void *buf, size_t len, wire_msg_t *m, char *err, size_t errlen);
+/* Releases what wire_decode allocated and zeroes m. Safe on a zeroed message. */
+void wire_msg_free(wire_msg_t *m);
+const char *wire_strerror(int status);
+const char *wire_type_name(msg_type t);      /* "batch_req", ... */
+/* Adds name=value to a metrics/eval values map; returns WIRE_ERR_OVERSIZE when full. */
+int wire_kv_add(wire_kv_t *kv, uint32_t *n, const char *name, double value);
+
+/* ---- bus events -------------------------------------------------------------------------
+ * On the bus an event is ONE ZeroMQ frame: the topic in ASCII, a 0x00 byte, then the
+ * MessagePack body. Topics are "<kind>/<run or name>" (e.g. "metrics/brown1", "ckpt/brown1",
+ * "eval/brown1", "loader/l0", "log/trainer"), so a prefix subscription "metrics" or
+ * "ckpt/brown1" selects what a subscriber wants. One frame (not two) so that the bus's
+ * ZMQ_XPUB_WELCOME_MSG, which is a single frame, is an ordinary event: topic "ckpt/",
+ * body a ckpt_index message. */
+int wire_event_pack(const char *topic, const wire_msg_t *m, void **frame, size_t *len);
+/* Splits a frame; topic is copied into topic_out (NUL-terminated, truncated to topic_cap). */
+int wire_event_unpack(const void *frame, size_t len, char *topic_out, size_t topic_cap,
+                      wire_msg_t *m, char *err, size_t errlen);
+
+/* Writes m as one line of JSON (no trailing newline), topic included when non-NULL; token
+ * arrays are summarised by their length, not dumped. Returns bytes written or <0. */
+int wire_to_json(const char *topic, const wire_msg_t *m, char *out, size_t cap);
+#endif
