@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# make bench: runs each bench/bench_*.sh (each writes a JSON fragment into $BENCH_OUT and prints
+# its table), then merges the fragments into bench/results.json. Which OPENBLAS_CORETYPE the run
+# used is recorded, since it changes BLAS speed on this machine for us and for PyTorch alike.
+set -u
+cd "$(dirname "$0")/.."
+export BENCH_OUT=${BENCH_OUT:-build/bench-out}
+rm -rf "$BENCH_OUT"; mkdir -p "$BENCH_OUT"
+echo "bench: $(nproc) cores, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $(date -u +%FT%TZ)"
+status=0
+for b in bench/bench_*.sh; do
+    [ -f "$b" ] || continue
+    echo; echo "== $b"
+    bash "$b" || { echo "bench: $b failed"; status=1; }
+done
+jq -n --arg env "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}" --arg date "$(date -u +%FT%TZ)" \
+   --argjson cores "$(nproc)" '{meta: {env: $env, date: $date, cores: $cores}}' > "$BENCH_OUT/_meta.json"
+jq -s 'reduce .[] as $x ({}; . * $x)' "$BENCH_OUT"/*.json > bench/results.json.tmp \
+  && mv bench/results.json.tmp bench/results.json
+echo; echo "bench/results.json:"; cat bench/results.json
+exit $status

@@ -1,0 +1,32 @@
+/* bus/flags.h: a table-driven command-line parser for the programs.
+ *
+ * A program lists its flags once (name, kind, where the value goes, help text); the same table
+ * prints --help and parses strictly: an unknown flag, a missing value, a number that does not
+ * parse or is out of range gives one line naming the flag and the value, and a non-zero
+ * status (the program then exits 2). "--name value" and "--name=value" are both accepted. */
+#ifndef BUS_FLAGS_H
+#define BUS_FLAGS_H
+#include <stddef.h>
+#include <stdio.h>
+
+typedef enum { FLAG_INT, FLAG_I64, FLAG_FLOAT, FLAG_DOUBLE, FLAG_STR, FLAG_BOOL } flag_kind;
+
+typedef struct {
+    const char *name;   /* without the leading "--" */
+    flag_kind kind;
+    void *dst;          /* int*, long long*, float*, double*, const char**, int* (bool: set to 1) */
+    const char *help;
+    double min, max;    /* accepted range for numbers; min == max means unchecked */
+    int seen;           /* set by flags_parse when the flag was given */
+} flag_t;
+
+/* Parses argv[first..argc). Positional arguments (not starting with "--") are collected in
+ * pos[0..*npos) up to pos_cap (more is an error). "--help" returns 1 (caller prints usage).
+ * Returns 0 on success, 1 for --help, -1 on error with the reason in err. */
+int flags_parse(int argc, char **argv, int first, flag_t *flags, int n, const char **pos, int *npos,
+                int pos_cap, char *err, size_t errlen);
+/* Prints "  --name VALUE  help (default: ...)" lines; defaults are read from dst. */
+void flags_usage(FILE *f, const flag_t *flags, int n);
+/* The flag named `name` (NULL if none): e.g. to ask whether the user gave it. */
+const flag_t *flags_find(const flag_t *flags, int n, const char *name);
+#endif
