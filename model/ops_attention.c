@@ -1,0 +1,100 @@
+/* model/ops_attention.c: grouped-query scaled dot-product attention, flash-style on the CPU.
+ *
+ * Forward: one query row at a time, keys visited in blocks of ATT_BLOCK with an online softmax
+ * (ops_math.h), so memory is O(block) per row and only the row's log-sum-exp is kept.
+ * Backward: probabilities recomputed from q, k and lse, row by row. Work is split over
+ * (batch, key/value head) so that every dk/dv row is written by one thread in a fixed order
+ * (deterministic without atomics). */
+#include "model/ops.h"
+#include "model/ops_math.h"
+#include <math.h>
+#include <string.h>
+
+#define ATT_BLOCK 64
+
+static inline float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+static inline void axpy(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* Number of keys query row i may see. */
+static inline int att_visible(int i, int Tq, int Tk, int causal) {
+    if (!causal) return Tk;
+    int n = i + (Tk - Tq) + 1;
+    return n < 0 ? 0 : (n > Tk ? Tk : n);
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    const int group = H / Hkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for collapse(3) schedule(dynamic, 16)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < Tq; i++) {
+                const int kh = h / group, nk = att_visible(i, Tq, Tk, causal);
+                const float *qi = q + (((size_t)b * Tq + i) * H + h) * hd;
+                float *oi = out + (((size_t)b * Tq + i) * H + h) * hd;
+                float acc[hd], s[ATT_BLOCK];
+                float m = -INFINITY, l = 0.0f;
+                memset(acc, 0, sizeof(acc));
+                for (int j0 = 0; j0 < nk; j0 += ATT_BLOCK) {
+                    int nb = nk - j0 < ATT_BLOCK ? nk - j0 : ATT_BLOCK;
+                    float bmax = -INFINITY;
+                    for (int jj = 0; jj < nb; jj++) {
+                        const float *kj = k + (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
+                        s[jj] = dot(qi, kj, hd) * scale;
+                        bmax = s[jj] > bmax ? s[jj] : bmax;
+                    }
+                    float f = ops_online_softmax_rescale(&m, &l, bmax);
+                    if (f != 1.0f)
+                        for (int d = 0; d < hd; d++) acc[d] *= f;
+                    for (int jj = 0; jj < nb; jj++) {
+                        const float *vj = v + (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
+                        float p = expf(s[jj] - m);
+                        l += p;
+                        axpy(acc, p, vj, hd);
+                    }
+                }
+                float inv = l > 0.0f ? 1.0f / l : 0.0f;
+                for (int d = 0; d < hd; d++) oi[d] = acc[d] * inv;
+                /* A row that sees no key gets lse = +inf, so the backward's probabilities are 0. */
+                lse[((size_t)b * H + h) * Tq + i] = l > 0.0f ? m + logf(l) : INFINITY;
+            }
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                        const float *lse, const float *q, const float *k, const float *v, int B,
+                        int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    const int group = H / Hkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < Hkv; kh++)
+            for (int h = kh * group; h < (kh + 1) * group; h++)
+                for (int i = 0; i < Tq; i++) {
+                    const int nk = att_visible(i, Tq, Tk, causal);
+                    const size_t qo = (((size_t)b * Tq + i) * H + h) * hd;
+                    const float *qi = q + qo, *doi = dout + qo;
+                    const float L = lse[((size_t)b * H + h) * Tq + i];
+                    /* D_i = sum_j p_ij dp_ij = dout_i . out_i */
+                    const float Di = dot(doi, out + qo, hd);
+                    float dqi[hd];
+                    memset(dqi, 0, sizeof(dqi));
+                    for (int j = 0; j < nk; j++) {
+                        const size_t ko = (((size_t)b * Tk + j) * Hkv + kh) * hd;
+                        const float *kj = k + ko, *vj = v + ko;
+                        float p = expf(dot(qi, kj, hd) * scale - L);
+                        axpy(dv + ko, p, doi, hd);
+                        float ds = p * (dot(doi, vj, hd) - Di) * scale;
+                        axpy(dqi, ds, kj, hd);
+                        axpy(dk + ko, ds, qi, hd);
+                    }
+                    if (dq)
+                        for (int d = 0; d < hd; d++) dq[qo + d] += dqi[d];
+                }
+}

@@ -1,0 +1,55 @@
+/* model/ops_crossentropy.c: softmax cross-entropy over the vocabulary, mean over counted
+ * targets, with an optional fused gradient (row math in ops_math.h). */
+#include "model/ops.h"
+#include "model/ops_math.h"
+#include <stdlib.h>
+#include <string.h>
+
+static int ce_count(const uint8_t *mask, int N) {
+    if (!mask) return N;
+    int c = 0;
+    for (int n = 0; n < N; n++) c += mask[n] != 0;
+    return c;
+}
+
+float crossentropy_forward(float *dlogits, float *lse, int *count, const float *logits,
+                           const uint32_t *targets, const uint8_t *mask, int N, int V,
+                           float dloss) {
+    int cnt = ce_count(mask, N);
+    if (count) *count = cnt;
+    float scale = cnt > 0 ? dloss / (float)cnt : 0.0f;
+    /* Per-row losses are kept aside because dlogits may overwrite the logits. */
+    float *row_loss = malloc(sizeof(float) * (N > 0 ? N : 1));
+    if (!row_loss) return NAN;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * V;
+        lse[n] = ops_logsumexp_row(z, V);
+        row_loss[n] = (!mask || mask[n]) ? lse[n] - z[targets[n]] : 0.0f;
+        if (dlogits) {
+            float *dz = dlogits + (size_t)n * V;
+            if (mask && !mask[n]) memset(dz, 0, sizeof(float) * V);
+            else ops_crossentropy_row_backward(dz, z, lse[n], (int)targets[n], V, scale);
+        }
+    }
+    /* Summed serially in row order (N terms; cheap) for determinism, in double so the mean
+     * is as exact as the row losses themselves. */
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += row_loss[n];
+    free(row_loss);
+    return cnt > 0 ? (float)(sum / cnt) : 0.0f;
+}
+
+void crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+                           const uint32_t *targets, const uint8_t *mask, int N, int V,
+                           float dloss) {
+    int cnt = ce_count(mask, N);
+    float scale = cnt > 0 ? dloss / (float)cnt : 0.0f;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *dz = dlogits + (size_t)n * V;
+        if (mask && !mask[n]) memset(dz, 0, sizeof(float) * V);
+        else ops_crossentropy_row_backward(dz, logits + (size_t)n * V, lse[n], (int)targets[n], V,
+                                           scale);
+    }
+}

@@ -1,0 +1,92 @@
+/* model/ops_math.h: per-element and per-row math shared by the CPU ops and a future CUDA backend.
+ *
+ * Everything here is `static inline` and free of libc calls other than the math.h ones that CUDA
+ * also provides, so the same text compiles under gcc (the CPU ops, model/ops_X.c) and nvcc (kernels in
+ * the .cu files of model/), and the two backends cannot drift apart: the formula lives in one place. */
+#ifndef MODEL_OPS_MATH_H
+#define MODEL_OPS_MATH_H
+#include <math.h>
+
+#ifdef __CUDACC__
+#define OPS_FN static inline __host__ __device__
+#else
+#define OPS_FN static inline
+#endif
+
+/* ---- SiLU: x * sigmoid(x) -------------------------------------------------------------- */
+OPS_FN float ops_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+OPS_FN float ops_silu(float x) { return x * ops_sigmoid(x); }
+/* d/dx silu(x) = s + x s (1 - s), s = sigmoid(x). */
+OPS_FN float ops_silu_grad(float x) {
+    float s = ops_sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* ---- RMSNorm of one row of length d ----------------------------------------------------
+ * y = w * x * r, r = 1 / sqrt(mean(x^2) + eps). Returns r (the backward needs it). The sum of
+ * squares is accumulated in float in index order, as PyTorch does on CPU for small rows. */
+OPS_FN float ops_rmsnorm_row(float *y, const float *x, const float *w, int d, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < d; i++) ss += x[i] * x[i];
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int i = 0; i < d; i++) y[i] = w[i] * (x[i] * r);
+    return r;
+}
+/* Backward of one row: dx += r*(w*dy) - x * r^3/d * sum(w*dy*x); dw is NOT touched here
+ * (the caller reduces dw over rows in a fixed order, see ops_rmsnorm.c). */
+OPS_FN void ops_rmsnorm_row_backward(float *dx, const float *dy, const float *x, const float *w,
+                                     float r, int d) {
+    float dot = 0.0f;
+    for (int i = 0; i < d; i++) dot += w[i] * dy[i] * x[i];
+    float c = dot * r * r * r / (float)d;
+    for (int i = 0; i < d; i++) dx[i] += r * w[i] * dy[i] - c * x[i];
+}
+
+/* ---- Rotary embedding, rotate_half layout -----------------------------------------------
+ * A head vector of even length hd is rotated pairwise on (i, i + hd/2), i < hd/2, by the
+ * angle p * theta^(-2i/hd):  out_i = x_i c - x_{i+h} s,  out_{i+h} = x_{i+h} c + x_i s.
+ * cs/sn hold cos/sin of the angles of position p (hd/2 each). sign = -1 applies the inverse
+ * rotation, which is exactly the backward (a rotation's transpose is its inverse).
+ * out may alias x. */
+OPS_FN void ops_rope_rotate(float *out, const float *x, const float *cs, const float *sn, int hd,
+                            float sign) {
+    int h = hd / 2;
+    for (int i = 0; i < h; i++) {
+        float a = x[i], b = x[i + h], c = cs[i], s = sign * sn[i];
+        out[i] = a * c - b * s;
+        out[i + h] = b * c + a * s;
+    }
+}
+/* The angle's frequency for pair i: theta^(-2i/hd), computed in double then rounded. */
+OPS_FN float ops_rope_freq(int i, int hd, float theta) {
+    return (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)hd));
+}
+
+/* ---- Online softmax -------------------------------------------------------------------
+ * Running state (m = max so far, l = sum of exp(s - m)). Before adding terms whose maximum is
+ * new_max, call this: it raises m if needed, rescales l, and returns the factor by which the
+ * caller must also rescale its weighted accumulator. Starting state: m = -INFINITY, l = 0. */
+OPS_FN float ops_online_softmax_rescale(float *m, float *l, float new_max) {
+    if (new_max <= *m) return 1.0f;
+    float f = (*m == -INFINITY) ? 0.0f : expf(*m - new_max);
+    *l *= f;
+    *m = new_max;
+    return f;
+}
+
+/* ---- Cross-entropy of one row of logits -------------------------------------------------
+ * Returns log-sum-exp of the row; the loss of target t is lse - z[t]. */
+OPS_FN float ops_logsumexp_row(const float *z, int v) {
+    float mx = -INFINITY;
+    for (int i = 0; i < v; i++) mx = z[i] > mx ? z[i] : mx;
+    float s = 0.0f;
+    for (int i = 0; i < v; i++) s += expf(z[i] - mx);
+    return mx + logf(s);
+}
+/* dz = scale * (softmax(z) - onehot(t)); dz may alias z. */
+OPS_FN void ops_crossentropy_row_backward(float *dz, const float *z, float lse, int t, int v,
+                                          float scale) {
+    for (int i = 0; i < v; i++) dz[i] = scale * expf(z[i] - lse);
+    dz[t] -= scale;
+}
+#endif
