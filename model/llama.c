@@ -1,0 +1,341 @@
+/* model/llama.c: parameters, activations and the forward/backward of the whole decoder. */
+#include "model/llama.h"
+#include "bus/rng.h"
+#include "model/ops.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct llama {
+    model_config_t cfg;
+    int Bmax, Tmax, B, T;
+    float grad_scale;
+    /* parameters and gradients: one buffer each, views in HF order */
+    float *params, *grads;
+    size_t n_params;
+    tensor_view_t *pviews, *gviews;
+    int n_views;
+    float *embed, *norm_f, *lm_head;       /* lm_head == embed when tied */
+    float *dembed, *dnorm_f, *dlm_head;
+    llama_block_w_t *w, *g;                /* (L) */
+    float *rope_cos, *rope_sin;            /* (max_seq, hd/2) */
+    /* activations */
+    float *stream;                         /* (L+1, N, D): input of each block, then output */
+    llama_block_acts_t *acts;              /* (L) */
+    llama_block_scratch_t scratch;
+    float *xf, *rstd_f;                    /* (N,D), (N): final norm */
+    float *logits, *dlogits, *lse;         /* (N,V), (N,V), (N) */
+    float *dstream, *dstream2, *dxf;       /* (N,D) */
+    uint32_t *tokens, *targets;            /* (N) copies of the last forward's input */
+    uint8_t *mask;                         /* (N) */
+    int has_mask, has_targets, count;
+};
+
+int llama_config_check(const model_config_t *c, int B, int T, char *err, size_t errlen) {
+#define BAD(...) do { snprintf(err, errlen, __VA_ARGS__); return LLAMA_ECONFIG; } while (0)
+    if (!c) BAD("no config");
+    if (c->vocab_size <= 0) BAD("vocab_size must be > 0 (got %d)", c->vocab_size);
+    if (c->d_model <= 0) BAD("d_model must be > 0 (got %d)", c->d_model);
+    if (c->n_layers <= 0) BAD("n_layers must be > 0 (got %d)", c->n_layers);
+    if (c->n_heads <= 0 || c->n_kv_heads <= 0)
+        BAD("n_heads and n_kv_heads must be > 0 (got %d, %d)", c->n_heads, c->n_kv_heads);
+    if (c->d_model % c->n_heads)
+        BAD("n_heads %d does not divide d_model %d", c->n_heads, c->d_model);
+    if (c->n_heads % c->n_kv_heads)
+        BAD("n_kv_heads %d does not divide n_heads %d", c->n_kv_heads, c->n_heads);
+    if ((c->d_model / c->n_heads) % 2)
+        BAD("head dim %d (d_model / n_heads) must be even for RoPE", c->d_model / c->n_heads);
+    if (c->d_ff <= 0) BAD("d_ff must be > 0 (got %d)", c->d_ff);
+    if (c->max_seq <= 0) BAD("max_seq must be > 0 (got %d)", c->max_seq);
+    if (!(c->rope_theta > 0.0f)) BAD("rope_theta must be > 0 (got %g)", c->rope_theta);
+    if (!(c->norm_eps >= 0.0f)) BAD("norm_eps must be >= 0 (got %g)", c->norm_eps);
+    if (B <= 0 || T <= 0) BAD("batch shape must be positive (got B=%d T=%d)", B, T);
+    if (T > c->max_seq) BAD("sequence length %d exceeds max_seq %d", T, c->max_seq);
+#undef BAD
+    return 0;
+}
+
+static void view_set(tensor_view_t *v, const char *name, float *data, int ndim, int64_t d0,
+                     int64_t d1) {
+    memset(v, 0, sizeof(*v));
+    snprintf(v->name, sizeof(v->name), "%s", name);
+    v->ndim = ndim;
+    v->shape[0] = d0;
+    v->shape[1] = d1;
+    v->data = data;
+}
+
+/* Lays out params (or grads, same offsets) in HF order; fills views (2 + 9L [+1] of them),
+ * the block pointer tables and the named pointers. Returns the float count. */
+static size_t layout(const model_config_t *c, float *base, tensor_view_t *views,
+                     llama_block_w_t *blk, float **embed, float **norm_f, float **lm_head) {
+    const int64_t V = c->vocab_size, D = c->d_model, F = c->d_ff, hd = D / c->n_heads;
+    const int64_t Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
+    size_t off = 0;
+    int nv = 0;
+    char name[TENSOR_NAME_LEN];
+#define TAKE(ptr, nm, nd, a, b) do {                                                   \
+        float *p_ = base ? base + off : NULL;                                           \
+        if (views) view_set(&views[nv], nm, p_, nd, a, b);                              \
+        nv++; off += (size_t)(a) * (nd == 2 ? (size_t)(b) : 1);                         \
+        ptr = p_;                                                                       \
+    } while (0)
+    float *dummy;
+    TAKE(dummy, "model.embed_tokens.weight", 2, V, D);
+    if (embed) *embed = dummy;
+    for (int l = 0; l < c->n_layers; l++) {
+        llama_block_w_t b;
+#define LNAME(s) (snprintf(name, sizeof(name), "model.layers.%d.%s", l, s), name)
+        TAKE(b.attn_norm, LNAME("input_layernorm.weight"), 1, D, 0);
+        TAKE(b.wq, LNAME("self_attn.q_proj.weight"), 2, Dq, D);
+        TAKE(b.wk, LNAME("self_attn.k_proj.weight"), 2, Dkv, D);
+        TAKE(b.wv, LNAME("self_attn.v_proj.weight"), 2, Dkv, D);
+        TAKE(b.wo, LNAME("self_attn.o_proj.weight"), 2, D, Dq);
+        TAKE(b.mlp_norm, LNAME("post_attention_layernorm.weight"), 1, D, 0);
+        TAKE(b.wgate, LNAME("mlp.gate_proj.weight"), 2, F, D);
+        TAKE(b.wup, LNAME("mlp.up_proj.weight"), 2, F, D);
+        TAKE(b.wdown, LNAME("mlp.down_proj.weight"), 2, D, F);
+#undef LNAME
+        if (blk) blk[l] = b;
+    }
+    TAKE(dummy, "model.norm.weight", 1, D, 0);
+    if (norm_f) *norm_f = dummy;
+    if (!c->tied) {
+        TAKE(dummy, "lm_head.weight", 2, V, D);
+        if (lm_head) *lm_head = dummy;
+    } else if (lm_head && embed) {
+        *lm_head = *embed;
+    }
+#undef TAKE
+    return off;
+}
+
+static int n_views_of(const model_config_t *c) { return 2 + 9 * c->n_layers + (c->tied ? 0 : 1); }
+
+void llama_destroy(llama_t **pm) {
+    if (!pm || !*pm) return;
+    llama_t *m = *pm;
+    if (m->acts)
+        for (int l = 0; l < m->cfg.n_layers; l++) llama_block_acts_free(&m->acts[l]);
+    llama_block_scratch_free(&m->scratch);
+    void *p[] = {m->params, m->grads, m->pviews, m->gviews, m->w, m->g, m->rope_cos,
+                 m->rope_sin, m->stream, m->acts, m->xf, m->rstd_f, m->logits, m->dlogits,
+                 m->lse, m->dstream, m->dstream2, m->dxf, m->tokens, m->targets, m->mask};
+    for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
+    free(m);
+    *pm = NULL;
+}
+
+int llama_create(llama_t **pm, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
+                 char *err, size_t errlen) {
+    if (!pm) { snprintf(err, errlen, "llama_create: NULL handle"); return LLAMA_EARG; }
+    *pm = NULL;
+    int rc = llama_config_check(cfg, Bmax, Tmax, err, errlen);
+    if (rc) return rc;
+    llama_t *m = calloc(1, sizeof(*m));
+    if (!m) goto oom;
+    m->cfg = *cfg;
+    m->Bmax = m->B = Bmax;
+    m->Tmax = m->T = Tmax;
+    m->grad_scale = 1.0f;
+    const model_config_t *c = &m->cfg;
+    const size_t N = (size_t)Bmax * Tmax, D = c->d_model, V = c->vocab_size, L = c->n_layers;
+    const int hd = c->d_model / c->n_heads;
+    m->n_views = n_views_of(c);
+    m->n_params = layout(c, NULL, NULL, NULL, NULL, NULL, NULL);
+    m->params = calloc(m->n_params, sizeof(float));
+    m->grads = calloc(m->n_params, sizeof(float));
+    m->pviews = calloc(m->n_views, sizeof(tensor_view_t));
+    m->gviews = calloc(m->n_views, sizeof(tensor_view_t));
+    m->w = calloc(L, sizeof(llama_block_w_t));
+    m->g = calloc(L, sizeof(llama_block_w_t));
+    m->acts = calloc(L, sizeof(llama_block_acts_t));
+    if (!m->params || !m->grads || !m->pviews || !m->gviews || !m->w || !m->g || !m->acts) goto oom;
+    layout(c, m->params, m->pviews, m->w, &m->embed, &m->norm_f, &m->lm_head);
+    layout(c, m->grads, m->gviews, m->g, &m->dembed, &m->dnorm_f, &m->dlm_head);
+    m->rope_cos = malloc(sizeof(float) * c->max_seq * (hd / 2));
+    m->rope_sin = malloc(sizeof(float) * c->max_seq * (hd / 2));
+    if (!m->rope_cos || !m->rope_sin) goto oom;
+    rope_table_init(m->rope_cos, m->rope_sin, c->max_seq, hd, c->rope_theta);
+    m->stream = calloc((L + 1) * N * D, sizeof(float));
+    m->xf = calloc(N * D, sizeof(float));
+    m->rstd_f = calloc(N, sizeof(float));
+    m->logits = calloc(N * V, sizeof(float));
+    m->dlogits = calloc(N * V, sizeof(float));
+    m->lse = calloc(N, sizeof(float));
+    m->dstream = calloc(N * D, sizeof(float));
+    m->dstream2 = calloc(N * D, sizeof(float));
+    m->dxf = calloc(N * D, sizeof(float));
+    m->tokens = calloc(N, sizeof(uint32_t));
+    m->targets = calloc(N, sizeof(uint32_t));
+    m->mask = calloc(N, 1);
+    if (!m->stream || !m->xf || !m->rstd_f || !m->logits || !m->dlogits || !m->lse ||
+        !m->dstream || !m->dstream2 || !m->dxf || !m->tokens || !m->targets || !m->mask)
+        goto oom;
+    for (size_t l = 0; l < L; l++)
+        if (llama_block_acts_alloc(&m->acts[l], c, Bmax, Tmax, 0)) goto oom;
+    if (llama_block_scratch_alloc(&m->scratch, c, Bmax, Tmax)) goto oom;
+    llama_init(m, seed);
+    *pm = m;
+    return 0;
+oom:
+    snprintf(err, errlen, "llama_create: out of memory for B=%d T=%d", Bmax, Tmax);
+    llama_destroy(&m);
+    return LLAMA_ENOMEM;
+}
+
+void llama_init(llama_t *m, uint64_t seed) {
+    rng_t r;
+    rng_seed(&r, seed);
+    for (int i = 0; i < m->n_views; i++) {
+        tensor_view_t *v = &m->pviews[i];
+        int64_t n = tensor_numel(v);
+        if (v->ndim == 1)
+            for (int64_t j = 0; j < n; j++) v->data[j] = 1.0f;
+        else
+            for (int64_t j = 0; j < n; j++) v->data[j] = 0.02f * rng_normal(&r);
+    }
+}
+
+const model_config_t *llama_config(const llama_t *m) { return &m->cfg; }
+
+int llama_set_shape(llama_t *m, int B, int T, char *err, size_t errlen) {
+    if (B <= 0 || T <= 0 || B > m->Bmax || T > m->Tmax) {
+        snprintf(err, errlen, "batch shape B=%d T=%d outside the allocated B<=%d T<=%d", B, T,
+                 m->Bmax, m->Tmax);
+        return LLAMA_EARG;
+    }
+    m->B = B;
+    m->T = T;
+    return 0;
+}
+void llama_shape(const llama_t *m, int *B, int *T) { *B = m->B; *T = m->T; }
+
+static int copy_views(const tensor_view_t *src, int n, tensor_view_t *views, int cap) {
+    if (views)
+        for (int i = 0; i < n && i < cap; i++) views[i] = src[i];
+    return n;
+}
+int llama_params(llama_t *m, tensor_view_t *views, int cap) {
+    return copy_views(m->pviews, m->n_views, views, cap);
+}
+int llama_grads(llama_t *m, tensor_view_t *views, int cap) {
+    return copy_views(m->gviews, m->n_views, views, cap);
+}
+float *llama_param_data(llama_t *m, size_t *n) { if (n) *n = m->n_params; return m->params; }
+float *llama_grad_data(llama_t *m, size_t *n) { if (n) *n = m->n_params; return m->grads; }
+void llama_zero_grad(llama_t *m) { memset(m->grads, 0, sizeof(float) * m->n_params); }
+void llama_set_grad_scale(llama_t *m, float s) { m->grad_scale = s; }
+const float *llama_logits(const llama_t *m) { return m->logits; }
+int llama_target_count(const llama_t *m) { return m->count; }
+
+float *llama_stream(llama_t *m, int l) {
+    return m->stream + (size_t)l * m->Bmax * m->Tmax * m->cfg.d_model;
+}
+float *llama_dstream(llama_t *m) { return m->dstream; }
+llama_block_w_t llama_block_weights(llama_t *m, int l) { return m->w[l]; }
+llama_block_w_t llama_block_grads(llama_t *m, int l) { return m->g[l]; }
+const float *llama_rope_cos(const llama_t *m) { return m->rope_cos; }
+const float *llama_rope_sin(const llama_t *m) { return m->rope_sin; }
+llama_block_scratch_t *llama_scratch(llama_t *m) { return &m->scratch; }
+
+static int check_ids(const uint32_t *ids, const uint8_t *mask, int N, int V, const char *what,
+                     char *err, size_t errlen) {
+    for (int n = 0; n < N; n++)
+        if ((!mask || mask[n]) && ids[n] >= (uint32_t)V) {
+            snprintf(err, errlen, "%s id %u at position %d is outside the vocabulary of %d", what,
+                     ids[n], n, V);
+            return LLAMA_ETOKEN;
+        }
+    return 0;
+}
+
+int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
+    const int N = m->B * m->T;
+    if (!tokens) { snprintf(err, errlen, "llama_forward: no tokens"); return LLAMA_EARG; }
+    int rc = check_ids(tokens, NULL, N, m->cfg.vocab_size, "token", err, errlen);
+    if (rc) return rc;
+    memcpy(m->tokens, tokens, sizeof(uint32_t) * N);
+    embedding_forward(llama_stream(m, 0), m->tokens, m->embed, N, m->cfg.d_model);
+    return 0;
+}
+
+void llama_blocks_forward(llama_t *m, int l0, int l1) {
+    for (int l = l0; l < l1; l++) {
+        float *x = llama_stream(m, l);
+        llama_block_forward(llama_stream(m, l + 1), &m->acts[l], &m->w[l], x, x, &m->cfg,
+                            m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch);
+    }
+}
+
+int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask, float *loss,
+                       char *err, size_t errlen) {
+    const model_config_t *c = &m->cfg;
+    const int N = m->B * m->T;
+    // final rmsnorm and the language-model head (tied: the embedding table)
+    rmsnorm_forward(m->xf, m->rstd_f, llama_stream(m, c->n_layers), m->norm_f, N, c->d_model,
+                    c->norm_eps);
+    linear_forward(m->logits, m->xf, m->lm_head, N, c->d_model, c->vocab_size);
+    m->has_targets = targets != NULL;
+    if (!targets) return 0;
+    int rc = check_ids(targets, mask, N, c->vocab_size, "target", err, errlen);
+    if (rc) { m->has_targets = 0; return rc; }
+    memcpy(m->targets, targets, sizeof(uint32_t) * N);
+    m->has_mask = mask != NULL;
+    if (mask) memcpy(m->mask, mask, N);
+    /* Uncounted targets are not read by the loss, but they are by the backward's row index:
+     * keep them in range. */
+    if (mask)
+        for (int n = 0; n < N; n++)
+            if (!mask[n]) m->targets[n] = 0;
+    float l = crossentropy_forward(NULL, m->lse, &m->count, m->logits, m->targets,
+                                   m->has_mask ? m->mask : NULL, N, c->vocab_size, 1.0f);
+    if (loss) *loss = l;
+    return 0;
+}
+
+int llama_forward(llama_t *m, const uint32_t *tokens, const uint32_t *targets,
+                  const uint8_t *mask, float *loss, char *err, size_t errlen) {
+    int rc = llama_embed(m, tokens, err, errlen);
+    if (rc) return rc;
+    llama_blocks_forward(m, 0, m->cfg.n_layers);
+    return llama_head_forward(m, targets, mask, loss, err, errlen);
+}
+
+void llama_head_backward(llama_t *m) {
+    const model_config_t *c = &m->cfg;
+    const int N = m->B * m->T, D = c->d_model;
+    crossentropy_backward(m->dlogits, m->logits, m->lse, m->targets, m->has_mask ? m->mask : NULL,
+                          N, c->vocab_size, m->grad_scale);
+    memset(m->dxf, 0, sizeof(float) * N * D);
+    linear_backward(m->dxf, m->dlm_head, m->dlogits, m->xf, m->lm_head, N, D, c->vocab_size);
+    memset(m->dstream, 0, sizeof(float) * N * D);
+    rmsnorm_backward(m->dstream, m->dnorm_f, m->dxf, llama_stream(m, c->n_layers), m->norm_f,
+                     m->rstd_f, N, D);
+}
+
+void llama_blocks_backward(llama_t *m, int l1, int l0) {
+    const int N = m->B * m->T, D = m->cfg.d_model;
+    for (int l = l1 - 1; l >= l0; l--) {
+        float *x = llama_stream(m, l);
+        memset(m->dstream2, 0, sizeof(float) * N * D);
+        llama_block_backward(m->dstream2, m->dstream2, &m->g[l], m->dstream, &m->acts[l], &m->w[l],
+                             x, x, &m->cfg, m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch);
+        float *t = m->dstream; m->dstream = m->dstream2; m->dstream2 = t;
+    }
+}
+
+void llama_embed_backward(llama_t *m) {
+    embedding_backward(m->dembed, m->dstream, m->tokens, m->B * m->T, m->cfg.d_model);
+}
+
+int llama_backward(llama_t *m, char *err, size_t errlen) {
+    if (!m->has_targets) {
+        snprintf(err, errlen, "llama_backward: the last forward had no targets");
+        return LLAMA_EARG;
+    }
+    llama_head_backward(m);
+    llama_blocks_backward(m, m->cfg.n_layers, 0);
+    llama_embed_backward(m);
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* model/llama_block.h: one pre-norm decoder block (RMSNorm -> GQA attention with RoPE ->
+ * residual -> RMSNorm -> SwiGLU MLP -> residual), forward and backward.
+ *
+ * Exposed separately from llama.h because the Free Transformer (seed 000, Algorithm 2) reuses
+ * it three ways: the plain causal block; the injection block whose key/value input
+ * (x + r) differs from its query input x; and the non-causal encoder block whose queries
+ * come from a learned constant. All three are this code with `x_kv != x_q` and/or
+ * `causal = 0`. The residual always adds to the QUERY stream. */
+#ifndef MODEL_LLAMA_BLOCK_H
+#define MODEL_LLAMA_BLOCK_H
+#include <stddef.h>
+#include "model/config.h"
+
+/* Pointers into a parameter (or gradient) buffer. D = d_model, F = d_ff, hd = D / H. */
+typedef struct {
+    float *attn_norm;     /* (D)          input_layernorm.weight */
+    float *wq;            /* (H*hd, D)    self_attn.q_proj.weight */
+    float *wk;            /* (Hkv*hd, D)  self_attn.k_proj.weight */
+    float *wv;            /* (Hkv*hd, D)  self_attn.v_proj.weight */
+    float *wo;            /* (D, H*hd)    self_attn.o_proj.weight */
+    float *mlp_norm;      /* (D)          post_attention_layernorm.weight */
+    float *wgate;         /* (F, D)       mlp.gate_proj.weight */
+    float *wup;           /* (F, D)       mlp.up_proj.weight */
+    float *wdown;         /* (D, F)       mlp.down_proj.weight */
+} llama_block_w_t;
+
+/* What the forward keeps for the backward, sized for (Bmax, Tmax) rows. */
+typedef struct {
+    int separate_kv;      /* set by the last forward: x_kv was a different tensor */
+    float *xn, *rstd;     /* (N,D), (N): attention-norm of x_q */
+    float *xn_kv, *rstd_kv; /* (N,D), (N): attention-norm of x_kv (only when separate) */
+    float *q;             /* (N,H*hd) after RoPE */
+    float *k, *v;         /* (N,Hkv*hd), k after RoPE */
+    float *att, *lse;     /* (N,H*hd) attention output, (B,H,T) its log-sum-exp */
+    float *x_mid;         /* (N,D) x_q + attention branch */
+    float *xn2, *rstd2;   /* (N,D), (N): MLP-norm of x_mid */
+    float *gate, *up, *h; /* (N,F) each; h = silu(gate) * up */
+} llama_block_acts_t;
+
+/* Scratch shared by every block's backward (and the forward's branch output). */
+typedef struct {
+    float *dxn, *dxn_kv;  /* (N,D) */
+    float *dq, *dk, *dv;  /* (N,H*hd), (N,Hkv*hd) x2: gradients after RoPE */
+    float *dq0, *dk0;     /* same, before RoPE */
+    float *datt;          /* (N,H*hd) */
+    float *dx_mid, *branch; /* (N,D) */
+    float *dgate, *dup, *dh; /* (N,F) */
+} llama_block_scratch_t;
+
+/* Allocation (zeroed); separate_kv asks for the x_kv buffers too. 0 or -1 (out of memory). */
+int llama_block_acts_alloc(llama_block_acts_t *a, const model_config_t *c, int Bmax, int Tmax,
+                           int separate_kv);
+void llama_block_acts_free(llama_block_acts_t *a);
+int llama_block_scratch_alloc(llama_block_scratch_t *s, const model_config_t *c, int Bmax,
+                              int Tmax);
+void llama_block_scratch_free(llama_block_scratch_t *s);
+
+/* Parameters in HF order, counted in floats, for layout code. */
+size_t llama_block_numel(const model_config_t *c);
+
+/* x_out = block(x_q, x_kv); pass x_kv == x_q for a plain block. x_out must differ from both.
+ * rope_cos/rope_sin: (max_seq, hd/2) tables (rope_table_init). */
+void llama_block_forward(float *x_out /* (B,T,D) */, llama_block_acts_t *a,
+                         const llama_block_w_t *w, const float *x_q /* (B,T,D) */,
+                         const float *x_kv /* (B,T,D) */, const model_config_t *c,
+                         const float *rope_cos, const float *rope_sin, int B, int T, int causal,
+                         llama_block_scratch_t *s);
+/* Accumulates the input gradients into dx_q and dx_kv (dx_kv is ignored when the forward had
+ * x_kv == x_q; it may equal dx_q otherwise) and the weight gradients into g. dout must not
+ * alias dx_q / dx_kv. x_q / x_kv are the forward's inputs. */
+void llama_block_backward(float *dx_q /* (B,T,D) += */, float *dx_kv /* (B,T,D) += */,
+                          const llama_block_w_t *g, const float *dout /* (B,T,D) */,
+                          const llama_block_acts_t *a, const llama_block_w_t *w,
+                          const float *x_q, const float *x_kv, const model_config_t *c,
+                          const float *rope_cos, const float *rope_sin, int B, int T, int causal,
+                          llama_block_scratch_t *s);
+#endif
