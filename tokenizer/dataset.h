@@ -52,6 +52,12 @@ int dataset_doc_len(dataset_t *ds, uint64_t idx, uint32_t *len);
  * cap, the first cap tokens are copied and DATASET_ERANGE is NOT returned (truncation is the
  * caller's choice: pass cap >= len to get it all). */
 int dataset_doc_read(dataset_t *ds, uint64_t idx, uint32_t *out, uint32_t cap, uint32_t *len);
+/* Copies tokens [from, from+n) of document idx into out, clipped to the document's end;
+ * *got receives how many were copied (0 when from >= length), *len (may be NULL) the full
+ * length. Lets a reader take a row out of the middle of a long document without reading its
+ * head (added for the loader's pack layout). */
+int dataset_doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t *out, uint32_t n,
+                           uint32_t *got, uint32_t *len);
 void dataset_close(dataset_t **ds);
 
 /* Creates a new dataset at path (a directory; refuses to overwrite an existing dataset unless

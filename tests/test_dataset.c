@@ -1,0 +1,221 @@
+/* tests/test_dataset.c: the LMDB dataset (tokenizer/dataset.c): round trips, growth of the
+ * map, u16/u32 values, refusal of incomplete/damaged/foreign datasets. */
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bus/rng.h"
+#include "tests/check.h"
+#include "tokenizer/dataset.h"
+
+static char tmp[1024];
+
+static void path_of(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", tmp, name); }
+
+static void meta_init(dataset_meta_t *m, uint32_t vocab) {
+    memset(m, 0, sizeof *m);
+    m->vocab_size = vocab;
+    m->eot_id = vocab - 1;
+    snprintf(m->tokenizer, sizeof m->tokenizer, "test");
+    snprintf(m->tokenizer_hash, sizeof m->tokenizer_hash, "abc123");
+    snprintf(m->source, sizeof m->source, "test_dataset");
+}
+
+/* Document i: length and tokens from rng_seed2(seed, i), so the reader can check every one. */
+static uint32_t doc_gen(uint64_t seed, uint64_t i, uint32_t vocab, uint32_t maxlen, uint32_t *out) {
+    rng_t r;
+    rng_seed2(&r, seed, i);
+    uint32_t n = (uint32_t)rng_below(&r, maxlen + 1); /* includes empty documents */
+    for (uint32_t j = 0; j < n; j++) out[j] = (uint32_t)rng_below(&r, vocab);
+    return n;
+}
+
+static void roundtrip(const char *name, uint32_t vocab, uint64_t ndocs, uint32_t maxlen, uint32_t want_tb) {
+    char p[1200], err[256] = "";
+    path_of(p, sizeof p, name);
+    dataset_meta_t m;
+    meta_init(&m, vocab);
+    dataset_writer_t *w = NULL;
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    if (!w) return;
+    uint32_t *buf = malloc((maxlen + 1) * sizeof *buf), *got = malloc((maxlen + 1) * sizeof *got);
+    uint64_t ntok = 0;
+    int fails = 0;
+    for (uint64_t i = 0; i < ndocs; i++) {
+        uint32_t n = doc_gen(7, i, vocab, maxlen, buf);
+        ntok += n;
+        fails += dataset_writer_add(w, buf, n, n + 1, err, sizeof err) != 0;
+    }
+    CHECK(fails == 0, "%s", err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    CHECK(w == NULL, "in %s", __func__);
+    dataset_t *ds = NULL;
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "%s", err);
+    if (ds) {
+        const dataset_meta_t *r = dataset_meta(ds);
+        CHECK(r->n_docs == ndocs, "in %s", __func__);
+        CHECK(r->n_tokens == ntok, "in %s", __func__);
+        CHECK(r->n_bytes == ntok + ndocs, "in %s", __func__);
+        CHECK(r->token_bytes == want_tb, "token_bytes %u", r->token_bytes);
+        CHECK(r->vocab_size == vocab && r->eot_id == vocab - 1, "in %s", __func__);
+        CHECK(strcmp(r->tokenizer, "test") == 0 && strcmp(r->tokenizer_hash, "abc123") == 0, "in %s", __func__);
+        CHECK(r->version == DATASET_FORMAT_VERSION, "in %s", __func__);
+        int bad = 0;
+        for (uint64_t i = 0; i < ndocs; i++) {
+            uint32_t n = doc_gen(7, i, vocab, maxlen, buf), len = 0, len2 = 0;
+            if (dataset_doc_len(ds, i, &len2) || len2 != n) bad++;
+            if (dataset_doc_read(ds, i, got, maxlen + 1, &len) || len != n || memcmp(got, buf, n * 4)) bad++;
+        }
+        CHECK(bad == 0, "%d documents differ", bad);
+        uint32_t len;
+        CHECK(dataset_doc_read(ds, ndocs, got, 1, &len) == DATASET_ERANGE, "in %s", __func__);
+        dataset_close(&ds);
+        CHECK(ds == NULL, "in %s", __func__);
+    }
+    free(buf);
+    free(got);
+}
+
+static void test_roundtrip_u16(void) { roundtrip("u16", 1000, 3000, 200, 2); }
+static void test_roundtrip_u32(void) { roundtrip("u32", 100000, 500, 300, 4); }
+/* ~12 MB of values: several 8 MB commits and many doublings of the 1 MiB initial map. */
+static void test_roundtrip_grows(void) { roundtrip("big", 50000, 1500, 8000, 2); }
+
+static void test_truncated_and_range_reads(void) {
+    char p[1200], err[256] = "";
+    path_of(p, sizeof p, "range");
+    dataset_meta_t m;
+    meta_init(&m, 70000); /* u32 values */
+    dataset_writer_t *w = NULL;
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    uint32_t doc[10] = {5, 6, 7, 8, 9, 69999, 0, 1, 2, 3};
+    CHECK(dataset_writer_add(w, doc, 10, 10, err, sizeof err) == 0, "in %s", __func__);
+    uint32_t badtok = 70000;
+    CHECK(dataset_writer_add(w, &badtok, 1, 1, err, sizeof err) == DATASET_ERANGE, "id >= vocab accepted");
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    dataset_t *ds = NULL;
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "%s", err);
+    if (!ds) return;
+    CHECK(dataset_meta(ds)->n_docs == 1, "the refused document was counted");
+    uint32_t out[10] = {0}, len = 0, got = 0;
+    CHECK(dataset_doc_read(ds, 0, out, 3, &len) == 0 && len == 10, "in %s", __func__);
+    CHECK(out[0] == 5 && out[2] == 7 && out[3] == 0, "cap not honoured");
+    CHECK(dataset_doc_read_range(ds, 0, 4, out, 100, &got, &len) == 0 && got == 6 && out[1] == 69999, "in %s", __func__);
+    CHECK(dataset_doc_read_range(ds, 0, 10, out, 5, &got, NULL) == 0 && got == 0, "in %s", __func__);
+    CHECK(dataset_doc_read_range(ds, 0, 99, out, 5, &got, NULL) == 0 && got == 0, "in %s", __func__);
+    dataset_close(&ds);
+}
+
+static void test_refusals(void) {
+    char p[1200], err[256] = "";
+    dataset_t *ds = NULL;
+    path_of(p, sizeof p, "nope");
+    CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_ENOENT && ds == NULL, "in %s", __func__);
+    CHECK(strstr(err, "nope") != NULL, "error does not name the path: %s", err);
+
+    /* incomplete: aborted before "info" */
+    path_of(p, sizeof p, "aborted");
+    dataset_meta_t m;
+    meta_init(&m, 100);
+    dataset_writer_t *w = NULL;
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    uint32_t d[3] = {1, 2, 3};
+    dataset_writer_add(w, d, 3, 3, err, sizeof err);
+    dataset_writer_abort(&w);
+    CHECK(w == NULL, "in %s", __func__);
+    CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT, "incomplete dataset opened");
+
+    /* no overwrite unless asked */
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == DATASET_EARG && w == NULL, "in %s", __func__);
+    CHECK(dataset_writer_open(&w, p, &m, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "%s", err);
+    if (ds) CHECK(dataset_meta(ds)->n_docs == 0, "in %s", __func__);
+    dataset_close(&ds);
+
+    /* bad meta */
+    meta_init(&m, 100);
+    m.eot_id = 100;
+    path_of(p, sizeof p, "badeot");
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == DATASET_EARG && w == NULL, "in %s", __func__);
+}
+
+/* Damage a dataset behind the library's back with raw LMDB and check the reader notices. */
+static void raw_put(const char *path, const char *db, const void *k, size_t kn, const void *v, size_t vn) {
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    mdb_env_create(&env);
+    mdb_env_set_maxdbs(env, 2);
+    mdb_env_set_mapsize(env, 64 << 20);
+    int rc = mdb_env_open(env, path, 0, 0664);
+    if (!rc) rc = mdb_txn_begin(env, NULL, 0, &txn);
+    if (!rc) {
+        rc = mdb_dbi_open(txn, db, MDB_CREATE, &dbi);
+        MDB_val key = {kn, (void *)k}, val = {vn, (void *)v};
+        if (!rc) rc = mdb_put(txn, dbi, &key, &val, 0);
+        if (!rc) rc = mdb_txn_commit(txn);
+        else mdb_txn_abort(txn);
+    }
+    CHECK(rc == 0, "raw put: %s", mdb_strerror(rc));
+    mdb_env_close(env);
+}
+
+static void make_small(const char *p) {
+    char err[256];
+    dataset_meta_t m;
+    meta_init(&m, 100);
+    dataset_writer_t *w = NULL;
+    dataset_writer_open(&w, p, &m, 1, err, sizeof err);
+    uint32_t d[4] = {1, 2, 3, 4};
+    dataset_writer_add(w, d, 4, 4, err, sizeof err);
+    dataset_writer_add(w, d, 2, 2, err, sizeof err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+}
+
+static void test_damage(void) {
+    char p[1200], err[256] = "";
+    dataset_t *ds = NULL;
+    path_of(p, sizeof p, "damaged");
+    make_small(p);
+    uint8_t key1[8] = {0, 0, 0, 0, 0, 0, 0, 1};
+    raw_put(p, "docs", key1, 8, "\x01\x00\x02", 3); /* odd byte count for u16 values */
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "%s", err);
+    uint32_t out[8], len;
+    if (ds) {
+        CHECK(dataset_doc_read(ds, 1, out, 8, &len) == DATASET_EFORMAT, "odd-length value accepted");
+        CHECK(dataset_doc_read(ds, 0, out, 8, &len) == 0 && len == 4, "in %s", __func__);
+    }
+    dataset_close(&ds);
+
+    uint8_t key9[8] = {0, 0, 0, 0, 0, 0, 0, 9};
+    raw_put(p, "docs", key9, 8, "\x01\x00", 2); /* a third entry: count no longer matches meta */
+    CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL, "count mismatch accepted");
+
+    path_of(p, sizeof p, "badmeta");
+    make_small(p);
+    raw_put(p, "meta", "info", 4, "\x81\xa6""format\xa3""xyz", 12); /* {"format":"xyz"} */
+    CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL, "foreign format accepted");
+    CHECK(strstr(err, "format") != NULL, "%s", err);
+    raw_put(p, "meta", "info", 4, "\xc1garbage", 8);
+    CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL, "garbage meta accepted");
+}
+
+int main(void) {
+    const char *t = getenv("FT_TEST_TMP");
+    snprintf(tmp, sizeof tmp, "%s/test_dataset.%d", t ? t : "/tmp", (int)getpid());
+    mkdir(tmp, 0775);
+    RUN(test_roundtrip_u16);
+    RUN(test_roundtrip_u32);
+    RUN(test_roundtrip_grows);
+    RUN(test_truncated_and_range_reads);
+    RUN(test_refusals);
+    RUN(test_damage);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    return check_summary();
+}
