@@ -1,0 +1,389 @@
+/* tests/test_gradcheck.c: finite-difference checks of every op's backward, of the decoder
+ * block (plain, separate Q/KV input, non-causal) and of the whole model's loss.
+ *
+ * Method: each op's output is reduced to a scalar by a fixed random projection,
+ * loss = sum(w * out) (summed in double), so one backward with dout = w gives the gradient of
+ * every input. For a sample of input entries the central difference (L(x+e) - L(x-e)) / 2e is
+ * compared with the analytic gradient.
+ *
+ * The ops run in float, so e cannot be tiny: e = 1e-2 on inputs of size O(1). Truncation error
+ * is O(e^2 * f''') ~ 1e-4 relative; float rounding of the outputs (~6e-8 relative each, random
+ * sign) moves L by ~6e-8 * sqrt(#outputs) * |w*out|, i.e. ~1e-5 / 2e in the derivative. We
+ * therefore compare the sampled gradient VECTORS by their relative error
+ * ||num - ana|| / max(||num||, ||ana||) with tolerance 1e-2: two orders above the expected
+ * noise, and a wrong backward (a sign, a missing term, a wrong index) gives errors of O(1). */
+#include "model/llama.h"
+#include "model/llama_block.h"
+#include "model/ops.h"
+#include "bus/rng.h"
+#include "tests/check.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define EPS 1e-2f
+#define TOL 1e-2
+#define SAMPLES 40
+
+static rng_t R;
+
+static float *rnd(size_t n, float scale) {
+    float *p = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) p[i] = scale * rng_normal(&R);
+    return p;
+}
+static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
+
+/* One checked input: its values and the analytic gradient the backward wrote. */
+typedef struct { const char *name; float *x; float *dx; size_t n; } gc_in_t;
+
+typedef struct gc_case gc_case_t;
+struct gc_case {
+    void (*forward)(gc_case_t *);   /* out <- f(inputs) */
+    void (*backward)(gc_case_t *);  /* inputs' dx += df/dx . dout (dout = w) */
+    float *out, *w;
+    size_t n_out;
+    gc_in_t in[8];
+    int n_in;
+    void *ctx;
+};
+
+static double gc_loss(gc_case_t *c) {
+    c->forward(c);
+    double s = 0.0;
+    for (size_t i = 0; i < c->n_out; i++) s += (double)c->w[i] * c->out[i];
+    return s;
+}
+
+/* Runs the check for every input of c; returns the worst relative error seen. */
+static double gc_run(const char *what, gc_case_t *c) {
+    for (int i = 0; i < c->n_in; i++) memset(c->in[i].dx, 0, sizeof(float) * c->in[i].n);
+    c->forward(c);
+    c->backward(c);
+    double worst = 0.0;
+    for (int i = 0; i < c->n_in; i++) {
+        gc_in_t *in = &c->in[i];
+        double dn = 0, nn = 0, na = 0;
+        int ns = in->n < SAMPLES ? (int)in->n : SAMPLES;
+        for (int s = 0; s < ns; s++) {
+            size_t j = in->n <= SAMPLES ? (size_t)s : rng_below(&R, in->n);
+            float x0 = in->x[j];
+            in->x[j] = x0 + EPS;
+            double lp = gc_loss(c);
+            in->x[j] = x0 - EPS;
+            double lm = gc_loss(c);
+            in->x[j] = x0;
+            double num = (lp - lm) / (2.0 * EPS), ana = in->dx[j];
+            dn += (num - ana) * (num - ana);
+            nn += num * num;
+            na += ana * ana;
+        }
+        double denom = sqrt(nn > na ? nn : na);
+        double rel = denom > 0 ? sqrt(dn) / denom : sqrt(dn);
+        CHECK(rel < TOL, "%s: d/d%s relative error %.3g (|num| %.3g, |ana| %.3g)", what, in->name,
+              rel, sqrt(nn), sqrt(na));
+        /* A gradient that is identically zero would pass trivially: require signal. */
+        CHECK(denom > 1e-6, "%s: d/d%s is zero, the check is vacuous", what, in->name);
+        if (rel > worst) worst = rel;
+    }
+    return worst;
+}
+
+/* ---------------------------------------------------------------- embedding */
+enum { EB_N = 7, EB_V = 5, EB_D = 6 };
+static uint32_t eb_tok[EB_N] = {1, 3, 1, 0, 4, 3, 1};
+static void eb_fwd(gc_case_t *c) { embedding_forward(c->out, eb_tok, c->in[0].x, EB_N, EB_D); }
+static void eb_bwd(gc_case_t *c) { embedding_backward(c->in[0].dx, c->w, eb_tok, EB_N, EB_D); }
+static void test_embedding(void) {
+    gc_case_t c = {eb_fwd, eb_bwd, zeros(EB_N * EB_D), rnd(EB_N * EB_D, 1), EB_N * EB_D, {{0}}, 1, 0};
+    c.in[0] = (gc_in_t){"table", rnd(EB_V * EB_D, 1), zeros(EB_V * EB_D), EB_V * EB_D};
+    gc_run("embedding", &c);
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+enum { RN_N = 5, RN_D = 12 };
+static float rn_rstd[RN_N];
+static void rn_fwd(gc_case_t *c) {
+    rmsnorm_forward(c->out, rn_rstd, c->in[0].x, c->in[1].x, RN_N, RN_D, 1e-5f);
+}
+static void rn_bwd(gc_case_t *c) {
+    rmsnorm_backward(c->in[0].dx, c->in[1].dx, c->w, c->in[0].x, c->in[1].x, rn_rstd, RN_N, RN_D);
+}
+static void test_rmsnorm(void) {
+    gc_case_t c = {rn_fwd, rn_bwd, zeros(RN_N * RN_D), rnd(RN_N * RN_D, 1), RN_N * RN_D, {{0}}, 2, 0};
+    c.in[0] = (gc_in_t){"x", rnd(RN_N * RN_D, 1), zeros(RN_N * RN_D), RN_N * RN_D};
+    c.in[1] = (gc_in_t){"w", rnd(RN_D, 1), zeros(RN_D), RN_D};
+    gc_run("rmsnorm", &c);
+}
+
+/* ---------------------------------------------------------------- linear */
+enum { LN_N = 6, LN_IN = 7, LN_OUT = 5 };
+static void ln_fwd(gc_case_t *c) { linear_forward(c->out, c->in[0].x, c->in[1].x, LN_N, LN_IN, LN_OUT); }
+static void ln_bwd(gc_case_t *c) {
+    linear_backward(c->in[0].dx, c->in[1].dx, c->w, c->in[0].x, c->in[1].x, LN_N, LN_IN, LN_OUT);
+}
+static void test_linear(void) {
+    gc_case_t c = {ln_fwd, ln_bwd, zeros(LN_N * LN_OUT), rnd(LN_N * LN_OUT, 1), LN_N * LN_OUT, {{0}}, 2, 0};
+    c.in[0] = (gc_in_t){"x", rnd(LN_N * LN_IN, 1), zeros(LN_N * LN_IN), LN_N * LN_IN};
+    c.in[1] = (gc_in_t){"W", rnd(LN_OUT * LN_IN, 1), zeros(LN_OUT * LN_IN), LN_OUT * LN_IN};
+    gc_run("linear", &c);
+}
+
+/* ---------------------------------------------------------------- rope */
+enum { RP_B = 2, RP_T = 5, RP_H = 3, RP_HD = 8, RP_POS0 = 3 };
+static float rp_cos[(RP_T + RP_POS0) * RP_HD / 2], rp_sin[(RP_T + RP_POS0) * RP_HD / 2];
+static void rp_fwd(gc_case_t *c) {
+    rope_forward(c->out, c->in[0].x, rp_cos, rp_sin, RP_B, RP_T, RP_H, RP_HD, RP_POS0);
+}
+static void rp_bwd(gc_case_t *c) {
+    rope_backward(c->in[0].dx, c->w, rp_cos, rp_sin, RP_B, RP_T, RP_H, RP_HD, RP_POS0);
+}
+static void test_rope(void) {
+    enum { n = RP_B * RP_T * RP_H * RP_HD };
+    rope_table_init(rp_cos, rp_sin, RP_T + RP_POS0, RP_HD, 10000.0f);
+    gc_case_t c = {rp_fwd, rp_bwd, zeros(n), rnd(n, 1), n, {{0}}, 1, 0};
+    c.in[0] = (gc_in_t){"x", rnd(n, 1), zeros(n), n};
+    gc_run("rope", &c);
+}
+
+/* ---------------------------------------------------------------- attention */
+typedef struct { int B, Tq, Tk, H, Hkv, hd, causal; float *lse; } at_ctx_t;
+static void at_fwd(gc_case_t *c) {
+    at_ctx_t *a = c->ctx;
+    attention_forward(c->out, a->lse, c->in[0].x, c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H,
+                      a->Hkv, a->hd, a->causal);
+}
+static void at_bwd(gc_case_t *c) {
+    at_ctx_t *a = c->ctx;
+    attention_backward(c->in[0].dx, c->in[1].dx, c->in[2].dx, c->w, c->out, a->lse, c->in[0].x,
+                       c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H, a->Hkv, a->hd, a->causal);
+}
+static void attention_case(const char *what, int Tq, int Tk, int H, int Hkv, int causal) {
+    at_ctx_t a = {2, Tq, Tk, H, Hkv, 8, causal, NULL};
+    size_t nq = (size_t)a.B * Tq * H * a.hd, nk = (size_t)a.B * Tk * Hkv * a.hd;
+    a.lse = zeros((size_t)a.B * H * Tq);
+    gc_case_t c = {at_fwd, at_bwd, zeros(nq), rnd(nq, 1), nq, {{0}}, 3, &a};
+    c.in[0] = (gc_in_t){"q", rnd(nq, 1), zeros(nq), nq};
+    c.in[1] = (gc_in_t){"k", rnd(nk, 1), zeros(nk), nk};
+    c.in[2] = (gc_in_t){"v", rnd(nk, 1), zeros(nk), nk};
+    gc_run(what, &c);
+}
+static void test_attention_causal_gqa(void) { attention_case("attention causal GQA 4/2", 6, 6, 4, 2, 1); }
+static void test_attention_causal_mha(void) { attention_case("attention causal MHA", 5, 5, 2, 2, 1); }
+static void test_attention_noncausal(void) { attention_case("attention non-causal GQA", 6, 6, 4, 1, 0); }
+/* Queries from a different (shorter) input than keys/values: the KV-cache alignment. */
+static void test_attention_q_kv_differ(void) { attention_case("attention causal Tq<Tk", 3, 7, 4, 2, 1); }
+static void test_attention_noncausal_q_kv_differ(void) {
+    attention_case("attention non-causal Tq!=Tk", 4, 9, 2, 1, 0);
+}
+/* Longer than one key block (ATT_BLOCK = 64), so the online-softmax rescale between blocks
+ * is exercised; outputs are large, so fewer samples are fine. */
+static void test_attention_multiblock(void) { attention_case("attention causal 2 blocks", 70, 70, 2, 1, 1); }
+
+/* ---------------------------------------------------------------- swiglu */
+enum { SW_N = 4, SW_F = 9 };
+static void sw_fwd(gc_case_t *c) { swiglu_forward(c->out, c->in[0].x, c->in[1].x, SW_N, SW_F); }
+static void sw_bwd(gc_case_t *c) {
+    swiglu_backward(c->in[0].dx, c->in[1].dx, c->w, c->in[0].x, c->in[1].x, SW_N, SW_F);
+}
+static void test_swiglu(void) {
+    enum { n = SW_N * SW_F };
+    gc_case_t c = {sw_fwd, sw_bwd, zeros(n), rnd(n, 1), n, {{0}}, 2, 0};
+    c.in[0] = (gc_in_t){"gate", rnd(n, 2), zeros(n), n};
+    c.in[1] = (gc_in_t){"up", rnd(n, 1), zeros(n), n};
+    gc_run("swiglu", &c);
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+enum { CE_N = 6, CE_V = 11 };
+static uint32_t ce_tgt[CE_N] = {3, 0, 10, 5, 5, 7};
+static uint8_t ce_mask[CE_N] = {1, 0, 1, 1, 0, 1};
+static float ce_lse[CE_N];
+static const uint8_t *ce_m;
+static void ce_fwd(gc_case_t *c) {
+    c->out[0] = crossentropy_forward(NULL, ce_lse, NULL, c->in[0].x, ce_tgt, ce_m, CE_N, CE_V, 1.0f);
+}
+static void ce_bwd(gc_case_t *c) {
+    /* crossentropy_backward overwrites and takes dloss = w[0] */
+    crossentropy_backward(c->in[0].dx, c->in[0].x, ce_lse, ce_tgt, ce_m, CE_N, CE_V, c->w[0]);
+}
+static void ce_case(const char *what, const uint8_t *mask) {
+    enum { n = CE_N * CE_V };
+    ce_m = mask;
+    gc_case_t c = {ce_fwd, ce_bwd, zeros(1), rnd(1, 1), 1, {{0}}, 1, 0};
+    c.in[0] = (gc_in_t){"logits", rnd(n, 2), zeros(n), n};
+    gc_run(what, &c);
+}
+static void test_crossentropy(void) { ce_case("cross-entropy", NULL); }
+static void test_crossentropy_mask(void) { ce_case("cross-entropy masked", ce_mask); }
+/* The fused path must give the same gradient as the separate backward. */
+static void test_crossentropy_fused(void) {
+    float *z = rnd(CE_N * CE_V, 2), *d1 = zeros(CE_N * CE_V), *d2 = zeros(CE_N * CE_V);
+    float lse[CE_N];
+    int cnt = 0;
+    float l1 = crossentropy_forward(d1, lse, &cnt, z, ce_tgt, ce_mask, CE_N, CE_V, 0.5f);
+    crossentropy_backward(d2, z, lse, ce_tgt, ce_mask, CE_N, CE_V, 0.5f);
+    float l2 = crossentropy_forward(NULL, lse, NULL, z, ce_tgt, ce_mask, CE_N, CE_V, 1.0f);
+    CHECK(cnt == 4, "count %d", cnt);
+    CHECK(l1 == l2, "fused loss %g vs %g", l1, l2);
+    double md = 0;
+    for (int i = 0; i < CE_N * CE_V; i++) md = fmax(md, fabs(d1[i] - d2[i]));
+    CHECK(md == 0.0, "fused dlogits differ by %g", md);
+    /* in place: dlogits aliasing logits */
+    float l3 = crossentropy_forward(z, lse, NULL, z, ce_tgt, ce_mask, CE_N, CE_V, 0.5f);
+    CHECK(l3 == l1, "in-place loss %g vs %g", l3, l1);
+    md = 0;
+    for (int i = 0; i < CE_N * CE_V; i++) md = fmax(md, fabs(z[i] - d2[i]));
+    CHECK(md == 0.0, "in-place dlogits differ by %g", md);
+    free(z); free(d1); free(d2);
+}
+
+/* ---------------------------------------------------------------- decoder block */
+typedef struct {
+    model_config_t cfg;
+    int B, T, causal, separate;
+    llama_block_acts_t acts;
+    llama_block_scratch_t scr;
+    llama_block_w_t w, g;
+    float *cs, *sn;
+    gc_in_t xq, xkv;  /* the block's inputs, also when the checked inputs are the weights */
+} bk_ctx_t;
+static void bk_fwd(gc_case_t *c) {
+    bk_ctx_t *k = c->ctx;
+    llama_block_forward(c->out, &k->acts, &k->w, k->xq.x, k->separate ? k->xkv.x : k->xq.x,
+                        &k->cfg, k->cs, k->sn, k->B, k->T, k->causal, &k->scr);
+}
+static void bk_bwd(gc_case_t *c) {
+    bk_ctx_t *k = c->ctx;
+    llama_block_backward(k->xq.dx, k->separate ? k->xkv.dx : k->xq.dx, &k->g, c->w, &k->acts,
+                         &k->w, k->xq.x, k->separate ? k->xkv.x : k->xq.x, &k->cfg, k->cs,
+                         k->sn, k->B, k->T, k->causal, &k->scr);
+}
+static void block_case(const char *what, int separate, int causal) {
+    bk_ctx_t k = {0};
+    k.cfg = (model_config_t){.vocab_size = 16, .d_model = 16, .n_layers = 1, .n_heads = 4,
+                             .n_kv_heads = 2, .d_ff = 24, .max_seq = 8, .rope_theta = 10000.0f,
+                             .norm_eps = 1e-5f};
+    k.B = 2; k.T = 5; k.causal = causal; k.separate = separate;
+    const int D = 16, F = 24, hd = 4, Dq = 16, Dkv = 8;
+    llama_block_acts_alloc(&k.acts, &k.cfg, k.B, k.T, separate);
+    llama_block_scratch_alloc(&k.scr, &k.cfg, k.B, k.T);
+    k.cs = zeros(8 * hd / 2); k.sn = zeros(8 * hd / 2);
+    rope_table_init(k.cs, k.sn, 8, hd, 10000.0f);
+    /* weights ~ 0.3 so every path carries signal of the same order as the residual */
+    size_t sz[9] = {D, (size_t)Dq * D, (size_t)Dkv * D, (size_t)Dkv * D, (size_t)D * Dq, D,
+                    (size_t)F * D, (size_t)F * D, (size_t)D * F};
+    float **wp[9] = {&k.w.attn_norm, &k.w.wq, &k.w.wk, &k.w.wv, &k.w.wo, &k.w.mlp_norm, &k.w.wgate,
+                     &k.w.wup, &k.w.wdown};
+    float **gp[9] = {&k.g.attn_norm, &k.g.wq, &k.g.wk, &k.g.wv, &k.g.wo, &k.g.mlp_norm, &k.g.wgate,
+                     &k.g.wup, &k.g.wdown};
+    const char *names[9] = {"attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "wgate", "wup", "wdown"};
+    size_t N = (size_t)k.B * k.T;
+    gc_case_t c = {bk_fwd, bk_bwd, zeros(N * D), rnd(N * D, 1), N * D, {{0}}, 0, &k};
+    k.xq = (gc_in_t){"x_q", rnd(N * D, 1), zeros(N * D), N * D};
+    c.in[c.n_in++] = k.xq;
+    if (separate) {
+        k.xkv = (gc_in_t){"x_kv", rnd(N * D, 1), zeros(N * D), N * D};
+        c.in[c.n_in++] = k.xkv;
+    }
+    for (int i = 0; i < 9; i++) {
+        *wp[i] = rnd(sz[i], i == 0 || i == 5 ? 1.0f : 0.3f);
+        *gp[i] = zeros(sz[i]);
+    }
+    gc_run(what, &c);  /* checks the inputs */
+    /* and the weights: three checks reuse the same case with the weights as inputs */
+    for (int i0 = 0; i0 < 9; i0 += 3) {
+        gc_case_t cw = c;
+        cw.n_in = 0;
+        for (int i = i0; i < i0 + 3; i++) cw.in[cw.n_in++] = (gc_in_t){names[i], *wp[i], *gp[i], sz[i]};
+        /* the backward also accumulates into the input grads; those are not checked here */
+        gc_run(what, &cw);
+    }
+    llama_block_acts_free(&k.acts);
+    llama_block_scratch_free(&k.scr);
+}
+static void test_block_plain(void) { block_case("block causal", 0, 1); }
+static void test_block_separate_kv(void) { block_case("block causal, separate KV input", 1, 1); }
+static void test_block_encoder(void) { block_case("block non-causal, separate KV input", 1, 0); }
+
+/* ---------------------------------------------------------------- whole model */
+typedef struct { llama_t *m; uint32_t *tok, *tgt; uint8_t *mask; } md_ctx_t;
+static void md_fwd(gc_case_t *c) {
+    md_ctx_t *k = c->ctx;
+    char err[256];
+    llama_forward(k->m, k->tok, k->tgt, k->mask, &c->out[0], err, sizeof(err));
+}
+static void md_bwd(gc_case_t *c) {
+    md_ctx_t *k = c->ctx;
+    char err[256];
+    llama_set_grad_scale(k->m, c->w[0]);
+    llama_backward(k->m, err, sizeof(err));
+}
+static void model_case(int tied) {
+    model_config_t cfg = {.vocab_size = 13, .d_model = 16, .n_layers = 2, .n_heads = 4,
+                          .n_kv_heads = 2, .d_ff = 24, .max_seq = 8, .rope_theta = 10000.0f,
+                          .norm_eps = 1e-5f, .tied = tied};
+    const int B = 2, T = 6;
+    md_ctx_t k = {0};
+    char err[256];
+    int rc = llama_create(&k.m, &cfg, B, T, 7, err, sizeof(err));
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    /* The default 0.02 init gives gradients too small for a float finite difference (see the
+     * header); weights ~ 0.3 make the loss sensitive enough. */
+    size_t np;
+    float *p = llama_param_data(k.m, &np);
+    tensor_view_t v[64];
+    int nv = llama_params(k.m, v, 64);
+    for (int i = 0; i < nv; i++)
+        if (v[i].ndim == 2)
+            for (int64_t j = 0; j < tensor_numel(&v[i]); j++) v[i].data[j] = 0.3f * rng_normal(&R);
+    k.tok = malloc(sizeof(uint32_t) * B * T);
+    k.tgt = malloc(sizeof(uint32_t) * B * T);
+    k.mask = malloc(B * T);
+    for (int i = 0; i < B * T; i++) {
+        k.tok[i] = rng_below(&R, cfg.vocab_size);
+        k.tgt[i] = rng_below(&R, cfg.vocab_size);
+        k.mask[i] = i % 5 != 2;
+    }
+    float loss = 0;
+    gc_case_t c = {md_fwd, md_bwd, &loss, rnd(1, 1), 1, {{0}}, 0, &k};
+    tensor_view_t gv[64];
+    llama_grads(k.m, gv, 64);
+    /* every parameter tensor, sampled */
+    for (int i = 0; i < nv; i += 8) {
+        c.n_in = 0;
+        for (int j = i; j < i + 8 && j < nv; j++)
+            c.in[c.n_in++] = (gc_in_t){v[j].name, v[j].data, gv[j].data, (size_t)tensor_numel(&v[j])};
+        gc_run(tied ? "model tied" : "model untied", &c);
+    }
+    (void)p;
+    free(k.tok); free(k.tgt); free(k.mask);
+    llama_destroy(&k.m);
+    CHECK(k.m == NULL, "llama_destroy must NULL the handle");
+}
+static void test_model_tied(void) { model_case(1); }
+static void test_model_untied(void) { model_case(0); }
+
+int main(void) {
+    rng_seed(&R, 20251022);
+    RUN(test_embedding);
+    RUN(test_rmsnorm);
+    RUN(test_linear);
+    RUN(test_rope);
+    RUN(test_attention_causal_gqa);
+    RUN(test_attention_causal_mha);
+    RUN(test_attention_noncausal);
+    RUN(test_attention_q_kv_differ);
+    RUN(test_attention_noncausal_q_kv_differ);
+    RUN(test_attention_multiblock);
+    RUN(test_swiglu);
+    RUN(test_crossentropy);
+    RUN(test_crossentropy_mask);
+    RUN(test_crossentropy_fused);
+    RUN(test_block_plain);
+    RUN(test_block_separate_kv);
+    RUN(test_block_encoder);
+    RUN(test_model_tied);
+    RUN(test_model_untied);
+    return check_summary();
+}
