@@ -1,0 +1,32 @@
+/* model/family.c: the registry of model families (see family.h). */
+#include "model/family.h"
+
+#include <string.h>
+
+extern const model_family_t family_llama;
+
+static const model_family_t *const families[] = {&family_llama};
+#define N_FAMILIES (int)(sizeof families / sizeof families[0])
+
+const model_family_t *family_find(const char *name) {
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (name && !strcmp(families[i]->name, name)) return families[i];
+    return NULL;
+}
+
+const model_family_t *family_for_kind(model_kind kind) {
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (families[i]->kind == kind) return families[i];
+    return NULL;
+}
+
+const char *family_names(void) { return "llama"; }
+
+int64_t family_param_count(const model_family_t *f, void *m) {
+    int n = f->params(m, NULL, 0);
+    tensor_view_t v[n > 0 ? n : 1];
+    f->params(m, v, n);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += tensor_numel(&v[i]);
+    return total;
+}
