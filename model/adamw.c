@@ -1,0 +1,163 @@
+/* model/adamw.c: see adamw.h. */
+#include "model/adamw.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct adamw {
+    adamw_config_t cfg;
+    int n;
+    tensor_view_t *p, *m, *v;  /* (n) */
+    uint8_t *decay;            /* (n) */
+    float *mbuf, *vbuf;        /* contiguous moments */
+    int64_t t;
+};
+
+adamw_config_t adamw_config_default(void) {
+    return (adamw_config_t){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                            .decay_embeddings = 0};
+}
+
+void adamw_destroy(adamw_t **po) {
+    if (!po || !*po) return;
+    adamw_t *o = *po;
+    free(o->p); free(o->m); free(o->v); free(o->decay); free(o->mbuf); free(o->vbuf);
+    free(o);
+    *po = NULL;
+}
+
+int adamw_create(adamw_t **po, const tensor_view_t *params, int n, const adamw_config_t *cfg,
+                 char *err, size_t errlen) {
+    if (!po || !params || n <= 0 || !cfg) {
+        snprintf(err, errlen, "adamw_create: bad arguments");
+        return -1;
+    }
+    *po = NULL;
+    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1) ||
+        !(cfg->eps > 0) || !(cfg->weight_decay >= 0)) {
+        snprintf(err, errlen, "adamw: need 0 <= beta < 1, eps > 0, weight_decay >= 0 "
+                 "(got %g %g %g %g)", cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
+        return -1;
+    }
+    adamw_t *o = calloc(1, sizeof(*o));
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)tensor_numel(&params[i]);
+    if (o) {
+        o->cfg = *cfg;
+        o->n = n;
+        o->p = malloc(sizeof(tensor_view_t) * n);
+        o->m = malloc(sizeof(tensor_view_t) * n);
+        o->v = malloc(sizeof(tensor_view_t) * n);
+        o->decay = malloc(n);
+        o->mbuf = calloc(total ? total : 1, sizeof(float));
+        o->vbuf = calloc(total ? total : 1, sizeof(float));
+    }
+    if (!o || !o->p || !o->m || !o->v || !o->decay || !o->mbuf || !o->vbuf) {
+        adamw_destroy(&o);
+        snprintf(err, errlen, "adamw: out of memory for %zu parameters", total);
+        return -2;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        o->p[i] = o->m[i] = o->v[i] = params[i];
+        o->m[i].data = o->mbuf + off;
+        o->v[i].data = o->vbuf + off;
+        off += (size_t)tensor_numel(&params[i]);
+        int is_embed = strcmp(params[i].name, "model.embed_tokens.weight") == 0;
+        o->decay[i] = params[i].ndim >= 2 && (!is_embed || cfg->decay_embeddings);
+    }
+    *po = o;
+    return 0;
+}
+
+void adamw_set_decay(adamw_t *o, int i, int decay) { if (i >= 0 && i < o->n) o->decay[i] = !!decay; }
+int adamw_get_decay(const adamw_t *o, int i) { return i >= 0 && i < o->n ? o->decay[i] : 0; }
+int64_t adamw_steps(const adamw_t *o) { return o->t; }
+void adamw_set_steps(adamw_t *o, int64_t t) { o->t = t; }
+
+int adamw_moments(adamw_t *o, int which, tensor_view_t *views, int cap) {
+    const tensor_view_t *src = which ? o->v : o->m;
+    if (views)
+        for (int i = 0; i < o->n && i < cap; i++) views[i] = src[i];
+    return o->n;
+}
+
+/* Chunks of fixed size (not per thread) so the partial sums, and their in-order total, are
+ * the same whatever the number of threads. */
+#define NORM_CHUNK 4096
+double adamw_grad_norm(const tensor_view_t *g, int n) {
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        const float *d = g[i].data;
+        int64_t len = tensor_numel(&g[i]);
+        int64_t nch = (len + NORM_CHUNK - 1) / NORM_CHUNK;
+        double *part = malloc(sizeof(double) * (nch ? nch : 1));
+        if (!part) return NAN;
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < nch; c++) {
+            int64_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < len ? lo + NORM_CHUNK : len;
+            double s = 0.0;
+            for (int64_t j = lo; j < hi; j++) s += (double)d[j] * d[j];
+            part[c] = s;
+        }
+        for (int64_t c = 0; c < nch; c++) total += part[c];
+        free(part);
+    }
+    return sqrt(total);
+}
+
+int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float grad_scale,
+               float max_norm, double *norm_out, char *err, size_t errlen) {
+    if (n != o->n) {
+        snprintf(err, errlen, "adamw_step: %d gradient tensors for %d parameters", n, o->n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (tensor_numel(&grads[i]) != tensor_numel(&o->p[i])) {
+            snprintf(err, errlen, "adamw_step: gradient %d (%s) has the wrong size", i,
+                     grads[i].name);
+            return -1;
+        }
+    if (grad_scale != 1.0f)
+        for (int i = 0; i < n; i++) {
+            float *d = grads[i].data;
+            int64_t len = tensor_numel(&grads[i]);
+#pragma omp parallel for schedule(static)
+            for (int64_t j = 0; j < len; j++) d[j] *= grad_scale;
+        }
+    double norm = adamw_grad_norm(grads, n);
+    if (norm_out) *norm_out = norm;
+    if (!isfinite(norm)) {
+        snprintf(err, errlen, "adamw_step: gradient norm is %g; step skipped", norm);
+        return -2;
+    }
+    /* clip_grad_norm_: coefficient computed in float from the float norm, clamped to 1 */
+    float clip = 1.0f;
+    if (max_norm > 0) {
+        float coef = max_norm / ((float)norm + 1e-6f);
+        clip = coef < 1.0f ? coef : 1.0f;
+    }
+    o->t++;
+    const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
+    /* Scalars as PyTorch forms them: Python floats (double), rounded to float when used. */
+    const double bc1 = 1.0 - pow((double)b1, (double)o->t);
+    const double bc2 = 1.0 - pow((double)b2, (double)o->t);
+    const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float decay_mul = (float)(1.0 - (double)lr * o->cfg.weight_decay);
+    for (int i = 0; i < n; i++) {
+        float *p = o->p[i].data, *m = o->m[i].data, *v = o->v[i].data, *g = grads[i].data;
+        const int decay = o->decay[i] && o->cfg.weight_decay > 0;
+        int64_t len = tensor_numel(&o->p[i]);
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < len; j++) {
+            if (clip != 1.0f) g[j] *= clip;
+            if (decay) p[j] *= decay_mul;
+            m[j] = b1 * m[j] + (1.0f - b1) * g[j];
+            v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
+            float denom = sqrtf(v[j]) / bc2_sqrt + eps;
+            p[j] -= step_size * m[j] / denom;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,10 @@
+# model/module.mk: targets the model component owns.
+#   make fixtures            regenerate the PyTorch reference fixtures (tests/fixtures/llama_*)
+#   make build/bench/train_step   the training-step timer (bench/train_step.c)
+
+fixtures: tests/ref/llama_ref.py
+	$(SYSPYTHON) tests/ref/llama_ref.py tests/fixtures
+
+build/bench/train_step: build/bench/train_step.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< -Wl,--start-group $(LIBS) -Wl,--end-group $(LDLIBS)
