@@ -1,0 +1,365 @@
+/* loader/server.c: the loader service (loader/server.h).
+ *
+ * One thread: the poll loop reads a request off the ROUTER, answers it and sends the reply.
+ * N threads: the poll loop forwards whole multipart requests to an inproc DEALER that spreads
+ * them over N worker DEALER sockets, and forwards their replies back; each worker has its own
+ * dataset handle (LMDB read transactions are per thread). Either way the loop wakes at least
+ * once a second to publish the bus announcement and to notice a stop request. */
+#include "loader/server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "bus/progress.h"
+#include "bus/wire.h"
+
+#define MAX_FRAMES 16 /* envelope frames we echo; a request with more is dropped */
+
+struct loader_handler {
+    loader_src_t *src;
+    const char *dataset;
+    uint32_t *tokens;
+    uint8_t *mask;
+    size_t tok_cap, mask_cap;
+    atomic_uint_fast64_t *served, *errors; /* shared counters (may be NULL) */
+};
+
+int loader_handler_open(loader_handler_t **out, const loader_server_cfg_t *cfg, char *err, size_t errlen) {
+    loader_handler_t *h = calloc(1, sizeof *h);
+    if (!h) return LOADER_ENOMEM;
+    int rc = loader_src_open(&h->src, cfg->data, cfg->val_data, cfg->val_docs, err, errlen);
+    if (rc) {
+        free(h);
+        return rc;
+    }
+    h->dataset = cfg->data;
+    *out = h;
+    return LOADER_OK;
+}
+
+void loader_handler_close(loader_handler_t **ph) {
+    if (!ph || !*ph) return;
+    loader_src_close(&(*ph)->src);
+    free((*ph)->tokens);
+    free((*ph)->mask);
+    free(*ph);
+    *ph = NULL;
+}
+
+static int reply_error(uint64_t req_id, int code, const char *msg, void **reply, size_t *rlen) {
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_ERROR;
+    m.u.error.req_id = req_id;
+    m.u.error.code = code;
+    m.u.error.message = (char *)msg;
+    if (wire_encode(&m, reply, rlen) != WIRE_OK) {
+        *reply = NULL;
+        return LOADER_EIO - 1;
+    }
+    return code;
+}
+
+static int grow(void **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    void *nb = realloc(*buf, need);
+    if (!nb) return -1;
+    *buf = nb;
+    *cap = need;
+    return 0;
+}
+
+static int reply_batch(loader_handler_t *h, const msg_batch_req_t *q, void **reply, size_t *rlen) {
+    char err[256] = "";
+    loader_params_t p = {.seed = q->seed, .epoch = q->epoch, .step = q->step, .rank = q->rank,
+                         .world = q->world, .B = q->B, .T = q->T, .layout = q->layout, .split = q->split};
+    uint64_t steps = 0;
+    int rc = loader_steps_per_epoch(h->src, &p, &steps, err, sizeof err);
+    if (rc) return reply_error(q->req_id, rc, err, reply, rlen);
+    size_t ntok = (size_t)q->B * (q->T + 1), nmask = q->layout == WIRE_PAD ? (size_t)q->B * q->T : 0;
+    if (grow((void **)&h->tokens, &h->tok_cap, ntok * sizeof *h->tokens) ||
+        grow((void **)&h->mask, &h->mask_cap, nmask ? nmask : 1))
+        return reply_error(q->req_id, LOADER_ENOMEM, "out of memory for the batch", reply, rlen);
+    rc = loader_batch_make(h->src, &p, h->tokens, nmask ? h->mask : NULL, &steps, err, sizeof err);
+    if (rc) return reply_error(q->req_id, rc, err, reply, rlen);
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_BATCH;
+    msg_batch_t *b = &m.u.batch;
+    b->req_id = q->req_id;
+    b->seed = q->seed;
+    b->epoch = q->epoch;
+    b->step = q->step;
+    b->rank = q->rank;
+    b->world = q->world;
+    b->B = q->B;
+    b->T = q->T;
+    b->layout = q->layout;
+    b->split = q->split;
+    b->steps_per_epoch = steps;
+    b->tokens = h->tokens;
+    b->mask = nmask ? h->mask : NULL;
+    if (wire_encode(&m, reply, rlen) != WIRE_OK)
+        return reply_error(q->req_id, LOADER_ENOMEM, "could not encode the batch", reply, rlen);
+    return LOADER_OK;
+}
+
+static int reply_info(loader_handler_t *h, const msg_info_req_t *q, void **reply, size_t *rlen) {
+    char err[256] = "";
+    loader_params_t p = {.world = q->world, .B = q->B, .T = q->T, .layout = q->layout, .split = q->split};
+    uint64_t steps = 0;
+    int rc = loader_steps_per_epoch(h->src, &p, &steps, err, sizeof err);
+    if (rc) return reply_error(q->req_id, rc, err, reply, rlen);
+    const dataset_meta_t *dm = loader_src_meta(h->src);
+    loader_split_info_t si;
+    loader_src_split_info(h->src, q->split, &si);
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_INFO;
+    msg_info_t *i = &m.u.info;
+    i->req_id = q->req_id;
+    i->vocab_size = dm->vocab_size;
+    i->eot_id = dm->eot_id;
+    i->n_docs = si.n_docs;
+    i->n_tokens = si.n_tokens;
+    i->n_bytes = si.n_bytes;
+    i->steps_per_epoch = steps;
+    i->tokenizer = (char *)dm->tokenizer;
+    i->tokenizer_hash = (char *)dm->tokenizer_hash;
+    i->dataset = (char *)h->dataset;
+    if (wire_encode(&m, reply, rlen) != WIRE_OK)
+        return reply_error(q->req_id, LOADER_ENOMEM, "could not encode the info", reply, rlen);
+    return LOADER_OK;
+}
+
+int loader_handler_reply(loader_handler_t *h, const void *req, size_t len, void **reply, size_t *rlen) {
+    wire_msg_t m;
+    char err[256] = "", line[320];
+    *reply = NULL;
+    *rlen = 0;
+    int rc = wire_decode(req, len, &m, err, sizeof err);
+    if (rc != WIRE_OK) {
+        snprintf(line, sizeof line, "request not understood: %s", err);
+        rc = reply_error(0, LOADER_EMALFORMED, line, reply, rlen);
+    } else if (m.type == MSG_BATCH_REQ) {
+        rc = reply_batch(h, &m.u.batch_req, reply, rlen);
+    } else if (m.type == MSG_INFO_REQ) {
+        rc = reply_info(h, &m.u.info_req, reply, rlen);
+    } else {
+        snprintf(line, sizeof line, "a loader answers batch_req and info_req, not %s", wire_type_name(m.type));
+        rc = reply_error(0, LOADER_ETYPE, line, reply, rlen);
+    }
+    wire_msg_free(&m);
+    if (h->served && rc == LOADER_OK) atomic_fetch_add(h->served, 1);
+    if (h->errors && rc != LOADER_OK) atomic_fetch_add(h->errors, 1);
+    return rc;
+}
+
+/* ---- sockets ---------------------------------------------------------------------------- */
+
+typedef struct {
+    zmq_msg_t f[MAX_FRAMES];
+    int n;
+} multipart_t;
+
+static void mp_close(multipart_t *m) {
+    for (int i = 0; i < m->n; i++) zmq_msg_close(&m->f[i]);
+    m->n = 0;
+}
+
+/* Reads one whole multipart message (non-blocking: call after poll said POLLIN). Returns 0,
+ * or -1 when nothing was there or it had too many frames (then it is consumed and dropped). */
+static int mp_recv(void *sock, multipart_t *m) {
+    m->n = 0;
+    int more = 1, over = 0;
+    while (more) {
+        zmq_msg_t tmp, *f = m->n < MAX_FRAMES ? &m->f[m->n] : &tmp;
+        zmq_msg_init(f);
+        if (zmq_msg_recv(f, sock, m->n == 0 && !over ? ZMQ_DONTWAIT : 0) < 0) {
+            zmq_msg_close(f);
+            mp_close(m);
+            return -1;
+        }
+        more = zmq_msg_more(f);
+        if (f == &tmp) { zmq_msg_close(f); over = 1; }
+        else m->n++;
+    }
+    if (over) { mp_close(m); return -1; }
+    return 0;
+}
+
+/* Sends frames [0, n) then, if body != NULL, body as the last frame; frees nothing. */
+static void mp_send(void *sock, multipart_t *m, int n, const void *body, size_t blen) {
+    for (int i = 0; i < n; i++) {
+        int more = (i < n - 1 || body) ? ZMQ_SNDMORE : 0;
+        zmq_msg_send(&m->f[i], sock, more | ZMQ_DONTWAIT); /* ROUTER drops unroutable replies */
+    }
+    if (body) zmq_send(sock, body, blen, ZMQ_DONTWAIT);
+}
+
+/* Answers one multipart request read from sock on the same socket. */
+static void serve_one(loader_handler_t *h, void *sock) {
+    multipart_t m;
+    if (mp_recv(sock, &m)) return;
+    if (m.n >= 1) {
+        void *reply = NULL;
+        size_t rlen = 0;
+        zmq_msg_t *body = &m.f[m.n - 1];
+        loader_handler_reply(h, zmq_msg_data(body), zmq_msg_size(body), &reply, &rlen);
+        if (reply) mp_send(sock, &m, m.n - 1, reply, rlen);
+        free(reply);
+    }
+    mp_close(&m);
+}
+
+typedef struct {
+    void *zctx;
+    const loader_server_cfg_t *cfg;
+    loader_handler_t *h;
+    volatile sig_atomic_t *stop;
+    atomic_int *quit;
+} worker_t;
+
+static void *worker_main(void *arg) {
+    worker_t *w = arg;
+    void *sock = zmq_socket(w->zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_connect(sock, "inproc://loader-workers") != 0) {
+        zmq_close(sock);
+        return NULL;
+    }
+    while (!atomic_load(w->quit)) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 200) > 0) serve_one(w->h, sock);
+    }
+    zmq_close(sock);
+    return NULL;
+}
+
+static void announce(void *pub, const loader_server_cfg_t *cfg, uint64_t served) {
+    if (!pub) return;
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_LOADER;
+    snprintf(m.u.loader.name, sizeof m.u.loader.name, "%s", cfg->name);
+    m.u.loader.endpoint = (char *)cfg->bind;
+    m.u.loader.dataset = (char *)cfg->data;
+    m.u.loader.pid = (uint64_t)getpid();
+    m.u.loader.served = served;
+    char topic[80];
+    snprintf(topic, sizeof topic, "loader/%s", cfg->name);
+    void *frame = NULL;
+    size_t len = 0;
+    if (wire_event_pack(topic, &m, &frame, &len) == WIRE_OK) zmq_send(pub, frame, len, ZMQ_DONTWAIT);
+    free(frame);
+}
+
+int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *stop, char *err, size_t errlen) {
+    int nthreads = cfg->threads < 1 ? 1 : cfg->threads;
+    atomic_uint_fast64_t served = 0, errors = 0;
+    atomic_int quit = 0;
+    loader_handler_t *h[64] = {0};
+    worker_t wk[64];
+    pthread_t th[64];
+    int started = 0, rc = LOADER_OK;
+    void *zctx = NULL, *router = NULL, *backend = NULL, *pub = NULL;
+    if (nthreads > 64) nthreads = 64;
+    for (int i = 0; i < nthreads; i++) {
+        if ((rc = loader_handler_open(&h[i], cfg, err, errlen))) goto out;
+        h[i]->served = &served;
+        h[i]->errors = &errors;
+    }
+    zctx = zmq_ctx_new();
+    router = zmq_socket(zctx, ZMQ_ROUTER);
+    int zero = 0, hwm = 10000;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(router, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (zmq_bind(router, cfg->bind) != 0) {
+        snprintf(err, errlen, "bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
+        rc = LOADER_EIO;
+        goto out;
+    }
+    if (cfg->bus_pub && *cfg->bus_pub) {
+        pub = zmq_socket(zctx, ZMQ_PUB);
+        zmq_setsockopt(pub, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_connect(pub, cfg->bus_pub) != 0) {
+            snprintf(err, errlen, "bus %s: %s", cfg->bus_pub, zmq_strerror(zmq_errno()));
+            rc = LOADER_EIO;
+            goto out;
+        }
+    }
+    if (nthreads > 1) {
+        backend = zmq_socket(zctx, ZMQ_DEALER);
+        zmq_setsockopt(backend, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_bind(backend, "inproc://loader-workers");
+        for (int i = 0; i < nthreads; i++) {
+            wk[i] = (worker_t){zctx, cfg, h[i], stop, &quit};
+            if (pthread_create(&th[i], NULL, worker_main, &wk[i]) != 0) break;
+            started++;
+        }
+    }
+    if (!cfg->quiet)
+        fprintf(stderr, "loader: serving %s at %s (%d thread%s, %llu docs)\n", cfg->data, cfg->bind, nthreads,
+                nthreads > 1 ? "s" : "", (unsigned long long)loader_src_meta(h[0]->src)->n_docs);
+    double t_announce = 0, t_log = progress_now();
+    uint64_t logged = 0;
+    while (!*stop) {
+        double now = progress_now();
+        if (now - t_announce >= 1.0) {
+            announce(pub, cfg, atomic_load(&served));
+            t_announce = now;
+        }
+        if (!cfg->quiet && now - t_log >= 10.0 && atomic_load(&served) != logged) {
+            logged = atomic_load(&served);
+            fprintf(stderr, "loader: %llu replies served, %llu errors\n", (unsigned long long)logged,
+                    (unsigned long long)atomic_load(&errors));
+            t_log = now;
+        }
+        zmq_pollitem_t it[2] = {{router, 0, ZMQ_POLLIN, 0}, {backend, 0, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(it, backend ? 2 : 1, 250);
+        if (n < 0) {
+            if (zmq_errno() == EINTR) continue;
+            break;
+        }
+        if (!backend) {
+            /* drain what is there, but come back to the clock now and then */
+            for (int k = 0; k < 64 && (it[0].revents & ZMQ_POLLIN); k++) {
+                serve_one(h[0], router);
+                int ev = 0;
+                size_t evl = sizeof ev;
+                zmq_getsockopt(router, ZMQ_EVENTS, &ev, &evl);
+                if (!(ev & ZMQ_POLLIN)) break;
+            }
+            continue;
+        }
+        multipart_t m;
+        if ((it[0].revents & ZMQ_POLLIN) && mp_recv(router, &m) == 0) {
+            mp_send(backend, &m, m.n, NULL, 0);
+            mp_close(&m);
+        }
+        if ((it[1].revents & ZMQ_POLLIN) && mp_recv(backend, &m) == 0) {
+            mp_send(router, &m, m.n, NULL, 0);
+            mp_close(&m);
+        }
+    }
+    if (!cfg->quiet)
+        fprintf(stderr, "loader: stopping after %llu replies served, %llu errors\n",
+                (unsigned long long)atomic_load(&served), (unsigned long long)atomic_load(&errors));
+out:
+    atomic_store(&quit, 1);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (backend) zmq_close(backend);
+    if (pub) zmq_close(pub);
+    if (router) zmq_close(router);
+    if (zctx) zmq_ctx_term(zctx);
+    for (int i = 0; i < nthreads; i++) loader_handler_close(&h[i]);
+    return rc;
+}
