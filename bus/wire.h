@@ -34,6 +34,17 @@ typedef enum {
     WIRE_ERR_ARG = -9,         /* bad argument to an encode call */
 } wire_status;
 
+/* glibc's <sys/socket.h> (pulled in by msgpack.h and by socket code under _GNU_SOURCE)
+ * declares an enumerator MSG_BATCH, a sendmmsg flag, which would clash with ours. We take
+ * that header first, then make the name MSG_BATCH mean our enumerator WIRE_MSG_BATCH in
+ * every file that includes wire.h: code keeps writing MSG_BATCH, and nothing in this
+ * project uses the socket flag. */
+#include <sys/socket.h>
+#ifdef MSG_BATCH
+#undef MSG_BATCH
+#endif
+#define MSG_BATCH WIRE_MSG_BATCH
+
 typedef enum {
     MSG_NONE = 0,
     MSG_BATCH_REQ,   /* trainer -> loader: "batch_req" */
@@ -188,4 +199,18 @@ int wire_event_unpack(const void *frame, size_t len, char *topic_out, size_t top
 /* Writes m as one line of JSON (no trailing newline), topic included when non-NULL; token
  * arrays are summarised by their length, not dumped. Returns bytes written or <0. */
 int wire_to_json(const char *topic, const wire_msg_t *m, char *out, size_t cap);
+
+/* ---- additions (bus engineer) -------------------------------------------------------- */
+#define WIRE_MAX_ITEMS 4096  /* entries of a ckpt_index "items" array */
+#define WIRE_MAX_TOPIC 256   /* bus topic bytes, the NUL separator not counted */
+/* The msg_type for a "type" string, MSG_NONE when unknown. */
+msg_type wire_type_from_name(const char *name);
+/* 1 when a and b carry the same fields (strings by content, NULL == NULL, doubles bitwise,
+ * token/mask arrays by content), else 0. For tests and the fuzzer's round-trip check. */
+int wire_msg_equal(const wire_msg_t *a, const wire_msg_t *b);
+/* Sets one field of m (whose type is already set) from text, as `bin/bus send` takes it:
+ * numbers in decimal, strings as they are, layout/split by name. For metrics and eval an
+ * unknown key becomes an entry of "values". Strings are malloc'ed (wire_msg_free releases
+ * them). Token arrays cannot be set this way. Returns 0 or a negative wire_status. */
+int wire_field_set(wire_msg_t *m, const char *key, const char *value, char *err, size_t errlen);
 #endif
