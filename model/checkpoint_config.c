@@ -1,0 +1,190 @@
+/* model/checkpoint_config.c: model_config_t <-> config.json (Hugging Face LlamaConfig names).
+ *
+ * transformers' LlamaForCausalLM.from_pretrained reads the HF fields and ignores unknown keys,
+ * so our own fields ride along under an "ft_" prefix. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/checkpoint.h"
+
+/* Sizes above this are certainly a corrupt or hostile file, and would overflow int products. */
+#define CKPT_DIM_MAX (1 << 24)
+
+static int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return CKPT_ECONFIG;
+}
+
+/* The shortest decimal that reads back as the same float, as a double: 1e-5f is written
+ * "1e-05", not "9.99999974737875e-06", so the file reads like one a person wrote. */
+static json_t *cfg_real(float x) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+json_t *ckpt_config_to_json(const model_config_t *c) {
+    if (!c) return NULL;
+    int head_dim = c->n_heads > 0 ? c->d_model / c->n_heads : 0;
+    json_t *j = json_pack(
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:o, s:o, s:b, s:s, s:s, s:i, s:i,"
+        " s:b, s:b, s:i, s:s}",
+        "architectures", "LlamaForCausalLM", "model_type", "llama",
+        "hidden_size", c->d_model, "intermediate_size", c->d_ff,
+        "num_attention_heads", c->n_heads, "num_hidden_layers", c->n_layers,
+        "num_key_value_heads", c->n_kv_heads, "vocab_size", c->vocab_size,
+        "max_position_embeddings", c->max_seq, "rms_norm_eps", cfg_real(c->norm_eps),
+        "rope_theta", cfg_real(c->rope_theta), "tie_word_embeddings", c->tied != 0,
+        "hidden_act", "silu", "torch_dtype", "float32",
+        "bos_token_id", c->eot_id, "eos_token_id", c->eot_id,
+        "attention_bias", 0, "mlp_bias", 0, "head_dim", head_dim,
+        "ft_model_kind", c->kind == MODEL_FREE ? "free" : "llama");
+    if (!j) return NULL;
+    if (c->kind == MODEL_FREE) {
+        json_object_set_new(j, "ft_latent_bits", json_integer(c->latent_bits));
+        json_object_set_new(j, "ft_kappa_nats", cfg_real(c->kappa_nats));
+    }
+    return j;
+}
+
+/* Field readers: required fields must exist; wrong types are errors, never coerced. */
+static int cfg_int(const json_t *j, const char *key, int required, int dflt, int *out,
+                   char *err, size_t errlen) {
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) {
+        if (required) return cfg_fail(err, errlen, "missing field \"%s\"", key);
+        *out = dflt;
+        return 0;
+    }
+    /* HF allows eos_token_id to be a list; the first entry is the one generation stops on. */
+    if (json_is_array(v) && strcmp(key, "eos_token_id") == 0 && json_array_size(v) > 0)
+        v = json_array_get(v, 0);
+    if (!json_is_integer(v)) return cfg_fail(err, errlen, "field \"%s\": expected an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < -CKPT_DIM_MAX || x > CKPT_DIM_MAX)
+        return cfg_fail(err, errlen, "field \"%s\": %lld is out of range", key, (long long)x);
+    *out = (int)x;
+    return 0;
+}
+
+static int cfg_float(const json_t *j, const char *key, int required, float dflt, float *out,
+                     char *err, size_t errlen) {
+    json_t *v = json_object_get(j, key);
+    if (!v || json_is_null(v)) {
+        if (required) return cfg_fail(err, errlen, "missing field \"%s\"", key);
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_number(v)) return cfg_fail(err, errlen, "field \"%s\": expected a number", key);
+    *out = (float)json_number_value(v);
+    return 0;
+}
+
+static int cfg_str_is(const json_t *j, const char *key, const char *want, char *err, size_t errlen) {
+    json_t *v = json_object_get(j, key);
+    if (!v) return 0;
+    if (!json_is_string(v)) return cfg_fail(err, errlen, "field \"%s\": expected a string", key);
+    if (strcmp(json_string_value(v), want) != 0)
+        return cfg_fail(err, errlen, "field \"%s\" is \"%.40s\", only \"%s\" is supported", key,
+                        json_string_value(v), want);
+    return 0;
+}
+
+int ckpt_config_from_json(const json_t *j, model_config_t *c, char *err, size_t errlen) {
+    if (!json_is_object(j) || !c) return cfg_fail(err, errlen, "config is not a JSON object");
+    model_config_t t;
+    memset(&t, 0, sizeof t);
+    int rc;
+    if ((rc = cfg_str_is(j, "model_type", "llama", err, errlen))) return rc;
+    if ((rc = cfg_str_is(j, "hidden_act", "silu", err, errlen))) return rc;
+    if ((rc = cfg_int(j, "vocab_size", 1, 0, &t.vocab_size, err, errlen)) ||
+        (rc = cfg_int(j, "hidden_size", 1, 0, &t.d_model, err, errlen)) ||
+        (rc = cfg_int(j, "num_hidden_layers", 1, 0, &t.n_layers, err, errlen)) ||
+        (rc = cfg_int(j, "num_attention_heads", 1, 0, &t.n_heads, err, errlen)) ||
+        (rc = cfg_int(j, "num_key_value_heads", 0, t.n_heads, &t.n_kv_heads, err, errlen)) ||
+        (rc = cfg_int(j, "intermediate_size", 1, 0, &t.d_ff, err, errlen)) ||
+        (rc = cfg_int(j, "max_position_embeddings", 1, 0, &t.max_seq, err, errlen)) ||
+        (rc = cfg_int(j, "eos_token_id", 1, 0, &t.eot_id, err, errlen)) ||
+        (rc = cfg_float(j, "rope_theta", 0, 10000.0f, &t.rope_theta, err, errlen)) ||
+        (rc = cfg_float(j, "rms_norm_eps", 1, 0, &t.norm_eps, err, errlen)))
+        return rc;
+    json_t *tie = json_object_get(j, "tie_word_embeddings");
+    if (tie && !json_is_boolean(tie))
+        return cfg_fail(err, errlen, "field \"tie_word_embeddings\": expected true or false");
+    t.tied = tie ? json_is_true(tie) : 0;
+    /* These must agree with our model: a config with biases or another head_dim would load
+     * into transformers as a different network than the one we trained. */
+    const char *no_bias[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++) {
+        json_t *b = json_object_get(j, no_bias[i]);
+        if (b && !json_is_boolean(b)) return cfg_fail(err, errlen, "field \"%s\": expected true or false", no_bias[i]);
+        if (json_is_true(b)) return cfg_fail(err, errlen, "field \"%s\" is true; biases are not supported", no_bias[i]);
+    }
+    int head_dim = 0;
+    if ((rc = cfg_int(j, "head_dim", 0, 0, &head_dim, err, errlen))) return rc;
+    if (head_dim && t.n_heads > 0 && head_dim * t.n_heads != t.d_model)
+        return cfg_fail(err, errlen, "field \"head_dim\" %d != hidden_size %d / num_attention_heads %d",
+                        head_dim, t.d_model, t.n_heads);
+    json_t *kind = json_object_get(j, "ft_model_kind");
+    if (kind && !json_is_string(kind)) return cfg_fail(err, errlen, "field \"ft_model_kind\": expected a string");
+    const char *ks = kind ? json_string_value(kind) : "llama";
+    if (strcmp(ks, "llama") == 0) t.kind = MODEL_LLAMA;
+    else if (strcmp(ks, "free") == 0) t.kind = MODEL_FREE;
+    else return cfg_fail(err, errlen, "field \"ft_model_kind\" is \"%.40s\", expected \"llama\" or \"free\"", ks);
+    if (t.kind == MODEL_FREE &&
+        ((rc = cfg_int(j, "ft_latent_bits", 1, 0, &t.latent_bits, err, errlen)) ||
+         (rc = cfg_float(j, "ft_kappa_nats", 1, 0, &t.kappa_nats, err, errlen))))
+        return rc;
+    if ((rc = ckpt_config_validate(&t, err, errlen))) return rc;
+    *c = t;
+    return 0;
+}
+
+int ckpt_config_validate(const model_config_t *c, char *err, size_t errlen) {
+    if (!c) return cfg_fail(err, errlen, "no config");
+    struct { const char *name; int v; } pos[] = {
+        {"vocab_size", c->vocab_size}, {"hidden_size", c->d_model},
+        {"num_hidden_layers", c->n_layers}, {"num_attention_heads", c->n_heads},
+        {"num_key_value_heads", c->n_kv_heads}, {"intermediate_size", c->d_ff},
+        {"max_position_embeddings", c->max_seq},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0 || pos[i].v > CKPT_DIM_MAX)
+            return cfg_fail(err, errlen, "field \"%s\" is %d, must be in 1..%d", pos[i].name, pos[i].v, CKPT_DIM_MAX);
+    if (c->d_model % c->n_heads)
+        return cfg_fail(err, errlen, "num_attention_heads %d does not divide hidden_size %d", c->n_heads, c->d_model);
+    if ((c->d_model / c->n_heads) % 2)
+        return cfg_fail(err, errlen, "head_dim %d is odd; RoPE rotates pairs", c->d_model / c->n_heads);
+    if (c->n_heads % c->n_kv_heads)
+        return cfg_fail(err, errlen, "num_key_value_heads %d does not divide num_attention_heads %d",
+                        c->n_kv_heads, c->n_heads);
+    if (c->eot_id < 0 || c->eot_id >= c->vocab_size)
+        return cfg_fail(err, errlen, "eos_token_id %d outside the vocabulary (0..%d)", c->eot_id, c->vocab_size - 1);
+    if (!isfinite(c->rope_theta) || c->rope_theta <= 0)
+        return cfg_fail(err, errlen, "rope_theta %g must be positive", (double)c->rope_theta);
+    if (!isfinite(c->norm_eps) || c->norm_eps <= 0)
+        return cfg_fail(err, errlen, "rms_norm_eps %g must be positive", (double)c->norm_eps);
+    if (c->kind != MODEL_LLAMA && c->kind != MODEL_FREE)
+        return cfg_fail(err, errlen, "unknown model kind %d", (int)c->kind);
+    if (c->kind == MODEL_FREE) {
+        /* Z is one-hot over 2^H values; past 2^20 the latent projections dwarf the model. */
+        if (c->latent_bits < 1 || c->latent_bits > 20)
+            return cfg_fail(err, errlen, "ft_latent_bits %d must be in 1..20", c->latent_bits);
+        if (!isfinite(c->kappa_nats) || c->kappa_nats < 0)
+            return cfg_fail(err, errlen, "ft_kappa_nats %g must be >= 0", (double)c->kappa_nats);
+    }
+    return 0;
+}

@@ -1,0 +1,442 @@
+/* tests/test_checkpoint.c: checkpoint round trips, crash leftovers, corruption, pruning and
+ * config.json validation. */
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bus/rng.h"
+#include "model/checkpoint.h"
+#include "tests/check.h"
+
+/* check.h passes "" as the format when CHECK has no message; gcc flags that under -Wall. */
+#pragma GCC diagnostic ignored "-Wformat-zero-length"
+
+static char g_dir[512];
+
+/* A tiny Llama-shaped parameter set: enough names and shapes to catch mix-ups. */
+enum { NP = 4 };
+typedef struct {
+    float emb[16 * 8], q[8 * 8], norm[8], ff[12 * 8];
+    tensor_view_t v[NP];
+} fake_model_t;
+
+static tensor_view_t mkview(const char *name, float *d, int64_t a, int64_t b) {
+    tensor_view_t t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s", name);
+    t.ndim = b ? 2 : 1;
+    t.shape[0] = a;
+    t.shape[1] = b;
+    t.data = d;
+    return t;
+}
+
+static void model_init(fake_model_t *m, uint64_t seed) {
+    rng_t r;
+    rng_seed(&r, seed);
+    float *all[NP] = {m->emb, m->q, m->norm, m->ff};
+    size_t len[NP] = {16 * 8, 8 * 8, 8, 12 * 8};
+    for (int k = 0; k < NP; k++)
+        for (size_t i = 0; i < len[k]; i++) all[k][i] = seed ? rng_normal(&r) : 0.0f;
+    m->v[0] = mkview("model.embed_tokens.weight", m->emb, 16, 8);
+    m->v[1] = mkview("model.layers.0.self_attn.q_proj.weight", m->q, 8, 8);
+    m->v[2] = mkview("model.norm.weight", m->norm, 8, 0);
+    m->v[3] = mkview("model.layers.0.mlp.gate_proj.weight", m->ff, 12, 8);
+}
+
+static model_config_t small_config(void) {
+    model_config_t c;
+    memset(&c, 0, sizeof c);
+    c.kind = MODEL_LLAMA;
+    c.vocab_size = 16;
+    c.d_model = 8;
+    c.n_layers = 1;
+    c.n_heads = 2;
+    c.n_kv_heads = 1;
+    c.d_ff = 12;
+    c.max_seq = 32;
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    c.tied = 1;
+    c.eot_id = 3;
+    return c;
+}
+
+static json_t *make_state(int64_t step) {
+    /* RNG words above 2^53 go as decimal strings: a JSON number would lose bits in Python. */
+    return json_pack("{s:I, s:{s:I, s:I}, s:[s,s,s,s], s:f}", "step", (json_int_t)step, "cursor",
+                     "epoch", (json_int_t)1, "step", (json_int_t)step * 4, "rng",
+                     "18446744073709551615", "1", "9007199254740993", "0", "lr", 0.000123456789012345);
+}
+
+static int save(const char *run, int64_t step, fake_model_t *m, fake_model_t *opt_m,
+                fake_model_t *opt_v, int keep_last, char *out, size_t cap) {
+    model_config_t c = small_config();
+    json_t *st = make_state(step);
+    char err[512] = "";
+    int rc = ckpt_save(run, step, &c, m->v, NP, opt_m ? opt_m->v : NULL, opt_v ? opt_v->v : NULL,
+                       opt_m ? NP : 0, st, keep_last, out, cap, err, sizeof err);
+    json_decref(st);
+    if (rc) fprintf(stderr, "  ckpt_save(%lld): %s\n", (long long)step, err);
+    return rc;
+}
+
+static void run_path(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "%s/%s", g_dir, name);
+}
+
+static int exists(const char *run, int64_t step) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/ckpt-%08lld", run, (long long)step);
+    return access(p, F_OK) == 0;
+}
+
+static int models_equal(const fake_model_t *a, const fake_model_t *b) {
+    return !memcmp(a->emb, b->emb, sizeof a->emb) && !memcmp(a->q, b->q, sizeof a->q) &&
+           !memcmp(a->norm, b->norm, sizeof a->norm) && !memcmp(a->ff, b->ff, sizeof a->ff);
+}
+
+/* ---------------------------------------------------------------- config.json */
+
+static void test_config_round_trip(void) {
+    model_config_t c = small_config(), d;
+    char err[256] = "";
+    json_t *j = ckpt_config_to_json(&c);
+    CHECK(j != NULL);
+    if (!j) return;
+    CHECK(json_integer_value(json_object_get(j, "head_dim")) == 4);
+    CHECK(!strcmp(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)), "LlamaForCausalLM"));
+    CHECK(!strcmp(json_string_value(json_object_get(j, "model_type")), "llama"));
+    CHECK(!strcmp(json_string_value(json_object_get(j, "torch_dtype")), "float32"));
+    CHECK(json_is_false(json_object_get(j, "attention_bias")) && json_is_true(json_object_get(j, "tie_word_embeddings")));
+    CHECK(json_object_get(j, "ft_latent_bits") == NULL, "llama configs carry no latent fields");
+    CHECK(ckpt_config_from_json(j, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(memcmp(&c, &d, sizeof c) == 0, "config changed in the round trip");
+    json_decref(j);
+
+    c.kind = MODEL_FREE;
+    c.latent_bits = 16;
+    c.kappa_nats = 0.3466f; /* log(2)/2, as in the paper's kappa sweep */
+    j = ckpt_config_to_json(&c);
+    CHECK(j && !strcmp(json_string_value(json_object_get(j, "ft_model_kind")), "free"));
+    memset(&d, 0, sizeof d);
+    CHECK(j && ckpt_config_from_json(j, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.kind == MODEL_FREE && d.latent_bits == 16 && d.kappa_nats == c.kappa_nats);
+    json_decref(j);
+}
+
+/* Edits a valid config.json one field at a time; each must fail naming the field. */
+static void test_config_validation(void) {
+    model_config_t c = small_config(), d;
+    char err[256];
+    struct { const char *key; json_t *val; const char *msg; } bad[] = {
+        {"hidden_size", NULL, "missing field \"hidden_size\""},
+        {"vocab_size", NULL, "vocab_size"},
+        {"hidden_size", json_string("8"), "expected an integer"},
+        {"num_attention_heads", json_integer(0), "num_attention_heads"},
+        {"num_attention_heads", json_integer(3), "does not divide"},
+        {"num_key_value_heads", json_integer(3), "num_key_value_heads"},
+        {"intermediate_size", json_integer(-4), "intermediate_size"},
+        {"eos_token_id", json_integer(16), "eos_token_id"},
+        {"rms_norm_eps", json_string("1e-5"), "expected a number"},
+        {"rms_norm_eps", json_real(0.0), "rms_norm_eps"},
+        {"rope_theta", json_real(-1.0), "rope_theta"},
+        {"tie_word_embeddings", json_integer(1), "tie_word_embeddings"},
+        {"attention_bias", json_true(), "attention_bias"},
+        {"head_dim", json_integer(8), "head_dim"},
+        {"model_type", json_string("gpt2"), "model_type"},
+        {"hidden_act", json_string("gelu"), "hidden_act"},
+        {"ft_model_kind", json_string("mamba"), "ft_model_kind"},
+        {"ft_model_kind", json_string("free"), "ft_latent_bits"}, /* free but no latent fields */
+        {"hidden_size", json_integer(1LL << 40), "out of range"},
+        {"hidden_size", json_integer(6), "odd"}, /* 6/2 = 3: RoPE needs pairs */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *j = ckpt_config_to_json(&c);
+        if (strcmp(bad[i].key, "head_dim")) json_object_del(j, "head_dim"); /* optional; would fire first */
+        if (bad[i].val) json_object_set_new(j, bad[i].key, bad[i].val);
+        else json_object_del(j, bad[i].key);
+        err[0] = 0;
+        int rc = ckpt_config_from_json(j, &d, err, sizeof err);
+        CHECK(rc == CKPT_ECONFIG && strstr(err, bad[i].msg), "case %zu (%s): rc=%d err=%s", i, bad[i].key, rc, err);
+        json_decref(j);
+    }
+    /* What HF itself allows: no num_key_value_heads (= heads), eos as a list, integer theta. */
+    json_t *j = ckpt_config_to_json(&c);
+    json_object_del(j, "num_key_value_heads");
+    json_object_del(j, "head_dim");
+    json_object_del(j, "ft_model_kind");
+    json_object_set_new(j, "eos_token_id", json_pack("[i,i]", 3, 5));
+    json_object_set_new(j, "rope_theta", json_integer(500000));
+    CHECK(ckpt_config_from_json(j, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(d.n_kv_heads == 2 && d.eot_id == 3 && d.rope_theta == 500000.0f && d.kind == MODEL_LLAMA);
+    json_decref(j);
+    json_t *arr = json_array();
+    CHECK(ckpt_config_from_json(arr, &d, err, sizeof err) == CKPT_ECONFIG);
+    json_decref(arr);
+}
+
+/* ---------------------------------------------------------------- save / load */
+
+static void test_round_trip(void) {
+    char run[600], dir[1024], err[512] = "", warn[1024] = "";
+    run_path(run, sizeof run, "rt");
+    fake_model_t m, om, ov, back;
+    model_init(&m, 1);
+    model_init(&om, 2);
+    model_init(&ov, 3);
+    CHECK(save(run, 100, &m, &om, &ov, 3, dir, sizeof dir) == 0);
+    char want[1024];
+    snprintf(want, sizeof want, "%s/ckpt-00000100", run);
+    CHECK(strcmp(dir, want) == 0, "dir=%s", dir);
+    const char *files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json", "MANIFEST"};
+    for (int i = 0; i < 5; i++) {
+        char p[1100];
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        CHECK(access(p, R_OK) == 0, "missing %s", p);
+    }
+    char tmpd[1100];
+    snprintf(tmpd, sizeof tmpd, "%s.tmp", dir);
+    CHECK(access(tmpd, F_OK) != 0, ".tmp left after a good save");
+    CHECK(ckpt_verify(dir, err, sizeof err) == 0, "%s", err);
+
+    int64_t step = -1;
+    char found[1024] = "";
+    CHECK(ckpt_find_latest(run, found, sizeof found, &step, warn, sizeof warn, err, sizeof err) == 1, "%s", err);
+    CHECK(step == 100 && strcmp(found, dir) == 0 && warn[0] == 0, "step=%lld warn=%s", (long long)step, warn);
+
+    model_config_t c, want_c = small_config();
+    CHECK(ckpt_load_config(found, &c, err, sizeof err) == 0, "%s", err);
+    CHECK(memcmp(&c, &want_c, sizeof c) == 0);
+
+    model_init(&back, 0);
+    CHECK(ckpt_load_params(found, back.v, NP, err, sizeof err) == 0, "%s", err);
+    CHECK(models_equal(&back, &m), "params not bit-exact");
+
+    fake_model_t bm, bv;
+    model_init(&bm, 0);
+    model_init(&bv, 0);
+    CHECK(ckpt_load_optimizer(found, bm.v, bv.v, NP, err, sizeof err) == 0, "%s", err);
+    CHECK(models_equal(&bm, &om) && models_equal(&bv, &ov), "optimizer moments not bit-exact / swapped");
+
+    json_t *st = NULL, *want_st = make_state(100);
+    CHECK(ckpt_load_state(found, &st, err, sizeof err) == 0, "%s", err);
+    CHECK(st && json_equal(st, want_st), "state.json differs");
+    CHECK(st && json_real_value(json_object_get(st, "lr")) == 0.000123456789012345, "double lost bits");
+    json_decref(st);
+    json_decref(want_st);
+
+    /* Mismatches are errors that name the tensor. */
+    fake_model_t w;
+    model_init(&w, 0);
+    w.v[1].shape[0] = 4;
+    CHECK(ckpt_load_params(found, w.v, NP, err, sizeof err) == CKPT_EMISMATCH &&
+          strstr(err, "q_proj") && strstr(err, "model.safetensors"), "%s", err);
+    model_init(&w, 0);
+    snprintf(w.v[2].name, sizeof w.v[2].name, "model.layers.7.input_layernorm.weight");
+    CHECK(ckpt_load_params(found, w.v, NP, err, sizeof err) == CKPT_EMISMATCH && strstr(err, "layers.7"), "%s", err);
+
+    /* A second save of the same step replaces it atomically. */
+    fake_model_t m2;
+    model_init(&m2, 9);
+    CHECK(save(run, 100, &m2, NULL, NULL, 3, NULL, 0) == 0);
+    model_init(&back, 0);
+    CHECK(ckpt_load_params(dir, back.v, NP, err, sizeof err) == 0 && models_equal(&back, &m2), "%s", err);
+    CHECK(access(tmpd, F_OK) != 0, "old copy left behind");
+    CHECK(ckpt_load_optimizer(dir, bm.v, bv.v, NP, err, sizeof err) == CKPT_EIO &&
+          strstr(err, "optimizer.safetensors"), "%s", err);
+    CHECK(ckpt_verify(dir, err, sizeof err) == 0, "%s", err);
+
+    /* No checkpoint at all is not an error. */
+    run_path(run, sizeof run, "never-created");
+    CHECK(ckpt_find_latest(run, found, sizeof found, &step, warn, sizeof warn, err, sizeof err) == 0);
+}
+
+/* Python sees the checkpoint the way transformers would: config keys and numpy tensors. */
+static void test_python_view(void) {
+    if (access("/usr/bin/python3", X_OK) != 0) return;
+    char run[600], cmd[3000];
+    run_path(run, sizeof run, "rt");
+    const char *py =
+        "import json, struct, sys, numpy as np\n"
+        "d = sys.argv[1] + '/ckpt-00000100'\n"
+        "c = json.load(open(d + '/config.json'))\n"
+        "assert c['architectures'] == ['LlamaForCausalLM'] and c['hidden_size'] == 8, c\n"
+        "assert c['rms_norm_eps'] == 1e-05 and c['head_dim'] == 4 and c['num_key_value_heads'] == 1\n"
+        "b = open(d + '/model.safetensors', 'rb').read()\n"
+        "n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8+n])\n"
+        "assert h['__metadata__']['format'] == 'pt'\n"
+        "e = h['model.embed_tokens.weight']; s, t = e['data_offsets']\n"
+        "w = np.frombuffer(b[8+n+s:8+n+t], '<f4').reshape(e['shape'])\n"
+        "assert w.shape == (16, 8) and np.isfinite(w).all() and w.std() > 0.5\n"
+        "st = json.load(open(d + '/state.json'))\n"
+        "assert int(st['rng'][0]) == 2**64 - 1 and int(st['rng'][2]) == 2**53 + 1\n";
+    char pyf[700];
+    run_path(pyf, sizeof pyf, "view.py");
+    FILE *fp = fopen(pyf, "w");
+    fputs(py, fp);
+    fclose(fp);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s 1>&2", pyf, run);
+    CHECK(system(cmd) == 0, "python could not read the checkpoint");
+}
+
+static void corrupt_byte(const char *path, long at) {
+    FILE *fp = fopen(path, "r+b");
+    if (!fp) return;
+    fseek(fp, at, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, at, SEEK_SET);
+    fputc(c ^ 0x20, fp);
+    fclose(fp);
+}
+
+static void test_crash_leftovers(void) {
+    char run[600], err[512] = "", warn[4096] = "", found[1024], p[1200];
+    run_path(run, sizeof run, "crash");
+    fake_model_t m;
+    model_init(&m, 5);
+    for (int64_t s = 100; s <= 400; s += 100) CHECK(save(run, s, &m, &m, &m, 0, NULL, 0) == 0);
+
+    /* A crash mid-save: a .tmp directory newer than everything. */
+    snprintf(p, sizeof p, "%s/ckpt-00000900.tmp", run);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/ckpt-00000900.tmp/model.safetensors", run);
+    FILE *fp = fopen(p, "w");
+    fputs("half", fp);
+    fclose(fp);
+    /* A directory without MANIFEST (rename of a hand copy, or a deleted manifest). */
+    snprintf(p, sizeof p, "%s/ckpt-00000800", run);
+    mkdir(p, 0755);
+    /* 400: truncated safetensors. 300: one byte of state.json flipped. */
+    snprintf(p, sizeof p, "%s/ckpt-00000400/model.safetensors", run);
+    CHECK(truncate(p, 100) == 0);
+    snprintf(p, sizeof p, "%s/ckpt-00000300/state.json", run);
+    corrupt_byte(p, 5);
+
+    int64_t step = -1;
+    int rc = ckpt_find_latest(run, found, sizeof found, &step, warn, sizeof warn, err, sizeof err);
+    CHECK(rc == 1 && step == 200, "rc=%d step=%lld err=%s", rc, (long long)step, err);
+    fprintf(stderr, "  warnings:\n%s\n", warn);
+    CHECK(strstr(warn, "ckpt-00000800") && strstr(warn, "no MANIFEST"), "%s", warn);
+    CHECK(strstr(warn, "ckpt-00000400/model.safetensors") && strstr(warn, "truncated"), "%s", warn);
+    CHECK(strstr(warn, "ckpt-00000300/state.json") && strstr(warn, "corrupt"), "%s", warn);
+    CHECK(!strstr(warn, "900"), "a .tmp directory is not a checkpoint candidate: %s", warn);
+    int lines = 1;
+    for (char *c = warn; *c; c++) lines += *c == '\n';
+    CHECK(lines == 3, "one line per skipped checkpoint, got %d", lines);
+
+    /* Loading from the damaged ones fails with one clear line. */
+    fake_model_t back;
+    model_init(&back, 0);
+    snprintf(p, sizeof p, "%s/ckpt-00000400", run);
+    rc = ckpt_load_params(p, back.v, NP, err, sizeof err);
+    CHECK(rc < 0 && strstr(err, "ckpt-00000400/model.safetensors") && !strchr(err, '\n'), "rc=%d %s", rc, err);
+    snprintf(p, sizeof p, "%s/ckpt-00000400/state.json", run);
+    fp = fopen(p, "w");
+    fputs("{\"step\": 4", fp);
+    fclose(fp);
+    json_t *st = NULL;
+    snprintf(p, sizeof p, "%s/ckpt-00000400", run);
+    CHECK(ckpt_load_state(p, &st, err, sizeof err) == CKPT_EFORMAT && strstr(err, "state.json") && !st, "%s", err);
+    CHECK(ckpt_load_config(g_dir, &(model_config_t){0}, err, sizeof err) == CKPT_EIO && strstr(err, "config.json"), "%s", err);
+
+    /* A manifest edited by hand (size changed to match a tampered file) is caught by its end line. */
+    snprintf(p, sizeof p, "%s/ckpt-00000200/MANIFEST", run);
+    corrupt_byte(p, 40);
+    snprintf(p, sizeof p, "%s/ckpt-00000200", run);
+    CHECK(ckpt_verify(p, err, sizeof err) < 0, "edited manifest accepted");
+
+    /* ckpt_list skips the same ones. */
+    int64_t *steps = NULL;
+    int n = 0;
+    CHECK(ckpt_list(run, 1, &steps, &n, warn, sizeof warn, err, sizeof err) == 0);
+    CHECK(n == 1 && steps && steps[0] == 100, "n=%d", n);
+    free(steps);
+
+    /* The next save cleans the stale .tmp. */
+    CHECK(save(run, 500, &m, NULL, NULL, 0, NULL, 0) == 0);
+    snprintf(p, sizeof p, "%s/ckpt-00000900.tmp", run);
+    CHECK(access(p, F_OK) != 0, "stale .tmp not cleaned");
+    CHECK(ckpt_find_latest(run, found, sizeof found, &step, warn, sizeof warn, err, sizeof err) == 1 && step == 500);
+}
+
+static void test_keep_last(void) {
+    char run[600], err[512] = "", p[1200];
+    run_path(run, sizeof run, "prune");
+    fake_model_t m;
+    model_init(&m, 7);
+    for (int64_t s = 1; s <= 5; s++) CHECK(save(run, s, &m, NULL, NULL, 2, NULL, 0) == 0);
+    CHECK(!exists(run, 1) && !exists(run, 2) && !exists(run, 3) && exists(run, 4) && exists(run, 5),
+          "keep_last=2 must leave exactly 4 and 5");
+    int64_t *steps = NULL;
+    int n = 0;
+    CHECK(ckpt_list(run, 0, &steps, &n, NULL, 0, err, sizeof err) == 0 && n == 2 && steps[0] == 4 && steps[1] == 5);
+    free(steps);
+
+    /* A corrupt checkpoint does not count toward keep_last, so a good older one survives. */
+    snprintf(p, sizeof p, "%s/ckpt-00000005/config.json", run);
+    corrupt_byte(p, 3);
+    CHECK(save(run, 6, &m, NULL, NULL, 2, NULL, 0) == 0);
+    CHECK(exists(run, 4) && exists(run, 6), "4 is the newest complete one before 6");
+    CHECK(save(run, 7, &m, NULL, NULL, 2, NULL, 0) == 0);
+    CHECK(!exists(run, 4) && !exists(run, 5) && exists(run, 6) && exists(run, 7));
+
+    /* keep_last = 1 keeps only the one just written; 0 keeps all. */
+    CHECK(save(run, 8, &m, NULL, NULL, 1, NULL, 0) == 0);
+    CHECK(!exists(run, 6) && !exists(run, 7) && exists(run, 8));
+    CHECK(save(run, 9, &m, NULL, NULL, 0, NULL, 0) == 0);
+    CHECK(exists(run, 8) && exists(run, 9));
+}
+
+static void test_save_errors(void) {
+    char run[600], err[512] = "";
+    run_path(run, sizeof run, "errs");
+    fake_model_t m;
+    model_init(&m, 1);
+    model_config_t c = small_config();
+    c.n_heads = 0;
+    CHECK(ckpt_save(run, 1, &c, m.v, NP, NULL, NULL, 0, NULL, 0, NULL, 0, err, sizeof err) == CKPT_ECONFIG &&
+          strstr(err, "num_attention_heads"), "%s", err);
+    c = small_config();
+    json_t *arr = json_array();
+    CHECK(ckpt_save(run, 1, &c, m.v, NP, NULL, NULL, 0, arr, 0, NULL, 0, err, sizeof err) == CKPT_EARG);
+    json_decref(arr);
+    tensor_view_t dup[2] = {m.v[0], m.v[0]};
+    CHECK(ckpt_save(run, 1, &c, dup, 2, NULL, NULL, 0, NULL, 0, NULL, 0, err, sizeof err) == CKPT_EARG &&
+          strstr(err, "duplicate"), "%s", err);
+    CHECK(!exists(run, 1), "failed save left a checkpoint");
+    char p[1200];
+    snprintf(p, sizeof p, "%s/ckpt-00000001.tmp", run);
+    CHECK(access(p, F_OK) != 0, "failed save left its .tmp");
+    CHECK(ckpt_save("/proc/no/such/run", 1, &c, m.v, NP, NULL, NULL, 0, NULL, 0, NULL, 0, err, sizeof err) == CKPT_EIO,
+          "%s", err);
+    /* state=NULL gives {} */
+    CHECK(ckpt_save(run, 2, &c, m.v, NP, NULL, NULL, 0, NULL, 0, p, sizeof p, err, sizeof err) == 0, "%s", err);
+    json_t *st = NULL;
+    CHECK(ckpt_load_state(p, &st, err, sizeof err) == 0 && json_object_size(st) == 0);
+    json_decref(st);
+}
+
+int main(void) {
+    const char *base = getenv("FT_TEST_TMP");
+    snprintf(g_dir, sizeof g_dir, "%s/ckpt.XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        perror(g_dir);
+        return 1;
+    }
+    RUN(test_config_round_trip);
+    RUN(test_config_validation);
+    RUN(test_round_trip);
+    RUN(test_python_view);
+    RUN(test_crash_leftovers);
+    RUN(test_keep_last);
+    RUN(test_save_errors);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (!getenv("FT_KEEP_TMP") && system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", g_dir);
+    return check_summary();
+}
