@@ -252,6 +252,7 @@ static int check_ids(const uint32_t *ids, const uint8_t *mask, int N, int V, con
 
 int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     const int N = m->B * m->T;
+    m->has_targets = 0;  /* a refused forward leaves nothing to differentiate */
     if (!tokens) { snprintf(err, errlen, "llama_forward: no tokens"); return LLAMA_EARG; }
     int rc = check_ids(tokens, NULL, N, m->cfg.vocab_size, "token", err, errlen);
     if (rc) return rc;
