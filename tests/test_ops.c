@@ -1,0 +1,238 @@
+/* tests/test_ops.c: forward values of the kernels against naive definitions, and the
+ * optimizer/schedule arithmetic against hand-computed values. (Backward passes are checked by
+ * finite differences in test_gradcheck.c.) */
+#include "model/adamw.h"
+#include "model/gemm.h"
+#include "model/ops.h"
+#include "model/ops_math.h"
+#include "model/schedule.h"
+#include "bus/rng.h"
+#include "tests/check.h"
+#include <stdlib.h>
+#include <string.h>
+
+static rng_t R;
+static float *rnd(size_t n) {
+    float *p = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) p[i] = rng_normal(&R);
+    return p;
+}
+
+/* model_gemm against a naive column-major product, for all four transpose combinations, with
+ * leading dimensions larger than the matrices and beta != 0. */
+static void test_gemm_mapping(void) {
+    const int m = 5, n = 4, k = 3, ld = 7;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float *A = rnd(ld * 7), *B = rnd(ld * 7), *C = rnd(ld * n), *C0 = malloc(sizeof(float) * ld * n);
+            memcpy(C0, C, sizeof(float) * ld * n);
+            model_gemm(ta, tb, m, n, k, 0.5f, A, ld, B, ld, 2.0f, C, ld);
+            double md = 0;
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int p = 0; p < k; p++) {
+                        double a = ta ? A[p + i * ld] : A[i + p * ld];
+                        double b = tb ? B[j + p * ld] : B[p + j * ld];
+                        s += a * b;
+                    }
+                    md = fmax(md, fabs(C[i + j * ld] - (0.5 * s + 2.0 * C0[i + j * ld])));
+                }
+            /* k = 3 products of N(0,1): float rounding ~1e-6 */
+            CHECK(md < 1e-5, "transa=%d transb=%d max diff %g", ta, tb, md);
+            free(A); free(B); free(C); free(C0);
+        }
+}
+
+/* Linear is y = x W^T with W (out, in), row-major: the HF convention. */
+static void test_linear_rowmajor(void) {
+    const int N = 3, in = 4, out = 2;
+    float *x = rnd(N * in), *W = rnd(out * in), y[6];
+    linear_forward(y, x, W, N, in, out);
+    double md = 0;
+    for (int r = 0; r < N; r++)
+        for (int o = 0; o < out; o++) {
+            double s = 0;
+            for (int i = 0; i < in; i++) s += (double)x[r * in + i] * W[o * in + i];
+            md = fmax(md, fabs(y[r * out + o] - s));
+        }
+    CHECK(md < 1e-5, "linear max diff %g", md);
+    free(x); free(W);
+}
+
+/* Attention against the textbook softmax(q k^T / sqrt(hd)) v with the full score matrix. */
+static void attention_vs_naive(int Tq, int Tk, int H, int Hkv, int causal) {
+    const int B = 2, hd = 8, group = H / Hkv;
+    size_t nq = (size_t)B * Tq * H * hd, nk = (size_t)B * Tk * Hkv * hd;
+    float *q = rnd(nq), *k = rnd(nk), *v = rnd(nk), *o = malloc(sizeof(float) * nq),
+          *lse = malloc(sizeof(float) * B * H * Tq);
+    attention_forward(o, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal);
+    double md = 0, ml = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < Tq; i++) {
+                double s[128], mx = -1e300, z = 0;
+                int nvis = causal ? i + (Tk - Tq) + 1 : Tk;
+                for (int j = 0; j < nvis; j++) {
+                    double d = 0;
+                    for (int e = 0; e < hd; e++)
+                        d += (double)q[((b * Tq + i) * H + h) * hd + e] * k[((b * Tk + j) * Hkv + h / group) * hd + e];
+                    s[j] = d / sqrt((double)hd);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j < nvis; j++) z += exp(s[j] - mx);
+                for (int e = 0; e < hd; e++) {
+                    double acc = 0;
+                    for (int j = 0; j < nvis; j++)
+                        acc += exp(s[j] - mx) / z * v[((b * Tk + j) * Hkv + h / group) * hd + e];
+                    md = fmax(md, fabs(o[((b * Tq + i) * H + h) * hd + e] - acc));
+                }
+                ml = fmax(ml, fabs(lse[(b * H + h) * Tq + i] - (mx + log(z))));
+            }
+    /* float vs double on O(1) values with up to ~100 terms: 1e-5 is generous, a wrong mask or
+     * head mapping gives O(0.1) */
+    CHECK(md < 1e-5 && ml < 1e-5, "Tq=%d Tk=%d H=%d Hkv=%d causal=%d: out diff %g lse diff %g",
+          Tq, Tk, H, Hkv, causal, md, ml);
+    free(q); free(k); free(v); free(o); free(lse);
+}
+static void test_attention_values(void) {
+    attention_vs_naive(9, 9, 4, 2, 1);
+    attention_vs_naive(9, 9, 4, 2, 0);
+    attention_vs_naive(3, 11, 2, 1, 1);
+    attention_vs_naive(100, 100, 2, 2, 1);  /* spans two key blocks */
+}
+
+static void test_rope_properties(void) {
+    const int hd = 16, S = 40;
+    float cs[S * hd / 2], sn[S * hd / 2];
+    rope_table_init(cs, sn, S, hd, 10000.0f);
+    float *x = rnd(S * hd), *y = malloc(sizeof(float) * S * hd), *z = calloc(S * hd, sizeof(float));
+    rope_forward(y, x, cs, sn, 1, S, 1, hd, 0);
+    /* position 0 is the identity; rotation keeps the norm; pair (i, i+hd/2) at position p is
+     * rotated by p * theta^(-2i/hd) */
+    double md0 = 0;
+    for (int e = 0; e < hd; e++) md0 = fmax(md0, fabs(y[e] - x[e]));
+    CHECK(md0 == 0.0, "position 0 must not rotate (diff %g)", md0);
+    for (int p = 0; p < S; p++) {
+        double nx = 0, ny = 0;
+        for (int e = 0; e < hd; e++) { nx += x[p * hd + e] * x[p * hd + e]; ny += y[p * hd + e] * y[p * hd + e]; }
+        CHECK(fabs(nx - ny) < 1e-4 * nx, "norm changed at position %d", p);
+    }
+    const int p = 7, i = 2;
+    double ang = p * pow(10000.0, -2.0 * i / hd);
+    double a = x[p * hd + i], b = x[p * hd + i + hd / 2];
+    CHECK_CLOSE(y[p * hd + i], a * cos(ang) - b * sin(ang), 1e-6, 1e-5);
+    CHECK_CLOSE(y[p * hd + i + hd / 2], b * cos(ang) + a * sin(ang), 1e-6, 1e-5);
+    /* backward of the forward is the inverse rotation */
+    rope_backward(z, y, cs, sn, 1, S, 1, hd, 0);
+    double md = 0;
+    for (int e = 0; e < S * hd; e++) md = fmax(md, fabs(z[e] - x[e]));
+    CHECK(md < 1e-5, "R^T R x != x (diff %g)", md);
+    free(x); free(y); free(z);
+}
+
+static void test_crossentropy_values(void) {
+    const int N = 3, V = 7;
+    float z[21] = {0}, lse[3];
+    uint32_t t[3] = {0, 3, 6};
+    uint8_t none[3] = {0, 0, 0};
+    int cnt;
+    float l = crossentropy_forward(NULL, lse, &cnt, z, t, NULL, N, V, 1.0f);
+    CHECK_CLOSE(l, log(7.0), 0, 1e-6);  /* uniform logits: log V */
+    float d[21];
+    l = crossentropy_forward(d, lse, &cnt, z, t, none, N, V, 1.0f);
+    double s = 0;
+    for (int i = 0; i < 21; i++) s += fabs(d[i]);
+    CHECK(l == 0.0f && cnt == 0 && s == 0.0, "no counted target: loss %g count %d |d| %g", l, cnt, s);
+    /* a row of huge logits must not overflow (max subtraction) */
+    float big[7] = {1000, 999, 998, 0, 0, 0, 0};
+    uint32_t t0 = 1;
+    l = crossentropy_forward(NULL, lse, NULL, big, &t0, NULL, 1, V, 1.0f);
+    double ref = log(1 + exp(-1.0) + exp(-2.0) + 4 * exp(-1000.0)) + 1.0;
+    CHECK_CLOSE(l, ref, 1e-5, 1e-5);
+}
+
+static void test_math_helpers(void) {
+    CHECK_CLOSE(ops_silu(0.0f), 0.0, 1e-7, 0);
+    CHECK_CLOSE(ops_silu(2.0f), 2.0 / (1 + exp(-2.0)), 1e-7, 1e-6);
+    CHECK_CLOSE(ops_silu_grad(1.5f), (ops_silu(1.5f + 1e-3f) - ops_silu(1.5f - 1e-3f)) / 2e-3, 1e-3, 1e-3);
+    /* online softmax over two halves == direct */
+    float s[6] = {0.3f, -1.0f, 2.5f, 0.1f, 3.0f, -2.0f};
+    float m = -INFINITY, l = 0;
+    for (int half = 0; half < 2; half++) {
+        float bm = -INFINITY;
+        for (int j = 0; j < 3; j++) bm = fmaxf(bm, s[half * 3 + j]);
+        ops_online_softmax_rescale(&m, &l, bm);
+        for (int j = 0; j < 3; j++) l += expf(s[half * 3 + j] - m);
+    }
+    CHECK_CLOSE(m + logf(l), ops_logsumexp_row(s, 6), 1e-6, 1e-6);
+}
+
+static void test_schedule(void) {
+    schedule_t s = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup_steps = 10, .total_steps = 110};
+    char err[128];
+    CHECK(schedule_check(&s, err, sizeof(err)) == 0, "%s", err);
+    CHECK_CLOSE(schedule_lr(&s, 0), 1e-4, 0, 1e-6);
+    CHECK_CLOSE(schedule_lr(&s, 9), 1e-3, 0, 1e-6);
+    CHECK_CLOSE(schedule_lr(&s, 10), 1e-3, 0, 1e-6);
+    CHECK_CLOSE(schedule_lr(&s, 60), 5.5e-4, 0, 1e-6);   /* half-way: the mean of peak and floor */
+    CHECK_CLOSE(schedule_lr(&s, 110), 1e-4, 0, 1e-6);
+    CHECK_CLOSE(schedule_lr(&s, 1000), 1e-4, 0, 1e-6);
+    schedule_t bad = {.lr_max = 1e-4f, .lr_min = 1e-3f, .warmup_steps = 0, .total_steps = 5};
+    CHECK(schedule_check(&bad, err, sizeof(err)) != 0, "floor above peak accepted");
+}
+
+/* One AdamW step on two tensors, against the formula written out by hand. */
+static void test_adamw_step(void) {
+    float w[4] = {1.0f, -2.0f, 0.5f, 3.0f}, n[2] = {1.0f, 1.0f};
+    float gw[4] = {0.1f, -0.2f, 0.3f, 0.0f}, gn[2] = {0.5f, -0.5f};
+    tensor_view_t p[2] = {{.name = "model.layers.0.mlp.up_proj.weight", .ndim = 2, .shape = {2, 2}, .data = w},
+                          {.name = "model.norm.weight", .ndim = 1, .shape = {2}, .data = n}};
+    tensor_view_t g[2] = {p[0], p[1]};
+    g[0].data = gw; g[1].data = gn;
+    adamw_config_t c = {.beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
+    adamw_t *o = NULL;
+    char err[128];
+    CHECK(adamw_create(&o, p, 2, &c, err, sizeof(err)) == 0, "%s", err);
+    CHECK(adamw_get_decay(o, 0) == 1 && adamw_get_decay(o, 1) == 0, "default decay flags");
+    double norm;
+    /* grad_scale 2 then clipping at 0.5: norm after scaling is 2*sqrt(0.14+0.5) */
+    CHECK(adamw_step(o, g, 2, 0.01f, 2.0f, 0.5f, &norm, err, sizeof(err)) == 0, "%s", err);
+    double gn0 = 2 * sqrt(0.01 + 0.04 + 0.09 + 0.25 + 0.25);
+    CHECK_CLOSE(norm, gn0, 0, 1e-6);
+    double clip = 0.5 / (gn0 + 1e-6);
+    double w0[4] = {1.0, -2.0, 0.5, 3.0}, g0[4] = {0.1, -0.2, 0.3, 0.0};
+    for (int i = 0; i < 4; i++) {
+        double gg = 2 * g0[i] * clip, m = 0.1 * gg, v = 0.01 * gg * gg;
+        double pw = w0[i] * (1 - 0.01 * 0.1);
+        pw -= (0.01 / 0.1) * m / (sqrt(v) / sqrt(0.01) + 1e-8);
+        CHECK_CLOSE(w[i], pw, 1e-6, 1e-5);
+    }
+    /* the norm weight: no decay */
+    double gg = 2 * 0.5 * clip;
+    CHECK_CLOSE(n[0], 1.0 - 0.1 * (0.1 * gg) / (sqrt(0.01 * gg * gg) / 0.1 + 1e-8), 1e-6, 1e-5);
+    CHECK(adamw_steps(o) == 1, "step count");
+    tensor_view_t mv[2];
+    CHECK(adamw_moments(o, 0, mv, 2) == 2 && strcmp(mv[1].name, "model.norm.weight") == 0, "moment views");
+    CHECK_CLOSE(mv[1].data[0], 0.1 * gg, 1e-7, 1e-5);
+    /* a NaN gradient is refused, not applied */
+    gw[0] = NAN;
+    float before = w[1];
+    CHECK(adamw_step(o, g, 2, 0.01f, 1.0f, 0.0f, &norm, err, sizeof(err)) != 0, "NaN accepted");
+    CHECK(w[1] == before, "parameters changed by a refused step");
+    adamw_destroy(&o);
+    CHECK(o == NULL, "destroy NULLs the handle");
+}
+
+int main(void) {
+    rng_seed(&R, 99);
+    RUN(test_gemm_mapping);
+    RUN(test_linear_rowmajor);
+    RUN(test_attention_values);
+    RUN(test_rope_properties);
+    RUN(test_crossentropy_values);
+    RUN(test_math_helpers);
+    RUN(test_schedule);
+    RUN(test_adamw_step);
+    return check_summary();
+}
