@@ -1,0 +1,386 @@
+/* loader/client.c: in-order batch delivery over many loaders (loader/client.h).
+ *
+ * Batches are numbered g = epoch * steps_per_epoch + step. Slot g % window holds request g
+ * from the time it is issued until its batch is delivered; request g may be issued once
+ * next_g <= g < next_g + window. A reply is accepted only for a slot still waiting for exactly
+ * that (epoch, step) under our configuration, so duplicates and stale replies fall out. */
+#include "loader/client.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "bus/progress.h"
+#include "loader/batch.h"
+
+#define INFO_REQ_BIT (1ull << 63) /* req_id of info requests, told apart from batch ones */
+
+typedef struct {
+    char *ep;
+    void *sock;
+    int inflight;
+    double dead_until; /* treated as down until then (after a time-out or a refused send) */
+} peer_t;
+
+typedef struct {
+    int used, have;
+    uint64_t g;
+    int peer;          /* where the latest copy of the request went; -1: not sent yet */
+    double sent_at;
+    msg_batch_t b;
+} slot_t;
+
+struct loader_client {
+    void *zctx;
+    loader_client_cfg_t cfg;
+    peer_t *peers;
+    int npeers, peers_cap;
+    slot_t *slots;
+    uint64_t spe;             /* steps per epoch; 0 until the info reply */
+    uint64_t next_g, issue_g; /* next to deliver, next to issue */
+    uint64_t req_seq;
+    int started;              /* the cursor has been placed (needs spe) */
+    double last_answer;       /* any reply from any loader */
+    double info_sent;
+    uint64_t sent, reissued, dropped;
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void loader_batch_release(msg_batch_t *b) {
+    if (!b) return;
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_BATCH;
+    m.u.batch = *b;
+    wire_msg_free(&m);
+    memset(b, 0, sizeof *b);
+}
+
+int loader_client_add_endpoint(loader_client_t *c, const char *ep) {
+    if (!c || !ep || !*ep) return LOADER_EPARAM;
+    for (int i = 0; i < c->npeers; i++)
+        if (!strcmp(c->peers[i].ep, ep)) return LOADER_OK;
+    if (c->npeers == c->peers_cap) {
+        int cap = c->peers_cap ? 2 * c->peers_cap : 4;
+        peer_t *np = realloc(c->peers, cap * sizeof *np);
+        if (!np) return LOADER_ENOMEM;
+        c->peers = np;
+        c->peers_cap = cap;
+    }
+    peer_t *p = &c->peers[c->npeers];
+    memset(p, 0, sizeof *p);
+    p->ep = strdup(ep);
+    p->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+    if (!p->ep || !p->sock) {
+        free(p->ep);
+        if (p->sock) zmq_close(p->sock);
+        return LOADER_ENOMEM;
+    }
+    /* IMMEDIATE: a send to a loader we are not connected to fails at once (EAGAIN) instead of
+     * queueing for a peer that may never come back; reconnects happen by themselves. */
+    int zero = 0, one = 1, ivl = 100;
+    zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(p->sock, ZMQ_IMMEDIATE, &one, sizeof one);
+    zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    if (zmq_connect(p->sock, ep) != 0) {
+        zmq_close(p->sock);
+        free(p->ep);
+        return LOADER_EIO;
+    }
+    c->npeers++;
+    return LOADER_OK;
+}
+
+int loader_client_open(loader_client_t **out, void *zctx, const char *const *endpoints, int n,
+                       const loader_client_cfg_t *cfg, char *err, size_t errlen) {
+    if (!out || !zctx || !cfg || n < 0) return LOADER_EPARAM;
+    *out = NULL;
+    loader_client_t *c = calloc(1, sizeof *c);
+    if (!c) return LOADER_ENOMEM;
+    c->zctx = zctx;
+    c->cfg = *cfg;
+    if (!c->cfg.window) c->cfg.window = 8;
+    if (c->cfg.timeout_ms <= 0) c->cfg.timeout_ms = 2000;
+    if (c->cfg.give_up_ms <= 0) c->cfg.give_up_ms = 60000;
+    c->slots = calloc(c->cfg.window, sizeof *c->slots);
+    if (!c->slots) {
+        free(c);
+        return LOADER_ENOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        int rc = loader_client_add_endpoint(c, endpoints[i]);
+        if (rc) {
+            seterr(err, errlen, "loader endpoint %s: %s", endpoints[i],
+                   rc == LOADER_EIO ? zmq_strerror(zmq_errno()) : loader_strerror(rc));
+            loader_client_close(&c);
+            return rc;
+        }
+    }
+    c->last_answer = progress_now();
+    *out = c;
+    return LOADER_OK;
+}
+
+void loader_client_close(loader_client_t **pc) {
+    if (!pc || !*pc) return;
+    loader_client_t *c = *pc;
+    for (int i = 0; i < c->npeers; i++) {
+        zmq_close(c->peers[i].sock);
+        free(c->peers[i].ep);
+    }
+    for (uint32_t i = 0; c->slots && i < c->cfg.window; i++) loader_batch_release(&c->slots[i].b);
+    free(c->peers);
+    free(c->slots);
+    free(c);
+    *pc = NULL;
+}
+
+void loader_client_cursor(const loader_client_t *c, uint64_t *epoch, uint64_t *step) {
+    if (!c->spe) {
+        *epoch = c->cfg.start_epoch;
+        *step = c->cfg.start_step;
+        return;
+    }
+    *epoch = c->next_g / c->spe;
+    *step = c->next_g % c->spe;
+}
+
+uint64_t loader_client_steps_per_epoch(const loader_client_t *c) { return c->spe; }
+
+void loader_client_stats(const loader_client_t *c, uint64_t *sent, uint64_t *reissued, uint64_t *dropped) {
+    if (sent) *sent = c->sent;
+    if (reissued) *reissued = c->reissued;
+    if (dropped) *dropped = c->dropped;
+}
+
+/* Sends [empty][body]; -1 when the loader is not connected (IMMEDIATE) or the pipe is full. */
+static int peer_send(peer_t *p, const void *body, size_t len) {
+    if (zmq_send(p->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return -1;
+    /* The second part of a multipart cannot fail with EAGAIN once the first went. */
+    if (zmq_send(p->sock, body, len, ZMQ_DONTWAIT) < 0) return -1;
+    return 0;
+}
+
+/* The live loader with the fewest requests in flight, avoiding `avoid` when another exists;
+ * when all look down, the one whose down time ends first. -1 when there are no loaders. */
+static int peer_pick(loader_client_t *c, int avoid, double now) {
+    int best = -1;
+    for (int pass = 0; pass < 2 && best < 0; pass++)
+        for (int i = 0; i < c->npeers; i++) {
+            peer_t *p = &c->peers[i];
+            if (p->dead_until > now || (pass == 0 && i == avoid && c->npeers > 1)) continue;
+            if (best < 0 || p->inflight < c->peers[best].inflight) best = i;
+        }
+    if (best < 0)
+        for (int i = 0; i < c->npeers; i++)
+            if (best < 0 || c->peers[i].dead_until < c->peers[best].dead_until) best = i;
+    return best;
+}
+
+static int slot_send(loader_client_t *c, slot_t *s, double now) {
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_BATCH_REQ;
+    msg_batch_req_t *q = &m.u.batch_req;
+    q->req_id = ++c->req_seq;
+    q->seed = c->cfg.seed;
+    q->epoch = s->g / c->spe;
+    q->step = s->g % c->spe;
+    q->rank = c->cfg.rank;
+    q->world = c->cfg.world;
+    q->B = c->cfg.B;
+    q->T = c->cfg.T;
+    q->layout = c->cfg.layout;
+    q->split = c->cfg.split;
+    void *buf = NULL;
+    size_t len = 0;
+    if (wire_encode(&m, &buf, &len) != WIRE_OK) return LOADER_ENOMEM;
+    int avoid = s->peer, ok = 0;
+    for (int tries = 0; tries < c->npeers && !ok; tries++) {
+        int i = peer_pick(c, avoid, now);
+        if (i < 0) break;
+        if (peer_send(&c->peers[i], buf, len) == 0) {
+            if (s->peer >= 0 && c->peers[s->peer].inflight > 0) c->peers[s->peer].inflight--;
+            s->peer = i;
+            c->peers[i].inflight++;
+            ok = 1;
+        } else {
+            c->peers[i].dead_until = now + c->cfg.timeout_ms / 1000.0;
+            avoid = i;
+        }
+    }
+    free(buf);
+    s->sent_at = now; /* also when nothing could be sent: try again after a time-out */
+    if (ok) c->sent++;
+    return LOADER_OK;
+}
+
+static void issue(loader_client_t *c, double now) {
+    while (c->issue_g < c->next_g + c->cfg.window) {
+        slot_t *s = &c->slots[c->issue_g % c->cfg.window];
+        memset(s, 0, sizeof *s);
+        s->used = 1;
+        s->g = c->issue_g++;
+        s->peer = -1;
+        slot_send(c, s, now);
+    }
+}
+
+static void send_info(loader_client_t *c, double now) {
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_INFO_REQ;
+    m.u.info_req = (msg_info_req_t){.req_id = INFO_REQ_BIT | ++c->req_seq, .world = c->cfg.world, .B = c->cfg.B,
+                                    .T = c->cfg.T, .layout = c->cfg.layout, .split = c->cfg.split};
+    void *buf = NULL;
+    size_t len = 0;
+    if (wire_encode(&m, &buf, &len) != WIRE_OK) return;
+    for (int i = 0; i < c->npeers; i++) peer_send(&c->peers[i], buf, len);
+    free(buf);
+    c->info_sent = now;
+}
+
+static int same_config(const loader_client_t *c, const msg_batch_t *b) {
+    return b->seed == c->cfg.seed && b->rank == c->cfg.rank && b->world == c->cfg.world && b->B == c->cfg.B &&
+           b->T == c->cfg.T && b->layout == c->cfg.layout && b->split == c->cfg.split &&
+           b->steps_per_epoch == c->spe && b->step < c->spe;
+}
+
+/* Handles one reply from peer i. Returns a LOADER_E* status for a fatal error reply. */
+static int on_reply(loader_client_t *c, int i, const void *body, size_t len, double now, char *err, size_t errlen) {
+    wire_msg_t m;
+    char why[256];
+    if (wire_decode(body, len, &m, why, sizeof why) != WIRE_OK) {
+        c->dropped++;
+        return LOADER_OK;
+    }
+    int rc = LOADER_OK;
+    peer_t *p = &c->peers[i];
+    c->last_answer = now;
+    p->dead_until = 0;
+    if (m.type == MSG_INFO && !c->spe) {
+        if (m.u.info.steps_per_epoch == 0) {
+            seterr(err, errlen, "loader %s: the split holds no batch for this B/T/world", p->ep);
+            rc = LOADER_EEMPTY;
+        } else {
+            c->spe = m.u.info.steps_per_epoch;
+        }
+    } else if (m.type == MSG_BATCH && c->spe && same_config(c, &m.u.batch)) {
+        uint64_t g = m.u.batch.epoch * c->spe + m.u.batch.step;
+        slot_t *s = &c->slots[g % c->cfg.window];
+        if (g >= c->next_g && g < c->issue_g && s->used && s->g == g && !s->have) {
+            s->have = 1;
+            s->b = m.u.batch;
+            memset(&m, 0, sizeof m); /* ownership moved to the slot */
+            if (s->peer >= 0 && c->peers[s->peer].inflight > 0) c->peers[s->peer].inflight--;
+        } else {
+            c->dropped++;
+        }
+    } else if (m.type == MSG_ERROR && (m.u.error.req_id & INFO_REQ_BIT ? !c->spe : 1)) {
+        /* A loader refusing our request means the configuration does not fit its dataset:
+         * asking another loader would give the same answer. */
+        seterr(err, errlen, "loader %s: error %d: %s", p->ep, m.u.error.code,
+               m.u.error.message ? m.u.error.message : "");
+        rc = m.u.error.code < 0 ? m.u.error.code : LOADER_EPARAM;
+    } else {
+        c->dropped++;
+    }
+    wire_msg_free(&m);
+    return rc;
+}
+
+/* Waits up to ms for replies and handles all that came. */
+static int pump(loader_client_t *c, int ms, char *err, size_t errlen) {
+    zmq_pollitem_t items[64];
+    int n = c->npeers < 64 ? c->npeers : 64;
+    for (int i = 0; i < n; i++) items[i] = (zmq_pollitem_t){c->peers[i].sock, 0, ZMQ_POLLIN, 0};
+    int r = zmq_poll(items, n, ms);
+    if (r < 0) return zmq_errno() == EINTR ? LOADER_OK : LOADER_EIO;
+    double now = progress_now();
+    for (int i = 0; i < n; i++) {
+        if (!(items[i].revents & ZMQ_POLLIN)) continue;
+        for (;;) {
+            zmq_msg_t f[2];
+            int nf = 0, more = 1, bad = 0;
+            while (more) {
+                zmq_msg_t tmp, *fr = nf < 2 ? &f[nf] : &tmp;
+                zmq_msg_init(fr);
+                if (zmq_msg_recv(fr, c->peers[i].sock, ZMQ_DONTWAIT) < 0) {
+                    zmq_msg_close(fr);
+                    bad = -1;
+                    break;
+                }
+                more = zmq_msg_more(fr);
+                if (fr == &tmp) { zmq_msg_close(fr); bad = 1; }
+                else nf++;
+            }
+            int rc = LOADER_OK;
+            if (bad == 0 && nf == 2 && zmq_msg_size(&f[0]) == 0)
+                rc = on_reply(c, i, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), now, err, errlen);
+            else if (bad >= 0)
+                c->dropped++;
+            for (int k = 0; k < nf; k++) zmq_msg_close(&f[k]);
+            if (bad < 0) break;
+            if (rc) return rc;
+        }
+    }
+    return LOADER_OK;
+}
+
+int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t errlen) {
+    if (!c || !out) return LOADER_EPARAM;
+    memset(out, 0, sizeof *out);
+    for (;;) {
+        double now = progress_now();
+        if (c->cfg.stop && *c->cfg.stop) {
+            seterr(err, errlen, "interrupted");
+            return LOADER_EIO;
+        }
+        if ((now - c->last_answer) * 1000 > c->cfg.give_up_ms) {
+            seterr(err, errlen, "no loader answered for %d ms (%d known)", c->cfg.give_up_ms, c->npeers);
+            return LOADER_EIO;
+        }
+        if (!c->spe) {
+            if (c->npeers && (now - c->info_sent) * 1000 >= c->cfg.timeout_ms) send_info(c, now);
+        } else {
+            if (!c->started) {
+                if (c->cfg.start_step >= c->spe) {
+                    seterr(err, errlen, "start step %llu beyond the %llu steps of an epoch",
+                           (unsigned long long)c->cfg.start_step, (unsigned long long)c->spe);
+                    return LOADER_ERANGE;
+                }
+                c->next_g = c->issue_g = c->cfg.start_epoch * c->spe + c->cfg.start_step;
+                c->started = 1;
+            }
+            slot_t *s = &c->slots[c->next_g % c->cfg.window];
+            if (s->used && s->g == c->next_g && s->have) {
+                *out = s->b;
+                memset(s, 0, sizeof *s);
+                c->next_g++;
+                issue(c, now);
+                return LOADER_OK;
+            }
+            issue(c, now);
+            /* re-issue what has waited too long, marking its loader down for a while */
+            for (uint64_t g = c->next_g; g < c->issue_g; g++) {
+                slot_t *w = &c->slots[g % c->cfg.window];
+                if (w->have || (now - w->sent_at) * 1000 < c->cfg.timeout_ms) continue;
+                if (w->peer >= 0) c->peers[w->peer].dead_until = now + 2.0 * c->cfg.timeout_ms / 1000.0;
+                if (w->peer >= 0) c->reissued++;
+                slot_send(c, w, now);
+            }
+        }
+        int rc = pump(c, c->npeers ? 50 : 100, err, errlen);
+        if (rc) return rc;
+    }
+}

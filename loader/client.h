@@ -1,0 +1,49 @@
+/* loader/client.h: the trainer's side of the loader protocol (docs/protocol-loader.md).
+ *
+ * Delivers batches strictly in order (epoch, step) from a cursor, keeping up to `window`
+ * requests in flight over every known loader (one DEALER socket per endpoint, so the client
+ * knows who holds what). A request whose reply has not come within timeout_ms is sent again to
+ * another live loader; replies that match no waiting request (duplicates, late answers to a
+ * re-issued request, another configuration) are dropped. Batches are a pure function of the
+ * request, so any loader's answer is the answer: nothing is lost, duplicated or reordered,
+ * and a restarted trainer that opens at its saved cursor gets exactly the batches it had not
+ * trained on. The epoch advances when step reaches steps_per_epoch (learned with info_req). */
+#ifndef LOADER_CLIENT_H
+#define LOADER_CLIENT_H
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/wire.h"
+
+typedef struct {
+    uint64_t seed;
+    uint32_t B, T, rank, world;
+    uint8_t layout, split;       /* WIRE_PACK/WIRE_PAD, WIRE_TRAIN/WIRE_VAL */
+    uint32_t window;             /* requests in flight (default 8 when 0) */
+    int timeout_ms;              /* re-issue a request after this long (default 2000 when 0) */
+    int give_up_ms;              /* fail when no loader answered for this long (default 60000) */
+    uint64_t start_epoch, start_step; /* the first batch delivered */
+    volatile sig_atomic_t *stop; /* optional: next() returns LOADER_EIO soon after *stop != 0 */
+} loader_client_cfg_t;
+
+typedef struct loader_client loader_client_t;
+
+/* zctx: the caller's ZeroMQ context (the client creates its sockets in it). Endpoints may be
+ * empty (n = 0) when they will come from the bus with loader_client_add_endpoint. */
+int loader_client_open(loader_client_t **c, void *zctx, const char *const *endpoints, int n,
+                       const loader_client_cfg_t *cfg, char *err, size_t errlen);
+/* Adds a loader (no-op when the endpoint is known already). */
+int loader_client_add_endpoint(loader_client_t *c, const char *endpoint);
+/* The next batch in order; out is filled with allocated tokens/mask (release with
+ * loader_batch_release). Returns 0, or a LOADER_E* status with err set: an error reply from a
+ * loader (wrong configuration for its dataset), or no answer for give_up_ms. */
+int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t errlen);
+/* The (epoch, step) the next call to loader_client_next will deliver: save it in a checkpoint. */
+void loader_client_cursor(const loader_client_t *c, uint64_t *epoch, uint64_t *step);
+uint64_t loader_client_steps_per_epoch(const loader_client_t *c);
+/* Counters, for logs and tests: requests sent, re-issued after a time-out, replies dropped. */
+void loader_client_stats(const loader_client_t *c, uint64_t *sent, uint64_t *reissued, uint64_t *dropped);
+void loader_client_close(loader_client_t **c);
+void loader_batch_release(msg_batch_t *b);
+#endif

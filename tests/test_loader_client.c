@@ -1,0 +1,250 @@
+/* tests/test_loader_client.c: the client against live bin/loader processes.
+ *
+ * Two loaders serve one dataset; the client fetches 300 batches while loader 0 is killed with
+ * SIGKILL at batch 100 and restarted at batch 200. Every batch must equal the one the batch
+ * function computes in-process, in order, none missing or repeated. Then a "restarted
+ * trainer" opens at a saved cursor and must get exactly the following batches. Also: the
+ * server's error replies to bad and garbage requests, and its info reply. Needs bin/loader
+ * (built by `make all`, which tests/run.sh runs after). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "bus/wire.h"
+#include "loader/batch.h"
+#include "loader/client.h"
+#include "loader/mkdata.h"
+#include "tests/check.h"
+
+static char tmp[1024], data[1200], ep[2][1200];
+static pid_t kids[2];
+static const loader_mkdata_t DATA = {.seed = 9, .n_docs = 3000, .vocab_size = 3000, .min_len = 1, .max_len = 200};
+
+static pid_t loader_start(int i) {
+    pid_t p = fork();
+    if (p == 0) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        execl("bin/loader", "bin/loader", "--data", data, "--bind", ep[i], "--name", name, "--val-docs", "200",
+              "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    return p;
+}
+
+static void kids_kill(void) {
+    for (int i = 0; i < 2; i++)
+        if (kids[i] > 0) {
+            kill(kids[i], SIGKILL);
+            waitpid(kids[i], NULL, 0);
+            kids[i] = 0;
+        }
+}
+
+static void on_fatal(int sig) {
+    kids_kill();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static loader_client_cfg_t client_cfg(void) {
+    loader_client_cfg_t c = {.seed = 77, .B = 4, .T = 64, .rank = 0, .world = 1, .layout = WIRE_PACK,
+                             .split = WIRE_TRAIN, .window = 8, .timeout_ms = 700, .give_up_ms = 30000};
+    return c;
+}
+
+/* Compares a delivered batch with the batch function's; returns 1 when equal. */
+static int batch_ok(loader_src_t *src, const loader_client_cfg_t *cc, const msg_batch_t *b, uint64_t epoch,
+                    uint64_t step, uint32_t *want) {
+    char err[256];
+    loader_params_t p = {.seed = cc->seed, .epoch = epoch, .step = step, .rank = cc->rank, .world = cc->world,
+                         .B = cc->B, .T = cc->T, .layout = cc->layout, .split = cc->split};
+    if (loader_batch_make(src, &p, want, NULL, NULL, err, sizeof err)) return 0;
+    return b->epoch == epoch && b->step == step && b->tokens &&
+           memcmp(b->tokens, want, (size_t)cc->B * (cc->T + 1) * sizeof *want) == 0;
+}
+
+static void *zctx;
+static loader_src_t *src;
+
+static void test_kill_and_restart(void) {
+    loader_client_cfg_t cc = client_cfg();
+    const char *eps[2] = {ep[0], ep[1]};
+    char err[256] = "";
+    loader_client_t *c = NULL;
+    CHECK(loader_client_open(&c, zctx, eps, 2, &cc, err, sizeof err) == 0, "%s", err);
+    if (!c) return;
+    uint32_t *want = malloc((size_t)cc.B * (cc.T + 1) * sizeof *want);
+    uint64_t epoch = 0, step = 0, spe = 0;
+    int bad = 0, got = 0;
+    for (int k = 0; k < 300; k++) {
+        if (k == 100) { kill(kids[0], SIGKILL); waitpid(kids[0], NULL, 0); kids[0] = 0; }
+        if (k == 200) kids[0] = loader_start(0);
+        msg_batch_t b;
+        int rc = loader_client_next(c, &b, err, sizeof err);
+        if (rc) { CHECK(rc == 0, "batch %d: %s", k, err); break; }
+        spe = loader_client_steps_per_epoch(c);
+        bad += !batch_ok(src, &cc, &b, epoch, step, want);
+        got++;
+        loader_batch_release(&b);
+        if (++step == spe) { step = 0; epoch++; }
+    }
+    CHECK(got == 300 && bad == 0, "%d of %d batches wrong or out of order", bad, got);
+    uint64_t ce, cs, sent, reissued, dropped;
+    loader_client_cursor(c, &ce, &cs);
+    CHECK(ce == epoch && cs == step, "cursor %llu/%llu", (unsigned long long)ce, (unsigned long long)cs);
+    loader_client_stats(c, &sent, &reissued, &dropped);
+    fprintf(stderr, "  300 batches: %llu requests sent, %llu re-issued, %llu replies dropped, %llu steps/epoch\n",
+            (unsigned long long)sent, (unsigned long long)reissued, (unsigned long long)dropped,
+            (unsigned long long)spe);
+    loader_client_close(&c);
+    CHECK(c == NULL, "close did not NULL the handle");
+    free(want);
+}
+
+/* A trainer restarted at a cursor near the end of an epoch gets the next batches, crossing
+ * into the next epoch. */
+static void test_resume_at_cursor(void) {
+    loader_client_cfg_t cc = client_cfg();
+    cc.layout = WIRE_PAD;
+    cc.world = 2;
+    cc.rank = 1;
+    char err[256] = "";
+    loader_params_t p = {.world = 2, .B = cc.B, .T = cc.T, .layout = WIRE_PAD, .split = WIRE_TRAIN};
+    uint64_t spe = 0;
+    loader_steps_per_epoch(src, &p, &spe, err, sizeof err);
+    cc.start_epoch = 3;
+    cc.start_step = spe - 5;
+    const char *eps[1] = {ep[1]};
+    loader_client_t *c = NULL;
+    CHECK(loader_client_open(&c, zctx, eps, 1, &cc, err, sizeof err) == 0, "%s", err);
+    if (!c) return;
+    CHECK(loader_client_add_endpoint(c, ep[0]) == 0, "add endpoint");
+    uint32_t *want = malloc((size_t)cc.B * (cc.T + 1) * sizeof *want);
+    uint64_t epoch = 3, step = spe - 5;
+    int bad = 0;
+    for (int k = 0; k < 20; k++) {
+        msg_batch_t b;
+        if (loader_client_next(c, &b, err, sizeof err)) { CHECK(0, "batch %d: %s", k, err); break; }
+        bad += !batch_ok(src, &cc, &b, epoch, step, want) || !b.mask;
+        loader_batch_release(&b);
+        if (++step == spe) { step = 0; epoch++; }
+    }
+    CHECK(bad == 0, "%d resumed batches wrong", bad);
+    loader_client_close(&c);
+
+    /* a configuration the dataset cannot serve is an error, not a hang */
+    cc = client_cfg();
+    cc.T = 2000000;
+    CHECK(loader_client_open(&c, zctx, eps, 1, &cc, err, sizeof err) == 0, "%s", err);
+    msg_batch_t b;
+    CHECK(loader_client_next(c, &b, err, sizeof err) == LOADER_EPARAM, "T=2e6 accepted: %s", err);
+    loader_client_close(&c);
+    free(want);
+}
+
+/* Raw REQ exchanges with a loader: garbage, wrong type, bad parameters, info. */
+static int raw(const void *body, size_t len, wire_msg_t *rep) {
+    void *s = zmq_socket(zctx, ZMQ_REQ);
+    int zero = 0, to = 10000, rc = -1;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);
+    zmq_connect(s, ep[1]);
+    char buf[4096], err[256];
+    if (zmq_send(s, body, len, 0) >= 0) {
+        int n = zmq_recv(s, buf, sizeof buf, 0);
+        if (n > 0 && n <= (int)sizeof buf && wire_decode(buf, n, rep, err, sizeof err) == WIRE_OK) rc = 0;
+    }
+    zmq_close(s);
+    return rc;
+}
+
+static int raw_msg(const wire_msg_t *q, wire_msg_t *rep) {
+    void *buf;
+    size_t len;
+    if (wire_encode(q, &buf, &len) != WIRE_OK) return -1;
+    int rc = raw(buf, len, rep);
+    free(buf);
+    return rc;
+}
+
+static void test_error_replies(void) {
+    wire_msg_t r, q;
+    memset(&q, 0, sizeof q);
+    CHECK(raw("\xc1\xff garbage", 10, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EMALFORMED,
+          "garbage frame");
+    wire_msg_free(&r);
+    CHECK(raw("", 0, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EMALFORMED, "empty frame");
+    wire_msg_free(&r);
+    q.type = MSG_LOG;
+    snprintf(q.u.log.program, sizeof q.u.log.program, "test");
+    q.u.log.line = "hello";
+    CHECK(raw_msg(&q, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_ETYPE, "log to a loader");
+    wire_msg_free(&r);
+    memset(&q, 0, sizeof q);
+    q.type = MSG_BATCH_REQ;
+    q.u.batch_req = (msg_batch_req_t){.req_id = 42, .world = 1, .B = 0, .T = 8};
+    CHECK(raw_msg(&q, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EPARAM &&
+          r.u.error.req_id == 42, "B=0");
+    wire_msg_free(&r);
+    q.u.batch_req = (msg_batch_req_t){.req_id = 43, .world = 1, .B = 1, .T = 8, .step = 1ull << 40};
+    CHECK(raw_msg(&q, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_ERANGE, "step 2^40");
+    wire_msg_free(&r);
+    q.u.batch_req = (msg_batch_req_t){.req_id = 44, .world = 1, .B = 1, .T = 8, .epoch = 1ull << 40};
+    CHECK(raw_msg(&q, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_ERANGE, "epoch 2^40");
+    wire_msg_free(&r);
+    q.u.batch_req = (msg_batch_req_t){.req_id = 45, .world = 1, .B = 1, .T = 1u << 21};
+    CHECK(raw_msg(&q, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EPARAM, "T too big");
+    wire_msg_free(&r);
+    memset(&q, 0, sizeof q);
+    q.type = MSG_INFO_REQ;
+    q.u.info_req = (msg_info_req_t){.req_id = 46, .world = 1, .B = 2, .T = 10, .layout = WIRE_PAD, .split = WIRE_VAL};
+    CHECK(raw_msg(&q, &r) == 0 && r.type == MSG_INFO, "info");
+    if (r.type == MSG_INFO) {
+        CHECK(r.u.info.req_id == 46 && r.u.info.n_docs == 200 && r.u.info.steps_per_epoch == 100,
+              "info: %llu docs, %llu steps", (unsigned long long)r.u.info.n_docs,
+              (unsigned long long)r.u.info.steps_per_epoch);
+        CHECK(r.u.info.vocab_size == DATA.vocab_size && r.u.info.eot_id == 0, "info vocabulary");
+    }
+    wire_msg_free(&r);
+}
+
+int main(void) {
+    const char *t = getenv("FT_TEST_TMP");
+    snprintf(tmp, sizeof tmp, "%s/test_loader_client.%d", t ? t : "/tmp", (int)getpid());
+    mkdir(tmp, 0775);
+    snprintf(data, sizeof data, "%s/ds", tmp);
+    for (int i = 0; i < 2; i++) snprintf(ep[i], sizeof ep[i], "ipc://%s/l%d", tmp, i);
+    signal(SIGINT, on_fatal);
+    signal(SIGTERM, on_fatal);
+    signal(SIGABRT, on_fatal);
+    signal(SIGSEGV, on_fatal);
+    atexit(kids_kill);
+    char err[256] = "";
+    CHECK(loader_mkdata_write(&DATA, data, err, sizeof err) == 0, "%s", err);
+    CHECK(loader_src_open(&src, data, NULL, 200, err, sizeof err) == 0, "%s", err);
+    if (access("bin/loader", X_OK) != 0) {
+        CHECK(0, "bin/loader not built (run from the repository root after make)");
+        return check_summary();
+    }
+    kids[0] = loader_start(0);
+    kids[1] = loader_start(1);
+    zctx = zmq_ctx_new();
+    if (src) {
+        RUN(test_kill_and_restart);
+        RUN(test_resume_at_cursor);
+        RUN(test_error_replies);
+    }
+    zmq_ctx_term(zctx);
+    kids_kill();
+    loader_src_close(&src);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    return check_summary();
+}
