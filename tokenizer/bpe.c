@@ -198,13 +198,13 @@ static heap_item_t heap_pop(heap_item_t *h, size_t *n) {
 static int merge_heap(bpe_t *b, const uint8_t *piece, uint32_t n, bpe_ids_t *out) {
     const bpe_vocab_t *v = b->vocab;
     uint32_t *nxt = b->nxt, *prv = b->prv, *dead = b->rank;
-    if (b->heap_cap < n) {
-        heap_item_t *h = realloc(b->heap, n * sizeof *h);
+    /* n-1 initial entries, then each of the at most n-1 merges pops one and pushes two */
+    if (b->heap_cap < 2 * (size_t)n) {
+        heap_item_t *h = realloc(b->heap, 2 * (size_t)n * sizeof *h);
         if (!h) return BPE_ENOMEM;
         b->heap = h;
-        b->heap_cap = n;
+        b->heap_cap = 2 * (size_t)n;
     }
-    /* every push follows a pop, except the n-1 initial ones: n entries suffice */
     heap_item_t *h = b->heap;
     size_t hn = 0;
     for (uint32_t i = 0; i < n; i++) {

@@ -25,38 +25,6 @@ const char *pretok_pattern_resolve(const char *s) {
     return s;
 }
 
-/* Rewrites \s -> [\s\x{85}] (\s\x{85} inside a class) and \S -> [^\s\x{85}] outside a class.
- * \S inside a class cannot be widened this way; it is left alone (rare in practice). */
-static char *pretok_fix_space(const char *pat) {
-    size_t n = strlen(pat);
-    char *out = malloc(n * 8 + 1), *o = out;
-    if (!out) return NULL;
-    int in_class = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = pat[i];
-        if (c == '\\' && i + 1 < n) {
-            char d = pat[i + 1];
-            if (d == 's') o += sprintf(o, in_class ? "\\s\\x{85}" : "[\\s\\x{85}]");
-            else if (d == 'S' && !in_class) o += sprintf(o, "[^\\s\\x{85}]");
-            else { *o++ = c; *o++ = d; }
-            i++;
-            continue;
-        }
-        if (c == '[' && !in_class) {
-            in_class = 1;
-            *o++ = c;
-            /* a ']' right after '[' or '[^' is a literal */
-            if (i + 1 < n && pat[i + 1] == '^') *o++ = pat[++i];
-            if (i + 1 < n && pat[i + 1] == ']') *o++ = pat[++i];
-            continue;
-        }
-        if (c == ']' && in_class) in_class = 0;
-        *o++ = c;
-    }
-    *o = 0;
-    return out;
-}
-
 static int pretok_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
     if (err && errlen) {
         va_list ap;
@@ -75,16 +43,10 @@ int pretok_new(pretok_t **out, const char *pattern, char *err, size_t errlen) {
         *out = p; /* no code: one piece per text */
         return BPE_OK;
     }
-    char *fixed = pretok_fix_space(pattern);
-    if (!fixed) {
-        free(p);
-        return pretok_fail(err, errlen, BPE_ENOMEM, "out of memory");
-    }
     int ec;
     PCRE2_SIZE eo;
-    p->code = pcre2_compile((PCRE2_SPTR)fixed, PCRE2_ZERO_TERMINATED,
+    p->code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                             PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
-    free(fixed);
     if (!p->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);

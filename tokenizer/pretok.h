@@ -7,8 +7,9 @@
  * pattern. Invalid UTF-8 (PCRE2_MATCH_INVALID_UTF): invalid bytes never match, so each
  * stretch of them becomes a gap piece and is byte-pair merged like any other bytes.
  *
- * \s in PCRE2 with UCP omits U+0085 (NEL), which Rust's regex (tiktoken) counts as white
- * space; pretok_new rewrites \s and \S to include it, so both split NEL alike. */
+ * Unicode classes: PCRE2's \s under UCP includes U+0085 (NEL) like Rust's regex (tiktoken);
+ * the fixtures check NEL, NBSP, U+3000 and U+2028. The two libraries may carry different
+ * Unicode versions, so a letter assigned only in the newer one can split differently. */
 #ifndef TOKENIZER_PRETOK_H
 #define TOKENIZER_PRETOK_H
 #include <stddef.h>

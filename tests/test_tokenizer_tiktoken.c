@@ -1,0 +1,83 @@
+/* tests/test_tokenizer_tiktoken.c: our BPE against the ids the npm tiktoken package gave for
+ * the same texts (tests/fixtures/tiktoken_*.json, made by `make tokenizer-fixtures`): exact
+ * equality, for plain encoding and with special tokens allowed, and decode back to the text.
+ * The encodings themselves come from `make data` (data/tiktoken/encoders) or
+ * $FT_TIKTOKEN_DIR; without them this test says SKIPPED loudly and checks nothing. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/check.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/bpe_io.h"
+
+static int first_mismatch(const bpe_ids_t *got, json_t *want) {
+    size_t n = json_array_size(want);
+    for (size_t i = 0; i < n || i < got->n; i++) {
+        if (i >= n || i >= got->n) return (int)i;
+        if ((json_int_t)got->v[i] != json_integer_value(json_array_get(want, i))) return (int)i;
+    }
+    return -1;
+}
+
+static void check_encoding(const char *name) {
+    char path[256], err[512];
+    snprintf(path, sizeof path, "tests/fixtures/tiktoken_%s.json", name);
+    json_error_t je;
+    json_t *fx = json_load_file(path, 0, &je);
+    CHECK(fx != NULL, "%s: %s", path, je.text);
+    if (!fx) return;
+    bpe_vocab_t *v = NULL;
+    int rc = bpe_vocab_open(&v, name, err, sizeof err);
+    if (rc == BPE_ENOENT) {
+        fprintf(stderr, "SKIPPED %s: %s\n", name, err);
+        json_decref(fx);
+        return;
+    }
+    CHECK(rc == 0, "%s", err);
+    bpe_t *b = NULL;
+    CHECK(rc == 0 && bpe_new(&b, v, err, sizeof err) == 0, "%s", err);
+    if (!b) {
+        bpe_vocab_free(&v);
+        json_decref(fx);
+        return;
+    }
+    json_t *cases = json_object_get(fx, "cases");
+    CHECK(json_array_size(cases) >= 20, "%s: too few cases", path);
+    size_t i;
+    json_t *c;
+    bpe_ids_t ids = {0};
+    bpe_bytes_t back = {0};
+    json_array_foreach(cases, i, c) {
+        const char *cname = json_string_value(json_object_get(c, "name"));
+        json_t *t = json_object_get(c, "text");
+        const uint8_t *text = (const uint8_t *)json_string_value(t);
+        size_t len = json_string_length(t);
+        const char *keys[2] = {"ids", "ids_special"};
+        for (int k = 0; k < 2; k++) {
+            ids.n = 0;
+            CHECK(bpe_encode(b, text, len, k ? BPE_ALLOW_SPECIAL : 0, &ids) == 0, "%s/%s", name, cname);
+            json_t *want = json_object_get(c, keys[k]);
+            int at = first_mismatch(&ids, want);
+            CHECK(at < 0, "%s/%s %s: first difference at token %d (got %zu tokens, want %zu)", name, cname,
+                  keys[k], at, ids.n, json_array_size(want));
+            back.n = 0;
+            CHECK(bpe_decode(v, ids.v, ids.n, &back, NULL) == 0 && back.n == len && memcmp(back.v, text, len) == 0,
+                  "%s/%s %s: decode does not give the text back", name, cname, keys[k]);
+        }
+    }
+    bpe_ids_free(&ids);
+    bpe_bytes_free(&back);
+    bpe_free(&b);
+    bpe_vocab_free(&v);
+    json_decref(fx);
+}
+
+static void test_gpt2(void) { check_encoding("gpt2"); }
+static void test_cl100k_base(void) { check_encoding("cl100k_base"); }
+
+int main(void) {
+    RUN(test_gpt2);
+    RUN(test_cl100k_base);
+    return check_summary();
+}
