@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "bus/rng.h"
+#include "model/adamw.h"
 #include "model/checkpoint.h"
+#include "model/llama.h"
 #include "tests/check.h"
 
 /* check.h passes "" as the format when CHECK has no message; gcc flags that under -Wall. */
@@ -421,6 +423,110 @@ static void test_save_errors(void) {
     json_decref(st);
 }
 
+
+/* The real model and optimizer through a checkpoint: every parameter and moment bit-exact, and
+ * the tensor names and shapes exactly those transformers' LlamaForCausalLM(config) declares
+ * (checked in Python from config.json alone, so a missing, extra or transposed tensor fails). */
+static const char *HF_NAMES_PY =
+    "import json, struct, sys\n"
+    "d = sys.argv[1]\n"
+    "c = json.load(open(d + '/config.json'))\n"
+    "D, F, L, V = c['hidden_size'], c['intermediate_size'], c['num_hidden_layers'], c['vocab_size']\n"
+    "hd = c['head_dim']; H = c['num_attention_heads']; KV = c['num_key_value_heads']\n"
+    "want = {'model.embed_tokens.weight': [V, D], 'model.norm.weight': [D]}\n"
+    "if not c['tie_word_embeddings']: want['lm_head.weight'] = [V, D]\n"
+    "for i in range(L):\n"
+    "    p = 'model.layers.%d.' % i\n"
+    "    want[p + 'self_attn.q_proj.weight'] = [H * hd, D]\n"
+    "    want[p + 'self_attn.k_proj.weight'] = [KV * hd, D]\n"
+    "    want[p + 'self_attn.v_proj.weight'] = [KV * hd, D]\n"
+    "    want[p + 'self_attn.o_proj.weight'] = [D, H * hd]\n"
+    "    want[p + 'mlp.gate_proj.weight'] = [F, D]\n"
+    "    want[p + 'mlp.up_proj.weight'] = [F, D]\n"
+    "    want[p + 'mlp.down_proj.weight'] = [D, F]\n"
+    "    want[p + 'input_layernorm.weight'] = [D]\n"
+    "    want[p + 'post_attention_layernorm.weight'] = [D]\n"
+    "b = open(d + '/model.safetensors', 'rb').read()\n"
+    "h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]])\n"
+    "got = {k: v['shape'] for k, v in h.items() if k != '__metadata__'}\n"
+    "assert got == want, (sorted(set(got) ^ set(want)), [k for k in want if got.get(k) != want[k]])\n"
+    "o = open(d + '/optimizer.safetensors', 'rb').read()\n"
+    "oh = json.loads(o[8:8 + struct.unpack('<Q', o[:8])[0]])\n"
+    "assert {k: v['shape'] for k, v in oh.items() if k.startswith('exp_avg.')} == {'exp_avg.' + k: v for k, v in want.items()}\n"
+    "assert len(oh) == 2 * len(want) + 1\n";
+
+static void test_llama_checkpoint(void) {
+    model_config_t c = small_config();
+    c.vocab_size = 32, c.d_model = 16, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2;
+    c.d_ff = 24, c.max_seq = 16, c.tied = 0;
+    char err[512] = "", dir[1024], run[600];
+    run_path(run, sizeof run, "llama");
+    llama_t *a = NULL, *b = NULL;
+    adamw_t *oa = NULL, *ob = NULL;
+    tensor_view_t *pa = NULL, *pb = NULL, *ga = NULL, *m = NULL, *v = NULL, *m2 = NULL, *v2 = NULL;
+    if (llama_create(&a, &c, 1, 8, 1, err, sizeof err) || llama_create(&b, &c, 1, 8, 2, err, sizeof err)) {
+        CHECK(0, "llama_create: %s", err);
+        goto out;
+    }
+    int np = llama_params(a, NULL, 0);
+    pa = calloc(np, sizeof *pa), pb = calloc(np, sizeof *pb), ga = calloc(np, sizeof *ga);
+    m = calloc(np, sizeof *m), v = calloc(np, sizeof *v), m2 = calloc(np, sizeof *m2), v2 = calloc(np, sizeof *v2);
+    llama_params(a, pa, np);
+    llama_params(b, pb, np);
+    llama_grads(a, ga, np);
+    adamw_config_t ac = adamw_config_default();
+    if (adamw_create(&oa, pa, np, &ac, err, sizeof err) || adamw_create(&ob, pb, np, &ac, err, sizeof err)) {
+        CHECK(0, "adamw_create: %s", err);
+        goto out;
+    }
+    /* One step on random gradients so both moments hold distinct non-zero values. */
+    rng_t r;
+    rng_seed(&r, 42);
+    size_t ng;
+    float *g = llama_grad_data(a, &ng);
+    for (size_t i = 0; i < ng; i++) g[i] = rng_normal(&r);
+    CHECK(adamw_step(oa, ga, np, 1e-3f, 1.0f, 0.0f, NULL, err, sizeof err) == 0, "%s", err);
+    adamw_moments(oa, 0, m, np);
+    adamw_moments(oa, 1, v, np);
+    adamw_moments(ob, 0, m2, np);
+    adamw_moments(ob, 1, v2, np);
+    json_t *st = make_state(7);
+    CHECK(ckpt_save(run, 7, &c, pa, np, m, v, np, st, 1, dir, sizeof dir, err, sizeof err) == 0, "%s", err);
+    json_decref(st);
+
+    model_config_t back;
+    CHECK(ckpt_load_config(dir, &back, err, sizeof err) == 0 && memcmp(&back, &c, sizeof c) == 0, "%s", err);
+    CHECK(ckpt_load_params(dir, pb, np, err, sizeof err) == 0, "%s", err);
+    CHECK(ckpt_load_optimizer(dir, m2, v2, np, err, sizeof err) == 0, "%s", err);
+    size_t na, nb;
+    float *da = llama_param_data(a, &na), *db = llama_param_data(b, &nb);
+    CHECK(na == nb && memcmp(da, db, na * sizeof *da) == 0, "parameters not bit-exact after reload");
+    int same = 1, nonzero = 0;
+    for (int i = 0; i < np; i++) {
+        int64_t n = tensor_numel(&m[i]);
+        same &= !memcmp(m[i].data, m2[i].data, n * 4) && !memcmp(v[i].data, v2[i].data, n * 4);
+        for (int64_t k = 0; k < n; k++) nonzero += v[i].data[k] != 0;
+    }
+    CHECK(same, "moments not bit-exact after reload");
+    CHECK(nonzero > 0, "the test step left the moments zero; the comparison proves nothing");
+
+    if (access("/usr/bin/python3", X_OK) == 0) {
+        char pyf[700], cmd[2200];
+        run_path(pyf, sizeof pyf, "hf_names.py");
+        FILE *fp = fopen(pyf, "w");
+        fputs(HF_NAMES_PY, fp);
+        fclose(fp);
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s 1>&2", pyf, dir);
+        CHECK(system(cmd) == 0, "tensor names/shapes differ from what LlamaForCausalLM expects");
+    }
+out:
+    adamw_destroy(&oa);
+    adamw_destroy(&ob);
+    llama_destroy(&a);
+    llama_destroy(&b);
+    free(pa), free(pb), free(ga), free(m), free(v), free(m2), free(v2);
+}
+
 int main(void) {
     const char *base = getenv("FT_TEST_TMP");
     snprintf(g_dir, sizeof g_dir, "%s/ckpt.XXXXXX", base && *base ? base : "/tmp");
@@ -435,6 +541,7 @@ int main(void) {
     RUN(test_crash_leftovers);
     RUN(test_keep_last);
     RUN(test_save_errors);
+    RUN(test_llama_checkpoint);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (!getenv("FT_KEEP_TMP") && system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", g_dir);
