@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/bus.h"
 #include "bus/wire.h"
 #include "bus/wire_schema.h"
 
@@ -192,6 +193,23 @@ int wire_to_json(const char *topic, const wire_msg_t *m, char *out, size_t cap) 
         jw_key(&w, s->fields[i].name);
         jw_field(&w, &s->fields[i], (const char *)&m->u);
     }
+    jw_puts(&w, "}");
+    if (w.full) {
+        out[0] = 0;
+        return WIRE_ERR_OVERSIZE;
+    }
+    return (int)w.len;
+}
+
+int bus_error_json(const char *topic, const char *error, char *out, size_t cap) {
+    if (!out || cap == 0) return WIRE_ERR_ARG;
+    jw_t w = {out, cap, 0, 0};
+    out[0] = 0;
+    jw_puts(&w, "{\"topic\":");
+    if (topic) jw_str(&w, topic, strlen(topic));
+    else jw_puts(&w, "null");
+    jw_puts(&w, ",\"error\":");
+    jw_str(&w, error ? error : "", error ? strlen(error) : 0);
     jw_puts(&w, "}");
     if (w.full) {
         out[0] = 0;

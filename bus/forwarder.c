@@ -1,0 +1,175 @@
+/* bus/forwarder.c: bin/bus's forwarding loop (see forwarder.h). */
+#include "bus/forwarder.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "bus/bus.h"
+#include "bus/ckpt_cache.h"
+
+typedef struct {
+    const bus_forwarder_cfg_t *cfg;
+    void *xsub, *xpub;
+    bus_ckpt_cache_t *cache;
+    bus_forwarder_stats_t st;
+    time_t last_warn;        /* malformed-event lines: at most one a second */
+    uint64_t warn_suppressed;
+} fwd_t;
+
+static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static void warn_malformed(fwd_t *f, const char *topic, const char *why) {
+    time_t now = time(NULL);
+    if (now == f->last_warn) {
+        f->warn_suppressed++;
+        return;
+    }
+    if (!f->cfg->quiet) {
+        fprintf(stderr, "bus: malformed event on \"%s\": %s (forwarded, not cached)", topic, why);
+        if (f->warn_suppressed)
+            fprintf(stderr, "; %llu more since the last line",
+                    (unsigned long long)f->warn_suppressed);
+        fputc('\n', stderr);
+    }
+    f->last_warn = now;
+    f->warn_suppressed = 0;
+}
+
+/* Looks at one single-frame event on its way down: counts it, remembers a ckpt and renews
+ * the welcome message. Never changes or drops the event. */
+static void inspect_event(fwd_t *f, const void *data, size_t len) {
+    char topic[WIRE_MAX_TOPIC + 1], err[256];
+    wire_msg_t m;
+    int rc = wire_event_unpack(data, len, topic, sizeof topic, &m, err, sizeof err);
+    if (rc) {
+        f->st.malformed++;
+        warn_malformed(f, topic, err);
+        return;
+    }
+    if (m.type == MSG_CKPT) {
+        f->st.ckpts++;
+        if (bus_ckpt_cache_update(f->cache, &m.u.ckpt) == 1) {
+            void *frame = NULL;
+            size_t flen = 0;
+            /* set before the next subscriber connects: libzmq copies it on every attach */
+            if (bus_ckpt_cache_frame(f->cache, &frame, &flen) == 0)
+                zmq_setsockopt(f->xpub, ZMQ_XPUB_WELCOME_MSG, frame, flen);
+            else if (!f->cfg->quiet)
+                fprintf(stderr, "bus: could not build the welcome message\n");
+            free(frame);
+        }
+    }
+    wire_msg_free(&m);
+}
+
+/* Moves every message waiting on `from` to `to`, frame by frame. Returns 0 or BUS_ERR_*. */
+static int pump(fwd_t *f, void *from, void *to, int downstream) {
+    for (int budget = 1000; budget > 0; budget--) { /* let the other direction have a turn */
+        int first = 1, more = 1;
+        while (more) {
+            zmq_msg_t msg;
+            zmq_msg_init(&msg);
+            if (zmq_msg_recv(&msg, from, first ? ZMQ_DONTWAIT : 0) < 0) {
+                int e = zmq_errno();
+                zmq_msg_close(&msg);
+                if (first && e == EAGAIN) return 0;
+                return e == EINTR ? BUS_ERR_INTR : BUS_ERR_ZMQ;
+            }
+            more = zmq_msg_more(&msg);
+            if (downstream && first) {
+                f->st.events++;
+                if (!more) inspect_event(f, zmq_msg_data(&msg), zmq_msg_size(&msg));
+                else f->st.malformed++; /* multi-frame: not ours; forwarded anyway */
+            } else if (!downstream && first) {
+                f->st.subscriptions++;
+            }
+            /* XPUB drops for a slow subscriber and XSUB never blocks on subscriptions, so
+             * this send cannot stall the loop */
+            if (zmq_msg_send(&msg, to, more ? ZMQ_SNDMORE : 0) < 0) zmq_msg_close(&msg);
+            first = 0;
+        }
+    }
+    return 0;
+}
+
+static void *bound(void *ctx, int type, const char *ep, char *err, size_t errlen) {
+    void *s = zmq_socket(ctx, type);
+    if (!s) {
+        fail(BUS_ERR_ZMQ, err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        return NULL;
+    }
+    int linger = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_bind(s, ep) != 0) {
+        fail(BUS_ERR_ZMQ, err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *stats, char *err,
+                      size_t errlen) {
+    if (!cfg || !cfg->pub_ep || !cfg->sub_ep)
+        return fail(BUS_ERR_ARG, err, errlen, "forwarder: endpoints missing");
+    fwd_t f = {.cfg = cfg};
+    int rc = 0;
+    void *ctx = zmq_ctx_new();
+    f.cache = bus_ckpt_cache_new(cfg->max_runs ? cfg->max_runs : BUS_CKPT_RUNS);
+    if (!ctx || !f.cache) {
+        rc = fail(BUS_ERR_ZMQ, err, errlen, "forwarder: cannot create the context or the cache");
+        goto done;
+    }
+    if (!(f.xsub = bound(ctx, ZMQ_XSUB, cfg->pub_ep, err, errlen)) ||
+        !(f.xpub = bound(ctx, ZMQ_XPUB, cfg->sub_ep, err, errlen))) {
+        rc = BUS_ERR_ZMQ;
+        goto done;
+    }
+    /* subscribe to everything ourselves: XSUB passes this to every publisher that connects */
+    if (zmq_send(f.xsub, "\x01", 1, 0) != 1) {
+        rc = fail(BUS_ERR_ZMQ, err, errlen, "subscribe: %s", zmq_strerror(zmq_errno()));
+        goto done;
+    }
+    if (!cfg->quiet)
+        fprintf(stderr, "bus: publishers -> %s, subscribers <- %s\n", cfg->pub_ep, cfg->sub_ep);
+    while (!bus_signal_received()) {
+        zmq_pollitem_t items[2] = {{f.xsub, 0, ZMQ_POLLIN, 0}, {f.xpub, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, -1) < 0) {
+            if (zmq_errno() == EINTR) continue; /* the loop condition reads the flag */
+            rc = fail(BUS_ERR_ZMQ, err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+            break;
+        }
+        int r = 0;
+        if (items[0].revents & ZMQ_POLLIN) r = pump(&f, f.xsub, f.xpub, 1);
+        if (!r && (items[1].revents & ZMQ_POLLIN)) r = pump(&f, f.xpub, f.xsub, 0);
+        if (r == BUS_ERR_INTR) continue;
+        if (r) {
+            rc = fail(r, err, errlen, "forwarding: %s", zmq_strerror(zmq_errno()));
+            break;
+        }
+    }
+    if (!cfg->quiet && rc == 0)
+        fprintf(stderr, "bus: stopping: %llu events (%llu malformed), %llu ckpt, %u runs kept\n",
+                (unsigned long long)f.st.events, (unsigned long long)f.st.malformed,
+                (unsigned long long)f.st.ckpts, bus_ckpt_cache_count(f.cache));
+done:
+    if (stats) *stats = f.st;
+    bus_close(&f.xsub);
+    bus_close(&f.xpub);
+    if (ctx) zmq_ctx_term(ctx);
+    bus_ckpt_cache_free(&f.cache);
+    return rc;
+}

@@ -1,0 +1,28 @@
+/* bus/forwarder.h: the body of bin/bus, an XSUB/XPUB forwarder that remembers checkpoints.
+ *
+ * Publishers connect to pub_ep (our XSUB binds there), subscribers to sub_ep (our XPUB).
+ * Events flow down, subscriptions flow up, in one zmq_poll loop that also ends on
+ * SIGINT/SIGTERM (install bus_signals_install first). The XSUB subscribes to everything
+ * itself, so the bus sees every event even with no subscriber; each ckpt event updates the
+ * ckpt cache and the XPUB welcome message (see ckpt_cache.h). Malformed events are forwarded
+ * unchanged (the bus is a forwarder, not a judge), never cached, and logged. */
+#ifndef BUS_FORWARDER_H
+#define BUS_FORWARDER_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *pub_ep, *sub_ep;
+    uint32_t max_runs; /* runs remembered for the welcome message; 0: BUS_CKPT_RUNS */
+    int quiet;         /* no log lines on stderr */
+} bus_forwarder_cfg_t;
+
+typedef struct {
+    uint64_t events, malformed, subscriptions, ckpts;
+} bus_forwarder_stats_t;
+
+/* Runs until a signal arrives: 0 then (stats filled when non-NULL), or a negative BUS_ERR_*
+ * with the reason in err (e.g. the endpoint is in use). */
+int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *stats, char *err,
+                      size_t errlen);
+#endif
