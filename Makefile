@@ -9,6 +9,7 @@
 #   */module.mk                     -> extra targets a component owns (fuzz, bench, fixtures...)
 
 SHELL      := /bin/bash
+.DEFAULT_GOAL := all
 CC         ?= cc
 OPT        ?= -O2
 CFLAGS     ?= $(OPT) -g -march=x86-64-v2

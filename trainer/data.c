@@ -1,0 +1,171 @@
+/* trainer/data.c: see data.h. */
+#include "trainer/data.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "bus/bus.h"
+#include "bus/progress.h"
+#include "loader/batch.h"
+#include "loader/client.h"
+
+#define MAX_LOADERS 64
+
+struct trainer_data {
+    void *zctx, *sub;
+    const trainer_opts_t *o;
+    char *eps[MAX_LOADERS];
+    int n_eps;
+    loader_client_t *client;
+    uint64_t start_epoch, start_step;
+};
+
+static int add_endpoint(trainer_data_t *d, const char *ep) {
+    for (int i = 0; i < d->n_eps; i++)
+        if (!strcmp(d->eps[i], ep)) return 0;
+    if (d->n_eps == MAX_LOADERS || !(d->eps[d->n_eps] = strdup(ep))) return -1;
+    d->n_eps++;
+    if (d->client) loader_client_add_endpoint(d->client, ep);
+    return 1;
+}
+
+int trainer_data_open(trainer_data_t **out, void *zctx, const trainer_opts_t *o, char *err, size_t errlen) {
+    trainer_data_t *d = calloc(1, sizeof *d);
+    if (!d) return snprintf(err, errlen, "out of memory"), -1;
+    d->zctx = zctx, d->o = o;
+    if (o->loaders) {
+        char *list = strdup(o->loaders), *save = NULL;
+        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            if (*tok && add_endpoint(d, tok) < 0) {
+                free(list);
+                trainer_data_close(&d);
+                return snprintf(err, errlen, "too many loader endpoints (at most %d)", MAX_LOADERS), -1;
+            }
+        free(list);
+    }
+    if (o->discover) {
+        const char *prefix = "loader/";
+        d->sub = bus_sub_open(zctx, bus_endpoint_sub(o->bus_sub), &prefix, 1, err, errlen);
+        if (!d->sub) {
+            trainer_data_close(&d);
+            return -1;
+        }
+    }
+    *out = d;
+    return 0;
+}
+
+void trainer_data_poll(trainer_data_t *d) {
+    if (!d->sub) return;
+    for (;;) {
+        char topic[128], e[256];
+        wire_msg_t m;
+        int rc = bus_recv(d->sub, 0, topic, sizeof topic, &m, e, sizeof e);
+        if (rc == BUS_TIMEOUT || rc == BUS_ERR_INTR || rc == BUS_ERR_ZMQ) return;
+        if (rc == 0 && m.type == MSG_LOADER && m.u.loader.endpoint && add_endpoint(d, m.u.loader.endpoint) == 1)
+            fprintf(stderr, "trainer: discovered loader %s at %s\n", m.u.loader.name, m.u.loader.endpoint);
+        if (rc == 0) wire_msg_free(&m);
+    }
+}
+
+static uint8_t layout_of(const trainer_opts_t *o) { return strcmp(o->layout, "pad") ? WIRE_PACK : WIRE_PAD; }
+
+int trainer_data_probe(trainer_data_t *d, trainer_data_info_t *info, char *err, size_t errlen) {
+    const trainer_opts_t *o = d->o;
+    double t0 = progress_now(), wait_s = o->timeout_ms / 1000.0 * 6;
+    int tried = 0;
+    for (;;) {
+        trainer_data_poll(d);
+        for (; tried < d->n_eps; tried++) {
+            void *s = zmq_socket(d->zctx, ZMQ_DEALER);
+            int linger = 0;
+            zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+            if (zmq_connect(s, d->eps[tried])) {
+                snprintf(err, errlen, "loader endpoint '%s': %s", d->eps[tried], zmq_strerror(zmq_errno()));
+                zmq_close(s);
+                return -1;
+            }
+            wire_msg_t req = {.type = MSG_INFO_REQ}, rep;
+            req.u.info_req = (msg_info_req_t){.req_id = 1, .world = 1, .B = (uint32_t)o->B, .T = (uint32_t)o->T,
+                                              .layout = layout_of(o), .split = WIRE_TRAIN};
+            char e[256];
+            int rc = bus_request(s, &req, &rep, o->timeout_ms, e, sizeof e);
+            zmq_close(s);
+            if (rc == BUS_ERR_INTR) return snprintf(err, errlen, "interrupted"), -1;
+            if (rc) {
+                fprintf(stderr, "trainer: loader %s did not answer info_req (%s)\n", d->eps[tried],
+                        rc == BUS_TIMEOUT ? "time-out" : e);
+                continue;
+            }
+            if (rep.type == MSG_ERROR) {
+                snprintf(err, errlen, "loader %s refused B=%d T=%d %s: %s", d->eps[tried], o->B, o->T, o->layout,
+                         rep.u.error.message ? rep.u.error.message : "?");
+                wire_msg_free(&rep);
+                return -1;
+            }
+            if (rep.type != MSG_INFO) {
+                wire_msg_free(&rep);
+                continue;
+            }
+            msg_info_t *in = &rep.u.info;
+            *info = (trainer_data_info_t){.vocab_size = in->vocab_size, .eot_id = in->eot_id, .n_docs = in->n_docs,
+                                          .n_tokens = in->n_tokens, .steps_per_epoch = in->steps_per_epoch};
+            snprintf(info->tokenizer, sizeof info->tokenizer, "%s", in->tokenizer ? in->tokenizer : "");
+            snprintf(info->tokenizer_hash, sizeof info->tokenizer_hash, "%s", in->tokenizer_hash ? in->tokenizer_hash : "");
+            snprintf(info->dataset, sizeof info->dataset, "%s", in->dataset ? in->dataset : "");
+            wire_msg_free(&rep);
+            if (info->steps_per_epoch == 0)
+                return snprintf(err, errlen, "dataset %s holds no full batch of B=%d x T=%d", info->dataset, o->B, o->T), -1;
+            fprintf(stderr, "trainer: dataset %s: %llu docs, %llu tokens, vocab %u (%s), %llu steps per epoch\n",
+                    info->dataset, (unsigned long long)info->n_docs, (unsigned long long)info->n_tokens,
+                    info->vocab_size, info->tokenizer, (unsigned long long)info->steps_per_epoch);
+            return 0;
+        }
+        if (bus_signal_received()) return snprintf(err, errlen, "interrupted"), -1;
+        if (progress_now() - t0 > wait_s) {
+            snprintf(err, errlen, "no loader answered within %.0f s (%d endpoint%s known%s)", wait_s, d->n_eps,
+                     d->n_eps == 1 ? "" : "s", d->sub ? ", listening on the bus" : "");
+            return -1;
+        }
+        if (d->sub) {
+            char topic[128], e[256];
+            wire_msg_t m;
+            if (bus_recv(d->sub, 200, topic, sizeof topic, &m, e, sizeof e) == 0) {
+                if (m.type == MSG_LOADER && m.u.loader.endpoint) add_endpoint(d, m.u.loader.endpoint);
+                wire_msg_free(&m);
+            }
+        } else {
+            tried = 0; /* retry the known ones */
+            zmq_poll(NULL, 0, 200);
+        }
+    }
+}
+
+int trainer_data_start(trainer_data_t *d, uint64_t epoch, uint64_t step, char *err, size_t errlen) {
+    const trainer_opts_t *o = d->o;
+    loader_client_cfg_t cfg = {.seed = (uint64_t)o->data_seed, .B = (uint32_t)o->B, .T = (uint32_t)o->T,
+                               .rank = 0, .world = 1, .layout = layout_of(o), .split = WIRE_TRAIN,
+                               .window = (uint32_t)o->window, .timeout_ms = o->timeout_ms,
+                               .start_epoch = epoch, .start_step = step};
+    return loader_client_open(&d->client, d->zctx, (const char *const *)d->eps, d->n_eps, &cfg, err, errlen);
+}
+
+int trainer_data_next(trainer_data_t *d, msg_batch_t *b, char *err, size_t errlen) {
+    return loader_client_next(d->client, b, err, errlen);
+}
+
+void trainer_data_cursor(const trainer_data_t *d, uint64_t *epoch, uint64_t *step) {
+    loader_client_cursor(d->client, epoch, step);
+}
+
+void trainer_data_close(trainer_data_t **dp) {
+    trainer_data_t *d = *dp;
+    if (!d) return;
+    loader_client_close(&d->client);
+    bus_close(&d->sub);
+    for (int i = 0; i < d->n_eps; i++) free(d->eps[i]);
+    free(d);
+    *dp = NULL;
+}

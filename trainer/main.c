@@ -1,0 +1,41 @@
+/* bin/trainer: trains a model on batches served by loaders (docs/README: trainer). */
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bus/flags.h"
+#include "trainer/opts.h"
+#include "trainer/train.h"
+
+static void usage(FILE *f, const flag_t *flags, int n) {
+    fprintf(f,
+            "usage: trainer --loaders EP[,EP...] [--discover] [options]\n"
+            "Trains a model on batches from loaders (bin/loader), publishes metrics/<run> and\n"
+            "ckpt/<run> events on the bus, writes checkpoints to --run-dir. SIGTERM/SIGINT write a\n"
+            "checkpoint and exit; --resume continues from the newest complete one.\n\noptions:\n");
+    flags_usage(f, flags, n);
+}
+
+int main(int argc, char **argv) {
+    trainer_opts_t o;
+    flag_t flags[TRAINER_NFLAGS];
+    int nf = trainer_opts_init(&o, flags);
+    char err[1024];
+    int rc = flags_parse(argc, argv, 1, flags, nf, NULL, NULL, 0, err, sizeof err);
+    if (rc == 1) {
+        usage(stdout, flags, nf);
+        return 0;
+    }
+    if (rc || trainer_opts_check(&o, err, sizeof err)) {
+        fprintf(stderr, "trainer: %s\n", err);
+        return 2;
+    }
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+    err[0] = 0;
+    rc = trainer_run(&o, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "trainer: %s\n", err);
+        return rc == TRAIN_ESETUP ? 2 : 1;
+    }
+    return 0;
+}

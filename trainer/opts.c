@@ -1,0 +1,125 @@
+/* trainer/opts.c: defaults, the flag table and the checks that run before any work. */
+#include "trainer/opts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
+    memset(o, 0, sizeof *o);
+    o->run = "run";
+    o->model = "llama";
+    o->steps = 1000;
+    o->ckpt_every = 200;
+    o->keep = 3;
+    o->log_every = 10;
+    o->layout = "pack";
+    o->B = 8, o->T = 256, o->accum = 1;
+    o->data_seed = 1;
+    o->window = 4, o->timeout_ms = 5000;
+    o->d_model = 256, o->n_layers = 4, o->n_heads = 4, o->n_kv_heads = 2, o->d_ff = 768;
+    o->rope_theta = 10000.f, o->norm_eps = 1e-5f;
+    o->seed = 1;
+    o->lr = 3e-3f, o->min_lr = 3e-4f, o->wd = 0.1f, o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f;
+    o->clip = 1.0f, o->warmup = 100;
+    int n = 0;
+#define F(name, kind, dst, help, lo, hi) f[n++] = (flag_t){name, kind, dst, help, lo, hi, 0}
+    F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
+    F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
+    F("model", FLAG_STR, &o->model, "model family: llama", 0, 0);
+    F("resume", FLAG_BOOL, &o->resume, "continue from the newest complete checkpoint in --run-dir", 0, 0);
+    F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
+    F("ckpt-every", FLAG_INT, &o->ckpt_every, "write a checkpoint every N steps (0: only at the end)", 0, 1e9);
+    F("keep", FLAG_INT, &o->keep, "complete checkpoints kept (0: all)", 0, 1e6);
+    F("log-every", FLAG_INT, &o->log_every, "log line every N steps when stderr is not a terminal", 0, 1e9);
+    F("threads", FLAG_INT, &o->threads, "OpenMP/BLAS threads (0: as set by the environment)", 0, 1024);
+    F("loaders", FLAG_STR, &o->loaders, "comma-separated loader endpoints (e.g. ipc:///tmp/l0)", 0, 0);
+    F("discover", FLAG_BOOL, &o->discover, "also use loaders that announce themselves on the bus", 0, 0);
+    F("layout", FLAG_STR, &o->layout, "batch layout: pack (documents joined by eot) or pad (one per row)", 0, 0);
+    F("batch", FLAG_INT, &o->B, "rows per micro-batch (B)", 1, 65536);
+    F("seq-len", FLAG_INT, &o->T, "tokens per row (T)", 1, 1 << 20);
+    F("accum", FLAG_INT, &o->accum, "micro-batches accumulated per optimizer step", 1, 65536);
+    F("data-seed", FLAG_I64, &o->data_seed, "seed of the loaders' per-epoch shuffle", 0, 0);
+    F("window", FLAG_INT, &o->window, "batch requests kept in flight", 1, 1024);
+    F("timeout-ms", FLAG_INT, &o->timeout_ms, "re-issue a batch request after this long", 10, 3.6e6);
+    F("bus-pub", FLAG_STR, &o->bus_pub, "bus endpoint to publish on (default $FT_BUS_PUB or tcp://127.0.0.1:5710)", 0, 0);
+    F("bus-sub", FLAG_STR, &o->bus_sub, "bus endpoint to subscribe to, for --discover", 0, 0);
+    F("vocab-size", FLAG_INT, &o->vocab_size, "model vocabulary (0: the dataset's; must match it)", 0, 1 << 24);
+    F("d-model", FLAG_INT, &o->d_model, "hidden size", 1, 1 << 16);
+    F("layers", FLAG_INT, &o->n_layers, "decoder blocks", 1, 1024);
+    F("heads", FLAG_INT, &o->n_heads, "query heads", 1, 1024);
+    F("kv-heads", FLAG_INT, &o->n_kv_heads, "key/value heads (grouped-query attention)", 1, 1024);
+    F("d-ff", FLAG_INT, &o->d_ff, "SwiGLU hidden size", 1, 1 << 20);
+    F("max-seq", FLAG_INT, &o->max_seq, "RoPE table length (0: --seq-len)", 0, 1 << 20);
+    F("untied", FLAG_BOOL, &o->untied, "separate lm_head instead of the tied embedding", 0, 0);
+    F("rope-theta", FLAG_FLOAT, &o->rope_theta, "RoPE base", 1, 1e9);
+    F("norm-eps", FLAG_FLOAT, &o->norm_eps, "RMSNorm epsilon", 1e-12, 1);
+    F("seed", FLAG_I64, &o->seed, "weight initialisation seed", 0, 0);
+    F("lr", FLAG_FLOAT, &o->lr, "peak learning rate", 0, 10);
+    F("min-lr", FLAG_FLOAT, &o->min_lr, "learning rate at the end of the cosine decay", 0, 10);
+    F("warmup", FLAG_INT, &o->warmup, "linear warm-up steps", 0, 1e9);
+    F("wd", FLAG_FLOAT, &o->wd, "AdamW decoupled weight decay (matrices only)", 0, 10);
+    F("decay-embeddings", FLAG_BOOL, &o->decay_embeddings, "apply weight decay to the embedding too", 0, 0);
+    F("beta1", FLAG_FLOAT, &o->beta1, "AdamW beta1", 0, 0.999999);
+    F("beta2", FLAG_FLOAT, &o->beta2, "AdamW beta2", 0, 0.999999);
+    F("eps", FLAG_FLOAT, &o->eps, "AdamW epsilon", 1e-12, 1);
+    F("clip", FLAG_FLOAT, &o->clip, "global gradient-norm clip (0: off)", 0, 1e6);
+#undef F
+    return n;
+}
+
+int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
+    int max_seq = o->max_seq ? o->max_seq : o->T;
+    if (!o->loaders && !o->discover) {
+        snprintf(err, errlen, "no data: give --loaders EP[,EP...] and/or --discover");
+        return -1;
+    }
+    if (strcmp(o->layout, "pack") && strcmp(o->layout, "pad")) {
+        snprintf(err, errlen, "--layout must be pack or pad, not '%s'", o->layout);
+        return -1;
+    }
+    if (o->T > max_seq) {
+        snprintf(err, errlen, "--seq-len %d is longer than the RoPE table (--max-seq %d)", o->T, max_seq);
+        return -1;
+    }
+    if (o->d_model % o->n_heads) {
+        snprintf(err, errlen, "--heads %d does not divide --d-model %d", o->n_heads, o->d_model);
+        return -1;
+    }
+    if (o->n_heads % o->n_kv_heads) {
+        snprintf(err, errlen, "--kv-heads %d does not divide --heads %d", o->n_kv_heads, o->n_heads);
+        return -1;
+    }
+    if ((o->d_model / o->n_heads) % 2) {
+        snprintf(err, errlen, "head size %d (--d-model / --heads) must be even for RoPE", o->d_model / o->n_heads);
+        return -1;
+    }
+    if (o->min_lr > o->lr) {
+        snprintf(err, errlen, "--min-lr %g is above --lr %g", o->min_lr, o->lr);
+        return -1;
+    }
+    if (o->warmup > o->steps) {
+        snprintf(err, errlen, "--warmup %d is longer than --steps %lld", o->warmup, o->steps);
+        return -1;
+    }
+    if (o->run[0] == 0 || strlen(o->run) >= 48 || strpbrk(o->run, "/ \t\n")) {
+        snprintf(err, errlen, "--run '%s' must be 1..47 characters without '/' or spaces", o->run);
+        return -1;
+    }
+    return 0;
+}
+
+void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, model_config_t *c) {
+    memset(c, 0, sizeof *c);
+    c->kind = MODEL_LLAMA;
+    c->vocab_size = vocab_size;
+    c->d_model = o->d_model;
+    c->n_layers = o->n_layers;
+    c->n_heads = o->n_heads;
+    c->n_kv_heads = o->n_kv_heads;
+    c->d_ff = o->d_ff;
+    c->max_seq = o->max_seq ? o->max_seq : o->T;
+    c->rope_theta = o->rope_theta;
+    c->norm_eps = o->norm_eps;
+    c->tied = !o->untied;
+    c->eot_id = eot_id;
+}

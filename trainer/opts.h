@@ -1,0 +1,48 @@
+/* trainer/opts.h: everything a training run is configured by (bin/trainer's flags). */
+#ifndef TRAINER_OPTS_H
+#define TRAINER_OPTS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/flags.h"
+#include "model/config.h"
+
+typedef struct {
+    /* run */
+    const char *run;           /* run name: bus topics metrics/<run>, ckpt/<run> */
+    const char *run_dir;       /* checkpoints go here (default runs/<run>) */
+    const char *model;         /* family name */
+    int resume;
+    long long steps;           /* optimizer steps in total (a resumed run continues to this) */
+    int ckpt_every, keep;
+    int log_every;             /* a plain log line every N steps when stderr is no terminal */
+    int threads;
+    /* data */
+    const char *loaders;       /* comma-separated loader endpoints */
+    int discover;              /* also use loaders announced on the bus */
+    const char *layout;        /* "pack" | "pad" */
+    int B, T, accum;
+    long long data_seed;
+    int window, timeout_ms;
+    /* bus */
+    const char *bus_pub, *bus_sub;
+    /* model */
+    int vocab_size;            /* 0: the dataset's */
+    int d_model, n_layers, n_heads, n_kv_heads, d_ff, max_seq;
+    int untied;
+    float rope_theta, norm_eps;
+    long long seed;
+    /* optimizer */
+    float lr, min_lr, wd, beta1, beta2, eps, clip;
+    int warmup, decay_embeddings;
+} trainer_opts_t;
+
+#define TRAINER_NFLAGS 48
+/* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
+ * number of flags. */
+int trainer_opts_init(trainer_opts_t *o, flag_t *flags);
+/* Cross-field checks that do not need the dataset (T vs RoPE table, heads, ...). */
+int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen);
+/* The model config the flags describe, for a dataset of vocab_size tokens and eot id. */
+void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, model_config_t *cfg);
+#endif

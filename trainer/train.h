@@ -1,0 +1,26 @@
+/* trainer/train.h: one training run, from flags to the last checkpoint.
+ *
+ * The loop: fetch micro-batches in order from the loaders (loader/client.h), forward and
+ * backward through the model family, clip and step AdamW, publish metrics on the bus, write
+ * checkpoints atomically and announce them. Resuming restores weights, AdamW moments, the step
+ * and the data cursor, so a resumed run continues bit for bit (on CPU, same thread count). */
+#ifndef TRAINER_TRAIN_H
+#define TRAINER_TRAIN_H
+#include <stddef.h>
+
+#include "trainer/opts.h"
+
+enum {
+    TRAIN_OK = 0,
+    TRAIN_ESETUP = -1,   /* bad configuration, dataset/model mismatch, no loader: nothing trained */
+    TRAIN_EDATA = -2,    /* the loaders failed mid-run */
+    TRAIN_ENAN = -3,     /* loss or gradient norm not finite: stopped, last good checkpoint kept */
+    TRAIN_ECKPT = -4,    /* a checkpoint could not be written or read */
+    TRAIN_EMODEL = -5,
+};
+
+/* Runs training. Returns TRAIN_OK when --steps were reached or when SIGINT/SIGTERM asked to
+ * stop (then a checkpoint of the last finished step is written first); err holds one line on
+ * failure. */
+int trainer_run(const trainer_opts_t *o, char *err, size_t errlen);
+#endif
