@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# tests/it_bus.sh: bin/bus end to end on ipc endpoints under $FT_TEST_TMP.
+#   - tap prints metrics/ckpt events as JSON lines (checked with jq), filters by prefix,
+#     and prints a malformed event as {"topic","error"} (the bus forwards it unchanged);
+#   - a subscriber that connects AFTER the checkpoints were published receives the latest
+#     ckpt of each of two runs first (the XPUB welcome message), from bin/bus tap and from
+#     a Python client written from docs/PROTOCOL.md;
+#   - SIGTERM/SIGINT stop bus and tap cleanly; bad flags and a busy endpoint fail with one line;
+#   - the wire unit test and fuzz corpus run again under ASan/UBSan.
+set -u
+cd "$(dirname "$0")/.."
+BASE=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}
+TMP=$(mktemp -d "$BASE/it_bus.XXXXXX")
+PUB=ipc://$TMP/pub SUB=ipc://$TMP/sub
+PY=/usr/bin/python3
+pass=0 fail=0
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+}
+trap cleanup EXIT
+
+check() { # check "what" command...
+    local what=$1; shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $what"; fi
+}
+# Waits (up to ~20 s, generous for a loaded machine) until file $1 has at least $2 lines.
+wait_lines() {
+    for _ in $(seq 200); do
+        [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+send() { bin/bus send --pub "$PUB" --wait-ms 10000 "$@"; }
+
+[ -x bin/bus ] || { echo "bin/bus not built"; echo "0 passed, 1 failed"; exit 1; }
+
+# --- the bus -------------------------------------------------------------------------------
+bin/bus --pub "$PUB" --sub "$SUB" 2>"$TMP/bus.log" &
+BUS=$!; pids+=("$BUS")
+check "bus answers a publisher" send log/up log program=it line=up
+
+# --- a live tap ------------------------------------------------------------------------------
+bin/bus tap --sub "$SUB" --timeout 60 metrics ckpt log/sync >"$TMP/tap.out" 2>"$TMP/tap.err" &
+TAP=$!; pids+=("$TAP")
+# a SUB's subscription reaches the bus some time after connect: ping until the tap hears us
+for _ in $(seq 100); do
+    send log/sync log program=it line=sync
+    [ -s "$TMP/tap.out" ] && break
+    sleep 0.1
+done
+check "tap is connected" test -s "$TMP/tap.out"
+base=$(wc -l <"$TMP/tap.out")
+
+send metrics/r1 metrics run=r1 step=10 loss=3.25 lr=0.001
+send log/other log program=it line="not subscribed"
+send ckpt/r1 ckpt run=r1 step=100 path=/ck/r1/100 model=free
+send ckpt/r2 ckpt run=r2 step=7 path=/ck/r2/7 model=llama
+send ckpt/r1 ckpt run=r1 step=50 path=/ck/r1/50 model=free   # older: must not replace 100
+send ckpt/r2 ckpt run=r2 step=9 path=/ck/r2/9 model=llama
+# a malformed event straight from Python: topic, NUL, then the never-used byte 0xc1
+$PY - "$PUB" <<'PYEOF'
+import sys, zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.XPUB)          # XPUB so we can wait for the bus's subscription
+s.connect(sys.argv[1])
+s.setsockopt(zmq.RCVTIMEO, 10000)
+s.recv()
+s.send(b"metrics/bad\x00\xc1")
+s.close(linger=2000)
+ctx.term()
+PYEOF
+check "python publisher ran" test $? -eq 0
+
+want=$((base + 6))   # metrics, 4 ckpt, 1 error line
+check "tap printed $want lines" wait_lines "$TMP/tap.out" "$want"
+kill -INT "$TAP"; wait "$TAP"; rc=$?
+check "tap exits 0 on SIGINT (rc=$rc)" test $rc -eq 0
+check "every tap line is JSON" jq -e . "$TMP/tap.out" >/dev/null
+ev() { grep -v '"log/sync"' "$TMP/tap.out"; }
+check "metrics: run, step, loss" \
+    test "$(ev | jq -r 'select(.type=="metrics") | "\(.run) \(.step) \(.values.loss) \(.values.lr)"')" = "r1 10 3.25 0.001"
+check "four ckpt events in order" \
+    test "$(ev | jq -r 'select(.type=="ckpt") | "\(.run):\(.step)"' | tr '\n' ' ')" = "r1:100 r2:7 r1:50 r2:9 "
+check "ckpt path and model" \
+    test "$(ev | jq -r 'select(.type=="ckpt" and .step==7) | "\(.path) \(.model) \(.topic)"')" = "/ck/r2/7 llama ckpt/r2"
+check "unsubscribed topic filtered out" test -z "$(ev | jq -r 'select(.topic=="log/other")')"
+check "malformed event -> error line" \
+    test "$(ev | jq -r 'select(.error) | .topic')" = "metrics/bad"
+check "bus logged the malformed event" grep -q 'malformed event on "metrics/bad"' "$TMP/bus.log"
+
+# --- late subscribers: the welcome message ---------------------------------------------------
+bin/bus tap --sub "$SUB" --count 1 --timeout 20 ckpt >"$TMP/late.out"
+check "late tap got one event (rc=$?)" test -s "$TMP/late.out"
+check "welcome: topic ckpt/, type ckpt_index" \
+    test "$(jq -r '"\(.topic) \(.type)"' "$TMP/late.out")" = "ckpt/ ckpt_index"
+check "welcome: latest ckpt of both runs" \
+    test "$(jq -r '[.items[] | "\(.run):\(.step):\(.path)"] | sort | join(" ")' "$TMP/late.out")" = \
+         "r1:100:/ck/r1/100 r2:9:/ck/r2/9"
+# the Python client of docs/PROTOCOL.md, subscribing late to "ckpt"
+$PY - "$SUB" >"$TMP/py.out" <<'PYEOF'
+import sys, zmq, msgpack
+ctx = zmq.Context()
+s = ctx.socket(zmq.SUB)
+s.setsockopt(zmq.SUBSCRIBE, b"ckpt")      # subscribe BEFORE connect to get the welcome
+s.setsockopt(zmq.RCVTIMEO, 20000)
+s.connect(sys.argv[1])
+frame = s.recv()
+topic, _, body = frame.partition(b"\x00")
+msg = msgpack.unpackb(body, raw=False)
+assert topic == b"ckpt/" and msg["v"] == 1 and msg["type"] == "ckpt_index", (topic, msg)
+print(" ".join(sorted(f'{i["run"]}:{i["step"]}' for i in msg["items"])))
+s.close(linger=0)
+ctx.term()
+PYEOF
+check "python late subscriber decodes the welcome" test "$(cat "$TMP/py.out")" = "r1:100 r2:9"
+# a late "metrics" subscriber gets no welcome (its SUB filters the ckpt/ frame out)
+bin/bus tap --sub "$SUB" --count 1 --timeout 1 metrics >"$TMP/late_m.out"; rc=$?
+check "late metrics tap: nothing, rc 1 (rc=$rc)" test $rc -eq 1 -a ! -s "$TMP/late_m.out"
+
+# --- bad input and shutdown ------------------------------------------------------------------
+bin/bus --bogus 2>"$TMP/e1"; rc=$?
+check "unknown flag: exit 2, one line" test $rc -eq 2 -a "$(wc -l <"$TMP/e1")" -eq 1
+bin/bus send --pub "$PUB" log/x nosuchtype a=b 2>"$TMP/e2"; rc=$?
+check "send unknown type: exit 2" test $rc -eq 2
+bin/bus send --pub "$PUB" metrics/x metrics step=-3 2>"$TMP/e3"; rc=$?
+check "send bad number: exit 2" test $rc -eq 2 -a "$(wc -l <"$TMP/e3")" -eq 1
+bin/bus send --pub "ipc://$TMP/nobody" --wait-ms 300 log/x log line=x 2>"$TMP/e4"; rc=$?
+check "send with no bus: exit 1" test $rc -eq 1 -a "$(wc -l <"$TMP/e4")" -eq 1
+# a second bus on tcp ports already taken fails with one line
+port=$((20000 + RANDOM % 40000))
+bin/bus --pub tcp://127.0.0.1:$port --sub tcp://127.0.0.1:$((port + 1)) 2>/dev/null &
+B2=$!; pids+=("$B2")
+sleep 0.5
+bin/bus --pub tcp://127.0.0.1:$port --sub tcp://127.0.0.1:$((port + 1)) 2>"$TMP/e5"; rc=$?
+check "endpoint in use: exit 1 (rc=$rc)" test $rc -eq 1 -a "$(wc -l <"$TMP/e5")" -eq 1
+kill -TERM "$B2"; wait "$B2"
+kill -TERM "$BUS"; wait "$BUS"; rc=$?
+check "bus exits 0 on SIGTERM (rc=$rc)" test $rc -eq 0
+check "bus logged its stop line" grep -q 'stopping:.*2 runs kept' "$TMP/bus.log"
+pids=()
+
+# --- sanitizers --------------------------------------------------------------------------------
+if command -v clang >/dev/null || command -v gcc >/dev/null; then
+    CCX=$(command -v clang || command -v gcc)
+    SRCS="bus/wire.c bus/wire_schema.c bus/json.c bus/wire_text.c"
+    if $CCX -std=gnu11 -O1 -g -I. -D_GNU_SOURCE -fsanitize=address,undefined \
+        -fno-sanitize-recover=undefined tests/test_wire.c $SRCS -lmsgpackc -ljansson -lm \
+        -o "$TMP/test_wire_asan" 2>"$TMP/asan_build.log"; then
+        "$TMP/test_wire_asan" >"$TMP/asan.log" 2>&1; rc=$?
+        check "test_wire under ASan/UBSan (rc=$rc)" test $rc -eq 0
+    else
+        check "ASan build of test_wire" false; cat "$TMP/asan_build.log"
+    fi
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
