@@ -4,7 +4,8 @@
  *   bin/loader get  --connect EP --epoch E --step S --B B --T T [--rank r --world w --seed s
  *                   --layout pack|pad --split train|val]      prints the batch as JSON
  *   bin/loader info --connect EP [--B --T --world --layout --split]  prints the info as JSON
- *   bin/loader mkdata --out DIR --docs N [--seed --vocab --min-len --max-len]  random dataset */
+ *   bin/loader mkdata --out DIR --docs N [--seed --vocab --min-len --max-len]  random dataset
+ *   bin/loader bench --connect EP[,EP...] [--B --T --batches --window]  client-side tokens/s */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "bus/flags.h"
 #include "bus/wire.h"
+#include "loader/bench.h"
 #include "loader/mkdata.h"
 #include "loader/server.h"
 
@@ -25,7 +27,7 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 static void usage(const char *mode, flag_t *f, int n) {
     if (!strcmp(mode, "serve")) {
         printf("usage: bin/loader --data DIR --bind EP [flags]    serve batches (docs/protocol-loader.md)\n"
-               "       bin/loader get|info|mkdata --help          the client and dataset subcommands\n\n");
+               "       bin/loader get|info|mkdata|bench --help         the client and dataset subcommands\n\n");
     } else {
         printf("usage: bin/loader %s [flags]\n\n", mode);
     }
@@ -248,12 +250,45 @@ static int cmd_mkdata(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_bench(int argc, char **argv) {
+    const char *eps_s = NULL;
+    int B = 8, T = 256, window = 16;
+    long long batches = 2000;
+    flag_t f[] = {
+        {"connect", FLAG_STR, &eps_s, "loader endpoints, comma-separated", 0, 0, 0},
+        {"B", FLAG_INT, &B, "rows", 1, 65536, 0},
+        {"T", FLAG_INT, &T, "tokens per row", 1, 1 << 20, 0},
+        {"batches", FLAG_I64, &batches, "batches timed (after 20 warm-up ones)", 1, 1e12, 0},
+        {"window", FLAG_INT, &window, "requests in flight", 1, 4096, 0},
+    };
+    int rc = parse("bench", argc, argv, 2, f, NF(f));
+    if (rc >= 0) return rc;
+    if (!eps_s) { fprintf(stderr, "loader: bench: --connect is required\n"); return 2; }
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", eps_s);
+    const char *eps[16];
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < 16; t = strtok_r(NULL, ",", &save)) eps[n++] = t;
+    loader_client_cfg_t cfg = {.seed = 1, .B = (uint32_t)B, .T = (uint32_t)T, .world = 1, .layout = WIRE_PACK,
+                               .split = WIRE_TRAIN, .window = (uint32_t)window, .timeout_ms = 5000,
+                               .give_up_ms = 30000};
+    double tok_s = 0;
+    char err[512] = "";
+    if (loader_bench_run(eps, n, &cfg, (uint64_t)batches, &tok_s, err, sizeof err)) {
+        fprintf(stderr, "loader: bench %s: %s\n", eps_s, err);
+        return 1;
+    }
+    printf("%.0f\n", tok_s);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "get")) return cmd_get(argc, argv, 0);
     if (argc >= 2 && !strcmp(argv[1], "info")) return cmd_get(argc, argv, 1);
     if (argc >= 2 && !strcmp(argv[1], "mkdata")) return cmd_mkdata(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "bench")) return cmd_bench(argc, argv);
     if (argc >= 2 && argv[1][0] != '-') {
-        fprintf(stderr, "loader: unknown subcommand %s (serve by default; get, info, mkdata)\n", argv[1]);
+        fprintf(stderr, "loader: unknown subcommand %s (serve by default; get, info, mkdata, bench)\n", argv[1]);
         return 2;
     }
     return cmd_serve(argc, argv);
