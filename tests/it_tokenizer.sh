@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# tests/it_tokenizer.sh: bin/tokenizer end to end: train a vocabulary, encode text and JSONL
+# into datasets, read them back (info, decode), synth, and the one-line errors for bad input.
+# The gpt2 part runs only when `make data` has fetched the encodings.
+set -u
+cd "$(dirname "$0")/.."
+T=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}/it_tokenizer.$$
+mkdir -p "$T"
+trap 'rm -rf "$T"' EXIT
+TOK=bin/tokenizer
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+check() { local what=$1; shift; if "$@"; then ok; else bad "$what"; fi; }
+# expect_err RC PATTERN CMD...: exit status RC and exactly one stderr line matching PATTERN
+expect_err() {
+    local rc=$1 pat=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"; local got=$?
+    if [ $got -eq "$rc" ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q -- "$pat" "$T/err"; then ok
+    else bad "$* -> rc $got, stderr: $(cat "$T/err")"; fi
+}
+
+[ -x $TOK ] || { echo "bin/tokenizer missing (run make)"; echo "0 passed, 1 failed"; exit 1; }
+
+# --help everywhere
+for c in train encode decode ids synth info; do
+    check "$c --help" $TOK $c --help >/dev/null
+done
+check "--help" $TOK --help >/dev/null
+
+# a small corpus: documents with repeated words, unicode and an odd byte
+for i in $(seq 1 200); do
+    echo "the cat sat on the mat $i times; the dog didn't. café №$i naïve"
+    echo "  another line with   spaces and tabs	here $((i * 7))"
+done >"$T/corpus.txt"
+check "train" $TOK train --vocab-size 400 --out "$T/v.ftbpe" "$T/corpus.txt" 2>/dev/null
+check "vocab file header" grep -q '^ftbpe 1 {' "$T/v.ftbpe"
+check "vocab has 399 ordinary tokens" [ "$(($(wc -l <"$T/v.ftbpe") - 1))" -eq 399 ]
+
+check "encode text" $TOK encode --vocab "$T/v.ftbpe" --append-eot --out "$T/ds" "$T/corpus.txt" 2>/dev/null
+$TOK info "$T/ds" >"$T/info.json"
+check "info n_docs" jq -e '.n_docs == 400 and .vocab_size == 400 and .eot_id == 399 and .tokenizer == "bpe"' "$T/info.json" >/dev/null
+check "info n_bytes" jq -e --argjson b "$(($(wc -c <"$T/corpus.txt") - 400))" '.n_bytes == $b' "$T/info.json" >/dev/null
+check "compression" jq -e '.n_tokens < .n_bytes / 2' "$T/info.json" >/dev/null
+$TOK decode --vocab "$T/v.ftbpe" --dataset "$T/ds" --doc 5 >"$T/doc5" 2>/dev/null
+check "decode doc 5" [ "$(cat "$T/doc5")" = "$(sed -n 6p "$T/corpus.txt")<|endoftext|>" ]
+
+# ids -> decode round trip of the whole file, through stdin
+$TOK ids --vocab "$T/v.ftbpe" "$T/corpus.txt" 2>/dev/null | $TOK decode --vocab "$T/v.ftbpe" >"$T/back.txt"
+check "ids|decode round trip" cmp -s "$T/corpus.txt" "$T/back.txt"
+
+# JSONL from stdin, bytes vocabulary
+printf '{"text": "ab"}\n\n{"text": "\\u00e9\\n"}\n' | $TOK encode --vocab bytes --format jsonl --out "$T/dsb" - 2>/dev/null
+check "encode jsonl stdin" jq -e '.n_docs == 2 and .n_tokens == 5 and .vocab_size == 257 and .eot_id == 256' \
+    <($TOK info "$T/dsb") >/dev/null
+check "bytes decode" [ "$($TOK decode --vocab bytes --dataset "$T/dsb" --doc 1 | od -An -tx1 | tr -d ' \n')" = "c3a90a" ]
+
+# synth: N lines of 66 characters, a pure function of (seed, index)
+$TOK synth --n 8 --seed 42 >"$T/s8"
+$TOK synth --n 5 --seed 42 --start 3 >"$T/s5"
+check "synth lines" [ "$(wc -l <"$T/s8")" -eq 8 ] && [ "$(awk '{ if (length($0) != 66) bad = 1 } END { print bad + 0 }' "$T/s8")" = 0 ]
+check "synth --start" [ "$(sed -n 4,8p "$T/s8")" = "$(cat "$T/s5")" ]
+check "synth seeds differ" [ "$($TOK synth --n 8 --seed 43)" != "$(cat "$T/s8")" ]
+
+# bad input: one clear line, non-zero exit
+expect_err 1 "missing.txt: No such file" $TOK encode --vocab bytes --out "$T/x" "$T/missing.txt"
+printf '{"text": "a"}\n{"txt": 1}\n' >"$T/bad.jsonl"
+expect_err 1 "bad.jsonl:2: no \"text\" string field" $TOK encode --vocab bytes --format jsonl --out "$T/x2" "$T/bad.jsonl"
+expect_err 1 "refuses\|incomplete\|no \"info\"\|not a dataset\|info" $TOK info "$T/x2"
+expect_err 1 "already exists" $TOK encode --vocab bytes --out "$T/ds" "$T/corpus.txt"
+expect_err 2 "unknown flag --frobnicate" $TOK encode --frobnicate
+expect_err 2 "not an integer" $TOK train --vocab-size lots --out "$T/y" "$T/corpus.txt"
+expect_err 2 "unknown command" $TOK frobnicate
+head -c 3000 "$T/v.ftbpe" >"$T/trunc.ftbpe"
+expect_err 1 "truncated" $TOK encode --vocab "$T/trunc.ftbpe" --out "$T/x3" "$T/corpus.txt"
+echo "garbage" >"$T/garbage.ftbpe"
+expect_err 1 "not a vocabulary file" $TOK decode --vocab "$T/garbage.ftbpe" </dev/null
+expect_err 1 "not in vocabulary" sh -c "echo 5 400 | $TOK decode --vocab $T/v.ftbpe"
+expect_err 1 "expected decimal token ids" sh -c "echo 5 x | $TOK decode --vocab $T/v.ftbpe"
+expect_err 1 "not with bytes" $TOK decode --vocab bytes --dataset "$T/ds" --doc 0
+expect_err 1 "out of range\|document 999" $TOK decode --vocab "$T/v.ftbpe" --dataset "$T/ds" --doc 999
+expect_err 1 "does not compile" $TOK train --vocab-size 300 --pattern '(oops' --out "$T/z" "$T/corpus.txt"
+expect_err 1 "no such vocabulary" env FT_TIKTOKEN_DIR="$T" $TOK encode --vocab gpt3 --out "$T/x4" "$T/corpus.txt"
+
+# gpt2 through the dataset, when the encodings are here
+if [ -f data/tiktoken/encoders/gpt2.json ] || [ -n "${FT_TIKTOKEN_DIR:-}" ]; then
+    printf "Hello world, it's 2024!\n  Two  spaces\tand a tab.\n" >"$T/g.txt"
+    check "encode gpt2" $TOK encode --vocab gpt2 --out "$T/dsg" "$T/g.txt" 2>/dev/null
+    # ids from tiktoken (npm 1.0.22) for the first line
+    check "gpt2 ids" [ "$($TOK ids --vocab gpt2 <(head -n1 "$T/g.txt" | tr -d '\n') 2>/dev/null)" = "15496 995 11 340 338 48609 0" ]
+    check "gpt2 decode" [ "$($TOK decode --vocab gpt2 --dataset "$T/dsg" --doc 1)" = "$(sed -n 2p "$T/g.txt")" ]
+else
+    echo "SKIPPED gpt2 checks: no data/tiktoken/encoders (run make data)" >&2
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
