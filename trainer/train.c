@@ -37,6 +37,7 @@ typedef struct {
     long long saved_step;    /* step of the newest checkpoint written or loaded, -1: none */
     double tokens_seen;
     uint32_t *inputs, *targets; /* (B,T) each, cut from the loader's (B,T+1) rows */
+    long long fault_nan_step;   /* test hook: $FT_TRAINER_FAULT_NAN_STEP makes that step's loss NaN */
 } run_t;
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -249,6 +250,7 @@ static int train_step(run_t *r, double *loss, float *lr, double *gnorm, char *er
         rc = r->fam->forward(r->model, r->inputs, r->targets, b.mask, &l, err, errlen);
         loader_batch_release(&b);
         if (rc) return TRAIN_EMODEL;
+        if (r->fault_nan_step == r->step + 1) l = NAN;
         if (!isfinite(l)) return fail(err, errlen, TRAIN_ENAN, "loss is %g at step %lld", l, r->step + 1);
         if (r->fam->backward(r->model, err, errlen)) return TRAIN_EMODEL;
         sum += l;
@@ -276,6 +278,8 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     run_t r = {.o = o, .saved_step = -1};
     int rc = 0;
     bus_signals_install();
+    const char *fault = getenv("FT_TRAINER_FAULT_NAN_STEP");
+    r.fault_nan_step = fault ? atoll(fault) : 0;
     r.zctx = zmq_ctx_new();
     if (!r.zctx) return fail(err, errlen, TRAIN_ESETUP, "zmq_ctx_new failed");
     char perr[256];
