@@ -8,3 +8,6 @@ fixtures: tests/ref/llama_ref.py
 build/bench/train_step: build/bench/train_step.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< -Wl,--start-group $(LIBS) -Wl,--end-group $(LDLIBS)
+
+# `make bench-bins` (bench/module.mk) also builds the training-step timer.
+bench-bins: build/bench/train_step

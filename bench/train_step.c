@@ -1,0 +1,115 @@
+/* bench/train_step.c: times one training step (zero_grad, forward, backward, AdamW) of the
+ * Llama decoder for the benchmark configs S and M, and prints tokens/s.
+ *
+ *   build/bench/train_step [--config S|M|both] [--steps N] [--batch B] [--seq T] [--json]
+ *
+ * S: d=256, 4 layers, 4/2 heads, ff 768, vocab 4096; M: d=512, 8 layers, 8/4 heads, ff 1536,
+ * vocab 8192; both tied, B=8, T=256 unless overridden. One untimed warm-up step first.
+ * The PyTorch counterpart is bench/train_step_torch.py (same model, same step). */
+#include "model/adamw.h"
+#include "model/llama.h"
+#include "bus/rng.h"
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static model_config_t config_of(char name) {
+    model_config_t c = {.kind = MODEL_LLAMA, .max_seq = 1024, .rope_theta = 10000.0f,
+                        .norm_eps = 1e-5f, .tied = 1};
+    if (name == 'S') { c.vocab_size = 4096; c.d_model = 256; c.n_layers = 4; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 768; }
+    else { c.vocab_size = 8192; c.d_model = 512; c.n_layers = 8; c.n_heads = 8; c.n_kv_heads = 4; c.d_ff = 1536; }
+    return c;
+}
+
+static int run(char name, int B, int T, int steps, int json) {
+    model_config_t c = config_of(name);
+    char err[256];
+    llama_t *m = NULL;
+    adamw_t *opt = NULL;
+    if (llama_create(&m, &c, B, T, 1, err, sizeof(err))) {
+        fprintf(stderr, "train_step: config %c: %s\n", name, err);
+        return 1;
+    }
+    tensor_view_t pv[128], gv[128];
+    int np = llama_params(m, pv, 128);
+    llama_grads(m, gv, 128);
+    adamw_config_t oc = adamw_config_default();
+    if (adamw_create(&opt, pv, np, &oc, err, sizeof(err))) {
+        fprintf(stderr, "train_step: %s\n", err);
+        llama_destroy(&m);
+        return 1;
+    }
+    uint32_t *tok = malloc(sizeof(uint32_t) * B * (T + 1));
+    rng_t r;
+    rng_seed(&r, 42);
+    for (int i = 0; i < B * (T + 1); i++) tok[i] = (uint32_t)rng_below(&r, c.vocab_size);
+    uint32_t *in = malloc(sizeof(uint32_t) * B * T), *tg = malloc(sizeof(uint32_t) * B * T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) { in[b * T + t] = tok[b * (T + 1) + t]; tg[b * T + t] = tok[b * (T + 1) + t + 1]; }
+    size_t nparams;
+    llama_param_data(m, &nparams);
+    double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0;
+    float loss = 0;
+    int rc = 0;
+    for (int s = -1; s < steps && !rc; s++) {   /* s = -1: warm-up, not timed */
+        double a = now();
+        if (s == 0) t0 = a;
+        llama_zero_grad(m);
+        rc |= llama_forward(m, in, tg, NULL, &loss, err, sizeof(err));
+        double b = now();
+        rc |= llama_backward(m, err, sizeof(err));
+        double c2 = now();
+        double norm;
+        rc |= adamw_step(opt, gv, np, 1e-3f, 1.0f, 1.0f, &norm, err, sizeof(err));
+        double d = now();
+        if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
+    }
+    if (rc) fprintf(stderr, "train_step: %s\n", err);
+    double total = now() - t0, tps = (double)B * T * steps / total;
+    if (json)
+        printf("{\"impl\":\"c\",\"config\":\"%c\",\"params\":%zu,\"B\":%d,\"T\":%d,\"steps\":%d,"
+               "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
+               "\"tokens_per_s\":%.1f,\"loss\":%.4f}\n", name, nparams, B, T, steps,
+               omp_get_max_threads(), total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, loss);
+    else
+        printf("C  config %c: %zu params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
+               "-> %.0f tokens/s (loss %.3f)\n", name, nparams, B, T, omp_get_max_threads(),
+               total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, loss);
+    free(tok); free(in); free(tg);
+    adamw_destroy(&opt);
+    llama_destroy(&m);
+    return rc != 0;
+}
+
+int main(int argc, char **argv) {
+    const char *cfg = "both";
+    int steps = 3, B = 8, T = 256, json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: train_step [--config S|M|both] [--steps N] [--batch B] [--seq T] [--json]\n"
+                   "Times zero_grad + forward + backward + AdamW of the Llama decoder; prints tokens/s.\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
+    }
+    if (steps <= 0 || B <= 0 || T <= 0 || (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "both"))) {
+        fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
+        return 2;
+    }
+    int rc = 0;
+    if (strcmp(cfg, "M")) rc |= run('S', B, T, steps, json);
+    if (strcmp(cfg, "S")) rc |= run('M', B, T, steps, json);
+    return rc;
+}
