@@ -1,8 +1,9 @@
 /* tokenizer/bpe_vocab.c: see bpe_vocab.h.
  *
  * Tokens live in one byte arena indexed by id; an open-addressing hash table (linear probing,
- * power-of-two size, load <= 1/2) maps bytes -> id. Each slot keeps 32 bits of the hash next
- * to the id so a probe rarely touches the arena for a mismatch. */
+ * power-of-two size, load <= 1/2) maps bytes -> id. Each slot holds the token's length and
+ * its first 8 bytes, so a lookup of a token of <= 8 bytes (most English pieces) is decided
+ * inside the slot without touching the arena: rank lookups are the encoder's hot path. */
 #include "tokenizer/bpe_vocab.h"
 
 #include <stdarg.h>
@@ -14,8 +15,9 @@
 enum { KIND_NONE = 0, KIND_ORDINARY = 1, KIND_SPECIAL = 2 };
 
 typedef struct {
-    uint32_t tag; /* high 32 bits of the 64-bit hash */
-    uint32_t id1; /* id + 1; 0 marks an empty slot */
+    uint64_t prefix; /* first min(len, 8) bytes, zero-padded */
+    uint32_t len;
+    uint32_t id1;    /* id + 1; 0 marks an empty slot */
 } vocab_slot_t;
 
 struct bpe_vocab {
@@ -29,6 +31,7 @@ struct bpe_vocab {
     int n_special;
     vocab_slot_t *slots;
     uint32_t slot_mask; /* slots has slot_mask + 1 entries */
+    int slot_shift;     /* 64 - log2(slot_mask + 1): index = hash >> slot_shift */
     char *pattern, *name;
 };
 
@@ -59,6 +62,7 @@ int bpe_vocab_new(bpe_vocab_t **out, char *err, size_t errlen) {
     bpe_vocab_t *v = calloc(1, sizeof *v);
     if (!v) return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
     v->slot_mask = 1023;
+    v->slot_shift = 64 - 10;
     v->slots = calloc(v->slot_mask + 1, sizeof *v->slots);
     v->pattern = strdup("");
     v->name = strdup("bpe");
@@ -84,38 +88,59 @@ void bpe_vocab_free(bpe_vocab_t **pv) {
     *pv = NULL;
 }
 
-static inline uint64_t vocab_hash_bytes(const uint8_t *b, size_t n) { return XXH3_64bits(b, n); }
+static inline uint64_t vocab_prefix(const uint8_t *b, size_t n) {
+    if (n >= 8) {
+        uint64_t x;
+        memcpy(&x, b, 8);
+        return x;
+    }
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) x |= (uint64_t)b[i] << (8 * i);
+    return x;
+}
+
+/* Multiplicative hashing of the prefix (Fibonacci constant); the index takes the high bits,
+ * the well-mixed ones. Longer tokens fold in XXH3 of their tail. */
+static inline uint64_t vocab_hash(uint64_t prefix, const uint8_t *b, size_t n) {
+    uint64_t h = (prefix ^ ((uint64_t)n << 59)) * 0x9e3779b97f4a7c15ULL;
+    if (n > 8) h ^= XXH3_64bits(b + 8, n - 8) * 0xc2b2ae3d27d4eb4fULL;
+    return h ^ (h >> 29);
+}
 
 uint32_t bpe_vocab_rank(const bpe_vocab_t *v, const uint8_t *bytes, size_t n) {
-    uint64_t h = vocab_hash_bytes(bytes, n);
-    uint32_t tag = (uint32_t)(h >> 32);
-    for (uint32_t i = (uint32_t)h & v->slot_mask;; i = (i + 1) & v->slot_mask) {
+    uint64_t prefix = vocab_prefix(bytes, n);
+    uint64_t h = vocab_hash(prefix, bytes, n);
+    for (uint32_t i = (uint32_t)(h >> v->slot_shift);; i = (i + 1) & v->slot_mask) {
         const vocab_slot_t *s = &v->slots[i];
         if (!s->id1) return BPE_NO_RANK;
-        if (s->tag == tag) {
+        if (s->len == n && s->prefix == prefix) {
             uint32_t id = s->id1 - 1;
-            if (v->len[id] == n && memcmp(v->arena + v->off[id], bytes, n) == 0) return id;
+            if (n <= 8 || memcmp(v->arena + v->off[id] + 8, bytes + 8, n - 8) == 0) return id;
         }
     }
 }
 
-static void vocab_slot_insert(vocab_slot_t *slots, uint32_t mask, uint64_t h, uint32_t id) {
-    uint32_t i = (uint32_t)h & mask;
+static void vocab_slot_insert(vocab_slot_t *slots, uint32_t mask, int shift, const uint8_t *b, size_t n,
+                              uint32_t id) {
+    uint64_t prefix = vocab_prefix(b, n);
+    uint32_t i = (uint32_t)(vocab_hash(prefix, b, n) >> shift);
     while (slots[i].id1) i = (i + 1) & mask;
-    slots[i].tag = (uint32_t)(h >> 32);
+    slots[i].prefix = prefix;
+    slots[i].len = (uint32_t)n;
     slots[i].id1 = id + 1;
 }
 
 static int vocab_grow_table(bpe_vocab_t *v) {
     uint32_t mask = v->slot_mask * 2 + 1;
+    int shift = v->slot_shift - 1;
     vocab_slot_t *slots = calloc((size_t)mask + 1, sizeof *slots);
     if (!slots) return BPE_ENOMEM;
     for (uint32_t id = 0; id < v->size; id++)
-        if (v->kind[id] == KIND_ORDINARY)
-            vocab_slot_insert(slots, mask, vocab_hash_bytes(v->arena + v->off[id], v->len[id]), id);
+        if (v->kind[id] == KIND_ORDINARY) vocab_slot_insert(slots, mask, shift, v->arena + v->off[id], v->len[id], id);
     free(v->slots);
     v->slots = slots;
     v->slot_mask = mask;
+    v->slot_shift = shift;
     return BPE_OK;
 }
 
@@ -168,7 +193,7 @@ int bpe_vocab_add(bpe_vocab_t *v, const uint8_t *bytes, uint32_t n, uint32_t id,
     if ((uint64_t)(v->n_ordinary + 1) * 2 > v->slot_mask + 1 && vocab_grow_table(v) < 0)
         return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
     vocab_store(v, bytes, n, id, KIND_ORDINARY);
-    vocab_slot_insert(v->slots, v->slot_mask, vocab_hash_bytes(bytes, n), id);
+    vocab_slot_insert(v->slots, v->slot_mask, v->slot_shift, bytes, n, id);
     v->n_ordinary++;
     return BPE_OK;
 }
