@@ -173,7 +173,8 @@ int llama_create(llama_t **pm, const model_config_t *cfg, int Bmax, int Tmax, ui
         !m->dstream || !m->dstream2 || !m->dxf || !m->tokens || !m->targets || !m->mask)
         goto oom;
     for (size_t l = 0; l < L; l++)
-        if (llama_block_acts_alloc(&m->acts[l], c, Bmax, Tmax, 0)) goto oom;
+        /* with the x_kv buffers, so any block can be the Free Transformer's injection block */
+        if (llama_block_acts_alloc(&m->acts[l], c, Bmax, Tmax, 1)) goto oom;
     if (llama_block_scratch_alloc(&m->scratch, c, Bmax, Tmax)) goto oom;
     llama_init(m, seed);
     *pm = m;
@@ -261,12 +262,14 @@ int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     return 0;
 }
 
+void llama_block_forward_kv(llama_t *m, int l, const float *x_kv) {
+    float *x = llama_stream(m, l);
+    llama_block_forward(llama_stream(m, l + 1), &m->acts[l], &m->w[l], x, x_kv ? x_kv : x, &m->cfg,
+                        m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch);
+}
+
 void llama_blocks_forward(llama_t *m, int l0, int l1) {
-    for (int l = l0; l < l1; l++) {
-        float *x = llama_stream(m, l);
-        llama_block_forward(llama_stream(m, l + 1), &m->acts[l], &m->w[l], x, x, &m->cfg,
-                            m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch);
-    }
+    for (int l = l0; l < l1; l++) llama_block_forward_kv(m, l, NULL);
 }
 
 int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask, float *loss,
@@ -315,15 +318,18 @@ void llama_head_backward(llama_t *m) {
                      m->rstd_f, N, D);
 }
 
-void llama_blocks_backward(llama_t *m, int l1, int l0) {
+void llama_block_backward_kv(llama_t *m, int l, const float *x_kv, float *dx_kv) {
     const int N = m->B * m->T, D = m->cfg.d_model;
-    for (int l = l1 - 1; l >= l0; l--) {
-        float *x = llama_stream(m, l);
-        memset(m->dstream2, 0, sizeof(float) * N * D);
-        llama_block_backward(m->dstream2, m->dstream2, &m->g[l], m->dstream, &m->acts[l], &m->w[l],
-                             x, x, &m->cfg, m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch);
-        float *t = m->dstream; m->dstream = m->dstream2; m->dstream2 = t;
-    }
+    float *x = llama_stream(m, l);
+    memset(m->dstream2, 0, sizeof(float) * N * D);
+    llama_block_backward(m->dstream2, x_kv ? dx_kv : m->dstream2, &m->g[l], m->dstream, &m->acts[l],
+                         &m->w[l], x, x_kv ? x_kv : x, &m->cfg, m->rope_cos, m->rope_sin, m->B,
+                         m->T, 1, &m->scratch);
+    float *t = m->dstream; m->dstream = m->dstream2; m->dstream2 = t;
+}
+
+void llama_blocks_backward(llama_t *m, int l1, int l0) {
+    for (int l = l1 - 1; l >= l0; l--) llama_block_backward_kv(m, l, NULL, NULL);
 }
 
 void llama_embed_backward(llama_t *m) {

@@ -83,4 +83,10 @@ int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask,
 void llama_head_backward(llama_t *m);            /* sets dstream to d loss / d stream L */
 void llama_blocks_backward(llama_t *m, int l1, int l0); /* dstream: d stream l1 -> d stream l0 */
 void llama_embed_backward(llama_t *m);
+/* Block l (stream l -> stream l+1) with keys/values read from x_kv (B,T,D) instead of stream l:
+ * the Free Transformer's injection block (x_kv = x + r). x_kv NULL is the plain block. */
+void llama_block_forward_kv(llama_t *m, int l, const float *x_kv);
+/* Its backward: dstream goes from d stream l+1 to d stream l, and the gradient wrt x_kv is
+ * accumulated (+=) into dx_kv (B,T,D). Pass the x_kv of the forward. */
+void llama_block_backward_kv(llama_t *m, int l, const float *x_kv, float *dx_kv);
 #endif
