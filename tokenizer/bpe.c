@@ -287,27 +287,37 @@ static int encode_ordinary(bpe_t *b, const uint8_t *text, size_t len, bpe_ids_t 
 int bpe_encode(bpe_t *b, const uint8_t *text, size_t len, int flags, bpe_ids_t *out) {
     int ns = bpe_vocab_n_special(b->vocab);
     if (!(flags & BPE_ALLOW_SPECIAL) || ns == 0) return encode_ordinary(b, text, len, out);
-    /* Split at the earliest special-token occurrence (the longest one on a tie). */
+    /* Split at the earliest special-token occurrence (the longest one on a tie). Each
+     * special's next occurrence is remembered and searched again only once passed, so a text
+     * full of specials stays linear. */
+    enum { MAX_FAST = 16 };
+    size_t next_fast[MAX_FAST], *next = ns <= MAX_FAST ? next_fast : malloc(ns * sizeof *next);
+    if (!next) return BPE_ENOMEM;
+    for (int i = 0; i < ns; i++) next[i] = 0;
+    int rc = BPE_OK, first = 1;
     size_t pos = 0;
     while (pos < len) {
         size_t best = len, best_n = 0;
         uint32_t best_id = 0;
         for (int i = 0; i < ns; i++) {
-            uint32_t id;
-            const char *sp = bpe_vocab_special(b->vocab, i, &id);
-            size_t sn = strlen(sp);
-            const uint8_t *hit = memmem(text + pos, len - pos, sp, sn);
-            if (!hit) continue;
-            size_t at = hit - text;
-            if (at < best || (at == best && sn > best_n)) best = at, best_n = sn, best_id = id;
+            uint32_t id, sn;
+            bpe_vocab_special(b->vocab, i, &id);
+            const uint8_t *sp = bpe_vocab_token(b->vocab, id, &sn);
+            if (first || (next[i] < pos && next[i] != len)) {
+                const uint8_t *hit = memmem(text + pos, len - pos, sp, sn);
+                next[i] = hit ? (size_t)(hit - text) : len;
+            }
+            if (next[i] < len && (next[i] < best || (next[i] == best && sn > best_n)))
+                best = next[i], best_n = sn, best_id = id;
         }
-        int rc = encode_ordinary(b, text + pos, best - pos, out);
-        if (rc < 0) return rc;
+        first = 0;
+        if ((rc = encode_ordinary(b, text + pos, best - pos, out)) < 0) break;
         if (best_n == 0) break;
-        if (bpe_ids_push(out, best_id) < 0) return BPE_ENOMEM;
+        if ((rc = bpe_ids_push(out, best_id)) < 0) break;
         pos = best + best_n;
     }
-    return BPE_OK;
+    if (next != next_fast) free(next);
+    return rc;
 }
 
 int bpe_decode(const bpe_vocab_t *v, const uint32_t *ids, size_t n, bpe_bytes_t *out, size_t *bad_index) {

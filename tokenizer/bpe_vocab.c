@@ -29,6 +29,7 @@ struct bpe_vocab {
     uint32_t ids_cap, size; /* size: largest id + 1 */
     uint32_t n_ordinary;
     int n_special;
+    uint32_t *special_ids; /* n_special ids, ascending */
     vocab_slot_t *slots;
     uint32_t slot_mask; /* slots has slot_mask + 1 entries */
     int slot_shift;     /* 64 - log2(slot_mask + 1): index = hash >> slot_shift */
@@ -82,6 +83,7 @@ void bpe_vocab_free(bpe_vocab_t **pv) {
     free(v->len);
     free(v->kind);
     free(v->slots);
+    free(v->special_ids);
     free(v->pattern);
     free(v->name);
     free(v);
@@ -208,9 +210,14 @@ int bpe_vocab_add_special(bpe_vocab_t *v, const char *text, uint32_t id, char *e
         return vocab_fail(err, errlen, BPE_EFORMAT, "duplicate special token %s", text);
     /* stored with its NUL so bpe_vocab_special can hand out a C string */
     if (vocab_reserve(v, id, n + 1) < 0) return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    uint32_t *ids = realloc(v->special_ids, (v->n_special + 1) * sizeof *ids);
+    if (!ids) return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    v->special_ids = ids;
     vocab_store(v, (const uint8_t *)text, (uint32_t)n + 1, id, KIND_SPECIAL);
     v->len[id] = (uint32_t)n;
-    v->n_special++;
+    int k = v->n_special++;
+    while (k > 0 && ids[k - 1] > id) ids[k] = ids[k - 1], k--;
+    ids[k] = id;
     return BPE_OK;
 }
 
@@ -240,15 +247,10 @@ uint32_t bpe_vocab_n_ordinary(const bpe_vocab_t *v) { return v->n_ordinary; }
 int bpe_vocab_n_special(const bpe_vocab_t *v) { return v->n_special; }
 
 const char *bpe_vocab_special(const bpe_vocab_t *v, int i, uint32_t *id) {
-    /* Specials are few (a handful): a scan is fine. */
-    for (uint32_t k = 0; k < v->size; k++) {
-        if (v->kind[k] != KIND_SPECIAL) continue;
-        if (i-- == 0) {
-            if (id) *id = k;
-            return (const char *)(v->arena + v->off[k]);
-        }
-    }
-    return NULL;
+    if (i < 0 || i >= v->n_special) return NULL;
+    uint32_t k = v->special_ids[i];
+    if (id) *id = k;
+    return (const char *)(v->arena + v->off[k]);
 }
 
 uint32_t bpe_vocab_special_id(const bpe_vocab_t *v, const char *text) {

@@ -77,15 +77,27 @@ static int cmd_train(int argc, char **argv) {
     docread_t *r = NULL;
     if (bpe_trainer_new(&t, pattern, err, sizeof err) < 0) goto fail;
     double t0 = progress_now();
+    uint64_t total = 0, done = 0;
+    for (int i = 0; i < npos; i++) { /* sizes for the progress line; also fails early on a bad path */
+        if (docread_open(&r, pos[i], (docread_format_t)jsonl, err, sizeof err) < 0) goto fail;
+        total += docread_size(r);
+        docread_close(&r);
+    }
+    progress_t pr;
+    progress_init(&pr, "count", "B", total);
     for (int i = 0; i < npos; i++) {
         if (docread_open(&r, pos[i], (docread_format_t)jsonl, err, sizeof err) < 0) goto fail;
         const char *text;
         size_t len;
-        while ((rc = docread_next(r, &text, &len, err, sizeof err)) > 0)
+        while ((rc = docread_next(r, &text, &len, err, sizeof err)) > 0) {
             if (bpe_trainer_add(t, (const uint8_t *)text, len, err, sizeof err) < 0) goto fail;
+            progress_update(&pr, done + docread_offset(r));
+        }
         if (rc < 0) goto fail;
+        done += docread_offset(r);
         docread_close(&r);
     }
+    progress_finish(&pr, done);
     double t1 = progress_now();
     if (bpe_trainer_run(t, (uint32_t)vocab_size, 1, &v, err, sizeof err) < 0) goto fail;
     if (bpe_vocab_save_file(v, out, err, sizeof err) < 0) goto fail;
