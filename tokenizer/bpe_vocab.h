@@ -6,7 +6,10 @@
  * bpe_vocab_size() is the largest id + 1, what a model's embedding table needs.
  *
  * Every call that can fail returns 0 or a negative BPE_E* status and, when err is non-NULL,
- * writes one line saying why. */
+ * writes one line saying why. Once built, a vocabulary is only read: threads may share it.
+ *
+ * To turn ids back into text elsewhere (sampler, evaluator): bpe_vocab_open(&v, spec, ...),
+ * then bpe_decode (bpe.h); compare bpe_vocab_hash with the dataset's tokenizer_hash first. */
 #ifndef TOKENIZER_BPE_VOCAB_H
 #define TOKENIZER_BPE_VOCAB_H
 #include <stddef.h>
