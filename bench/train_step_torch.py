@@ -68,7 +68,11 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="intra-op threads (default: all cores, as the C side's OpenMP default; "
+                         "torch's own default here is 1)")
     a = ap.parse_args()
+    torch.set_num_threads(a.threads)
     for name in ("S", "M"):
         if a.config in (name, "both"):
             run(name, a.batch, a.seq, a.steps, a.json)

@@ -38,7 +38,7 @@ static inline int att_visible(int i, int Tq, int Tk, int causal) {
  * versions are deterministic; they differ from each other in the last bits (FMA rounding),
  * so bit-exact resume assumes the same kind of CPU. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
-#define ATT_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#define ATT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define ATT_CLONES
 #endif
@@ -66,11 +66,12 @@ static void att_row_forward(float *out, float *lse, const float *q, const float 
         float f = ops_online_softmax_rescale(&m, &l, bmax);
         if (f != 1.0f)
             for (int d = 0; d < hd; d++) acc[d] *= f;
+#pragma omp simd
+        for (int jj = 0; jj < nb; jj++) s[jj] = ops_expf(s[jj] - m);
         for (int jj = 0; jj < nb; jj++) {
             const float *vj = v + (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
-            float p = expf(s[jj] - m);
-            l += p;
-            axpy(acc, p, vj, hd);
+            l += s[jj];
+            axpy(acc, s[jj], vj, hd);
         }
     }
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
@@ -105,16 +106,25 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
             const float L = lse[((size_t)b * H + h) * Tq + i];
             /* D_i = sum_j p_ij dp_ij = dout_i . out_i */
             const float Di = dot(doi, out + qo, hd);
-            float dqi[hd];
+            float dqi[hd], p[nk > 0 ? nk : 1], ds[nk > 0 ? nk : 1];
             memset(dqi, 0, sizeof(dqi));
+            /* probabilities and their gradients for the whole row first (vectorised exp),
+             * then the three accumulations */
             for (int j = 0; j < nk; j++) {
                 const size_t ko = (((size_t)b * Tk + j) * Hkv + kh) * hd;
-                const float *kj = k + ko, *vj = v + ko;
-                float p = expf(dot(qi, kj, hd) * scale - L);
-                axpy(dv + ko, p, doi, hd);
-                float ds = p * (dot(doi, vj, hd) - Di) * scale;
-                axpy(dqi, ds, kj, hd);
-                axpy(dk + ko, ds, qi, hd);
+                p[j] = dot(qi, k + ko, hd) * scale - L;
+                ds[j] = dot(doi, v + ko, hd) - Di;
+            }
+#pragma omp simd
+            for (int j = 0; j < nk; j++) {
+                p[j] = ops_expf(p[j]);
+                ds[j] = p[j] * ds[j] * scale;
+            }
+            for (int j = 0; j < nk; j++) {
+                const size_t ko = (((size_t)b * Tk + j) * Hkv + kh) * hd;
+                axpy(dv + ko, p[j], doi, hd);
+                axpy(dqi, ds[j], k + ko, hd);
+                axpy(dk + ko, ds[j], qi, hd);
             }
             if (dq)
                 for (int d = 0; d < hd; d++) dq[qo + d] += dqi[d];

@@ -62,6 +62,37 @@ OPS_FN float ops_rope_freq(int i, int hd, float theta) {
     return (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)hd));
 }
 
+/* ---- exp that vectorises ----------------------------------------------------------------
+ * libm's expf is a call the compiler cannot vectorise; attention evaluates one per (query,
+ * key) pair and spent ~20% of its time there. This is the classic Cephes expf: x = n ln2 + r,
+ * |r| <= ln2/2, exp(r) by a degree-6 polynomial, times 2^n built in the exponent bits.
+ * Relative error ~2 ulp over the whole range; returns 0 below -87.3 (where expf underflows to
+ * subnormals) and is only meant for arguments <= 88 (softmax feeds it values <= 0). */
+OPS_FN float ops_exp2i_(int n) {
+#ifdef __CUDACC__
+    return __int_as_float((n + 127) << 23);
+#else
+    union { int i; float f; } u;
+    u.i = (n + 127) << 23;
+    return u.f;
+#endif
+}
+OPS_FN float ops_expf(float x) {
+    const float lo = -87.33654f, hi = 88.0f;
+    float xc = x < lo ? lo : (x > hi ? hi : x);
+    float n = floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;  /* ln2 in two parts: exact n*C1 */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    float y = p * ops_exp2i_((int)n);
+    return x < lo ? 0.0f : y;
+}
+
 /* ---- Online softmax -------------------------------------------------------------------
  * Running state (m = max so far, l = sum of exp(s - m)). Before adding terms whose maximum is
  * new_max, call this: it raises m if needed, rescales l, and returns the factor by which the
