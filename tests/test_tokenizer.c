@@ -368,6 +368,60 @@ static void test_bad_pattern(void) {
     pretok_free(&p);
 }
 
+/* The ASCII matchers must split exactly as PCRE2 does: random strings over an alphabet that
+ * mixes every ASCII class with the non-ASCII characters the patterns treat specially
+ * (letters, digits, spaces, U+017F that folds to 's', U+0085 NEL, an invalid byte). */
+static void test_fast_pretok_agrees(void) {
+    static const char *alpha[] = {
+        "a", "Z", "s", "t", "r", "e", "v", "l", "m", "d", "S", "L", "E", "0", "7", "'", "'", "'",
+        " ", " ", " ", "\t", "\n", "\r", "\v", "\f", ".", "!", "-", "\"", "\x01", "_",
+        "\xc3\xa9" /* é */, "\xc5\xbf" /* ſ */, "\xc2\xa0" /* NBSP */, "\xc2\x85" /* NEL */,
+        "\xd9\xa3" /* Arabic-Indic 3 */, "\xe4\xb8\xad" /* 中 */, "\xe2\x80\x94" /* em dash */,
+        "\xe3\x80\x80" /* U+3000 */, "\xf0\x9f\x98\x80" /* emoji */, "\xff" /* invalid */,
+    };
+    const int na = (int)(sizeof alpha / sizeof alpha[0]);
+    const char *pats[2] = {PRETOK_GPT2, PRETOK_CL100K};
+    rng_t r;
+    rng_seed(&r, 11);
+    char err[256];
+    for (int p = 0; p < 2; p++) {
+        pretok_t *fast = NULL, *slow = NULL;
+        CHECK(pretok_new(&fast, pats[p], err, sizeof err) == 0 && pretok_new(&slow, pats[p], err, sizeof err) == 0);
+        if (!fast || !slow) continue;
+        pretok_set_fast(slow, 0);
+        int same = 1, iters = 0;
+        for (; iters < 20000 && same; iters++) {
+            uint8_t text[256];
+            size_t len = 0;
+            int n = 1 + (int)rng_below(&r, 40);
+            /* mostly ASCII, sometimes a special character */
+            for (int i = 0; i < n; i++) {
+                const char *a = alpha[rng_below(&r, 8) ? rng_below(&r, 32) : rng_below(&r, na)];
+                size_t al = strlen(a);
+                memcpy(text + len, a, al);
+                len += al;
+            }
+            pretok_iter_t a, b;
+            pretok_iter_init(&a, text, len);
+            pretok_iter_init(&b, text, len);
+            size_t s1, n1, s2, n2;
+            int r1, r2;
+            do {
+                r1 = pretok_next(fast, &a, &s1, &n1);
+                r2 = pretok_next(slow, &b, &s2, &n2);
+                if (r1 != r2 || (r1 > 0 && (s1 != s2 || n1 != n2))) {
+                    same = 0;
+                    fprintf(stderr, "pattern %d: split differs at byte %zu (fast %zu+%zu, pcre2 %zu+%zu)\n", p, s2,
+                            s1, n1, s2, n2);
+                }
+            } while (same && r1 > 0);
+        }
+        CHECK(same, "pattern %d: ASCII matcher and PCRE2 agree (%d strings)", p, iters);
+        pretok_free(&fast);
+        pretok_free(&slow);
+    }
+}
+
 static void test_docread_errors(void) {
     const char *path = tmp_path("docs.jsonl");
     write_file(path, "{\"text\": \"one\"}\n\n{\"txt\": \"two\"}\n");
@@ -439,6 +493,7 @@ int main(void) {
     RUN(test_vocab_file);
     RUN(test_tiktoken_json_layout);
     RUN(test_bad_pattern);
+    RUN(test_fast_pretok_agrees);
     RUN(test_docread_errors);
     RUN(test_encode_dataset);
     return check_summary();

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tokenizer/bpe_vocab.h"
+#include "tokenizer/pretok_fast.h"
 
 struct pretok {
     pcre2_code *code;
@@ -16,6 +17,8 @@ struct pretok {
     pcre2_jit_stack *stack;
     pcre2_match_context *mctx;
     int jit; /* JIT available; otherwise the interpreter runs (slower, same result) */
+    size_t (*fast)(const uint8_t *, size_t, size_t); /* ASCII matcher for this pattern, or NULL */
+    size_t (*fast_saved)(const uint8_t *, size_t, size_t);
 };
 
 const char *pretok_pattern_resolve(const char *s) {
@@ -63,6 +66,9 @@ int pretok_new(pretok_t **out, const char *pattern, char *err, size_t errlen) {
         return pretok_fail(err, errlen, BPE_ENOMEM, "out of memory");
     }
     if (p->jit) pcre2_jit_stack_assign(p->mctx, NULL, p->stack);
+    if (strcmp(pattern, PRETOK_GPT2) == 0) p->fast = pretok_fast_gpt2;
+    if (strcmp(pattern, PRETOK_CL100K) == 0) p->fast = pretok_fast_cl100k;
+    p->fast_saved = p->fast;
     *out = p;
     return BPE_OK;
 }
@@ -78,6 +84,8 @@ void pretok_free(pretok_t **pp) {
     *pp = NULL;
 }
 
+void pretok_set_fast(pretok_t *p, int on) { p->fast = on ? p->fast_saved : NULL; }
+
 void pretok_iter_init(pretok_iter_t *it, const uint8_t *text, size_t len) {
     memset(it, 0, sizeof *it);
     it->text = text;
@@ -91,6 +99,14 @@ int pretok_next(pretok_t *p, pretok_iter_t *it, size_t *start, size_t *n) {
         *n = it->len - it->pos;
         it->pos = it->len;
         return 1;
+    }
+    if (!it->have_match && p->fast) {
+        size_t e = p->fast(it->text, it->len, it->pos);
+        if (e) {
+            it->mstart = it->pos;
+            it->mend = e;
+            it->have_match = 1;
+        }
     }
     if (!it->have_match) {
         /* NOTEMPTY: an empty match would not advance; such positions fall into a gap. */

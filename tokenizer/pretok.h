@@ -31,6 +31,9 @@ const char *pretok_pattern_resolve(const char *name_or_regex);
 /* Compiles pattern ("" or NULL: no splitting, the whole text is one piece). */
 int pretok_new(pretok_t **p, const char *pattern, char *err, size_t errlen);
 void pretok_free(pretok_t **p);
+/* The gpt2 and cl100k patterns get a hand-written ASCII matcher (pretok_fast.h) that defers
+ * to PCRE2 on non-ASCII; on by default, switchable so tests can compare the two. */
+void pretok_set_fast(pretok_t *p, int on);
 
 typedef struct {
     const uint8_t *text;
