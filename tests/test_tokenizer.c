@@ -134,6 +134,13 @@ static void test_train_known_merges(void) {
     CHECK(v && bpe_vocab_n_ordinary(v) == 257 && token_is(v, 256, "aa"));
     CHECK(v && bpe_vocab_special_id(v, BPE_EOT_TEXT) == 257 && bpe_vocab_size(v) == 258);
     bpe_vocab_free(&v);
+    /* a piece longer than BPE_TRAIN_MAX_PIECE is counted in chunks, not dropped */
+    char longdoc[3 * BPE_TRAIN_MAX_PIECE + 1];
+    for (int i = 0; i < 3 * BPE_TRAIN_MAX_PIECE; i++) longdoc[i] = "xy"[i % 2];
+    longdoc[3 * BPE_TRAIN_MAX_PIECE] = 0;
+    v = train_text(longdoc, "", 300);
+    CHECK(v && token_is(v, 256, "xy"), "long piece still trains");
+    bpe_vocab_free(&v);
 }
 
 /* Merges stay inside pieces: with the gpt2 pattern a space starts a piece, so "b " is never

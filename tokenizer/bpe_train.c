@@ -69,29 +69,44 @@ void bpe_trainer_free(bpe_trainer_t **pt) {
 
 uint64_t bpe_trainer_n_pieces(const bpe_trainer_t *t) { return t->n_words; }
 
+static int train_count_piece(bpe_trainer_t *t, const uint8_t *piece, size_t n, char *err, size_t errlen);
+
 int bpe_trainer_add(bpe_trainer_t *t, const uint8_t *text, size_t len, char *err, size_t errlen) {
     pretok_iter_t it;
     pretok_iter_init(&it, text, len);
     size_t s, n;
     int rc;
     while ((rc = pretok_next(t->pretok, &it, &s, &n)) > 0) {
-        if (n > BPE_TRAIN_MAX_PIECE) continue;
-        uint32_t w = bpe_vocab_rank(t->pieces, text + s, n);
-        if (w == BPE_NO_RANK) {
-            if (t->n_words == t->cap) {
-                size_t cap = t->cap ? t->cap * 2 : 4096;
-                uint64_t *c = realloc(t->count, cap * sizeof *c);
-                if (!c) return tr_fail(err, errlen, BPE_ENOMEM, "out of memory");
-                t->count = c;
-                t->cap = cap;
+        if (n > BPE_TRAIN_MAX_PIECE) { /* count it in chunks: see bpe_train.h */
+            for (size_t k = 0; k < n; k += BPE_TRAIN_MAX_PIECE) {
+                size_t m = n - k < BPE_TRAIN_MAX_PIECE ? n - k : BPE_TRAIN_MAX_PIECE;
+                if ((rc = train_count_piece(t, text + s + k, m, err, errlen)) < 0) return rc;
             }
-            w = (uint32_t)t->n_words;
-            if ((rc = bpe_vocab_add(t->pieces, text + s, (uint32_t)n, w, err, errlen)) < 0) return rc;
-            t->count[t->n_words++] = 0;
+            continue;
         }
-        t->count[w]++;
+        if ((rc = train_count_piece(t, text + s, n, err, errlen)) < 0) return rc;
     }
     if (rc < 0) return tr_fail(err, errlen, rc, "regular-expression match failed");
+    return BPE_OK;
+}
+
+/* Adds one occurrence of a piece to its count. */
+static int train_count_piece(bpe_trainer_t *t, const uint8_t *piece, size_t n, char *err, size_t errlen) {
+    uint32_t w = bpe_vocab_rank(t->pieces, piece, n);
+    if (w == BPE_NO_RANK) {
+        if (t->n_words == t->cap) {
+            size_t cap = t->cap ? t->cap * 2 : 4096;
+            uint64_t *c = realloc(t->count, cap * sizeof *c);
+            if (!c) return tr_fail(err, errlen, BPE_ENOMEM, "out of memory");
+            t->count = c;
+            t->cap = cap;
+        }
+        w = (uint32_t)t->n_words;
+        int rc = bpe_vocab_add(t->pieces, piece, (uint32_t)n, w, err, errlen);
+        if (rc < 0) return rc;
+        t->count[t->n_words++] = 0;
+    }
+    t->count[w]++;
     return BPE_OK;
 }
 

@@ -7,8 +7,9 @@
  * ties going to the smaller (left id, right id), which makes training deterministic. Pair
  * counts are updated incrementally (only the words holding the merged pair are revisited)
  * and the best pair comes from a max-heap with lazy deletion. Training stops early when no
- * pair occurs twice. Pieces longer than BPE_TRAIN_MAX_PIECE bytes are skipped (long runs of
- * one character would otherwise dominate time and create huge tokens). */
+ * pair occurs twice. Pieces longer than BPE_TRAIN_MAX_PIECE bytes are counted as chunks of
+ * that size (bounding token length and per-piece work; with no pattern a whole document is
+ * one piece, and this is what makes it countable). */
 #ifndef TOKENIZER_BPE_TRAIN_H
 #define TOKENIZER_BPE_TRAIN_H
 #include <stddef.h>
