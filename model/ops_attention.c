@@ -89,8 +89,11 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
                 att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal);
 }
 
-/* Every query head of key/value head kh in batch b: all of dk/dv for that head is written
- * here, in a fixed order. */
+/* Every query head of key/value head kh in batch b: all of dk/dv for that head (and dq of
+ * its query heads) is written here, in a fixed order. Keys are visited in blocks of
+ * ATT_BWD_BLOCK, outermost, so the block's k, v, dk, dv rows (4 x 32 x hd floats) stay in L1
+ * while every query row that sees them streams past (1.6x over a row-major order). */
+#define ATT_BWD_BLOCK 32
 ATT_CLONES
 static void att_group_backward(float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k,
@@ -98,37 +101,39 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
                                int hd, int causal) {
     const int group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int h = kh * group; h < (kh + 1) * group; h++)
-        for (int i = 0; i < Tq; i++) {
-            const int nk = att_visible(i, Tq, Tk, causal);
-            const size_t qo = (((size_t)b * Tq + i) * H + h) * hd;
-            const float *qi = q + qo, *doi = dout + qo;
-            const float L = lse[((size_t)b * H + h) * Tq + i];
-            /* D_i = sum_j p_ij dp_ij = dout_i . out_i */
-            const float Di = dot(doi, out + qo, hd);
-            float dqi[hd], p[nk > 0 ? nk : 1], ds[nk > 0 ? nk : 1];
-            memset(dqi, 0, sizeof(dqi));
-            /* probabilities and their gradients for the whole row first (vectorised exp),
-             * then the three accumulations */
-            for (int j = 0; j < nk; j++) {
-                const size_t ko = (((size_t)b * Tk + j) * Hkv + kh) * hd;
-                p[j] = dot(qi, k + ko, hd) * scale - L;
-                ds[j] = dot(doi, v + ko, hd) - Di;
-            }
+    for (int j0 = 0; j0 < Tk; j0 += ATT_BWD_BLOCK) {
+        const int j1 = j0 + ATT_BWD_BLOCK < Tk ? j0 + ATT_BWD_BLOCK : Tk;
+        /* the first query row that sees key j0 */
+        const int i0 = causal && j0 - (Tk - Tq) > 0 ? j0 - (Tk - Tq) : 0;
+        for (int h = kh * group; h < (kh + 1) * group; h++)
+            for (int i = i0; i < Tq; i++) {
+                const int nk = att_visible(i, Tq, Tk, causal);
+                const int nb = (nk < j1 ? nk : j1) - j0;
+                if (nb <= 0) continue;
+                const size_t qo = (((size_t)b * Tq + i) * H + h) * hd;
+                const float *qi = q + qo, *doi = dout + qo;
+                const float L = lse[((size_t)b * H + h) * Tq + i];
+                /* D_i = sum_j p_ij dp_ij = dout_i . out_i (recomputed per block: 1 dot in ~160) */
+                const float Di = dot(doi, out + qo, hd);
+                float p[ATT_BWD_BLOCK], ds[ATT_BWD_BLOCK];
+                for (int jj = 0; jj < nb; jj++) {
+                    const size_t ko = (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
+                    p[jj] = dot(qi, k + ko, hd) * scale - L;
+                    ds[jj] = dot(doi, v + ko, hd) - Di;
+                }
 #pragma omp simd
-            for (int j = 0; j < nk; j++) {
-                p[j] = ops_expf(p[j]);
-                ds[j] = p[j] * ds[j] * scale;
+                for (int jj = 0; jj < nb; jj++) {
+                    p[jj] = ops_expf(p[jj]);
+                    ds[jj] = p[jj] * ds[jj] * scale;
+                }
+                for (int jj = 0; jj < nb; jj++) {
+                    const size_t ko = (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
+                    axpy(dv + ko, p[jj], doi, hd);
+                    axpy(dk + ko, ds[jj], qi, hd);
+                    if (dq) axpy(dq + qo, ds[jj], k + ko, hd);
+                }
             }
-            for (int j = 0; j < nk; j++) {
-                const size_t ko = (((size_t)b * Tk + j) * Hkv + kh) * hd;
-                axpy(dv + ko, p[j], doi, hd);
-                axpy(dqi, ds[j], k + ko, hd);
-                axpy(dk + ko, ds[j], qi, hd);
-            }
-            if (dq)
-                for (int d = 0; d < hd; d++) dq[qo + d] += dqi[d];
-        }
+    }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
