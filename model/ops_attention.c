@@ -101,8 +101,18 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
                                int hd, int causal) {
     const int group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
+    float kt[hd][ATT_BWD_BLOCK], vt[hd][ATT_BWD_BLOCK];
     for (int j0 = 0; j0 < Tk; j0 += ATT_BWD_BLOCK) {
         const int j1 = j0 + ATT_BWD_BLOCK < Tk ? j0 + ATT_BWD_BLOCK : Tk;
+        /* the block's keys and values transposed (hd, block): the row's scores q.k_j and
+         * dout.v_j for the whole block are then axpys over j, which vectorise without a
+         * horizontal sum per key (2.5x fewer instructions than one dot per key) */
+        for (int jj = 0; jj < j1 - j0; jj++) {
+            const size_t ko = (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
+            for (int d = 0; d < hd; d++) { kt[d][jj] = k[ko + d]; vt[d][jj] = v[ko + d]; }
+        }
+        for (int jj = j1 - j0; jj < ATT_BWD_BLOCK; jj++)   /* unused lanes: defined values */
+            for (int d = 0; d < hd; d++) kt[d][jj] = vt[d][jj] = 0.0f;
         /* the first query row that sees key j0 */
         const int i0 = causal && j0 - (Tk - Tq) > 0 ? j0 - (Tk - Tq) : 0;
         for (int h = kh * group; h < (kh + 1) * group; h++)
@@ -116,15 +126,21 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
                 /* D_i = sum_j p_ij dp_ij = dout_i . out_i (recomputed per block: 1 dot in ~160) */
                 const float Di = dot(doi, out + qo, hd);
                 float p[ATT_BWD_BLOCK], ds[ATT_BWD_BLOCK];
-                for (int jj = 0; jj < nb; jj++) {
-                    const size_t ko = (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
-                    p[jj] = dot(qi, k + ko, hd) * scale - L;
-                    ds[jj] = dot(doi, v + ko, hd) - Di;
+                /* all ATT_BWD_BLOCK lanes are computed (fixed trip count, vectorises fully);
+                 * lanes >= nb are ignored below */
+                for (int jj = 0; jj < ATT_BWD_BLOCK; jj++) p[jj] = ds[jj] = 0.0f;
+                for (int d = 0; d < hd; d++) {
+                    const float qd = qi[d], gd = doi[d];
+#pragma omp simd
+                    for (int jj = 0; jj < ATT_BWD_BLOCK; jj++) {
+                        p[jj] += qd * kt[d][jj];
+                        ds[jj] += gd * vt[d][jj];
+                    }
                 }
 #pragma omp simd
-                for (int jj = 0; jj < nb; jj++) {
-                    p[jj] = ops_expf(p[jj]);
-                    ds[jj] = p[jj] * ds[jj] * scale;
+                for (int jj = 0; jj < ATT_BWD_BLOCK; jj++) {
+                    p[jj] = ops_expf(p[jj] * scale - L);
+                    ds[jj] = p[jj] * (ds[jj] - Di) * scale;
                 }
                 for (int jj = 0; jj < nb; jj++) {
                     const size_t ko = (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
