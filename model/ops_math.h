@@ -9,12 +9,51 @@
 
 #ifdef __CUDACC__
 #define OPS_FN static inline __host__ __device__
+#define OPS_SIMD
+#define OPS_SIMD_SUM(v)
 #else
 #define OPS_FN static inline
+/* Lets the compiler vectorise a loop (and reassociate a float sum in a fixed, compile-time
+ * order: results stay deterministic). */
+#define OPS_SIMD _Pragma("omp simd")
+#define OPS_PRAGMA_(x) _Pragma(#x)
+#define OPS_SIMD_SUM(v) OPS_PRAGMA_(omp simd reduction(+ : v))
 #endif
 
+/* ---- exp that vectorises ----------------------------------------------------------------
+ * libm's expf is a call the compiler cannot vectorise; attention evaluates one per (query,
+ * key) pair and spent ~20% of its time there. This is the classic Cephes expf: x = n ln2 + r,
+ * |r| <= ln2/2, exp(r) by a degree-6 polynomial, times 2^n built in the exponent bits.
+ * Relative error ~2 ulp over the whole range; returns 0 below -87.3 (where expf underflows to
+ * subnormals) and treats arguments above 88 as 88 (softmax feeds it values <= 0; sigmoid
+ * only needs 1/(1+e^88) ~ 0). */
+OPS_FN float ops_exp2i_(int n) {
+#ifdef __CUDACC__
+    return __int_as_float((n + 127) << 23);
+#else
+    union { int i; float f; } u;
+    u.i = (n + 127) << 23;
+    return u.f;
+#endif
+}
+OPS_FN float ops_expf(float x) {
+    const float lo = -87.33654f, hi = 88.0f;
+    float xc = x < lo ? lo : (x > hi ? hi : x);
+    float n = floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;  /* ln2 in two parts: exact n*C1 */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    float y = p * ops_exp2i_((int)n);
+    return x < lo ? 0.0f : y;
+}
+
 /* ---- SiLU: x * sigmoid(x) -------------------------------------------------------------- */
-OPS_FN float ops_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+OPS_FN float ops_sigmoid(float x) { return 1.0f / (1.0f + ops_expf(-x)); }
 OPS_FN float ops_silu(float x) { return x * ops_sigmoid(x); }
 /* d/dx silu(x) = s + x s (1 - s), s = sigmoid(x). */
 OPS_FN float ops_silu_grad(float x) {
@@ -62,37 +101,6 @@ OPS_FN float ops_rope_freq(int i, int hd, float theta) {
     return (float)(1.0 / pow((double)theta, (double)(2 * i) / (double)hd));
 }
 
-/* ---- exp that vectorises ----------------------------------------------------------------
- * libm's expf is a call the compiler cannot vectorise; attention evaluates one per (query,
- * key) pair and spent ~20% of its time there. This is the classic Cephes expf: x = n ln2 + r,
- * |r| <= ln2/2, exp(r) by a degree-6 polynomial, times 2^n built in the exponent bits.
- * Relative error ~2 ulp over the whole range; returns 0 below -87.3 (where expf underflows to
- * subnormals) and is only meant for arguments <= 88 (softmax feeds it values <= 0). */
-OPS_FN float ops_exp2i_(int n) {
-#ifdef __CUDACC__
-    return __int_as_float((n + 127) << 23);
-#else
-    union { int i; float f; } u;
-    u.i = (n + 127) << 23;
-    return u.f;
-#endif
-}
-OPS_FN float ops_expf(float x) {
-    const float lo = -87.33654f, hi = 88.0f;
-    float xc = x < lo ? lo : (x > hi ? hi : x);
-    float n = floorf(xc * 1.44269504088896341f + 0.5f);
-    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;  /* ln2 in two parts: exact n*C1 */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    float y = p * ops_exp2i_((int)n);
-    return x < lo ? 0.0f : y;
-}
-
 /* ---- Online softmax -------------------------------------------------------------------
  * Running state (m = max so far, l = sum of exp(s - m)). Before adding terms whose maximum is
  * new_max, call this: it raises m if needed, rescales l, and returns the factor by which the
@@ -111,13 +119,15 @@ OPS_FN float ops_logsumexp_row(const float *z, int v) {
     float mx = -INFINITY;
     for (int i = 0; i < v; i++) mx = z[i] > mx ? z[i] : mx;
     float s = 0.0f;
-    for (int i = 0; i < v; i++) s += expf(z[i] - mx);
+    OPS_SIMD_SUM(s)
+    for (int i = 0; i < v; i++) s += ops_expf(z[i] - mx);
     return mx + logf(s);
 }
 /* dz = scale * (softmax(z) - onehot(t)); dz may alias z. */
 OPS_FN void ops_crossentropy_row_backward(float *dz, const float *z, float lse, int t, int v,
                                           float scale) {
-    for (int i = 0; i < v; i++) dz[i] = scale * expf(z[i] - lse);
+    OPS_SIMD
+    for (int i = 0; i < v; i++) dz[i] = scale * ops_expf(z[i] - lse);
     dz[t] -= scale;
 }
 #endif

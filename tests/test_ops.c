@@ -168,6 +168,19 @@ static void test_math_helpers(void) {
     CHECK_CLOSE(m + logf(l), ops_logsumexp_row(s, 6), 1e-6, 1e-6);
 }
 
+/* The vectorisable exp against libm's, over the range softmax and sigmoid use. */
+static void test_expf_accuracy(void) {
+    double worst = 0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+        double ref = exp((double)x), rel = fabs(ops_expf(x) - ref) / ref;
+        if (rel > worst) worst = rel;
+    }
+    /* Cephes' polynomial is good to ~2 ulp (2.4e-7); 5e-7 still catches a wrong coefficient */
+    CHECK(worst < 5e-7, "ops_expf worst relative error %g", worst);
+    CHECK(ops_expf(-INFINITY) == 0.0f && ops_expf(-200.0f) == 0.0f, "underflow must give 0");
+    CHECK(ops_expf(0.0f) == 1.0f, "exp(0) = %g", ops_expf(0.0f));
+}
+
 static void test_schedule(void) {
     schedule_t s = {.lr_max = 1e-3f, .lr_min = 1e-4f, .warmup_steps = 10, .total_steps = 110};
     char err[128];
@@ -232,6 +245,7 @@ int main(void) {
     RUN(test_rope_properties);
     RUN(test_crossentropy_values);
     RUN(test_math_helpers);
+    RUN(test_expf_accuracy);
     RUN(test_schedule);
     RUN(test_adamw_step);
     return check_summary();
