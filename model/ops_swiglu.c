@@ -14,8 +14,9 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
     size_t n = (size_t)N * F;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        dgate[i] += dout[i] * up[i] * ops_silu_grad(g);
-        dup[i] += dout[i] * ops_silu(g);
+        /* one sigmoid for both silu and its derivative (ops_math.h's formulas, inlined) */
+        float g = gate[i], s = ops_sigmoid(g);
+        dgate[i] += dout[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
+        dup[i] += dout[i] * (g * s);
     }
 }
