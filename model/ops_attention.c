@@ -2,9 +2,10 @@
  *
  * Forward: one query row at a time, keys visited in blocks of ATT_BLOCK with an online softmax
  * (ops_math.h), so memory is O(block) per row and only the row's log-sum-exp is kept.
- * Backward: probabilities recomputed from q, k and lse, row by row. Work is split over
- * (batch, key/value head) so that every dk/dv row is written by one thread in a fixed order
- * (deterministic without atomics). */
+ * Backward: probabilities recomputed from q, k and lse, one (query row, key block) at a time,
+ * key blocks outermost. Work is split over (batch, key/value head) so that every dk/dv row
+ * (and the dq rows of that head's query group) is written by one thread in a fixed order
+ * (deterministic without atomics). Neither pass holds more than a row or a block of scores. */
 #include "model/ops.h"
 #include "model/ops_math.h"
 #include <math.h>
