@@ -68,7 +68,7 @@ static int cmd_serve(int argc, char **argv) {
         {"val-docs", FLAG_I64, &val_docs, "the last N documents form the \"val\" split", 0, 1e18, 0},
         {"val-data", FLAG_STR, &val_data, "a separate dataset directory for \"val\"", 0, 0, 0},
         {"name", FLAG_STR, &name, "instance name: bus topic loader/NAME (default: pid)", 0, 0, 0},
-        {"bus-pub", FLAG_STR, &bus_pub, "the bus's publisher-side endpoint (optional)", 0, 0, 0},
+        {"bus-pub", FLAG_STR, &bus_pub, "bus endpoint for the announcements (default $FT_BUS_PUB or tcp://127.0.0.1:5710)", 0, 0, 0},
         {"threads", FLAG_INT, &threads, "worker threads", 1, 64, 0},
         {"quiet", FLAG_BOOL, &quiet, "no log lines", 0, 0, 0},
     };

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bus/bus.h"
 #include "bus/progress.h"
 #include "bus/wire.h"
 
@@ -255,10 +256,7 @@ static void announce(void *pub, const loader_server_cfg_t *cfg, uint64_t served)
     m.u.loader.served = served;
     char topic[80];
     snprintf(topic, sizeof topic, "loader/%s", cfg->name);
-    void *frame = NULL;
-    size_t len = 0;
-    if (wire_event_pack(topic, &m, &frame, &len) == WIRE_OK) zmq_send(pub, frame, len, ZMQ_DONTWAIT);
-    free(frame);
+    bus_publish(pub, topic, &m);
 }
 
 int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *stop, char *err, size_t errlen) {
@@ -287,14 +285,13 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         rc = LOADER_EIO;
         goto out;
     }
-    if (cfg->bus_pub && *cfg->bus_pub) {
-        pub = zmq_socket(zctx, ZMQ_PUB);
-        zmq_setsockopt(pub, ZMQ_LINGER, &zero, sizeof zero);
-        if (zmq_connect(pub, cfg->bus_pub) != 0) {
-            snprintf(err, errlen, "bus %s: %s", cfg->bus_pub, zmq_strerror(zmq_errno()));
-            rc = LOADER_EIO;
-            goto out;
-        }
+    /* The bus is optional: without one the announcements are dropped (publishing never
+     * blocks) and serving is unaffected. Endpoint: --bus-pub, else $FT_BUS_PUB, else the
+     * default, like every program. */
+    {
+        char berr[256];
+        pub = bus_pub_open(zctx, bus_endpoint_pub(cfg->bus_pub), berr, sizeof berr);
+        if (!pub && !cfg->quiet) fprintf(stderr, "loader: warning: no bus announcements (%s)\n", berr);
     }
     if (nthreads > 1) {
         backend = zmq_socket(zctx, ZMQ_DEALER);
@@ -357,7 +354,7 @@ out:
     atomic_store(&quit, 1);
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     if (backend) zmq_close(backend);
-    if (pub) zmq_close(pub);
+    bus_close(&pub);
     if (router) zmq_close(router);
     if (zctx) zmq_ctx_term(zctx);
     for (int i = 0; i < nthreads; i++) loader_handler_close(&h[i]);
