@@ -105,7 +105,7 @@ deps:
 	else echo "[deps] missing packages; run: sudo apt-get install -y" $$missing; exit 1; fi
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all data
 	@bash tests/run.sh
 
 demo: deps
