@@ -45,6 +45,7 @@ void bus_signals_install(void) {
 }
 
 int bus_signal_received(void) { return g_signal != 0; }
+volatile sig_atomic_t *bus_signal_flag(void) { return &g_signal; }
 
 void bus_close(void **sock) {
     if (!sock || !*sock) return;

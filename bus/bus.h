@@ -11,6 +11,7 @@
  * (the event is consumed; the caller may carry on). */
 #ifndef BUS_BUS_H
 #define BUS_BUS_H
+#include <signal.h>
 #include <stddef.h>
 
 #include "bus/wire.h"
@@ -70,6 +71,8 @@ void bus_close(void **sock);
 /* SIGINT/SIGTERM set a flag, without SA_RESTART so a blocked zmq_poll returns EINTR. */
 void bus_signals_install(void);
 int bus_signal_received(void);
+/* The flag itself, for libraries that take a stop flag (loader_client_cfg_t.stop). */
+volatile sig_atomic_t *bus_signal_flag(void);
 
 /* One JSON line {"topic":...,"error":...} for an event that did not decode (bin/bus tap). */
 int bus_error_json(const char *topic, const char *error, char *out, size_t cap);

@@ -17,7 +17,9 @@ bin/tokenizer synth --n 4000 --seed 7 > "$W/synth.txt"
 bin/tokenizer encode --vocab bytes --out "$W/ds" "$W/synth.txt" 2>/dev/null
 bin/bus >"$W/bus.log" 2>&1 & pids+=($!)
 bin/loader --data "$W/ds" --bind "ipc://$W/l0" --name l0 --quiet >"$W/l0.log" 2>&1 & pids+=($!)
-bin/bus tap metrics ckpt >"$W/tap.log" 2>/dev/null & pids+=($!)
+bin/bus tap metrics ckpt log >"$W/tap.log" 2>/dev/null & pids+=($!)
+# the tap is connected once it prints a ping (a subscriber that joins late misses events)
+for _ in $(seq 100); do bin/bus send log/sync log program=it line=ping >/dev/null 2>&1; grep -q ping "$W/tap.log" && break; sleep 0.1; done
 
 MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --batch 4 --warmup 5 --lr 3e-3"
 # (background runs call bin/trainer directly, so $! is the trainer and not a subshell)

@@ -148,7 +148,7 @@ int trainer_data_start(trainer_data_t *d, uint64_t epoch, uint64_t step, char *e
     loader_client_cfg_t cfg = {.seed = (uint64_t)o->data_seed, .B = (uint32_t)o->B, .T = (uint32_t)o->T,
                                .rank = 0, .world = 1, .layout = layout_of(o), .split = WIRE_TRAIN,
                                .window = (uint32_t)o->window, .timeout_ms = o->timeout_ms,
-                               .start_epoch = epoch, .start_step = step};
+                               .start_epoch = epoch, .start_step = step, .stop = bus_signal_flag()};
     return loader_client_open(&d->client, d->zctx, (const char *const *)d->eps, d->n_eps, &cfg, err, errlen);
 }
 

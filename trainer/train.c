@@ -285,6 +285,7 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     char perr[256];
     r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
     if (!r.pub) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);
+    else bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
     if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
 
     uint64_t epoch = 0, dstep = 0;
