@@ -1,4 +1,4 @@
-/* loader/client.h: the trainer's side of the loader protocol (docs/protocol-loader.md).
+/* loader/client.h: the trainer's side of the loader protocol (docs/PROTOCOL.md §1.3).
  *
  * Delivers batches strictly in order (epoch, step) from a cursor, keeping up to `window`
  * requests in flight over every known loader (one DEALER socket per endpoint, so the client

@@ -26,7 +26,7 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 
 static void usage(const char *mode, flag_t *f, int n) {
     if (!strcmp(mode, "serve")) {
-        printf("usage: bin/loader --data DIR --bind EP [flags]    serve batches (docs/protocol-loader.md)\n"
+        printf("usage: bin/loader --data DIR --bind EP [flags]    serve batches (docs/PROTOCOL.md §1.3)\n"
                "       bin/loader get|info|mkdata|bench --help         the client and dataset subcommands\n\n");
     } else {
         printf("usage: bin/loader %s [flags]\n\n", mode);
@@ -63,7 +63,7 @@ static int cmd_serve(int argc, char **argv) {
     long long val_docs = 0;
     int threads = 1, quiet = 0;
     flag_t f[] = {
-        {"data", FLAG_STR, &data, "dataset directory (LMDB, docs/formats-dataset.md)", 0, 0, 0},
+        {"data", FLAG_STR, &data, "dataset directory (LMDB, docs/FORMATS.md §1)", 0, 0, 0},
         {"bind", FLAG_STR, &bind, "ROUTER endpoint to serve on (ipc://PATH, tcp://HOST:PORT)", 0, 0, 0},
         {"val-docs", FLAG_I64, &val_docs, "the last N documents form the \"val\" split", 0, 1e18, 0},
         {"val-data", FLAG_STR, &val_data, "a separate dataset directory for \"val\"", 0, 0, 0},

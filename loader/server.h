@@ -1,4 +1,4 @@
-/* loader/server.h: the loader service (docs/protocol-loader.md).
+/* loader/server.h: the loader service (docs/PROTOCOL.md §1.3).
  *
  * A ROUTER socket answers batch_req and info_req. The reply goes back on the envelope the
  * request came with: every frame but the last is echoed, the last is replaced by the reply

@@ -1,5 +1,5 @@
 /* model/checkpoint.c: writing, finding, verifying and loading checkpoint directories
- * (layout and atomicity rule in checkpoint.h and docs/formats-checkpoint.md). */
+ * (layout and atomicity rule in checkpoint.h and docs/FORMATS.md §3). */
 #include "model/checkpoint.h"
 
 #include <dirent.h>

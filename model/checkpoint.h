@@ -11,7 +11,7 @@
  * renamed to its final name and run_dir fsynced: after a crash there is either the complete
  * directory or a .tmp one that readers ignore and the next save removes. A directory counts as
  * a checkpoint only when its MANIFEST parses and every size and hash in it matches.
- * Full description: docs/formats-checkpoint.md.
+ * Full description: docs/FORMATS.md §3.
  *
  * All functions return 0 (or a count, where said) on success and a negative CKPT_E* code on
  * failure with one line in err ("<path>: <why>"). */

@@ -1,5 +1,5 @@
 /* model/safetensors.c: the safetensors reader and writer (format notes in safetensors.h and
- * docs/formats-checkpoint.md). The reader trusts nothing in the file: every size and offset is
+ * docs/FORMATS.md §3). The reader trusts nothing in the file: every size and offset is
  * checked against the real file size before any pointer into the data is formed. */
 #include "model/safetensors.h"
 

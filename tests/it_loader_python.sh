@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the Python examples of docs/formats-dataset.md and docs/protocol-loader.md (extracted
+# Runs the Python examples of docs/FORMATS.md and docs/PROTOCOL.md (extracted
 # verbatim between their markers) against a dataset and a live bin/loader, and compares their
 # output with the C side (bin/loader get).
 set -u
@@ -14,8 +14,8 @@ pass=0; fail=0
 ok() { if [ "$1" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi; }
 extract() { sed -n "/<!-- example: $2 -->/,/<!-- end -->/p" "$1" | sed '1,2d;$d' | sed '$d'; }
 
-extract docs/formats-dataset.md read-dataset >"$T/read.py"
-extract docs/protocol-loader.md get-batch >"$T/get.py"
+extract docs/FORMATS.md read-dataset >"$T/read.py"
+extract docs/PROTOCOL.md get-batch >"$T/get.py"
 [ -s "$T/read.py" ] && [ -s "$T/get.py" ]; ok $? "examples not found in the docs"
 
 bin/loader mkdata --out "$T/ds" --docs 500 --seed 4 --vocab 70000 --min-len 1 --max-len 50

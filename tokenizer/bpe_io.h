@@ -1,4 +1,4 @@
-/* tokenizer/bpe_io.h: reading and writing vocabularies (layouts in docs/formats-tokenizer.md).
+/* tokenizer/bpe_io.h: reading and writing vocabularies (layouts in docs/FORMATS.md §2).
  *
  *   tiktoken's npm JSON (encoders/<name>.json): {"pat_str", "special_tokens", "bpe_ranks"},
  *     bpe_ranks = lines "! <first-rank> <base64 token> <base64 token> ..." (ranks consecutive

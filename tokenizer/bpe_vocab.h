@@ -64,7 +64,7 @@ int bpe_vocab_is_identity(const bpe_vocab_t *v);
 /* Checks the vocabulary can encode any byte string: every single byte must be a token. */
 int bpe_vocab_check(const bpe_vocab_t *v, char *err, size_t errlen);
 
-/* Hex XXH3-128 (32 chars + NUL) of the canonical bytes (docs/formats-tokenizer.md): the
+/* Hex XXH3-128 (32 chars + NUL) of the canonical bytes (docs/FORMATS.md §2): the
  * pattern, every ordinary token and every special token with their ids. Two vocabularies
  * with equal hashes encode every text identically. */
 void bpe_vocab_hash(const bpe_vocab_t *v, char out[33]);

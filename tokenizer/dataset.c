@@ -1,4 +1,4 @@
-/* tokenizer/dataset.c: the LMDB dataset (tokenizer/dataset.h, docs/formats-dataset.md).
+/* tokenizer/dataset.c: the LMDB dataset (tokenizer/dataset.h, docs/FORMATS.md §1).
  *
  * Writer: documents are encoded into an in-memory buffer and flushed in one LMDB write
  * transaction every ~8 MB, so memory stays bounded and a huge corpus is a few hundred commits.
