@@ -4,8 +4,9 @@
 #include <string.h>
 
 extern const model_family_t family_llama;
+extern const model_family_t family_free;
 
-static const model_family_t *const families[] = {&family_llama};
+static const model_family_t *const families[] = {&family_llama, &family_free};
 #define N_FAMILIES (int)(sizeof families / sizeof families[0])
 
 const model_family_t *family_find(const char *name) {
@@ -20,7 +21,7 @@ const model_family_t *family_for_kind(model_kind kind) {
     return NULL;
 }
 
-const char *family_names(void) { return "llama"; }
+const char *family_names(void) { return "llama, free"; }
 
 int64_t family_param_count(const model_family_t *f, void *m) {
     int n = f->params(m, NULL, 0);

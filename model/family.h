@@ -38,6 +38,10 @@ typedef struct model_family {
     int (*grads)(void *m, tensor_view_t *views, int cap);
     /* Numbers of the last forward beyond the loss (may be NULL: none). */
     void (*metrics)(void *m, family_metrics_t *out);
+    /* Called before the micro-batches of optimizer step `step` (0-based) so a family that
+     * draws random numbers in its forward (the Free Transformer's latent) draws the same ones
+     * after a resume (may be NULL: nothing to draw). */
+    void (*set_step)(void *m, uint64_t step);
 } model_family_t;
 
 /* The family called `name`, or NULL. */

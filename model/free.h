@@ -1,0 +1,151 @@
+/* model/free.h: the Free Transformer (seed 000, section 3, Algorithm 2, Figure 2) on the CPU.
+ *
+ * It is the Llama decoder of model/llama.h (reused, not forked) plus four extras:
+ *
+ *   tokens -> embed -> blocks 0 .. L/2-1                         -> X      (B,T,D)
+ *   encoder:  Y_e = encoder_block(x_q = zeta repeated T times, x_kv = X), NON-causal, RoPE as
+ *             in every block, residual on the query stream (zeta)
+ *             bit logits  Lg = RMSNorm(Y_e; free.encoder_norm) W_ro^T            (B,T,H)
+ *   Binary Mapper (eq. 6-8): p = sigmoid(Lg); bit_h = u_h < p_h (u uniform, given or drawn);
+ *             d = sum_h 2^h bit_h (h = 0..H-1, i.e. the paper's 2^(h-1) with 1-based h);
+ *             Z = onehot(d) + G - detach(G), G_{d'} = prod_h p_h^{b_h(d')} (1-p_h)^{1-b_h(d')}
+ *   post-sampler: R = W_post Z  = the column W_post[:, d]  (a gather; no 2^H x D product)
+ *   block L/2 (0-based; the paper's block L/2+1) reads queries from X, keys/values from X + R;
+ *   blocks L/2+1 .. L-1 as usual, final norm, lm head.
+ *
+ * Loss (what the family's forward returns and the backward differentiates):
+ *   CE + mean over counted positions (b,t) of max(0, KL_t - kappa),
+ *   KL_t = H log 2 - sum_h binary_entropy(p_th)   (nats; eq. 4, the bits being independent).
+ * "Counted" = mask != 0 (all positions without a mask), the same positions as the CE.
+ *
+ * Gradient of the Binary Mapper (the paper's pass-through, NOT straight-through on the sampled
+ * entry): Z's forward VALUE is the one-hot, so dL/dW_post = dR Z^T only touches column d;
+ * but Z's gradient dZ = W_post^T dR is dense over all 2^H entries and flows to G:
+ *   dL/dLg_h = sum_{d'} dZ_{d'} dG_{d'}/dLg_h = sum_{d'} dZ_{d'} G_{d'} (b_h(d') - p_h).
+ * The backward computes it exactly (a (N x D) x (D x 2^H) product in row chunks; see
+ * post_sampler_backward). With H = 16 that is large, by design of the paper.
+ *
+ * Checkpoint names: the decoder keeps the Hugging Face Llama names (model.embed_tokens.weight,
+ * model.layers.<l>.*, model.norm.weight, lm_head.weight when untied); the extras follow, in
+ * this order (docs/formats-free.md):
+ *   free.zeta                     (D)         the encoder's learned query input
+ *   free.encoder.<suffix>         the encoder block, the 9 suffixes of a llama layer:
+ *        input_layernorm.weight (D), self_attn.q_proj.weight (H*hd, D),
+ *        self_attn.k_proj.weight (Hkv*hd, D), self_attn.v_proj.weight (Hkv*hd, D),
+ *        self_attn.o_proj.weight (D, H*hd), post_attention_layernorm.weight (D),
+ *        mlp.gate_proj.weight (F, D), mlp.up_proj.weight (F, D), mlp.down_proj.weight (D, F)
+ *   free.encoder_norm.weight      (D)         RMSNorm before the read-out
+ *   free.readout.weight           (H, D)      bit logits = x W^T (H = latent_bits)
+ *   free.post_sampler.weight      (D, 2^H)    R = W Z: column d is the embedding of latent d
+ *
+ * Init: the decoder as llama_init (normal(0, 0.02) matrices, norms 1), from the same seed so
+ * a Free Transformer and a baseline created with one seed share decoder weights. The extras
+ * draw from a second stream (seed, 0xF7EE): every matrix normal(0, 0.02), norms 1, and zeta
+ * normal(0, 0.02) too (a small random vector like a token embedding, which is what the paper
+ * calls it).
+ *
+ * Uniforms: by default each training forward draws u (B,T,H) from bus/rng.h, the stream
+ * seeded by free_set_step(step) (rng_seed2(seed ^ FREE_U_SALT, step)) and consumed in order
+ * by the micro-batches of that step, so a resumed run draws what the uninterrupted run drew.
+ * free_set_uniforms() fixes them instead (tests). */
+#ifndef MODEL_FREE_H
+#define MODEL_FREE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "model/config.h"
+#include "model/family.h"
+#include "model/llama.h"
+#include "model/llama_block.h"
+#include "model/tensor.h"
+
+enum { FREE_EARG = -1, FREE_ENOMEM = -2, FREE_ECONFIG = -3, FREE_ETOKEN = -4 };
+#define FREE_U_SALT 0x55AAF7EEull
+
+typedef struct free_model free_t;
+
+/* Pointers to the extras (parameters, or gradients with the same layout). */
+typedef struct {
+    float *zeta;          /* (D) */
+    llama_block_w_t enc;  /* the encoder block */
+    float *enc_norm;      /* (D) */
+    float *readout;       /* (H, D) */
+    float *post;          /* (D, 2^H) row-major: column d = W_post[:, d] */
+} free_w_t;
+
+/* llama_config_check plus: kind MODEL_FREE, n_layers >= 2, latent_bits 1..20, kappa >= 0. */
+int free_config_check(const model_config_t *cfg, int B, int T, char *err, size_t errlen);
+int free_create(free_t **m, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
+                char *err, size_t errlen);
+void free_destroy(free_t **m);
+void free_init(free_t *m, uint64_t seed);
+
+const model_config_t *free_config(const free_t *m);
+int free_set_shape(free_t *m, int B, int T, char *err, size_t errlen);
+/* The decoder (its pieces, KV-cache generation) and the index of the injection block. */
+llama_t *free_decoder(free_t *m);
+int free_half(const free_t *m);          /* L/2: blocks [0, L/2) give X; block L/2 injects */
+free_w_t free_weights(free_t *m);
+free_w_t free_grad_weights(free_t *m);
+
+/* Views: the decoder's (HF order) then the extras (order above). */
+int free_params(free_t *m, tensor_view_t *views, int cap);
+int free_grads(free_t *m, tensor_view_t *views, int cap);
+void free_zero_grad(free_t *m);
+void free_set_grad_scale(free_t *m, float s);
+
+/* Uniform draws: reseed for an optimizer step, or fix u (B,T,H) for every later forward
+ * (copied; NULL returns to drawing). The fixed array must match the shape of each forward. */
+void free_set_step(free_t *m, uint64_t step);
+void free_set_uniforms(free_t *m, const float *u);
+
+/* Training forward (encoder -> Binary Mapper -> decoder): *loss = CE + free-bits KL.
+ * targets NULL: logits only (Z still from the encoder). */
+int free_forward(free_t *m, const uint32_t *tokens, const uint32_t *targets, const uint8_t *mask,
+                 float *loss, char *err, size_t errlen);
+/* Backward of the last free_forward with targets (accumulates into the gradients). */
+int free_backward(free_t *m, char *err, size_t errlen);
+
+/* Forward with Z given as indices z (B,T) in [0, 2^H) (prior samples, or one fixed Z):
+ * no encoder; *ce = cross-entropy only (targets NULL: logits only). No backward. */
+int free_forward_z(free_t *m, const uint32_t *tokens, const uint32_t *z, const uint32_t *targets,
+                   const uint8_t *mask, float *ce, char *err, size_t errlen);
+/* Encoder only: embed, blocks [0, L/2), encoder block, read-out. Afterwards free_bit_logits
+ * and free_kl hold (B,T,H) and (B,T) for these tokens. */
+int free_encode(free_t *m, const uint32_t *tokens, char *err, size_t errlen);
+
+/* Results of the last forward, valid until the next one. */
+const float *free_logits(const free_t *m);      /* (B,T,V) */
+const float *free_bit_logits(const free_t *m);  /* (B,T,H) */
+const float *free_kl(const free_t *m);          /* (B,T) KL_t in nats */
+const uint32_t *free_z(const free_t *m);        /* (B,T) latent index d used by the decoder */
+/* "ce", "kl" (mean KL per counted token, nats), "kl_bits", "kl_above_kappa" (fraction of
+ * counted tokens whose KL > kappa), "loss". */
+void free_metrics(free_t *m, family_metrics_t *out);
+
+/* ---- the ops (model/ops_binmap.c), usable without a model (generation, tests) ---- */
+/* Bits and indices: prob = sigmoid(logits); bit_h = u_h < prob_h; idx = sum_h 2^h bit_h. */
+void binmap_forward(uint32_t *idx /* (N) */, float *prob /* (N,H) */,
+                    const float *logits /* (N,H) */, const float *u /* (N,H) */, int N, int H);
+/* G_{d} = P(B = bits of d) for one position: (2^H) from prob (H). */
+void binmap_probs(float *G /* (2^H) */, const float *prob /* (H) */, int H);
+/* dlogits += d/dlogits sum_d' dz_d' G_d' = sum_d' dz_d' G_d' (b_h(d') - p_h), per position.
+ * dz is overwritten (it becomes dz * G). */
+void binmap_backward(float *dlogits /* (N,H) += */, float *dz /* (N,2^H) in/out */,
+                     const float *prob /* (N,H) */, int N, int H);
+/* KL_t = H log 2 - sum_h binary_entropy(sigmoid(l_h)) in nats (double accumulation), and its
+ * derivative dKL/dl_h = l_h p_h (1 - p_h). */
+float binmap_kl(const float *logits /* (H) */, int H);
+void binmap_kl_backward(float *dlogits /* (H) += */, const float *logits /* (H) */, int H,
+                        float scale);
+/* Post-sampler: r[n] = w[:, idx[n]] (the column gather = W onehot). */
+void post_sampler_forward(float *r /* (N,D) */, const float *w /* (D,2^H) */,
+                          const uint32_t *idx /* (N) */, int N, int D, int H);
+/* dw[:, idx[n]] += dr[n] (Z's value is the one-hot) and, if dlogits, the pass-through
+ * gradient dlogits += binmap_backward(dZ = W^T dr) computed over row chunks with a work
+ * buffer of post_sampler_work_floats(D, H) floats. */
+size_t post_sampler_work_floats(int D, int H);
+void post_sampler_backward(float *dw /* (D,2^H) += */, float *dlogits /* (N,H) += or NULL */,
+                           const float *dr /* (N,D) */, const float *w /* (D,2^H) */,
+                           const uint32_t *idx /* (N) */, const float *prob /* (N,H) */, int N,
+                           int D, int H, float *work);
+#endif

@@ -1,0 +1,118 @@
+/* model/ops_binmap.c: the Binary Mapper (seed 000 eq. 6-8), its KL, and the post-sampler.
+ *
+ * Bit h of an index d is (d >> h) & 1 (h = 0..H-1): the paper's d = 1 + sum 2^(h-1) B_h
+ * with 0-based indices. */
+#include "model/free.h"
+#include "model/gemm.h"
+#include <math.h>
+#include <string.h>
+
+/* Rows of dZ = dR W_post computed at once in the backward: bounds the work buffer to
+ * BINMAP_CHUNK * 2^H floats (16 MiB at H = 16) while keeping the product a real matrix
+ * product. */
+#define BINMAP_CHUNK 64
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void binmap_forward(uint32_t *idx, float *prob, const float *logits, const float *u, int N, int H) {
+    for (int n = 0; n < N; n++) {
+        uint32_t d = 0;
+        for (int h = 0; h < H; h++) {
+            float p = sigmoidf_(logits[(size_t)n * H + h]);
+            prob[(size_t)n * H + h] = p;
+            if (u[(size_t)n * H + h] < p) d |= 1u << h;
+        }
+        idx[n] = d;
+    }
+}
+
+void binmap_probs(float *G, const float *prob, int H) {
+    /* doubling: after bit h, G[0 .. 2^(h+1)) holds the joint probabilities of bits 0..h */
+    G[0] = 1.0f;
+    for (int h = 0; h < H; h++) {
+        size_t half = (size_t)1 << h;
+        float p = prob[h];
+        for (size_t j = 0; j < half; j++) {
+            G[j + half] = G[j] * p;
+            G[j] *= 1.0f - p;
+        }
+    }
+}
+
+void binmap_backward(float *dlogits, float *dz, const float *prob, int N, int H) {
+    const size_t K = (size_t)1 << H;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *c = dz + (size_t)n * K;
+        const float *p = prob + (size_t)n * H;
+        /* c <- dz * G, one bit at a time (G is a product over bits), no 2^H buffer */
+        for (int h = 0; h < H; h++) {
+            const size_t half = (size_t)1 << h;
+            const float p1 = p[h], p0 = 1.0f - p[h];
+            for (size_t base = 0; base < K; base += 2 * half) {
+                for (size_t j = 0; j < half; j++) c[base + j] *= p0;
+                for (size_t j = 0; j < half; j++) c[base + half + j] *= p1;
+            }
+        }
+        /* dl_h = sum_d' c_d' (b_h(d') - p_h) = s_h - p_h s, with s_h over d' whose bit h is 1 */
+        double s = 0;
+        for (size_t j = 0; j < K; j++) s += c[j];
+        for (int h = 0; h < H; h++) {
+            const size_t half = (size_t)1 << h;
+            double sh = 0;
+            for (size_t base = half; base < K; base += 2 * half)
+                for (size_t j = 0; j < half; j++) sh += c[base + j];
+            dlogits[(size_t)n * H + h] += (float)(sh - p[h] * s);
+        }
+    }
+}
+
+/* binary_entropy(sigmoid(l)) = softplus(l) - l sigmoid(l): stable for any l */
+static inline double bin_entropy_logit(double l) {
+    double sp = l > 0 ? l + log1p(exp(-l)) : log1p(exp(l));
+    return sp - l / (1.0 + exp(-l));
+}
+
+float binmap_kl(const float *logits, int H) {
+    double kl = H * M_LN2;
+    for (int h = 0; h < H; h++) kl -= bin_entropy_logit(logits[h]);
+    return kl > 0 ? (float)kl : 0.0f; /* exact value is >= 0; rounding may give -1e-16 */
+}
+
+void binmap_kl_backward(float *dlogits, const float *logits, int H, float scale) {
+    /* d/dl [-(softplus(l) - l p)] = -(p - p - l p (1-p)) = l p (1 - p) */
+    for (int h = 0; h < H; h++) {
+        double l = logits[h], p = 1.0 / (1.0 + exp(-l));
+        dlogits[h] += (float)(scale * l * p * (1.0 - p));
+    }
+}
+
+void post_sampler_forward(float *r, const float *w, const uint32_t *idx, int N, int D, int H) {
+    const size_t K = (size_t)1 << H;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < D; i++) r[(size_t)n * D + i] = w[(size_t)i * K + idx[n]];
+}
+
+size_t post_sampler_work_floats(int D, int H) {
+    (void)D;
+    return (size_t)BINMAP_CHUNK << H;
+}
+
+void post_sampler_backward(float *dw, float *dlogits, const float *dr, const float *w,
+                           const uint32_t *idx, const float *prob, int N, int D, int H,
+                           float *work) {
+    const size_t K = (size_t)1 << H;
+    /* dW = dR Z^T with Z's VALUE, the one-hot: only column idx[n] receives dr[n] */
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < D; i++) dw[(size_t)i * K + idx[n]] += dr[(size_t)n * D + i];
+    if (!dlogits) return;
+    /* dZ = W^T dR, dense over the 2^H entries, then through G (Z = onehot + G - detach(G)).
+     * Row-major dZ (rows, K) = dR (rows, D) W (D, K); column-major that is
+     * dZ^T (K, rows) = W_cm (K x D, ld K) dR_cm (D x rows, ld D). */
+    for (int n0 = 0; n0 < N; n0 += BINMAP_CHUNK) {
+        int rows = N - n0 < BINMAP_CHUNK ? N - n0 : BINMAP_CHUNK;
+        model_gemm(GEMM_N, GEMM_N, (int)K, rows, D, 1.0f, w, (int)K, dr + (size_t)n0 * D, D, 0.0f,
+                   work, (int)K);
+        binmap_backward(dlogits + (size_t)n0 * H, work, prob + (size_t)n0 * H, rows, H);
+    }
+}
