@@ -1,0 +1,208 @@
+/* model/generate.c: the decoder forward over a chunk of new positions with a KV cache
+ * (see generate.h). Written like llama_block_forward, step by step, on the chunk's rows. */
+#include "model/generate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/ops.h"
+
+struct gen {
+    llama_t *m;
+    model_config_t cfg;
+    int Bmax, Tmax;
+    int pos;                  /* positions cached, same for every sequence */
+    int B, T, open;           /* the chunk in progress */
+    const float *embed, *norm_f, *lm_head;
+    float *kc, *vc;           /* (L, Bmax, Tmax, Dkv): rotated keys, values */
+    /* chunk buffers, (Bmax*Tmax) rows so a whole prompt fits in one chunk */
+    uint32_t *tokens;
+    float *x, *xn, *xkv, *q, *k, *v, *att, *lse, *branch, *gate, *up;
+    float *xf, *rstd, *logits; /* (Bmax,D), (N), (Bmax,V) */
+};
+
+static const float *view_data(const tensor_view_t *v, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v[i].name, name)) return v[i].data;
+    return NULL;
+}
+
+static void find_views(gen_t *g, llama_t *m) {
+    int nv = llama_params(m, NULL, 0);
+    tensor_view_t views[nv];
+    llama_params(m, views, nv);
+    g->embed = view_data(views, nv, "model.embed_tokens.weight");
+    g->norm_f = view_data(views, nv, "model.norm.weight");
+    g->lm_head = g->cfg.tied ? g->embed : view_data(views, nv, "lm_head.weight");
+}
+
+void gen_destroy(gen_t **pg) {
+    if (!pg || !*pg) return;
+    gen_t *g = *pg;
+    void *p[] = {g->kc, g->vc, g->tokens, g->x, g->xn, g->xkv, g->q, g->k, g->v, g->att,
+                 g->lse, g->branch, g->gate, g->up, g->xf, g->rstd, g->logits};
+    for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
+    free(g);
+    *pg = NULL;
+}
+
+int gen_create(gen_t **pg, llama_t *m, int Bmax, int Tmax, char *err, size_t errlen) {
+    if (!pg || !m) { snprintf(err, errlen, "gen_create: NULL argument"); return LLAMA_EARG; }
+    *pg = NULL;
+    const model_config_t *c = llama_config(m);
+    int rc = llama_config_check(c, Bmax, Tmax, err, errlen);
+    if (rc) return rc;
+    gen_t *g = calloc(1, sizeof(*g));
+    if (!g) { snprintf(err, errlen, "gen_create: out of memory"); return LLAMA_ENOMEM; }
+    g->m = m;
+    g->cfg = *c;
+    g->Bmax = Bmax;
+    g->Tmax = Tmax;
+    find_views(g, m);
+    if (!g->embed || !g->norm_f || !g->lm_head) {
+        snprintf(err, errlen, "gen_create: the model lacks embedding, final norm or head views");
+        gen_destroy(&g);
+        return LLAMA_EARG;
+    }
+    const size_t L = c->n_layers, D = c->d_model, F = c->d_ff, V = c->vocab_size;
+    const size_t hd = D / c->n_heads, Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
+    const size_t N = (size_t)Bmax * Tmax;
+    g->kc = malloc(sizeof(float) * L * N * Dkv);
+    g->vc = malloc(sizeof(float) * L * N * Dkv);
+    g->tokens = malloc(sizeof(uint32_t) * N);
+    g->x = malloc(sizeof(float) * N * D);
+    g->xn = malloc(sizeof(float) * N * D);
+    g->xkv = malloc(sizeof(float) * N * D);
+    g->q = malloc(sizeof(float) * N * Dq);
+    g->k = malloc(sizeof(float) * N * Dkv);
+    g->v = malloc(sizeof(float) * N * Dkv);
+    g->att = malloc(sizeof(float) * N * Dq);
+    g->lse = malloc(sizeof(float) * N * c->n_heads);
+    g->branch = malloc(sizeof(float) * N * D);
+    g->gate = malloc(sizeof(float) * N * F);
+    g->up = malloc(sizeof(float) * N * F);
+    g->xf = malloc(sizeof(float) * N * D);
+    g->rstd = malloc(sizeof(float) * N);
+    g->logits = malloc(sizeof(float) * Bmax * V);
+    if (!g->kc || !g->vc || !g->tokens || !g->x || !g->xn || !g->xkv || !g->q || !g->k || !g->v ||
+        !g->att || !g->lse || !g->branch || !g->gate || !g->up || !g->xf || !g->rstd || !g->logits)
+        goto oom;
+    *pg = g;
+    return 0;
+oom:
+    snprintf(err, errlen, "gen_create: out of memory for a cache of %d x %d positions", Bmax, Tmax);
+    gen_destroy(&g);
+    return LLAMA_ENOMEM;
+}
+
+void gen_reset(gen_t *g) { g->pos = 0; g->open = 0; }
+int gen_pos(const gen_t *g) { return g->pos; }
+int gen_capacity(const gen_t *g) { return g->Tmax; }
+const model_config_t *gen_config(const gen_t *g) { return &g->cfg; }
+float *gen_hidden(gen_t *g) { return g->x; }
+const float *gen_logits(const gen_t *g) { return g->logits; }
+
+int gen_begin(gen_t *g, const uint32_t *tokens, int B, int T, char *err, size_t errlen) {
+    if (!tokens || B <= 0 || T <= 0 || B > g->Bmax) {
+        snprintf(err, errlen, "gen: chunk of B=%d T=%d outside 1 <= B <= %d, T >= 1", B, T, g->Bmax);
+        return LLAMA_EARG;
+    }
+    if (g->pos + T > g->Tmax) {
+        snprintf(err, errlen, "gen: %d cached + %d new positions exceed the capacity of %d", g->pos,
+                 T, g->Tmax);
+        return LLAMA_EARG;
+    }
+    for (int i = 0; i < B * T; i++)
+        if (tokens[i] >= (uint32_t)g->cfg.vocab_size) {
+            snprintf(err, errlen, "gen: token id %u at position %d is outside the vocabulary of %d",
+                     tokens[i], i, g->cfg.vocab_size);
+            return LLAMA_ETOKEN;
+        }
+    g->B = B;
+    g->T = T;
+    g->open = 1;
+    memcpy(g->tokens, tokens, sizeof(uint32_t) * B * T);
+    embedding_forward(g->x, g->tokens, g->embed, B * T, g->cfg.d_model);
+    return 0;
+}
+
+/* One block on the chunk: x (B,T,D) updated in place; keys/values of rows appended at pos. */
+static void block_step(gen_t *g, int l, const float *r) {
+    const model_config_t *c = &g->cfg;
+    const int B = g->B, T = g->T, N = B * T, D = c->d_model, F = c->d_ff;
+    const int H = c->n_heads, Hkv = c->n_kv_heads, hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
+    const llama_block_w_t w = llama_block_weights(g->m, l);
+    const float *rc = llama_rope_cos(g->m), *rs = llama_rope_sin(g->m);
+    const size_t seq_stride = (size_t)g->Tmax * Dkv, layer_stride = (size_t)g->Bmax * seq_stride;
+    float *kc = g->kc + l * layer_stride, *vc = g->vc + l * layer_stride;
+    // attention rmsnorm of the query input, and of the key/value input x + r when injected
+    rmsnorm_forward(g->xn, g->rstd, g->x, w.attn_norm, N, D, c->norm_eps);
+    const float *kv_in = g->xn;
+    if (r) {
+        for (size_t i = 0; i < (size_t)N * D; i++) g->xkv[i] = g->x[i] + r[i];
+        rmsnorm_forward(g->xkv, g->rstd, g->xkv, w.attn_norm, N, D, c->norm_eps);
+        kv_in = g->xkv;
+    }
+    // projections; RoPE at the chunk's absolute positions pos..pos+T-1
+    linear_forward(g->q, g->xn, w.wq, N, D, Dq);
+    linear_forward(g->k, kv_in, w.wk, N, D, Dkv);
+    linear_forward(g->v, kv_in, w.wv, N, D, Dkv);
+    rope_forward(g->q, g->q, rc, rs, B, T, H, hd, g->pos);
+    rope_forward(g->k, g->k, rc, rs, B, T, Hkv, hd, g->pos);
+    // append to the cache, then the new queries attend to every cached key (causally)
+    for (int b = 0; b < B; b++) {
+        size_t dst = b * seq_stride + (size_t)g->pos * Dkv, src = (size_t)b * T * Dkv;
+        memcpy(kc + dst, g->k + src, sizeof(float) * T * Dkv);
+        memcpy(vc + dst, g->v + src, sizeof(float) * T * Dkv);
+    }
+    for (int b = 0; b < B; b++)
+        attention_forward(g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
+                          g->q + (size_t)b * T * Dq, kc + b * seq_stride, vc + b * seq_stride, 1, T,
+                          g->pos + T, H, Hkv, hd, 1);
+    // output projection and residual on the query stream
+    linear_forward(g->branch, g->att, w.wo, N, Dq, D);
+    for (size_t i = 0; i < (size_t)N * D; i++) g->x[i] += g->branch[i];
+    // MLP: rmsnorm, SwiGLU (written into gate), down projection, residual
+    rmsnorm_forward(g->xn, g->rstd, g->x, w.mlp_norm, N, D, c->norm_eps);
+    linear_forward(g->gate, g->xn, w.wgate, N, D, F);
+    linear_forward(g->up, g->xn, w.wup, N, D, F);
+    swiglu_forward(g->gate, g->gate, g->up, N, F);
+    linear_forward(g->branch, g->gate, w.wdown, N, F, D);
+    for (size_t i = 0; i < (size_t)N * D; i++) g->x[i] += g->branch[i];
+}
+
+void gen_blocks(gen_t *g, int l0, int l1, const float *r) {
+    if (!g->open) return;
+    for (int l = l0; l < l1 && l < g->cfg.n_layers; l++) block_step(g, l, l == l0 ? r : NULL);
+}
+
+int gen_finish(gen_t *g, float *all_logits, char *err, size_t errlen) {
+    if (!g->open) { snprintf(err, errlen, "gen_finish: no chunk in progress"); return LLAMA_EARG; }
+    const model_config_t *c = &g->cfg;
+    const int B = g->B, T = g->T, D = c->d_model, V = c->vocab_size;
+    if (all_logits) {
+        rmsnorm_forward(g->xf, g->rstd, g->x, g->norm_f, B * T, D, c->norm_eps);
+        linear_forward(all_logits, g->xf, g->lm_head, B * T, D, V);
+        for (int b = 0; b < B; b++)
+            memcpy(g->logits + (size_t)b * V, all_logits + ((size_t)b * T + T - 1) * V,
+                   sizeof(float) * V);
+    } else {
+        // only each sequence's last row goes through the head (V x D per row is the big product)
+        for (int b = 0; b < B; b++)
+            memcpy(g->xn + (size_t)b * D, g->x + ((size_t)b * T + T - 1) * D, sizeof(float) * D);
+        rmsnorm_forward(g->xf, g->rstd, g->xn, g->norm_f, B, D, c->norm_eps);
+        linear_forward(g->logits, g->xf, g->lm_head, B, D, V);
+    }
+    g->pos += T;
+    g->open = 0;
+    return 0;
+}
+
+int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,
+             size_t errlen) {
+    int rc = gen_begin(g, tokens, B, T, err, errlen);
+    if (rc) return rc;
+    gen_blocks(g, 0, g->cfg.n_layers, NULL);
+    return gen_finish(g, all_logits, err, errlen);
+}

@@ -1,0 +1,60 @@
+/* model/generate.h: autoregressive inference of the Llama decoder with a key/value cache.
+ *
+ * A generator borrows a llama_t's weights (llama_params views; keep the model alive, weights
+ * may be reloaded in place between calls) and owns the cache: for every layer the rotated
+ * keys and the values of every position seen so far, (Bmax, Tmax, Hkv, hd) each. A call
+ * appends a chunk of T new positions to each of B sequences (all sequences are at the same
+ * position: they share one prompt length) and computes only those positions:
+ *   prefill: one chunk with the whole prompt (T = prompt length);
+ *   decode:  chunks of T = 1, the token just sampled.
+ * The arithmetic is the training forward's (llama_block_forward) restricted to the new rows:
+ * same ops (ops.h), the new queries attend to the cached keys through attention_forward with
+ * Tq < Tk. Only the matrix products see a different N, which may change BLAS's summation
+ * order: logits agree with llama_forward to float rounding, not bit for bit.
+ *
+ * For the Free Transformer the chunk is run in pieces, so the caller can compute R between
+ * the lower and the upper half:
+ *     gen_begin(tokens) -> gen_blocks(0, L/2, NULL) -> [X = gen_hidden(): encoder, Z, R]
+ *     -> gen_blocks(L/2, L, R) -> gen_finish(...)
+ * gen_blocks(l0, l1, r) gives block l0 the key/value input X + r (the injection block; the
+ * cache of that block therefore holds keys/values of X + R) and runs l0+1..l1-1 plainly.
+ * gen_step = gen_begin + gen_blocks(0, L, NULL) + gen_finish.
+ *
+ * Status: 0, or a negative LLAMA_E* code (llama.h) with one line in err. */
+#ifndef MODEL_GENERATE_H
+#define MODEL_GENERATE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/llama.h"
+
+typedef struct gen gen_t;
+
+/* Cache for up to Bmax sequences of Tmax positions (Tmax <= the model's max_seq). */
+int gen_create(gen_t **g, llama_t *m, int Bmax, int Tmax, char *err, size_t errlen);
+void gen_destroy(gen_t **g);
+/* Forgets every cached position (same capacity, same model). */
+void gen_reset(gen_t *g);
+/* Positions cached so far (the position of the next chunk's first token). */
+int gen_pos(const gen_t *g);
+int gen_capacity(const gen_t *g);
+const model_config_t *gen_config(const gen_t *g);
+
+/* Starts a chunk: tokens (B,T), B <= Bmax, pos + T <= Tmax; embeds them. Refuses ids outside
+ * the vocabulary and a full cache. */
+int gen_begin(gen_t *g, const uint32_t *tokens, int B, int T, char *err, size_t errlen);
+/* Runs blocks l0..l1-1 on the chunk's residual stream, appending their keys/values to the
+ * cache. r (B,T,D) or NULL: block l0 reads keys/values from stream + r. */
+void gen_blocks(gen_t *g, int l0, int l1, const float *r);
+/* The chunk's residual stream (B,T,D): after gen_blocks(.., l1, ..), the input of block l1. */
+float *gen_hidden(gen_t *g);
+/* Final norm and head. Logits of each sequence's last new position go to gen_logits();
+ * all_logits (B,T,V), when non-NULL, receives every new position's. Advances gen_pos by T. */
+int gen_finish(gen_t *g, float *all_logits, char *err, size_t errlen);
+/* (B,V) logits of the last position of the last finished chunk. */
+const float *gen_logits(const gen_t *g);
+
+/* begin + all blocks + finish. */
+int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,
+             size_t errlen);
+#endif

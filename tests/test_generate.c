@@ -1,0 +1,164 @@
+/* tests/test_generate.c: KV-cache inference of the baseline equals the full forward.
+ *
+ * The full forward (llama_forward over the whole sequence) is the reference: the logits the
+ * cached generator computes for a position, whether it came in a prefill chunk or one token
+ * at a time, must be those of the full forward at that position. */
+#include "model/generate.h"
+#include "bus/rng.h"
+#include "tests/check.h"
+#include <stdlib.h>
+#include <string.h>
+
+static model_config_t tiny(int tied) {
+    return (model_config_t){.kind = MODEL_LLAMA, .vocab_size = 61, .d_model = 32, .n_layers = 3,
+                            .n_heads = 4, .n_kv_heads = 2, .d_ff = 48, .max_seq = 96,
+                            .rope_theta = 10000.0f, .norm_eps = 1e-5f, .tied = tied};
+}
+
+static void fill(uint32_t *t, int n, int V, uint64_t seed) {
+    rng_t r;
+    rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) t[i] = (uint32_t)rng_below(&r, V);
+}
+
+/* The default init (std 0.02) makes near-uniform attention and logits near 0, where a wrong
+ * position or a stale cache entry would hardly show: scale every matrix up to std ~0.3 so
+ * attention is peaked and logits spread over several units. */
+static llama_t *model(model_config_t c, int B, int T, uint64_t seed) {
+    char err[256];
+    llama_t *m = NULL;
+    if (llama_create(&m, &c, B, T, seed, err, sizeof err)) { CHECK(0, "%s", err); return NULL; }
+    size_t n;
+    float *p = llama_param_data(m, &n);
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 1.0f) p[i] *= 15.0f;  /* norm weights (exactly 1) stay 1 */
+    return m;
+}
+
+/* max |a - b| / max |b| */
+static double max_rel(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= md)) md = d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* Tolerance: both paths run the same ops in float; only the matrix products see another row
+ * count (N = 1 vs N = B*T), which may change BLAS's kernel and so the order of a dot
+ * product's additions: errors of a few ulp per product, growing through 3 layers. 2e-5 of the
+ * largest logit is ~100x that and far below what a wrong key, position or head would give
+ * (O(1) changes; checked by the negative case below). */
+#define TOL 2e-5
+
+static void check_incremental(int tied, int B, int T, int prefill) {
+    model_config_t c = tiny(tied);
+    const int V = c.vocab_size;
+    llama_t *m = model(c, B, T, 11 + tied);
+    if (!m) return;
+    uint32_t *tok = malloc(sizeof(uint32_t) * B * T), *chunk = malloc(sizeof(uint32_t) * B * T);
+    fill(tok, B * T, V, 5);
+    char err[256];
+    CHECK(llama_forward(m, tok, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    float *ref = malloc(sizeof(float) * B * T * V), *got = malloc(sizeof(float) * B * T * V);
+    memcpy(ref, llama_logits(m), sizeof(float) * B * T * V);
+    gen_t *g = NULL;
+    CHECK(gen_create(&g, m, B, T, err, sizeof err) == 0, "%s", err);
+    if (!g) goto out;
+    /* prefill rows [0, prefill) in one chunk with every position's logits, then one by one */
+    for (int b = 0; b < B; b++) memcpy(chunk + b * prefill, tok + b * T, sizeof(uint32_t) * prefill);
+    float *pl = malloc(sizeof(float) * B * prefill * V);
+    CHECK(gen_step(g, chunk, B, prefill, pl, err, sizeof err) == 0, "%s", err);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < prefill; t++)
+            memcpy(got + ((size_t)b * T + t) * V, pl + ((size_t)b * prefill + t) * V, sizeof(float) * V);
+    free(pl);
+    for (int t = prefill; t < T; t++) {
+        for (int b = 0; b < B; b++) chunk[b] = tok[b * T + t];
+        CHECK(gen_step(g, chunk, B, 1, NULL, err, sizeof err) == 0, "%s", err);
+        for (int b = 0; b < B; b++)
+            memcpy(got + ((size_t)b * T + t) * V, gen_logits(g) + (size_t)b * V, sizeof(float) * V);
+    }
+    CHECK(gen_pos(g) == T, "pos %d", gen_pos(g));
+    double e = max_rel(got, ref, (size_t)B * T * V);
+    fprintf(stderr, "  tied=%d B=%d T=%d prefill=%d: max rel error %.2g\n", tied, B, T, prefill, e);
+    CHECK(e < TOL, "tied=%d B=%d T=%d prefill=%d: max rel error %.3g", tied, B, T, prefill, e);
+    /* the last prefill row's logits are also what gen_logits gave after the prefill chunk:
+     * compare the final position through gen_logits */
+    double e2 = max_rel(gen_logits(g), ref + (size_t)(T - 1) * V, V);
+    CHECK(e2 < TOL, "last logits of sequence 0: %.3g", e2);
+    /* negative control: the logits of position t differ from those of t-1 by far more than TOL */
+    double d = max_rel(ref + (size_t)(T - 1) * V, ref + (size_t)(T - 2) * V, V);
+    CHECK(d > 100 * TOL, "positions should differ: %.3g", d);
+out:
+    gen_destroy(&g);
+    CHECK(g == NULL);
+    llama_destroy(&m);
+    free(tok); free(chunk); free(ref); free(got);
+}
+
+static void test_decode_one_by_one(void) { check_incremental(1, 1, 40, 1); }
+static void test_prefill_then_decode(void) { check_incremental(1, 1, 40, 17); }
+static void test_batch_untied(void) { check_incremental(0, 3, 33, 9); }
+/* a prompt longer than one attention key block (64) */
+static void test_long_prefill(void) { check_incremental(1, 2, 90, 70); }
+
+/* Reset forgets the cache: the same chunk after a reset gives the same logits. */
+static void test_reset(void) {
+    model_config_t c = tiny(1);
+    llama_t *m = model(c, 1, 16, 3);
+    if (!m) return;
+    char err[256];
+    gen_t *g = NULL;
+    CHECK(gen_create(&g, m, 1, 16, err, sizeof err) == 0, "%s", err);
+    uint32_t tok[8];
+    fill(tok, 8, c.vocab_size, 9);
+    float a[61], b[61];
+    gen_step(g, tok, 1, 8, NULL, err, sizeof err);
+    memcpy(a, gen_logits(g), sizeof a);
+    gen_step(g, tok, 1, 8, NULL, err, sizeof err);  /* positions 8..15: different context */
+    CHECK(max_rel(gen_logits(g), a, 61) > 100 * TOL, "a longer context should change the logits");
+    gen_reset(g);
+    CHECK(gen_pos(g) == 0);
+    gen_step(g, tok, 1, 8, NULL, err, sizeof err);
+    memcpy(b, gen_logits(g), sizeof b);
+    CHECK(memcmp(a, b, sizeof a) == 0, "same chunk after reset gives the same logits");
+    gen_destroy(&g);
+    llama_destroy(&m);
+}
+
+static void test_bad_input(void) {
+    model_config_t c = tiny(1);
+    llama_t *m = model(c, 2, 8, 3);
+    if (!m) return;
+    char err[256] = "";
+    gen_t *g = NULL;
+    CHECK(gen_create(&g, m, 2, 97, err, sizeof err) == LLAMA_ECONFIG && !g, "capacity > max_seq");
+    CHECK(gen_create(&g, m, 2, 8, err, sizeof err) == 0, "%s", err);
+    if (!g) { llama_destroy(&m); return; }
+    uint32_t tok[16] = {0};
+    tok[3] = 61;
+    CHECK(gen_step(g, tok, 2, 4, NULL, err, sizeof err) == LLAMA_ETOKEN, "id 61 of 61");
+    CHECK(strstr(err, "outside the vocabulary") != NULL, "%s", err);
+    CHECK(gen_pos(g) == 0, "a refused chunk leaves the cache alone");
+    tok[3] = 1;
+    CHECK(gen_step(g, tok, 3, 1, NULL, err, sizeof err) == LLAMA_EARG, "B beyond Bmax");
+    CHECK(gen_step(g, tok, 2, 6, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(gen_step(g, tok, 2, 3, NULL, err, sizeof err) == LLAMA_EARG, "6 + 3 > 8");
+    CHECK(strstr(err, "capacity") != NULL, "%s", err);
+    CHECK(gen_finish(g, NULL, err, sizeof err) == LLAMA_EARG, "finish without a chunk");
+    gen_destroy(&g);
+    llama_destroy(&m);
+}
+
+int main(void) {
+    RUN(test_decode_one_by_one);
+    RUN(test_prefill_then_decode);
+    RUN(test_batch_untied);
+    RUN(test_long_prefill);
+    RUN(test_reset);
+    RUN(test_bad_input);
+    return check_summary();
+}
