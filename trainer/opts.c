@@ -1,8 +1,11 @@
 /* trainer/opts.c: defaults, the flag table and the checks that run before any work. */
 #include "trainer/opts.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "model/family.h"
 
 int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     memset(o, 0, sizeof *o);
@@ -19,13 +22,14 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     o->d_model = 256, o->n_layers = 4, o->n_heads = 4, o->n_kv_heads = 2, o->d_ff = 768;
     o->rope_theta = 10000.f, o->norm_eps = 1e-5f;
     o->seed = 1;
+    o->latent_bits = 16, o->kappa = 0.5f, o->kappa_unit = "bits";
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->wd = 0.1f, o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f;
     o->clip = 1.0f, o->warmup = 100;
     int n = 0;
 #define F(name, kind, dst, help, lo, hi) f[n++] = (flag_t){name, kind, dst, help, lo, hi, 0}
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
     F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
-    F("model", FLAG_STR, &o->model, "model family: llama", 0, 0);
+    F("model", FLAG_STR, &o->model, "model family: llama or free (the Free Transformer)", 0, 0);
     F("resume", FLAG_BOOL, &o->resume, "continue from the newest complete checkpoint in --run-dir", 0, 0);
     F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
     F("ckpt-every", FLAG_INT, &o->ckpt_every, "write a checkpoint every N steps (0: only at the end)", 0, 1e9);
@@ -54,6 +58,9 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("rope-theta", FLAG_FLOAT, &o->rope_theta, "RoPE base", 1, 1e9);
     F("norm-eps", FLAG_FLOAT, &o->norm_eps, "RMSNorm epsilon", 1e-12, 1);
     F("seed", FLAG_I64, &o->seed, "weight initialisation seed", 0, 0);
+    F("latent-bits", FLAG_INT, &o->latent_bits, "free: H, bits of the latent per token (Z is one-hot over 2^H)", 1, 20);
+    F("kappa", FLAG_FLOAT, &o->kappa, "free: free-bits threshold per token, in --kappa-unit (paper: 0.5 bit)", 0, 1e6);
+    F("kappa-unit", FLAG_STR, &o->kappa_unit, "free: unit of --kappa: bits or nats", 0, 0);
     F("lr", FLAG_FLOAT, &o->lr, "peak learning rate", 0, 10);
     F("min-lr", FLAG_FLOAT, &o->min_lr, "learning rate at the end of the cosine decay", 0, 10);
     F("warmup", FLAG_INT, &o->warmup, "linear warm-up steps", 0, 1e9);
@@ -71,6 +78,14 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     int max_seq = o->max_seq ? o->max_seq : o->T;
     if (!o->loaders && !o->discover) {
         snprintf(err, errlen, "no data: give --loaders EP[,EP...] and/or --discover");
+        return -1;
+    }
+    if (!family_find(o->model)) {
+        snprintf(err, errlen, "--model '%s' is not a model family (%s)", o->model, family_names());
+        return -1;
+    }
+    if (strcmp(o->kappa_unit, "bits") && strcmp(o->kappa_unit, "nats")) {
+        snprintf(err, errlen, "--kappa-unit must be bits or nats, not '%s'", o->kappa_unit);
         return -1;
     }
     if (strcmp(o->layout, "pack") && strcmp(o->layout, "pad")) {
@@ -110,7 +125,7 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
 
 void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, model_config_t *c) {
     memset(c, 0, sizeof *c);
-    c->kind = MODEL_LLAMA;
+    c->kind = strcmp(o->model, "free") == 0 ? MODEL_FREE : MODEL_LLAMA;
     c->vocab_size = vocab_size;
     c->d_model = o->d_model;
     c->n_layers = o->n_layers;
@@ -122,4 +137,12 @@ void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, mo
     c->norm_eps = o->norm_eps;
     c->tied = !o->untied;
     c->eot_id = eot_id;
+    if (c->kind == MODEL_FREE) {
+        c->latent_bits = o->latent_bits;
+        c->kappa_nats = trainer_opts_kappa_nats(o);
+    }
+}
+
+float trainer_opts_kappa_nats(const trainer_opts_t *o) {
+    return strcmp(o->kappa_unit, "nats") == 0 ? o->kappa : (float)(o->kappa * M_LN2);
 }

@@ -32,12 +32,16 @@ typedef struct {
     int untied;
     float rope_theta, norm_eps;
     long long seed;
+    /* Free Transformer (--model free) */
+    int latent_bits;           /* H: Z is one-hot over 2^H */
+    float kappa;               /* free-bits threshold per token, in kappa_unit */
+    const char *kappa_unit;    /* "bits" | "nats" */
     /* optimizer */
     float lr, min_lr, wd, beta1, beta2, eps, clip;
     int warmup, decay_embeddings;
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 48
+#define TRAINER_NFLAGS 52
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);
@@ -45,4 +49,6 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *flags);
 int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen);
 /* The model config the flags describe, for a dataset of vocab_size tokens and eot id. */
 void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, model_config_t *cfg);
+/* --kappa converted to nats (--kappa-unit bits: times ln 2). */
+float trainer_opts_kappa_nats(const trainer_opts_t *o);
 #endif

@@ -237,6 +237,7 @@ static int setup(run_t *r, uint64_t *epoch, uint64_t *dstep, char *err, size_t e
 static int train_step(run_t *r, double *loss, float *lr, double *gnorm, char *err, size_t errlen) {
     const trainer_opts_t *o = r->o;
     r->fam->zero_grad(r->model);
+    if (r->fam->set_step) r->fam->set_step(r->model, (uint64_t)r->step); /* same draws after a resume */
     double sum = 0;
     for (int a = 0; a < o->accum; a++) {
         msg_batch_t b;
@@ -294,6 +295,11 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     fprintf(stderr, "trainer: %s model, %lld parameters, vocab %d, B=%d T=%d accum %d, steps %lld..%lld, run dir %s\n",
             r.fam->name, (long long)family_param_count(r.fam, r.model), r.cfg.vocab_size, o->B, o->T, o->accum,
             r.step, o->steps, r.run_dir);
+    if (r.cfg.kind == MODEL_FREE)
+        fprintf(stderr, "trainer: free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s\n",
+                r.cfg.latent_bits, o->kappa_unit, r.cfg.kappa_nats / M_LN2, r.cfg.kappa_nats,
+                fabsf(r.cfg.kappa_nats - trainer_opts_kappa_nats(o)) > 1e-6f * (1 + r.cfg.kappa_nats)
+                    ? " (from the checkpoint; --kappa differs and is ignored)" : "");
 
     progress_t prog;
     progress_init(&prog, "train", "step", (uint64_t)o->steps);
