@@ -6,9 +6,11 @@
  * key blocks outermost. Work is split over (batch, key/value head) so that every dk/dv row
  * (and the dq rows of that head's query group) is written by one thread in a fixed order
  * (deterministic without atomics). Neither pass holds more than a row or a block of scores. */
+#include "model/gemm.h"
 #include "model/ops.h"
 #include "model/ops_math.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ATT_BLOCK 64
@@ -81,13 +83,48 @@ static void att_row_forward(float *out, float *lse, const float *q, const float 
     lse[((size_t)b * H + h) * Tq + i] = l > 0.0f ? m + logf(l) : INFINITY;
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
-#pragma omp parallel for collapse(3) schedule(dynamic, 16)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < Tq; i++)
-                att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal);
+/* ---- blocked attention through model_gemm ----------------------------------------------
+ * A block of ATT_QB query rows of one head against every key they may see: the scores
+ * (nq x nk, at most ATT_QB x Tk floats per thread: O(T), never T x T) are one product, the
+ * row softmax runs over whole rows (no online rescaling), and P V is a second product. The
+ * backward recomputes the same score block with the same product (same bits as the
+ * forward), then dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q are four products.
+ * Small products of shape (64 x T x hd) run at several times the speed of per-key dot
+ * products (measured on config S: attention went from ~20% to ~5% of a training step).
+ *
+ * Row-major <-> column-major (gemm.h): a row-major (r, c) block with row stride ld is a
+ * column-major (c x r) matrix with leading dimension ld. Q rows of head h have stride H*hd,
+ * K/V rows of head kh stride Hkv*hd, score rows stride Tk. */
+#define ATT_QB 64
+
+/* S (nq, nk) = scale * Q_blk K^T. */
+static void att_scores(float *S, const float *qb, int ldq, const float *k, int ldk, int nq,
+                       int nk, int hd, int Tk, float scale) {
+    model_gemm(GEMM_T, GEMM_N, nk, nq, hd, scale, k, ldk, qb, ldq, 0.0f, S, Tk);
+}
+
+/* Softmax of the rows of S in place (keys at or beyond a row's visible count get 0); writes
+ * each row's log-sum-exp (+inf when the row sees no key). */
+ATT_CLONES
+static void att_block_softmax(float *S, float *lse, int i0, int nq, int nk, int Tq, int Tk,
+                              int causal) {
+    for (int r = 0; r < nq; r++) {
+        float *s = S + (size_t)r * Tk;
+        const int nv = att_visible(i0 + r, Tq, Tk, causal);
+        float mx = -INFINITY;
+        for (int j = 0; j < nv; j++) mx = s[j] > mx ? s[j] : mx;
+        float l = 0.0f;
+#pragma omp simd reduction(+ : l)
+        for (int j = 0; j < nv; j++) {
+            s[j] = ops_expf(s[j] - mx);
+            l += s[j];
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma omp simd
+        for (int j = 0; j < nv; j++) s[j] *= inv;
+        for (int j = nv; j < nk; j++) s[j] = 0.0f;
+        lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
+    }
 }
 
 /* Every query head of key/value head kh in batch b: all of dk/dv for that head (and dq of
@@ -153,12 +190,117 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
     }
 }
 
+
+/* Query rows [i0, i0 + nq) of head h in batch b (S: an ATT_QB x Tk scratch). */
+static void att_block_forward(float *out, float *lse, const float *q, const float *k,
+                              const float *v, float *S, int b, int h, int i0, int nq, int Tq,
+                              int Tk, int H, int Hkv, int hd, int causal) {
+    const int kh = h / (H / Hkv), ldq = H * hd, ldk = Hkv * hd;
+    const int nk = att_visible(i0 + nq - 1, Tq, Tk, causal);   /* the block's last row sees most */
+    const size_t qo = ((size_t)b * Tq + i0) * ldq + (size_t)h * hd;
+    const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
+    float *lrow = lse + ((size_t)b * H + h) * Tq + i0;
+    if (nk <= 0) {
+        for (int r = 0; r < nq; r++) {
+            memset(out + qo + (size_t)r * ldq, 0, sizeof(float) * hd);
+            lrow[r] = INFINITY;
+        }
+        return;
+    }
+    att_scores(S, q + qo, ldq, k + ko, ldk, nq, nk, hd, Tk, 1.0f / sqrtf((float)hd));
+    att_block_softmax(S, lrow, i0, nq, nk, Tq, Tk, causal);
+    model_gemm(GEMM_N, GEMM_N, hd, nq, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, out + qo, ldq);
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    const int nqb = (Tq + ATT_QB - 1) / ATT_QB;
+#pragma omp parallel
+    {
+        /* one score block per thread; without it, the row-at-a-time kernel (no scratch) */
+        float *S = malloc(sizeof(float) * ATT_QB * (size_t)(Tk > 0 ? Tk : 1));
+#pragma omp for collapse(3) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int qb = 0; qb < nqb; qb++) {
+                    const int i0 = qb * ATT_QB, nq = Tq - i0 < ATT_QB ? Tq - i0 : ATT_QB;
+                    if (S)
+                        att_block_forward(out, lse, q, k, v, S, b, h, i0, nq, Tq, Tk, H, Hkv, hd,
+                                          causal);
+                    else
+                        for (int i = i0; i < i0 + nq; i++)
+                            att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal);
+                }
+        free(S);
+    }
+}
+
+/* Probabilities and score gradients of one block, in place: P <- exp(S - lse) (0 where
+ * masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i. */
+ATT_CLONES
+static void att_block_grad(float *P, float *dP, const float *lrow, const float *dout,
+                           const float *out, int ldq, int hd, int i0, int nq, int nk, int Tq,
+                           int Tk, int causal, float scale) {
+    for (int r = 0; r < nq; r++) {
+        float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
+        const int nv = att_visible(i0 + r, Tq, Tk, causal);
+        const float L = lrow[r], Di = dot(dout + (size_t)r * ldq, out + (size_t)r * ldq, hd);
+#pragma omp simd
+        for (int j = 0; j < nv; j++) {
+            p[j] = ops_expf(p[j] - L);
+            ds[j] = p[j] * (ds[j] - Di) * scale;
+        }
+        for (int j = nv; j < nk; j++) p[j] = ds[j] = 0.0f;
+    }
+}
+
+/* Every query head of key/value head kh in batch b, query blocks in order (P, dP: ATT_QB x Tk
+ * scratch each): dk/dv of that head are written by this call alone. */
+static void att_group_backward_blocked(float *dq, float *dk, float *dv, const float *dout,
+                                       const float *out, const float *lse, const float *q,
+                                       const float *k, const float *v, float *P, float *dP,
+                                       int b, int kh, int Tq, int Tk, int H, int Hkv, int hd,
+                                       int causal) {
+    const int group = H / Hkv, ldq = H * hd, ldk = Hkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
+    for (int h = kh * group; h < (kh + 1) * group; h++)
+        for (int i0 = 0; i0 < Tq; i0 += ATT_QB) {
+            const int nq = Tq - i0 < ATT_QB ? Tq - i0 : ATT_QB;
+            const int nk = att_visible(i0 + nq - 1, Tq, Tk, causal);
+            if (nk <= 0) continue;
+            const size_t qo = ((size_t)b * Tq + i0) * ldq + (size_t)h * hd;
+            att_scores(P, q + qo, ldq, k + ko, ldk, nq, nk, hd, Tk, scale);
+            /* dP = dO V^T */
+            model_gemm(GEMM_T, GEMM_N, nk, nq, hd, 1.0f, v + ko, ldk, dout + qo, ldq, 0.0f, dP, Tk);
+            att_block_grad(P, dP, lse + ((size_t)b * H + h) * Tq + i0, dout + qo, out + qo, ldq,
+                           hd, i0, nq, nk, Tq, Tk, causal, scale);
+            /* dV += P^T dO, dK += dS^T Q, dQ += dS K */
+            model_gemm(GEMM_N, GEMM_T, hd, nk, nq, 1.0f, dout + qo, ldq, P, Tk, 1.0f, dv + ko, ldk);
+            model_gemm(GEMM_N, GEMM_T, hd, nk, nq, 1.0f, q + qo, ldq, dP, Tk, 1.0f, dk + ko, ldk);
+            if (dq)
+                model_gemm(GEMM_N, GEMM_N, hd, nq, nk, 1.0f, k + ko, ldk, dP, Tk, 1.0f, dq + qo, ldq);
+        }
+}
+
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                         const float *lse, const float *q, const float *k, const float *v, int B,
                         int Tq, int Tk, int H, int Hkv, int hd, int causal) {
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; b++)
-        for (int kh = 0; kh < Hkv; kh++)
-            att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv, hd,
-                               causal);
+#pragma omp parallel
+    {
+        const size_t n = ATT_QB * (size_t)(Tk > 0 ? Tk : 1);
+        float *P = malloc(sizeof(float) * n), *dP = malloc(sizeof(float) * n);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < Hkv; kh++) {
+                if (P && dP)
+                    att_group_backward_blocked(dq, dk, dv, dout, out, lse, q, k, v, P, dP, b, kh,
+                                               Tq, Tk, H, Hkv, hd, causal);
+                else   /* no scratch: the key-block kernel, which needs none */
+                    att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H,
+                                       Hkv, hd, causal);
+            }
+        free(P);
+        free(dP);
+    }
 }
