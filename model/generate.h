@@ -57,4 +57,29 @@ const float *gen_logits(const gen_t *g);
 /* begin + all blocks + finish. */
 int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,
              size_t errlen);
+
+/* ---- the Free Transformer (model/kv_free.c) ----
+ * A gen_t over free_decoder(m) plus the latent path. Each chunk's positions get a latent
+ * index Z in [0, 2^H); R = W_post[:, Z] goes into the key/value input of block L/2, whose
+ * cache therefore holds keys/values of X + R (both halves are cached).
+ *   z given (B,T): the decoder runs with those indices (prior samples for new tokens:
+ *     uniform in [0, 2^H), drawn by the caller, who decides what sequences share);
+ *   z NULL: the prompt chunk. Only at position 0: the encoder reads the chunk (non-causally,
+ *     the prompt only: free_encode), bits = u < sigmoid(bit logits) with the caller's
+ *     uniforms u (B,T,H), Z = their index (the Binary Mapper's forward).
+ * The free_t's own activations are used by the encoder, so it must have been created with
+ * Bmax, Tmax covering the prompt chunk. */
+typedef struct free_model free_t;
+typedef struct gen_free gen_free_t;
+
+int gen_free_create(gen_free_t **g, free_t *m, int Bmax, int Tmax, char *err, size_t errlen);
+void gen_free_destroy(gen_free_t **g);
+void gen_free_reset(gen_free_t *g);
+gen_t *gen_free_decoder(gen_free_t *g);   /* positions, config, logits */
+int gen_free_step(gen_free_t *g, const uint32_t *tokens, int B, int T, const uint32_t *z,
+                  const float *u, float *all_logits, char *err, size_t errlen);
+/* (B,T) latent indices of the last chunk (those given, or the encoder's). */
+const uint32_t *gen_free_z(const gen_free_t *g);
+/* 2^H, the number of latent values. */
+uint32_t gen_free_n_latent(const gen_free_t *g);
 #endif
