@@ -1,0 +1,115 @@
+/* evaluator/lm.c: eval_lm_t over a checkpoint of the Llama-style baseline (see lm.h). */
+#include "evaluator/lm.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/checkpoint.h"
+#include "model/llama.h"
+
+static int lm_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+double eval_logprob(const float *row, int V, uint32_t target) {
+    float mx = row[0];
+    for (int i = 1; i < V; i++)
+        if (row[i] > mx) mx = row[i];
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp((double)row[i] - mx);
+    return (double)row[target] - mx - log(s);
+}
+
+uint32_t eval_argmax(const float *row, int V) {
+    uint32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (row[i] > row[best]) best = (uint32_t)i;
+    return best;
+}
+
+static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
+                                    size_t errlen) {
+    llama_t *m = lm->impl;
+    if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
+        lm_fail(err, errlen, EVAL_EARG, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax,
+                lm->Tmax);
+        return NULL;
+    }
+    if (llama_set_shape(m, B, T, err, errlen)) return NULL;
+    float loss;
+    if (llama_forward(m, tokens, NULL, NULL, &loss, err, errlen)) return NULL;
+    return llama_logits(m);
+}
+
+static void llama_lm_release(eval_lm_t *lm) {
+    llama_t *m = lm->impl;
+    llama_destroy(&m);
+    lm->impl = NULL;
+}
+
+int eval_lm_create(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
+                   char *err, size_t errlen) {
+    if (!out || !cfg || Bmax < 1) return lm_fail(err, errlen, EVAL_EARG, "eval_lm_create: bad argument");
+    *out = NULL;
+    if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
+    if (cfg->kind != MODEL_LLAMA)
+        return lm_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",
+                       (int)cfg->kind);
+    eval_lm_t *lm = calloc(1, sizeof *lm);
+    if (!lm) return lm_fail(err, errlen, EVAL_ENOMEM, "out of memory");
+    llama_t *m = NULL;
+    if (llama_create(&m, cfg, Bmax, Tmax, seed, err, errlen)) {
+        free(lm);
+        return EVAL_EMODEL;
+    }
+    lm->cfg = *cfg;
+    lm->Bmax = Bmax;
+    lm->Tmax = Tmax;
+    lm->impl = m;
+    lm->logits = llama_lm_logits;
+    lm->release = llama_lm_release;
+    *out = lm;
+    return 0;
+}
+
+int eval_lm_load(eval_lm_t **out, const char *dir, int Bmax, int Tmax, char *err, size_t errlen) {
+    if (!out || !dir) return lm_fail(err, errlen, EVAL_EARG, "eval_lm_load: bad argument");
+    *out = NULL;
+    model_config_t cfg;
+    if (ckpt_load_config(dir, &cfg, err, errlen)) return EVAL_EMODEL;
+    eval_lm_t *lm = NULL;
+    int rc = eval_lm_create(&lm, &cfg, Bmax, Tmax, 0, err, errlen);
+    if (rc) return rc;
+    llama_t *m = lm->impl;
+    int np = llama_params(m, NULL, 0);
+    tensor_view_t *v = calloc((size_t)np, sizeof *v);
+    if (!v) {
+        eval_lm_free(&lm);
+        return lm_fail(err, errlen, EVAL_ENOMEM, "out of memory");
+    }
+    llama_params(m, v, np);
+    rc = ckpt_load_params(dir, v, np, err, errlen);
+    free(v);
+    if (rc) {
+        eval_lm_free(&lm);
+        return EVAL_EMODEL;
+    }
+    *out = lm;
+    return 0;
+}
+
+void *eval_lm_model(eval_lm_t *lm) { return lm ? lm->impl : NULL; }
+
+void eval_lm_free(eval_lm_t **lm) {
+    if (!lm || !*lm) return;
+    if ((*lm)->release) (*lm)->release(*lm);
+    free(*lm);
+    *lm = NULL;
+}

@@ -1,0 +1,56 @@
+/* evaluator/lm.h: a language model as the evaluator sees it.
+ *
+ * Every task asks the same question of a model: "given these token rows, what are the
+ * next-token logits at every position?" (causal: position t sees tokens 0..t only). An
+ * eval_lm_t answers it through a function pointer, so the tasks run unchanged on a checkpoint
+ * of any family and on the stub models the tests build with log-probabilities fixed by
+ * construction. Free Transformer checkpoints fill the extra `free` hooks (evaluator/lm_free.c)
+ * that the likelihood metrics need; they are NULL for the baseline.
+ *
+ * Status codes: 0 ok, negative EVAL_E* with one line in err. */
+#ifndef EVALUATOR_LM_H
+#define EVALUATOR_LM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+
+enum {
+    EVAL_EARG = -1,    /* bad argument or option */
+    EVAL_EIO = -2,     /* a file could not be read or written */
+    EVAL_EFORMAT = -3, /* a task file or dataset is malformed */
+    EVAL_EMODEL = -4,  /* the checkpoint cannot be loaded, or the model failed */
+    EVAL_EMISMATCH = -5,/* model and data disagree (vocabulary, end-of-text id, length) */
+    EVAL_ENOMEM = -6,
+    EVAL_EINTR = -7,   /* stopped by a signal */
+};
+
+typedef struct eval_lm eval_lm_t;
+
+struct eval_lm {
+    model_config_t cfg;   /* vocab_size, eot_id, max_seq, kind are what the tasks read */
+    int Bmax, Tmax;       /* largest (B, T) one call to logits accepts */
+    void *impl;
+    /* (B,T,V) next-token logits for tokens (B,T), row-major; valid until the next call.
+     * NULL on failure with err set. */
+    const float *(*logits)(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
+                           size_t errlen);
+    void (*release)(eval_lm_t *lm);
+};
+
+/* Loads the checkpoint in dir (config.json + model.safetensors; the MANIFEST is the caller's
+ * business: ckpt_verify) as a model that takes up to (Bmax, Tmax) tokens; Tmax <= 0 means
+ * the config's max_position_embeddings. */
+int eval_lm_load(eval_lm_t **lm, const char *dir, int Bmax, int Tmax, char *err, size_t errlen);
+/* A freshly initialised model of cfg (weights from seed), for tests and --help examples. */
+int eval_lm_create(eval_lm_t **lm, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
+                   char *err, size_t errlen);
+/* The underlying family model (llama_t* for the baseline), for tests that set weights. */
+void *eval_lm_model(eval_lm_t *lm);
+void eval_lm_free(eval_lm_t **lm);
+
+/* log softmax of one row of V logits at index `target` (max-subtracted, double accumulation). */
+double eval_logprob(const float *row, int V, uint32_t target);
+/* Index of the largest logit (the lowest index on ties, so greedy decoding is deterministic). */
+uint32_t eval_argmax(const float *row, int V);
+#endif

@@ -1,0 +1,72 @@
+/* evaluator/task.c: dispatch to the task kinds (see task.h). */
+#include "evaluator/task.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct eval_task {
+    const eval_task_ops_t *ops;
+    void *self;
+};
+
+int eval_task_open(eval_task_t **t, const eval_task_cfg_t *cfg, char *err, size_t errlen) {
+    if (!t || !cfg || !cfg->task) {
+        snprintf(err, errlen, "no task given");
+        return EVAL_EARG;
+    }
+    *t = NULL;
+    const eval_task_ops_t *ops = !strcmp(cfg->task, "val") ? &eval_task_val
+                                 : !strcmp(cfg->task, "mc") ? &eval_task_mc
+                                 : !strcmp(cfg->task, "em") ? &eval_task_em
+                                                            : NULL;
+    if (!ops) {
+        snprintf(err, errlen, "unknown task '%s' (val, mc, em)", cfg->task);
+        return EVAL_EARG;
+    }
+    if (cfg->batch < 1) {
+        snprintf(err, errlen, "batch must be at least 1");
+        return EVAL_EARG;
+    }
+    eval_task_t *x = calloc(1, sizeof *x);
+    if (!x) {
+        snprintf(err, errlen, "out of memory");
+        return EVAL_ENOMEM;
+    }
+    x->ops = ops;
+    int rc = ops->open(&x->self, cfg, err, errlen);
+    if (rc) {
+        free(x);
+        return rc;
+    }
+    *t = x;
+    return 0;
+}
+
+void eval_task_close(eval_task_t **t) {
+    if (!t || !*t) return;
+    (*t)->ops->close(&(*t)->self);
+    free(*t);
+    *t = NULL;
+}
+
+void eval_task_shape(const eval_task_t *t, int *Bmax, int *Tmax) {
+    t->ops->shape(t->self, Bmax, Tmax);
+}
+
+int eval_task_run(eval_task_t *t, eval_lm_t *lm, eval_values_t *out, volatile int *stop,
+                  char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    return t->ops->run(t->self, lm, out, stop, err, errlen);
+}
+
+int eval_values_add(eval_values_t *v, const char *name, double value) {
+    return wire_kv_add(v->kv, &v->n, name, value) ? EVAL_ENOMEM : 0;
+}
+
+double eval_values_get(const eval_values_t *v, const char *name) {
+    for (uint32_t i = 0; i < v->n; i++)
+        if (!strcmp(v->kv[i].name, name)) return v->kv[i].value;
+    return NAN;
+}

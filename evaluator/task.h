@@ -1,0 +1,64 @@
+/* evaluator/task.h: what an evaluation computes on one checkpoint.
+ *
+ * A task is opened once per evaluator process (its data read and checked up front, so a bad
+ * file fails before any checkpoint is touched), then run on each checkpoint's model. Each
+ * kind lives in its own file: task_val.c (held-out cross-entropy, perplexity, bits per byte),
+ * task_mc.c (multiple choice), task_em.c (generative exact match). The numbers go into a
+ * values map, the same one the MSG_EVAL event and the results file carry.
+ * Formats and definitions: docs/evaluator.md. */
+#ifndef EVALUATOR_TASK_H
+#define EVALUATOR_TASK_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bus/wire.h"
+#include "evaluator/lm.h"
+
+typedef struct {
+    uint32_t n;
+    wire_kv_t kv[WIRE_MAX_KV];
+} eval_values_t;
+
+typedef struct {
+    const char *task;       /* "val", "mc" or "em" */
+    /* val */
+    const char *data;       /* dataset directory */
+    long long val_docs;     /* > 0: the last N documents of data (the loader's val split);
+                               0: every document of data (a separate held-out dataset) */
+    int batches;            /* batches evaluated (0: the whole split) */
+    int batch;              /* rows per forward (all tasks) */
+    int seq_len;            /* tokens per row for val (0: the model's max_position_embeddings) */
+    long long seed;         /* val: order of the documents; em: sampling */
+    /* mc, em */
+    const char *file;       /* JSONL task file */
+    const char *vocab;      /* tokenizer spec for bpe_vocab_open: bytes, gpt2, a file... */
+    int limit;              /* first N items only (0: all) */
+    float temperature;      /* em: 0 = greedy */
+} eval_task_cfg_t;
+
+typedef struct eval_task eval_task_t;
+
+int eval_task_open(eval_task_t **t, const eval_task_cfg_t *cfg, char *err, size_t errlen);
+void eval_task_close(eval_task_t **t);
+/* The largest batch shape the task will ask for (Tmax 0: whatever the model allows). */
+void eval_task_shape(const eval_task_t *t, int *Bmax, int *Tmax);
+/* Runs the task on lm; out is reset and filled. stop (may be NULL) is polled between
+ * forwards: when it becomes non-zero the run ends with EVAL_EINTR. */
+int eval_task_run(eval_task_t *t, eval_lm_t *lm, eval_values_t *out, volatile int *stop,
+                  char *err, size_t errlen);
+
+/* Adds name=value (an error only when the map is full, which the tasks never reach). */
+int eval_values_add(eval_values_t *v, const char *name, double value);
+/* The value called name, or NAN. */
+double eval_values_get(const eval_values_t *v, const char *name);
+
+/* ---- the kinds (task.c dispatches; not for direct use) ---------------------------------- */
+typedef struct {
+    int (*open)(void **self, const eval_task_cfg_t *cfg, char *err, size_t errlen);
+    void (*close)(void **self);
+    void (*shape)(const void *self, int *Bmax, int *Tmax);
+    int (*run)(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
+               size_t errlen);
+} eval_task_ops_t;
+extern const eval_task_ops_t eval_task_val, eval_task_mc, eval_task_em;
+#endif

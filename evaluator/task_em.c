@@ -1,0 +1,250 @@
+/* evaluator/task_em.c: generative exact match.
+ *
+ * Each line of the JSONL file is {"prompt": str, "answer": str} with optional "stop" (a
+ * string that ends the generation, default "\n") and "max_tokens" (default: the number of
+ * tokens of the answer, so a model must produce the answer in its first tokens). The model
+ * continues [eot] prompt, greedily (temperature 0) or sampled with the task's seed (item i
+ * uses rng_seed2(seed, i), so the same seed gives the same text); generation ends at the
+ * end-of-text token, at the stop string, or after max_tokens. The item counts when the
+ * generated text, cut at the stop string, equals the answer with surrounding whitespace
+ * trimmed on both sides.
+ *
+ * Decoding repeats a full forward for every new token (model/generate.h's KV cache had not
+ * landed when this was written): correct and deterministic, quadratic in the length, fine for
+ * short answers. Items are batched: each row reads the logits at its own last position. */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus/rng.h"
+#include "evaluator/task.h"
+#include "evaluator/textdata.h"
+
+typedef struct {
+    uint32_t *prompt;
+    int np, max_tokens;
+    char *answer, *stop;
+} em_item_t;
+
+typedef struct {
+    eval_tok_t tok;
+    em_item_t *items;
+    int n, cap, batch;
+    float temperature;
+    uint64_t seed;
+} em_t;
+
+static void em_close(void **self) {
+    em_t *m = *self;
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) {
+        free(m->items[i].prompt);
+        free(m->items[i].answer);
+        free(m->items[i].stop);
+    }
+    free(m->items);
+    eval_tok_close(&m->tok);
+    free(m);
+    *self = NULL;
+}
+
+static int em_line(json_t *o, int line, void *ctx, char *why, size_t whylen) {
+    em_t *m = ctx;
+    json_t *p = json_object_get(o, "prompt"), *a = json_object_get(o, "answer");
+    json_t *st = json_object_get(o, "stop"), *mt = json_object_get(o, "max_tokens");
+    if (!json_is_string(p)) return snprintf(why, whylen, "\"prompt\" missing or not a string"), -1;
+    if (!json_is_string(a)) return snprintf(why, whylen, "\"answer\" missing or not a string"), -1;
+    if (st && !json_is_string(st)) return snprintf(why, whylen, "\"stop\" is not a string"), -1;
+    if (mt && (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > 4096))
+        return snprintf(why, whylen, "\"max_tokens\" must be an integer in 1..4096"), -1;
+    if (m->n == m->cap) {
+        int nc = m->cap ? 2 * m->cap : 64;
+        em_item_t *q = realloc(m->items, sizeof *q * nc);
+        if (!q) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+        m->items = q;
+        m->cap = nc;
+    }
+    em_item_t *it = &m->items[m->n];
+    memset(it, 0, sizeof *it);
+    m->n++;
+    it->answer = strdup(json_string_value(a));
+    it->stop = strdup(st ? json_string_value(st) : "\n");
+    if (!it->answer || !it->stop || eval_tok_encode(&m->tok, json_string_value(p), &it->prompt, &it->np))
+        return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+    if (mt) {
+        it->max_tokens = (int)json_integer_value(mt);
+    } else {
+        uint32_t *ids;
+        int n;
+        if (eval_tok_encode(&m->tok, it->answer, &ids, &n)) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+        free(ids);
+        it->max_tokens = n > 0 ? n : 1;
+    }
+    (void)line;
+    return 0;
+}
+
+static int em_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t errlen) {
+    if (!cfg->file) return snprintf(err, errlen, "task em needs --file TASK.jsonl"), EVAL_EARG;
+    if (!(cfg->temperature >= 0) || cfg->temperature > 100)
+        return snprintf(err, errlen, "--temperature must be in [0, 100]"), EVAL_EARG;
+    em_t *m = calloc(1, sizeof *m);
+    if (!m) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
+    m->batch = cfg->batch;
+    m->temperature = cfg->temperature;
+    m->seed = (uint64_t)cfg->seed;
+    int rc = eval_tok_open(&m->tok, cfg->vocab, err, errlen);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    rc = eval_jsonl_read(cfg->file, cfg->limit, em_line, m, err, errlen);
+    if (!rc && m->n == 0) rc = (snprintf(err, errlen, "%s: no items", cfg->file), EVAL_EFORMAT);
+    if (rc) {
+        em_close((void **)&m);
+        return rc;
+    }
+    *self = m;
+    return 0;
+}
+
+static void em_shape(const void *self, int *Bmax, int *Tmax) {
+    const em_t *m = self;
+    *Bmax = m->batch;
+    *Tmax = 0;
+}
+
+/* Next token from one row of logits: argmax, or a draw from softmax(logits / temperature). */
+static uint32_t em_pick(const float *row, int V, float temperature, rng_t *rng) {
+    if (temperature <= 0) return eval_argmax(row, V);
+    float mx = row[eval_argmax(row, V)];
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp((row[i] - mx) / temperature);
+    double u = rng_f64(rng) * s, c = 0;
+    for (int i = 0; i < V; i++) {
+        c += exp((row[i] - mx) / temperature);
+        if (u < c) return (uint32_t)i;
+    }
+    return (uint32_t)(V - 1);
+}
+
+static char *trim(char *s) {
+    while (*s && isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+/* Generated text of a row (ids after the prompt) cut at the stop string; 1 when it matches. */
+static int em_judge(em_t *m, const em_item_t *it, const uint32_t *gen, int n, int *stopped) {
+    bpe_bytes_t b = {0};
+    *stopped = 0;
+    if (eval_tok_decode(&m->tok, gen, n, &b)) return 0;
+    char *s = (char *)b.v;
+    char *cut = it->stop[0] ? strstr(s, it->stop) : NULL;
+    if (cut) {
+        *cut = 0;
+        *stopped = 1;
+    }
+    char *ans = strdup(it->answer);
+    int ok = ans && !strcmp(trim(s), trim(ans));
+    free(ans);
+    bpe_bytes_free(&b);
+    return ok;
+}
+
+static int em_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
+                  size_t errlen) {
+    em_t *m = self;
+    if (bpe_vocab_size(m->tok.vocab) > (uint32_t)lm->cfg.vocab_size)
+        return snprintf(err, errlen, "the tokenizer's %u ids do not fit the model's vocabulary of %d",
+                        bpe_vocab_size(m->tok.vocab), lm->cfg.vocab_size), EVAL_EMISMATCH;
+    const int V = lm->cfg.vocab_size, Tm = lm->Tmax, Bm = lm->Bmax;
+    const uint32_t eot = (uint32_t)lm->cfg.eot_id;
+    /* per row: the token buffer (Tm+1), its length, where generation began, and whether done */
+    uint32_t *rows = malloc(sizeof(uint32_t) * (size_t)Bm * (Tm + 1));
+    uint32_t *in = malloc(sizeof(uint32_t) * (size_t)Bm * Tm);
+    int *len = calloc(Bm, sizeof *len), *gen0 = calloc(Bm, sizeof *gen0), *done = calloc(Bm, sizeof *done);
+    rng_t *rng = calloc(Bm, sizeof *rng);
+    int rc = 0, correct = 0;
+    if (!rows || !in || !len || !gen0 || !done || !rng) {
+        rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
+        goto out;
+    }
+    for (int i0 = 0; i0 < m->n && !rc; i0 += Bm) {
+        int B = m->n - i0 < Bm ? m->n - i0 : Bm;
+        for (int b = 0; b < B; b++) {
+            const em_item_t *it = &m->items[i0 + b];
+            if (it->max_tokens >= Tm) {
+                rc = (snprintf(err, errlen, "item %d: max_tokens %d does not fit the model's %d positions",
+                               i0 + b + 1, it->max_tokens, Tm), EVAL_EMISMATCH);
+                goto out;
+            }
+            uint32_t *row = rows + (size_t)b * (Tm + 1);
+            /* keep the end of the prompt so that prompt + answer fit in Tm positions */
+            int keep = it->np < Tm - it->max_tokens ? it->np : Tm - it->max_tokens;
+            row[0] = eot;
+            memcpy(row + 1, it->prompt + it->np - keep, sizeof(uint32_t) * keep);
+            len[b] = gen0[b] = 1 + keep;
+            done[b] = 0;
+            rng_seed2(&rng[b], m->seed, (uint64_t)(i0 + b));
+        }
+        for (;;) {
+            int T = 0, active = 0;
+            /* finished rows may be one token longer than the model takes; they are not read */
+            for (int b = 0; b < B; b++) {
+                if (!done[b] && len[b] > T) T = len[b];
+                active += !done[b];
+            }
+            if (!active) break;
+            if (stop && *stop) {
+                rc = (snprintf(err, errlen, "interrupted"), EVAL_EINTR);
+                goto out;
+            }
+            for (int b = 0; b < B; b++) {
+                const uint32_t *row = rows + (size_t)b * (Tm + 1);
+                for (int t = 0; t < T; t++) in[(size_t)b * T + t] = t < len[b] ? row[t] : eot;
+            }
+            const float *lg = lm->logits(lm, in, B, T, err, errlen);
+            if (!lg) {
+                rc = EVAL_EMODEL;
+                goto out;
+            }
+            for (int b = 0; b < B; b++) {
+                if (done[b]) continue;
+                const em_item_t *it = &m->items[i0 + b];
+                uint32_t *row = rows + (size_t)b * (Tm + 1);
+                uint32_t y = em_pick(lg + ((size_t)b * T + len[b] - 1) * V, V, m->temperature, &rng[b]);
+                if (y == eot) {
+                    done[b] = 1;
+                    continue;
+                }
+                row[len[b]++] = y;
+                int stopped;
+                em_judge(m, it, row + gen0[b], len[b] - gen0[b], &stopped);
+                if (stopped || len[b] - gen0[b] >= it->max_tokens) done[b] = 1;
+            }
+        }
+        for (int b = 0; b < B; b++) {
+            int stopped;
+            const uint32_t *row = rows + (size_t)b * (Tm + 1);
+            correct += em_judge(m, &m->items[i0 + b], row + gen0[b], len[b] - gen0[b], &stopped);
+        }
+    }
+    if (!rc) {
+        eval_values_add(out, "em", (double)correct / m->n);
+        eval_values_add(out, "n", m->n);
+    }
+out:
+    free(rows);
+    free(in);
+    free(len);
+    free(gen0);
+    free(done);
+    free(rng);
+    return rc;
+}
+
+const eval_task_ops_t eval_task_em = {em_open, em_close, em_shape, em_run};

@@ -1,0 +1,227 @@
+/* evaluator/task_mc.c: multiple choice, scored as in seed 000 Appendix B.
+ *
+ * Each line of the JSONL file is {"context": str, "choices": [str, ...], "label": int} (the
+ * lm-evaluation-harness names "query" and "gold" are accepted too). Every choice is scored
+ * by the log-probability of its tokens after the context: row = [eot] context choice, where
+ * the leading end-of-text stands where a document starts in training (the loader joins
+ * documents with it). Context and choice are tokenized separately and concatenated, so the
+ * choice's tokens are exactly those of its own text. A row longer than the model's context
+ * loses tokens from the left of the context.
+ *   acc_completion: argmax over choices of sum log p / number of choice tokens
+ *   acc_char:       argmax over choices of sum log p / number of choice characters
+ *   acc:            argmax of the plain sum (reported too; it favours short choices)
+ * Ties go to the lowest index. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evaluator/task.h"
+#include "evaluator/textdata.h"
+
+typedef struct {
+    uint32_t *ctx;
+    int nctx, nch, label;
+    uint32_t **ch;
+    int *chlen, *chchars;
+} mc_item_t;
+
+typedef struct {
+    eval_tok_t tok;
+    mc_item_t *items;
+    int n, cap, batch;
+    uint32_t *rows;
+    double *score;
+} mc_t;
+
+static void mc_close(void **self) {
+    mc_t *m = *self;
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) {
+        mc_item_t *it = &m->items[i];
+        free(it->ctx);
+        for (int c = 0; c < it->nch; c++) free(it->ch[c]);
+        free(it->ch);
+        free(it->chlen);
+        free(it->chchars);
+    }
+    free(m->items);
+    free(m->rows);
+    free(m->score);
+    eval_tok_close(&m->tok);
+    free(m);
+    *self = NULL;
+}
+
+static json_t *field2(json_t *o, const char *a, const char *b) {
+    json_t *x = json_object_get(o, a);
+    return x ? x : json_object_get(o, b);
+}
+
+static int mc_line(json_t *o, int line, void *ctx, char *why, size_t whylen) {
+    mc_t *m = ctx;
+    json_t *c = field2(o, "context", "query"), *ch = json_object_get(o, "choices");
+    json_t *lb = field2(o, "label", "gold");
+    if (!json_is_string(c)) return snprintf(why, whylen, "\"context\" missing or not a string"), -1;
+    if (!json_is_array(ch) || json_array_size(ch) < 2)
+        return snprintf(why, whylen, "\"choices\" must be an array of at least 2 strings"), -1;
+    if (!json_is_integer(lb) || json_integer_value(lb) < 0 ||
+        json_integer_value(lb) >= (json_int_t)json_array_size(ch))
+        return snprintf(why, whylen, "\"label\" must be an integer index into \"choices\""), -1;
+    if (m->n == m->cap) {
+        int nc = m->cap ? 2 * m->cap : 64;
+        mc_item_t *p = realloc(m->items, sizeof *p * nc);
+        if (!p) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+        m->items = p;
+        m->cap = nc;
+    }
+    mc_item_t *it = &m->items[m->n];
+    memset(it, 0, sizeof *it);
+    m->n++; /* counted now so mc_close frees a half-filled item */
+    it->label = (int)json_integer_value(lb);
+    int k = (int)json_array_size(ch);
+    it->ch = calloc(k, sizeof *it->ch);
+    it->chlen = calloc(k, sizeof *it->chlen);
+    it->chchars = calloc(k, sizeof *it->chchars);
+    if (!it->ch || !it->chlen || !it->chchars) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+    if (eval_tok_encode(&m->tok, json_string_value(c), &it->ctx, &it->nctx))
+        return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+    for (int i = 0; i < k; i++) {
+        json_t *s = json_array_get(ch, i);
+        if (!json_is_string(s)) return snprintf(why, whylen, "choice %d is not a string", i), -1;
+        if (eval_tok_encode(&m->tok, json_string_value(s), &it->ch[i], &it->chlen[i]))
+            return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+        it->nch = i + 1;
+        it->chchars[i] = eval_utf8_chars(json_string_value(s));
+        if (it->chlen[i] == 0) return snprintf(why, whylen, "choice %d is empty", i), -1;
+    }
+    (void)line;
+    return 0;
+}
+
+static int mc_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t errlen) {
+    if (!cfg->file) {
+        snprintf(err, errlen, "task mc needs --file TASK.jsonl");
+        return EVAL_EARG;
+    }
+    mc_t *m = calloc(1, sizeof *m);
+    if (!m) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
+    m->batch = cfg->batch;
+    int rc = eval_tok_open(&m->tok, cfg->vocab, err, errlen);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    rc = eval_jsonl_read(cfg->file, cfg->limit, mc_line, m, err, errlen);
+    if (!rc && m->n == 0) {
+        snprintf(err, errlen, "%s: no questions", cfg->file);
+        rc = EVAL_EFORMAT;
+    }
+    if (rc) {
+        mc_close((void **)&m);
+        return rc;
+    }
+    *self = m;
+    return 0;
+}
+
+static void mc_shape(const void *self, int *Bmax, int *Tmax) {
+    const mc_t *m = self;
+    *Bmax = m->batch;
+    *Tmax = 0;
+}
+
+/* Sum of log p of every choice of it into m->score[0..nch). */
+static int mc_score_item(mc_t *m, const mc_item_t *it, eval_lm_t *lm, char *err, size_t errlen) {
+    const int V = lm->cfg.vocab_size, Tm = lm->Tmax;
+    for (int c0 = 0; c0 < it->nch; c0 += lm->Bmax) {
+        int B = it->nch - c0 < lm->Bmax ? it->nch - c0 : lm->Bmax;
+        /* row length L = 1 + kept context + choice; the model sees L-1 tokens */
+        int T = 1;
+        for (int b = 0; b < B; b++) {
+            int L = 1 + it->nctx + it->chlen[c0 + b];
+            if (L - 1 > T) T = L - 1;
+        }
+        if (T > Tm) T = Tm;
+        for (int b = 0; b < B; b++) {
+            int nc = it->chlen[c0 + b];
+            if (nc > Tm) {
+                snprintf(err, errlen, "a choice of %d tokens does not fit the model's %d positions", nc, Tm);
+                return EVAL_EMISMATCH;
+            }
+            uint32_t *row = m->rows + (size_t)b * (T + 1);
+            /* context tokens kept: as many as fit before the choice in T+1 slots with the eot */
+            int keep = it->nctx < T - nc ? it->nctx : T - nc;
+            int L = 0;
+            row[L++] = (uint32_t)lm->cfg.eot_id;
+            memcpy(row + L, it->ctx + it->nctx - keep, sizeof(uint32_t) * keep);
+            L += keep;
+            memcpy(row + L, it->ch[c0 + b], sizeof(uint32_t) * nc);
+            L += nc;
+            for (int i = L; i < T + 1; i++) row[i] = (uint32_t)lm->cfg.eot_id;
+        }
+        uint32_t *in = malloc(sizeof(uint32_t) * (size_t)B * T);
+        if (!in) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
+        for (int b = 0; b < B; b++) memcpy(in + (size_t)b * T, m->rows + (size_t)b * (T + 1), sizeof(uint32_t) * T);
+        const float *lg = lm->logits(lm, in, B, T, err, errlen);
+        free(in);
+        if (!lg) return EVAL_EMODEL;
+        for (int b = 0; b < B; b++) {
+            int nc = it->chlen[c0 + b];
+            int keep = it->nctx < T - nc ? it->nctx : T - nc;
+            const uint32_t *row = m->rows + (size_t)b * (T + 1);
+            double s = 0;
+            /* choice token j sits at row position 1 + keep + j, predicted at the one before */
+            for (int j = 0; j < nc; j++) {
+                int p = keep + j;
+                s += eval_logprob(lg + ((size_t)b * T + p) * V, V, row[p + 1]);
+            }
+            m->score[c0 + b] = s;
+        }
+    }
+    return 0;
+}
+
+static int best_of(const double *s, const int *norm, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) {
+        double a = norm ? s[i] / norm[i] : s[i], b = norm ? s[best] / norm[best] : s[best];
+        if (a > b) best = i;
+    }
+    return best;
+}
+
+static int mc_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
+                  size_t errlen) {
+    mc_t *m = self;
+    if (bpe_vocab_size(m->tok.vocab) > (uint32_t)lm->cfg.vocab_size) {
+        snprintf(err, errlen, "the tokenizer's %u ids do not fit the model's vocabulary of %d",
+                 bpe_vocab_size(m->tok.vocab), lm->cfg.vocab_size);
+        return EVAL_EMISMATCH;
+    }
+    int maxch = 0;
+    for (int i = 0; i < m->n; i++)
+        if (m->items[i].nch > maxch) maxch = m->items[i].nch;
+    free(m->rows);
+    free(m->score);
+    m->rows = malloc(sizeof(uint32_t) * (size_t)lm->Bmax * (lm->Tmax + 1));
+    m->score = malloc(sizeof(double) * maxch);
+    if (!m->rows || !m->score) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
+    int ok_tok = 0, ok_char = 0, ok_sum = 0;
+    for (int i = 0; i < m->n; i++) {
+        if (stop && *stop) return snprintf(err, errlen, "interrupted"), EVAL_EINTR;
+        const mc_item_t *it = &m->items[i];
+        int rc = mc_score_item(m, it, lm, err, errlen);
+        if (rc) return rc;
+        ok_tok += best_of(m->score, it->chlen, it->nch) == it->label;
+        ok_char += best_of(m->score, it->chchars, it->nch) == it->label;
+        ok_sum += best_of(m->score, NULL, it->nch) == it->label;
+    }
+    eval_values_add(out, "acc_completion", (double)ok_tok / m->n);
+    eval_values_add(out, "acc_char", (double)ok_char / m->n);
+    eval_values_add(out, "acc", (double)ok_sum / m->n);
+    eval_values_add(out, "n", m->n);
+    return 0;
+}
+
+const eval_task_ops_t eval_task_mc = {mc_open, mc_close, mc_shape, mc_run};

@@ -1,0 +1,150 @@
+/* evaluator/task_val.c: held-out cross-entropy, perplexity and bits per byte.
+ *
+ * Batches come from loader/batch.h in-process (the same pure batch function a bin/loader
+ * serves), so the evaluator needs no loader running and every checkpoint sees exactly the
+ * same tokens: pack layout, epoch 0 of `seed`, steps 0..batches-1. The split is the
+ * loader's "val" (the last val_docs documents) or, with val_docs 0, the whole dataset.
+ *
+ * bits per byte (seed 004): bpb = CE_nats * n_tokens / (n_bytes * ln 2), with the split's
+ * tokens per byte from the dataset's metadata (pro-rated by tokens for a val split). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evaluator/task.h"
+#include "loader/batch.h"
+
+typedef struct {
+    loader_src_t *src;
+    loader_params_t p;
+    uint64_t steps;         /* batches evaluated */
+    loader_split_info_t info;
+    uint32_t *rows;         /* (B, T+1) */
+    uint32_t *inputs;       /* (B, T) */
+    int seq_len;
+    int T_open;             /* T the batches were checked for at open (seq_len or 0) */
+    const char *data;
+    int batches;
+} val_t;
+
+static void val_close(void **self) {
+    val_t *v = *self;
+    if (!v) return;
+    loader_src_close(&v->src);
+    free(v->rows);
+    free(v->inputs);
+    free(v);
+    *self = NULL;
+}
+
+static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t errlen) {
+    if (!cfg->data) {
+        snprintf(err, errlen, "task val needs --data DIR");
+        return EVAL_EARG;
+    }
+    if (cfg->batches < 0 || cfg->seq_len < 0 || cfg->val_docs < 0) {
+        snprintf(err, errlen, "--batches, --seq-len and --val-docs must not be negative");
+        return EVAL_EARG;
+    }
+    val_t *v = calloc(1, sizeof *v);
+    if (!v) {
+        snprintf(err, errlen, "out of memory");
+        return EVAL_ENOMEM;
+    }
+    char why[256];
+    int rc = loader_src_open(&v->src, cfg->data, NULL, (uint64_t)cfg->val_docs, why, sizeof why);
+    if (rc) {
+        snprintf(err, errlen, "dataset %s: %s", cfg->data, why);
+        free(v);
+        return EVAL_EIO;
+    }
+    v->p.seed = (uint64_t)cfg->seed;
+    v->p.world = 1;
+    v->p.B = (uint32_t)cfg->batch;
+    v->p.layout = WIRE_PACK;
+    v->p.split = cfg->val_docs > 0 ? WIRE_VAL : WIRE_TRAIN;
+    v->seq_len = cfg->seq_len;
+    v->data = cfg->data;
+    v->batches = cfg->batches;
+    loader_src_split_info(v->src, v->p.split, &v->info);
+    if (v->info.n_bytes == 0 || v->info.n_tokens == 0) {
+        snprintf(err, errlen, "dataset %s: the evaluated split has no tokens or no byte count", cfg->data);
+        val_close((void **)&v);
+        return EVAL_EFORMAT;
+    }
+    *self = v;
+    return 0;
+}
+
+static void val_shape(const void *self, int *Bmax, int *Tmax) {
+    const val_t *v = self;
+    *Bmax = (int)v->p.B;
+    *Tmax = v->seq_len;
+}
+
+static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
+                   size_t errlen) {
+    val_t *v = self;
+    const dataset_meta_t *meta = loader_src_meta(v->src);
+    if (meta->vocab_size > (uint32_t)lm->cfg.vocab_size || (int)meta->eot_id != lm->cfg.eot_id) {
+        snprintf(err, errlen, "dataset %s (vocab %u, eot %u) does not match the model (vocab %d, eot %d)",
+                 v->data, meta->vocab_size, meta->eot_id, lm->cfg.vocab_size, lm->cfg.eot_id);
+        return EVAL_EMISMATCH;
+    }
+    int T = v->seq_len ? v->seq_len : lm->Tmax;
+    int B = (int)v->p.B;
+    if (T > lm->Tmax || B > lm->Bmax) {
+        snprintf(err, errlen, "--seq-len %d / --batch %d beyond the model's %d / %d", T, B, lm->Tmax, lm->Bmax);
+        return EVAL_EMISMATCH;
+    }
+    v->p.T = (uint32_t)T;
+    uint64_t spe = 0;
+    char why[256];
+    if (loader_steps_per_epoch(v->src, &v->p, &spe, why, sizeof why) || spe == 0) {
+        snprintf(err, errlen, "dataset %s: no full batch of %dx%d tokens in the evaluated split%s%s", v->data,
+                 B, T + 1, spe ? ": " : "", spe ? why : "");
+        return EVAL_EMISMATCH;
+    }
+    uint64_t steps = v->batches > 0 && (uint64_t)v->batches < spe ? (uint64_t)v->batches : spe;
+    free(v->rows);
+    free(v->inputs);
+    v->rows = malloc(sizeof(uint32_t) * (size_t)B * (T + 1));
+    v->inputs = malloc(sizeof(uint32_t) * (size_t)B * T);
+    if (!v->rows || !v->inputs) {
+        snprintf(err, errlen, "out of memory");
+        return EVAL_ENOMEM;
+    }
+    const int V = lm->cfg.vocab_size;
+    double nll = 0;
+    uint64_t count = 0;
+    for (uint64_t s = 0; s < steps; s++) {
+        if (stop && *stop) {
+            snprintf(err, errlen, "interrupted");
+            return EVAL_EINTR;
+        }
+        v->p.step = s;
+        if (loader_batch_make(v->src, &v->p, v->rows, NULL, NULL, why, sizeof why)) {
+            snprintf(err, errlen, "dataset %s: batch %llu: %s", v->data, (unsigned long long)s, why);
+            return EVAL_EFORMAT;
+        }
+        for (int b = 0; b < B; b++) memcpy(v->inputs + (size_t)b * T, v->rows + (size_t)b * (T + 1), sizeof(uint32_t) * T);
+        const float *lg = lm->logits(lm, v->inputs, B, T, err, errlen);
+        if (!lg) return EVAL_EMODEL;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                uint32_t y = v->rows[(size_t)b * (T + 1) + t + 1];
+                nll -= eval_logprob(lg + ((size_t)b * T + t) * V, V, y);
+                count++;
+            }
+    }
+    double ce = nll / (double)count;
+    double bpb = ce * (double)v->info.n_tokens / ((double)v->info.n_bytes * M_LN2);
+    eval_values_add(out, "ce", ce);
+    eval_values_add(out, "ppl", exp(ce));
+    eval_values_add(out, "bpb", bpb);
+    eval_values_add(out, "tokens", (double)count);
+    return 0;
+}
+
+const eval_task_ops_t eval_task_val = {val_open, val_close, val_shape, val_run};

@@ -1,0 +1,298 @@
+/* evaluator/watch.c: the evaluator's loop (see watch.h). */
+#include "evaluator/watch.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "bus/bus.h"
+#include "evaluator/results.h"
+#include "model/checkpoint.h"
+
+typedef struct {
+    int64_t *v;
+    int n, cap;
+} stepset_t;
+
+static int set_has(const stepset_t *s, int64_t x) {
+    for (int i = 0; i < s->n; i++)
+        if (s->v[i] == x) return 1;
+    return 0;
+}
+static int set_add(stepset_t *s, int64_t x) {
+    if (set_has(s, x)) return 0;
+    if (s->n == s->cap) {
+        int nc = s->cap ? 2 * s->cap : 32;
+        int64_t *p = realloc(s->v, sizeof *p * nc);
+        if (!p) return EVAL_ENOMEM;
+        s->v = p;
+        s->cap = nc;
+    }
+    s->v[s->n++] = x;
+    return 0;
+}
+
+typedef struct {
+    const eval_watch_cfg_t *c;
+    char run_dir[2048];
+    void *zctx, *sub, *pub;
+    stepset_t done, skipped;
+    char *warned;        /* every warning line printed so far, '\n'-separated, printed once */
+    int evaluated;
+} watch_t;
+
+static double unix_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Prints each line of warn not printed before (ckpt_list reports a corrupt checkpoint on
+ * every rescan; the user needs to hear it once). */
+static void warn_once(watch_t *w, const char *warn) {
+    const char *p = warn;
+    while (p && *p) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char line[1200];
+        snprintf(line, sizeof line, "%.*s\n", (int)(n < 1100 ? n : 1100), p);
+        if (n && (!w->warned || !strstr(w->warned, line))) {
+            fprintf(stderr, "evaluator: %s", line);
+            size_t have = w->warned ? strlen(w->warned) : 0;
+            char *q = realloc(w->warned, have + strlen(line) + 1);
+            if (q) {
+                strcpy(q + have, line);
+                w->warned = q;
+            }
+        }
+        p = e ? e + 1 : NULL;
+    }
+}
+
+/* Steps of the complete checkpoints on disk (manifest and sizes checked; the full hash check
+ * comes before loading). */
+static int scan(watch_t *w, int64_t **steps, int *n, char *err, size_t errlen) {
+    char warn[4096] = "";
+    int rc = ckpt_list(w->run_dir, 0, steps, n, warn, sizeof warn, err, errlen);
+    warn_once(w, warn);
+    return rc ? EVAL_EIO : 0;
+}
+
+static void publish(watch_t *w, const eval_record_t *r) {
+    if (!w->pub) return;
+    wire_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MSG_EVAL;
+    msg_eval_t *e = &m.u.eval;
+    snprintf(e->run, sizeof e->run, "%s", r->run);
+    snprintf(e->task, sizeof e->task, "%s", r->task);
+    e->step = (uint64_t)r->step;
+    e->time = r->time;
+    e->ckpt = (char *)r->ckpt;
+    e->n = r->values->n;
+    memcpy(e->values, r->values->kv, sizeof(wire_kv_t) * r->values->n);
+    char topic[WIRE_NAME_LEN + 8];
+    snprintf(topic, sizeof topic, "eval/%s", r->run);
+    bus_publish(w->pub, topic, &m); /* dropped when nobody listens: monitoring never blocks */
+}
+
+static double state_tokens_seen(const char *dir) {
+    json_t *st = NULL;
+    char e[256];
+    if (ckpt_load_state(dir, &st, e, sizeof e)) return NAN;
+    json_t *x = json_object_get(st, "tokens_seen");
+    double v = json_is_number(x) ? json_number_value(x) : NAN;
+    json_decref(st);
+    return v;
+}
+
+/* Evaluates checkpoint `step`: 0 done or skipped (with a message), 1 interrupted, negative
+ * when the evaluator cannot go on. */
+static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
+    const eval_watch_cfg_t *c = w->c;
+    char dir[2200], why[1024];
+    ckpt_dir_name(dir, sizeof dir, w->run_dir, step);
+    if (ckpt_verify(dir, why, sizeof why)) {
+        fprintf(stderr, "evaluator: skipping %s: %s\n", dir, why);
+        set_add(&w->skipped, step);
+        return 0;
+    }
+    int Bmax, Tmax;
+    eval_task_shape(c->task, &Bmax, &Tmax);
+    eval_lm_t *lm = NULL;
+    double t0 = unix_now();
+    if (eval_lm_load(&lm, dir, Bmax, Tmax, why, sizeof why)) {
+        fprintf(stderr, "evaluator: skipping %s: %s\n", dir, why);
+        set_add(&w->skipped, step);
+        return 0;
+    }
+    eval_values_t vals;
+    int rc = eval_task_run(c->task, lm, &vals, (volatile int *)c->stop, why, sizeof why);
+    eval_lm_free(&lm);
+    if (rc == EVAL_EINTR) return 1;
+    if (rc == EVAL_EMODEL) {
+        fprintf(stderr, "evaluator: skipping %s: %s\n", dir, why);
+        set_add(&w->skipped, step);
+        return 0;
+    }
+    if (rc) {
+        snprintf(err, errlen, "task %s on %s: %s", c->tag, dir, why);
+        return rc;
+    }
+    double ts = state_tokens_seen(dir);
+    if (isfinite(ts)) eval_values_add(&vals, "tokens_seen", ts);
+    eval_values_add(&vals, "eval_s", unix_now() - t0);
+    eval_record_t r = {c->run, c->tag, dir, step, unix_now(), &vals};
+    if (c->out && (rc = eval_results_append(c->out, &r, err, errlen))) return rc;
+    char *line = eval_record_json(&r);
+    if (line) {
+        printf("%s\n", line);
+        fflush(stdout);
+        free(line);
+    }
+    publish(w, &r);
+    set_add(&w->done, step);
+    w->evaluated++;
+    if (!c->quiet) {
+        fprintf(stderr, "evaluator: %s step %lld %s:", c->run, (long long)step, c->tag);
+        for (uint32_t i = 0; i < vals.n; i++) fprintf(stderr, " %s %.6g", vals.kv[i].name, vals.kv[i].value);
+        fputc('\n', stderr);
+    }
+    return 0;
+}
+
+/* Waits up to ms for a checkpoint announcement (any event is just a reason to rescan).
+ * Learns run_dir from an announcement of our run when it is not known yet. Returns 1 when
+ * stopped. */
+static int wait_event(watch_t *w, int ms) {
+    const eval_watch_cfg_t *c = w->c;
+    if (c->stop && *c->stop) return 1;
+    if (!w->sub) {
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        return c->stop && *c->stop;
+    }
+    char topic[WIRE_MAX_TOPIC + 1], e[256];
+    wire_msg_t m;
+    int rc = bus_recv(w->sub, ms, topic, sizeof topic, &m, e, sizeof e);
+    if (rc == BUS_ERR_INTR) return 1;
+    if (rc != 0) return 0;
+    const char *path = NULL;
+    if (m.type == MSG_CKPT && !strcmp(m.u.ckpt.run, c->run)) path = m.u.ckpt.path;
+    if (m.type == MSG_CKPT_INDEX)
+        for (uint32_t i = 0; i < m.u.ckpt_index.n; i++)
+            if (!strcmp(m.u.ckpt_index.items[i].run, c->run)) path = m.u.ckpt_index.items[i].path;
+    if (path && !w->run_dir[0] && strlen(path) < sizeof w->run_dir) {
+        char tmp[2048];
+        snprintf(tmp, sizeof tmp, "%s", path);
+        snprintf(w->run_dir, sizeof w->run_dir, "%s", dirname(tmp));
+        if (!c->quiet) fprintf(stderr, "evaluator: run %s checkpoints in %s (from the bus)\n", c->run, w->run_dir);
+    }
+    wire_msg_free(&m);
+    return 0;
+}
+
+static int watch_loop(watch_t *w, char *err, size_t errlen) {
+    const eval_watch_cfg_t *c = w->c;
+    int poll = c->poll_ms > 0 ? c->poll_ms : 2000;
+    while (!w->run_dir[0]) {
+        if (c->once || !w->sub) return snprintf(err, errlen, "no --run-dir and no bus to learn it from"), EVAL_EARG;
+        if (wait_event(w, poll)) return 0;
+    }
+    int64_t *steps = NULL, *prev = NULL;
+    int n = 0, nprev = 0, rc;
+    if ((rc = scan(w, &steps, &n, err, errlen))) return rc;
+    if (c->out && (rc = eval_results_done(c->out, c->run, c->tag, &prev, &nprev, err, errlen))) {
+        free(steps);
+        return rc;
+    }
+    /* floor: the oldest step this evaluator is responsible for */
+    int64_t newest = n ? steps[n - 1] : -1, floor = c->all ? -1 : newest, last_prev = -1;
+    for (int i = 0; i < nprev; i++) {
+        set_add(&w->done, prev[i]);
+        if (prev[i] > last_prev) last_prev = prev[i];
+    }
+    if (nprev && !c->all && last_prev + 1 < floor) floor = last_prev + 1;
+    free(prev);
+    free(steps);
+    if (!c->quiet)
+        fprintf(stderr, "evaluator: run %s task %s: %d checkpoint(s) on disk, %d already evaluated\n", c->run,
+                c->tag, n, nprev);
+    for (;;) {
+        if (c->stop && *c->stop) return 0;
+        if ((rc = scan(w, &steps, &n, err, errlen))) return rc;
+        int64_t pick = -1;
+        for (int i = n - 1; i >= 0; i--)
+            if (steps[i] >= floor && !set_has(&w->done, steps[i]) && !set_has(&w->skipped, steps[i])) {
+                pick = steps[i];
+                break;
+            }
+        int64_t have = n ? steps[n - 1] : -1;
+        free(steps);
+        if (c->once && pick != have) {
+            /* --once is about the newest checkpoint only */
+            if (have < 0) return snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir), EVAL_EIO;
+            if (set_has(&w->done, have)) {
+                if (!c->quiet) fprintf(stderr, "evaluator: step %lld of run %s already evaluated\n", (long long)have, c->run);
+                return 0;
+            }
+            return snprintf(err, errlen, "newest checkpoint of %s (step %lld) could not be evaluated", w->run_dir,
+                            (long long)have), EVAL_EMODEL;
+        }
+        if (pick >= 0) {
+            rc = evaluate(w, pick, err, errlen);
+            if (rc < 0) return rc;
+            if (rc == 1) return 0;
+            if (c->once) {
+                if (set_has(&w->done, pick)) return 0;
+                return snprintf(err, errlen, "newest checkpoint of %s (step %lld) could not be evaluated",
+                                w->run_dir, (long long)pick), EVAL_EMODEL;
+            }
+            continue;
+        }
+        if (wait_event(w, poll)) return 0;
+    }
+}
+
+int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
+    if (!c || !c->run || !c->task || !c->tag) return snprintf(err, errlen, "eval_watch_run: bad argument"), EVAL_EARG;
+    watch_t w;
+    memset(&w, 0, sizeof w);
+    w.c = c;
+    if (c->run_dir) snprintf(w.run_dir, sizeof w.run_dir, "%s", c->run_dir);
+    int rc = 0;
+    if (!c->no_bus) {
+        w.zctx = zmq_ctx_new();
+        if (!w.zctx) return snprintf(err, errlen, "zmq_ctx_new failed"), EVAL_EIO;
+        char e[256];
+        const char *pre[] = {"ckpt"};
+        if (!c->once) {
+            w.sub = bus_sub_open(w.zctx, bus_endpoint_sub(c->bus_sub), pre, 1, e, sizeof e);
+            if (!w.sub) {
+                rc = (snprintf(err, errlen, "bus %s: %s", bus_endpoint_sub(c->bus_sub), e), EVAL_EIO);
+                goto out;
+            }
+        }
+        w.pub = bus_pub_open(w.zctx, bus_endpoint_pub(c->bus_pub), e, sizeof e);
+        if (!w.pub) {
+            rc = (snprintf(err, errlen, "bus %s: %s", bus_endpoint_pub(c->bus_pub), e), EVAL_EIO);
+            goto out;
+        }
+        /* a one-shot run publishes one event: give the bus a moment to subscribe first */
+        if (c->once) bus_pub_wait(w.pub, 500);
+    }
+    rc = watch_loop(&w, err, errlen);
+out:
+    bus_close(&w.sub);
+    bus_close(&w.pub);
+    if (w.zctx) zmq_ctx_term(w.zctx);
+    free(w.done.v);
+    free(w.skipped.v);
+    free(w.warned);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* evaluator/watch.h: following a run and evaluating each of its checkpoints once.
+ *
+ * The run's checkpoint directory is the source of truth; the bus only says when to look
+ * again. A subscription to "ckpt" brings the bus's welcome message (the latest checkpoint of
+ * every run) and every new announcement; without a bus the directory is rescanned every
+ * poll_ms. The evaluator only reads checkpoints and only publishes events, so starting,
+ * killing or replacing it never affects the trainer.
+ *
+ * Which checkpoints: at start, the newest complete one (or every one with `all`); after that
+ * every newer one as it appears, newest first. Steps already in the results file for this
+ * (run, task) are not redone, and when that file shows a predecessor, its gap is filled too
+ * (every checkpoint newer than the last one it recorded and still on disk). A checkpoint
+ * that fails ckpt_verify or does not load is skipped with one line on stderr, once. */
+#ifndef EVALUATOR_WATCH_H
+#define EVALUATOR_WATCH_H
+#include <signal.h>
+#include <stddef.h>
+
+#include "evaluator/task.h"
+
+typedef struct {
+    const char *run;       /* run name: topic "ckpt/<run>", "eval/<run>" */
+    const char *run_dir;   /* checkpoint directory; NULL: learnt from the bus's announcements */
+    const char *bus_sub;   /* endpoints as given (NULL: $FT_BUS_SUB / default) */
+    const char *bus_pub;
+    int no_bus;            /* neither subscribe nor publish */
+    const char *out;       /* results file (NULL: stdout only) */
+    const char *tag;       /* task name in results and events */
+    int once;              /* evaluate the newest checkpoint and return */
+    int all;               /* also evaluate the checkpoints older than the newest at start */
+    int poll_ms;           /* directory rescan period when the bus is quiet */
+    int quiet;             /* no progress lines on stderr */
+    eval_task_t *task;
+    volatile sig_atomic_t *stop;
+} eval_watch_cfg_t;
+
+/* Runs until stop is set (returns 0), or with once after one evaluation (0), or on an error
+ * that makes watching pointless (negative, err set): a task that cannot run on this run's
+ * model, an unwritable results file, --once with no checkpoint. */
+int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen);
+#endif
