@@ -29,6 +29,10 @@ struct llama {
     uint32_t *tokens, *targets;            /* (N) copies of the last forward's input */
     uint8_t *mask;                         /* (N) */
     int has_mask, has_targets, count;
+    /* The forward with targets also writes dlogits (one pass over the (N,V) logits instead of
+     * two) for the grad_scale it saw; the backward redoes it only if the scale changed. */
+    int dlogits_ready;
+    float dlogits_scale;
 };
 
 int llama_config_check(const model_config_t *c, int B, int T, char *err, size_t errlen) {
@@ -254,6 +258,7 @@ static int check_ids(const uint32_t *ids, const uint8_t *mask, int N, int V, con
 int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     const int N = m->B * m->T;
     m->has_targets = 0;  /* a refused forward leaves nothing to differentiate */
+    m->dlogits_ready = 0;
     if (!tokens) { snprintf(err, errlen, "llama_forward: no tokens"); return LLAMA_EARG; }
     int rc = check_ids(tokens, NULL, N, m->cfg.vocab_size, "token", err, errlen);
     if (rc) return rc;
@@ -281,6 +286,7 @@ int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask,
                     c->norm_eps);
     linear_forward(m->logits, m->xf, m->lm_head, N, c->d_model, c->vocab_size);
     m->has_targets = targets != NULL;
+    m->dlogits_ready = 0;
     if (!targets) return 0;
     int rc = check_ids(targets, mask, N, c->vocab_size, "target", err, errlen);
     if (rc) { m->has_targets = 0; return rc; }
@@ -292,8 +298,10 @@ int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask,
     if (mask)
         for (int n = 0; n < N; n++)
             if (!mask[n]) m->targets[n] = 0;
-    float l = crossentropy_forward(NULL, m->lse, &m->count, m->logits, m->targets,
-                                   m->has_mask ? m->mask : NULL, N, c->vocab_size, 1.0f);
+    float l = crossentropy_forward(m->dlogits, m->lse, &m->count, m->logits, m->targets,
+                                   m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
+    m->dlogits_ready = 1;
+    m->dlogits_scale = m->grad_scale;
     if (loss) *loss = l;
     return 0;
 }
@@ -309,8 +317,9 @@ int llama_forward(llama_t *m, const uint32_t *tokens, const uint32_t *targets,
 void llama_head_backward(llama_t *m) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model;
-    crossentropy_backward(m->dlogits, m->logits, m->lse, m->targets, m->has_mask ? m->mask : NULL,
-                          N, c->vocab_size, m->grad_scale);
+    if (!m->dlogits_ready || m->dlogits_scale != m->grad_scale)
+        crossentropy_backward(m->dlogits, m->logits, m->lse, m->targets,
+                              m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
     memset(m->dxf, 0, sizeof(float) * N * D);
     linear_backward(m->dxf, m->dlm_head, m->dlogits, m->xf, m->lm_head, N, D, c->vocab_size);
     memset(m->dstream, 0, sizeof(float) * N * D);

@@ -11,3 +11,9 @@ build/bench/train_step: build/bench/train_step.o $(LIBS)
 
 # `make bench-bins` (bench/module.mk) also builds the training-step timer.
 bench-bins: build/bench/train_step
+
+# The ops' exp/sigmoid/max loops (ops_math.h) hold clamps and selects that GCC turns into
+# vector code only when a float compare may be assumed not to trap (otherwise: "control flow
+# in loop", scalar code; measured: swiglu and cross-entropy not vectorised at all). No value
+# changes: this is not -ffast-math (no reassociation, no finite-math assumptions).
+$(patsubst %.c,build/%.o,$(wildcard model/ops_*.c)): CFLAGS += -fno-trapping-math

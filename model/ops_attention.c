@@ -8,6 +8,7 @@
  * (deterministic without atomics). Neither pass holds more than a row or a block of scores. */
 #include "model/gemm.h"
 #include "model/ops.h"
+#include "model/ops_clones.h"
 #include "model/ops_math.h"
 #include <math.h>
 #include <stdlib.h>
@@ -35,16 +36,10 @@ static inline int att_visible(int i, int Tq, int Tk, int causal) {
     return n < 0 ? 0 : (n > Tk ? Tk : n);
 }
 
-/* The per-row kernels are built twice, for AVX2+FMA and for the baseline the Makefile targets,
- * and the loader picks one per machine (GCC function multi-versioning): the build stays
- * portable and the hot loops get 8-wide FMAs where the CPU has them (1.6x measured). Both
- * versions are deterministic; they differ from each other in the last bits (FMA rounding),
- * so bit-exact resume assumes the same kind of CPU. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
-#define ATT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ATT_CLONES
-#endif
+/* The per-row and per-block kernels are built for AVX-512, AVX2+FMA and the baseline the
+ * Makefile targets, picked per machine (ops_clones.h; 1.6x measured for AVX2 over the
+ * baseline). */
+#define ATT_CLONES OPS_CLONES
 
 /* Query row i of head h in batch b: online softmax over key blocks of ATT_BLOCK. */
 ATT_CLONES

@@ -1,6 +1,7 @@
 /* model/ops_crossentropy.c: softmax cross-entropy over the vocabulary, mean over counted
  * targets, with an optional fused gradient (row math in ops_math.h). */
 #include "model/ops.h"
+#include "model/ops_clones.h"
 #include "model/ops_math.h"
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,28 @@ static int ce_count(const uint8_t *mask, int N) {
     int c = 0;
     for (int n = 0; n < N; n++) c += mask[n] != 0;
     return c;
+}
+
+/* One row: its log-sum-exp into *lse, its loss returned (0 when not counted), and with dz the
+ * fused gradient (the same formula as the separate backward: same bits). */
+OPS_CLONES
+static float ce_row_forward(float *dz, float *lse, const float *z, uint32_t t, int counted, int V,
+                            float scale) {
+    float l = ops_logsumexp_row(z, V);
+    *lse = l;
+    float loss = counted ? l - z[t] : 0.0f;   /* before dz, which may overwrite z */
+    if (dz) {
+        if (!counted) memset(dz, 0, sizeof(float) * V);
+        else ops_crossentropy_row_backward(dz, z, l, (int)t, V, scale);
+    }
+    return loss;
+}
+
+OPS_CLONES
+static void ce_row_backward(float *dz, const float *z, float lse, uint32_t t, int counted, int V,
+                            float scale) {
+    if (!counted) memset(dz, 0, sizeof(float) * V);
+    else ops_crossentropy_row_backward(dz, z, lse, (int)t, V, scale);
 }
 
 float crossentropy_forward(float *dlogits, float *lse, int *count, const float *logits,
@@ -22,16 +45,10 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
     float *row_loss = malloc(sizeof(float) * (N > 0 ? N : 1));
     if (!row_loss) return NAN;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *z = logits + (size_t)n * V;
-        lse[n] = ops_logsumexp_row(z, V);
-        row_loss[n] = (!mask || mask[n]) ? lse[n] - z[targets[n]] : 0.0f;
-        if (dlogits) {
-            float *dz = dlogits + (size_t)n * V;
-            if (mask && !mask[n]) memset(dz, 0, sizeof(float) * V);
-            else ops_crossentropy_row_backward(dz, z, lse[n], (int)targets[n], V, scale);
-        }
-    }
+    for (int n = 0; n < N; n++)
+        row_loss[n] = ce_row_forward(dlogits ? dlogits + (size_t)n * V : NULL, &lse[n],
+                                     logits + (size_t)n * V, targets[n], !mask || mask[n], V,
+                                     scale);
     /* Summed serially in row order (N terms; cheap) for determinism, in double so the mean
      * is as exact as the row losses themselves. */
     double sum = 0.0;
@@ -46,10 +63,7 @@ void crossentropy_backward(float *dlogits, const float *logits, const float *lse
     int cnt = ce_count(mask, N);
     float scale = cnt > 0 ? dloss / (float)cnt : 0.0f;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *dz = dlogits + (size_t)n * V;
-        if (mask && !mask[n]) memset(dz, 0, sizeof(float) * V);
-        else ops_crossentropy_row_backward(dz, logits + (size_t)n * V, lse[n], (int)targets[n], V,
-                                           scale);
-    }
+    for (int n = 0; n < N; n++)
+        ce_row_backward(dlogits + (size_t)n * V, logits + (size_t)n * V, lse[n], targets[n],
+                        !mask || mask[n], V, scale);
 }
