@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/checkpoint.h"
+#include "model/family.h"
 #include "model/llama.h"
 
 static int lm_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -34,8 +35,9 @@ uint32_t eval_argmax(const float *row, int V) {
     return best;
 }
 
-static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
-                                    size_t errlen) {
+static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
+                                    int T, char *err, size_t errlen) {
+    (void)z;
     llama_t *m = lm->impl;
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
         lm_fail(err, errlen, EVAL_EARG, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax,
@@ -59,6 +61,7 @@ int eval_lm_create(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tma
     if (!out || !cfg || Bmax < 1) return lm_fail(err, errlen, EVAL_EARG, "eval_lm_create: bad argument");
     *out = NULL;
     if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
+    if (cfg->kind == MODEL_FREE) return eval_lm_create_free(out, cfg, Bmax, Tmax, seed, err, errlen);
     if (cfg->kind != MODEL_LLAMA)
         return lm_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",
                        (int)cfg->kind);
@@ -87,14 +90,14 @@ int eval_lm_load(eval_lm_t **out, const char *dir, int Bmax, int Tmax, char *err
     eval_lm_t *lm = NULL;
     int rc = eval_lm_create(&lm, &cfg, Bmax, Tmax, 0, err, errlen);
     if (rc) return rc;
-    llama_t *m = lm->impl;
-    int np = llama_params(m, NULL, 0);
+    const model_family_t *fam = family_for_kind(cfg.kind);
+    int np = fam->params(lm->impl, NULL, 0);
     tensor_view_t *v = calloc((size_t)np, sizeof *v);
     if (!v) {
         eval_lm_free(&lm);
         return lm_fail(err, errlen, EVAL_ENOMEM, "out of memory");
     }
-    llama_params(m, v, np);
+    fam->params(lm->impl, v, np);
     rc = ckpt_load_params(dir, v, np, err, errlen);
     free(v);
     if (rc) {

@@ -4,8 +4,9 @@
  * next-token logits at every position?" (causal: position t sees tokens 0..t only). An
  * eval_lm_t answers it through a function pointer, so the tasks run unchanged on a checkpoint
  * of any family and on the stub models the tests build with log-probabilities fixed by
- * construction. Free Transformer checkpoints fill the extra `free` hooks (evaluator/lm_free.c)
- * that the likelihood metrics need; they are NULL for the baseline.
+ * construction. A Free Transformer (evaluator/lm_free.c) also offers its encoder, and its
+ * logits take the latent indices Z explicitly, so each task chooses where Z comes from
+ * (encoder, prior) and the target-leak rules of docs/evaluator.md live in the evaluator.
  *
  * Status codes: 0 ok, negative EVAL_E* with one line in err. */
 #ifndef EVALUATOR_LM_H
@@ -28,12 +29,19 @@ enum {
 typedef struct eval_lm eval_lm_t;
 
 struct eval_lm {
-    model_config_t cfg;   /* vocab_size, eot_id, max_seq, kind are what the tasks read */
-    int Bmax, Tmax;       /* largest (B, T) one call to logits accepts */
+    model_config_t cfg;   /* vocab_size, eot_id, max_seq, kind, latent_bits are what tasks read */
+    int Bmax, Tmax;       /* largest (B, T) one call accepts */
+    int latent_bits;      /* H of the Free Transformer; 0 for a model without latents */
     void *impl;
     /* (B,T,V) next-token logits for tokens (B,T), row-major; valid until the next call.
-     * NULL on failure with err set. */
-    const float *(*logits)(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
+     * z (B,T): latent indices in [0, 2^H) for a model with latents (required there: the
+     * evaluator decides where Z comes from), ignored (pass NULL) otherwise. NULL on failure
+     * with err set. */
+    const float *(*logits)(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B, int T,
+                           char *err, size_t errlen);
+    /* Latent models only (NULL otherwise): the encoder's (B,T,H) bit logits for tokens (B,T);
+     * the encoder is non-causal over exactly the tokens given. */
+    const float *(*encode)(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
                            size_t errlen);
     void (*release)(eval_lm_t *lm);
 };
@@ -45,7 +53,12 @@ int eval_lm_load(eval_lm_t **lm, const char *dir, int Bmax, int Tmax, char *err,
 /* A freshly initialised model of cfg (weights from seed), for tests and --help examples. */
 int eval_lm_create(eval_lm_t **lm, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
                    char *err, size_t errlen);
-/* The underlying family model (llama_t* for the baseline), for tests that set weights. */
+/* The Free Transformer's eval_lm_t (evaluator/lm_free.c); eval_lm_create calls it for
+ * kind MODEL_FREE. */
+int eval_lm_create_free(eval_lm_t **lm, const model_config_t *cfg, int Bmax, int Tmax,
+                        uint64_t seed, char *err, size_t errlen);
+/* The underlying family model (llama_t* for the baseline, free_t* for the Free Transformer),
+ * for tests that set weights. */
 void *eval_lm_model(eval_lm_t *lm);
 void eval_lm_free(eval_lm_t **lm);
 

@@ -30,7 +30,8 @@ static void usage(FILE *f, const flag_t *flags, int n) {
 int main(int argc, char **argv) {
     const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL;
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
-    eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0};
+    eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
+                         .iw_samples = 4, .draws = 4};
     flag_t fl[] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
@@ -53,6 +54,8 @@ int main(int argc, char **argv) {
         {"vocab", FLAG_STR, &tc.vocab, "mc, em: the run's tokenizer (bytes, gpt2, cl100k_base, a file)", 0, 0, 0},
         {"limit", FLAG_INT, &tc.limit, "mc, em: first N items only (0: all)", 0, 1e9, 0},
         {"temperature", FLAG_FLOAT, &tc.temperature, "em: 0 = greedy, else sampled with --seed", 0, 100, 0},
+        {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
+        {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging)", 1, 4096, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
     };

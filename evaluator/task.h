@@ -34,6 +34,9 @@ typedef struct {
     const char *vocab;      /* tokenizer spec for bpe_vocab_open: bytes, gpt2, a file... */
     int limit;              /* first N items only (0: all) */
     float temperature;      /* em: 0 = greedy */
+    /* Free Transformer */
+    int iw_samples;         /* val: K posterior samples per row (ELBO and importance-weighted bound) */
+    int draws;              /* val: prior draws for ce_prior; mc: prior draws averaged per choice */
 } eval_task_cfg_t;
 
 typedef struct eval_task eval_task_t;

@@ -11,7 +11,11 @@
  *
  * Decoding repeats a full forward for every new token (model/generate.h's KV cache had not
  * landed when this was written): correct and deterministic, quadratic in the length, fine for
- * short answers. Items are batched: each row reads the logits at its own last position. */
+ * short answers. Items are batched: each row reads the logits at its own last position.
+ *
+ * Free Transformer: as in its generation (seed 000, Figure 2), the encoder reads [eot] prompt
+ * (the prompt only) and Z of those positions is drawn from q; every generated position draws
+ * Z from the uniform prior once, when its token is appended, and keeps it. */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +23,7 @@
 #include <string.h>
 
 #include "bus/rng.h"
+#include "evaluator/latent.h"
 #include "evaluator/task.h"
 #include "evaluator/textdata.h"
 
@@ -168,8 +173,12 @@ static int em_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
     uint32_t *in = malloc(sizeof(uint32_t) * (size_t)Bm * Tm);
     int *len = calloc(Bm, sizeof *len), *gen0 = calloc(Bm, sizeof *gen0), *done = calloc(Bm, sizeof *done);
     rng_t *rng = calloc(Bm, sizeof *rng);
+    const int H = lm->latent_bits;
+    /* latent models: Z of every row position, and the copy handed to the model */
+    uint32_t *zrows = H ? malloc(sizeof(uint32_t) * (size_t)Bm * (Tm + 1)) : NULL;
+    uint32_t *zin = H ? malloc(sizeof(uint32_t) * (size_t)Bm * Tm) : NULL;
     int rc = 0, correct = 0;
-    if (!rows || !in || !len || !gen0 || !done || !rng) {
+    if (!rows || !in || !len || !gen0 || !done || !rng || (H && (!zrows || !zin))) {
         rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
         goto out;
     }
@@ -190,6 +199,15 @@ static int em_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
             len[b] = gen0[b] = 1 + keep;
             done[b] = 0;
             rng_seed2(&rng[b], m->seed, (uint64_t)(i0 + b));
+            if (H) {
+                /* the encoder reads the prompt row only */
+                const float *e = lm->encode(lm, row, 1, len[b], err, errlen);
+                if (!e) {
+                    rc = EVAL_EMODEL;
+                    goto out;
+                }
+                eval_z_posterior(&rng[b], e, zrows + (size_t)b * (Tm + 1), NULL, (size_t)len[b], H);
+            }
         }
         for (;;) {
             int T = 0, active = 0;
@@ -206,8 +224,10 @@ static int em_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
             for (int b = 0; b < B; b++) {
                 const uint32_t *row = rows + (size_t)b * (Tm + 1);
                 for (int t = 0; t < T; t++) in[(size_t)b * T + t] = t < len[b] ? row[t] : eot;
+                if (H)
+                    for (int t = 0; t < T; t++) zin[(size_t)b * T + t] = t < len[b] ? zrows[(size_t)b * (Tm + 1) + t] : 0;
             }
-            const float *lg = lm->logits(lm, in, B, T, err, errlen);
+            const float *lg = lm->logits(lm, in, zin, B, T, err, errlen);
             if (!lg) {
                 rc = EVAL_EMODEL;
                 goto out;
@@ -221,6 +241,7 @@ static int em_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
                     done[b] = 1;
                     continue;
                 }
+                if (H) eval_z_prior(&rng[b], zrows + (size_t)b * (Tm + 1) + len[b], 1, H);
                 row[len[b]++] = y;
                 int stopped;
                 em_judge(m, it, row + gen0[b], len[b] - gen0[b], &stopped);
@@ -244,6 +265,8 @@ out:
     free(gen0);
     free(done);
     free(rng);
+    free(zrows);
+    free(zin);
     return rc;
 }
 

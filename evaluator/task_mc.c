@@ -10,12 +10,19 @@
  *   acc_completion: argmax over choices of sum log p / number of choice tokens
  *   acc_char:       argmax over choices of sum log p / number of choice characters
  *   acc:            argmax of the plain sum (reported too; it favours short choices)
- * Ties go to the lowest index. */
+ * Ties go to the lowest index.
+ *
+ * Free Transformer: the encoder reads [eot] context only (never the choice it is asked to
+ * score) and gives Z for those positions, drawn from q; the choice's positions take Z from
+ * the uniform prior, as in generation. A choice's log-probability is the log of the mean
+ * probability over `draws` such draws (log-mean-exp: a Monte Carlo estimate of
+ * p(choice | context) with Z marginalised); the draws of a choice run as rows of one batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "evaluator/latent.h"
 #include "evaluator/task.h"
 #include "evaluator/textdata.h"
 
@@ -29,7 +36,8 @@ typedef struct {
 typedef struct {
     eval_tok_t tok;
     mc_item_t *items;
-    int n, cap, batch;
+    int n, cap, batch, draws;
+    uint64_t seed;
     uint32_t *rows;
     double *score;
 } mc_t;
@@ -107,6 +115,8 @@ static int mc_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t er
     mc_t *m = calloc(1, sizeof *m);
     if (!m) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     m->batch = cfg->batch;
+    m->draws = cfg->draws > 0 ? cfg->draws : 4;
+    m->seed = (uint64_t)cfg->seed;
     int rc = eval_tok_open(&m->tok, cfg->vocab, err, errlen);
     if (rc) {
         free(m);
@@ -163,7 +173,7 @@ static int mc_score_item(mc_t *m, const mc_item_t *it, eval_lm_t *lm, char *err,
         uint32_t *in = malloc(sizeof(uint32_t) * (size_t)B * T);
         if (!in) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
         for (int b = 0; b < B; b++) memcpy(in + (size_t)b * T, m->rows + (size_t)b * (T + 1), sizeof(uint32_t) * T);
-        const float *lg = lm->logits(lm, in, B, T, err, errlen);
+        const float *lg = lm->logits(lm, in, NULL, B, T, err, errlen);
         free(in);
         if (!lg) return EVAL_EMODEL;
         for (int b = 0; b < B; b++) {
@@ -180,6 +190,71 @@ static int mc_score_item(mc_t *m, const mc_item_t *it, eval_lm_t *lm, char *err,
         }
     }
     return 0;
+}
+
+/* Free Transformer: scores of every choice of item `idx` (see the top of the file). */
+static int mc_score_item_free(mc_t *m, const mc_item_t *it, int idx, eval_lm_t *lm, char *err,
+                              size_t errlen) {
+    const int V = lm->cfg.vocab_size, Tm = lm->Tmax, H = lm->latent_bits, N = m->draws;
+    uint32_t *in = malloc(sizeof(uint32_t) * (size_t)lm->Bmax * Tm);
+    uint32_t *z = malloc(sizeof(uint32_t) * (size_t)lm->Bmax * Tm);
+    float *bl = malloc(sizeof(float) * (size_t)Tm * H);
+    double *lp = malloc(sizeof(double) * N);
+    int rc = 0;
+    if (!in || !z || !bl || !lp) {
+        rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
+        goto out;
+    }
+    rng_t r;
+    rng_seed2(&r, m->seed ^ 0x3C3Cu, (uint64_t)idx);
+    for (int c = 0; c < it->nch; c++) {
+        int nc = it->chlen[c];
+        if (nc > Tm) {
+            rc = (snprintf(err, errlen, "a choice of %d tokens does not fit the model's %d positions", nc, Tm), EVAL_EMISMATCH);
+            goto out;
+        }
+        int T = it->nctx + nc < Tm ? it->nctx + nc : Tm; /* 1 + keep + nc = T + 1 */
+        int keep = T - nc, Lc = 1 + keep;
+        uint32_t *row = m->rows;
+        row[0] = (uint32_t)lm->cfg.eot_id;
+        memcpy(row + 1, it->ctx + it->nctx - keep, sizeof(uint32_t) * keep);
+        memcpy(row + Lc, it->ch[c], sizeof(uint32_t) * nc);
+        /* the encoder sees the context only (Lc <= T positions: the choice is not among them) */
+        const float *e = lm->encode(lm, row, 1, Lc, err, errlen);
+        if (!e) {
+            rc = EVAL_EMODEL;
+            goto out;
+        }
+        memcpy(bl, e, sizeof(float) * (size_t)Lc * H);
+        for (int d0 = 0; d0 < N; d0 += lm->Bmax) {
+            int B = N - d0 < lm->Bmax ? N - d0 : lm->Bmax;
+            for (int b = 0; b < B; b++) {
+                memcpy(in + (size_t)b * T, row, sizeof(uint32_t) * T);
+                eval_z_posterior(&r, bl, z + (size_t)b * T, NULL, (size_t)Lc, H);
+                eval_z_prior(&r, z + (size_t)b * T + Lc, (size_t)(T - Lc), H);
+            }
+            const float *lg = lm->logits(lm, in, z, B, T, err, errlen);
+            if (!lg) {
+                rc = EVAL_EMODEL;
+                goto out;
+            }
+            for (int b = 0; b < B; b++) {
+                double s = 0;
+                for (int j = 0; j < nc; j++) {
+                    int p = keep + j;
+                    s += eval_logprob(lg + ((size_t)b * T + p) * V, V, row[p + 1]);
+                }
+                lp[d0 + b] = s;
+            }
+        }
+        m->score[c] = eval_logmeanexp(lp, N);
+    }
+out:
+    free(in);
+    free(z);
+    free(bl);
+    free(lp);
+    return rc;
 }
 
 static int best_of(const double *s, const int *norm, int n) {
@@ -211,7 +286,8 @@ static int mc_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
     for (int i = 0; i < m->n; i++) {
         if (stop && *stop) return snprintf(err, errlen, "interrupted"), EVAL_EINTR;
         const mc_item_t *it = &m->items[i];
-        int rc = mc_score_item(m, it, lm, err, errlen);
+        int rc = lm->latent_bits ? mc_score_item_free(m, it, i, lm, err, errlen)
+                                 : mc_score_item(m, it, lm, err, errlen);
         if (rc) return rc;
         ok_tok += best_of(m->score, it->chlen, it->nch) == it->label;
         ok_char += best_of(m->score, it->chchars, it->nch) == it->label;

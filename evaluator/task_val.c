@@ -6,12 +6,24 @@
  * loader's "val" (the last val_docs documents) or, with val_docs 0, the whole dataset.
  *
  * bits per byte (seed 004): bpb = CE_nats * n_tokens / (n_bytes * ln 2), with the split's
- * tokens per byte from the dataset's metadata (pro-rated by tokens for a val split). */
+ * tokens per byte from the dataset's metadata (pro-rated by tokens for a val split).
+ *
+ * A Free Transformer has no single cross-entropy: the reported numbers are, per token (nats),
+ *   ce_enc   -log p(x|Z) with Z ~ q(Z|x) from the encoder, mean of K draws. The encoder has
+ *            read the targets, so this alone is NOT a likelihood (it leaks them through Z);
+ *   kl       sum_t KL(q(Z_t|x) || uniform) / tokens, exact from the bit logits;
+ *   elbo     ce_enc + kl: an upper bound on -log p(x) (the negative ELBO);
+ *   iw_bound -log mean_k p(x|z_k) p(z_k) / q(z_k|x) per row, z_k ~ q, K draws: a tighter
+ *            bound (Burda et al.'s importance-weighted bound; equal to elbo in expectation
+ *            for K = 1);
+ *   ce_prior -log p(x|Z) with Z drawn from the prior, mean of N draws: what generation sees;
+ *   ppl, bpb from iw_bound, the tightest honest number. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "evaluator/latent.h"
 #include "evaluator/task.h"
 #include "loader/batch.h"
 
@@ -25,7 +37,7 @@ typedef struct {
     int seq_len;
     int T_open;             /* T the batches were checked for at open (seq_len or 0) */
     const char *data;
-    int batches;
+    int batches, K, N;
 } val_t;
 
 static void val_close(void **self) {
@@ -67,6 +79,8 @@ static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t e
     v->seq_len = cfg->seq_len;
     v->data = cfg->data;
     v->batches = cfg->batches;
+    v->K = cfg->iw_samples > 0 ? cfg->iw_samples : 4;
+    v->N = cfg->draws > 0 ? cfg->draws : 4;
     loader_src_split_info(v->src, v->p.split, &v->info);
     if (v->info.n_bytes == 0 || v->info.n_tokens == 0) {
         snprintf(err, errlen, "dataset %s: the evaluated split has no tokens or no byte count", cfg->data);
@@ -81,6 +95,69 @@ static void val_shape(const void *self, int *Bmax, int *Tmax) {
     const val_t *v = self;
     *Bmax = (int)v->p.B;
     *Tmax = v->seq_len;
+}
+
+/* Sum over row b of log p(target) from logits (B,T,V). */
+static double row_logp(const float *lg, const uint32_t *rows, int b, int T, int V) {
+    double s = 0;
+    for (int t = 0; t < T; t++)
+        s += eval_logprob(lg + ((size_t)b * T + t) * V, V, rows[(size_t)b * (T + 1) + t + 1]);
+    return s;
+}
+
+/* The Free Transformer's bounds on one batch (see the top of the file); sums into acc. */
+typedef struct { double ce_enc, kl, iw, ce_prior; } free_acc_t;
+static int val_free_batch(val_t *v, eval_lm_t *lm, int B, int T, free_acc_t *acc, char *err,
+                          size_t errlen) {
+    const int V = lm->cfg.vocab_size, H = lm->latent_bits, K = v->K, N = v->N;
+    const size_t n = (size_t)B * T;
+    float *bl = malloc(sizeof(float) * n * H);
+    uint32_t *z = malloc(sizeof(uint32_t) * n);
+    double *logq = malloc(sizeof(double) * n), *logw = malloc(sizeof(double) * (size_t)B * K);
+    int rc = 0;
+    if (!bl || !z || !logq || !logw) {
+        rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
+        goto out;
+    }
+    const float *e = lm->encode(lm, v->inputs, B, T, err, errlen);
+    if (!e) {
+        rc = EVAL_EMODEL;
+        goto out;
+    }
+    memcpy(bl, e, sizeof(float) * n * H);
+    for (size_t i = 0; i < n; i++) acc->kl += eval_z_kl(bl + i * H, H);
+    rng_t r;
+    rng_seed2(&r, (uint64_t)v->p.seed ^ 0xE7A1u, v->p.step); /* same draws for every checkpoint */
+    for (int k = 0; k < K; k++) {
+        eval_z_posterior(&r, bl, z, logq, n, H);
+        const float *lg = lm->logits(lm, v->inputs, z, B, T, err, errlen);
+        if (!lg) {
+            rc = EVAL_EMODEL;
+            goto out;
+        }
+        for (int b = 0; b < B; b++) {
+            double lp = row_logp(lg, v->rows, b, T, V), lr = 0;
+            for (int t = 0; t < T; t++) lr += -H * M_LN2 - logq[(size_t)b * T + t];
+            acc->ce_enc -= lp / K;
+            logw[(size_t)b * K + k] = lp + lr;
+        }
+    }
+    for (int b = 0; b < B; b++) acc->iw += eval_logmeanexp(logw + (size_t)b * K, K);
+    for (int d = 0; d < N; d++) {
+        eval_z_prior(&r, z, n, H);
+        const float *lg = lm->logits(lm, v->inputs, z, B, T, err, errlen);
+        if (!lg) {
+            rc = EVAL_EMODEL;
+            goto out;
+        }
+        for (int b = 0; b < B; b++) acc->ce_prior -= row_logp(lg, v->rows, b, T, V) / N;
+    }
+out:
+    free(bl);
+    free(z);
+    free(logq);
+    free(logw);
+    return rc;
 }
 
 static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
@@ -118,6 +195,7 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
     const int V = lm->cfg.vocab_size;
     double nll = 0;
     uint64_t count = 0;
+    free_acc_t fa = {0, 0, 0, 0};
     for (uint64_t s = 0; s < steps; s++) {
         if (stop && *stop) {
             snprintf(err, errlen, "interrupted");
@@ -129,20 +207,34 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
             return EVAL_EFORMAT;
         }
         for (int b = 0; b < B; b++) memcpy(v->inputs + (size_t)b * T, v->rows + (size_t)b * (T + 1), sizeof(uint32_t) * T);
-        const float *lg = lm->logits(lm, v->inputs, B, T, err, errlen);
+        count += (uint64_t)B * T;
+        if (lm->latent_bits) {
+            int rc = val_free_batch(v, lm, B, T, &fa, err, errlen);
+            if (rc) return rc;
+            continue;
+        }
+        const float *lg = lm->logits(lm, v->inputs, NULL, B, T, err, errlen);
         if (!lg) return EVAL_EMODEL;
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                uint32_t y = v->rows[(size_t)b * (T + 1) + t + 1];
-                nll -= eval_logprob(lg + ((size_t)b * T + t) * V, V, y);
-                count++;
-            }
+        for (int b = 0; b < B; b++) nll -= row_logp(lg, v->rows, b, T, V);
     }
-    double ce = nll / (double)count;
-    double bpb = ce * (double)v->info.n_tokens / ((double)v->info.n_bytes * M_LN2);
-    eval_values_add(out, "ce", ce);
-    eval_values_add(out, "ppl", exp(ce));
-    eval_values_add(out, "bpb", bpb);
+    const double per_byte = (double)v->info.n_tokens / ((double)v->info.n_bytes * M_LN2);
+    if (lm->latent_bits) {
+        double ce_enc = fa.ce_enc / count, kl = fa.kl / count, iw = -fa.iw / count;
+        eval_values_add(out, "ce_enc", ce_enc);
+        eval_values_add(out, "kl", kl);
+        eval_values_add(out, "elbo", ce_enc + kl);
+        eval_values_add(out, "iw_bound", iw);
+        eval_values_add(out, "ce_prior", fa.ce_prior / count);
+        eval_values_add(out, "ppl", exp(iw));
+        eval_values_add(out, "bpb", iw * per_byte);
+        eval_values_add(out, "iw_samples", v->K);
+        eval_values_add(out, "draws", v->N);
+    } else {
+        double ce = nll / (double)count;
+        eval_values_add(out, "ce", ce);
+        eval_values_add(out, "ppl", exp(ce));
+        eval_values_add(out, "bpb", ce * per_byte);
+    }
     eval_values_add(out, "tokens", (double)count);
     return 0;
 }

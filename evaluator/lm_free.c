@@ -1,0 +1,67 @@
+/* evaluator/lm_free.c: eval_lm_t over the Free Transformer (model/free.h).
+ *
+ * The logits always take Z explicitly (free_forward_z): the evaluator, not the model, decides
+ * whether a position's latent comes from the encoder or from the prior, which is what keeps
+ * the reported likelihoods honest (docs/evaluator.md). encode runs the encoder alone on the
+ * tokens it is given and returns the bit logits. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "evaluator/lm.h"
+#include "model/free.h"
+
+static int shape_ok(eval_lm_t *lm, int B, int T, char *err, size_t errlen) {
+    if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
+        snprintf(err, errlen, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax, lm->Tmax);
+        return 0;
+    }
+    return free_set_shape(lm->impl, B, T, err, errlen) == 0;
+}
+
+static const float *free_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
+                                   int T, char *err, size_t errlen) {
+    if (!z) {
+        snprintf(err, errlen, "the Free Transformer needs latent indices Z for its logits");
+        return NULL;
+    }
+    if (!shape_ok(lm, B, T, err, errlen)) return NULL;
+    float ce;
+    if (free_forward_z(lm->impl, tokens, z, NULL, NULL, &ce, err, errlen)) return NULL;
+    return free_logits(lm->impl);
+}
+
+static const float *free_lm_encode(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
+                                   size_t errlen) {
+    if (!shape_ok(lm, B, T, err, errlen)) return NULL;
+    if (free_encode(lm->impl, tokens, err, errlen)) return NULL;
+    return free_bit_logits(lm->impl);
+}
+
+static void free_lm_release(eval_lm_t *lm) {
+    free_t *m = lm->impl;
+    free_destroy(&m);
+    lm->impl = NULL;
+}
+
+int eval_lm_create_free(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tmax,
+                        uint64_t seed, char *err, size_t errlen) {
+    *out = NULL;
+    if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
+    eval_lm_t *lm = calloc(1, sizeof *lm);
+    if (!lm) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
+    free_t *m = NULL;
+    if (free_create(&m, cfg, Bmax, Tmax, seed, err, errlen)) {
+        free(lm);
+        return EVAL_EMODEL;
+    }
+    lm->cfg = *cfg;
+    lm->Bmax = Bmax;
+    lm->Tmax = Tmax;
+    lm->latent_bits = cfg->latent_bits;
+    lm->impl = m;
+    lm->logits = free_lm_logits;
+    lm->encode = free_lm_encode;
+    lm->release = free_lm_release;
+    *out = lm;
+    return 0;
+}
