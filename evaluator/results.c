@@ -44,7 +44,7 @@ static int write_all(int fd, const char *p, size_t n) {
 int eval_results_append(const char *path, const eval_record_t *r, char *err, size_t errlen) {
     char *line = eval_record_json(r);
     if (!line) return snprintf(err, errlen, "out of memory writing %s", path), EVAL_ENOMEM;
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         free(line);

@@ -39,7 +39,7 @@ int eval_jsonl_read(const char *path, int limit, eval_jsonl_fn fn, void *ctx, ch
         json_decref(obj);
         if (r) {
             snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
-            rc = r < 0 ? r : EVAL_EFORMAT;
+            rc = r == EVAL_ENOMEM ? r : EVAL_EFORMAT;
             break;
         }
         if (limit > 0 && ++got >= limit) break;
