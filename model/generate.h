@@ -54,6 +54,12 @@ int gen_finish(gen_t *g, float *all_logits, char *err, size_t errlen);
 /* (B,V) logits of the last position of the last finished chunk. */
 const float *gen_logits(const gen_t *g);
 
+/* Threads a chunk of `rows` positions runs on: 1 below a work threshold (decode steps of small
+ * models: parallel regions cost more than they save, badly so on a loaded machine), else
+ * omp_get_max_threads(). The generator applies it itself; exposed for the encoder call of
+ * the Free Transformer and for tests. */
+int gen_threads(const gen_t *g, int rows);
+
 /* begin + all blocks + finish. */
 int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,
              size_t errlen);

@@ -4,6 +4,7 @@
  * cached by the same code; this file only adds the latent path between them: the encoder on
  * the prompt (the Free Transformer's own free_encode, so the prompt's Z is computed exactly
  * as in training), the Binary Mapper's bits, and the post-sampler gather. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,8 +84,11 @@ int gen_free_step(gen_free_t *g, const uint32_t *tokens, int B, int T, const uin
     if (rc) return rc;
     if (!z) {
         // prompt: encoder over the prompt only (non-causal), bits from the caller's uniforms
+        int saved = omp_get_max_threads();
+        omp_set_num_threads(gen_threads(g->g, N));
         rc = free_set_shape(g->m, B, T, err, errlen);
         if (!rc) rc = free_encode(g->m, tokens, err, errlen);
+        omp_set_num_threads(saved);
         if (rc) { gen_reset(g->g); return rc; }
         binmap_forward(g->z, g->prob, free_bit_logits(g->m), u, N, g->H);
     } else {

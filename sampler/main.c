@@ -1,0 +1,183 @@
+/* bin/sampler: generates text from a checkpoint (baseline or Free Transformer).
+ * Parses flags, opens the vocabulary and the checkpoint, calls sampler_generate (sampler.h),
+ * prints one sample per line (or JSON lines). Every failure is one line "sampler: ..." on
+ * stderr: exit 2 for usage errors, 1 for everything else. */
+#include <jansson.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus/flags.h"
+#include "model/checkpoint.h"
+#include "sampler/sampler.h"
+#include "sampler/text.h"
+#include "tokenizer/bpe_io.h"
+
+#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define PROMPT_MAX_BYTES (1u << 20)
+
+typedef struct {
+    const char *ckpt, *run_dir, *prompt, *vocab, *latent;
+    int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet;
+    float temperature, top_p;
+    long long seed;
+} opts_t;
+
+static void usage(FILE *f, const flag_t *fl, int n) {
+    fprintf(f,
+            "usage: sampler (--ckpt DIR | --run-dir DIR) [--prompt TEXT] [options]\n"
+            "Generates --n continuations of the prompt (--prompt, else all of stdin) with the\n"
+            "model of a checkpoint and prints one per line: the generated text only, with '\\n',\n"
+            "'\\r' and '\\' escaped; --json prints {\"i\",\"ids\",\"text\",\"stop\"[,\"z\"]} lines\n"
+            "(z: the latent index of each position that predicted a generated token).\n"
+            "The same seed gives the same samples. The vocabulary must be the one the model was\n"
+            "trained with: its size must equal the checkpoint's vocab_size.\n"
+            "Free Transformer checkpoints: the prompt's latents come from the encoder, every new\n"
+            "position's from the prior (uniform over 2^H); --latent shared gives each group of\n"
+            "--group samples one draw of those (the paper's Figure 4).\n\noptions:\n");
+    flags_usage(f, fl, n);
+}
+
+static int fail(int code, const char *what, const char *why) {
+    fprintf(stderr, "sampler: %s%s%s\n", what, why ? ": " : "", why ? why : "");
+    return code;
+}
+
+/* --ckpt as given, or the newest complete checkpoint of --run-dir. */
+static int resolve_ckpt(const opts_t *o, char *dir, size_t cap, char *err, size_t errlen) {
+    if (o->ckpt) { snprintf(dir, cap, "%s", o->ckpt); return 0; }
+    char warn[2048] = "";
+    int64_t step;
+    int rc = ckpt_find_latest(o->run_dir, dir, cap, &step, warn, sizeof warn, err, errlen);
+    if (warn[0]) fprintf(stderr, "sampler: %s\n", warn);
+    if (rc < 0) return -1;
+    if (rc == 0) { snprintf(err, errlen, "--run-dir %s: no complete checkpoint", o->run_dir); return -1; }
+    return 0;
+}
+
+static void print_json(int i, const uint32_t *ids, int n, const char *text, size_t tlen, int stopped,
+                       const uint32_t *z, int nz) {
+    json_t *j = json_object(), *a = json_array();
+    for (int k = 0; k < n; k++) json_array_append_new(a, json_integer(ids[k]));
+    char *u = sampler_text_utf8(text, tlen);
+    json_object_set_new(j, "i", json_integer(i));
+    json_object_set_new(j, "ids", a);
+    json_object_set_new(j, "text", json_string(u ? u : ""));
+    json_object_set_new(j, "stop", json_string(stopped ? "eot" : "length"));
+    if (z) {
+        json_t *za = json_array();
+        for (int k = 0; k < nz; k++) json_array_append_new(za, json_integer(z[k]));
+        json_object_set_new(j, "z", za);
+    }
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (s) puts(s);
+    free(s);
+    free(u);
+    json_decref(j);
+}
+
+int main(int argc, char **argv) {
+    opts_t o = {.vocab = "bytes", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
+                .temperature = 1.0f, .top_p = 1.0f, .seed = 1};
+    flag_t fl[] = {
+        {"ckpt", FLAG_STR, &o.ckpt, "checkpoint directory", 0, 0, 0},
+        {"run-dir", FLAG_STR, &o.run_dir, "run directory: use its newest complete checkpoint", 0, 0, 0},
+        {"prompt", FLAG_STR, &o.prompt, "prompt text (default: all of stdin)", 0, 0, 0},
+        {"vocab", FLAG_STR, &o.vocab, "bytes, gpt2, cl100k_base or a vocabulary file", 0, 0, 0},
+        {"n", FLAG_INT, &o.n, "number of samples", 1, 1 << 20, 0},
+        {"max-new", FLAG_INT, &o.max_new, "tokens generated per sample", 1, 1 << 24, 0},
+        {"temperature", FLAG_FLOAT, &o.temperature, "softmax temperature; 0 is greedy", 0, 1e6, 0},
+        {"top-k", FLAG_INT, &o.top_k, "keep the k most probable tokens (0: all)", 0, 1 << 30, 0},
+        {"top-p", FLAG_FLOAT, &o.top_p, "nucleus: smallest set reaching this mass (1: all)", 0, 1, 0},
+        {"seed", FLAG_I64, &o.seed, "random seed (tokens and latents)", 0, 0, 0},
+        {"latent", FLAG_STR, &o.latent, "Free Transformer: independent or shared latents", 0, 0, 0},
+        {"group", FLAG_INT, &o.group, "samples per shared-latent group", 1, 1 << 20, 0},
+        {"stop-at-eot", FLAG_BOOL, &o.stop_at_eot, "end a sample at the end-of-text token", 0, 0, 0},
+        {"eot-prefix", FLAG_BOOL, &o.eot_prefix, "put the end-of-text token before the prompt", 0, 0, 0},
+        {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
+        {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
+        {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
+    };
+    char err[1024];
+    int rc = flags_parse(argc, argv, 1, fl, NFLAGS(fl), NULL, NULL, 0, err, sizeof err);
+    if (rc == 1) { usage(stdout, fl, NFLAGS(fl)); return 0; }
+    if (rc) return fail(2, err, NULL);
+    if (!o.ckpt == !o.run_dir) return fail(2, "give exactly one of --ckpt DIR and --run-dir DIR", NULL);
+    sampler_opts_t so = {.n = o.n, .max_new = o.max_new, .seed = (uint64_t)o.seed, .group = o.group,
+                         .stop_at_eot = o.stop_at_eot,
+                         .sample = {o.temperature, o.top_k, o.top_p}};
+    if (!strcmp(o.latent, "independent")) so.latent = SAMPLER_LATENT_INDEPENDENT;
+    else if (!strcmp(o.latent, "shared")) so.latent = SAMPLER_LATENT_SHARED;
+    else {
+        snprintf(err, sizeof err, "--latent: '%s' is not independent or shared", o.latent);
+        return fail(2, err, NULL);
+    }
+    if (sampler_opts_check(&so, err, sizeof err)) return fail(2, err, NULL);
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+
+    int status = 1;
+    char dir[4096];
+    bpe_vocab_t *v = NULL;
+    sampler_model_t *sm = NULL;
+    char *ptext = NULL, *text = NULL;
+    uint32_t *prompt = NULL;
+    sampler_result_t res = {0};
+    if (resolve_ckpt(&o, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
+    if (sampler_model_load(&sm, dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
+    const model_config_t *c = sampler_model_config(sm);
+    if (c->kind != MODEL_FREE && flags_find(fl, NFLAGS(fl), "latent")->seen) {
+        fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);
+        status = 2;
+        goto out;
+    }
+    if (bpe_vocab_open(&v, o.vocab, err, sizeof err) < 0) { fail(1, "--vocab", err); goto out; }
+    if (bpe_vocab_size(v) != (uint32_t)c->vocab_size) {
+        snprintf(err, sizeof err, "vocabulary '%.200s' has %u tokens but the model of %.600s has vocab_size %d",
+                 o.vocab, bpe_vocab_size(v), dir, c->vocab_size);
+        fail(1, err, NULL);
+        goto out;
+    }
+    size_t plen;
+    if (o.prompt) {
+        plen = strlen(o.prompt);
+    } else {
+        if (!(ptext = sampler_text_read_all(stdin, PROMPT_MAX_BYTES, &plen, err, sizeof err))) {
+            fail(1, err, NULL);
+            goto out;
+        }
+    }
+    int P;
+    if (sampler_text_encode(v, o.prompt ? o.prompt : ptext, plen, o.eot_prefix, (uint32_t)c->eot_id,
+                            &prompt, &P, err, sizeof err)) {
+        fail(1, err, NULL);
+        goto out;
+    }
+    if (P == 0) { fail(2, "the prompt is empty (give text, or --eot-prefix to start from end-of-text)", NULL); status = 2; goto out; }
+    if (sampler_generate(sm, prompt, P, &so, &res, err, sizeof err)) { fail(1, err, NULL); goto out; }
+    for (int i = 0; i < res.n; i++) {
+        const uint32_t *ids = res.ids + (size_t)i * res.max_new;
+        size_t tlen;
+        free(text);
+        if (!(text = sampler_text_decode(v, ids, res.len[i], &tlen))) { fail(1, "out of memory", NULL); goto out; }
+        if (o.json)
+            print_json(i, ids, res.len[i], text, tlen, res.stopped[i],
+                       res.z ? res.z + (size_t)i * res.z_stride : NULL, P + res.len[i] - 1);
+        else
+            sampler_text_print_line(stdout, text, tlen);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) { fail(1, "writing the samples to stdout failed", NULL); goto out; }
+    if (!o.quiet)
+        fprintf(stderr, "sampler: %s: %d samples, prompt %d tokens, %lld new tokens in %.3f s (%.0f tok/s)\n",
+                dir, res.n, P, res.new_tokens, res.seconds,
+                res.seconds > 0 ? res.new_tokens / res.seconds : 0.0);
+    status = 0;
+out:
+    sampler_result_free(&res);
+    free(text);
+    free(prompt);
+    free(ptext);
+    bpe_vocab_free(&v);
+    sampler_model_free(&sm);
+    return status;
+}

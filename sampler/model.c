@@ -1,0 +1,122 @@
+/* sampler/model.c: a checkpoint of either family, ready to generate (see sampler.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/checkpoint.h"
+#include "sampler/model_impl.h"
+
+static void drop_generators(sampler_model_t *sm) {
+    gen_destroy(&sm->gen);
+    gen_free_destroy(&sm->genf);
+    sm->genB = sm->genT = 0;
+}
+
+void sampler_model_free(sampler_model_t **psm) {
+    if (!psm || !*psm) return;
+    sampler_model_t *sm = *psm;
+    drop_generators(sm);
+    llama_destroy(&sm->llama);
+    free_destroy(&sm->free);
+    free(sm);
+    *psm = NULL;
+}
+
+int sampler_model_create(sampler_model_t **psm, const model_config_t *cfg, uint64_t seed,
+                         char *err, size_t errlen) {
+    *psm = NULL;
+    sampler_model_t *sm = calloc(1, sizeof(*sm));
+    if (!sm) { snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
+    sm->cfg = *cfg;
+    int rc;
+    /* The family models are only weight holders here (and, for the Free Transformer, the
+     * encoder of the prompt): their training activations are sized to the minimum. */
+    if (cfg->kind == MODEL_LLAMA) {
+        rc = llama_create(&sm->llama, cfg, 1, 1, seed, err, errlen);
+    } else if (cfg->kind == MODEL_FREE) {
+        rc = free_create(&sm->free, cfg, 1, 1, seed, err, errlen);
+        sm->encB = sm->encT = 1;
+    } else {
+        snprintf(err, errlen, "model kind %d is not one the sampler knows", (int)cfg->kind);
+        rc = SAMPLER_EARG;
+    }
+    if (rc) {
+        sampler_model_free(&sm);
+        return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
+    }
+    *psm = sm;
+    return 0;
+}
+
+const model_config_t *sampler_model_config(const sampler_model_t *sm) { return &sm->cfg; }
+
+int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap) {
+    return sm->llama ? llama_params(sm->llama, views, cap) : free_params(sm->free, views, cap);
+}
+
+int sampler_model_load(sampler_model_t **psm, const char *dir, char *err, size_t errlen) {
+    *psm = NULL;
+    char why[512];
+    model_config_t cfg;
+    if (ckpt_verify(dir, why, sizeof why) || ckpt_load_config(dir, &cfg, why, sizeof why)) {
+        snprintf(err, errlen, "checkpoint %s: %s", dir, why);
+        return SAMPLER_ECKPT;
+    }
+    sampler_model_t *sm = NULL;
+    int rc = sampler_model_create(&sm, &cfg, 0, why, sizeof why);
+    if (rc) {
+        snprintf(err, errlen, "checkpoint %s: %s", dir, why);
+        return rc == SAMPLER_ENOMEM ? rc : SAMPLER_ECKPT;
+    }
+    int n = sampler_model_params(sm, NULL, 0);
+    tensor_view_t *v = malloc(sizeof(*v) * n);
+    if (!v) { sampler_model_free(&sm); snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
+    sampler_model_params(sm, v, n);
+    rc = ckpt_load_params(dir, v, n, why, sizeof why);
+    free(v);
+    if (rc) {
+        snprintf(err, errlen, "checkpoint %s: %s", dir, why);
+        sampler_model_free(&sm);
+        return SAMPLER_ECKPT;
+    }
+    *psm = sm;
+    return 0;
+}
+
+/* Re-creates the Free Transformer with encoder buffers for (B, P), keeping its weights. */
+static int grow_encoder(sampler_model_t *sm, int B, int P, char *err, size_t errlen) {
+    free_t *m2 = NULL;
+    int rc = free_create(&m2, &sm->cfg, B, P, 0, err, errlen);
+    if (rc) return rc == FREE_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
+    int n = free_params(sm->free, NULL, 0);
+    tensor_view_t *a = malloc(sizeof(*a) * n * 2);
+    if (!a) { free_destroy(&m2); snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
+    free_params(sm->free, a, n);
+    free_params(m2, a + n, n);
+    for (int i = 0; i < n; i++)
+        memcpy(a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
+    free(a);
+    drop_generators(sm);  /* they point into the old model */
+    free_destroy(&sm->free);
+    sm->free = m2;
+    sm->encB = B;
+    sm->encT = P;
+    return 0;
+}
+
+int sampler_model_prepare(sampler_model_t *sm, int B, int P, int T, char *err, size_t errlen) {
+    int rc;
+    if (sm->free && (B > sm->encB || P > sm->encT)) {
+        int nb = B > sm->encB ? B : sm->encB, np = P > sm->encT ? P : sm->encT;
+        if ((rc = grow_encoder(sm, nb, np, err, errlen))) return rc;
+    }
+    if (B <= sm->genB && T <= sm->genT) return 0;
+    int nb = B > sm->genB ? B : sm->genB, nt = T > sm->genT ? T : sm->genT;
+    drop_generators(sm);
+    rc = sm->llama ? gen_create(&sm->gen, sm->llama, nb, nt, err, errlen)
+                   : gen_free_create(&sm->genf, sm->free, nb, nt, err, errlen);
+    if (rc) return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
+    sm->genB = nb;
+    sm->genT = nt;
+    return 0;
+}

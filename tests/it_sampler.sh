@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Integration test of bin/sampler: train a tiny baseline and a tiny Free Transformer on the
+# synthetic data through the real pipeline (bus, loader, trainer), then sample from their
+# checkpoints: output shape, determinism by seed, the latent modes, the JSON form, and the
+# refusals (bad flags, missing/corrupt checkpoint, vocabulary mismatch), one line each.
+set -u
+cd "$(dirname "$0")/.."
+W=${FT_TEST_TMP:-$(mktemp -d)}/it_sampler; rm -rf "$W"; mkdir -p "$W"
+export LC_ALL=C FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub OMP_NUM_THREADS=2 FT_PROGRESS=0
+pass=0; fail=0
+ok() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+
+bin/tokenizer synth --n 2000 --seed 3 > "$W/synth.txt"
+bin/tokenizer encode --vocab bytes --append-eot --out "$W/ds" "$W/synth.txt" 2>/dev/null
+bin/bus >"$W/bus.log" 2>&1 & pids+=($!)
+bin/loader --data "$W/ds" --bind "ipc://$W/l0" --name l0 --quiet >"$W/l0.log" 2>&1 & pids+=($!)
+
+MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 64 --batch 8 --warmup 5 --lr 1e-2"
+bin/trainer --loaders "ipc://$W/l0" $MODEL --run base --run-dir "$W/base" --steps 60 --ckpt-every 30 2>"$W/base.log"
+ok "baseline trained" "[ $? = 0 ] && [ -d $W/base/ckpt-00000060 ]"
+S() { bin/sampler --quiet "$@"; }
+
+# 1. shape: --n lines of --max-new characters (bytes vocabulary, synthetic text has no newline)
+S --run-dir "$W/base" --prompt 'K>' --n 5 --max-new 30 --seed 1 >"$W/s1.txt" 2>"$W/s1.err"
+ok "sampler exits 0" "[ $? = 0 ] && [ ! -s $W/s1.err ]"
+ok "5 lines" "[ \$(wc -l < $W/s1.txt) = 5 ]"
+S --run-dir "$W/base" --prompt 'K>' --n 5 --max-new 30 --seed 1 --json >"$W/s1.json"
+ok "30 tokens each" "[ \$(jq -c 'select((.ids | length) == 30)' $W/s1.json | wc -l) = 5 ]"
+# (texts compared where every id is a printable ASCII byte: other bytes are replaced in JSON)
+ok "plain lines are the JSON texts" "[ \"\$(jq -r 'select(all(.ids[]; . >= 32 and . < 127)) | .i' $W/s1.json | while read i; do sed -n \"\$((i+1))p\" $W/s1.txt; done)\" = \"\$(jq -r 'select(all(.ids[]; . >= 32 and . < 127)) | .text' $W/s1.json)\" ]"
+# the trained model has learned the alphabet of the data: mostly '_' (a 60-step model, so
+# only a loose check: more than half of all characters)
+ok "mostly underscores" "[ \$(tr -cd _ < $W/s1.txt | wc -c) -gt 75 ]"
+
+# 2. determinism: same seed same text, another seed other text; batching does not matter
+S --run-dir "$W/base" --prompt 'K>' --n 5 --max-new 30 --seed 1 >"$W/s1b.txt"
+ok "same seed, same samples" "cmp -s $W/s1.txt $W/s1b.txt"
+S --run-dir "$W/base" --prompt 'K>' --n 5 --max-new 30 --seed 2 >"$W/s2.txt"
+ok "another seed, other samples" "! cmp -s $W/s1.txt $W/s2.txt"
+S --run-dir "$W/base" --prompt 'K>' --n 1 --max-new 30 --seed 1 >"$W/s1one.txt"
+ok "sample 0 alone equals sample 0 of a batch" "[ \"\$(head -1 $W/s1.txt)\" = \"\$(cat $W/s1one.txt)\" ]"
+S --ckpt "$W/base/ckpt-00000060" --prompt 'K>' --n 5 --max-new 30 --seed 1 >"$W/s1c.txt"
+ok "--ckpt of the newest equals --run-dir" "cmp -s $W/s1.txt $W/s1c.txt"
+# greedy ignores the seed and every sample is the same
+S --run-dir "$W/base" --prompt 'K>' --n 3 --max-new 20 --temperature 0 --seed 9 >"$W/g.txt"
+ok "greedy samples identical" "[ \$(sort -u $W/g.txt | wc -l) = 1 ]"
+# prompt from stdin equals --prompt
+printf 'K>\n' | S --run-dir "$W/base" --n 5 --max-new 30 --seed 1 >"$W/s1in.txt"
+ok "prompt on stdin" "cmp -s $W/s1.txt $W/s1in.txt"
+# top-k 1 is greedy
+S --run-dir "$W/base" --prompt 'K>' --n 2 --max-new 20 --top-k 1 --seed 4 >"$W/k1.txt"
+ok "top-k 1 equals greedy" "[ \"\$(head -1 $W/k1.txt)\" = \"\$(head -1 $W/g.txt)\" ]"
+
+# 3. JSON lines
+# (top-k 10: the 60-step model keeps a little mass on bytes >= 128, which are not UTF-8 alone)
+S --run-dir "$W/base" --prompt 'K>' --n 3 --max-new 10 --json --stop-at-eot --top-k 10 >"$W/j.txt"
+ok "json: 3 valid lines with ids/text/stop" "[ \$(jq -c 'select(.ids and .text != null and .stop)' $W/j.txt | wc -l) = 3 ]"
+ok "json: text is the bytes of the ids" "jq -e '(.ids | implode) == .text' $W/j.txt >/dev/null"
+
+# 4. refusals: one line on stderr, non-zero exit
+err1() { "$@" >/dev/null 2>"$W/e.txt"; rc=$?; [ $rc != 0 ] && [ "$(wc -l < "$W/e.txt")" = 1 ]; }
+ok "vocabulary mismatch" "err1 bin/sampler --run-dir $W/base --vocab gpt2 --prompt x && grep -q 'vocab_size' $W/e.txt"
+ok "no checkpoint" "err1 bin/sampler --run-dir $W/nothing --prompt x && grep -q 'no complete checkpoint' $W/e.txt"
+ok "both --ckpt and --run-dir" "err1 bin/sampler --run-dir $W/base --ckpt $W/base/ckpt-00000060 --prompt x"
+ok "bad number" "err1 bin/sampler --run-dir $W/base --n many && grep -q \"'many' is not an integer\" $W/e.txt"
+ok "bad temperature" "err1 bin/sampler --run-dir $W/base --temperature -1"
+ok "bad top-p" "err1 bin/sampler --run-dir $W/base --top-p 0 --prompt x && grep -q 'top-p' $W/e.txt"
+ok "bad latent mode" "err1 bin/sampler --run-dir $W/base --latent both"
+ok "latent on a baseline" "err1 bin/sampler --run-dir $W/base --latent shared --prompt x"
+ok "too long" "err1 bin/sampler --run-dir $W/base --prompt x --max-new 5000 && grep -q max_seq $W/e.txt"
+ok "empty prompt" "err1 bin/sampler --run-dir $W/base --prompt ''"
+ok "unknown flag" "err1 bin/sampler --run-dir $W/base --frobnicate"
+cp -r "$W/base/ckpt-00000060" "$W/bad"
+printf 'xx' | dd of="$W/bad/model.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
+ok "corrupt checkpoint" "err1 bin/sampler --ckpt $W/bad --prompt x && grep -q 'bad' $W/e.txt"
+ok "--run-dir skips a corrupt newest" "cp -r $W/bad $W/base/ckpt-00000090 && S --run-dir $W/base --prompt 'K>' --n 5 --max-new 30 --seed 1 2>$W/skip.err | cmp -s - $W/s1.txt && grep -q 'skipping' $W/skip.err"
+rm -rf "$W/base/ckpt-00000090"
+ok "--help" "bin/sampler --help | grep -q -- --latent"
+
+# 5. the Free Transformer
+bin/trainer --loaders "ipc://$W/l0" $MODEL --model free --latent-bits 4 --kappa 0.5 --run ft --run-dir "$W/ft" --steps 40 --ckpt-every 40 2>"$W/ft.log"
+if [ $? = 0 ] && [ -d "$W/ft/ckpt-00000040" ]; then
+    pass=$((pass+1))
+    F() { S --run-dir "$W/ft" --prompt 'K>' --max-new 30 "$@"; }
+    F --n 6 --seed 5 --json >"$W/f1.txt"
+    ok "ft: 6 samples of 30 tokens" "[ \$(wc -l < $W/f1.txt) = 6 ] && [ \$(jq -c 'select((.ids | length) == 30)' $W/f1.txt | wc -l) = 6 ]"
+    F --n 6 --seed 5 --json >"$W/f1b.txt"
+    ok "ft: same seed, same samples and latents" "cmp -s $W/f1.txt $W/f1b.txt"
+    ok "ft: latents in [0, 16), one per predicting position" "jq -e '(.z | length) == 31 and all(.z[]; . >= 0 and . < 16)' $W/f1.txt >/dev/null"
+    ok "ft: independent latents differ between samples" "[ \$(jq -c '.z[2:]' $W/f1.txt | sort -u | wc -l) = 6 ]"
+    F --n 6 --seed 5 --json --latent shared --group 3 >"$W/f2.txt"
+    ok "ft: shared latents equal within a group" "[ \$(jq -c '.z' $W/f2.txt | head -3 | sort -u | wc -l) = 1 ] && [ \$(jq -c '.z' $W/f2.txt | tail -3 | sort -u | wc -l) = 1 ]"
+    ok "ft: and differ between groups" "[ \$(jq -c '.z' $W/f2.txt | sort -u | wc -l) = 2 ]"
+    ok "ft: prompt latents from the encoder equal within a shared group" "[ \$(jq -c '.z[0:2]' $W/f2.txt | head -3 | sort -u | wc -l) = 1 ]"
+else
+    fail=$((fail+1)); echo "FAIL: Free Transformer training"; tail -3 "$W/ft.log"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
