@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
         {"task", FLAG_STR, &tc.task, "val, mc or em", 0, 0, 0},
         {"tag", FLAG_STR, &tag, "task name in results and events (default: the task)", 0, 0, 0},
         {"out", FLAG_STR, &out, "results file: one JSON line appended (fsynced) per evaluation", 0, 0, 0},
-        {"once", FLAG_BOOL, &once, "evaluate the newest checkpoint and exit", 0, 0, 0},
+        {"once", FLAG_BOOL, &once, "evaluate the newest checkpoint (with --all: every one on disk) and exit", 0, 0, 0},
         {"all", FLAG_BOOL, &all, "also evaluate the checkpoints older than the newest", 0, 0, 0},
         {"bus-sub", FLAG_STR, &bus_sub, "bus XPUB endpoint (default: $FT_BUS_SUB or " BUS_DEFAULT_SUB ")", 0, 0, 0},
         {"bus-pub", FLAG_STR, &bus_pub, "bus XSUB endpoint (default: $FT_BUS_PUB or " BUS_DEFAULT_PUB ")", 0, 0, 0},

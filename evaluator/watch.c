@@ -234,7 +234,13 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
             }
         int64_t have = n ? steps[n - 1] : -1;
         free(steps);
-        if (c->once && pick != have) {
+        if (c->once && c->all) {
+            /* --once --all: everything on disk, then return */
+            if (pick < 0) {
+                if (have < 0) return snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir), EVAL_EIO;
+                return 0;
+            }
+        } else if (c->once && pick != have) {
             /* --once is about the newest checkpoint only */
             if (have < 0) return snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir), EVAL_EIO;
             if (set_has(&w->done, have)) {
@@ -248,7 +254,7 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
             rc = evaluate(w, pick, err, errlen);
             if (rc < 0) return rc;
             if (rc == 1) return 0;
-            if (c->once) {
+            if (c->once && !c->all) {
                 if (set_has(&w->done, pick)) return 0;
                 return snprintf(err, errlen, "newest checkpoint of %s (step %lld) could not be evaluated",
                                 w->run_dir, (long long)pick), EVAL_EMODEL;
