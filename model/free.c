@@ -35,6 +35,7 @@ struct free_model {
     rng_t rng;
     int fixed_u;
     float *u_fixed;
+    float *r_off;                   /* (N,D) or NULL: test hook */
     /* the last forward */
     uint8_t *mask;
     int has_mask, has_targets, count, from_encoder;
@@ -110,7 +111,7 @@ void free_destroy(free_t **pm) {
     llama_block_acts_free(&m->enc);
     void *p[] = {m->xp, m->xg, m->pv, m->gv, m->zq, m->enc_out, m->enc_xn, m->enc_rstd,
                  m->bitlog, m->prob, m->u, m->kl, m->z, m->xkv, m->denc_out, m->dzq, m->dxn,
-                 m->dbit, m->dxkv, m->work, m->u_fixed, m->mask};
+                 m->dbit, m->dxkv, m->work, m->u_fixed, m->mask, m->r_off};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
     free(m);
     *pm = NULL;
@@ -231,6 +232,13 @@ void free_set_uniforms(free_t *m, const float *u) {
     if (u) memcpy(m->u_fixed, u, sizeof(float) * m->B * m->T * m->H);
 }
 
+void free_set_r_offset(free_t *m, const float *r_off) {
+    const size_t n = (size_t)m->Bmax * m->Tmax * m->cfg.d_model;
+    if (!r_off) { free(m->r_off); m->r_off = NULL; return; }
+    if (!m->r_off && !(m->r_off = malloc(sizeof(float) * n))) return;
+    memcpy(m->r_off, r_off, sizeof(float) * m->B * m->T * m->cfg.d_model);
+}
+
 /* embed + the first half of the decoder: X = stream(half) */
 static int first_half(free_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     m->has_targets = 0;
@@ -262,6 +270,8 @@ static int second_half(free_t *m, const uint32_t *targets, const uint8_t *mask, 
     const float *x = llama_stream(m->dec, m->half);
     post_sampler_forward(m->xkv, m->w.post, m->z, N, D, m->H);
     for (size_t i = 0; i < (size_t)N * D; i++) m->xkv[i] += x[i];
+    if (m->r_off)
+        for (size_t i = 0; i < (size_t)N * D; i++) m->xkv[i] += m->r_off[i];
     llama_block_forward_kv(m->dec, m->half, m->xkv);
     llama_blocks_forward(m->dec, m->half + 1, m->cfg.n_layers);
     return llama_head_forward(m->dec, targets, mask, ce, err, errlen);

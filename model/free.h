@@ -97,6 +97,10 @@ void free_set_grad_scale(free_t *m, float s);
  * (copied; NULL returns to drawing). The fixed array must match the shape of each forward. */
 void free_set_step(free_t *m, uint64_t step);
 void free_set_uniforms(free_t *m, const float *u);
+/* Test hook: r_off (B,T,D) is added to R in later forwards (copied; NULL: none). The
+ * gradient check uses it to evaluate the estimator's surrogate R = W_post (onehot + G - G0)
+ * by finite differences; the backward treats it as a constant. */
+void free_set_r_offset(free_t *m, const float *r_off);
 
 /* Training forward (encoder -> Binary Mapper -> decoder): *loss = CE + free-bits KL.
  * targets NULL: logits only (Z still from the encoder). */
