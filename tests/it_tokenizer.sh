@@ -93,5 +93,10 @@ else
     check "gpt2 encoder present (make test runs make data first)" false
 fi
 
+# judge: every generated synthetic line is valid; broken ones are not
+check "judge accepts 300 synthetic lines" [ "$($TOK synth --n 300 --seed 9 | $TOK judge | grep -c '"valid":true')" = 300 ]
+check "judge rejects two runs, short lines, a bad prompt" [ "$(printf '%s\n' \
+    "A>AAAAAAAA________________________AAAAAAAA______________________" "A>____AAAAAAAA" \
+    "a>________AAAAAAAA______________________________________________" | $TOK judge | grep -c '"valid":false')" = 3 ]
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

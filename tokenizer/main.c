@@ -28,6 +28,7 @@ static void usage_main(FILE *f) {
             "  decode  --vocab V [--dataset DIR --doc N]   (ids on stdin otherwise)\n"
             "  ids     --vocab V [--repeat R] [--out FILE] INPUT   (one text -> ids, timed)\n"
             "  synth   --n N --seed S [--start I]\n"
+            "  judge   < lines 'L>' + 64 characters: the Figure-4 validity rule, as JSON lines\n"
             "  info    DATASET_DIR\n"
             "V is gpt2, cl100k_base (from $FT_TIKTOKEN_DIR or data/tiktoken/encoders), bytes, or a\n"
             "vocabulary file. `tokenizer COMMAND --help` describes each command.\n");
@@ -354,6 +355,29 @@ static int cmd_synth(int argc, char **argv) {
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* Judges lines "L>" + 64 generated characters by the Figure-4 rule (synth_judge): one JSON
+ * line out per line in, {"letter","valid","start"} (start is null when invalid). A line whose
+ * body is not exactly 64 characters, or whose prompt is not a capital and '>', is invalid. */
+static int cmd_judge(int argc, char **argv) {
+    flag_t fl[] = {{"help-only", FLAG_BOOL, NULL, "(no flags: lines on stdin)", 0, 0, 0}};
+    int rc = parse("judge", "< lines of 'L>' + 64 generated characters", argc, argv, fl, 0, NULL, NULL, 0);
+    if (rc >= 0) return rc;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, stdin)) >= 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        char letter = n >= SYNTH_PROMPT_LEN ? line[0] : '?';
+        int start = -1, valid = n == SYNTH_LINE_LEN && letter >= 'A' && letter <= 'Z' && line[1] == '>' &&
+                                synth_judge(letter, line + SYNTH_PROMPT_LEN, SYNTH_BODY_LEN, &start);
+        if (valid) printf("{\"letter\":\"%c\",\"valid\":true,\"start\":%d}\n", letter, start);
+        else if (letter >= 'A' && letter <= 'Z') printf("{\"letter\":\"%c\",\"valid\":false,\"start\":null}\n", letter);
+        else printf("{\"letter\":null,\"valid\":false,\"start\":null}\n");
+    }
+    free(line);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 static int cmd_info(int argc, char **argv) {
     flag_t fl[] = {{"help-only", FLAG_BOOL, NULL, "(no flags)", 0, 0, 0}};
     const char *pos[1];
@@ -396,6 +420,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "ids")) return cmd_ids(argc, argv);
     if (!strcmp(c, "synth")) return cmd_synth(argc, argv);
     if (!strcmp(c, "info")) return cmd_info(argc, argv);
+    if (!strcmp(c, "judge")) return cmd_judge(argc, argv);
     fprintf(stderr, "tokenizer: unknown command '%s' (see tokenizer --help)\n", c);
     return 2;
 }
