@@ -95,8 +95,9 @@ fi
 
 # judge: every generated synthetic line is valid; broken ones are not
 check "judge accepts 300 synthetic lines" [ "$($TOK synth --n 300 --seed 9 | $TOK judge | grep -c '"valid":true')" = 300 ]
-check "judge rejects two runs, short lines, a bad prompt" [ "$(printf '%s\n' \
-    "A>AAAAAAAA________________________AAAAAAAA______________________" "A>____AAAAAAAA" \
-    "a>________AAAAAAAA______________________________________________" | $TOK judge | grep -c '"valid":false')" = 3 ]
+u24=$(printf '_%.0s' $(seq 24)); u56=$(printf '_%.0s' $(seq 56))
+check "judge: a lone run of 8 in 64 characters is valid" [ "$(echo "A>AAAAAAAA$u56" | $TOK judge)" = '{"letter":"A","valid":true,"start":0}' ]
+check "judge rejects two runs, a run of 7, a short line, a bad prompt" [ "$(printf '%s\n' \
+    "A>AAAAAAAA${u24}AAAAAAAA$u24" "A>AAAAAAA_$u56" "A>____AAAAAAAA" "a>AAAAAAAA$u56" | $TOK judge | grep -c '"valid":false')" = 4 ]
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
