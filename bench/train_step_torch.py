@@ -70,9 +70,10 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="intra-op threads (default: all cores, as the C side's OpenMP default; "
-                         "torch's own default here is 1)")
+                         "0 leaves torch's own default, which is 1 here)")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     for name in ("S", "M"):
         if a.config in (name, "both"):
             run(name, a.batch, a.seq, a.steps, a.json)
