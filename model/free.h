@@ -123,7 +123,7 @@ const float *free_bit_logits(const free_t *m);  /* (B,T,H) */
 const float *free_kl(const free_t *m);          /* (B,T) KL_t in nats */
 const uint32_t *free_z(const free_t *m);        /* (B,T) latent index d used by the decoder */
 /* "ce", "kl" (mean KL per counted token, nats), "kl_bits", "kl_above_kappa" (fraction of
- * counted tokens whose KL > kappa), "loss". */
+ * counted tokens whose KL > kappa); the total loss is the forward's own value. */
 void free_metrics(free_t *m, family_metrics_t *out);
 
 /* ---- the ops (model/ops_binmap.c), usable without a model (generation, tests) ---- */

@@ -27,6 +27,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_ref import param_names, rms_norm, rotate_half, rope_tables, write_safetensors  # noqa: E402
 
