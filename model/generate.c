@@ -6,9 +6,58 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>  /* openblas_set_num_threads */
 #include <omp.h>
 
 #include "model/ops.h"
+
+/* Below this many rows a Linear is done as matrix-vector products, here, instead of through
+ * model_gemm: OpenBLAS's sgemm packs the whole weight matrix into a buffer on every call,
+ * whatever n is (for a decode row that copy was 67% of the time, perf on config S), and its
+ * sgemv kernel depends on the core type OpenBLAS detects (on this VM's unrecognised Xeon it
+ * picks the SSE3 "Prescott" kernels: 2x slower than with OPENBLAS_CORETYPE=Haswell). The
+ * loop below reads each weight once, 4 rows at a time so each x load serves 4 FMAs, and is
+ * built for AVX-512, AVX2 and the baseline (picked at load time, like ops_attention.c's
+ * kernels). Sums are in a compile-time order: deterministic. */
+#define GEN_GEMV_ROWS 4
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define GEN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GEN_CLONES
+#endif
+
+/* y (out) = W (out,in) x (in). */
+GEN_CLONES
+static void gen_matvec(float *restrict y, const float *restrict w, const float *restrict x,
+                       int out, int in) {
+    int o = 0;
+    for (; o + 4 <= out; o += 4) {
+        const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+        for (int i = 0; i < in; i++) {
+            s0 += w0[i] * x[i];
+            s1 += w1[i] * x[i];
+            s2 += w2[i] * x[i];
+            s3 += w3[i] * x[i];
+        }
+        y[o] = s0; y[o + 1] = s1; y[o + 2] = s2; y[o + 3] = s3;
+    }
+    for (; o < out; o++) {
+        const float *wr = w + (size_t)o * in;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < in; i++) s += wr[i] * x[i];
+        y[o] = s;
+    }
+}
+
+/* y (N,out) = x (N,in) W^T, W (out,in) row-major as in ops.h's linear_forward. */
+static void gen_linear(float *y, const float *x, const float *w, int N, int in, int out) {
+    if (N >= GEN_GEMV_ROWS) { linear_forward(y, x, w, N, in, out); return; }
+    for (int n = 0; n < N; n++) gen_matvec(y + (size_t)n * out, w, x + (size_t)n * in, out, in);
+}
 
 /* Chunks below this many multiply-adds run on one thread. A decode step of a small model is
  * a few hundred microseconds of work split into ~15 parallel regions per layer; on the shared
@@ -68,6 +117,7 @@ int gen_create(gen_t **pg, llama_t *m, int Bmax, int Tmax, char *err, size_t err
     if (!g) { snprintf(err, errlen, "gen_create: out of memory"); return LLAMA_ENOMEM; }
     g->m = m;
     g->cfg = *c;
+    openblas_set_num_threads(1);  /* as model_gemm does: one thread pool (OpenMP) per process */
     g->Bmax = Bmax;
     g->Tmax = Tmax;
     find_views(g, m);
@@ -169,9 +219,9 @@ static void block_step(gen_t *g, int l, const float *r) {
         kv_in = g->xkv;
     }
     // projections; RoPE at the chunk's absolute positions pos..pos+T-1
-    linear_forward(g->q, g->xn, w.wq, N, D, Dq);
-    linear_forward(g->k, kv_in, w.wk, N, D, Dkv);
-    linear_forward(g->v, kv_in, w.wv, N, D, Dkv);
+    gen_linear(g->q, g->xn, w.wq, N, D, Dq);
+    gen_linear(g->k, kv_in, w.wk, N, D, Dkv);
+    gen_linear(g->v, kv_in, w.wv, N, D, Dkv);
     rope_forward(g->q, g->q, rc, rs, B, T, H, hd, g->pos);
     rope_forward(g->k, g->k, rc, rs, B, T, Hkv, hd, g->pos);
     // append to the cache, then the new queries attend to every cached key (causally)
@@ -185,14 +235,14 @@ static void block_step(gen_t *g, int l, const float *r) {
                           g->q + (size_t)b * T * Dq, kc + b * seq_stride, vc + b * seq_stride, 1, T,
                           g->pos + T, H, Hkv, hd, 1);
     // output projection and residual on the query stream
-    linear_forward(g->branch, g->att, w.wo, N, Dq, D);
+    gen_linear(g->branch, g->att, w.wo, N, Dq, D);
     for (size_t i = 0; i < (size_t)N * D; i++) g->x[i] += g->branch[i];
     // MLP: rmsnorm, SwiGLU (written into gate), down projection, residual
     rmsnorm_forward(g->xn, g->rstd, g->x, w.mlp_norm, N, D, c->norm_eps);
-    linear_forward(g->gate, g->xn, w.wgate, N, D, F);
-    linear_forward(g->up, g->xn, w.wup, N, D, F);
+    gen_linear(g->gate, g->xn, w.wgate, N, D, F);
+    gen_linear(g->up, g->xn, w.wup, N, D, F);
     swiglu_forward(g->gate, g->gate, g->up, N, F);
-    linear_forward(g->branch, g->gate, w.wdown, N, F, D);
+    gen_linear(g->branch, g->gate, w.wdown, N, F, D);
     for (size_t i = 0; i < (size_t)N * D; i++) g->x[i] += g->branch[i];
 }
 
@@ -207,7 +257,7 @@ static void head(gen_t *g, float *all_logits) {
     const int B = g->B, T = g->T, D = c->d_model, V = c->vocab_size;
     if (all_logits) {
         rmsnorm_forward(g->xf, g->rstd, g->x, g->norm_f, B * T, D, c->norm_eps);
-        linear_forward(all_logits, g->xf, g->lm_head, B * T, D, V);
+        gen_linear(all_logits, g->xf, g->lm_head, B * T, D, V);
         for (int b = 0; b < B; b++)
             memcpy(g->logits + (size_t)b * V, all_logits + ((size_t)b * T + T - 1) * V,
                    sizeof(float) * V);
@@ -216,7 +266,7 @@ static void head(gen_t *g, float *all_logits) {
         for (int b = 0; b < B; b++)
             memcpy(g->xn + (size_t)b * D, g->x + ((size_t)b * T + T - 1) * D, sizeof(float) * D);
         rmsnorm_forward(g->xf, g->rstd, g->xn, g->norm_f, B, D, c->norm_eps);
-        linear_forward(g->logits, g->xf, g->lm_head, B, D, V);
+        gen_linear(g->logits, g->xf, g->lm_head, B, D, V);
     }
 }
 
