@@ -320,8 +320,7 @@ void llama_head_backward(llama_t *m) {
     if (!m->dlogits_ready || m->dlogits_scale != m->grad_scale)
         crossentropy_backward(m->dlogits, m->logits, m->lse, m->targets,
                               m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
-    memset(m->dxf, 0, sizeof(float) * N * D);
-    linear_backward(m->dxf, m->dlm_head, m->dlogits, m->xf, m->lm_head, N, D, c->vocab_size);
+    linear_backward_set(m->dxf, m->dlm_head, m->dlogits, m->xf, m->lm_head, N, D, c->vocab_size);
     memset(m->dstream, 0, sizeof(float) * N * D);
     rmsnorm_backward(m->dstream, m->dnorm_f, m->dxf, llama_stream(m, c->n_layers), m->norm_f,
                      m->rstd_f, N, D);

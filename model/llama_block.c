@@ -1,6 +1,7 @@
 /* model/llama_block.c: the decoder block, written step by step like the paper's figure. */
 #include "model/llama_block.h"
 #include "model/ops.h"
+#include "model/ops_math.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +37,8 @@ int llama_block_scratch_alloc(llama_block_scratch_t *s, const model_config_t *c,
     memset(s, 0, sizeof(*s));
     s->dxn = zalloc(N * D); s->dxn_kv = zalloc(N * D);
     s->dq = zalloc(N * Dq); s->dk = zalloc(N * Dkv); s->dv = zalloc(N * Dkv);
-    s->dq0 = zalloc(N * Dq); s->dk0 = zalloc(N * Dkv); s->datt = zalloc(N * Dq);
+    /* dq0 doubles as the (N, Dq + 2 Dkv) q|k|v buffer of the fused projection */
+    s->dq0 = zalloc(N * (Dq + 2 * Dkv)); s->dk0 = zalloc(N * Dkv); s->datt = zalloc(N * Dq);
     s->dx_mid = zalloc(N * D); s->branch = zalloc(N * D);
     s->dgate = zalloc(N * F); s->dup = zalloc(N * F); s->dh = zalloc(N * F);
     int ok = s->dxn && s->dxn_kv && s->dq && s->dk && s->dv && s->dq0 && s->dk0 && s->datt &&
@@ -55,6 +57,50 @@ size_t llama_block_numel(const model_config_t *c) {
     size_t D = c->d_model, F = c->d_ff, hd = D / c->n_heads;
     size_t Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
     return D + Dq * D + 2 * Dkv * D + D * Dq + D + 2 * F * D + D * F;
+}
+
+/* q_proj, k_proj and v_proj lie back to back in the parameter (and gradient) buffer, in HF
+ * order: then the three projections are ONE product with a (Dq + 2 Dkv, D) weight, which packs
+ * the input once instead of three times and reads/writes the input gradient once instead of
+ * three times. Checked at run time, since blocks may be laid out by other code. */
+static int qkv_contiguous(const llama_block_w_t *w, int D, int Dq, int Dkv) {
+    return w->wk == w->wq + (size_t)Dq * D && w->wv == w->wk + (size_t)Dkv * D;
+}
+
+/* Fused product rows (q|k|v, row stride Dq + 2 Dkv) -> q and k rotated (RoPE at positions
+ * 0..T-1), v copied: the same rotation as rope_forward, reading the strided rows. */
+static void qkv_split_rope(float *q /* (N,Dq) */, float *k /* (N,Dkv) */, float *v /* (N,Dkv) */,
+                           const float *qkv /* (N,Dq+2Dkv) */, const float *cos_t,
+                           const float *sin_t, int N, int T, int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *row = qkv + (size_t)n * ld, *cs = cos_t + (size_t)(n % T) * h2,
+                    *sn = sin_t + (size_t)(n % T) * h2;
+        for (int h = 0; h < H; h++)
+            ops_rope_rotate(q + (size_t)n * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
+        for (int h = 0; h < Hkv; h++)
+            ops_rope_rotate(k + (size_t)n * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
+        memcpy(v + (size_t)n * Dkv, row + Dq + Dkv, sizeof(float) * Dkv);
+    }
+}
+
+/* The backward of qkv_split_rope: dq, dk rotated back (the inverse rotation, as rope_backward)
+ * and dv copied into the fused gradient rows, which are overwritten. */
+static void qkv_join_unrope(float *dqkv /* (N,Dq+2Dkv) */, const float *dq, const float *dk,
+                            const float *dv, const float *cos_t, const float *sin_t, int N, int T,
+                            int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *row = dqkv + (size_t)n * ld;
+        const float *cs = cos_t + (size_t)(n % T) * h2, *sn = sin_t + (size_t)(n % T) * h2;
+        for (int h = 0; h < H; h++)
+            ops_rope_rotate(row + h * hd, dq + (size_t)n * Dq + h * hd, cs, sn, hd, -1.0f);
+        for (int h = 0; h < Hkv; h++)
+            ops_rope_rotate(row + Dq + h * hd, dk + (size_t)n * Dkv + h * hd, cs, sn, hd, -1.0f);
+        memcpy(row + Dq + Dkv, dv + (size_t)n * Dkv, sizeof(float) * Dkv);
+    }
 }
 
 static void add_into(float *y, const float *a, const float *b, size_t n) {
@@ -76,12 +122,17 @@ void llama_block_forward(float *x_out, llama_block_acts_t *a, const llama_block_
         rmsnorm_forward(a->xn_kv, a->rstd_kv, x_kv, w->attn_norm, N, D, c->norm_eps);
         kv_in = a->xn_kv;
     }
-    // q, k, v projections, then RoPE on q and k (in place)
-    linear_forward(a->q, a->xn, w->wq, N, D, Dq);
-    linear_forward(a->k, kv_in, w->wk, N, D, Dkv);
-    linear_forward(a->v, kv_in, w->wv, N, D, Dkv);
-    rope_forward(a->q, a->q, rope_cos, rope_sin, B, T, H, hd, 0);
-    rope_forward(a->k, a->k, rope_cos, rope_sin, B, T, Hkv, hd, 0);
+    // q, k, v projections (one product when possible), then RoPE on q and k
+    if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv)) {
+        linear_forward(s->dq0, a->xn, w->wq, N, D, Dq + 2 * Dkv);
+        qkv_split_rope(a->q, a->k, a->v, s->dq0, rope_cos, rope_sin, N, T, H, Hkv, hd);
+    } else {
+        linear_forward(a->q, a->xn, w->wq, N, D, Dq);
+        linear_forward(a->k, kv_in, w->wk, N, D, Dkv);
+        linear_forward(a->v, kv_in, w->wv, N, D, Dkv);
+        rope_forward(a->q, a->q, rope_cos, rope_sin, B, T, H, hd, 0);
+        rope_forward(a->k, a->k, rope_cos, rope_sin, B, T, Hkv, hd, 0);
+    }
     // attention, output projection, residual on the query stream
     attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, T, H, Hkv, hd, causal);
     linear_forward(s->branch, a->att, w->wo, N, Dq, D);
@@ -102,40 +153,39 @@ void llama_block_backward(float *dx_q, float *dx_kv, const llama_block_w_t *g, c
                           llama_block_scratch_t *s) {
     const int N = B * T, D = c->d_model, F = c->d_ff, H = c->n_heads, Hkv = c->n_kv_heads;
     const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
-    const size_t ND = (size_t)N * D, NF = (size_t)N * F;
+    const size_t ND = (size_t)N * D;
     // MLP branch: x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
     memcpy(s->dx_mid, dout, sizeof(float) * ND);
-    memset(s->dh, 0, sizeof(float) * NF);
-    linear_backward(s->dh, g->wdown, dout, a->h, w->wdown, N, F, D);
-    memset(s->dgate, 0, sizeof(float) * NF);
-    memset(s->dup, 0, sizeof(float) * NF);
-    swiglu_backward(s->dgate, s->dup, s->dh, a->gate, a->up, N, F);
-    memset(s->dxn, 0, sizeof(float) * ND);
-    linear_backward(s->dxn, g->wgate, s->dgate, a->xn2, w->wgate, N, D, F);
+    /* the first write into a scratch gradient overwrites (_set): no zeroing pass */
+    linear_backward_set(s->dh, g->wdown, dout, a->h, w->wdown, N, F, D);
+    swiglu_backward_set(s->dgate, s->dup, s->dh, a->gate, a->up, N, F);
+    linear_backward_set(s->dxn, g->wgate, s->dgate, a->xn2, w->wgate, N, D, F);
     linear_backward(s->dxn, g->wup, s->dup, a->xn2, w->wup, N, D, F);
     rmsnorm_backward(s->dx_mid, g->mlp_norm, s->dxn, a->x_mid, w->mlp_norm, a->rstd2, N, D);
     // attention branch: x_mid = x_q + o(attention(rope(q), rope(k), v))
-    memset(s->datt, 0, sizeof(float) * N * Dq);
-    linear_backward(s->datt, g->wo, s->dx_mid, a->att, w->wo, N, Dq, D);
+    linear_backward_set(s->datt, g->wo, s->dx_mid, a->att, w->wo, N, Dq, D);
     memset(s->dq, 0, sizeof(float) * N * Dq);
     memset(s->dk, 0, sizeof(float) * N * Dkv);
     memset(s->dv, 0, sizeof(float) * N * Dkv);
     attention_backward(s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, B, T, T, H,
                        Hkv, hd, causal);
-    memset(s->dq0, 0, sizeof(float) * N * Dq);
-    memset(s->dk0, 0, sizeof(float) * N * Dkv);
-    rope_backward(s->dq0, s->dq, rope_cos, rope_sin, B, T, H, hd, 0);
-    rope_backward(s->dk0, s->dk, rope_cos, rope_sin, B, T, Hkv, hd, 0);
-    memset(s->dxn, 0, sizeof(float) * ND);
-    linear_backward(s->dxn, g->wq, s->dq0, a->xn, w->wq, N, D, Dq);
-    if (a->separate_kv) {
-        memset(s->dxn_kv, 0, sizeof(float) * ND);
-        linear_backward(s->dxn_kv, g->wk, s->dk0, a->xn_kv, w->wk, N, D, Dkv);
-        linear_backward(s->dxn_kv, g->wv, s->dv, a->xn_kv, w->wv, N, D, Dkv);
-        rmsnorm_backward(dx_kv, g->attn_norm, s->dxn_kv, x_kv, w->attn_norm, a->rstd_kv, N, D);
+    if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv) && qkv_contiguous(g, D, Dq, Dkv)) {
+        qkv_join_unrope(s->dq0, s->dq, s->dk, s->dv, rope_cos, rope_sin, N, T, H, Hkv, hd);
+        linear_backward_set(s->dxn, g->wq, s->dq0, a->xn, w->wq, N, D, Dq + 2 * Dkv);
     } else {
-        linear_backward(s->dxn, g->wk, s->dk0, a->xn, w->wk, N, D, Dkv);
-        linear_backward(s->dxn, g->wv, s->dv, a->xn, w->wv, N, D, Dkv);
+        memset(s->dq0, 0, sizeof(float) * N * Dq);
+        memset(s->dk0, 0, sizeof(float) * N * Dkv);
+        rope_backward(s->dq0, s->dq, rope_cos, rope_sin, B, T, H, hd, 0);
+        rope_backward(s->dk0, s->dk, rope_cos, rope_sin, B, T, Hkv, hd, 0);
+        linear_backward_set(s->dxn, g->wq, s->dq0, a->xn, w->wq, N, D, Dq);
+        if (a->separate_kv) {
+            linear_backward_set(s->dxn_kv, g->wk, s->dk0, a->xn_kv, w->wk, N, D, Dkv);
+            linear_backward(s->dxn_kv, g->wv, s->dv, a->xn_kv, w->wv, N, D, Dkv);
+            rmsnorm_backward(dx_kv, g->attn_norm, s->dxn_kv, x_kv, w->attn_norm, a->rstd_kv, N, D);
+        } else {
+            linear_backward(s->dxn, g->wk, s->dk0, a->xn, w->wk, N, D, Dkv);
+            linear_backward(s->dxn, g->wv, s->dv, a->xn, w->wv, N, D, Dkv);
+        }
     }
     rmsnorm_backward(dx_q, g->attn_norm, s->dxn, x_q, w->attn_norm, a->rstd, N, D);
     // the residual path

@@ -33,6 +33,12 @@ void linear_backward(float *dx /* (N,in) += or NULL */, float *dw /* (out,in) +=
                      const float *dy /* (N,out) */, const float *x /* (N,in) */,
                      const float *w /* (out,in) */, int N, int in, int out);
 
+/* Same, but dx is OVERWRITTEN (dx = dy W; dw still accumulates): spares the caller zeroing
+ * dx before its first contribution. */
+void linear_backward_set(float *dx /* (N,in) = */, float *dw /* (out,in) += */,
+                         const float *dy /* (N,out) */, const float *x /* (N,in) */,
+                         const float *w /* (out,in) */, int N, int in, int out);
+
 /* ---- RoPE (rotate_half layout) on (B,T,H,hd), position of row t is pos0 + t ----
  * cos_t/sin_t are (max_seq, hd/2) tables from rope_table_init. out may alias x. */
 void rope_table_init(float *cos_t /* (max_seq, hd/2) */, float *sin_t /* (max_seq, hd/2) */,
@@ -66,6 +72,11 @@ void swiglu_forward(float *out /* (N,F) */, const float *gate /* (N,F) */,
 void swiglu_backward(float *dgate /* (N,F) += */, float *dup /* (N,F) += */,
                      const float *dout /* (N,F) */, const float *gate, const float *up, int N,
                      int F);
+
+/* Same, but dgate and dup are OVERWRITTEN. */
+void swiglu_backward_set(float *dgate /* (N,F) = */, float *dup /* (N,F) = */,
+                         const float *dout /* (N,F) */, const float *gate, const float *up, int N,
+                         int F);
 
 /* ---- Cross-entropy over the vocabulary, mean over counted targets ----
  * Row n counts when mask == NULL or mask[n] != 0; targets of uncounted rows are not read.

@@ -11,3 +11,9 @@ void linear_backward(float *dx, float *dw, const float *dy, const float *x, cons
     if (dx) model_gemm(GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
     if (dw) model_gemm(GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
 }
+
+void linear_backward_set(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                         int N, int in, int out) {
+    if (dx) model_gemm(GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 0.0f, dx, in);
+    if (dw) model_gemm(GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
+}

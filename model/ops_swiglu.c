@@ -23,26 +23,49 @@ void swiglu_forward(float *out, const float *gate, const float *up, int N, int F
     }
 }
 
-OPS_CLONES
-static void swiglu_bwd_range(float *restrict dgate, float *restrict dup,
-                             const float *restrict dout, const float *restrict gate,
-                             const float *restrict up, size_t lo, size_t hi) {
+/* One sigmoid for both silu and its derivative (ops_math.h's formulas, inlined). acc = 1 adds
+ * into dgate/dup (the op's contract), acc = 0 overwrites them: the same bits as adding into
+ * zeroes, without the zeroing pass. acc is a constant at each call, so each clone below gets
+ * a branch-free loop. */
+static inline __attribute__((always_inline)) void swiglu_bwd_body(
+    float *restrict dgate, float *restrict dup, const float *restrict dout,
+    const float *restrict gate, const float *restrict up, size_t lo, size_t hi, int acc) {
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) {
-        /* one sigmoid for both silu and its derivative (ops_math.h's formulas, inlined) */
         float g = gate[i], s = ops_sigmoid(g);
-        dgate[i] += dout[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
-        dup[i] += dout[i] * (g * s);
+        float dg = dout[i] * up[i] * (s * (1.0f + g * (1.0f - s))), du = dout[i] * (g * s);
+        dgate[i] = acc ? dgate[i] + dg : dg;
+        dup[i] = acc ? dup[i] + du : du;
     }
 }
+OPS_CLONES
+static void swiglu_bwd_add(float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, size_t lo, size_t hi) {
+    swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 1);
+}
+OPS_CLONES
+static void swiglu_bwd_set(float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, size_t lo, size_t hi) {
+    swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 0);
+}
 
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                     const float *up, int N, int F) {
+static void swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, int N, int F, int acc) {
     size_t n = (size_t)N * F;
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
-        swiglu_bwd_range(dgate, dup, dout, gate, up, lo, hi);
+        if (acc) swiglu_bwd_add(dgate, dup, dout, gate, up, lo, hi);
+        else swiglu_bwd_set(dgate, dup, dout, gate, up, lo, hi);
     }
+}
+
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, int N, int F) {
+    swiglu_bwd(dgate, dup, dout, gate, up, N, F, 1);
+}
+void swiglu_backward_set(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, int N, int F) {
+    swiglu_bwd(dgate, dup, dout, gate, up, N, F, 0);
 }
