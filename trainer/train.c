@@ -143,7 +143,8 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
     wire_kv_add(mm->values, &mm->n, "grad_norm", gnorm);
     wire_kv_add(mm->values, &mm->n, "tok_s", tok_s);
     wire_kv_add(mm->values, &mm->n, "tokens", r->tokens_seen);
-    for (int i = 0; fm && i < fm->n; i++) wire_kv_add(mm->values, &mm->n, fm->kv[i].name, fm->kv[i].value);
+    for (int i = 0; fm && i < fm->n; i++) /* the family's own numbers, except what is already there */
+        if (strcmp(fm->kv[i].name, "loss")) wire_kv_add(mm->values, &mm->n, fm->kv[i].name, fm->kv[i].value);
     char topic[64];
     snprintf(topic, sizeof topic, "metrics/%s", r->o->run);
     bus_publish(r->pub, topic, &m);
