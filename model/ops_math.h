@@ -69,11 +69,14 @@ OPS_FN float ops_silu_grad(float x) {
 
 /* ---- RMSNorm of one row of length d ----------------------------------------------------
  * y = w * x * r, r = 1 / sqrt(mean(x^2) + eps). Returns r (the backward needs it). The sum of
- * squares is accumulated in float in index order, as PyTorch does on CPU for small rows. */
+ * squares is accumulated in float in a vectorised order fixed at compile time (PyTorch's CPU
+ * kernel also sums in vector lanes; the fixtures agree to float rounding either way). */
 OPS_FN float ops_rmsnorm_row(float *y, const float *x, const float *w, int d, float eps) {
     float ss = 0.0f;
+    OPS_SIMD_SUM(ss)
     for (int i = 0; i < d; i++) ss += x[i] * x[i];
     float r = 1.0f / sqrtf(ss / (float)d + eps);
+    OPS_SIMD
     for (int i = 0; i < d; i++) y[i] = w[i] * (x[i] * r);
     return r;
 }
@@ -82,8 +85,10 @@ OPS_FN float ops_rmsnorm_row(float *y, const float *x, const float *w, int d, fl
 OPS_FN void ops_rmsnorm_row_backward(float *dx, const float *dy, const float *x, const float *w,
                                      float r, int d) {
     float dot = 0.0f;
+    OPS_SIMD_SUM(dot)
     for (int i = 0; i < d; i++) dot += w[i] * dy[i] * x[i];
     float c = dot * r * r * r / (float)d;
+    OPS_SIMD
     for (int i = 0; i < d; i++) dx[i] += r * w[i] * dy[i] - c * x[i];
 }
 

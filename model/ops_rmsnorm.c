@@ -1,33 +1,60 @@
 /* model/ops_rmsnorm.c: RMSNorm over rows (row math in ops_math.h). */
 #include "model/ops.h"
 #include <stddef.h>
+#include "model/ops_clones.h"
 #include "model/ops_math.h"
+
+OPS_CLONES
+static void rms_fwd_rows(float *out, float *rstd, const float *x, const float *w, int n0, int n1,
+                         int D, float eps) {
+    for (int n = n0; n < n1; n++)
+        rstd[n] = ops_rmsnorm_row(out + (size_t)n * D, x + (size_t)n * D, w, D, eps);
+}
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        rstd[n] = ops_rmsnorm_row(out + (size_t)n * D, x + (size_t)n * D, w, D, eps);
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        ops_thread_range((size_t)N, &lo, &hi);
+        rms_fwd_rows(out, rstd, x, w, (int)lo, (int)hi, D, eps);
+    }
+}
+
+OPS_CLONES
+static void rms_bwd_rows(float *dx, const float *dout, const float *x, const float *w,
+                         const float *rstd, int n0, int n1, int D) {
+    for (int n = n0; n < n1; n++)
+        ops_rmsnorm_row_backward(dx + (size_t)n * D, dout + (size_t)n * D, x + (size_t)n * D, w,
+                                 rstd[n], D);
+}
+
+/* dw[lo..hi) += sum over rows of dy * x * r, rows in order (deterministic). */
+OPS_CLONES
+static void rms_dw_cols(float *dw, const float *dout, const float *x, const float *rstd, int N,
+                        int D, int lo, int hi) {
+    for (int n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * D, *xr = x + (size_t)n * D;
+        const float r = rstd[n];
+        OPS_SIMD
+        for (int i = lo; i < hi; i++) dw[i] += dy[i] * xr[i] * r;
+    }
 }
 
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
                       const float *rstd, int N, int D) {
-    if (dx) {
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++)
-            ops_rmsnorm_row_backward(dx + (size_t)n * D, dout + (size_t)n * D, x + (size_t)n * D, w,
-                                     rstd[n], D);
-    }
     /* dw sums over all rows: split columns, not rows, so each sum runs in row order. */
-    const int CH = 64;
-    int nch = (D + CH - 1) / CH;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < nch; c++) {
-        int lo = c * CH, hi = lo + CH < D ? lo + CH : D;
-        for (int n = 0; n < N; n++) {
-            const float *dy = dout + (size_t)n * D, *xr = x + (size_t)n * D;
-            float r = rstd[n];
-            for (int i = lo; i < hi; i++) dw[i] += dy[i] * xr[i] * r;
+    const int CH = 64, nch = (D + CH - 1) / CH;
+#pragma omp parallel
+    {
+        if (dx) {
+            size_t lo, hi;
+            ops_thread_range((size_t)N, &lo, &hi);
+            rms_bwd_rows(dx, dout, x, w, rstd, (int)lo, (int)hi, D);
         }
+        /* no barrier needed between the two: dw reads only dout, x and rstd */
+#pragma omp for schedule(static)
+        for (int c = 0; c < nch; c++)
+            rms_dw_cols(dw, dout, x, rstd, N, D, c * CH, c * CH + CH < D ? c * CH + CH : D);
     }
 }
