@@ -16,6 +16,10 @@ cd "$(dirname "$0")/.."
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 REPS=${TRAIN_BENCH_REPS:-3}
+# Threads that wait at a join sleep instead of spinning, for both sides (libgomp reads it at
+# start-up): on 2 cores shared with other work, spinning threads steal the core that the
+# thread they wait for needs. Set it to something else in the environment to override.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 declare -A STEPS=([S]=${TRAIN_BENCH_STEPS_S:-4} [M]=${TRAIN_BENCH_STEPS_M:-2})
 PY=/usr/bin/python3
 for f in build/bench/train_step build/bench/sgemm; do
