@@ -10,6 +10,25 @@
 #include <omp.h>
 
 #include "model/ops.h"
+#include "model/ops_math.h"
+
+struct gen {
+    llama_t *m;
+    double macs_per_row;      /* multiply-adds of one position through every block and the head */
+    double serial_macs;       /* chunks below this run serially (GEN_SERIAL_MACS by default) */
+    int serial;               /* the chunk in progress runs serially */
+    model_config_t cfg;
+    int Bmax, Tmax;
+    int pos;                  /* positions cached, same for every sequence */
+    int B, T, open;           /* the chunk in progress */
+    const float *embed, *norm_f, *lm_head;
+    float *kc, *vc;           /* (L, Bmax, Tmax, Dkv): rotated keys, values */
+    /* chunk buffers, (Bmax*Tmax) rows so a whole prompt fits in one chunk */
+    uint32_t *tokens;
+    float *x, *xn, *xkv, *q, *k, *v, *att, *lse, *branch, *gate, *up;
+    float *xf, *rstd, *logits; /* (Bmax,D), (N), (Bmax,V) */
+    float *scores;            /* (Tmax) one query row's attention scores (serial path) */
+};
 
 /* Below this many rows a Linear is done as matrix-vector products, here, instead of through
  * model_gemm: OpenBLAS's sgemm packs the whole weight matrix into a buffer on every call,
@@ -53,34 +72,90 @@ static void gen_matvec(float *restrict y, const float *restrict w, const float *
     }
 }
 
+/* ---- the serial row kernels: ops.h's arithmetic from ops_math.h, no parallel region ---- */
+
+static void k_rmsnorm(const gen_t *g, float *out, const float *x, const float *w, int N) {
+    const int D = g->cfg.d_model;
+    if (!g->serial) { rmsnorm_forward(out, g->rstd, x, w, N, D, g->cfg.norm_eps); return; }
+    for (int n = 0; n < N; n++)
+        ops_rmsnorm_row(out + (size_t)n * D, x + (size_t)n * D, w, D, g->cfg.norm_eps);
+}
+
+/* x (B,T,nh,hd) rotated in place, row t at position pos + t. */
+static void k_rope(const gen_t *g, float *x, int nh) {
+    const int B = g->B, T = g->T, hd = g->cfg.d_model / g->cfg.n_heads, h2 = hd / 2;
+    const float *ct = llama_rope_cos(g->m), *st = llama_rope_sin(g->m);
+    if (!g->serial) { rope_forward(x, x, ct, st, B, T, nh, hd, g->pos); return; }
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *cs = ct + (size_t)(g->pos + t) * h2, *sn = st + (size_t)(g->pos + t) * h2;
+            for (int h = 0; h < nh; h++) {
+                float *v = x + (((size_t)b * T + t) * nh + h) * hd;
+                ops_rope_rotate(v, v, cs, sn, hd, 1.0f);
+            }
+        }
+}
+
+static void k_swiglu(const gen_t *g, float *out, const float *gate, const float *up, int N) {
+    const size_t n = (size_t)N * g->cfg.d_ff;
+    if (!g->serial) { swiglu_forward(out, gate, up, N, g->cfg.d_ff); return; }
+    for (size_t i = 0; i < n; i++) out[i] = ops_silu(gate[i]) * up[i];
+}
+
+/* Causal attention of one sequence's T new query rows (T,H,hd) over its Tk = pos + T cached
+ * keys/values (Tk,Hkv,hd): query row t sees keys 0..pos+t. */
+static void k_attention(gen_t *g, float *out, float *lse, const float *q, const float *k,
+                        const float *v) {
+    const int T = g->T, Tk = g->pos + T, H = g->cfg.n_heads, Hkv = g->cfg.n_kv_heads;
+    const int hd = g->cfg.d_model / H, rep = H / Hkv;
+    if (!g->serial) { attention_forward(out, lse, q, k, v, 1, T, Tk, H, Hkv, hd, 1); return; }
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *s = g->scores;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *qi = q + ((size_t)t * H + h) * hd;
+            float *oi = out + ((size_t)t * H + h) * hd;
+            const int nk = g->pos + t + 1, kh = h / rep;
+            float mx = -INFINITY;
+            for (int j = 0; j < nk; j++) {
+                const float *kj = k + ((size_t)j * Hkv + kh) * hd;
+                float d = 0.0f;
+                OPS_SIMD_SUM(d)
+                for (int i = 0; i < hd; i++) d += qi[i] * kj[i];
+                s[j] = d * scale;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            float l = 0.0f;
+            for (int j = 0; j < nk; j++) l += s[j] = ops_expf(s[j] - mx);
+            for (int i = 0; i < hd; i++) oi[i] = 0.0f;
+            for (int j = 0; j < nk; j++) {
+                const float *vj = v + ((size_t)j * Hkv + kh) * hd, p = s[j] / l;
+                OPS_SIMD
+                for (int i = 0; i < hd; i++) oi[i] += p * vj[i];
+            }
+        }
+}
+
 /* y (N,out) = x (N,in) W^T, W (out,in) row-major as in ops.h's linear_forward. */
 static void gen_linear(float *y, const float *x, const float *w, int N, int in, int out) {
     if (N >= GEN_GEMV_ROWS) { linear_forward(y, x, w, N, in, out); return; }
     for (int n = 0; n < N; n++) gen_matvec(y + (size_t)n * out, w, x + (size_t)n * in, out, in);
 }
 
-/* Chunks below this many multiply-adds run on one thread. A decode step of a small model is
- * a few hundred microseconds of work split into ~15 parallel regions per layer; on the shared
- * 2-core machine a region waits for a descheduled peer thread at every barrier: measured on a
- * 27k-parameter model under load 8, 5 samples x 30 tokens took 9.5 s with 2 threads and
- * 0.008 s with 1. Config S (4.2M multiply-adds per token) decodes one token on one thread;
- * a prefill of 8+ tokens of it uses the team. */
-#define GEN_SERIAL_MACS (32.0 * 1024 * 1024)
+/* Chunks below this many multiply-adds run on one thread, and without entering any OpenMP
+ * parallel region (the row kernels below instead of ops.h's, which each open one). A decode
+ * step of a small model is a few hundred microseconds split into ~15 regions per layer; on
+ * the shared 2-core machine a region waits for a descheduled peer at its barrier (measured on
+ * a 27k-parameter model under load 8: 5 samples x 30 tokens took 9.5 s with 2 threads, 0.008 s
+ * with 1), and even a 1-thread region wakes libgomp's idle pool thread, which then spins
+ * (perf: 40% of the process in libgomp; config S decoded at 250-500 tok/s instead of
+ * 750-1050). A prefill pays the same at each of its ~50 regions' barriers: with a 32M threshold
+ * a 16-token prefill of config S on 2 threads left 45% of the run in libgomp (master and
+ * worker, perf under load 5). So a chunk goes parallel only when it is worth ~0.1 s of one
+ * core: config S (4.2M multiply-adds per token) decodes and prefills up to 127 tokens
+ * serially. */
+#define GEN_SERIAL_MACS (512.0 * 1024 * 1024)
 
-struct gen {
-    llama_t *m;
-    double macs_per_row;      /* multiply-adds of one position through every block and the head */
-    model_config_t cfg;
-    int Bmax, Tmax;
-    int pos;                  /* positions cached, same for every sequence */
-    int B, T, open;           /* the chunk in progress */
-    const float *embed, *norm_f, *lm_head;
-    float *kc, *vc;           /* (L, Bmax, Tmax, Dkv): rotated keys, values */
-    /* chunk buffers, (Bmax*Tmax) rows so a whole prompt fits in one chunk */
-    uint32_t *tokens;
-    float *x, *xn, *xkv, *q, *k, *v, *att, *lse, *branch, *gate, *up;
-    float *xf, *rstd, *logits; /* (Bmax,D), (N), (Bmax,V) */
-};
 
 static const float *view_data(const tensor_view_t *v, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -101,7 +176,7 @@ void gen_destroy(gen_t **pg) {
     if (!pg || !*pg) return;
     gen_t *g = *pg;
     void *p[] = {g->kc, g->vc, g->tokens, g->x, g->xn, g->xkv, g->q, g->k, g->v, g->att,
-                 g->lse, g->branch, g->gate, g->up, g->xf, g->rstd, g->logits};
+                 g->lse, g->branch, g->gate, g->up, g->xf, g->rstd, g->logits, g->scores};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
     free(g);
     *pg = NULL;
@@ -147,8 +222,10 @@ int gen_create(gen_t **pg, llama_t *m, int Bmax, int Tmax, char *err, size_t err
     g->xf = malloc(sizeof(float) * N * D);
     g->rstd = malloc(sizeof(float) * N);
     g->logits = malloc(sizeof(float) * Bmax * V);
+    g->scores = malloc(sizeof(float) * Tmax);
+    g->serial_macs = GEN_SERIAL_MACS;
     if (!g->kc || !g->vc || !g->tokens || !g->x || !g->xn || !g->xkv || !g->q || !g->k || !g->v ||
-        !g->att || !g->lse || !g->branch || !g->gate || !g->up || !g->xf || !g->rstd || !g->logits)
+        !g->att || !g->lse || !g->branch || !g->gate || !g->up || !g->xf || !g->rstd || !g->logits || !g->scores)
         goto oom;
     *pg = g;
     return 0;
@@ -159,8 +236,9 @@ oom:
 }
 
 int gen_threads(const gen_t *g, int rows) {
-    return (double)rows * g->macs_per_row < GEN_SERIAL_MACS ? 1 : omp_get_max_threads();
+    return (double)rows * g->macs_per_row < g->serial_macs ? 1 : omp_get_max_threads();
 }
+void gen_set_serial_macs(gen_t *g, double macs) { g->serial_macs = macs; }
 
 /* Runs the enclosed ops with gen_threads(g, rows) threads, then restores the caller's count. */
 #define WITH_THREADS(g, rows, body) do {                                              \
@@ -197,7 +275,13 @@ int gen_begin(gen_t *g, const uint32_t *tokens, int B, int T, char *err, size_t 
     g->T = T;
     g->open = 1;
     memcpy(g->tokens, tokens, sizeof(uint32_t) * B * T);
-    WITH_THREADS(g, B * T, embedding_forward(g->x, g->tokens, g->embed, B * T, g->cfg.d_model));
+    g->serial = gen_threads(g, B * T) == 1;
+    const int D = g->cfg.d_model;
+    if (g->serial)
+        for (int i = 0; i < B * T; i++)
+            memcpy(g->x + (size_t)i * D, g->embed + (size_t)g->tokens[i] * D, sizeof(float) * D);
+    else
+        embedding_forward(g->x, g->tokens, g->embed, B * T, D);
     return 0;
 }
 
@@ -207,23 +291,22 @@ static void block_step(gen_t *g, int l, const float *r) {
     const int B = g->B, T = g->T, N = B * T, D = c->d_model, F = c->d_ff;
     const int H = c->n_heads, Hkv = c->n_kv_heads, hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
     const llama_block_w_t w = llama_block_weights(g->m, l);
-    const float *rc = llama_rope_cos(g->m), *rs = llama_rope_sin(g->m);
     const size_t seq_stride = (size_t)g->Tmax * Dkv, layer_stride = (size_t)g->Bmax * seq_stride;
     float *kc = g->kc + l * layer_stride, *vc = g->vc + l * layer_stride;
     // attention rmsnorm of the query input, and of the key/value input x + r when injected
-    rmsnorm_forward(g->xn, g->rstd, g->x, w.attn_norm, N, D, c->norm_eps);
+    k_rmsnorm(g, g->xn, g->x, w.attn_norm, N);
     const float *kv_in = g->xn;
     if (r) {
         for (size_t i = 0; i < (size_t)N * D; i++) g->xkv[i] = g->x[i] + r[i];
-        rmsnorm_forward(g->xkv, g->rstd, g->xkv, w.attn_norm, N, D, c->norm_eps);
+        k_rmsnorm(g, g->xkv, g->xkv, w.attn_norm, N);
         kv_in = g->xkv;
     }
     // projections; RoPE at the chunk's absolute positions pos..pos+T-1
     gen_linear(g->q, g->xn, w.wq, N, D, Dq);
     gen_linear(g->k, kv_in, w.wk, N, D, Dkv);
     gen_linear(g->v, kv_in, w.wv, N, D, Dkv);
-    rope_forward(g->q, g->q, rc, rs, B, T, H, hd, g->pos);
-    rope_forward(g->k, g->k, rc, rs, B, T, Hkv, hd, g->pos);
+    k_rope(g, g->q, H);
+    k_rope(g, g->k, Hkv);
     // append to the cache, then the new queries attend to every cached key (causally)
     for (int b = 0; b < B; b++) {
         size_t dst = b * seq_stride + (size_t)g->pos * Dkv, src = (size_t)b * T * Dkv;
@@ -231,17 +314,16 @@ static void block_step(gen_t *g, int l, const float *r) {
         memcpy(vc + dst, g->v + src, sizeof(float) * T * Dkv);
     }
     for (int b = 0; b < B; b++)
-        attention_forward(g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
-                          g->q + (size_t)b * T * Dq, kc + b * seq_stride, vc + b * seq_stride, 1, T,
-                          g->pos + T, H, Hkv, hd, 1);
+        k_attention(g, g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
+                    g->q + (size_t)b * T * Dq, kc + b * seq_stride, vc + b * seq_stride);
     // output projection and residual on the query stream
     gen_linear(g->branch, g->att, w.wo, N, Dq, D);
     for (size_t i = 0; i < (size_t)N * D; i++) g->x[i] += g->branch[i];
     // MLP: rmsnorm, SwiGLU (written into gate), down projection, residual
-    rmsnorm_forward(g->xn, g->rstd, g->x, w.mlp_norm, N, D, c->norm_eps);
+    k_rmsnorm(g, g->xn, g->x, w.mlp_norm, N);
     gen_linear(g->gate, g->xn, w.wgate, N, D, F);
     gen_linear(g->up, g->xn, w.wup, N, D, F);
-    swiglu_forward(g->gate, g->gate, g->up, N, F);
+    k_swiglu(g, g->gate, g->gate, g->up, N);
     gen_linear(g->branch, g->gate, w.wdown, N, F, D);
     for (size_t i = 0; i < (size_t)N * D; i++) g->x[i] += g->branch[i];
 }
@@ -256,7 +338,7 @@ static void head(gen_t *g, float *all_logits) {
     const model_config_t *c = &g->cfg;
     const int B = g->B, T = g->T, D = c->d_model, V = c->vocab_size;
     if (all_logits) {
-        rmsnorm_forward(g->xf, g->rstd, g->x, g->norm_f, B * T, D, c->norm_eps);
+        k_rmsnorm(g, g->xf, g->x, g->norm_f, B * T);
         gen_linear(all_logits, g->xf, g->lm_head, B * T, D, V);
         for (int b = 0; b < B; b++)
             memcpy(g->logits + (size_t)b * V, all_logits + ((size_t)b * T + T - 1) * V,
@@ -265,7 +347,7 @@ static void head(gen_t *g, float *all_logits) {
         // only each sequence's last row goes through the head (V x D per row is the big product)
         for (int b = 0; b < B; b++)
             memcpy(g->xn + (size_t)b * D, g->x + ((size_t)b * T + T - 1) * D, sizeof(float) * D);
-        rmsnorm_forward(g->xf, g->rstd, g->xn, g->norm_f, B, D, c->norm_eps);
+        k_rmsnorm(g, g->xf, g->xn, g->norm_f, B);
         gen_linear(g->logits, g->xf, g->lm_head, B, D, V);
     }
 }

@@ -59,6 +59,9 @@ const float *gen_logits(const gen_t *g);
  * omp_get_max_threads(). The generator applies it itself; exposed for the encoder call of
  * the Free Transformer and for tests. */
 int gen_threads(const gen_t *g, int rows);
+/* The work threshold (multiply-adds per chunk) below which a chunk runs serially; tests set
+ * 0 (every chunk through ops.h's parallel kernels) or a huge value (every chunk serial). */
+void gen_set_serial_macs(gen_t *g, double macs);
 
 /* begin + all blocks + finish. */
 int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,

@@ -53,7 +53,9 @@ static double max_rel(const float *a, const float *b, size_t n) {
  * (O(1) changes; checked by the negative case below). */
 #define TOL 2e-5
 
-static void check_incremental(int tied, int B, int T, int prefill) {
+/* path: 0 the default choice, 1 every chunk through ops.h's parallel kernels, 2 every chunk
+ * through the serial row kernels */
+static void check_incremental(int tied, int B, int T, int prefill, int path) {
     model_config_t c = tiny(tied);
     const int V = c.vocab_size;
     llama_t *m = model(c, B, T, 11 + tied);
@@ -67,6 +69,7 @@ static void check_incremental(int tied, int B, int T, int prefill) {
     gen_t *g = NULL;
     CHECK(gen_create(&g, m, B, T, err, sizeof err) == 0, "%s", err);
     if (!g) goto out;
+    if (path) gen_set_serial_macs(g, path == 1 ? 0.0 : 1e30);
     /* prefill rows [0, prefill) in one chunk with every position's logits, then one by one */
     for (int b = 0; b < B; b++) memcpy(chunk + b * prefill, tok + b * T, sizeof(uint32_t) * prefill);
     float *pl = malloc(sizeof(float) * B * prefill * V);
@@ -83,7 +86,8 @@ static void check_incremental(int tied, int B, int T, int prefill) {
     }
     CHECK(gen_pos(g) == T, "pos %d", gen_pos(g));
     double e = max_rel(got, ref, (size_t)B * T * V);
-    fprintf(stderr, "  tied=%d B=%d T=%d prefill=%d: max rel error %.2g\n", tied, B, T, prefill, e);
+    fprintf(stderr, "  tied=%d B=%d T=%d prefill=%d path=%d: max rel error %.2g\n", tied, B, T,
+            prefill, path, e);
     CHECK(e < TOL, "tied=%d B=%d T=%d prefill=%d: max rel error %.3g", tied, B, T, prefill, e);
     /* the last prefill row's logits are also what gen_logits gave after the prefill chunk:
      * compare the final position through gen_logits */
@@ -99,11 +103,19 @@ out:
     free(tok); free(chunk); free(ref); free(got);
 }
 
-static void test_decode_one_by_one(void) { check_incremental(1, 1, 40, 1); }
-static void test_prefill_then_decode(void) { check_incremental(1, 1, 40, 17); }
-static void test_batch_untied(void) { check_incremental(0, 3, 33, 9); }
+static void test_decode_one_by_one(void) { check_incremental(1, 1, 40, 1, 0); }
+static void test_prefill_then_decode(void) {
+    for (int path = 0; path < 3; path++) check_incremental(1, 1, 40, 17, path);
+}
+/* batches of 3 and 5 rows: matrix-vector products below 4 rows, model_gemm from 4 */
+static void test_batch_untied(void) {
+    for (int path = 0; path < 3; path++) check_incremental(0, 3, 33, 9, path);
+    check_incremental(0, 5, 20, 3, 0);
+}
 /* a prompt longer than one attention key block (64) */
-static void test_long_prefill(void) { check_incremental(1, 2, 90, 70); }
+static void test_long_prefill(void) {
+    for (int path = 0; path < 3; path++) check_incremental(1, 2, 90, 70, path);
+}
 
 /* Reset forgets the cache: the same chunk after a reset gives the same logits. */
 static void test_reset(void) {
