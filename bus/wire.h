@@ -58,6 +58,8 @@ typedef enum {
     MSG_EVAL,        /* bus event: "eval" (evaluation results) */
     MSG_LOADER,      /* bus event: "loader" (a loader announces itself, heartbeat) */
     MSG_LOG,         /* bus event: "log" (a human-readable line from a program) */
+    MSG_GEN_REQ,     /* client -> bin/sampler --serve: "gen_req" (added by the sampler) */
+    MSG_GEN,         /* bin/sampler --serve -> client: "gen" */
     MSG_TYPE_COUNT
 } msg_type;
 
@@ -155,6 +157,31 @@ typedef struct {
     char *line;
 } msg_log_t;
 
+/* Generation service (bin/sampler --serve, docs/PROTOCOL.md 2.4). One request, one sample:
+ * a client wanting several asks several times (index 0, 1, ...). */
+typedef struct {
+    uint64_t req_id;
+    char *prompt;          /* text, encoded by the server's vocabulary ("" allowed: see eot) */
+    uint32_t max_new;      /* tokens to generate, >= 1 (the server enforces a limit) */
+    double temperature;    /* 0: greedy */
+    uint32_t top_k;        /* 0: all */
+    double top_p;          /* in (0, 1]; 1: all */
+    uint64_t seed;
+    char *latent;          /* "independent" | "shared" (Free Transformer; ignored otherwise) */
+    uint32_t index;        /* which sample of the series (seeding: docs/sampler.md) */
+    uint32_t group;        /* samples per shared-latent group, >= 1 */
+    uint32_t flags;        /* bit 0: stop at end-of-text; bit 1: put end-of-text before the prompt */
+} msg_gen_req_t;
+
+typedef struct {
+    uint64_t req_id;
+    char *text;            /* the generated text (UTF-8; invalid bytes as U+FFFD) */
+    uint32_t n_tokens;     /* generated tokens */
+    char *stop;            /* "eot" | "length" | "truncated" (text cut at WIRE_MAX_STR bytes) */
+    char *ckpt;            /* checkpoint directory that answered */
+    uint64_t step;         /* its training step (0 when unknown) */
+} msg_gen_t;
+
 typedef struct {
     msg_type type;
     union {
@@ -169,6 +196,8 @@ typedef struct {
         msg_eval_t eval;
         msg_loader_t loader;
         msg_log_t log;
+        msg_gen_req_t gen_req;
+        msg_gen_t gen;
     } u;
 } wire_msg_t;
 

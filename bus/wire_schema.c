@@ -69,6 +69,21 @@ static const wire_field_t log_fields[] = {
     F(msg_log_t, program, WF_NAME, 1), F(msg_log_t, line, WF_STR, 1),
 };
 
+/* the generation service (bin/sampler --serve) */
+static const wire_field_t gen_req_fields[] = {
+    F(msg_gen_req_t, req_id, WF_U64, 1),      F(msg_gen_req_t, prompt, WF_STR, 1),
+    F(msg_gen_req_t, max_new, WF_U32, 1),     F(msg_gen_req_t, temperature, WF_F64, 1),
+    F(msg_gen_req_t, top_k, WF_U32, 1),       F(msg_gen_req_t, top_p, WF_F64, 1),
+    F(msg_gen_req_t, seed, WF_U64, 1),        F(msg_gen_req_t, latent, WF_STR, 1),
+    F(msg_gen_req_t, index, WF_U32, 1),       F(msg_gen_req_t, group, WF_U32, 1),
+    F(msg_gen_req_t, flags, WF_U32, 1),
+};
+static const wire_field_t gen_fields[] = {
+    F(msg_gen_t, req_id, WF_U64, 1), F(msg_gen_t, text, WF_STR, 1),
+    F(msg_gen_t, n_tokens, WF_U32, 1), F(msg_gen_t, stop, WF_STR, 1),
+    F(msg_gen_t, ckpt, WF_STR, 1), F(msg_gen_t, step, WF_U64, 1),
+};
+
 #define S(nm, arr) {nm, arr, (int)(sizeof arr / sizeof arr[0])}
 static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_BATCH_REQ] = S("batch_req", batch_req_fields),
@@ -82,7 +97,11 @@ static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_EVAL] = S("eval", eval_fields),
     [MSG_LOADER] = S("loader", loader_fields),
     [MSG_LOG] = S("log", log_fields),
+    [MSG_GEN_REQ] = S("gen_req", gen_req_fields),
+    [MSG_GEN] = S("gen", gen_fields),
 };
+_Static_assert(sizeof gen_req_fields / sizeof gen_req_fields[0] <= WIRE_SCHEMA_MAX_FIELDS,
+               "decoder bookkeeping too small");
 _Static_assert(sizeof batch_fields / sizeof batch_fields[0] <= WIRE_SCHEMA_MAX_FIELDS,
                "decoder bookkeeping too small");
 /* offsets are stored in 16 bits */
