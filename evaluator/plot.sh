@@ -58,7 +58,7 @@ panels=0; [ ${#nats[@]} -gt 0 ] && panels=$((panels+1)); [ ${#accs[@]} -gt 0 ] &
 {
     echo "set terminal $term size 1000,$((360 * panels + 60)) noenhanced"
     echo "set output '$out'"
-    echo "set key outside right; set grid; set xlabel 'step'"
+    echo "set key outside right; set grid; set xlabel 'step'; set xrange [0:*]"
     [ $panels = 2 ] && echo "set multiplot layout 2,1 title 'run ${run:-all}'" || echo "set title 'run ${run:-all}'"
     if [ ${#nats[@]} -gt 0 ]; then echo "set ylabel 'nats per token'"; echo "plot $(join "${nats[@]}")"; fi
     if [ ${#accs[@]} -gt 0 ]; then echo "set ylabel 'accuracy'; set yrange [0:1.05]"; echo "plot $(join "${accs[@]}")"; fi

@@ -220,45 +220,41 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
     if (nprev && !c->all && last_prev + 1 < floor) floor = last_prev + 1;
     free(prev);
     free(steps);
-    if (!c->quiet)
+    if (!c->quiet && !c->once)
         fprintf(stderr, "evaluator: run %s task %s: %d checkpoint(s) on disk, %d already evaluated\n", c->run,
                 c->tag, n, nprev);
     for (;;) {
         if (c->stop && *c->stop) return 0;
         if ((rc = scan(w, &steps, &n, err, errlen))) return rc;
-        int64_t pick = -1;
+        /* have: the newest checkpoint not found corrupt; pick: the newest one still to do */
+        int64_t pick = -1, have = -1, older = -1;
+        for (int i = n - 1; i >= 0; i--) {
+            if (set_has(&w->skipped, steps[i])) continue;
+            if (have < 0) have = steps[i];
+            if (pick < 0 && steps[i] >= floor && !set_has(&w->done, steps[i])) pick = steps[i];
+        }
         for (int i = n - 1; i >= 0; i--)
-            if (steps[i] >= floor && !set_has(&w->done, steps[i]) && !set_has(&w->skipped, steps[i])) {
-                pick = steps[i];
+            if (steps[i] < pick && !set_has(&w->skipped, steps[i])) {
+                older = steps[i];
                 break;
             }
-        int64_t have = n ? steps[n - 1] : -1;
         free(steps);
+        if (c->once && have < 0)
+            return snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir), EVAL_EIO;
         if (c->once && c->all) {
-            /* --once --all: everything on disk, then return */
-            if (pick < 0) {
-                if (have < 0) return snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir), EVAL_EIO;
-                return 0;
-            }
+            if (pick < 0) return 0; /* --once --all: everything on disk done */
         } else if (c->once && pick != have) {
             /* --once is about the newest checkpoint only */
-            if (have < 0) return snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir), EVAL_EIO;
-            if (set_has(&w->done, have)) {
-                if (!c->quiet) fprintf(stderr, "evaluator: step %lld of run %s already evaluated\n", (long long)have, c->run);
-                return 0;
-            }
-            return snprintf(err, errlen, "newest checkpoint of %s (step %lld) could not be evaluated", w->run_dir,
-                            (long long)have), EVAL_EMODEL;
+            if (!c->quiet) fprintf(stderr, "evaluator: step %lld of run %s already evaluated\n", (long long)have, c->run);
+            return 0;
         }
         if (pick >= 0) {
             rc = evaluate(w, pick, err, errlen);
             if (rc < 0) return rc;
             if (rc == 1) return 0;
-            if (c->once && !c->all) {
-                if (set_has(&w->done, pick)) return 0;
-                return snprintf(err, errlen, "newest checkpoint of %s (step %lld) could not be evaluated",
-                                w->run_dir, (long long)pick), EVAL_EMODEL;
-            }
+            /* the newest at start turned out corrupt: the newest good one takes its place */
+            if (set_has(&w->skipped, pick) && pick == floor) floor = older;
+            if (c->once && !c->all && set_has(&w->done, pick)) return 0;
             continue;
         }
         if (wait_event(w, poll)) return 0;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Integration test of bin/evaluator on a live run (issue 5's "Done when"): a training run
+# with a checkpoint every 4 steps; an evaluator joins halfway and is SIGKILLed, a replacement
+# takes over, an mc evaluator watches beside it. Every checkpoint from the first evaluated one
+# on gets exactly one val result, every one after the mc evaluator's start an mc result, and
+# the trainer's final weights are byte-identical to a run nobody watched. Then: --once,
+# re-runs that find their work done, corrupt and half-written checkpoints, bad input, the plot.
+set -u
+cd "$(dirname "$0")/.."
+W=${FT_TEST_TMP:-$(mktemp -d)}/it_evaluator; rm -rf "$W"; mkdir -p "$W"
+export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub OMP_NUM_THREADS=1 FT_PROGRESS=0
+pass=0; fail=0
+ok() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+# waits up to $2 seconds (loaded machines: generous) for the shell condition $1
+wait_for() { local i; for i in $(seq $(($2 * 10))); do eval "$1" && return 0; sleep 0.1; done; return 1; }
+# val steps recorded in the results file, one per line, sorted
+steps_of() { jq -r --arg t "$1" 'select(.run == "live" and .task == $t) | .step' "$W/results.jsonl" 2>/dev/null | sort -n; }
+
+bin/tokenizer synth --n 3000 --seed 7 > "$W/synth.txt"
+bin/tokenizer encode --vocab bytes --out "$W/ds" "$W/synth.txt" 2>/dev/null
+bin/bus >"$W/bus.log" 2>&1 & pids+=($!)
+bin/loader --data "$W/ds" --bind "ipc://$W/l0" --name l0 --quiet >"$W/l0.log" 2>&1 & pids+=($!)
+bin/bus tap metrics eval log >"$W/tap.jsonl" 2>/dev/null & pids+=($!)
+wait_for "bin/bus send log/sync log program=it line=ping >/dev/null 2>&1; grep -q ping $W/tap.jsonl" 10
+
+STEPS=64
+# --max-seq 80: the example mc rows (up to 67 tokens) fit the model's positions
+MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --max-seq 80 --batch 4 --warmup 5 --lr 3e-3"
+train() { bin/trainer --loaders "ipc://$W/l0" $MODEL --steps $STEPS --ckpt-every 4 --keep 0 "$@"; }
+VAL="--task val --data $W/ds --val-docs 200 --batches 2 --batch 4 --seq-len 32"
+MC="--task mc --file evaluator/tasks/synth_mc.jsonl --vocab bytes --limit 8 --batch 4"
+EV="--run live --run-dir $W/live --out $W/results.jsonl --poll-ms 200"
+
+# 0. the reference: the same run with nobody watching
+train --run ref --run-dir "$W/ref" 2>"$W/ref.log"
+ok "reference run exits 0" "[ $? = 0 ]"
+
+# 1. the live run; an evaluator joins once a third of the checkpoints exist
+bin/trainer --loaders "ipc://$W/l0" $MODEL --steps $STEPS --ckpt-every 4 --keep 0 --run live --run-dir "$W/live" 2>"$W/live.log" & tp=$!; pids+=($tp)
+wait_for "[ -d $W/live/ckpt-00000020 ]" 120
+bin/evaluator $EV $VAL 2>"$W/evA.log" >/dev/null & ea=$!; pids+=($ea)
+wait_for "[ -n \"\$(steps_of val)\" ]" 120
+first=$(steps_of val | head -1)
+kill -9 $ea 2>/dev/null; wait $ea 2>/dev/null
+nA=$(steps_of val | wc -l)
+ok "first evaluator started halfway (first step $first)" "[ -n '$first' ] && [ '$first' -ge 20 ]"
+# 2. its replacement, and a different task beside it
+bin/evaluator $EV $VAL 2>"$W/evB.log" >/dev/null & eb=$!; pids+=($eb)
+bin/evaluator $EV $MC --tag mc 2>"$W/evC.log" >/dev/null & ec=$!; pids+=($ec)
+wait $tp; rc=$?
+ok "live trainer exits 0 with evaluators attached" "[ $rc = 0 ]"
+ok "trainer weights unaffected (same bytes as the unwatched run)" \
+   "cmp -s $W/ref/ckpt-$(printf %08d $STEPS)/model.safetensors $W/live/ckpt-$(printf %08d $STEPS)/model.safetensors"
+ok "trainer loss curve unaffected" "diff <(grep '^step' $W/ref.log | awk '{print \$2, \$4}') <(grep '^step' $W/live.log | awk '{print \$2, \$4}') >/dev/null"
+wait_for "steps_of val | grep -qx $STEPS && steps_of mc | grep -qx $STEPS" 180
+kill -TERM $eb $ec; wait $eb; rb=$?; wait $ec; rcc=$?
+ok "evaluators exit 0 on SIGTERM ($rb, $rcc)" "[ $rb = 0 ] && [ $rcc = 0 ]"
+want=$(seq "$first" 4 $STEPS)
+ok "every checkpoint from step $first on has exactly one val result" "[ \"\$(steps_of val)\" = \"\$want\" ]"
+ok "the replacement did not redo the killed one's $nA result(s)" "grep -q '$nA already evaluated' $W/evB.log"
+mc_first=$(steps_of mc | head -1)
+ok "every checkpoint from step $mc_first on has an mc result" "[ -n '$mc_first' ] && [ \"\$(steps_of mc)\" = \"\$(seq $mc_first 4 $STEPS)\" ]"
+ok "results carry the values" "jq -s -e 'map(select(.task == \"val\")) | all(.values.ce > 0 and .values.bpb > 0 and .values.tokens == 256 and .values.tokens_seen > 0)' $W/results.jsonl >/dev/null && jq -s -e 'map(select(.task == \"mc\")) | all(.values.n == 8 and .values.acc_char >= 0)' $W/results.jsonl >/dev/null"
+ok "eval events on the bus" "grep -q '\"topic\":\"eval/live\".*\"task\":\"val\"' $W/tap.jsonl && grep -q '\"topic\":\"eval/live\".*\"task\":\"mc\"' $W/tap.jsonl"
+ok "validation loss fell over the run" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[0].values.ce > .[-1].values.ce)' $W/results.jsonl >/dev/null"
+
+# 3. after training: --once evaluates the newest; again, it finds the work done
+bin/evaluator --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >"$W/once.out" 2>"$W/once.log"
+ok "--once exits 0 with one line for the newest step" "[ $? = 0 ] && [ \$(wc -l < $W/ref.jsonl) = 1 ] && jq -e '.step == $STEPS' $W/ref.jsonl >/dev/null && cmp -s $W/once.out $W/ref.jsonl"
+bin/evaluator --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >/dev/null 2>"$W/once2.log"
+ok "--once again: already evaluated, nothing appended" "[ $? = 0 ] && grep -q 'already evaluated' $W/once2.log && [ \$(wc -l < $W/ref.jsonl) = 1 ]"
+ok "same checkpoint, same numbers (deterministic batches)" \
+   "[ \"\$(jq -c '.values | del(.eval_s)' $W/ref.jsonl)\" = \"\$(jq -c 'select(.task == \"val\" and .step == $STEPS) | .values | del(.eval_s)' $W/results.jsonl)\" ]"
+bin/evaluator --run ref --run-dir "$W/ref" $VAL --once --all --no-bus --out "$W/ref.jsonl" >/dev/null 2>&1
+ok "--once --all fills in every older checkpoint" "[ \$(wc -l < $W/ref.jsonl) = $((STEPS / 4)) ]"
+
+# 4. a corrupt newest checkpoint and a half-written one
+mkdir -p "$W/c"; cp -r "$W/ref/ckpt-00000060" "$W/ref/ckpt-00000064" "$W/c/"
+printf 'x' | dd of="$W/c/ckpt-00000064/model.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null
+mkdir -p "$W/c/ckpt-00000068.tmp"; cp "$W/ref/ckpt-00000064/config.json" "$W/c/ckpt-00000068.tmp/"
+bin/evaluator --run c --run-dir "$W/c" $VAL --no-bus --poll-ms 100 >"$W/c.out" 2>"$W/c.log" & e=$!; pids+=($e)
+wait_for "[ -s $W/c.out ]" 60; sleep 0.5; kill -TERM $e; wait $e
+ok "corrupt checkpoint skipped with one clear message" "[ \$(grep -c 'ckpt-00000064' $W/c.log) = 1 ] && grep -q 'skipp.*ckpt-00000064' $W/c.log"
+ok "the newest good one evaluated instead, the .tmp ignored" "jq -s -e 'length == 1 and .[0].step == 60' $W/c.out >/dev/null && ! grep -q '00000068' $W/c.log $W/c.out"
+bin/evaluator --run c --run-dir "$W/c" $VAL --once --no-bus >"$W/c1.out" 2>"$W/c1.log"
+ok "--once falls back to the newest good checkpoint too" "[ $? = 0 ] && jq -s -e 'length == 1 and .[0].step == 60' $W/c1.out >/dev/null && grep -q 'skipp.*ckpt-00000064' $W/c1.log"
+
+# 5. bad input: one line, non-zero exit, nothing hangs
+bin/evaluator --run x --run-dir "$W/none" $VAL --once --no-bus 2>"$W/b1.log"; rc=$?
+ok "--once without checkpoints fails with one line (rc $rc)" "[ $rc = 1 ] && [ \$(wc -l < $W/b1.log) = 1 ] && grep -q 'no complete checkpoint' $W/b1.log"
+bin/evaluator --run x --task val --batch zero 2>"$W/b2.log"; rc=$?
+ok "bad flag refused (rc $rc)" "[ $rc = 2 ] && grep -q \"'zero' is not an integer\" $W/b2.log"
+bin/evaluator --run x --run-dir "$W/ref" --task mc --file "$W/synth.txt" --vocab bytes --once --no-bus 2>"$W/b3.log"; rc=$?
+ok "a task file that is not JSONL is refused before any checkpoint (rc $rc)" "[ $rc = 2 ] && grep -q 'synth.txt:1: not a JSON object' $W/b3.log"
+bin/evaluator --run x --run-dir "$W/ref" --task val --data "$W/nope" --once --no-bus 2>"$W/b4.log"; rc=$?
+ok "missing dataset refused (rc $rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/b4.log) = 1 ] && grep -q 'nope' $W/b4.log"
+bin/evaluator --run x --run-dir "$W/ref" --task mc --file evaluator/tasks/synth_mc.jsonl --vocab gpt2 --once --no-bus >/dev/null 2>"$W/b5.log"; rc=$?
+ok "tokenizer larger than the model's vocabulary refused (rc $rc)" "[ $rc != 0 ] && [ \$(wc -l < $W/b5.log) -le 3 ] && grep -qi 'vocab' $W/b5.log"
+bin/evaluator --help | grep -q 'usage: evaluator'
+ok "--help" "[ $? = 0 ]"
+
+# 6. the plot
+if command -v gnuplot >/dev/null; then
+    evaluator/plot.sh --out "$W/live.png" --run live --metrics "$W/tap.jsonl" --evals "$W/results.jsonl" 2>"$W/plot.log"
+    ok "plot.sh draws a PNG with the loss and both tasks" "[ \"\$(head -c 4 $W/live.png | tail -c 3)\" = PNG ] && grep -q '2 loss series, 3 accuracy series' $W/plot.log"
+    evaluator/plot.sh --out "$W/x.png" --run nobody --evals "$W/results.jsonl" 2>/dev/null
+    ok "plot.sh with nothing to draw fails" "[ $? != 0 ]"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
