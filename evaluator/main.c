@@ -23,6 +23,8 @@ static void usage(FILE *f, const flag_t *flags, int n) {
             "       acc_completion, acc_char (seed 000 Appendix B)\n"
             "  em   exact match of the greedy (or --temperature) continuation, --file JSONL\n"
             "       {\"prompt\",\"answer\"[,\"stop\",\"max_tokens\"]} with --vocab V\n"
+            "  synth  seed 000 Figure 4 measures on the synthetic sequences: valid fraction and target\n"
+            "       position spread with independent / shared Z, over --limit groups (default 10)\n"
             "\noptions:\n");
     flags_usage(f, flags, n);
 }
@@ -35,7 +37,7 @@ int main(int argc, char **argv) {
     flag_t fl[] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
-        {"task", FLAG_STR, &tc.task, "val, mc or em", 0, 0, 0},
+        {"task", FLAG_STR, &tc.task, "val, mc, em or synth", 0, 0, 0},
         {"tag", FLAG_STR, &tag, "task name in results and events (default: the task)", 0, 0, 0},
         {"out", FLAG_STR, &out, "results file: one JSON line appended (fsynced) per evaluation", 0, 0, 0},
         {"once", FLAG_BOOL, &once, "evaluate the newest checkpoint (with --all: every one on disk) and exit", 0, 0, 0},
@@ -52,8 +54,8 @@ int main(int argc, char **argv) {
         {"seed", FLAG_I64, &tc.seed, "val: document order; em: sampling", 0, 0, 0},
         {"file", FLAG_STR, &tc.file, "mc, em: the JSONL task file", 0, 0, 0},
         {"vocab", FLAG_STR, &tc.vocab, "mc, em: the run's tokenizer (bytes, gpt2, cl100k_base, a file)", 0, 0, 0},
-        {"limit", FLAG_INT, &tc.limit, "mc, em: first N items only (0: all)", 0, 1e9, 0},
-        {"temperature", FLAG_FLOAT, &tc.temperature, "em: 0 = greedy, else sampled with --seed", 0, 100, 0},
+        {"limit", FLAG_INT, &tc.limit, "mc, em: first N items only (0: all); synth: groups of 5 (0: 10)", 0, 1e9, 0},
+        {"temperature", FLAG_FLOAT, &tc.temperature, "em: 0 = greedy, else sampled with --seed; synth: sampling temperature (0: 1)", 0, 100, 0},
         {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
         {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging)", 1, 4096, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},

@@ -20,9 +20,10 @@ int eval_task_open(eval_task_t **t, const eval_task_cfg_t *cfg, char *err, size_
     const eval_task_ops_t *ops = !strcmp(cfg->task, "val") ? &eval_task_val
                                  : !strcmp(cfg->task, "mc") ? &eval_task_mc
                                  : !strcmp(cfg->task, "em") ? &eval_task_em
+                                 : !strcmp(cfg->task, "synth") ? &eval_task_synth
                                                             : NULL;
     if (!ops) {
-        snprintf(err, errlen, "unknown task '%s' (val, mc, em)", cfg->task);
+        snprintf(err, errlen, "unknown task '%s' (val, mc, em, synth)", cfg->task);
         return EVAL_EARG;
     }
     if (cfg->batch < 1) {

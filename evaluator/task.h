@@ -3,7 +3,8 @@
  * A task is opened once per evaluator process (its data read and checked up front, so a bad
  * file fails before any checkpoint is touched), then run on each checkpoint's model. Each
  * kind lives in its own file: task_val.c (held-out cross-entropy, perplexity, bits per byte),
- * task_mc.c (multiple choice), task_em.c (generative exact match). The numbers go into a
+ * task_mc.c (multiple choice), task_em.c (generative exact match), task_synth.c (the Figure 4
+ * measures on the synthetic sequences). The numbers go into a
  * values map, the same one the MSG_EVAL event and the results file carry.
  * Formats and definitions: docs/evaluator.md. */
 #ifndef EVALUATOR_TASK_H
@@ -20,7 +21,7 @@ typedef struct {
 } eval_values_t;
 
 typedef struct {
-    const char *task;       /* "val", "mc" or "em" */
+    const char *task;       /* "val", "mc", "em" or "synth" */
     /* val */
     const char *data;       /* dataset directory */
     long long val_docs;     /* > 0: the last N documents of data (the loader's val split);
@@ -32,7 +33,7 @@ typedef struct {
     /* mc, em */
     const char *file;       /* JSONL task file */
     const char *vocab;      /* tokenizer spec for bpe_vocab_open: bytes, gpt2, a file... */
-    int limit;              /* first N items only (0: all) */
+    int limit;              /* first N items only (0: all); synth: groups (0: 10) */
     float temperature;      /* em: 0 = greedy */
     /* Free Transformer */
     int iw_samples;         /* val: K posterior samples per row (ELBO and importance-weighted bound) */
@@ -63,5 +64,5 @@ typedef struct {
     int (*run)(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
                size_t errlen);
 } eval_task_ops_t;
-extern const eval_task_ops_t eval_task_val, eval_task_mc, eval_task_em;
+extern const eval_task_ops_t eval_task_val, eval_task_mc, eval_task_em, eval_task_synth;
 #endif

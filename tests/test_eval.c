@@ -467,6 +467,58 @@ static void test_latent_helpers(void) {
     CHECK(fabs(ones / 20000.0 - p) < 5 * sqrt(p * (1 - p) / 20000), "%d", ones);
 }
 
+/* ---- synth (Figure 4 measures) -------------------------------------------------------- */
+/* A stub that writes the perfect synthetic line: at body position 10..17 the prompt's letter
+ * (row token 1), '_' elsewhere, with a margin of 30 nats so sampling at temperature 1 picks
+ * it (the other 256 ids together have probability ~256 e^-30 = 2e-11). */
+static const float *line_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B, int T,
+                                char *err, size_t errlen) {
+    stub_t *s = lm->impl;
+    memset(s->buf, 0, sizeof(float) * (size_t)B * T * s->V);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int body = t + 1 - 3; /* [eot] L > then the body */
+            uint32_t c = body >= 10 && body < 18 ? tokens[(size_t)b * T + 1] : '_';
+            s->buf[((size_t)b * T + t) * s->V + c] = 30;
+        }
+    return s->buf;
+}
+
+static void test_synth(void) {
+    for (int H = 0; H <= 2; H += 2) {
+        eval_lm_t *lm = stub_new(257, 256, H, 10, 80);
+        lm->logits = line_logits;
+        eval_task_cfg_t c = base_cfg("synth");
+        c.limit = 3;
+        eval_values_t v;
+        if (run_task(&c, lm, &v) == 0) {
+            CHECK(eval_values_get(&v, "valid") == 1.0, "H=%d valid %g", H, eval_values_get(&v, "valid"));
+            CHECK(eval_values_get(&v, "independent_pos_diff") == 0.0);
+            CHECK(eval_values_get(&v, "n") == (H ? 30 : 15));
+            if (H) {
+                CHECK(eval_values_get(&v, "shared_pos_diff") == 0.0);
+                CHECK(stub_of(lm)->enc_T_max == 3, "the encoder reads [eot] L > only: %d", stub_of(lm)->enc_T_max);
+            } else {
+                CHECK(isnan(eval_values_get(&v, "shared_pos_diff")));
+            }
+        }
+        eval_lm_free(&lm);
+    }
+    /* every line '_' only: nothing valid, no pairs */
+    eval_lm_t *lm = stub_new(257, 256, 0, 10, 80);
+    float row[257] = {0};
+    row['_'] = 30;
+    stub_fixed(lm, row);
+    eval_task_cfg_t c = base_cfg("synth");
+    c.limit = 2;
+    eval_values_t v;
+    if (run_task(&c, lm, &v) == 0) {
+        CHECK(eval_values_get(&v, "valid") == 0.0);
+        CHECK(isnan(eval_values_get(&v, "independent_pos_diff")));
+    }
+    eval_lm_free(&lm);
+}
+
 /* ---- results file --------------------------------------------------------------------- */
 static void test_results_file(void) {
     const char *path = tmp_path("results.jsonl");
@@ -517,6 +569,7 @@ int main(void) {
     RUN(test_free_no_leak);
     RUN(test_free_real);
     RUN(test_latent_helpers);
+    RUN(test_synth);
     RUN(test_results_file);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
