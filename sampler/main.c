@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/bus.h"
 #include "bus/flags.h"
 #include "model/checkpoint.h"
 #include "sampler/sampler.h"
+#include "sampler/serve.h"
 #include "sampler/text.h"
 #include "tokenizer/bpe_io.h"
 
@@ -18,8 +20,9 @@
 #define PROMPT_MAX_BYTES (1u << 20)
 
 typedef struct {
-    const char *ckpt, *run_dir, *prompt, *vocab, *latent;
+    const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub;
     int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet;
+    int max_prompt, max_new_limit, timeout_ms;
     float temperature, top_p;
     long long seed;
 } opts_t;
@@ -35,7 +38,11 @@ static void usage(FILE *f, const flag_t *fl, int n) {
             "trained with: its size must equal the checkpoint's vocab_size.\n"
             "Free Transformer checkpoints: the prompt's latents come from the encoder, every new\n"
             "position's from the prior (uniform over 2^H); --latent shared gives each group of\n"
-            "--group samples one draw of those (the paper's Figure 4).\n\noptions:\n");
+            "--group samples one draw of those (the paper's Figure 4).\n"
+            "Service: --serve ENDPOINT answers gen_req messages (docs/PROTOCOL.md) with the\n"
+            "checkpoint, reloading when the bus announces a newer one of --follow RUN;\n"
+            "--connect ENDPOINT asks such a server for --n samples instead of loading a model.\n"
+            "\noptions:\n");
     flags_usage(f, fl, n);
 }
 
@@ -77,9 +84,63 @@ static void print_json(int i, const uint32_t *ids, int n, const char *text, size
     json_decref(j);
 }
 
+/* --connect: one gen_req per sample (index i), printed like local samples. */
+static int run_client(const opts_t *o) {
+    char err[1024];
+    size_t plen = 0;
+    char *ptext = NULL;
+    if (!o->prompt && !(ptext = sampler_text_read_all(stdin, WIRE_MAX_STR, &plen, err, sizeof err)))
+        return fail(1, err, NULL);
+    int status = 0;
+    for (int i = 0; i < o->n && !status; i++) {
+        wire_msg_t req = {.type = MSG_GEN_REQ}, rep;
+        msg_gen_req_t *r = &req.u.gen_req;
+        r->req_id = (uint64_t)i + 1;
+        r->prompt = (char *)(o->prompt ? o->prompt : ptext);
+        r->max_new = (uint32_t)o->max_new;
+        r->temperature = o->temperature;
+        r->top_k = (uint32_t)o->top_k;
+        r->top_p = o->top_p;
+        r->seed = (uint64_t)o->seed;
+        r->latent = (char *)o->latent;
+        r->index = (uint32_t)i;
+        r->group = (uint32_t)o->group;
+        r->flags = (o->stop_at_eot ? 1u : 0u) | (o->eot_prefix ? 2u : 0u);
+        if (sampler_client_request(o->connect, &req, &rep, o->timeout_ms, err, sizeof err)) {
+            status = fail(1, err, NULL);
+            break;
+        }
+        if (rep.type == MSG_ERROR) {
+            snprintf(err, sizeof err, "%s answered error %d: %s", o->connect, rep.u.error.code,
+                     rep.u.error.message ? rep.u.error.message : "");
+            status = fail(1, err, NULL);
+        } else if (rep.type != MSG_GEN || rep.u.gen.req_id != r->req_id) {
+            snprintf(err, sizeof err, "%s answered a %s message (want gen %llu)", o->connect,
+                     wire_type_name(rep.type), (unsigned long long)r->req_id);
+            status = fail(1, err, NULL);
+        } else if (o->json) {
+            json_t *j = json_pack("{s:i,s:s?,s:i,s:s?,s:s?,s:I}", "i", i, "text", rep.u.gen.text,
+                                  "n_tokens", (int)rep.u.gen.n_tokens, "stop", rep.u.gen.stop,
+                                  "ckpt", rep.u.gen.ckpt, "step", (json_int_t)rep.u.gen.step);
+            char *js = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+            if (js) puts(js);
+            free(js);
+            json_decref(j);
+        } else {
+            const char *t = rep.u.gen.text ? rep.u.gen.text : "";
+            sampler_text_print_line(stdout, t, strlen(t));
+        }
+        wire_msg_free(&rep);
+    }
+    free(ptext);
+    if (!status && (fflush(stdout) != 0 || ferror(stdout))) status = fail(1, "writing to stdout failed", NULL);
+    return status;
+}
+
 int main(int argc, char **argv) {
     opts_t o = {.vocab = "bytes", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
-                .temperature = 1.0f, .top_p = 1.0f, .seed = 1};
+                .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
+                .max_new_limit = 1024, .timeout_ms = 60000};
     flag_t fl[] = {
         {"ckpt", FLAG_STR, &o.ckpt, "checkpoint directory", 0, 0, 0},
         {"run-dir", FLAG_STR, &o.run_dir, "run directory: use its newest complete checkpoint", 0, 0, 0},
@@ -98,12 +159,23 @@ int main(int argc, char **argv) {
         {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
         {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
         {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
+        {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
+        {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
+        {"bus-sub", FLAG_STR, &o.bus_sub, "bus subscriber endpoint (default $FT_BUS_SUB or " BUS_DEFAULT_SUB ")", 0, 0, 0},
+        {"max-prompt", FLAG_INT, &o.max_prompt, "with --serve: prompt tokens accepted per request", 1, 1 << 24, 0},
+        {"max-new-limit", FLAG_INT, &o.max_new_limit, "with --serve: largest max_new accepted", 1, 1 << 24, 0},
+        {"connect", FLAG_STR, &o.connect, "ask a --serve sampler at this endpoint instead of loading a model", 0, 0, 0},
+        {"timeout-ms", FLAG_INT, &o.timeout_ms, "with --connect: wait this long for each reply", 1, 1 << 30, 0},
     };
     char err[1024];
     int rc = flags_parse(argc, argv, 1, fl, NFLAGS(fl), NULL, NULL, 0, err, sizeof err);
     if (rc == 1) { usage(stdout, fl, NFLAGS(fl)); return 0; }
     if (rc) return fail(2, err, NULL);
-    if (!o.ckpt == !o.run_dir) return fail(2, "give exactly one of --ckpt DIR and --run-dir DIR", NULL);
+    if (o.connect && (o.ckpt || o.run_dir || o.serve))
+        return fail(2, "--connect asks a server: it takes no --ckpt, --run-dir or --serve", NULL);
+    if (!o.connect && !o.ckpt == !o.run_dir)
+        return fail(2, "give exactly one of --ckpt DIR and --run-dir DIR", NULL);
+    if (o.follow && !o.serve) return fail(2, "--follow goes with --serve", NULL);
     sampler_opts_t so = {.n = o.n, .max_new = o.max_new, .seed = (uint64_t)o.seed, .group = o.group,
                          .stop_at_eot = o.stop_at_eot,
                          .sample = {o.temperature, o.top_k, o.top_p}};
@@ -115,6 +187,7 @@ int main(int argc, char **argv) {
     }
     if (sampler_opts_check(&so, err, sizeof err)) return fail(2, err, NULL);
     if (o.threads > 0) omp_set_num_threads(o.threads);
+    if (o.connect) return run_client(&o);
 
     int status = 1;
     char dir[4096];
@@ -136,6 +209,18 @@ int main(int argc, char **argv) {
         snprintf(err, sizeof err, "vocabulary '%.200s' has %u tokens but the model of %.600s has vocab_size %d",
                  o.vocab, bpe_vocab_size(v), dir, c->vocab_size);
         fail(1, err, NULL);
+        goto out;
+    }
+    if (o.serve) {
+        int64_t step = -1;
+        const char *base = strrchr(dir, '/');
+        if (base && !strncmp(base + 1, "ckpt-", 5)) step = strtoll(base + 6, NULL, 10);
+        sampler_serve_opts_t sv = {.bind = o.serve, .ckpt = dir, .step = step, .follow = o.follow,
+                                   .bus_sub = bus_endpoint_sub(o.bus_sub), .vocab = v,
+                                   .max_prompt = o.max_prompt, .max_new = o.max_new_limit,
+                                   .quiet = o.quiet};
+        if (sampler_serve(&sm, &sv, err, sizeof err)) { fail(1, err, NULL); goto out; }
+        status = 0;
         goto out;
     }
     size_t plen;

@@ -95,7 +95,7 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
     for (int i0 = 0; i0 < n && !rc; i0 += NB) {
         const int B = n - i0 < NB ? n - i0 : NB;
         for (int b = 0; b < B; b++) {
-            uint64_t i = (uint64_t)(i0 + b);
+            uint64_t i = (uint64_t)o->first + (uint64_t)(i0 + b);
             rng_seed2(&tr[b], o->seed ^ SAMPLER_TOKEN_SALT, i);
             uint64_t key = o->latent == SAMPLER_LATENT_SHARED ? (1ull << 32) + i / o->group : i;
             rng_seed2(&zr[b], o->seed ^ SAMPLER_LATENT_SALT, key);

@@ -4,7 +4,7 @@
  *                       Transformer) with its KV-cache generator
  *   sampler_generate    prompt ids -> n continuations (batched, KV cache)
  *
- * Reproducibility: sample i draws its tokens from rng_seed2(seed ^ SAMPLER_TOKEN_SALT, i),
+ * Reproducibility: sample i (counted from o->first) draws its tokens from rng_seed2(seed ^ SAMPLER_TOKEN_SALT, i),
  * and, for the Free Transformer, its latents from rng_seed2(seed ^ SAMPLER_LATENT_SALT, key)
  * with key = i ("independent") or (1 << 32) + i / group ("shared": every sequence of a group
  * draws the same uniforms for the prompt's bits and the same prior index Z_t at each
@@ -60,6 +60,7 @@ typedef struct {
     sampler_latent latent;  /* Free Transformer only */
     int group;              /* sequences per shared-latent group (>= 1) */
     int stop_at_eot;        /* a sample ends at the model's eot_id (not included) */
+    uint32_t first;         /* index of the first sample (the service's one-sample requests) */
 } sampler_opts_t;
 
 typedef struct {

@@ -99,5 +99,48 @@ else
     fail=$((fail+1)); echo "FAIL: Free Transformer training"; tail -3 "$W/ft.log"
 fi
 
+# 6. the service: --serve answers gen_req like the command line, refuses bad requests with an
+#    error reply and keeps serving, reloads when the followed run announces a checkpoint
+SRV="ipc://$W/srv.sock"
+bin/sampler --run-dir "$W/base" --serve "$SRV" --follow base --max-new-limit 100 --max-prompt 64 2>"$W/srv.log" & spid=$!; pids+=($spid)
+for _ in $(seq 200); do grep -q serving "$W/srv.log" && break; sleep 0.05; done
+ok "server up" "grep -q 'serving .*ckpt-00000060' $W/srv.log"
+C() { bin/sampler --connect "$SRV" --timeout-ms 20000 "$@"; }
+S --run-dir "$W/base" --prompt 'K>' --n 4 --max-new 30 --seed 3 --top-k 10 >"$W/cli.txt"
+C --prompt 'K>' --n 4 --max-new 30 --seed 3 --top-k 10 >"$W/srv1.txt"
+ok "service gives the command line's samples" "cmp -s $W/cli.txt $W/srv1.txt"
+C --prompt 'K>' --n 4 --max-new 30 --seed 3 --top-k 10 >"$W/srv2.txt"
+ok "service: same seed, same samples" "cmp -s $W/srv1.txt $W/srv2.txt"
+C --prompt 'K>' --max-new 5 --json >"$W/srvj.txt"
+ok "service: reply names checkpoint and step" "jq -e '.step == 60 and (.ckpt | test(\"ckpt-00000060\")) and .n_tokens == 5' $W/srvj.txt >/dev/null"
+ok "service: max_new over the limit refused" "err1 C --prompt x --max-new 101 && grep -q 'error -4.*limit of 100' $W/e.txt"
+ok "service: prompt over the limit refused" "err1 C --prompt \"\$(head -c 65 /dev/zero | tr '\\0' _)\" --max-new 2 && grep -q 'error -4.*prompt of 65' $W/e.txt"
+ok "service: bad latent refused" "err1 C --prompt x --latent both"
+ok "service: nobody listening" "err1 bin/sampler --connect ipc://$W/nobody --prompt x --timeout-ms 300 && grep -q 'no reply' $W/e.txt"
+# raw frames: garbage, another message type, an oversized prompt (decoder limit), then a good one
+/usr/bin/python3 - "$SRV" >"$W/raw.txt" 2>&1 <<'PY'
+import sys, zmq, msgpack
+s = zmq.Context().socket(zmq.DEALER); s.setsockopt(zmq.RCVTIMEO, 20000); s.connect(sys.argv[1])
+def ask(body):
+    s.send_multipart([b"", body]); f = s.recv_multipart(); return msgpack.unpackb(f[-1], raw=False)
+good = {"v": 1, "type": "gen_req", "req_id": 7, "prompt": "K>", "max_new": 4, "temperature": 0.0,
+        "top_k": 0, "top_p": 1.0, "seed": 1, "latent": "independent", "index": 0, "group": 1, "flags": 0}
+print(ask(b"\xc1garbage")["code"])
+print(ask(msgpack.packb({"v": 1, "type": "info_req", "req_id": 3, "world": 1, "B": 1, "T": 1,
+                         "layout": "pack", "split": "train"}))["code"])
+print(ask(msgpack.packb(dict(good, prompt="x" * 5000)))["code"])
+print(ask(msgpack.packb(dict(good, top_p=0.0)))["code"])
+r = ask(msgpack.packb(good)); print(r["type"], r["req_id"], r["n_tokens"])
+PY
+ok "service: raw bad frames answered with errors, then served" "[ \"\$(tr '\\n' ' ' < $W/raw.txt)\" = '-1 -2 -1 -3 gen 7 4 ' ]"
+# reload: the run goes on to step 90 and announces it on the bus
+bin/trainer --loaders "ipc://$W/l0" $MODEL --run base --run-dir "$W/base" --steps 90 --ckpt-every 30 --resume 2>"$W/base2.log"
+for _ in $(seq 200); do grep -q 'reloaded' "$W/srv.log" && break; sleep 0.05; done
+ok "service reloaded the new checkpoint" "grep -q 'reloaded .*ckpt-00000090 (step 90)' $W/srv.log"
+C --prompt 'K>' --max-new 5 --json >"$W/srvj2.txt"
+ok "service answers with the new checkpoint" "jq -e '.step == 90' $W/srvj2.txt >/dev/null"
+kill -TERM $spid; wait $spid; rc=$?
+ok "service stops on SIGTERM with status 0" "[ $rc = 0 ] && grep -q 'stopped by signal' $W/srv.log"
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
