@@ -67,6 +67,12 @@ ok "results carry the values" "jq -s -e 'map(select(.task == \"val\")) | all(.va
 ok "eval events on the bus" "grep -q '\"topic\":\"eval/live\".*\"task\":\"val\"' $W/tap.jsonl && grep -q '\"topic\":\"eval/live\".*\"task\":\"mc\"' $W/tap.jsonl"
 ok "validation loss fell over the run" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[0].values.ce > .[-1].values.ce)' $W/results.jsonl >/dev/null"
 
+# 2b. started after training without --run-dir: the bus's welcome message names the directory
+bin/evaluator --run live $VAL --out "$W/late.jsonl" --poll-ms 200 >/dev/null 2>"$W/late.log" & e=$!; pids+=($e)
+wait_for "[ -s $W/late.jsonl ]" 60; kill -TERM $e; wait $e
+ok "late evaluator learns the run directory from the bus and does the newest first" \
+   "grep -q 'from the bus' $W/late.log && jq -s -e '.[0].step == $STEPS' $W/late.jsonl >/dev/null"
+
 # 3. after training: --once evaluates the newest; again, it finds the work done
 bin/evaluator --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >"$W/once.out" 2>"$W/once.log"
 ok "--once exits 0 with one line for the newest step" "[ $? = 0 ] && [ \$(wc -l < $W/ref.jsonl) = 1 ] && jq -e '.step == $STEPS' $W/ref.jsonl >/dev/null && cmp -s $W/once.out $W/ref.jsonl"
