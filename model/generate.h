@@ -8,9 +8,11 @@
  *   prefill: one chunk with the whole prompt (T = prompt length);
  *   decode:  chunks of T = 1, the token just sampled.
  * The arithmetic is the training forward's (llama_block_forward) restricted to the new rows:
- * same ops (ops.h), the new queries attend to the cached keys through attention_forward with
- * Tq < Tk. Only the matrix products see a different N, which may change BLAS's summation
- * order: logits agree with llama_forward to float rounding, not bit for bit.
+ * large chunks go through the same ops (ops.h; the new queries attend to the cached keys
+ * through attention_forward with Tq < Tk); small ones (every decode step) through row kernels
+ * built from the same ops_math.h formulas on one thread, without OpenMP regions, and
+ * matrix-vector products instead of sgemm (generate.c says why). Summation orders differ from
+ * the full forward's: logits agree with llama_forward to float rounding, not bit for bit.
  *
  * For the Free Transformer the chunk is run in pieces, so the caller can compute R between
  * the lower and the upper half:
