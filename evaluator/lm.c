@@ -98,6 +98,7 @@ int eval_lm_load(eval_lm_t **out, const char *dir, int Bmax, int Tmax, char *err
         return lm_fail(err, errlen, EVAL_ENOMEM, "out of memory");
     }
     fam->params(lm->impl, v, np);
+    for (int i = 0; i < np; i++) lm->n_params += tensor_numel(&v[i]);
     rc = ckpt_load_params(dir, v, np, err, errlen);
     free(v);
     if (rc) {

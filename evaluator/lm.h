@@ -31,6 +31,7 @@ typedef struct eval_lm eval_lm_t;
 struct eval_lm {
     model_config_t cfg;   /* vocab_size, eot_id, max_seq, kind, latent_bits are what tasks read */
     int Bmax, Tmax;       /* largest (B, T) one call accepts */
+    int64_t n_params;     /* parameters of a loaded checkpoint (0 for stubs) */
     int latent_bits;      /* H of the Free Transformer; 0 for a model without latents */
     void *impl;
     /* (B,T,V) next-token logits for tokens (B,T), row-major; valid until the next call.

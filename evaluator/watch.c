@@ -133,6 +133,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     }
     eval_values_t vals;
     int rc = eval_task_run(c->task, lm, &vals, (volatile int *)c->stop, why, sizeof why);
+    double n_params = (double)lm->n_params;
     eval_lm_free(&lm);
     if (rc == EVAL_EINTR) return 1;
     if (rc == EVAL_EMODEL) {
@@ -146,6 +147,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     }
     double ts = state_tokens_seen(dir);
     if (isfinite(ts)) eval_values_add(&vals, "tokens_seen", ts);
+    eval_values_add(&vals, "params", n_params);
     eval_values_add(&vals, "eval_s", unix_now() - t0);
     eval_record_t r = {c->run, c->tag, dir, step, unix_now(), &vals};
     if (c->out && (rc = eval_results_append(c->out, &r, err, errlen))) return rc;

@@ -116,5 +116,10 @@ if command -v gnuplot >/dev/null; then
     ok "plot.sh with nothing to draw fails" "[ $? != 0 ]"
 fi
 
+# 7. the comparison table
+evaluator/table.sh "$W/results.jsonl" "$W/ref.jsonl" > "$W/table.md" 2>&1
+ok "table.sh: one row per run, newest step, parameters and tokens seen" \
+   "grep -Eq '^\| live \| $STEPS \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| - ' $W/table.md && grep -q '^| ref | $STEPS |' $W/table.md"
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

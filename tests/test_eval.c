@@ -372,6 +372,8 @@ static void test_free_val(void) {
         CHECK_CLOSE(eval_values_get(&v, "kl"), 0, 1e-7, 0);
         CHECK_CLOSE(eval_values_get(&v, "elbo"), log(V), 1e-7, 0);
         CHECK_CLOSE(eval_values_get(&v, "iw_bound"), log(V), 1e-7, 0);
+        CHECK_CLOSE(eval_values_get(&v, "iw_prior"), log(V), 1e-9, 0);
+        CHECK_CLOSE(eval_values_get(&v, "nll_bound"), log(V), 1e-7, 0);
         CHECK(isnan(eval_values_get(&v, "ce")), "a latent model reports no plain ce");
     }
     stub_of(lm)->bitlogit = 2;
@@ -385,6 +387,9 @@ static void test_free_val(void) {
          * for finite K, but in expectation below the ELBO: a loose sanity band */
         double iw = eval_values_get(&v, "iw_bound");
         CHECK(iw > log(V) - 0.5 && iw < log(V) + kl + 0.5, "iw %g", iw);
+        /* the prior proposal sees a decoder that ignores Z: exact; and it is the smaller bound */
+        CHECK_CLOSE(eval_values_get(&v, "iw_prior"), log(V), 1e-9, 0);
+        CHECK(eval_values_get(&v, "nll_bound") == fmin(iw, eval_values_get(&v, "iw_prior")));
     }
     eval_lm_free(&lm);
 }
