@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Writes the example task files built from the synthetic data (seed 000, section 4.1).
 
-    bin/tokenizer synth --n 400 --seed 99 | /usr/bin/python3 evaluator/tasks/make_synth.py evaluator/tasks
+    make eval-tasks   (= bin/tokenizer synth --n 400 --seed 99 | make_synth.py evaluator/tasks)
 
 synth_mc.jsonl  multiple choice: the context is a line up to the start of its target run;
-                the choices are the rest of the line with the run's letter, and three copies
-                where the run has another letter. Only the prompt letter ("F>") tells them
-                apart, so a model that learnt the task picks the right one.
+                the choices are the 8 characters of the run as written (noise included), and
+                three copies with another letter. Only the prompt letter ("F>") tells them
+                apart, so a model that learnt the task picks the right one. Rows stay under
+                68 tokens with the bytes vocabulary, so small test models (max_seq 80) fit.
 synth_em.jsonl  exact match: the prompt is a line up to and including the first letter of its
                 run (lines whose run starts with noise are left out); the answer is the other
                 7 letters, the run's most likely continuation.
