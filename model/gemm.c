@@ -4,13 +4,15 @@
  * call while our OpenMP threads run the element-wise ops: on this 2-core machine the two pools
  * fight (measured: a training step of config S took 2x longer with 2 threads than with 1 when
  * the machine was busy). So BLAS is set single-threaded once, and large products are split
- * over OpenMP threads by column blocks of C: one thread pool for the whole process. Each
- * element of C is still computed by one call over the full k, so the split does not change
- * the arithmetic of an element's sum; for a fixed thread count the result is deterministic. */
+ * over OpenMP threads: one thread pool for the whole process. Products with a short k are
+ * split by column blocks of C (each element one call's full-k sum); products with a long k by
+ * ranges of k, whose partial sums are added in thread order. Either way the split depends on
+ * the shape and the thread count only, so for a fixed thread count results are deterministic. */
 #include "model/gemm.h"
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 static pthread_once_t gemm_once = PTHREAD_ONCE_INIT;
 static void gemm_blas_single(void) { openblas_set_num_threads(1); }
@@ -26,9 +28,11 @@ static void gemm_blas_single(void) { openblas_set_num_threads(1); }
  * that loses its core for a while no longer holds the other at the join (with one static
  * block each, it did: the step took up to 2x the single-thread time under load). */
 #define GEMM_BLOCKS_PER_THREAD 4
-/* ... except for products with a long k (the weight gradients, k = B*T): every block packs
- * all of op(A) (k x m) again, which there is as large as the block's work is; one block per
- * thread (measured on S: ~5% less CPU per step, the packing routines 10.2% -> 8.5%). */
+/* Products with a long k (the weight gradients, k = B*T; the tied head's input gradient,
+ * k = V) are split over k instead (gemm_ksplit): a column block packs all of op(A) (k x m)
+ * again, which there is about as much work as the block itself. Measured on S, CPU time per
+ * step: 4 column blocks per thread 7184 / 7705 ms, one per thread ~5% less, k-split 6794 /
+ * 7032 ms. The column split remains the fallback (buffer or lock unavailable). */
 #define GEMM_K_LONG 1024
 
 static void sgemm1(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
@@ -36,6 +40,52 @@ static void sgemm1(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, con
     cblas_sgemm(CblasColMajor, ta == GEMM_T ? CblasTrans : CblasNoTrans,
                 tb == GEMM_T ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C,
                 ldc);
+}
+
+/* Partial products of the k-split, (nt - 1) x m x n floats, kept for the process (grown as
+ * needed: a weight gradient calls this every step). One caller at a time uses it; a second
+ * concurrent caller takes the column split instead. */
+static float *ksplit_buf;
+static size_t ksplit_cap;
+static pthread_mutex_t ksplit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* C = alpha op(A) op(B) + beta C with k cut into one contiguous range per thread: thread 0
+ * adds its range into C (with beta), the others write theirs into private partials, which are
+ * then added in thread order. Every operand is packed exactly once. Deterministic for a fixed
+ * thread count (the sum's association is fixed by it). Returns 0 when it could not run. */
+static int gemm_ksplit(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
+                       int lda, const float *B, int ldb, float beta, float *C, int ldc, int nt) {
+    const size_t mn = (size_t)m * n;
+    if (pthread_mutex_trylock(&ksplit_mu)) return 0;
+    if (ksplit_cap < (size_t)(nt - 1) * mn) {
+        float *p = realloc(ksplit_buf, sizeof(float) * (size_t)(nt - 1) * mn);
+        if (!p) { pthread_mutex_unlock(&ksplit_mu); return 0; }
+        ksplit_buf = p;
+        ksplit_cap = (size_t)(nt - 1) * mn;
+    }
+    float *buf = ksplit_buf;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), nth = omp_get_num_threads();
+        const int k0 = (int)((long)k * t / nth), k1 = (int)((long)k * (t + 1) / nth);
+        const float *At = ta == GEMM_N ? A + (size_t)k0 * lda : A + k0;
+        const float *Bt = tb == GEMM_N ? B + k0 : B + (size_t)k0 * ldb;
+        if (t == 0)
+            sgemm1(ta, tb, m, n, k1 - k0, alpha, At, lda, Bt, ldb, beta, C, ldc);
+        else
+            sgemm1(ta, tb, m, n, k1 - k0, alpha, At, lda, Bt, ldb, 0.0f, buf + (t - 1) * mn, m);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int j = 0; j < n; j++)
+            for (int s = 1; s < nth; s++) {
+                const float *p = buf + (s - 1) * mn + (size_t)j * m;
+                float *c = C + (size_t)j * ldc;
+#pragma omp simd
+                for (int i = 0; i < m; i++) c[i] += p[i];
+            }
+    }
+    pthread_mutex_unlock(&ksplit_mu);
+    return 1;
 }
 
 void model_gemm(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha,
@@ -47,6 +97,9 @@ void model_gemm(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha
         sgemm1(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    if (k >= GEMM_K_LONG &&
+        gemm_ksplit(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, nt))
+        return;
     /* The blocks depend on the shape and the thread count only, never on which thread runs
      * one: every element of C is one call's full-k sum, so results are deterministic. */
     int units = (n + GEMM_COL_ALIGN - 1) / GEMM_COL_ALIGN;
