@@ -9,6 +9,7 @@
 
 #include "model/checkpoint.h"
 #include "model/family.h"
+#include "model/generate.h"
 #include "model/llama.h"
 
 static int lm_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -50,7 +51,30 @@ static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const
     return llama_logits(m);
 }
 
+static const float *llama_gen_start(eval_lm_t *lm, const uint32_t *prompt, int n, const float *u,
+                                    char *err, size_t errlen) {
+    (void)u;
+    if (!lm->gen && gen_create((gen_t **)&lm->gen, lm->impl, 1, lm->Tmax, err, errlen)) return NULL;
+    gen_reset(lm->gen);
+    if (gen_step(lm->gen, prompt, 1, n, NULL, err, errlen)) return NULL;
+    return gen_logits(lm->gen);
+}
+
+static const float *llama_gen_next(eval_lm_t *lm, uint32_t token, uint32_t z, char *err,
+                                   size_t errlen) {
+    (void)z;
+    if (!lm->gen) {
+        snprintf(err, errlen, "gen_next before gen_start");
+        return NULL;
+    }
+    if (gen_step(lm->gen, &token, 1, 1, NULL, err, errlen)) return NULL;
+    return gen_logits(lm->gen);
+}
+
 static void llama_lm_release(eval_lm_t *lm) {
+    gen_t *g = lm->gen;
+    gen_destroy(&g);
+    lm->gen = NULL;
     llama_t *m = lm->impl;
     llama_destroy(&m);
     lm->impl = NULL;
@@ -77,6 +101,8 @@ int eval_lm_create(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tma
     lm->Tmax = Tmax;
     lm->impl = m;
     lm->logits = llama_lm_logits;
+    lm->gen_start = llama_gen_start;
+    lm->gen_next = llama_gen_next;
     lm->release = llama_lm_release;
     *out = lm;
     return 0;

@@ -9,6 +9,7 @@
 
 #include "evaluator/lm.h"
 #include "model/free.h"
+#include "model/generate.h"
 
 static int shape_ok(eval_lm_t *lm, int B, int T, char *err, size_t errlen) {
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
@@ -37,7 +38,33 @@ static const float *free_lm_encode(eval_lm_t *lm, const uint32_t *tokens, int B,
     return free_bit_logits(lm->impl);
 }
 
+/* The prompt chunk: gen_free_step's encoder reads the prompt only and draws its Z with u. */
+static const float *free_gen_start(eval_lm_t *lm, const uint32_t *prompt, int n, const float *u,
+                                   char *err, size_t errlen) {
+    if (!u) {
+        snprintf(err, errlen, "the Free Transformer's prompt needs uniforms for its latents");
+        return NULL;
+    }
+    if (!lm->gen && gen_free_create((gen_free_t **)&lm->gen, lm->impl, 1, lm->Tmax, err, errlen)) return NULL;
+    gen_free_reset(lm->gen);
+    if (gen_free_step(lm->gen, prompt, 1, n, NULL, u, NULL, err, errlen)) return NULL;
+    return gen_logits(gen_free_decoder(lm->gen));
+}
+
+static const float *free_gen_next(eval_lm_t *lm, uint32_t token, uint32_t z, char *err,
+                                  size_t errlen) {
+    if (!lm->gen) {
+        snprintf(err, errlen, "gen_next before gen_start");
+        return NULL;
+    }
+    if (gen_free_step(lm->gen, &token, 1, 1, &z, NULL, NULL, err, errlen)) return NULL;
+    return gen_logits(gen_free_decoder(lm->gen));
+}
+
 static void free_lm_release(eval_lm_t *lm) {
+    gen_free_t *g = lm->gen;
+    gen_free_destroy(&g);
+    lm->gen = NULL;
     free_t *m = lm->impl;
     free_destroy(&m);
     lm->impl = NULL;
@@ -61,6 +88,8 @@ int eval_lm_create_free(eval_lm_t **out, const model_config_t *cfg, int Bmax, in
     lm->impl = m;
     lm->logits = free_lm_logits;
     lm->encode = free_lm_encode;
+    lm->gen_start = free_gen_start;
+    lm->gen_next = free_gen_next;
     lm->release = free_lm_release;
     *out = lm;
     return 0;

@@ -9,9 +9,10 @@
  * generated text, cut at the stop string, equals the answer with surrounding whitespace
  * trimmed on both sides.
  *
- * Decoding repeats a full forward for every new token (model/generate.h's KV cache had not
- * landed when this was written): correct and deterministic, quadratic in the length, fine for
- * short answers. Items are batched: each row reads the logits at its own last position.
+ * Decoding: with a model that offers its key/value cache (lm->gen_start, model/generate.h),
+ * one item at a time, the prompt once and then one position per token. Otherwise (the test
+ * stubs) by repeating a full forward per new token, items batched, each row reading the logits
+ * at its own last position: quadratic in the length, same results up to float rounding.
  *
  * Free Transformer: as in its generation (seed 000, Figure 2), the encoder reads [eot] prompt
  * (the prompt only) and Z of those positions is drawn from q; every generated position draws
@@ -160,12 +161,71 @@ static int em_judge(em_t *m, const em_item_t *it, const uint32_t *gen, int n, in
     return ok;
 }
 
+/* One item at a time through the model's key/value cache (lm->gen_start / gen_next): the
+ * prompt is run once, then one position per new token. Same rules as the batched path. */
+static int em_run_cached(em_t *m, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
+                         size_t errlen) {
+    const int V = lm->cfg.vocab_size, Tm = lm->Tmax, H = lm->latent_bits;
+    const uint32_t eot = (uint32_t)lm->cfg.eot_id;
+    uint32_t *row = malloc(sizeof(uint32_t) * (size_t)(Tm + 1));
+    float *u = H ? malloc(sizeof(float) * (size_t)Tm * H) : NULL;
+    int rc = 0, correct = 0;
+    if (!row || (H && !u)) {
+        rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
+        goto out;
+    }
+    for (int i = 0; i < m->n; i++) {
+        if (stop && *stop) {
+            rc = (snprintf(err, errlen, "interrupted"), EVAL_EINTR);
+            goto out;
+        }
+        const em_item_t *it = &m->items[i];
+        if (it->max_tokens >= Tm) {
+            rc = (snprintf(err, errlen, "item %d: max_tokens %d does not fit the model's %d positions", i + 1,
+                           it->max_tokens, Tm), EVAL_EMISMATCH);
+            goto out;
+        }
+        int keep = it->np < Tm - it->max_tokens ? it->np : Tm - it->max_tokens;
+        row[0] = eot;
+        memcpy(row + 1, it->prompt + it->np - keep, sizeof(uint32_t) * keep);
+        const int P = 1 + keep;
+        int len = P, stopped = 0;
+        rng_t r;
+        rng_seed2(&r, m->seed, (uint64_t)i);
+        if (H)
+            for (int j = 0; j < P * H; j++) u[j] = rng_f32(&r); /* the prompt's bits: u < sigmoid(l) */
+        const float *lg = lm->gen_start(lm, row, P, u, err, errlen);
+        while (lg) {
+            uint32_t y = em_pick(lg, V, m->temperature, &r);
+            if (y == eot) break;
+            row[len++] = y;
+            em_judge(m, it, row + P, len - P, &stopped);
+            if (stopped || len - P >= it->max_tokens) break;
+            uint32_t z = 0;
+            if (H) eval_z_prior(&r, &z, 1, H);
+            lg = lm->gen_next(lm, y, z, err, errlen);
+        }
+        if (!lg) {
+            rc = EVAL_EMODEL;
+            goto out;
+        }
+        correct += em_judge(m, it, row + P, len - P, &stopped);
+    }
+    eval_values_add(out, "em", (double)correct / m->n);
+    eval_values_add(out, "n", m->n);
+out:
+    free(row);
+    free(u);
+    return rc;
+}
+
 static int em_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
                   size_t errlen) {
     em_t *m = self;
     if (bpe_vocab_size(m->tok.vocab) > (uint32_t)lm->cfg.vocab_size)
         return snprintf(err, errlen, "the tokenizer's %u ids do not fit the model's vocabulary of %d",
                         bpe_vocab_size(m->tok.vocab), lm->cfg.vocab_size), EVAL_EMISMATCH;
+    if (lm->gen_start && lm->gen_next) return em_run_cached(m, lm, out, stop, err, errlen);
     const int V = lm->cfg.vocab_size, Tm = lm->Tmax, Bm = lm->Bmax;
     const uint32_t eot = (uint32_t)lm->cfg.eot_id;
     /* per row: the token buffer (Tm+1), its length, where generation began, and whether done */

@@ -353,6 +353,56 @@ static void test_em(void) {
     eval_lm_free(&lm);
 }
 
+/* The KV-cache path (a real Llama's gen_start/gen_next) and the full-forward path give the
+ * greedy text this test decodes itself with full forwards. The head is rigged so greedy picks
+ * letters: rows of non-letters are zero (logit 0), letter rows scaled up so their logits are far
+ * apart (no near-ties for float rounding to flip). */
+static void test_em_cached(void) {
+    model_config_t cfg = small_cfg(257, 256);
+    eval_lm_t *lm = NULL;
+    char err[256];
+    CHECK(eval_lm_create(&lm, &cfg, 4, 32, 11, err, sizeof err) == 0, "%s", err);
+    if (!lm) return;
+    CHECK(lm->gen_start && lm->gen_next, "a llama offers its KV cache");
+    tensor_view_t views[64];
+    int nv = llama_params(eval_lm_model(lm), views, 64);
+    for (int i = 0; i < nv; i++) {
+        if (strcmp(views[i].name, "lm_head.weight")) continue;
+        const int64_t D = views[i].shape[1];
+        for (int v = 0; v < 257; v++)
+            for (int64_t d = 0; d < D; d++) views[i].data[v * D + d] *= (v >= 'a' && v <= 'z') ? 200.f : 0.f;
+    }
+    const char *prompts[3] = {"ab", "q", "hello"};
+    char lines[1024] = "";
+    for (int p = 0; p < 3; p++) {
+        uint32_t row[16];
+        int len = 0;
+        row[len++] = 256;
+        for (const char *c = prompts[p]; *c; c++) row[len++] = (unsigned char)*c;
+        char ans[8];
+        for (int k = 0; k < 5; k++) {
+            const float *lg = lm->logits(lm, row, NULL, 1, len, err, sizeof err);
+            CHECK(lg != NULL, "%s", err);
+            if (!lg) return;
+            row[len] = eval_argmax(lg + (size_t)(len - 1) * 257, 257);
+            ans[k] = (char)row[len++];
+        }
+        ans[5] = 0;
+        CHECK(ans[0] >= 'a' && ans[0] <= 'z', "greedy picks letters: %d", ans[0]);
+        char line[128];
+        snprintf(line, sizeof line, "{\"prompt\": \"%s\", \"answer\": \"%s\", \"stop\": \"\"}\n", prompts[p], ans);
+        strcat(lines, line);
+    }
+    write_file(tmp_path("em_greedy.jsonl"), lines);
+    eval_task_cfg_t c = base_cfg("em");
+    c.file = tmp_path("em_greedy.jsonl");
+    eval_values_t v;
+    if (run_task(&c, lm, &v) == 0) CHECK(eval_values_get(&v, "em") == 1.0, "cached: %g", eval_values_get(&v, "em"));
+    lm->gen_start = NULL; /* the batched full-forward path */
+    if (run_task(&c, lm, &v) == 0) CHECK(eval_values_get(&v, "em") == 1.0, "full: %g", eval_values_get(&v, "em"));
+    eval_lm_free(&lm);
+}
+
 /* ---- Free Transformer ----------------------------------------------------------------- */
 /* A latent stub whose decoder ignores Z (uniform over V) and whose encoder gives every bit
  * the logit l. Then ce_enc = ce_prior = ln V exactly, kl = H (ln 2 + p ln p + (1-p) ln(1-p))
@@ -444,6 +494,18 @@ static void test_free_real(void) {
         for (uint32_t i = 0; i + 1 < v.n; i++) /* eval_s-free: all numbers deterministic */
             CHECK(v.kv[i].value == w.kv[i].value, "%s differs between runs", v.kv[i].name);
     }
+    /* em through the Free Transformer's cache (encoder on the prompt, prior Z after) */
+    eval_lm_free(&lm);
+    cfg.vocab_size = 257;
+    cfg.eot_id = 256;
+    CHECK(eval_lm_create(&lm, &cfg, 4, 32, 5, err, sizeof err) == 0, "%s", err);
+    if (!lm) return;
+    CHECK(lm->gen_start && lm->gen_next);
+    eval_task_cfg_t e = base_cfg("em");
+    e.file = tmp_path("em.jsonl");
+    e.temperature = 1;
+    if (run_task(&e, lm, &v) == 0 && run_task(&e, lm, &w) == 0)
+        CHECK(eval_values_get(&v, "n") == 5 && eval_values_get(&v, "em") == eval_values_get(&w, "em"));
     const uint32_t tok[2] = {1, 2};
     CHECK(lm->logits(lm, tok, NULL, 1, 2, err, sizeof err) == NULL && strstr(err, "latent"), "%s", err);
     eval_lm_free(&lm);
@@ -570,6 +632,7 @@ int main(void) {
     RUN(test_mc_normalisations);
     RUN(test_bad_task_files);
     RUN(test_em);
+    RUN(test_em_cached);
     RUN(test_free_val);
     RUN(test_free_no_leak);
     RUN(test_free_real);
