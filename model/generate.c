@@ -30,15 +30,17 @@ struct gen {
     float *scores;            /* (Tmax) one query row's attention scores (serial path) */
 };
 
-/* Below this many rows a Linear is done as matrix-vector products, here, instead of through
+/* Up to this many rows a Linear is done by the loop below instead of through
  * model_gemm: OpenBLAS's sgemm packs the whole weight matrix into a buffer on every call,
  * whatever n is (for a decode row that copy was 67% of the time, perf on config S), and its
  * sgemv kernel depends on the core type OpenBLAS detects (on this VM's unrecognised Xeon it
  * picks the SSE3 "Prescott" kernels: 2x slower than with OPENBLAS_CORETYPE=Haswell). The
- * loop below reads each weight once, 4 rows at a time so each x load serves 4 FMAs, and is
- * built for AVX-512, AVX2 and the baseline (picked at load time, like ops_attention.c's
+ * loop below reads each weight once per call, 4 rows at a time so each x load serves 4 FMAs,
+ * and tiles of 4 weight rows x 4 x rows when several sequences decode together (config S, 4
+ * sequences: 658 tok/s through sgemm, 1095 with one x row at a time, 1840 with the tiles);
+ * it is built for AVX-512, AVX2 and the baseline (picked at load time, like ops_attention.c's
  * kernels). Sums are in a compile-time order: deterministic. */
-#define GEN_GEMV_ROWS 4
+#define GEN_GEMV_ROWS 16
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define GEN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -46,30 +48,64 @@ struct gen {
 #define GEN_CLONES
 #endif
 
-/* y (out) = W (out,in) x (in). */
+/* y (N,out) = x (N,in) W^T for a few rows: each block of 4 weight rows is read from memory
+ * once and, while it sits in L1, dotted with every x row (the batch of a decode step). */
 GEN_CLONES
 static void gen_matvec(float *restrict y, const float *restrict w, const float *restrict x,
-                       int out, int in) {
+                       int N, int out, int in) {
     int o = 0;
     for (; o + 4 <= out; o += 4) {
         const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-        for (int i = 0; i < in; i++) {
-            s0 += w0[i] * x[i];
-            s1 += w1[i] * x[i];
-            s2 += w2[i] * x[i];
-            s3 += w3[i] * x[i];
+        int n = 0;
+        /* 4 x rows at a time: 8 loads feed 16 FMAs */
+        for (; n + 4 <= N; n += 4) {
+            const float *x0 = x + (size_t)n * in, *x1 = x0 + in, *x2 = x1 + in, *x3 = x2 + in;
+            float a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
+            float a20 = 0, a21 = 0, a22 = 0, a23 = 0, a30 = 0, a31 = 0, a32 = 0, a33 = 0;
+#pragma omp simd reduction(+ : a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, a30, a31, a32, a33)
+            for (int i = 0; i < in; i++) {
+                const float u0 = w0[i], u1 = w1[i], u2 = w2[i], u3 = w3[i];
+                a00 += u0 * x0[i]; a01 += u1 * x0[i]; a02 += u2 * x0[i]; a03 += u3 * x0[i];
+                a10 += u0 * x1[i]; a11 += u1 * x1[i]; a12 += u2 * x1[i]; a13 += u3 * x1[i];
+                a20 += u0 * x2[i]; a21 += u1 * x2[i]; a22 += u2 * x2[i]; a23 += u3 * x2[i];
+                a30 += u0 * x3[i]; a31 += u1 * x3[i]; a32 += u2 * x3[i]; a33 += u3 * x3[i];
+            }
+            float *y0 = y + (size_t)n * out + o, *y1 = y0 + out, *y2 = y1 + out, *y3 = y2 + out;
+            y0[0] = a00; y0[1] = a01; y0[2] = a02; y0[3] = a03;
+            y1[0] = a10; y1[1] = a11; y1[2] = a12; y1[3] = a13;
+            y2[0] = a20; y2[1] = a21; y2[2] = a22; y2[3] = a23;
+            y3[0] = a30; y3[1] = a31; y3[2] = a32; y3[3] = a33;
         }
-        y[o] = s0; y[o + 1] = s1; y[o + 2] = s2; y[o + 3] = s3;
+        for (; n < N; n++) {
+            const float *xn = x + (size_t)n * in;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+            for (int i = 0; i < in; i++) {
+                s0 += w0[i] * xn[i];
+                s1 += w1[i] * xn[i];
+                s2 += w2[i] * xn[i];
+                s3 += w3[i] * xn[i];
+            }
+            float *yn = y + (size_t)n * out + o;
+            yn[0] = s0; yn[1] = s1; yn[2] = s2; yn[3] = s3;
+        }
     }
     for (; o < out; o++) {
         const float *wr = w + (size_t)o * in;
-        float s = 0.0f;
+        for (int n = 0; n < N; n++) {
+            const float *xn = x + (size_t)n * in;
+            float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int i = 0; i < in; i++) s += wr[i] * x[i];
-        y[o] = s;
+            for (int i = 0; i < in; i++) s += wr[i] * xn[i];
+            y[(size_t)n * out + o] = s;
+        }
     }
+}
+
+/* y (N,out) = x (N,in) W^T, W (out,in) row-major as in ops.h's linear_forward. */
+static void gen_linear(float *y, const float *x, const float *w, int N, int in, int out) {
+    if (N > GEN_GEMV_ROWS) linear_forward(y, x, w, N, in, out);
+    else gen_matvec(y, w, x, N, out, in);
 }
 
 /* ---- the serial row kernels: ops.h's arithmetic from ops_math.h, no parallel region ---- */
@@ -136,11 +172,6 @@ static void k_attention(gen_t *g, float *out, float *lse, const float *q, const 
         }
 }
 
-/* y (N,out) = x (N,in) W^T, W (out,in) row-major as in ops.h's linear_forward. */
-static void gen_linear(float *y, const float *x, const float *w, int N, int in, int out) {
-    if (N >= GEN_GEMV_ROWS) { linear_forward(y, x, w, N, in, out); return; }
-    for (int n = 0; n < N; n++) gen_matvec(y + (size_t)n * out, w, x + (size_t)n * in, out, in);
-}
 
 /* Chunks below this many multiply-adds run on one thread, and without entering any OpenMP
  * parallel region (the row kernels below instead of ops.h's, which each open one). A decode
@@ -151,10 +182,12 @@ static void gen_linear(float *y, const float *x, const float *w, int N, int in, 
  * (perf: 40% of the process in libgomp; config S decoded at 250-500 tok/s instead of
  * 750-1050). A prefill pays the same at each of its ~50 regions' barriers: with a 32M threshold
  * a 16-token prefill of config S on 2 threads left 45% of the run in libgomp (master and
- * worker, perf under load 5). So a chunk goes parallel only when it is worth ~0.1 s of one
- * core: config S (4.2M multiply-adds per token) decodes and prefills up to 127 tokens
- * serially. */
-#define GEN_SERIAL_MACS (512.0 * 1024 * 1024)
+ * worker, perf under load 5), and after any parallel chunk libgomp's idle worker keeps spinning
+ * through the decode steps that follow (16 sequences of config S: 1440-1870 tok/s serial or
+ * with OMP_WAIT_POLICY=passive, ~800 with the default policy). So a chunk goes parallel only
+ * when it is worth ~0.5 s of one core: config S (4.2M multiply-adds per token) runs prompts
+ * of up to ~480 tokens (for one sequence) serially. */
+#define GEN_SERIAL_MACS (2048.0 * 1024 * 1024)
 
 
 static const float *view_data(const tensor_view_t *v, int n, const char *name) {
