@@ -51,23 +51,23 @@ static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const
     return llama_logits(m);
 }
 
-static const float *llama_gen_start(eval_lm_t *lm, const uint32_t *prompt, int n, const float *u,
-                                    char *err, size_t errlen) {
+static const float *llama_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, int n,
+                                    const float *u, char *err, size_t errlen) {
     (void)u;
-    if (!lm->gen && gen_create((gen_t **)&lm->gen, lm->impl, 1, lm->Tmax, err, errlen)) return NULL;
+    if (!lm->gen && gen_create((gen_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen)) return NULL;
     gen_reset(lm->gen);
-    if (gen_step(lm->gen, prompt, 1, n, NULL, err, errlen)) return NULL;
+    if (gen_step(lm->gen, prompt, B, n, NULL, err, errlen)) return NULL;
     return gen_logits(lm->gen);
 }
 
-static const float *llama_gen_next(eval_lm_t *lm, uint32_t token, uint32_t z, char *err,
-                                   size_t errlen) {
+static const float *llama_gen_next(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
+                                   char *err, size_t errlen) {
     (void)z;
     if (!lm->gen) {
         snprintf(err, errlen, "gen_next before gen_start");
         return NULL;
     }
-    if (gen_step(lm->gen, &token, 1, 1, NULL, err, errlen)) return NULL;
+    if (gen_step(lm->gen, tokens, B, 1, NULL, err, errlen)) return NULL;
     return gen_logits(lm->gen);
 }
 

@@ -44,16 +44,17 @@ struct eval_lm {
      * the encoder is non-causal over exactly the tokens given. */
     const float *(*encode)(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
                            size_t errlen);
-    /* Incremental decoding of ONE sequence with a key/value cache (model/generate.h); NULL when
-     * the model does not offer it (tasks then repeat full forwards, same results up to float
-     * rounding). gen_start forgets the cache and runs the prompt (n tokens); for a latent model
-     * u (n,H) are the uniforms that pick the prompt's Z from the encoder, which reads the
-     * prompt only. gen_next appends one token with latent z (ignored without latents). Both
-     * return the (V) logits of the last position, valid until the next call. */
-    const float *(*gen_start)(eval_lm_t *lm, const uint32_t *prompt, int n, const float *u,
+    /* Incremental decoding with a key/value cache (model/generate.h); NULL when the model does
+     * not offer it (tasks then repeat full forwards: same results up to float rounding).
+     * gen_start forgets the cache and runs B prompts of n tokens each, prompt (B,n); for a
+     * latent model u (B,n,H) are the uniforms that pick the prompts' Z from the encoder, which
+     * reads the prompts only. gen_next appends one token per row, tokens (B), with latents
+     * z (B) (ignored without latents). Both return the (B,V) logits of each row's last
+     * position, valid until the next call. B <= Bmax. */
+    const float *(*gen_start)(eval_lm_t *lm, const uint32_t *prompt, int B, int n, const float *u,
                               char *err, size_t errlen);
-    const float *(*gen_next)(eval_lm_t *lm, uint32_t token, uint32_t z, char *err,
-                             size_t errlen);
+    const float *(*gen_next)(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
+                             char *err, size_t errlen);
     void *gen;            /* the generator behind gen_start / gen_next (created on first use) */
     void (*release)(eval_lm_t *lm);
 };

@@ -39,25 +39,26 @@ static const float *free_lm_encode(eval_lm_t *lm, const uint32_t *tokens, int B,
 }
 
 /* The prompt chunk: gen_free_step's encoder reads the prompt only and draws its Z with u. */
-static const float *free_gen_start(eval_lm_t *lm, const uint32_t *prompt, int n, const float *u,
-                                   char *err, size_t errlen) {
+static const float *free_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, int n,
+                                   const float *u, char *err, size_t errlen) {
     if (!u) {
         snprintf(err, errlen, "the Free Transformer's prompt needs uniforms for its latents");
         return NULL;
     }
-    if (!lm->gen && gen_free_create((gen_free_t **)&lm->gen, lm->impl, 1, lm->Tmax, err, errlen)) return NULL;
+    if (!lm->gen && gen_free_create((gen_free_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen))
+        return NULL;
     gen_free_reset(lm->gen);
-    if (gen_free_step(lm->gen, prompt, 1, n, NULL, u, NULL, err, errlen)) return NULL;
+    if (gen_free_step(lm->gen, prompt, B, n, NULL, u, NULL, err, errlen)) return NULL;
     return gen_logits(gen_free_decoder(lm->gen));
 }
 
-static const float *free_gen_next(eval_lm_t *lm, uint32_t token, uint32_t z, char *err,
-                                  size_t errlen) {
+static const float *free_gen_next(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
+                                  char *err, size_t errlen) {
     if (!lm->gen) {
         snprintf(err, errlen, "gen_next before gen_start");
         return NULL;
     }
-    if (gen_free_step(lm->gen, &token, 1, 1, &z, NULL, NULL, err, errlen)) return NULL;
+    if (gen_free_step(lm->gen, tokens, B, 1, z, NULL, NULL, err, errlen)) return NULL;
     return gen_logits(gen_free_decoder(lm->gen));
 }
 

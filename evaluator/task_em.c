@@ -194,7 +194,7 @@ static int em_run_cached(em_t *m, eval_lm_t *lm, eval_values_t *out, volatile in
         rng_seed2(&r, m->seed, (uint64_t)i);
         if (H)
             for (int j = 0; j < P * H; j++) u[j] = rng_f32(&r); /* the prompt's bits: u < sigmoid(l) */
-        const float *lg = lm->gen_start(lm, row, P, u, err, errlen);
+        const float *lg = lm->gen_start(lm, row, 1, P, u, err, errlen);
         while (lg) {
             uint32_t y = em_pick(lg, V, m->temperature, &r);
             if (y == eot) break;
@@ -203,7 +203,7 @@ static int em_run_cached(em_t *m, eval_lm_t *lm, eval_values_t *out, volatile in
             if (stopped || len - P >= it->max_tokens) break;
             uint32_t z = 0;
             if (H) eval_z_prior(&r, &z, 1, H);
-            lg = lm->gen_next(lm, y, z, err, errlen);
+            lg = lm->gen_next(lm, &y, &z, 1, err, errlen);
         }
         if (!lg) {
             rc = EVAL_EMODEL;
