@@ -116,10 +116,20 @@ if command -v gnuplot >/dev/null; then
     ok "plot.sh with nothing to draw fails" "[ $? != 0 ]"
 fi
 
+# 6b. a Free Transformer checkpoint end to end: its bounds, mc and em, the table row
+bin/trainer --loaders "ipc://$W/l0" $MODEL --model free --latent-bits 4 --steps 16 --ckpt-every 8 --run ft --run-dir "$W/ft" 2>"$W/ft.log"
+ok "Free Transformer run exits 0" "[ $? = 0 ]"
+bin/evaluator --run ft --run-dir "$W/ft" $VAL --iw-samples 2 --draws 2 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>"$W/ftv.log"
+ok "FT val: elbo = ce_enc + kl, every bound present, no plain ce" \
+   "jq -s -e 'length == 1 and (.[0].values | (.elbo - .ce_enc - .kl | fabs) < 1e-9 and .kl >= 0 and .iw_bound > 0 and .ce_prior > 0 and .iw_prior > 0 and .nll_bound <= .iw_bound and .ce == null)' $W/ft.jsonl >/dev/null"
+bin/evaluator --run ft --run-dir "$W/ft" $MC --draws 2 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>>"$W/ftv.log" &&
+bin/evaluator --run ft --run-dir "$W/ft" --task em --file evaluator/tasks/synth_em.jsonl --vocab bytes --limit 4 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>>"$W/ftv.log"
+ok "FT mc and em run" "[ $? = 0 ] && jq -s -e 'map(.task) == [\"val\", \"mc\", \"em\"]' $W/ft.jsonl >/dev/null"
+
 # 7. the comparison table
-evaluator/table.sh "$W/results.jsonl" "$W/ref.jsonl" > "$W/table.md" 2>&1
+evaluator/table.sh "$W/results.jsonl" "$W/ref.jsonl" "$W/ft.jsonl" > "$W/table.md" 2>&1
 ok "table.sh: one row per run, newest step, parameters and tokens seen" \
-   "grep -Eq '^\| live \| $STEPS \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| - ' $W/table.md && grep -q '^| ref | $STEPS |' $W/table.md"
+   "grep -Eq '^\| live \| $STEPS \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| - ' $W/table.md && grep -q '^| ref | $STEPS |' $W/table.md && grep -Eq '^\| ft \| 16 \| [0-9]+ \| [0-9]+ \| - \| [0-9.]+ ' $W/table.md"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
