@@ -14,6 +14,8 @@ ok() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
 trap cleanup EXIT
+# a foreground evaluator that hangs fails the test instead of holding up `make test`
+ev() { timeout -k 5 180 bin/evaluator "$@"; }
 # waits up to $2 seconds (loaded machines: generous) for the shell condition $1
 wait_for() { local i; for i in $(seq $(($2 * 10))); do eval "$1" && return 0; sleep 0.1; done; return 1; }
 # val steps recorded in the results file, one per line, sorted
@@ -74,13 +76,13 @@ ok "late evaluator learns the run directory from the bus and does the newest fir
    "grep -q 'from the bus' $W/late.log && jq -s -e '.[0].step == $STEPS' $W/late.jsonl >/dev/null"
 
 # 3. after training: --once evaluates the newest; again, it finds the work done
-bin/evaluator --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >"$W/once.out" 2>"$W/once.log"
+ev --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >"$W/once.out" 2>"$W/once.log"
 ok "--once exits 0 with one line for the newest step" "[ $? = 0 ] && [ \$(wc -l < $W/ref.jsonl) = 1 ] && jq -e '.step == $STEPS' $W/ref.jsonl >/dev/null && cmp -s $W/once.out $W/ref.jsonl"
-bin/evaluator --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >/dev/null 2>"$W/once2.log"
+ev --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >/dev/null 2>"$W/once2.log"
 ok "--once again: already evaluated, nothing appended" "[ $? = 0 ] && grep -q 'already evaluated' $W/once2.log && [ \$(wc -l < $W/ref.jsonl) = 1 ]"
 ok "same checkpoint, same numbers (deterministic batches)" \
    "[ \"\$(jq -c '.values | del(.eval_s)' $W/ref.jsonl)\" = \"\$(jq -c 'select(.task == \"val\" and .step == $STEPS) | .values | del(.eval_s)' $W/results.jsonl)\" ]"
-bin/evaluator --run ref --run-dir "$W/ref" $VAL --once --all --no-bus --out "$W/ref.jsonl" >/dev/null 2>&1
+ev --run ref --run-dir "$W/ref" $VAL --once --all --no-bus --out "$W/ref.jsonl" >/dev/null 2>&1
 ok "--once --all fills in every older checkpoint" "[ \$(wc -l < $W/ref.jsonl) = $((STEPS / 4)) ]"
 
 # 4. a corrupt newest checkpoint and a half-written one
@@ -91,21 +93,21 @@ bin/evaluator --run c --run-dir "$W/c" $VAL --no-bus --poll-ms 100 >"$W/c.out" 2
 wait_for "[ -s $W/c.out ]" 60; sleep 0.5; kill -TERM $e; wait $e
 ok "corrupt checkpoint skipped with one clear message" "[ \$(grep -c 'ckpt-00000064' $W/c.log) = 1 ] && grep -q 'skipp.*ckpt-00000064' $W/c.log"
 ok "the newest good one evaluated instead, the .tmp ignored" "jq -s -e 'length == 1 and .[0].step == 60' $W/c.out >/dev/null && ! grep -q '00000068' $W/c.log $W/c.out"
-bin/evaluator --run c --run-dir "$W/c" $VAL --once --no-bus >"$W/c1.out" 2>"$W/c1.log"
+ev --run c --run-dir "$W/c" $VAL --once --no-bus >"$W/c1.out" 2>"$W/c1.log"
 ok "--once falls back to the newest good checkpoint too" "[ $? = 0 ] && jq -s -e 'length == 1 and .[0].step == 60' $W/c1.out >/dev/null && grep -q 'skipp.*ckpt-00000064' $W/c1.log"
 
 # 5. bad input: one line, non-zero exit, nothing hangs
-bin/evaluator --run x --run-dir "$W/none" $VAL --once --no-bus 2>"$W/b1.log"; rc=$?
+ev --run x --run-dir "$W/none" $VAL --once --no-bus 2>"$W/b1.log"; rc=$?
 ok "--once without checkpoints fails with one line (rc $rc)" "[ $rc = 1 ] && [ \$(wc -l < $W/b1.log) = 1 ] && grep -q 'no complete checkpoint' $W/b1.log"
-bin/evaluator --run x --task val --batch zero 2>"$W/b2.log"; rc=$?
+ev --run x --task val --batch zero 2>"$W/b2.log"; rc=$?
 ok "bad flag refused (rc $rc)" "[ $rc = 2 ] && grep -q \"'zero' is not an integer\" $W/b2.log"
-bin/evaluator --run x --run-dir "$W/ref" --task mc --file "$W/synth.txt" --vocab bytes --once --no-bus 2>"$W/b3.log"; rc=$?
+ev --run x --run-dir "$W/ref" --task mc --file "$W/synth.txt" --vocab bytes --once --no-bus 2>"$W/b3.log"; rc=$?
 ok "a task file that is not JSONL is refused before any checkpoint (rc $rc)" "[ $rc = 2 ] && grep -q 'synth.txt:1: not a JSON object' $W/b3.log"
-bin/evaluator --run x --run-dir "$W/ref" --task val --data "$W/nope" --once --no-bus 2>"$W/b4.log"; rc=$?
+ev --run x --run-dir "$W/ref" --task val --data "$W/nope" --once --no-bus 2>"$W/b4.log"; rc=$?
 ok "missing dataset refused (rc $rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/b4.log) = 1 ] && grep -q 'nope' $W/b4.log"
-bin/evaluator --run x --run-dir "$W/ref" --task mc --file evaluator/tasks/synth_mc.jsonl --vocab gpt2 --once --no-bus >/dev/null 2>"$W/b5.log"; rc=$?
+ev --run x --run-dir "$W/ref" --task mc --file evaluator/tasks/synth_mc.jsonl --vocab gpt2 --once --no-bus >/dev/null 2>"$W/b5.log"; rc=$?
 ok "tokenizer larger than the model's vocabulary refused (rc $rc)" "[ $rc != 0 ] && [ \$(wc -l < $W/b5.log) -le 3 ] && grep -qi 'vocab' $W/b5.log"
-bin/evaluator --help | grep -q 'usage: evaluator'
+ev --help | grep -q 'usage: evaluator'
 ok "--help" "[ $? = 0 ]"
 
 # 6. the plot
@@ -119,11 +121,11 @@ fi
 # 6b. a Free Transformer checkpoint end to end: its bounds, mc and em, the table row
 bin/trainer --loaders "ipc://$W/l0" $MODEL --model free --latent-bits 4 --steps 16 --ckpt-every 8 --run ft --run-dir "$W/ft" 2>"$W/ft.log"
 ok "Free Transformer run exits 0" "[ $? = 0 ]"
-bin/evaluator --run ft --run-dir "$W/ft" $VAL --iw-samples 2 --draws 2 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>"$W/ftv.log"
+ev --run ft --run-dir "$W/ft" $VAL --iw-samples 2 --draws 2 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>"$W/ftv.log"
 ok "FT val: elbo = ce_enc + kl, every bound present, no plain ce" \
    "jq -s -e 'length == 1 and (.[0].values | (.elbo - .ce_enc - .kl | fabs) < 1e-9 and .kl >= 0 and .iw_bound > 0 and .ce_prior > 0 and .iw_prior > 0 and .nll_bound <= .iw_bound and .ce == null)' $W/ft.jsonl >/dev/null"
-bin/evaluator --run ft --run-dir "$W/ft" $MC --draws 2 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>>"$W/ftv.log" &&
-bin/evaluator --run ft --run-dir "$W/ft" --task em --file evaluator/tasks/synth_em.jsonl --vocab bytes --limit 4 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>>"$W/ftv.log"
+ev --run ft --run-dir "$W/ft" $MC --draws 2 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>>"$W/ftv.log" &&
+ev --run ft --run-dir "$W/ft" --task em --file evaluator/tasks/synth_em.jsonl --vocab bytes --limit 4 --once --no-bus --out "$W/ft.jsonl" >/dev/null 2>>"$W/ftv.log"
 ok "FT mc and em run" "[ $? = 0 ] && jq -s -e 'map(.task) == [\"val\", \"mc\", \"em\"]' $W/ft.jsonl >/dev/null"
 
 # 7. the comparison table
