@@ -56,22 +56,26 @@ tps() { jq -r .tokens_per_s "$1" > "$1.tps" && median "$1.tps"; }
 # users only ever lowers it, and a ceiling lowered by a busy moment would flatter our fraction.
 sgemm=$(sort -g "$T/sgemm" | tail -1)
 json="{}"
-printf '\n%-6s %10s %10s %9s %12s %7s %8s %12s\n' config "ours tok/s" "PT tok/s" "PT mode" "PT other" ratio "GFLOP/s" "of sgemm"
+printf '\n%-6s %10s %10s %9s %12s %7s %8s %12s   %s\n' config "ours tok/s" "PT tok/s" "PT mode" "PT other" ratio "GFLOP/s" "of sgemm" "ours/PT paired"
 for c in S M; do
     ours=$(tps "$T/ours.$c"); ptd=$(tps "$T/pt_default.$c"); pt1=$(tps "$T/pt_1thr.$c")
     params=$(head -1 "$T/ours.$c" | jq .params)
+    # ours / the faster PyTorch mode within each repeat (paired: the same load hit both)
+    paired=$(paste <(jq .tokens_per_s "$T/ours.$c") <(jq .tokens_per_s "$T/pt_default.$c") \
+             <(jq .tokens_per_s "$T/pt_1thr.$c") | awk '{p = ($2 > $3) ? $2 : $3; printf "%s%.3f", (NR > 1) ? "," : "", $1 / p}')
     read -r L D Tn <<< "$([ "$c" = S ] && echo "4 256 256" || echo "8 512 256")"
     if awk -v a="$ptd" -v b="$pt1" 'BEGIN {exit !(a >= b)}'; then pt=$ptd; mode=defaults; other=$pt1
     else pt=$pt1; mode=1thr+ob2; other=$ptd; fi
     read -r ratio gf frac <<< "$(awk -v o="$ours" -v p="$pt" -v n="$params" -v L="$L" -v d="$D" -v t="$Tn" -v s="$sgemm" \
         'BEGIN {f = 6 * n + 12 * L * d * t; g = o * f / 1e9; printf "%.3f %.2f %.4f", o / p, g, g / s}')"
-    printf '%-6s %10.0f %10.0f %9s %12.0f %7s %8s %12s\n' "$c" "$ours" "$pt" "$mode" "$other" "$ratio" "$gf" "$frac"
+    printf '%-6s %10.0f %10.0f %9s %12.0f %7s %8s %12s   per repeat: %s\n' "$c" "$ours" "$pt" "$mode" "$other" \
+        "$ratio" "$gf" "$frac" "$paired"
     json=$(jq -c --arg c "$c" --argjson o "$ours" --argjson p "$pt" --argjson r "$ratio" --argjson s "$sgemm" \
         --argjson f "$frac" --argjson pd "$ptd" --argjson p1 "$pt1" --argjson n "$params" --arg m "$mode" \
-        --arg e "${OPENBLAS_CORETYPE:-unset}" --argjson reps "$REPS" \
+        --arg e "${OPENBLAS_CORETYPE:-unset}" --argjson reps "$REPS" --argjson pr "[$paired]" \
         '.train[$c] = {ours_tok_s: $o, pytorch_tok_s: $p, ratio: $r, sgemm_gflops: $s, ours_fraction_of_sgemm: $f,
                        pytorch_mode: $m, pytorch_defaults_tok_s: $pd, pytorch_1thread_ob2_tok_s: $p1, params: $n,
-                       openblas_coretype: $e, repeats: $reps}' <<< "$json")
+                       openblas_coretype: $e, repeats: $reps, paired_ratios: $pr}' <<< "$json")
 done
 echo "sgemm 1024: $sgemm GFLOP/s (best of $REPS; all: $(tr '\n' ' ' < "$T/sgemm"))"
 echo "$json" > "$OUT/train.json"
