@@ -1,11 +1,16 @@
 /* model/ops_attention.c: grouped-query scaled dot-product attention, flash-style on the CPU.
  *
- * Forward: one query row at a time, keys visited in blocks of ATT_BLOCK with an online softmax
- * (ops_math.h), so memory is O(block) per row and only the row's log-sum-exp is kept.
- * Backward: probabilities recomputed from q, k and lse, one (query row, key block) at a time,
- * key blocks outermost. Work is split over (batch, key/value head) so that every dk/dv row
- * (and the dq rows of that head's query group) is written by one thread in a fixed order
- * (deterministic without atomics). Neither pass holds more than a row or a block of scores. */
+ * Main path (see "blocked attention" below): blocks of 64 query rows of one head; the block's
+ * scores against every key it may see are one model_gemm product (at most 64 x Tk floats per
+ * thread: O(T), never a T x T matrix), the softmax runs over whole rows, P V is a second
+ * product, and only each row's log-sum-exp is kept. The backward recomputes the same score
+ * block and forms dV, dP, dK, dQ with four products.
+ * Fallback when a thread cannot get its 64 x Tk scratch: the row kernels, which need none --
+ * forward one query row at a time with an online softmax (ops_math.h) over key blocks of
+ * ATT_BLOCK; backward one (query row, key block) at a time, key blocks outermost.
+ * Both backwards split work over (batch, key/value head) so that every dk/dv row (and the dq
+ * rows of that head's query group) is written by one thread in a fixed order (deterministic
+ * without atomics). */
 #include "model/gemm.h"
 #include "model/ops.h"
 #include "model/ops_clones.h"
