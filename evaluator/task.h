@@ -35,6 +35,7 @@ typedef struct {
     const char *vocab;      /* tokenizer spec for bpe_vocab_open: bytes, gpt2, a file... */
     int limit;              /* first N items only (0: all); synth: groups (0: 10) */
     float temperature;      /* em: 0 = greedy */
+    int eot_prefix;         /* synth: rows start with end-of-text (pack-trained models) */
     /* Free Transformer */
     int iw_samples;         /* val: K posterior samples per row (ELBO and importance-weighted bound) */
     int draws;              /* val: prior draws for ce_prior; mc: prior draws averaged per choice */

@@ -2,7 +2,7 @@
  * tokenizer/synth.h), computed from the model's own samples.
  *
  * For each of `groups` groups (letter drawn from rng_seed2(seed, group)) the model continues
- * [eot] "L>" for 64 tokens, sampled at `temperature` (1 when not given): 5 sequences whose
+ * "L>" (after an end-of-text token with --eot-prefix) for 64 tokens, sampled at `temperature` (1 when not given): 5 sequences whose
  * latents are drawn independently and, for the Free Transformer, 5 more that share ONE draw
  * of Z (the prompt's positions from the encoder, which reads the prompt only; every later
  * position from the uniform prior). The 64 characters are judged with synth_judge.
@@ -29,6 +29,7 @@
 typedef struct {
     eval_tok_t tok;
     int groups, batch;
+    int eot_prefix;      /* start rows with end-of-text, as pack-layout training rows do */
     float temperature;
     uint64_t seed;
 } synth_t;
@@ -49,6 +50,7 @@ static int synth_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t
     s->groups = cfg->limit > 0 ? cfg->limit : 10;
     s->temperature = cfg->temperature > 0 ? cfg->temperature : 1.0f;
     s->seed = (uint64_t)cfg->seed;
+    s->eot_prefix = cfg->eot_prefix;
     int rc = eval_tok_open(&s->tok, cfg->vocab ? cfg->vocab : "bytes", err, errlen);
     if (rc) {
         free(s);
@@ -117,15 +119,15 @@ static int synth_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int
             rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
             goto out;
         }
-        const int P = 1 + np, L = P + SYNTH_BODY_LEN; /* tokens per finished row (bytes: 1 per char) */
+        const int pre = s->eot_prefix ? 1 : 0, P = pre + np, L = P + SYNTH_BODY_LEN; /* tokens per finished row (bytes: 1 per char) */
         if (L - 1 > Tm) {
             free(p);
             rc = (snprintf(err, errlen, "the model's %d positions cannot hold a %d-token synthetic line", Tm, L - 1), EVAL_EMISMATCH);
             goto out;
         }
         for (int b = 0; b < rows; b++) {
-            tok[(size_t)b * (Tm + 1)] = (uint32_t)lm->cfg.eot_id;
-            memcpy(tok + (size_t)b * (Tm + 1) + 1, p, sizeof(uint32_t) * np);
+            if (pre) tok[(size_t)b * (Tm + 1)] = (uint32_t)lm->cfg.eot_id;
+            memcpy(tok + (size_t)b * (Tm + 1) + pre, p, sizeof(uint32_t) * np);
         }
         free(p);
         if (H) {

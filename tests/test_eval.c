@@ -538,25 +538,29 @@ static void test_latent_helpers(void) {
 /* A stub that writes the perfect synthetic line: at body position 10..17 the prompt's letter
  * (row token 1), '_' elsewhere, with a margin of 30 nats so sampling at temperature 1 picks
  * it (the other 256 ids together have probability ~256 e^-30 = 2e-11). */
+static int line_prefix; /* 1: rows are [eot] L > body (--eot-prefix), 0: L > body */
 static const float *line_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B, int T,
                                 char *err, size_t errlen) {
     stub_t *s = lm->impl;
     memset(s->buf, 0, sizeof(float) * (size_t)B * T * s->V);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            int body = t + 1 - 3; /* [eot] L > then the body */
-            uint32_t c = body >= 10 && body < 18 ? tokens[(size_t)b * T + 1] : '_';
+            int body = t + 1 - (line_prefix + 2); /* [eot] L > (or L >) then the body */
+            uint32_t c = body >= 10 && body < 18 ? tokens[(size_t)b * T + line_prefix] : '_';
             s->buf[((size_t)b * T + t) * s->V + c] = 30;
         }
     return s->buf;
 }
 
 static void test_synth(void) {
-    for (int H = 0; H <= 2; H += 2) {
+    for (int k = 0; k < 4; k++) { /* latent bits H in {0, 2} x eot prefix in {0, 1} */
+        const int H = (k >> 1) * 2;
+        line_prefix = k & 1;
         eval_lm_t *lm = stub_new(257, 256, H, 10, 80);
         lm->logits = line_logits;
         eval_task_cfg_t c = base_cfg("synth");
         c.limit = 3;
+        c.eot_prefix = line_prefix;
         eval_values_t v;
         if (run_task(&c, lm, &v) == 0) {
             CHECK(eval_values_get(&v, "valid") == 1.0, "H=%d valid %g", H, eval_values_get(&v, "valid"));
@@ -564,7 +568,7 @@ static void test_synth(void) {
             CHECK(eval_values_get(&v, "n") == (H ? 30 : 15));
             if (H) {
                 CHECK(eval_values_get(&v, "shared_pos_diff") == 0.0);
-                CHECK(stub_of(lm)->enc_T_max == 3, "the encoder reads [eot] L > only: %d", stub_of(lm)->enc_T_max);
+                CHECK(stub_of(lm)->enc_T_max == 2 + line_prefix, "the encoder reads the prompt only: %d", stub_of(lm)->enc_T_max);
             } else {
                 CHECK(isnan(eval_values_get(&v, "shared_pos_diff")));
             }
