@@ -4,9 +4,10 @@
 # through the pipeline (bus, loaders, trainer), then sampled with bin/sampler:
 #   - the paper's grid for one random prompt: 5 sequences with independent Z, and 2 groups of
 #     5 sequences that share one Z each;
-#   - the measures, over FIG4_GROUPS groups of 5 (each group its own random prompt letter):
+#   - the measures (bin/evaluator --task synth), over FIG4_GROUPS groups of 5 sequences with
+#     independent Z and as many sharing one Z, each group its own random prompt letter:
 #     valid   fraction of generations with exactly one run of the prompt's letter of length 8
-#             (allowing '!' noise) in 64 characters (bin/tokenizer judge);
+#             (allowing '!' noise) in 64 characters (tokenizer/synth.h: synth_judge);
 #     kl_bits mean KL per token in bits, from the trainer's metrics over its last 5% of steps;
 #     shared_pos_diff / independent_pos_diff: mean |start_i - start_j| over pairs of valid
 #             sequences inside a group whose Z is shared / drawn independently.
@@ -86,30 +87,13 @@ for k in $KAPPAS; do
         echo "shared Z (group 2):"; sample "$rd" 3 shared 5 5 "$p"
         echo '```'
     } >> "$OUT/figure4.md"
-    # the measures: NGROUPS groups of 5 per latent mode, each group its own prompt letter
-    for mode in shared independent; do
-        : > "$W/$n.$mode.jsonl"
-        for g in $(seq "$NGROUPS"); do
-            p="$(letter $((g * 7 + 3)))>"
-            sample "$rd" $((1000 + g)) "$mode" 5 5 "$p" | bin/tokenizer judge | jq -c --argjson g "$g" '. + {group: $g}' >> "$W/$n.$mode.jsonl"
-        done
-    done
-    stats=$(jq -s '
-        def pairdiff: [ group_by(.group)[] | [ .[] | select(.valid) | .start ] as $s
-                        | range(0; $s | length) as $i | range($i + 1; $s | length) as $j
-                        | ($s[$i] - $s[$j] | fabs) ];
-        { valid: ((map(select(.valid)) | length) / length),
-          pos_diff: (pairdiff | if length > 0 then add / length else null end),
-          pairs: (pairdiff | length) }' "$W/$n.shared.jsonl")
-    istats=$(jq -s '
-        def pairdiff: [ group_by(.group)[] | [ .[] | select(.valid) | .start ] as $s
-                        | range(0; $s | length) as $i | range($i + 1; $s | length) as $j
-                        | ($s[$i] - $s[$j] | fabs) ];
-        { valid: ((map(select(.valid)) | length) / length),
-          pos_diff: (pairdiff | if length > 0 then add / length else null end) }' "$W/$n.independent.jsonl")
-    json=$(jq -n --argjson j "$json" --arg k "$k" --argjson s "$stats" --argjson i "$istats" --argjson kl "$kl" \
-        '$j * {kappa_bits: {($k): {valid: (($s.valid + $i.valid) / 2), kl_bits: $kl,
-                                     shared_pos_diff: $s.pos_diff, independent_pos_diff: $i.pos_diff}}}')
+    # the measures: bin/evaluator's synth task, NGROUPS groups of 5 independent + 5 shared
+    bin/evaluator --run "fig4-$n" --run-dir "$rd" --task synth --limit "$NGROUPS" --seed 7 --vocab bytes \
+        --once --no-bus --quiet > "$W/$n.synth.json"
+    json=$(jq -n --argjson j "$json" --arg k "$k" --slurpfile e "$W/$n.synth.json" --argjson kl "$kl" \
+        '$j * {kappa_bits: {($k): {valid: $e[0].values.valid, kl_bits: $kl,
+                                     shared_pos_diff: $e[0].values.shared_pos_diff,
+                                     independent_pos_diff: $e[0].values.independent_pos_diff}}}')
 done
 echo "$json" | jq . > "$OUT/figure4.json"
 secs=$(( $(date +%s) - t0 ))
