@@ -27,7 +27,7 @@
  *
  * Checkpoint names: the decoder keeps the Hugging Face Llama names (model.embed_tokens.weight,
  * model.layers.<l>.*, model.norm.weight, lm_head.weight when untied); the extras follow, in
- * this order (docs/formats-free.md):
+ * this order (docs/FORMATS.md §4):
  *   free.zeta                     (D)         the encoder's learned query input
  *   free.encoder.<suffix>         the encoder block, the 9 suffixes of a llama layer:
  *        input_layernorm.weight (D), self_attn.q_proj.weight (H*hd, D),
