@@ -1,4 +1,5 @@
 /* bus/bus.c: socket helpers (see bus.h). */
+#include "bus/errmsg.h"
 #include "bus/bus.h"
 
 #include <errno.h>
@@ -12,16 +13,6 @@
 #include <zmq.h>
 
 static volatile sig_atomic_t g_signal;
-
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 static const char *resolve(const char *flag, const char *env, const char *dflt) {
     if (flag && *flag) return flag;
@@ -73,25 +64,25 @@ static int poll_in(void *sock, long timeout_ms, char *err, size_t errlen) {
     int rc = zmq_poll(&it, 1, timeout_ms);
     if (rc < 0) {
         if (zmq_errno() == EINTR) return BUS_ERR_INTR;
-        return fail(BUS_ERR_ZMQ, err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+        return err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     }
     return rc > 0 && (it.revents & ZMQ_POLLIN) ? 1 : 0;
 }
 
 void *bus_pub_open(void *zctx, const char *endpoint, char *err, size_t errlen) {
     if (!zctx || !endpoint) {
-        fail(BUS_ERR_ARG, err, errlen, "bus_pub_open: NULL argument");
+        err_fail(err, errlen, BUS_ERR_ARG, "bus_pub_open: NULL argument");
         return NULL;
     }
     void *s = zmq_socket(zctx, ZMQ_XPUB);
     if (!s) {
-        fail(BUS_ERR_ZMQ, err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_socket: %s", zmq_strerror(zmq_errno()));
         return NULL;
     }
     int linger = 1000;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     if (zmq_connect(s, endpoint) != 0) {
-        fail(BUS_ERR_ZMQ, err, errlen, "connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        err_fail(err, errlen, BUS_ERR_ZMQ, "connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;
     }
@@ -148,12 +139,12 @@ int bus_publish(void *pub, const char *topic, const wire_msg_t *m) {
 void *bus_sub_open(void *zctx, const char *endpoint, const char **prefixes, int n, char *err,
                    size_t errlen) {
     if (!zctx || !endpoint || n < 0 || (n > 0 && !prefixes)) {
-        fail(BUS_ERR_ARG, err, errlen, "bus_sub_open: bad argument");
+        err_fail(err, errlen, BUS_ERR_ARG, "bus_sub_open: bad argument");
         return NULL;
     }
     void *s = zmq_socket(zctx, ZMQ_SUB);
     if (!s) {
-        fail(BUS_ERR_ZMQ, err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_socket: %s", zmq_strerror(zmq_errno()));
         return NULL;
     }
     int linger = 0;
@@ -163,12 +154,12 @@ void *bus_sub_open(void *zctx, const char *endpoint, const char **prefixes, int 
     for (int i = 0; i < n && rc == 0; i++)
         rc = zmq_setsockopt(s, ZMQ_SUBSCRIBE, prefixes[i], strlen(prefixes[i]));
     if (rc != 0) {
-        fail(BUS_ERR_ZMQ, err, errlen, "subscribe: %s", zmq_strerror(zmq_errno()));
+        err_fail(err, errlen, BUS_ERR_ZMQ, "subscribe: %s", zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;
     }
     if (zmq_connect(s, endpoint) != 0) {
-        fail(BUS_ERR_ZMQ, err, errlen, "connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        err_fail(err, errlen, BUS_ERR_ZMQ, "connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;
     }
@@ -195,7 +186,7 @@ static int recv_parts(void *sock, zmq_msg_t *parts, int cap, int *n, int *total,
             *n = 0;
             if (e == EAGAIN && *total == 0) return BUS_TIMEOUT; /* poll said yes, nothing came */
             if (e == EINTR) return BUS_ERR_INTR;
-            return fail(BUS_ERR_ZMQ, err, errlen, "zmq_msg_recv: %s", zmq_strerror(e));
+            return err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_msg_recv: %s", zmq_strerror(e));
         }
         more = zmq_msg_more(dst);
         if (*total < cap) (*n)++;
@@ -209,7 +200,7 @@ int bus_recv(void *sub, int timeout_ms, char *topic, size_t cap, wire_msg_t *m, 
              size_t errlen) {
     if (err && errlen) err[0] = 0;
     if (topic && cap) topic[0] = 0;
-    if (!sub || !m) return fail(BUS_ERR_ARG, err, errlen, "bus_recv: NULL argument");
+    if (!sub || !m) return err_fail(err, errlen, BUS_ERR_ARG, "bus_recv: NULL argument");
     memset(m, 0, sizeof *m);
     int rc = poll_in(sub, timeout_ms, err, errlen);
     if (rc <= 0) return rc < 0 ? rc : BUS_TIMEOUT;
@@ -219,7 +210,7 @@ int bus_recv(void *sub, int timeout_ms, char *topic, size_t cap, wire_msg_t *m, 
     if (rc) return rc;
     if (total > 1) {
         zmq_msg_close(&part);
-        return fail(WIRE_ERR_MALFORMED, err, errlen, "event of %d frames (want 1)", total);
+        return err_fail(err, errlen, WIRE_ERR_MALFORMED, "event of %d frames (want 1)", total);
     }
     rc = wire_event_unpack(zmq_msg_data(&part), zmq_msg_size(&part), topic, cap, m, err, errlen);
     zmq_msg_close(&part);
@@ -242,21 +233,21 @@ static uint64_t msg_req_id(const wire_msg_t *m, int *has) {
 int bus_request(void *sock, const wire_msg_t *req, wire_msg_t *rep, int timeout_ms, char *err,
                 size_t errlen) {
     if (err && errlen) err[0] = 0;
-    if (!sock || !req || !rep) return fail(BUS_ERR_ARG, err, errlen, "bus_request: NULL argument");
+    if (!sock || !req || !rep) return err_fail(err, errlen, BUS_ERR_ARG, "bus_request: NULL argument");
     memset(rep, 0, sizeof *rep);
     void *body = NULL;
     size_t len = 0;
     int rc = wire_encode(req, &body, &len);
-    if (rc) return fail(rc, err, errlen, "encode %s: %s", wire_type_name(req->type),
+    if (rc) return err_fail(err, errlen, rc, "encode %s: %s", wire_type_name(req->type),
                         wire_strerror(rc));
     /* DONTWAIT: with no peer connected a DEALER send would block; report it instead */
     if (zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(sock, body, len, ZMQ_DONTWAIT) < 0) {
         int e = zmq_errno();
         free(body);
-        if (e == EAGAIN) return fail(BUS_TIMEOUT, err, errlen, "no peer to send to");
+        if (e == EAGAIN) return err_fail(err, errlen, BUS_TIMEOUT, "no peer to send to");
         if (e == EINTR) return BUS_ERR_INTR;
-        return fail(BUS_ERR_ZMQ, err, errlen, "send: %s", zmq_strerror(e));
+        return err_fail(err, errlen, BUS_ERR_ZMQ, "send: %s", zmq_strerror(e));
     }
     free(body);
     int has_id;
@@ -265,7 +256,7 @@ int bus_request(void *sock, const wire_msg_t *req, wire_msg_t *rep, int timeout_
     for (;;) {
         rc = poll_in(sock, left_ms(deadline), err, errlen);
         if (rc < 0) return rc;
-        if (rc == 0) return fail(BUS_TIMEOUT, err, errlen, "no reply within %d ms", timeout_ms);
+        if (rc == 0) return err_fail(err, errlen, BUS_TIMEOUT, "no reply within %d ms", timeout_ms);
         zmq_msg_t parts[2];
         int n = 0, total = 0;
         rc = recv_parts(sock, parts, 2, &n, &total, err, errlen);
@@ -276,7 +267,7 @@ int bus_request(void *sock, const wire_msg_t *req, wire_msg_t *rep, int timeout_
             rc = wire_decode(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), rep, err, errlen);
         for (int i = 0; i < n; i++) zmq_msg_close(&parts[i]);
         if (!shape_ok)
-            return fail(WIRE_ERR_MALFORMED, err, errlen,
+            return err_fail(err, errlen, WIRE_ERR_MALFORMED,
                         "reply of %d frames (want an empty delimiter and a body)", total);
         if (rc) return rc;
         int rep_has;

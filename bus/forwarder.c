@@ -1,4 +1,5 @@
 /* bus/forwarder.c: bin/bus's forwarding loop (see forwarder.h). */
+#include "bus/errmsg.h"
 #include "bus/forwarder.h"
 
 #include <errno.h>
@@ -20,16 +21,6 @@ typedef struct {
     time_t last_warn;        /* malformed-event lines: at most one a second */
     uint64_t warn_suppressed;
 } fwd_t;
-
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 static void warn_malformed(fwd_t *f, const char *topic, const char *why) {
     time_t now = time(NULL);
@@ -108,13 +99,13 @@ static int pump(fwd_t *f, void *from, void *to, int downstream) {
 static void *bound(void *ctx, int type, const char *ep, char *err, size_t errlen) {
     void *s = zmq_socket(ctx, type);
     if (!s) {
-        fail(BUS_ERR_ZMQ, err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_socket: %s", zmq_strerror(zmq_errno()));
         return NULL;
     }
     int linger = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     if (zmq_bind(s, ep) != 0) {
-        fail(BUS_ERR_ZMQ, err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
+        err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;
     }
@@ -124,13 +115,13 @@ static void *bound(void *ctx, int type, const char *ep, char *err, size_t errlen
 int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *stats, char *err,
                       size_t errlen) {
     if (!cfg || !cfg->pub_ep || !cfg->sub_ep)
-        return fail(BUS_ERR_ARG, err, errlen, "forwarder: endpoints missing");
+        return err_fail(err, errlen, BUS_ERR_ARG, "forwarder: endpoints missing");
     fwd_t f = {.cfg = cfg};
     int rc = 0;
     void *ctx = zmq_ctx_new();
     f.cache = bus_ckpt_cache_new(cfg->max_runs ? cfg->max_runs : BUS_CKPT_RUNS);
     if (!ctx || !f.cache) {
-        rc = fail(BUS_ERR_ZMQ, err, errlen, "forwarder: cannot create the context or the cache");
+        rc = err_fail(err, errlen, BUS_ERR_ZMQ, "forwarder: cannot create the context or the cache");
         goto done;
     }
     if (!(f.xsub = bound(ctx, ZMQ_XSUB, cfg->pub_ep, err, errlen)) ||
@@ -140,7 +131,7 @@ int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *sta
     }
     /* subscribe to everything ourselves: XSUB passes this to every publisher that connects */
     if (zmq_send(f.xsub, "\x01", 1, 0) != 1) {
-        rc = fail(BUS_ERR_ZMQ, err, errlen, "subscribe: %s", zmq_strerror(zmq_errno()));
+        rc = err_fail(err, errlen, BUS_ERR_ZMQ, "subscribe: %s", zmq_strerror(zmq_errno()));
         goto done;
     }
     if (!cfg->quiet)
@@ -149,7 +140,7 @@ int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *sta
         zmq_pollitem_t items[2] = {{f.xsub, 0, ZMQ_POLLIN, 0}, {f.xpub, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, -1) < 0) {
             if (zmq_errno() == EINTR) continue; /* the loop condition reads the flag */
-            rc = fail(BUS_ERR_ZMQ, err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+            rc = err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             break;
         }
         int r = 0;
@@ -157,7 +148,7 @@ int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *sta
         if (!r && (items[1].revents & ZMQ_POLLIN)) r = pump(&f, f.xpub, f.xsub, 0);
         if (r == BUS_ERR_INTR) continue;
         if (r) {
-            rc = fail(r, err, errlen, "forwarding: %s", zmq_strerror(zmq_errno()));
+            rc = err_fail(err, errlen, r, "forwarding: %s", zmq_strerror(zmq_errno()));
             break;
         }
     }

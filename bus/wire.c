@@ -4,6 +4,7 @@
  * structural pre-scan (see wire_prescan), msgpack_unpack_next into a zone, then one pass
  * over the root map's keys (find "v"/"type", reject duplicates) and one pass over the
  * schema in table order converting each field with range checks. */
+#include "bus/errmsg.h"
 #include "bus/wire.h"
 
 #include <msgpack.h>
@@ -13,16 +14,6 @@
 #include <string.h>
 
 #include "bus/wire_schema.h"
-
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 /* ---- encoding ------------------------------------------------------------------------- */
 
@@ -230,7 +221,7 @@ static int wire_prescan(const uint8_t *p, size_t len, size_t *end, char *err, si
         while (d >= 0 && left[d] == 0) d--;
         if (d < 0) break;
         left[d]--;
-        if (pos >= len) return fail(WIRE_ERR_MALFORMED, err, errlen, "truncated at byte %zu", pos);
+        if (pos >= len) return err_fail(err, errlen, WIRE_ERR_MALFORMED, "truncated at byte %zu", pos);
         uint8_t c = p[pos++];
         uint64_t skip = 0, elems = 0; /* payload bytes; child objects */
         int lenbytes = 0;             /* big-endian length field size */
@@ -264,32 +255,32 @@ static int wire_prescan(const uint8_t *p, size_t len, size_t *end, char *err, si
             case 0xdc: case 0xdd: case 0xde: case 0xdf: {      /* array16/32, map16/32 */
                 int nb = (c & 1) ? 4 : 2;
                 if (len - pos < (size_t)nb)
-                    return fail(WIRE_ERR_MALFORMED, err, errlen, "truncated at byte %zu", pos);
+                    return err_fail(err, errlen, WIRE_ERR_MALFORMED, "truncated at byte %zu", pos);
                 elems = be_read(p + pos, nb);
                 if (c >= 0xde) elems *= 2;
                 pos += nb;
                 break;
             }
             default: /* 0xc1 is never used */
-                return fail(WIRE_ERR_MALFORMED, err, errlen, "invalid byte 0x%02x at %zu", c,
+                return err_fail(err, errlen, WIRE_ERR_MALFORMED, "invalid byte 0x%02x at %zu", c,
                             pos - 1);
             }
         }
         if (lenbytes) {
             if (len - pos < (size_t)lenbytes)
-                return fail(WIRE_ERR_MALFORMED, err, errlen, "truncated at byte %zu", pos);
+                return err_fail(err, errlen, WIRE_ERR_MALFORMED, "truncated at byte %zu", pos);
             skip += be_read(p + pos, lenbytes);
             pos += lenbytes;
         }
         if (skip > len - pos)
-            return fail(WIRE_ERR_MALFORMED, err, errlen, "truncated at byte %zu", pos);
+            return err_fail(err, errlen, WIRE_ERR_MALFORMED, "truncated at byte %zu", pos);
         pos += skip;
         if (elems) {
             if (elems > len - pos)
-                return fail(WIRE_ERR_MALFORMED, err, errlen,
+                return err_fail(err, errlen, WIRE_ERR_MALFORMED,
                             "container at byte %zu claims more elements than bytes left", pos);
             if (d + 1 > WIRE_MAX_DEPTH)
-                return fail(WIRE_ERR_MALFORMED, err, errlen, "nesting deeper than %d",
+                return err_fail(err, errlen, WIRE_ERR_MALFORMED, "nesting deeper than %d",
                             WIRE_MAX_DEPTH);
             left[++d] = elems;
         }
@@ -311,7 +302,7 @@ typedef struct {
     size_t errlen;
 } dec_t;
 
-#define BAD(status, ...) fail(status, dc->err, dc->errlen, __VA_ARGS__)
+#define BAD(status, ...) err_fail(dc->err, dc->errlen, status, __VA_ARGS__)
 
 static int dec_double(const msgpack_object *o, double *out) {
     switch (o->type) {
@@ -465,7 +456,7 @@ static int dec_field(dec_t *dc, const wire_field_t *f, const msgpack_object *o, 
             snprintf(ctx, sizeof ctx, "%s: items[%u]", dc->ctx, i);
             dec_t sub = {ctx, dc->err, dc->errlen};
             if (o->via.array.ptr[i].type != MSGPACK_OBJECT_MAP)
-                return fail(WIRE_ERR_MISTYPED, dc->err, dc->errlen, "%s: must be a map", ctx);
+                return err_fail(dc->err, dc->errlen, WIRE_ERR_MISTYPED, "%s: must be a map", ctx);
             int rc = decode_map(&sub, &o->via.array.ptr[i], wire_schema_get(MSG_CKPT),
                                 (char *)&(*items)[i], 0);
             if (rc) return rc;
@@ -541,18 +532,18 @@ static int decode_header(dec_t *dc, const msgpack_object *root, msg_type *t) {
 
 int wire_decode(const void *buf, size_t len, wire_msg_t *m, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
-    if (!m) return fail(WIRE_ERR_ARG, err, errlen, "wire_decode: NULL message");
+    if (!m) return err_fail(err, errlen, WIRE_ERR_ARG, "wire_decode: NULL message");
     memset(m, 0, sizeof *m);
-    if (!buf && len) return fail(WIRE_ERR_ARG, err, errlen, "wire_decode: NULL buffer");
+    if (!buf && len) return err_fail(err, errlen, WIRE_ERR_ARG, "wire_decode: NULL buffer");
     if (len > WIRE_MAX_FRAME)
-        return fail(WIRE_ERR_OVERSIZE, err, errlen, "message: %zu bytes over the %u limit", len,
+        return err_fail(err, errlen, WIRE_ERR_OVERSIZE, "message: %zu bytes over the %u limit", len,
                     WIRE_MAX_FRAME);
-    if (len == 0) return fail(WIRE_ERR_MALFORMED, err, errlen, "message: empty frame");
+    if (len == 0) return err_fail(err, errlen, WIRE_ERR_MALFORMED, "message: empty frame");
     size_t end = 0;
     int rc = wire_prescan(buf, len, &end, err, errlen);
     if (rc) return rc;
     if (end != len)
-        return fail(WIRE_ERR_TRAILING, err, errlen, "message: %zu bytes after the map",
+        return err_fail(err, errlen, WIRE_ERR_TRAILING, "message: %zu bytes after the map",
                     len - end);
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);
@@ -561,14 +552,14 @@ int wire_decode(const void *buf, size_t len, wire_msg_t *m, char *err, size_t er
     if (ur != MSGPACK_UNPACK_SUCCESS || off != len) {
         msgpack_unpacked_destroy(&res);
         if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
-            return fail(WIRE_ERR_NOMEM, err, errlen, "message: out of memory while parsing");
-        return fail(WIRE_ERR_MALFORMED, err, errlen, "message: not valid MessagePack");
+            return err_fail(err, errlen, WIRE_ERR_NOMEM, "message: out of memory while parsing");
+        return err_fail(err, errlen, WIRE_ERR_MALFORMED, "message: not valid MessagePack");
     }
     dec_t dc = {"message", err, errlen};
     const msgpack_object *root = &res.data;
     msg_type t = MSG_NONE;
     if (root->type != MSGPACK_OBJECT_MAP) {
-        rc = fail(WIRE_ERR_MALFORMED, err, errlen, "message: not a map");
+        rc = err_fail(err, errlen, WIRE_ERR_MALFORMED, "message: not a map");
     } else if (!(rc = decode_header(&dc, root, &t))) {
         const wire_schema_t *s = wire_schema_get(t);
         dc.ctx = s->name;
@@ -607,13 +598,13 @@ int wire_event_unpack(const void *frame, size_t len, char *topic_out, size_t top
                       wire_msg_t *m, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     if (topic_out && topic_cap) topic_out[0] = 0;
-    if (!m) return fail(WIRE_ERR_ARG, err, errlen, "wire_event_unpack: NULL message");
+    if (!m) return err_fail(err, errlen, WIRE_ERR_ARG, "wire_event_unpack: NULL message");
     memset(m, 0, sizeof *m);
-    if (!frame && len) return fail(WIRE_ERR_ARG, err, errlen, "wire_event_unpack: NULL frame");
+    if (!frame && len) return err_fail(err, errlen, WIRE_ERR_ARG, "wire_event_unpack: NULL frame");
     size_t scan = len < WIRE_MAX_TOPIC + 1 ? len : WIRE_MAX_TOPIC + 1;
     const char *nul = scan ? memchr(frame, 0, scan) : NULL;
     if (!nul)
-        return fail(WIRE_ERR_MALFORMED, err, errlen,
+        return err_fail(err, errlen, WIRE_ERR_MALFORMED,
                     "event: no NUL after a topic of at most %d bytes", WIRE_MAX_TOPIC);
     size_t tl = (size_t)(nul - (const char *)frame);
     if (topic_out && topic_cap) {

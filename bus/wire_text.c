@@ -6,18 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/errmsg.h"
 #include "bus/wire.h"
 #include "bus/wire_schema.h"
-
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
     char *end;
@@ -38,9 +29,9 @@ static int parse_double(const char *s, double *out) {
 }
 
 int wire_field_set(wire_msg_t *m, const char *key, const char *value, char *err, size_t errlen) {
-    if (!m || !key || !value) return fail(WIRE_ERR_ARG, err, errlen, "NULL argument");
+    if (!m || !key || !value) return err_fail(err, errlen, WIRE_ERR_ARG, "NULL argument");
     const wire_schema_t *s = wire_schema_get(m->type);
-    if (!s) return fail(WIRE_ERR_ARG, err, errlen, "message type not set");
+    if (!s) return err_fail(err, errlen, WIRE_ERR_ARG, "message type not set");
     char *base = (char *)&m->u;
     const wire_field_t *f = NULL;
     for (int i = 0; i < s->n_fields; i++)
@@ -50,12 +41,12 @@ int wire_field_set(wire_msg_t *m, const char *key, const char *value, char *err,
         for (int i = 0; i < s->n_fields; i++)
             if (s->fields[i].kind == WF_VALUES) f = &s->fields[i];
         if (!f)
-            return fail(WIRE_ERR_ARG, err, errlen, "%s has no field \"%s\"", s->name, key);
+            return err_fail(err, errlen, WIRE_ERR_ARG, "%s has no field \"%s\"", s->name, key);
         double v;
         if (parse_double(value, &v))
-            return fail(WIRE_ERR_MISTYPED, err, errlen, "value \"%s\" is not a number", key);
+            return err_fail(err, errlen, WIRE_ERR_MISTYPED, "value \"%s\" is not a number", key);
         int rc = wire_kv_add((wire_kv_t *)(base + f->off), (uint32_t *)(base + f->off_n), key, v);
-        if (rc) return fail(rc, err, errlen, "value \"%s\": name too long or too many values", key);
+        if (rc) return err_fail(err, errlen, rc, "value \"%s\": name too long or too many values", key);
         return 0;
     }
     char *p = base + f->off;
@@ -63,7 +54,7 @@ int wire_field_set(wire_msg_t *m, const char *key, const char *value, char *err,
     switch (f->kind) {
     case WF_U64: case WF_U32:
         if (parse_u64(value, f->kind == WF_U32 ? UINT32_MAX : UINT64_MAX, &u))
-            return fail(WIRE_ERR_MISTYPED, err, errlen, "%s: \"%s\" is not an unsigned integer",
+            return err_fail(err, errlen, WIRE_ERR_MISTYPED, "%s: \"%s\" is not an unsigned integer",
                         key, value);
         if (f->kind == WF_U64) *(uint64_t *)p = u;
         else *(uint32_t *)p = (uint32_t)u;
@@ -73,40 +64,40 @@ int wire_field_set(wire_msg_t *m, const char *key, const char *value, char *err,
         errno = 0;
         long v = strtol(value, &end, 10);
         if (!*value || *end || errno || v < INT32_MIN || v > INT32_MAX)
-            return fail(WIRE_ERR_MISTYPED, err, errlen, "%s: \"%s\" is not an int32", key, value);
+            return err_fail(err, errlen, WIRE_ERR_MISTYPED, "%s: \"%s\" is not an int32", key, value);
         *(int32_t *)p = (int32_t)v;
         return 0;
     }
     case WF_F64:
         if (parse_double(value, (double *)p))
-            return fail(WIRE_ERR_MISTYPED, err, errlen, "%s: \"%s\" is not a number", key, value);
+            return err_fail(err, errlen, WIRE_ERR_MISTYPED, "%s: \"%s\" is not a number", key, value);
         return 0;
     case WF_LAYOUT: case WF_SPLIT: {
         const char *a = f->kind == WF_LAYOUT ? "pack" : "train";
         const char *b = f->kind == WF_LAYOUT ? "pad" : "val";
         if (strcmp(value, a) && strcmp(value, b))
-            return fail(WIRE_ERR_MISTYPED, err, errlen, "%s: must be %s or %s", key, a, b);
+            return err_fail(err, errlen, WIRE_ERR_MISTYPED, "%s: must be %s or %s", key, a, b);
         *(uint8_t *)p = strcmp(value, a) == 0 ? 0 : 1;
         return 0;
     }
     case WF_NAME:
         if (strlen(value) > WIRE_NAME_LEN - 1)
-            return fail(WIRE_ERR_OVERSIZE, err, errlen, "%s: longer than %d bytes", key,
+            return err_fail(err, errlen, WIRE_ERR_OVERSIZE, "%s: longer than %d bytes", key,
                         WIRE_NAME_LEN - 1);
         memset(p, 0, WIRE_NAME_LEN);
         memcpy(p, value, strlen(value));
         return 0;
     case WF_STR: {
         if (strlen(value) > WIRE_MAX_STR)
-            return fail(WIRE_ERR_OVERSIZE, err, errlen, "%s: longer than %d bytes", key,
+            return err_fail(err, errlen, WIRE_ERR_OVERSIZE, "%s: longer than %d bytes", key,
                         WIRE_MAX_STR);
         char *dup = strdup(value);
-        if (!dup) return fail(WIRE_ERR_NOMEM, err, errlen, "%s: out of memory", key);
+        if (!dup) return err_fail(err, errlen, WIRE_ERR_NOMEM, "%s: out of memory", key);
         free(*(char **)p);
         *(char **)p = dup;
         return 0;
     }
     default:
-        return fail(WIRE_ERR_ARG, err, errlen, "%s: cannot be set from text", key);
+        return err_fail(err, errlen, WIRE_ERR_ARG, "%s: cannot be set from text", key);
     }
 }

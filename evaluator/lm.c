@@ -1,4 +1,5 @@
 /* evaluator/lm.c: eval_lm_t over a checkpoint of the Llama-style baseline (see lm.h). */
+#include "bus/errmsg.h"
 #include "evaluator/lm.h"
 
 #include <math.h>
@@ -11,14 +12,6 @@
 #include "model/family.h"
 #include "model/generate.h"
 #include "model/llama.h"
-
-static int lm_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 double eval_logprob(const float *row, int V, uint32_t target) {
     float mx = row[0];
@@ -41,7 +34,7 @@ static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const
     (void)z;
     llama_t *m = lm->impl;
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
-        lm_fail(err, errlen, EVAL_EARG, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax,
+        err_fail(err, errlen, EVAL_EARG, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax,
                 lm->Tmax);
         return NULL;
     }
@@ -82,15 +75,15 @@ static void llama_lm_release(eval_lm_t *lm) {
 
 int eval_lm_create(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
                    char *err, size_t errlen) {
-    if (!out || !cfg || Bmax < 1) return lm_fail(err, errlen, EVAL_EARG, "eval_lm_create: bad argument");
+    if (!out || !cfg || Bmax < 1) return err_fail(err, errlen, EVAL_EARG, "eval_lm_create: bad argument");
     *out = NULL;
     if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
     if (cfg->kind == MODEL_FREE) return eval_lm_create_free(out, cfg, Bmax, Tmax, seed, err, errlen);
     if (cfg->kind != MODEL_LLAMA)
-        return lm_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",
+        return err_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",
                        (int)cfg->kind);
     eval_lm_t *lm = calloc(1, sizeof *lm);
-    if (!lm) return lm_fail(err, errlen, EVAL_ENOMEM, "out of memory");
+    if (!lm) return err_fail(err, errlen, EVAL_ENOMEM, "out of memory");
     llama_t *m = NULL;
     if (llama_create(&m, cfg, Bmax, Tmax, seed, err, errlen)) {
         free(lm);
@@ -109,7 +102,7 @@ int eval_lm_create(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tma
 }
 
 int eval_lm_load(eval_lm_t **out, const char *dir, int Bmax, int Tmax, char *err, size_t errlen) {
-    if (!out || !dir) return lm_fail(err, errlen, EVAL_EARG, "eval_lm_load: bad argument");
+    if (!out || !dir) return err_fail(err, errlen, EVAL_EARG, "eval_lm_load: bad argument");
     *out = NULL;
     model_config_t cfg;
     if (ckpt_load_config(dir, &cfg, err, errlen)) return EVAL_EMODEL;
@@ -121,7 +114,7 @@ int eval_lm_load(eval_lm_t **out, const char *dir, int Bmax, int Tmax, char *err
     tensor_view_t *v = calloc((size_t)np, sizeof *v);
     if (!v) {
         eval_lm_free(&lm);
-        return lm_fail(err, errlen, EVAL_ENOMEM, "out of memory");
+        return err_fail(err, errlen, EVAL_ENOMEM, "out of memory");
     }
     fam->params(lm->impl, v, np);
     for (int i = 0; i < np; i++) lm->n_params += tensor_numel(&v[i]);

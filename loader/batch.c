@@ -5,6 +5,7 @@
  * window of requests can straddle an epoch boundary and several trainers may share a loader.
  * A batch then costs one binary search per row plus one LMDB lookup and copy per document
  * piece, with no per-token work beyond the decode and the vocabulary check. */
+#include "bus/errmsg.h"
 #include "loader/batch.h"
 
 #include <stdarg.h>
@@ -39,14 +40,6 @@ struct loader_src {
     uint64_t clock;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 const char *loader_strerror(int status) {
     switch (status) {
     case LOADER_OK: return "ok";
@@ -69,7 +62,7 @@ static int lens_read(dataset_t *ds, const char *path, uint32_t **out, char *err,
     for (uint64_t i = 0; i < n; i++) {
         int rc = dataset_doc_len(ds, i, &len[i]);
         if (rc) {
-            seterr(err, errlen, "dataset %s: document %llu: %s", path, (unsigned long long)i, dataset_strerror(rc));
+            err_fail(err, errlen, 0, "dataset %s: document %llu: %s", path, (unsigned long long)i, dataset_strerror(rc));
             free(len);
             return LOADER_EDATA;
         }
@@ -99,7 +92,7 @@ int loader_src_open(loader_src_t **out, const char *path, const char *val_path, 
     if (dataset_open(&s->ds[0], path, err, errlen)) { rc = LOADER_EIO; goto fail; }
     s->meta = *dataset_meta(s->ds[0]);
     if (s->meta.n_docs >= UINT32_MAX) {
-        seterr(err, errlen, "dataset %s: %llu documents, more than the loader indexes", path,
+        err_fail(err, errlen, 0, "dataset %s: %llu documents, more than the loader indexes", path,
                (unsigned long long)s->meta.n_docs);
         rc = LOADER_EPARAM;
         goto fail;
@@ -110,7 +103,7 @@ int loader_src_open(loader_src_t **out, const char *path, const char *val_path, 
         const dataset_meta_t *vm = dataset_meta(s->ds[1]);
         if (vm->vocab_size != s->meta.vocab_size || vm->eot_id != s->meta.eot_id ||
             strcmp(vm->tokenizer_hash, s->meta.tokenizer_hash) != 0 || vm->n_docs >= UINT32_MAX) {
-            seterr(err, errlen, "dataset %s: vocabulary differs from %s (vocab_size/eot_id/tokenizer_hash)",
+            err_fail(err, errlen, 0, "dataset %s: vocabulary differs from %s (vocab_size/eot_id/tokenizer_hash)",
                    val_path, path);
             rc = LOADER_EPARAM;
             goto fail;
@@ -120,7 +113,7 @@ int loader_src_open(loader_src_t **out, const char *path, const char *val_path, 
         split_set(&s->split[WIRE_VAL], s->ds[1], s->lens[1], 0, vm->n_docs, vm);
     } else {
         if (val_docs > s->meta.n_docs) {
-            seterr(err, errlen, "dataset %s: --val-docs %llu exceeds its %llu documents", path,
+            err_fail(err, errlen, 0, "dataset %s: --val-docs %llu exceeds its %llu documents", path,
                    (unsigned long long)val_docs, (unsigned long long)s->meta.n_docs);
             rc = LOADER_EPARAM;
             goto fail;
@@ -166,25 +159,25 @@ int loader_steps_per_epoch(const loader_src_t *s, const loader_params_t *p, uint
     if (steps) *steps = 0;
     if (!s || !p) return LOADER_EPARAM;
     if (p->layout != WIRE_PACK && p->layout != WIRE_PAD) {
-        seterr(err, errlen, "layout %u is neither pack (0) nor pad (1)", p->layout);
+        err_fail(err, errlen, 0, "layout %u is neither pack (0) nor pad (1)", p->layout);
         return LOADER_EPARAM;
     }
     if (p->split != WIRE_TRAIN && p->split != WIRE_VAL) {
-        seterr(err, errlen, "split %u is neither train (0) nor val (1)", p->split);
+        err_fail(err, errlen, 0, "split %u is neither train (0) nor val (1)", p->split);
         return LOADER_EPARAM;
     }
     if (p->B == 0 || p->B > LOADER_MAX_B || p->T == 0 || p->T > LOADER_MAX_T ||
         (uint64_t)p->B * (p->T + 1) > LOADER_MAX_BATCH_TOKENS) {
-        seterr(err, errlen, "B=%u T=%u: need 1 <= B <= %u, 1 <= T <= %u, B*(T+1) <= %u", p->B, p->T, LOADER_MAX_B,
+        err_fail(err, errlen, 0, "B=%u T=%u: need 1 <= B <= %u, 1 <= T <= %u, B*(T+1) <= %u", p->B, p->T, LOADER_MAX_B,
                LOADER_MAX_T, LOADER_MAX_BATCH_TOKENS);
         return LOADER_EPARAM;
     }
     if (p->world == 0 || p->rank >= p->world) {
-        seterr(err, errlen, "rank %u world %u: need rank < world", p->rank, p->world);
+        err_fail(err, errlen, 0, "rank %u world %u: need rank < world", p->rank, p->world);
         return LOADER_EPARAM;
     }
     if (p->epoch >= LOADER_MAX_EPOCH) {
-        seterr(err, errlen, "epoch %llu beyond %llu", (unsigned long long)p->epoch,
+        err_fail(err, errlen, 0, "epoch %llu beyond %llu", (unsigned long long)p->epoch,
                (unsigned long long)LOADER_MAX_EPOCH);
         return LOADER_ERANGE;
     }
@@ -198,7 +191,7 @@ int loader_steps_per_epoch(const loader_src_t *s, const loader_params_t *p, uint
     }
     if (steps) *steps = n;
     if (n == 0) {
-        seterr(err, errlen, "split %s (%llu docs, %llu tokens) holds no full batch of B=%u T=%u world=%u",
+        err_fail(err, errlen, 0, "split %s (%llu docs, %llu tokens) holds no full batch of B=%u T=%u world=%u",
                p->split == WIRE_VAL ? "val" : "train", (unsigned long long)sp->n,
                (unsigned long long)sp->n_tokens, p->B, p->T, p->world);
         return LOADER_EEMPTY;
@@ -261,14 +254,14 @@ static int piece_copy(const split_t *sp, uint64_t local, uint32_t from, uint32_t
     uint32_t got = 0;
     int rc = dataset_doc_read_range(sp->ds, sp->first + local, from, out, n, &got, NULL);
     if (rc || got != n) {
-        seterr(err, errlen, "document %llu: %s", (unsigned long long)(sp->first + local),
+        err_fail(err, errlen, 0, "document %llu: %s", (unsigned long long)(sp->first + local),
                rc ? dataset_strerror(rc) : "shorter than its recorded length");
         return LOADER_EDATA;
     }
     uint32_t bad = 0;
     for (uint32_t i = 0; i < n; i++) bad |= out[i] >= vocab; /* branch-free: vectorises */
     if (bad) {
-        seterr(err, errlen, "document %llu: token id >= vocab_size %u", (unsigned long long)(sp->first + local),
+        err_fail(err, errlen, 0, "document %llu: token id >= vocab_size %u", (unsigned long long)(sp->first + local),
                vocab);
         return LOADER_EDATA;
     }
@@ -329,13 +322,13 @@ int loader_batch_make(loader_src_t *s, const loader_params_t *p, uint32_t *token
     if (rc) return rc;
     if (!tokens) return LOADER_EPARAM;
     if (p->step >= steps) {
-        seterr(err, errlen, "step %llu out of range: the epoch has %llu steps", (unsigned long long)p->step,
+        err_fail(err, errlen, 0, "step %llu out of range: the epoch has %llu steps", (unsigned long long)p->step,
                (unsigned long long)steps);
         return LOADER_ERANGE;
     }
     epoch_cache_t *c = epoch_get(s, p->seed, p->epoch, p->split);
     if (!c) {
-        seterr(err, errlen, "out of memory building the epoch permutation");
+        err_fail(err, errlen, 0, "out of memory building the epoch permutation");
         return LOADER_ENOMEM;
     }
     uint64_t row0 = (p->step * p->world + p->rank) * (uint64_t)p->B;

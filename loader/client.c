@@ -4,6 +4,7 @@
  * from the time it is issued until its batch is delivered; request g may be issued once
  * next_g <= g < next_g + window. A reply is accepted only for a slot still waiting for exactly
  * that (epoch, step) under our configuration, so duplicates and stale replies fall out. */
+#include "bus/errmsg.h"
 #include "loader/client.h"
 
 #include <errno.h>
@@ -47,14 +48,6 @@ struct loader_client {
     double info_sent;
     uint64_t sent, reissued, dropped;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 void loader_batch_release(msg_batch_t *b) {
     if (!b) return;
@@ -120,7 +113,7 @@ int loader_client_open(loader_client_t **out, void *zctx, const char *const *end
     for (int i = 0; i < n; i++) {
         int rc = loader_client_add_endpoint(c, endpoints[i]);
         if (rc) {
-            seterr(err, errlen, "loader endpoint %s: %s", endpoints[i],
+            err_fail(err, errlen, 0, "loader endpoint %s: %s", endpoints[i],
                    rc == LOADER_EIO ? zmq_strerror(zmq_errno()) : loader_strerror(rc));
             loader_client_close(&c);
             return rc;
@@ -270,7 +263,7 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
     p->dead_until = 0;
     if (m.type == MSG_INFO && !c->spe) {
         if (m.u.info.steps_per_epoch == 0) {
-            seterr(err, errlen, "loader %s: the split holds no batch for this B/T/world", p->ep);
+            err_fail(err, errlen, 0, "loader %s: the split holds no batch for this B/T/world", p->ep);
             rc = LOADER_EEMPTY;
         } else {
             c->spe = m.u.info.steps_per_epoch;
@@ -289,7 +282,7 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
     } else if (m.type == MSG_ERROR && (m.u.error.req_id & INFO_REQ_BIT ? !c->spe : 1)) {
         /* A loader refusing our request means the configuration does not fit its dataset:
          * asking another loader would give the same answer. */
-        seterr(err, errlen, "loader %s: error %d: %s", p->ep, m.u.error.code,
+        err_fail(err, errlen, 0, "loader %s: error %d: %s", p->ep, m.u.error.code,
                m.u.error.message ? m.u.error.message : "");
         rc = m.u.error.code < 0 ? m.u.error.code : LOADER_EPARAM;
     } else {
@@ -343,11 +336,11 @@ int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t e
     for (;;) {
         double now = progress_now();
         if (c->cfg.stop && *c->cfg.stop) {
-            seterr(err, errlen, "interrupted");
+            err_fail(err, errlen, 0, "interrupted");
             return LOADER_EIO;
         }
         if ((now - c->last_answer) * 1000 > c->cfg.give_up_ms) {
-            seterr(err, errlen, "no loader answered for %d ms (%d known)", c->cfg.give_up_ms, c->npeers);
+            err_fail(err, errlen, 0, "no loader answered for %d ms (%d known)", c->cfg.give_up_ms, c->npeers);
             return LOADER_EIO;
         }
         if (!c->spe) {
@@ -355,7 +348,7 @@ int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t e
         } else {
             if (!c->started) {
                 if (c->cfg.start_step >= c->spe) {
-                    seterr(err, errlen, "start step %llu beyond the %llu steps of an epoch",
+                    err_fail(err, errlen, 0, "start step %llu beyond the %llu steps of an epoch",
                            (unsigned long long)c->cfg.start_step, (unsigned long long)c->spe);
                     return LOADER_ERANGE;
                 }

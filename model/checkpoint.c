@@ -1,5 +1,6 @@
 /* model/checkpoint.c: writing, finding, verifying and loading checkpoint directories
  * (layout and atomicity rule in checkpoint.h and docs/FORMATS.md §3). */
+#include "bus/errmsg.h"
 #include "model/checkpoint.h"
 
 #include <dirent.h>
@@ -21,18 +22,6 @@
 
 static const char *const CKPT_REQUIRED[] = {"config.json", "model.safetensors", "state.json"};
 #define CKPT_N_REQUIRED 3
-
-static int ck_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ck_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* Appends one line to a '\n'-separated warning buffer, dropping what does not fit. */
 static void ck_warn(char *warn, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -92,7 +81,7 @@ static int ck_fsync_path(const char *path, int dir) {
 
 static int ck_write_file(const char *path, const char *buf, size_t n, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ck_fail(err, errlen, CKPT_EIO, "%s: cannot create: %s", path, strerror(errno));
+    if (fd < 0) return err_fail(err, errlen, CKPT_EIO, "%s: cannot create: %s", path, strerror(errno));
     size_t at = 0;
     while (at < n) {
         ssize_t w = write(fd, buf + at, n - at);
@@ -100,25 +89,25 @@ static int ck_write_file(const char *path, const char *buf, size_t n, char *err,
         if (w <= 0) {
             int e = errno;
             close(fd);
-            return ck_fail(err, errlen, CKPT_EIO, "%s: write failed: %s", path, strerror(e));
+            return err_fail(err, errlen, CKPT_EIO, "%s: write failed: %s", path, strerror(e));
         }
         at += (size_t)w;
     }
     if (fsync(fd) != 0) {
         int e = errno;
         close(fd);
-        return ck_fail(err, errlen, CKPT_EIO, "%s: fsync failed: %s", path, strerror(e));
+        return err_fail(err, errlen, CKPT_EIO, "%s: fsync failed: %s", path, strerror(e));
     }
-    if (close(fd) != 0) return ck_fail(err, errlen, CKPT_EIO, "%s: close failed: %s", path, strerror(errno));
+    if (close(fd) != 0) return err_fail(err, errlen, CKPT_EIO, "%s: close failed: %s", path, strerror(errno));
     return 0;
 }
 
 static int ck_write_json(const char *path, const json_t *j, size_t flags, char *err, size_t errlen) {
     char *s = json_dumps(j, flags);
-    if (!s) return ck_fail(err, errlen, CKPT_ENOMEM, "%s: cannot serialise JSON", path);
+    if (!s) return err_fail(err, errlen, CKPT_ENOMEM, "%s: cannot serialise JSON", path);
     size_t n = strlen(s);
     char *t = realloc(s, n + 2);
-    if (!t) { free(s); return ck_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", path); }
+    if (!t) { free(s); return err_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", path); }
     t[n] = '\n';
     t[n + 1] = 0;
     int rc = ck_write_file(path, t, n + 1, err, errlen);
@@ -129,14 +118,14 @@ static int ck_write_json(const char *path, const json_t *j, size_t flags, char *
 /* Size and XXH3-64 of a file, streamed so size does not matter. */
 static int ck_hash_file(const char *path, uint64_t *size, uint64_t *hash, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ck_fail(err, errlen, CKPT_ECORRUPT, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err_fail(err, errlen, CKPT_ECORRUPT, "%s: cannot open: %s", path, strerror(errno));
     XXH3_state_t *s = XXH3_createState();
     char *buf = malloc(1 << 20);
     if (!s || !buf) {
         close(fd);
         XXH3_freeState(s);
         free(buf);
-        return ck_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", path);
+        return err_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", path);
     }
     XXH3_64bits_reset(s);
     uint64_t total = 0;
@@ -144,7 +133,7 @@ static int ck_hash_file(const char *path, uint64_t *size, uint64_t *hash, char *
     for (;;) {
         ssize_t r = read(fd, buf, 1 << 20);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) { rc = ck_fail(err, errlen, CKPT_EIO, "%s: read failed: %s", path, strerror(errno)); break; }
+        if (r < 0) { rc = err_fail(err, errlen, CKPT_EIO, "%s: read failed: %s", path, strerror(errno)); break; }
         if (r == 0) break;
         XXH3_64bits_update(s, buf, (size_t)r);
         total += (uint64_t)r;
@@ -200,26 +189,26 @@ static int ck_write_manifest(const char *dir, int64_t step, char *err, size_t er
 }
 
 int ckpt_verify_ex(const char *dir, int full, char *err, size_t errlen) {
-    if (!dir || strlen(dir) > CKPT_DIR_MAX) return ck_fail(err, errlen, CKPT_EARG, "ckpt_verify: no directory or path too long");
+    if (!dir || strlen(dir) > CKPT_DIR_MAX) return err_fail(err, errlen, CKPT_EARG, "ckpt_verify: no directory or path too long");
     char p[CKPT_PATH_MAX];
     ck_join(p, sizeof p, dir, "MANIFEST");
     FILE *fp = fopen(p, "rb");
     if (!fp)
-        return ck_fail(err, errlen, CKPT_ECORRUPT, "%s: no MANIFEST (%s): checkpoint incomplete", dir,
+        return err_fail(err, errlen, CKPT_ECORRUPT, "%s: no MANIFEST (%s): checkpoint incomplete", dir,
                        strerror(errno));
     /* buf is tokenised in place; text keeps the bytes as written for the end-line hash. */
     char *buf = malloc(2 * (CKPT_MANIFEST_MAX + 1)), *text = buf + CKPT_MANIFEST_MAX + 1;
-    if (!buf) { fclose(fp); return ck_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", p); }
+    if (!buf) { fclose(fp); return err_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", p); }
     size_t n = fread(buf, 1, CKPT_MANIFEST_MAX + 1, fp);
     fclose(fp);
     int rc = 0;
     if (n <= CKPT_MANIFEST_MAX) memcpy(text, buf, n);
-    if (n > CKPT_MANIFEST_MAX) { rc = ck_fail(err, errlen, CKPT_EFORMAT, "%s: larger than %d bytes", p, CKPT_MANIFEST_MAX); goto out; }
+    if (n > CKPT_MANIFEST_MAX) { rc = err_fail(err, errlen, CKPT_EFORMAT, "%s: larger than %d bytes", p, CKPT_MANIFEST_MAX); goto out; }
     buf[n] = 0;
-    if (strlen(buf) != n) { rc = ck_fail(err, errlen, CKPT_EFORMAT, "%s: contains NUL bytes", p); goto out; }
+    if (strlen(buf) != n) { rc = err_fail(err, errlen, CKPT_EFORMAT, "%s: contains NUL bytes", p); goto out; }
     size_t ml = strlen(CKPT_MANIFEST_MAGIC);
     if (n < ml + 1 || memcmp(buf, CKPT_MANIFEST_MAGIC, ml) != 0 || buf[ml] != '\n') {
-        rc = ck_fail(err, errlen, CKPT_EFORMAT, "%s: not a checkpoint manifest (want first line \"%s\")", p, CKPT_MANIFEST_MAGIC);
+        rc = err_fail(err, errlen, CKPT_EFORMAT, "%s: not a checkpoint manifest (want first line \"%s\")", p, CKPT_MANIFEST_MAGIC);
         goto out;
     }
     int have[CKPT_N_FILES] = {0}, ended = 0, has_step = 0;
@@ -229,7 +218,7 @@ int ckpt_verify_ex(const char *dir, int full, char *err, size_t errlen) {
     for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         line_at = (size_t)(line - buf);
         if (line_at == 0) continue; /* the magic line */
-        if (ended) { rc = ck_fail(err, errlen, CKPT_EFORMAT, "%s: text after the end line", p); goto out; }
+        if (ended) { rc = err_fail(err, errlen, CKPT_EFORMAT, "%s: text after the end line", p); goto out; }
         char name[64], extra;
         unsigned long long size, hash;
         if (sscanf(line, "step %lld %c", &step, &extra) == 1 && step >= 0) {
@@ -238,14 +227,14 @@ int ckpt_verify_ex(const char *dir, int full, char *err, size_t errlen) {
             int k = -1;
             for (int i = 0; i < CKPT_N_FILES; i++)
                 if (strcmp(name, CKPT_FILES[i]) == 0) k = i;
-            if (k < 0 || have[k]) { rc = ck_fail(err, errlen, CKPT_EFORMAT, "%s: unknown or repeated file \"%s\"", p, name); goto out; }
+            if (k < 0 || have[k]) { rc = err_fail(err, errlen, CKPT_EFORMAT, "%s: unknown or repeated file \"%s\"", p, name); goto out; }
             have[k] = 1;
             char fp2[CKPT_PATH_MAX];
             ck_join(fp2, sizeof fp2, dir, name);
             struct stat sb;
-            if (stat(fp2, &sb) != 0) { rc = ck_fail(err, errlen, CKPT_ECORRUPT, "%s: missing (listed in MANIFEST)", fp2); goto out; }
+            if (stat(fp2, &sb) != 0) { rc = err_fail(err, errlen, CKPT_ECORRUPT, "%s: missing (listed in MANIFEST)", fp2); goto out; }
             if ((unsigned long long)sb.st_size != size) {
-                rc = ck_fail(err, errlen, CKPT_ECORRUPT, "%s: %lld bytes, MANIFEST says %llu (truncated?)", fp2,
+                rc = err_fail(err, errlen, CKPT_ECORRUPT, "%s: %lld bytes, MANIFEST says %llu (truncated?)", fp2,
                              (long long)sb.st_size, size);
                 goto out;
             }
@@ -253,35 +242,35 @@ int ckpt_verify_ex(const char *dir, int full, char *err, size_t errlen) {
                 uint64_t got_size, got;
                 if ((rc = ck_hash_file(fp2, &got_size, &got, err, errlen))) goto out;
                 if (got != hash || got_size != size) {
-                    rc = ck_fail(err, errlen, CKPT_ECORRUPT, "%s: xxh3 %016llx, MANIFEST says %016llx (corrupt)", fp2,
+                    rc = err_fail(err, errlen, CKPT_ECORRUPT, "%s: xxh3 %016llx, MANIFEST says %016llx (corrupt)", fp2,
                                  (unsigned long long)got, hash);
                     goto out;
                 }
             }
         } else if (sscanf(line, "end %16llx %c", &hash, &extra) == 1) {
             if (XXH3_64bits(text, line_at) != hash) {
-                rc = ck_fail(err, errlen, CKPT_ECORRUPT, "%s: its own checksum does not match (edited or torn)", p);
+                rc = err_fail(err, errlen, CKPT_ECORRUPT, "%s: its own checksum does not match (edited or torn)", p);
                 goto out;
             }
             ended = 1;
         } else {
-            rc = ck_fail(err, errlen, CKPT_EFORMAT, "%s: bad line \"%.60s\"", p, line);
+            rc = err_fail(err, errlen, CKPT_EFORMAT, "%s: bad line \"%.60s\"", p, line);
             goto out;
         }
     }
-    if (!ended) { rc = ck_fail(err, errlen, CKPT_ECORRUPT, "%s: no end line (torn write)", p); goto out; }
-    if (!has_step) { rc = ck_fail(err, errlen, CKPT_EFORMAT, "%s: no step line", p); goto out; }
+    if (!ended) { rc = err_fail(err, errlen, CKPT_ECORRUPT, "%s: no end line (torn write)", p); goto out; }
+    if (!has_step) { rc = err_fail(err, errlen, CKPT_EFORMAT, "%s: no step line", p); goto out; }
     for (int i = 0; i < CKPT_N_REQUIRED; i++)
         for (int k = 0; k < CKPT_N_FILES; k++)
             if (!strcmp(CKPT_REQUIRED[i], CKPT_FILES[k]) && !have[k]) {
-                rc = ck_fail(err, errlen, CKPT_ECORRUPT, "%s: does not list %s", p, CKPT_REQUIRED[i]);
+                rc = err_fail(err, errlen, CKPT_ECORRUPT, "%s: does not list %s", p, CKPT_REQUIRED[i]);
                 goto out;
             }
     /* A directory renamed by hand to another step would resume at the wrong place. */
     const char *base = strrchr(dir, '/');
     int64_t named = ck_parse_name(base ? base + 1 : dir);
     if (named >= 0 && named != step)
-        rc = ck_fail(err, errlen, CKPT_ECORRUPT, "%s: written for step %lld but the directory says %lld", p,
+        rc = err_fail(err, errlen, CKPT_ECORRUPT, "%s: written for step %lld but the directory says %lld", p,
                      step, (long long)named);
 out:
     free(buf);
@@ -302,7 +291,7 @@ static int ck_scan(const char *run_dir, int64_t **steps, int *n, char *err, size
     DIR *d = opendir(run_dir);
     if (!d) {
         if (errno == ENOENT) return 0;
-        return ck_fail(err, errlen, CKPT_EIO, "%s: cannot list: %s", run_dir, strerror(errno));
+        return err_fail(err, errlen, CKPT_EIO, "%s: cannot list: %s", run_dir, strerror(errno));
     }
     int cap = 0;
     struct dirent *e;
@@ -317,7 +306,7 @@ static int ck_scan(const char *run_dir, int64_t **steps, int *n, char *err, size
                 free(*steps);
                 *steps = NULL;
                 *n = 0;
-                return ck_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", run_dir);
+                return err_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", run_dir);
             }
             *steps = t;
         }
@@ -330,7 +319,7 @@ static int ck_scan(const char *run_dir, int64_t **steps, int *n, char *err, size
 
 int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *step, char *warn,
                      size_t warnlen, char *err, size_t errlen) {
-    if (!run_dir || strlen(run_dir) > CKPT_DIR_MAX - 32) return ck_fail(err, errlen, CKPT_EARG, "ckpt_find_latest: no run directory or path too long");
+    if (!run_dir || strlen(run_dir) > CKPT_DIR_MAX - 32) return err_fail(err, errlen, CKPT_EARG, "ckpt_find_latest: no run directory or path too long");
     if (warn && warnlen) warn[0] = 0;
     int64_t *steps;
     int n, rc = ck_scan(run_dir, &steps, &n, err, errlen);
@@ -344,7 +333,7 @@ int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *s
             continue;
         }
         if (out_path && cap) {
-            if (strlen(dir) >= cap) { free(steps); return ck_fail(err, errlen, CKPT_EARG, "%s: path too long for the caller's buffer", dir); }
+            if (strlen(dir) >= cap) { free(steps); return err_fail(err, errlen, CKPT_EARG, "%s: path too long for the caller's buffer", dir); }
             strcpy(out_path, dir);
         }
         if (step) *step = steps[i];
@@ -356,13 +345,13 @@ int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *s
 
 int ckpt_list(const char *run_dir, int full, int64_t **steps, int *n, char *warn, size_t warnlen,
               char *err, size_t errlen) {
-    if (!run_dir || !steps || !n || strlen(run_dir) > CKPT_DIR_MAX - 32) return ck_fail(err, errlen, CKPT_EARG, "ckpt_list: bad arguments");
+    if (!run_dir || !steps || !n || strlen(run_dir) > CKPT_DIR_MAX - 32) return err_fail(err, errlen, CKPT_EARG, "ckpt_list: bad arguments");
     if (warn && warnlen) warn[0] = 0;
     int64_t *all;
     int na, rc = ck_scan(run_dir, &all, &na, err, errlen);
     if (rc) return rc;
     int64_t *ok = na ? malloc(sizeof *ok * na) : NULL;
-    if (na && !ok) { free(all); return ck_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", run_dir); }
+    if (na && !ok) { free(all); return err_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", run_dir); }
     int k = 0;
     for (int i = na - 1; i >= 0; i--) { /* oldest first */
         char dir[CKPT_PATH_MAX], why[512];
@@ -386,9 +375,9 @@ static int ck_mkdir(const char *path, char *err, size_t errlen) {
     if (mkdir(path, 0755) == 0 || errno == EEXIST) {
         struct stat sb;
         if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return 0;
-        return ck_fail(err, errlen, CKPT_EIO, "%s: exists and is not a directory", path);
+        return err_fail(err, errlen, CKPT_EIO, "%s: exists and is not a directory", path);
     }
-    return ck_fail(err, errlen, CKPT_EIO, "%s: cannot create directory: %s", path, strerror(errno));
+    return err_fail(err, errlen, CKPT_EIO, "%s: cannot create directory: %s", path, strerror(errno));
 }
 
 /* Old checkpoints beyond the newest keep_last complete ones (the new one counts and is kept). */
@@ -434,7 +423,7 @@ static void ck_remove_stale_tmp(const char *run_dir) {
 }
 
 static int ck_check_views(const char *what, const tensor_view_t *v, int n, char *err, size_t errlen) {
-    if (n < 0 || (n && !v)) return ck_fail(err, errlen, CKPT_EARG, "%s: bad view array", what);
+    if (n < 0 || (n && !v)) return err_fail(err, errlen, CKPT_EARG, "%s: bad view array", what);
     return 0;
 }
 
@@ -446,7 +435,7 @@ static int ck_write_all(const char *tmp, int64_t step, const model_config_t *cfg
     char p[CKPT_PATH_MAX], stepstr[32];
     snprintf(stepstr, sizeof stepstr, "%lld", (long long)step);
     json_t *cj = ckpt_config_to_json(cfg);
-    if (!cj) return ck_fail(err, errlen, CKPT_ENOMEM, "config.json: out of memory");
+    if (!cj) return err_fail(err, errlen, CKPT_ENOMEM, "config.json: out of memory");
     ck_join(p, sizeof p, tmp, "config.json");
     /* 15 significant digits print the shortest float decimals (cfg_real) without noise. */
     int rc = ck_write_json(p, cj, JSON_INDENT(2) | JSON_REAL_PRECISION(15), err, errlen);
@@ -474,19 +463,19 @@ int ckpt_save(const char *run_dir, int64_t step, const model_config_t *cfg,
               const tensor_view_t *params, int np, const tensor_view_t *opt_m,
               const tensor_view_t *opt_v, int nopt, const json_t *state, int keep_last,
               char *out_path, size_t cap, char *err, size_t errlen) {
-    if (!run_dir || !cfg || step < 0) return ck_fail(err, errlen, CKPT_EARG, "ckpt_save: bad arguments");
+    if (!run_dir || !cfg || step < 0) return err_fail(err, errlen, CKPT_EARG, "ckpt_save: bad arguments");
     int rc;
     if ((rc = ck_check_views("params", params, np, err, errlen)) ||
         (nopt > 0 && ((rc = ck_check_views("exp_avg", opt_m, nopt, err, errlen)) ||
                       (rc = ck_check_views("exp_avg_sq", opt_v, nopt, err, errlen)))))
         return rc;
-    if (state && !json_is_object(state)) return ck_fail(err, errlen, CKPT_EARG, "ckpt_save: state is not a JSON object");
+    if (state && !json_is_object(state)) return err_fail(err, errlen, CKPT_EARG, "ckpt_save: state is not a JSON object");
     char why[512];
     if (ckpt_config_validate(cfg, why, sizeof why))
-        return ck_fail(err, errlen, CKPT_ECONFIG, "ckpt_save: invalid config: %s", why);
+        return err_fail(err, errlen, CKPT_ECONFIG, "ckpt_save: invalid config: %s", why);
     char final[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX + 8];
     if (ckpt_dir_name(final, sizeof final, run_dir, step))
-        return ck_fail(err, errlen, CKPT_EARG, "%s: path too long", run_dir);
+        return err_fail(err, errlen, CKPT_EARG, "%s: path too long", run_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", final);
     if ((rc = ck_mkdir(run_dir, err, errlen))) return rc;
     ck_remove_stale_tmp(run_dir);
@@ -494,21 +483,21 @@ int ckpt_save(const char *run_dir, int64_t step, const model_config_t *cfg,
 
     rc = ck_write_all(tmp, step, cfg, params, np, opt_m, opt_v, nopt, state, err, errlen);
     if (!rc && ck_fsync_path(tmp, 1) != 0)
-        rc = ck_fail(err, errlen, CKPT_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
+        rc = err_fail(err, errlen, CKPT_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (!rc && rename(tmp, final) != 0) {
         if (errno == ENOTEMPTY || errno == EEXIST) {
             /* Re-saving a step: swap atomically so a complete ckpt-<step> exists throughout;
              * the old one ends up under the .tmp name and is removed below. */
             if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
-                rc = ck_fail(err, errlen, CKPT_EIO, "%s: cannot replace: %s", final, strerror(errno));
+                rc = err_fail(err, errlen, CKPT_EIO, "%s: cannot replace: %s", final, strerror(errno));
         } else {
-            rc = ck_fail(err, errlen, CKPT_EIO, "%s: rename to %s failed: %s", tmp, final, strerror(errno));
+            rc = err_fail(err, errlen, CKPT_EIO, "%s: rename to %s failed: %s", tmp, final, strerror(errno));
         }
     }
     ck_remove_dir(tmp); /* after success: the old copy of a re-saved step; after failure: the debris */
     if (rc) return rc;
     if (ck_fsync_path(run_dir, 1) != 0)
-        return ck_fail(err, errlen, CKPT_EIO, "%s: fsync failed: %s", run_dir, strerror(errno));
+        return err_fail(err, errlen, CKPT_EIO, "%s: fsync failed: %s", run_dir, strerror(errno));
     ck_prune(run_dir, step, keep_last);
     if (out_path && cap) snprintf(out_path, cap, "%s", final);
     return 0;
@@ -517,22 +506,22 @@ int ckpt_save(const char *run_dir, int64_t step, const model_config_t *cfg,
 /* ---------------------------------------------------------------- loading */
 
 int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t errlen) {
-    if (!dir || !cfg || strlen(dir) > CKPT_DIR_MAX) return ck_fail(err, errlen, CKPT_EARG, "ckpt_load_config: bad arguments");
+    if (!dir || !cfg || strlen(dir) > CKPT_DIR_MAX) return err_fail(err, errlen, CKPT_EARG, "ckpt_load_config: bad arguments");
     char p[CKPT_PATH_MAX], why[400];
     ck_join(p, sizeof p, dir, "config.json");
     json_error_t je;
     json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
-        if (access(p, F_OK) != 0) return ck_fail(err, errlen, CKPT_EIO, "%s: cannot open: %s", p, strerror(errno));
-        return ck_fail(err, errlen, CKPT_EFORMAT, "%s: line %d: %s", p, je.line, je.text);
+        if (access(p, F_OK) != 0) return err_fail(err, errlen, CKPT_EIO, "%s: cannot open: %s", p, strerror(errno));
+        return err_fail(err, errlen, CKPT_EFORMAT, "%s: line %d: %s", p, je.line, je.text);
     }
     int rc = ckpt_config_from_json(j, cfg, why, sizeof why);
     json_decref(j);
-    return rc ? ck_fail(err, errlen, rc, "%s: %s", p, why) : 0;
+    return rc ? err_fail(err, errlen, rc, "%s: %s", p, why) : 0;
 }
 
 int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen) {
-    if (!dir || strlen(dir) > CKPT_DIR_MAX || ck_check_views("params", views, n, err, errlen)) return ck_fail(err, errlen, CKPT_EARG, "ckpt_load_params: bad arguments");
+    if (!dir || strlen(dir) > CKPT_DIR_MAX || ck_check_views("params", views, n, err, errlen)) return err_fail(err, errlen, CKPT_EARG, "ckpt_load_params: bad arguments");
     char p[CKPT_PATH_MAX];
     ck_join(p, sizeof p, dir, "model.safetensors");
     st_file_t *f = NULL;
@@ -546,11 +535,11 @@ int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *e
 int ckpt_load_optimizer(const char *dir, const tensor_view_t *m, const tensor_view_t *v, int n,
                         char *err, size_t errlen) {
     if (!dir || strlen(dir) > CKPT_DIR_MAX || ck_check_views("exp_avg", m, n, err, errlen) || ck_check_views("exp_avg_sq", v, n, err, errlen))
-        return ck_fail(err, errlen, CKPT_EARG, "ckpt_load_optimizer: bad arguments");
+        return err_fail(err, errlen, CKPT_EARG, "ckpt_load_optimizer: bad arguments");
     char p[CKPT_PATH_MAX];
     ck_join(p, sizeof p, dir, "optimizer.safetensors");
     if (access(p, F_OK) != 0)
-        return ck_fail(err, errlen, CKPT_EIO, "%s: no optimizer state in this checkpoint", p);
+        return err_fail(err, errlen, CKPT_EIO, "%s: no optimizer state in this checkpoint", p);
     st_file_t *f = NULL;
     int rc = st_open(&f, p, err, errlen);
     if (rc) return ck_st_code(rc);
@@ -561,19 +550,19 @@ int ckpt_load_optimizer(const char *dir, const tensor_view_t *m, const tensor_vi
 }
 
 int ckpt_load_state(const char *dir, json_t **state, char *err, size_t errlen) {
-    if (!dir || !state || strlen(dir) > CKPT_DIR_MAX) return ck_fail(err, errlen, CKPT_EARG, "ckpt_load_state: bad arguments");
+    if (!dir || !state || strlen(dir) > CKPT_DIR_MAX) return err_fail(err, errlen, CKPT_EARG, "ckpt_load_state: bad arguments");
     *state = NULL;
     char p[CKPT_PATH_MAX];
     ck_join(p, sizeof p, dir, "state.json");
     json_error_t je;
     json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
     if (!j) {
-        if (access(p, F_OK) != 0) return ck_fail(err, errlen, CKPT_EIO, "%s: cannot open: %s", p, strerror(errno));
-        return ck_fail(err, errlen, CKPT_EFORMAT, "%s: line %d: %s", p, je.line, je.text);
+        if (access(p, F_OK) != 0) return err_fail(err, errlen, CKPT_EIO, "%s: cannot open: %s", p, strerror(errno));
+        return err_fail(err, errlen, CKPT_EFORMAT, "%s: line %d: %s", p, je.line, je.text);
     }
     if (!json_is_object(j)) {
         json_decref(j);
-        return ck_fail(err, errlen, CKPT_EFORMAT, "%s: not a JSON object", p);
+        return err_fail(err, errlen, CKPT_EFORMAT, "%s: not a JSON object", p);
     }
     *state = j;
     return 0;

@@ -8,22 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/errmsg.h"
 #include "model/checkpoint.h"
 
 /* Sizes above this are certainly a corrupt or hostile file, and would overflow int products. */
 #define CKPT_DIM_MAX (1 << 24)
-
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return CKPT_ECONFIG;
-}
 
 /* The shortest decimal that reads back as the same float, as a double: 1e-5f is written
  * "1e-05", not "9.99999974737875e-06", so the file reads like one a person wrote. */
@@ -65,17 +54,17 @@ static int cfg_int(const json_t *j, const char *key, int required, int dflt, int
                    char *err, size_t errlen) {
     json_t *v = json_object_get(j, key);
     if (!v || json_is_null(v)) {
-        if (required) return cfg_fail(err, errlen, "missing field \"%s\"", key);
+        if (required) return err_fail(err, errlen, CKPT_ECONFIG, "missing field \"%s\"", key);
         *out = dflt;
         return 0;
     }
     /* HF allows eos_token_id to be a list; the first entry is the one generation stops on. */
     if (json_is_array(v) && strcmp(key, "eos_token_id") == 0 && json_array_size(v) > 0)
         v = json_array_get(v, 0);
-    if (!json_is_integer(v)) return cfg_fail(err, errlen, "field \"%s\": expected an integer", key);
+    if (!json_is_integer(v)) return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\": expected an integer", key);
     json_int_t x = json_integer_value(v);
     if (x < -CKPT_DIM_MAX || x > CKPT_DIM_MAX)
-        return cfg_fail(err, errlen, "field \"%s\": %lld is out of range", key, (long long)x);
+        return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\": %lld is out of range", key, (long long)x);
     *out = (int)x;
     return 0;
 }
@@ -84,11 +73,11 @@ static int cfg_float(const json_t *j, const char *key, int required, float dflt,
                      char *err, size_t errlen) {
     json_t *v = json_object_get(j, key);
     if (!v || json_is_null(v)) {
-        if (required) return cfg_fail(err, errlen, "missing field \"%s\"", key);
+        if (required) return err_fail(err, errlen, CKPT_ECONFIG, "missing field \"%s\"", key);
         *out = dflt;
         return 0;
     }
-    if (!json_is_number(v)) return cfg_fail(err, errlen, "field \"%s\": expected a number", key);
+    if (!json_is_number(v)) return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\": expected a number", key);
     *out = (float)json_number_value(v);
     return 0;
 }
@@ -96,15 +85,15 @@ static int cfg_float(const json_t *j, const char *key, int required, float dflt,
 static int cfg_str_is(const json_t *j, const char *key, const char *want, char *err, size_t errlen) {
     json_t *v = json_object_get(j, key);
     if (!v) return 0;
-    if (!json_is_string(v)) return cfg_fail(err, errlen, "field \"%s\": expected a string", key);
+    if (!json_is_string(v)) return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\": expected a string", key);
     if (strcmp(json_string_value(v), want) != 0)
-        return cfg_fail(err, errlen, "field \"%s\" is \"%.40s\", only \"%s\" is supported", key,
+        return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\" is \"%.40s\", only \"%s\" is supported", key,
                         json_string_value(v), want);
     return 0;
 }
 
 int ckpt_config_from_json(const json_t *j, model_config_t *c, char *err, size_t errlen) {
-    if (!json_is_object(j) || !c) return cfg_fail(err, errlen, "config is not a JSON object");
+    if (!json_is_object(j) || !c) return err_fail(err, errlen, CKPT_ECONFIG, "config is not a JSON object");
     model_config_t t;
     memset(&t, 0, sizeof t);
     int rc;
@@ -123,27 +112,27 @@ int ckpt_config_from_json(const json_t *j, model_config_t *c, char *err, size_t 
         return rc;
     json_t *tie = json_object_get(j, "tie_word_embeddings");
     if (tie && !json_is_boolean(tie))
-        return cfg_fail(err, errlen, "field \"tie_word_embeddings\": expected true or false");
+        return err_fail(err, errlen, CKPT_ECONFIG, "field \"tie_word_embeddings\": expected true or false");
     t.tied = tie ? json_is_true(tie) : 0;
     /* These must agree with our model: a config with biases or another head_dim would load
      * into transformers as a different network than the one we trained. */
     const char *no_bias[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
         json_t *b = json_object_get(j, no_bias[i]);
-        if (b && !json_is_boolean(b)) return cfg_fail(err, errlen, "field \"%s\": expected true or false", no_bias[i]);
-        if (json_is_true(b)) return cfg_fail(err, errlen, "field \"%s\" is true; biases are not supported", no_bias[i]);
+        if (b && !json_is_boolean(b)) return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\": expected true or false", no_bias[i]);
+        if (json_is_true(b)) return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\" is true; biases are not supported", no_bias[i]);
     }
     int head_dim = 0;
     if ((rc = cfg_int(j, "head_dim", 0, 0, &head_dim, err, errlen))) return rc;
     if (head_dim && t.n_heads > 0 && head_dim * t.n_heads != t.d_model)
-        return cfg_fail(err, errlen, "field \"head_dim\" %d != hidden_size %d / num_attention_heads %d",
+        return err_fail(err, errlen, CKPT_ECONFIG, "field \"head_dim\" %d != hidden_size %d / num_attention_heads %d",
                         head_dim, t.d_model, t.n_heads);
     json_t *kind = json_object_get(j, "ft_model_kind");
-    if (kind && !json_is_string(kind)) return cfg_fail(err, errlen, "field \"ft_model_kind\": expected a string");
+    if (kind && !json_is_string(kind)) return err_fail(err, errlen, CKPT_ECONFIG, "field \"ft_model_kind\": expected a string");
     const char *ks = kind ? json_string_value(kind) : "llama";
     if (strcmp(ks, "llama") == 0) t.kind = MODEL_LLAMA;
     else if (strcmp(ks, "free") == 0) t.kind = MODEL_FREE;
-    else return cfg_fail(err, errlen, "field \"ft_model_kind\" is \"%.40s\", expected \"llama\" or \"free\"", ks);
+    else return err_fail(err, errlen, CKPT_ECONFIG, "field \"ft_model_kind\" is \"%.40s\", expected \"llama\" or \"free\"", ks);
     if (t.kind == MODEL_FREE &&
         ((rc = cfg_int(j, "ft_latent_bits", 1, 0, &t.latent_bits, err, errlen)) ||
          (rc = cfg_float(j, "ft_kappa_nats", 1, 0, &t.kappa_nats, err, errlen))))
@@ -154,7 +143,7 @@ int ckpt_config_from_json(const json_t *j, model_config_t *c, char *err, size_t 
 }
 
 int ckpt_config_validate(const model_config_t *c, char *err, size_t errlen) {
-    if (!c) return cfg_fail(err, errlen, "no config");
+    if (!c) return err_fail(err, errlen, CKPT_ECONFIG, "no config");
     struct { const char *name; int v; } pos[] = {
         {"vocab_size", c->vocab_size}, {"hidden_size", c->d_model},
         {"num_hidden_layers", c->n_layers}, {"num_attention_heads", c->n_heads},
@@ -163,28 +152,28 @@ int ckpt_config_validate(const model_config_t *c, char *err, size_t errlen) {
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
         if (pos[i].v <= 0 || pos[i].v > CKPT_DIM_MAX)
-            return cfg_fail(err, errlen, "field \"%s\" is %d, must be in 1..%d", pos[i].name, pos[i].v, CKPT_DIM_MAX);
+            return err_fail(err, errlen, CKPT_ECONFIG, "field \"%s\" is %d, must be in 1..%d", pos[i].name, pos[i].v, CKPT_DIM_MAX);
     if (c->d_model % c->n_heads)
-        return cfg_fail(err, errlen, "num_attention_heads %d does not divide hidden_size %d", c->n_heads, c->d_model);
+        return err_fail(err, errlen, CKPT_ECONFIG, "num_attention_heads %d does not divide hidden_size %d", c->n_heads, c->d_model);
     if ((c->d_model / c->n_heads) % 2)
-        return cfg_fail(err, errlen, "head_dim %d is odd; RoPE rotates pairs", c->d_model / c->n_heads);
+        return err_fail(err, errlen, CKPT_ECONFIG, "head_dim %d is odd; RoPE rotates pairs", c->d_model / c->n_heads);
     if (c->n_heads % c->n_kv_heads)
-        return cfg_fail(err, errlen, "num_key_value_heads %d does not divide num_attention_heads %d",
+        return err_fail(err, errlen, CKPT_ECONFIG, "num_key_value_heads %d does not divide num_attention_heads %d",
                         c->n_kv_heads, c->n_heads);
     if (c->eot_id < 0 || c->eot_id >= c->vocab_size)
-        return cfg_fail(err, errlen, "eos_token_id %d outside the vocabulary (0..%d)", c->eot_id, c->vocab_size - 1);
+        return err_fail(err, errlen, CKPT_ECONFIG, "eos_token_id %d outside the vocabulary (0..%d)", c->eot_id, c->vocab_size - 1);
     if (!isfinite(c->rope_theta) || c->rope_theta <= 0)
-        return cfg_fail(err, errlen, "rope_theta %g must be positive", (double)c->rope_theta);
+        return err_fail(err, errlen, CKPT_ECONFIG, "rope_theta %g must be positive", (double)c->rope_theta);
     if (!isfinite(c->norm_eps) || c->norm_eps <= 0)
-        return cfg_fail(err, errlen, "rms_norm_eps %g must be positive", (double)c->norm_eps);
+        return err_fail(err, errlen, CKPT_ECONFIG, "rms_norm_eps %g must be positive", (double)c->norm_eps);
     if (c->kind != MODEL_LLAMA && c->kind != MODEL_FREE)
-        return cfg_fail(err, errlen, "unknown model kind %d", (int)c->kind);
+        return err_fail(err, errlen, CKPT_ECONFIG, "unknown model kind %d", (int)c->kind);
     if (c->kind == MODEL_FREE) {
         /* Z is one-hot over 2^H values; past 2^20 the latent projections dwarf the model. */
         if (c->latent_bits < 1 || c->latent_bits > 20)
-            return cfg_fail(err, errlen, "ft_latent_bits %d must be in 1..20", c->latent_bits);
+            return err_fail(err, errlen, CKPT_ECONFIG, "ft_latent_bits %d must be in 1..20", c->latent_bits);
         if (!isfinite(c->kappa_nats) || c->kappa_nats < 0)
-            return cfg_fail(err, errlen, "ft_kappa_nats %g must be >= 0", (double)c->kappa_nats);
+            return err_fail(err, errlen, CKPT_ECONFIG, "ft_kappa_nats %g must be >= 0", (double)c->kappa_nats);
     }
     return 0;
 }

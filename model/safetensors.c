@@ -1,6 +1,7 @@
 /* model/safetensors.c: the safetensors reader and writer (format notes in safetensors.h and
  * docs/FORMATS.md §3). The reader trusts nothing in the file: every size and offset is
  * checked against the real file size before any pointer into the data is formed. */
+#include "bus/errmsg.h"
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -37,18 +38,6 @@ struct st_file {
     json_t *meta;         /* the __metadata__ object, or NULL */
     int checksummed;
 };
-
-static int st_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int st_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static const struct { const char *name; int size; } st_dtypes[] = {
     {"F32", 4}, {"F64", 8}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
@@ -89,18 +78,18 @@ static int st_view_check(const tensor_view_t *t, const char *prefix, char *name,
                          char *err, size_t errlen) {
     size_t nl = strnlen(t->name, TENSOR_NAME_LEN);
     if (nl == 0 || nl == TENSOR_NAME_LEN)
-        return st_fail(err, errlen, ST_EARG, "tensor name empty or not terminated");
+        return err_fail(err, errlen, ST_EARG, "tensor name empty or not terminated");
     int w = snprintf(name, cap, "%s%s", prefix ? prefix : "", t->name);
     if (w < 0 || (size_t)w >= cap || w > ST_NAME_MAX)
-        return st_fail(err, errlen, ST_EARG, "tensor name too long: %s%s", prefix ? prefix : "",
+        return err_fail(err, errlen, ST_EARG, "tensor name too long: %s%s", prefix ? prefix : "",
                        t->name);
     if (t->ndim < 0 || t->ndim > TENSOR_MAX_DIMS)
-        return st_fail(err, errlen, ST_EARG, "tensor %s: ndim %d out of range", name, t->ndim);
+        return err_fail(err, errlen, ST_EARG, "tensor %s: ndim %d out of range", name, t->ndim);
     for (int d = 0; d < t->ndim; d++)
         if (t->shape[d] < 0)
-            return st_fail(err, errlen, ST_EARG, "tensor %s: negative dimension", name);
+            return err_fail(err, errlen, ST_EARG, "tensor %s: negative dimension", name);
     if (tensor_numel(t) > 0 && !t->data)
-        return st_fail(err, errlen, ST_EARG, "tensor %s: NULL data", name);
+        return err_fail(err, errlen, ST_EARG, "tensor %s: NULL data", name);
     return ST_OK;
 }
 
@@ -113,9 +102,9 @@ static int st_header_build(const st_group_t *g, int ng, const char *const *meta_
     if (!root || !meta) goto fail;
     for (int i = 0; i < n_meta; i++) {
         const char *k = meta_kv[2 * i], *v = meta_kv[2 * i + 1];
-        if (!k || !v || !*k) { rc = st_fail(err, errlen, ST_EARG, "metadata pair %d is NULL or empty", i); goto fail; }
-        if (strcmp(k, "xxh3") == 0) { rc = st_fail(err, errlen, ST_EARG, "metadata key \"xxh3\" is reserved"); goto fail; }
-        if (json_object_set_new(meta, k, json_string(v))) { rc = st_fail(err, errlen, ST_EARG, "metadata %s: not UTF-8", k); goto fail; }
+        if (!k || !v || !*k) { rc = err_fail(err, errlen, ST_EARG, "metadata pair %d is NULL or empty", i); goto fail; }
+        if (strcmp(k, "xxh3") == 0) { rc = err_fail(err, errlen, ST_EARG, "metadata key \"xxh3\" is reserved"); goto fail; }
+        if (json_object_set_new(meta, k, json_string(v))) { rc = err_fail(err, errlen, ST_EARG, "metadata %s: not UTF-8", k); goto fail; }
     }
     XXH3_state_t *hs = XXH3_createState();
     if (!hs) goto fail;
@@ -128,7 +117,7 @@ static int st_header_build(const st_group_t *g, int ng, const char *const *meta_
             if (c) { XXH3_freeState(hs); rc = c; goto fail; }
             if (strcmp(name, "__metadata__") == 0 || json_object_get(root, name)) {
                 XXH3_freeState(hs);
-                rc = st_fail(err, errlen, ST_EARG, "duplicate or reserved tensor name %s", name);
+                rc = err_fail(err, errlen, ST_EARG, "duplicate or reserved tensor name %s", name);
                 goto fail;
             }
             uint64_t nb = (uint64_t)tensor_numel(t) * sizeof(float);
@@ -155,7 +144,7 @@ static int st_header_build(const st_group_t *g, int ng, const char *const *meta_
     *out = ordered;
     return ST_OK;
 fail:
-    if (rc == ST_ENOMEM) st_fail(err, errlen, rc, "out of memory building the header");
+    if (rc == ST_ENOMEM) err_fail(err, errlen, rc, "out of memory building the header");
     json_decref(root);
     json_decref(meta);
     return rc;
@@ -164,27 +153,27 @@ fail:
 int st_write_groups(const char *path, const st_group_t *g, int ng, const char *const *meta_kv,
                     int n_meta, char *err, size_t errlen) {
     if (!path || ng < 0 || (ng && !g) || n_meta < 0 || (n_meta && !meta_kv))
-        return st_fail(err, errlen, ST_EARG, "st_write: bad arguments");
+        return err_fail(err, errlen, ST_EARG, "st_write: bad arguments");
     for (int i = 0; i < ng; i++)
         if (g[i].n < 0 || (g[i].n && !g[i].t))
-            return st_fail(err, errlen, ST_EARG, "st_write: bad tensor group %d", i);
+            return err_fail(err, errlen, ST_EARG, "st_write: bad tensor group %d", i);
     json_t *hdr = NULL;
     char why[256];
     int rc = st_header_build(g, ng, meta_kv, n_meta, &hdr, why, sizeof why);
-    if (rc) return st_fail(err, errlen, rc, "%s: %s", path, why);
+    if (rc) return err_fail(err, errlen, rc, "%s: %s", path, why);
     char *js = json_dumps(hdr, JSON_COMPACT);
     json_decref(hdr);
-    if (!js) return st_fail(err, errlen, ST_ENOMEM, "%s: cannot serialise header", path);
+    if (!js) return err_fail(err, errlen, ST_ENOMEM, "%s: cannot serialise header", path);
     size_t hl = strlen(js), padded = (hl + 7) & ~(size_t)7;
 
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
         free(js);
-        return st_fail(err, errlen, ST_EARG, "%s: path too long", path);
+        return err_fail(err, errlen, ST_EARG, "%s: path too long", path);
     }
     FILE *fp = fopen(tmp, "wb");
     if (!fp) {
-        rc = st_fail(err, errlen, ST_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        rc = err_fail(err, errlen, ST_EIO, "%s: cannot create: %s", tmp, strerror(errno));
         free(js);
         return rc;
     }
@@ -204,15 +193,15 @@ int st_write_groups(const char *path, const st_group_t *g, int ng, const char *c
     if (fclose(fp) != 0 && ok) { ok = 0; saved = errno; }
     if (!ok) {
         unlink(tmp);
-        return st_fail(err, errlen, ST_EIO, "%s: write failed: %s", tmp, strerror(saved));
+        return err_fail(err, errlen, ST_EIO, "%s: write failed: %s", tmp, strerror(saved));
     }
     if (rename(tmp, path) != 0) {
         saved = errno;
         unlink(tmp);
-        return st_fail(err, errlen, ST_EIO, "%s: rename to %s failed: %s", tmp, path, strerror(saved));
+        return err_fail(err, errlen, ST_EIO, "%s: rename to %s failed: %s", tmp, path, strerror(saved));
     }
     if (st_fsync_parent(path) != 0)
-        return st_fail(err, errlen, ST_EIO, "%s: fsync of directory failed: %s", path, strerror(errno));
+        return err_fail(err, errlen, ST_EIO, "%s: fsync of directory failed: %s", path, strerror(errno));
     return ST_OK;
 }
 
@@ -250,44 +239,44 @@ static int st_cmp_begin(const void *a, const void *b) {
 static int st_entry_parse(const char *name, json_t *v, uint64_t data_len, st_entry_t *e,
                           char *why, size_t wl) {
     if (strlen(name) == 0 || strlen(name) > ST_NAME_MAX)
-        return st_fail(why, wl, ST_EFORMAT, "tensor name empty or longer than %d bytes", ST_NAME_MAX);
-    if (!json_is_object(v)) return st_fail(why, wl, ST_EFORMAT, "entry %s is not an object", name);
+        return err_fail(why, wl, ST_EFORMAT, "tensor name empty or longer than %d bytes", ST_NAME_MAX);
+    if (!json_is_object(v)) return err_fail(why, wl, ST_EFORMAT, "entry %s is not an object", name);
     json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
            *of = json_object_get(v, "data_offsets");
-    if (!json_is_string(dt)) return st_fail(why, wl, ST_EFORMAT, "entry %s: dtype missing or not a string", name);
-    if (!json_is_array(sh)) return st_fail(why, wl, ST_EFORMAT, "entry %s: shape missing or not an array", name);
+    if (!json_is_string(dt)) return err_fail(why, wl, ST_EFORMAT, "entry %s: dtype missing or not a string", name);
+    if (!json_is_array(sh)) return err_fail(why, wl, ST_EFORMAT, "entry %s: shape missing or not an array", name);
     if (!json_is_array(of) || json_array_size(of) != 2)
-        return st_fail(why, wl, ST_EFORMAT, "entry %s: data_offsets is not [begin, end]", name);
+        return err_fail(why, wl, ST_EFORMAT, "entry %s: data_offsets is not [begin, end]", name);
     e->esz = st_dtype_lookup(json_string_value(dt), &e->dtype);
     if (!e->esz)
-        return st_fail(why, wl, ST_EFORMAT, "entry %s: unsupported dtype \"%.16s\"", name,
+        return err_fail(why, wl, ST_EFORMAT, "entry %s: unsupported dtype \"%.16s\"", name,
                        json_string_value(dt));
     if (json_array_size(sh) > TENSOR_MAX_DIMS)
-        return st_fail(why, wl, ST_EFORMAT, "entry %s: %zu dimensions, at most %d supported", name,
+        return err_fail(why, wl, ST_EFORMAT, "entry %s: %zu dimensions, at most %d supported", name,
                        json_array_size(sh), TENSOR_MAX_DIMS);
     e->ndim = (int)json_array_size(sh);
     uint64_t numel = 1;
     for (int d = 0; d < e->ndim; d++) {
         json_t *x = json_array_get(sh, d);
         if (!json_is_integer(x) || json_integer_value(x) < 0)
-            return st_fail(why, wl, ST_EFORMAT, "entry %s: shape[%d] is not a non-negative integer", name, d);
+            return err_fail(why, wl, ST_EFORMAT, "entry %s: shape[%d] is not a non-negative integer", name, d);
         e->shape[d] = json_integer_value(x);
         if (__builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel))
-            return st_fail(why, wl, ST_EFORMAT, "entry %s: shape overflows", name);
+            return err_fail(why, wl, ST_EFORMAT, "entry %s: shape overflows", name);
     }
     json_t *b = json_array_get(of, 0), *en = json_array_get(of, 1);
     if (!json_is_integer(b) || !json_is_integer(en) || json_integer_value(b) < 0 ||
         json_integer_value(en) < json_integer_value(b))
-        return st_fail(why, wl, ST_EFORMAT, "entry %s: data_offsets are not 0 <= begin <= end", name);
+        return err_fail(why, wl, ST_EFORMAT, "entry %s: data_offsets are not 0 <= begin <= end", name);
     e->begin = (uint64_t)json_integer_value(b);
     e->end = (uint64_t)json_integer_value(en);
     uint64_t nbytes;
     if (__builtin_mul_overflow(numel, (uint64_t)e->esz, &nbytes) || nbytes != e->end - e->begin)
-        return st_fail(why, wl, ST_EFORMAT, "entry %s: shape needs %llu bytes but offsets span %llu",
+        return err_fail(why, wl, ST_EFORMAT, "entry %s: shape needs %llu bytes but offsets span %llu",
                        name, (unsigned long long)numel * e->esz,
                        (unsigned long long)(e->end - e->begin));
     if (e->end > data_len)
-        return st_fail(why, wl, ST_EFORMAT,
+        return err_fail(why, wl, ST_EFORMAT,
                        "entry %s: data_offsets end %llu beyond the data section (%llu bytes; truncated?)",
                        name, (unsigned long long)e->end, (unsigned long long)data_len);
     return ST_OK;
@@ -297,28 +286,28 @@ static int st_entry_parse(const char *name, json_t *v, uint64_t data_len, st_ent
 static int st_parse(st_file_t *f, uint64_t hlen, char *why, size_t wl) {
     json_error_t je;
     json_t *root = json_loadb((const char *)f->map + 8, hlen, JSON_REJECT_DUPLICATES, &je);
-    if (!root) return st_fail(why, wl, ST_EFORMAT, "header is not valid JSON: %s", je.text);
+    if (!root) return err_fail(why, wl, ST_EFORMAT, "header is not valid JSON: %s", je.text);
     int rc = ST_OK;
-    if (!json_is_object(root)) { rc = st_fail(why, wl, ST_EFORMAT, "header is not a JSON object"); goto out; }
+    if (!json_is_object(root)) { rc = err_fail(why, wl, ST_EFORMAT, "header is not a JSON object"); goto out; }
     size_t cap = json_object_size(root);
     f->e = calloc(cap ? cap : 1, sizeof *f->e);
     f->index = json_object();
-    if (!f->e || !f->index) { rc = st_fail(why, wl, ST_ENOMEM, "out of memory"); goto out; }
+    if (!f->e || !f->index) { rc = err_fail(why, wl, ST_ENOMEM, "out of memory"); goto out; }
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v) {
         if (strcmp(key, "__metadata__") == 0) {
-            if (!json_is_object(v)) { rc = st_fail(why, wl, ST_EFORMAT, "__metadata__ is not an object"); goto out; }
+            if (!json_is_object(v)) { rc = err_fail(why, wl, ST_EFORMAT, "__metadata__ is not an object"); goto out; }
             const char *mk;
             json_t *mv;
             json_object_foreach(v, mk, mv)
-                if (!json_is_string(mv)) { rc = st_fail(why, wl, ST_EFORMAT, "__metadata__.%.64s is not a string", mk); goto out; }
+                if (!json_is_string(mv)) { rc = err_fail(why, wl, ST_EFORMAT, "__metadata__.%.64s is not a string", mk); goto out; }
             f->meta = json_incref(v);
             continue;
         }
         st_entry_t *e = &f->e[f->n];
         if ((rc = st_entry_parse(key, v, f->data_len, e, why, wl))) goto out;
-        if (!(e->name = strdup(key))) { rc = st_fail(why, wl, ST_ENOMEM, "out of memory"); goto out; }
+        if (!(e->name = strdup(key))) { rc = err_fail(why, wl, ST_ENOMEM, "out of memory"); goto out; }
         f->n++;
     }
     /* The reference reader requires the tensors to tile the data section exactly; checking
@@ -327,7 +316,7 @@ static int st_parse(st_file_t *f, uint64_t hlen, char *why, size_t wl) {
     uint64_t at = 0;
     for (int i = 0; i < f->n; i++) {
         if (f->e[i].begin != at) {
-            rc = st_fail(why, wl, ST_EFORMAT, "tensor %s %s at byte %llu of the data section (expected %llu)",
+            rc = err_fail(why, wl, ST_EFORMAT, "tensor %s %s at byte %llu of the data section (expected %llu)",
                          f->e[i].name, f->e[i].begin < at ? "overlaps the previous one" : "leaves a gap",
                          (unsigned long long)f->e[i].begin, (unsigned long long)at);
             goto out;
@@ -336,7 +325,7 @@ static int st_parse(st_file_t *f, uint64_t hlen, char *why, size_t wl) {
         json_object_set_new(f->index, f->e[i].name, json_integer(i));
     }
     if (at != f->data_len) {
-        rc = st_fail(why, wl, ST_EFORMAT, "data section has %llu bytes but the tensors cover %llu",
+        rc = err_fail(why, wl, ST_EFORMAT, "data section has %llu bytes but the tensors cover %llu",
                      (unsigned long long)f->data_len, (unsigned long long)at);
         goto out;
     }
@@ -346,12 +335,12 @@ static int st_parse(st_file_t *f, uint64_t hlen, char *why, size_t wl) {
         errno = 0;
         unsigned long long want = strtoull(sum, &endp, 16);
         if (strlen(sum) != 16 || *endp || errno) {
-            rc = st_fail(why, wl, ST_EFORMAT, "__metadata__.xxh3 \"%.20s\" is not 16 hex digits", sum);
+            rc = err_fail(why, wl, ST_EFORMAT, "__metadata__.xxh3 \"%.20s\" is not 16 hex digits", sum);
             goto out;
         }
         unsigned long long got = XXH3_64bits(f->data, f->data_len);
         if (got != want) {
-            rc = st_fail(why, wl, ST_ECHECKSUM, "data checksum mismatch (xxh3 %016llx, header says %s): file corrupt",
+            rc = err_fail(why, wl, ST_ECHECKSUM, "data checksum mismatch (xxh3 %016llx, header says %s): file corrupt",
                          got, sum);
             goto out;
         }
@@ -362,7 +351,7 @@ static int st_parse(st_file_t *f, uint64_t hlen, char *why, size_t wl) {
         st_entry_t *e = &f->e[i];
         if (e->esz == 4 && strcmp(e->dtype, "F32") == 0 && ((uintptr_t)(f->data + e->begin) & 3)) {
             e->aligned = malloc(e->end - e->begin ? e->end - e->begin : 4);
-            if (!e->aligned) { rc = st_fail(why, wl, ST_ENOMEM, "out of memory"); goto out; }
+            if (!e->aligned) { rc = err_fail(why, wl, ST_ENOMEM, "out of memory"); goto out; }
             memcpy(e->aligned, f->data + e->begin, e->end - e->begin);
         }
     }
@@ -372,26 +361,26 @@ out:
 }
 
 int st_open(st_file_t **out, const char *path, char *err, size_t errlen) {
-    if (!out || !path) return st_fail(err, errlen, ST_EARG, "st_open: bad arguments");
+    if (!out || !path) return err_fail(err, errlen, ST_EARG, "st_open: bad arguments");
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st_fail(err, errlen, ST_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err_fail(err, errlen, ST_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return st_fail(err, errlen, ST_EIO, "%s: not a regular file", path);
+        return err_fail(err, errlen, ST_EIO, "%s: not a regular file", path);
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < 8) {
         close(fd);
-        return st_fail(err, errlen, ST_EFORMAT, "%s: not a safetensors file: %llu bytes, shorter than the 8-byte header size",
+        return err_fail(err, errlen, ST_EFORMAT, "%s: not a safetensors file: %llu bytes, shorter than the 8-byte header size",
                        path, (unsigned long long)size);
     }
     st_file_t *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
         free(f);
         close(fd);
-        return st_fail(err, errlen, ST_ENOMEM, "%s: out of memory", path);
+        return err_fail(err, errlen, ST_ENOMEM, "%s: out of memory", path);
     }
     /* Private + writable: callers may scribble on views without touching the file. */
     f->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
@@ -399,14 +388,14 @@ int st_open(st_file_t **out, const char *path, char *err, size_t errlen) {
     if (f->map == MAP_FAILED) {
         f->map = NULL;
         st_close(&f);
-        return st_fail(err, errlen, ST_EIO, "%s: mmap failed: %s", path, strerror(errno));
+        return err_fail(err, errlen, ST_EIO, "%s: mmap failed: %s", path, strerror(errno));
     }
     f->map_len = size;
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)f->map[i] << (8 * i);
     if (hlen < 2 || hlen > ST_HEADER_MAX || hlen > size - 8) {
         st_close(&f);
-        return st_fail(err, errlen, ST_EFORMAT,
+        return err_fail(err, errlen, ST_EFORMAT,
                        "%s: not a safetensors file or truncated: header size %llu, file size %llu",
                        path, (unsigned long long)hlen, (unsigned long long)size);
     }
@@ -416,7 +405,7 @@ int st_open(st_file_t **out, const char *path, char *err, size_t errlen) {
     int rc = st_parse(f, hlen, why, sizeof why);
     if (rc) {
         st_close(&f);
-        return st_fail(err, errlen, rc, "%s: %s", path, why);
+        return err_fail(err, errlen, rc, "%s: %s", path, why);
     }
     *out = f;
     return ST_OK;
@@ -481,7 +470,7 @@ static void st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) 
 
 int st_read_into_prefixed(st_file_t *f, const char *prefix, const tensor_view_t *dst, int n,
                           int strict, char *err, size_t errlen) {
-    if (!f || n < 0 || (n && !dst)) return st_fail(err, errlen, ST_EARG, "st_read_into: bad arguments");
+    if (!f || n < 0 || (n && !dst)) return err_fail(err, errlen, ST_EARG, "st_read_into: bad arguments");
     int copied = 0;
     char key[ST_NAME_MAX + TENSOR_NAME_LEN + 2];
     for (int i = 0; i < n; i++) {
@@ -489,20 +478,20 @@ int st_read_into_prefixed(st_file_t *f, const char *prefix, const tensor_view_t 
         st_tensor_t r;
         if (st_find_raw(f, key, &r) != ST_OK) {
             if (!strict) continue;
-            return st_fail(err, errlen, ST_ENOTFOUND, "%s: no tensor named %s", f->path, key);
+            return err_fail(err, errlen, ST_ENOTFOUND, "%s: no tensor named %s", f->path, key);
         }
         if (strcmp(r.dtype, "F32") != 0)
-            return st_fail(err, errlen, ST_EDTYPE, "%s: tensor %s is %s, expected F32", f->path, key, r.dtype);
+            return err_fail(err, errlen, ST_EDTYPE, "%s: tensor %s is %s, expected F32", f->path, key, r.dtype);
         int same = r.ndim == dst[i].ndim;
         for (int d = 0; same && d < r.ndim; d++) same = r.shape[d] == dst[i].shape[d];
         if (!same) {
             char a[96], b[96];
             st_shape_str(a, sizeof a, r.ndim, r.shape);
             st_shape_str(b, sizeof b, dst[i].ndim, dst[i].shape);
-            return st_fail(err, errlen, ST_ESHAPE, "%s: tensor %s has shape %s, expected %s", f->path, key, a, b);
+            return err_fail(err, errlen, ST_ESHAPE, "%s: tensor %s has shape %s, expected %s", f->path, key, a, b);
         }
         if (r.nbytes && !dst[i].data)
-            return st_fail(err, errlen, ST_EARG, "st_read_into: %s has NULL data", dst[i].name);
+            return err_fail(err, errlen, ST_EARG, "st_read_into: %s has NULL data", dst[i].name);
         if (r.nbytes) memcpy(dst[i].data, r.data, r.nbytes);
         copied++;
     }

@@ -1,4 +1,5 @@
 /* tokenizer/bpe_io.c: see bpe_io.h. */
+#include "bus/errmsg.h"
 #include "tokenizer/bpe_io.h"
 
 #include <errno.h>
@@ -14,30 +15,20 @@
 
 #include "tokenizer/b64.h"
 
-static int io_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 /* Adds the specials of a JSON object {"text": id, ...}. */
 static int io_add_specials(bpe_vocab_t *v, json_t *obj, const char *path, char *err, size_t errlen) {
     if (!obj) return BPE_OK;
     if (!json_is_object(obj))
-        return io_fail(err, errlen, BPE_EFORMAT, "%s: special_tokens is not an object", path);
+        return err_fail(err, errlen, BPE_EFORMAT, "%s: special_tokens is not an object", path);
     const char *key;
     json_t *val;
     json_object_foreach(obj, key, val) {
         if (!json_is_integer(val) || json_integer_value(val) < 0 ||
             json_integer_value(val) >= (json_int_t)BPE_NO_RANK)
-            return io_fail(err, errlen, BPE_EFORMAT, "%s: special token %s has no valid id", path, key);
+            return err_fail(err, errlen, BPE_EFORMAT, "%s: special token %s has no valid id", path, key);
         char e[160];
         int rc = bpe_vocab_add_special(v, key, (uint32_t)json_integer_value(val), e, sizeof e);
-        if (rc < 0) return io_fail(err, errlen, rc, "%s: %s", path, e);
+        if (rc < 0) return err_fail(err, errlen, rc, "%s: %s", path, e);
     }
     return BPE_OK;
 }
@@ -53,27 +44,27 @@ static int io_parse_ranks(bpe_vocab_t *v, const char *s, const char *path, char 
         /* field 0 is a marker tiktoken skips; field 1 the first rank of the line */
         const char *p = memchr(s, ' ', eol - s);
         if (eol == s) { s = *eol ? eol + 1 : eol; continue; }
-        if (!p) return io_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks line %ld: no rank field", path, lineno);
+        if (!p) return err_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks line %ld: no rank field", path, lineno);
         char *end;
         errno = 0;
         unsigned long long rank = strtoull(p + 1, &end, 10);
         if (end == p + 1 || errno || rank >= BPE_NO_RANK || (*end != ' ' && end != eol))
-            return io_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks line %ld: bad first rank", path, lineno);
+            return err_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks line %ld: bad first rank", path, lineno);
         p = end;
         while (p < eol) {
             p++; /* the space */
             const char *q = memchr(p, ' ', eol - p);
             if (!q) q = eol;
             if (q - p == 0 || (size_t)(q - p) > sizeof buf)
-                return io_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks: bad token at rank %llu", path, rank);
+                return err_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks: bad token at rank %llu", path, rank);
             long n = b64_decode(p, q - p, buf);
             if (n <= 0)
-                return io_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks: bad base64 at rank %llu", path, rank);
+                return err_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks: bad base64 at rank %llu", path, rank);
             if (rank >= BPE_NO_RANK)
-                return io_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks: rank overflow", path);
+                return err_fail(err, errlen, BPE_EFORMAT, "%s: bpe_ranks: rank overflow", path);
             char e[160];
             int rc = bpe_vocab_add(v, buf, (uint32_t)n, (uint32_t)rank, e, sizeof e);
-            if (rc < 0) return io_fail(err, errlen, rc, "%s: %s", path, e);
+            if (rc < 0) return err_fail(err, errlen, rc, "%s: %s", path, e);
             rank++;
             p = q;
         }
@@ -87,15 +78,15 @@ int bpe_vocab_load_tiktoken_json(bpe_vocab_t **out, const char *path, char *err,
     json_t *root = json_load_file(path, 0, &je);
     if (!root) {
         if (access(path, R_OK) != 0)
-            return io_fail(err, errlen, BPE_ENOENT, "%s: %s", path, strerror(errno));
-        return io_fail(err, errlen, BPE_EFORMAT, "%s:%d: %s", path, je.line, je.text);
+            return err_fail(err, errlen, BPE_ENOENT, "%s: %s", path, strerror(errno));
+        return err_fail(err, errlen, BPE_EFORMAT, "%s:%d: %s", path, je.line, je.text);
     }
     bpe_vocab_t *v = NULL;
     int rc = bpe_vocab_new(&v, err, errlen);
     if (rc < 0) goto done;
     json_t *pat = json_object_get(root, "pat_str"), *ranks = json_object_get(root, "bpe_ranks");
     if (!json_is_string(pat) || !json_is_string(ranks)) {
-        rc = io_fail(err, errlen, BPE_EFORMAT, "%s: no \"pat_str\"/\"bpe_ranks\" strings", path);
+        rc = err_fail(err, errlen, BPE_EFORMAT, "%s: no \"pat_str\"/\"bpe_ranks\" strings", path);
         goto done;
     }
     if ((rc = io_parse_ranks(v, json_string_value(ranks), path, err, errlen)) < 0) goto done;
@@ -106,7 +97,7 @@ int bpe_vocab_load_tiktoken_json(bpe_vocab_t **out, const char *path, char *err,
     char *base = basename(name), *dot = strrchr(base, '.');
     if (dot && strcmp(dot, ".json") == 0) *dot = 0;
     if (bpe_vocab_set_pattern(v, json_string_value(pat)) < 0 || bpe_vocab_set_name(v, base) < 0) {
-        rc = io_fail(err, errlen, BPE_ENOMEM, "out of memory");
+        rc = err_fail(err, errlen, BPE_ENOMEM, "out of memory");
         goto done;
     }
     if ((rc = bpe_vocab_check(v, err, errlen)) < 0) goto done;
@@ -125,7 +116,7 @@ int bpe_vocab_make_bytes(bpe_vocab_t **out, char *err, size_t errlen) {
         rc = bpe_vocab_add(v, &c, 1, b, err, errlen);
     }
     if (rc == 0) rc = bpe_vocab_add_special(v, BPE_EOT_TEXT, 256, err, errlen);
-    if (rc == 0 && bpe_vocab_set_name(v, "bytes") < 0) rc = io_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    if (rc == 0 && bpe_vocab_set_name(v, "bytes") < 0) rc = err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     if (rc < 0) bpe_vocab_free(&v);
     *out = v;
     return rc;
@@ -134,7 +125,7 @@ int bpe_vocab_make_bytes(bpe_vocab_t **out, char *err, size_t errlen) {
 int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t errlen) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return io_fail(err, errlen, errno == ENOENT ? BPE_ENOENT : BPE_EIO, "%s: %s", path, strerror(errno));
+    if (!f) return err_fail(err, errlen, errno == ENOENT ? BPE_ENOENT : BPE_EIO, "%s: %s", path, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -144,13 +135,13 @@ int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t e
     int rc = BPE_OK;
     const size_t mlen = strlen(BPE_FILE_MAGIC);
     if ((n = getline(&line, &cap, f)) <= 0 || strncmp(line, BPE_FILE_MAGIC " ", mlen + 1) != 0) {
-        rc = io_fail(err, errlen, BPE_EFORMAT, "%s:1: not a vocabulary file (no \"%s\" header)", path, BPE_FILE_MAGIC);
+        rc = err_fail(err, errlen, BPE_EFORMAT, "%s:1: not a vocabulary file (no \"%s\" header)", path, BPE_FILE_MAGIC);
         goto done;
     }
     char *end;
     long version = strtol(line + mlen + 1, &end, 10);
     if (version != BPE_FILE_VERSION) {
-        rc = io_fail(err, errlen, BPE_EFORMAT, "%s:1: version %ld, this build reads %d", path, version, BPE_FILE_VERSION);
+        rc = err_fail(err, errlen, BPE_EFORMAT, "%s:1: version %ld, this build reads %d", path, version, BPE_FILE_VERSION);
         goto done;
     }
     json_error_t je;
@@ -158,12 +149,12 @@ int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t e
     json_t *pat = hdr ? json_object_get(hdr, "pattern") : NULL, *name = hdr ? json_object_get(hdr, "name") : NULL;
     json_t *ntok = hdr ? json_object_get(hdr, "n_tokens") : NULL;
     if (!json_is_string(pat) || !json_is_string(name) || !json_is_integer(ntok)) {
-        rc = io_fail(err, errlen, BPE_EFORMAT, "%s:1: header needs \"pattern\", \"name\" and \"n_tokens\"", path);
+        rc = err_fail(err, errlen, BPE_EFORMAT, "%s:1: header needs \"pattern\", \"name\" and \"n_tokens\"", path);
         goto done;
     }
     if ((rc = bpe_vocab_new(&v, err, errlen)) < 0) goto done;
     if (bpe_vocab_set_pattern(v, json_string_value(pat)) < 0 || bpe_vocab_set_name(v, json_string_value(name)) < 0) {
-        rc = io_fail(err, errlen, BPE_ENOMEM, "out of memory");
+        rc = err_fail(err, errlen, BPE_ENOMEM, "out of memory");
         goto done;
     }
     if ((rc = io_add_specials(v, json_object_get(hdr, "special_tokens"), path, err, errlen)) < 0) goto done;
@@ -171,7 +162,7 @@ int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t e
     while ((n = getline(&line, &cap, f)) > 0) {
         lineno++;
         if (line[n - 1] != '\n') {
-            rc = io_fail(err, errlen, BPE_EFORMAT, "%s:%ld: truncated line", path, lineno);
+            rc = err_fail(err, errlen, BPE_EFORMAT, "%s:%ld: truncated line", path, lineno);
             goto done;
         }
         char *sp = memchr(line, ' ', n);
@@ -180,29 +171,29 @@ int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t e
         errno = 0;
         unsigned long long id = sp ? strtoull(sp + 1, &end, 10) : 0;
         if (blen <= 0 || errno || end == sp + 1 || *end != '\n' || id >= BPE_NO_RANK) {
-            rc = io_fail(err, errlen, BPE_EFORMAT, "%s:%ld: expected \"<base64 token> <id>\"", path, lineno);
+            rc = err_fail(err, errlen, BPE_EFORMAT, "%s:%ld: expected \"<base64 token> <id>\"", path, lineno);
             goto done;
         }
         char e[160];
         if ((rc = bpe_vocab_add(v, buf, (uint32_t)blen, (uint32_t)id, e, sizeof e)) < 0) {
-            rc = io_fail(err, errlen, rc, "%s:%ld: %s", path, lineno, e);
+            rc = err_fail(err, errlen, rc, "%s:%ld: %s", path, lineno, e);
             goto done;
         }
         count++;
     }
     if (ferror(f)) {
-        rc = io_fail(err, errlen, BPE_EIO, "%s: read error", path);
+        rc = err_fail(err, errlen, BPE_EIO, "%s: read error", path);
         goto done;
     }
     if (count != json_integer_value(ntok)) {
-        rc = io_fail(err, errlen, BPE_EFORMAT, "%s: truncated: %ld tokens, header says %lld", path, count,
+        rc = err_fail(err, errlen, BPE_EFORMAT, "%s: truncated: %ld tokens, header says %lld", path, count,
                      (long long)json_integer_value(ntok));
         goto done;
     }
     if ((rc = bpe_vocab_check(v, err, errlen)) < 0) {
         char e[200];
         snprintf(e, sizeof e, "%s", err ? err : "");
-        rc = io_fail(err, errlen, rc, "%s: %s", path, e);
+        rc = err_fail(err, errlen, rc, "%s: %s", path, e);
     }
 done:
     free(line);
@@ -216,13 +207,13 @@ done:
 int bpe_vocab_save_file(const bpe_vocab_t *v, const char *path, char *err, size_t errlen) {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 16);
-    if (!tmp) return io_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    if (!tmp) return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         int e = errno;
         free(tmp);
-        return io_fail(err, errlen, BPE_EIO, "%s: %s", path, strerror(e));
+        return err_fail(err, errlen, BPE_EIO, "%s: %s", path, strerror(e));
     }
     FILE *f = fdopen(fd, "wb");
     json_t *hdr = json_object(), *spec = json_object();
@@ -259,7 +250,7 @@ int bpe_vocab_save_file(const bpe_vocab_t *v, const char *path, char *err, size_
     if (!ok) {
         unlink(tmp);
         free(tmp);
-        return io_fail(err, errlen, BPE_EIO, "%s: write failed: %s", path, strerror(e));
+        return err_fail(err, errlen, BPE_EIO, "%s: write failed: %s", path, strerror(e));
     }
     free(tmp);
     /* make the rename itself durable */
@@ -280,7 +271,7 @@ static int io_is_file(const char *p) {
 
 int bpe_vocab_open(bpe_vocab_t **out, const char *spec, char *err, size_t errlen) {
     *out = NULL;
-    if (!spec || !*spec) return io_fail(err, errlen, BPE_EARG, "empty vocabulary name");
+    if (!spec || !*spec) return err_fail(err, errlen, BPE_EARG, "empty vocabulary name");
     if (strcmp(spec, "bytes") == 0) return bpe_vocab_make_bytes(out, err, errlen);
     if (!strchr(spec, '/') && !io_is_file(spec)) {
         /* an encoding name: look in the configured directory, then the repository's data/ */
@@ -291,12 +282,12 @@ int bpe_vocab_open(bpe_vocab_t **out, const char *spec, char *err, size_t errlen
             snprintf(p, sizeof p, "%s/%s.json", dirs[i], spec);
             if (io_is_file(p)) return bpe_vocab_load_tiktoken_json(out, p, err, errlen);
         }
-        return io_fail(err, errlen, BPE_ENOENT,
+        return err_fail(err, errlen, BPE_ENOENT,
                        "%s: no such vocabulary file, nor %s.json in $FT_TIKTOKEN_DIR or data/tiktoken/encoders "
                        "(run `make data`)", spec, spec);
     }
     FILE *f = fopen(spec, "rb");
-    if (!f) return io_fail(err, errlen, errno == ENOENT ? BPE_ENOENT : BPE_EIO, "%s: %s", spec, strerror(errno));
+    if (!f) return err_fail(err, errlen, errno == ENOENT ? BPE_ENOENT : BPE_EIO, "%s: %s", spec, strerror(errno));
     int c = fgetc(f);
     fclose(f);
     if (c == '{') return bpe_vocab_load_tiktoken_json(out, spec, err, errlen);

@@ -4,6 +4,7 @@
  * power-of-two size, load <= 1/2) maps bytes -> id. Each slot holds the token's length and
  * its first 8 bytes, so a lookup of a token of <= 8 bytes (most English pieces) is decided
  * inside the slot without touching the arena: rank lookups are the encoder's hot path. */
+#include "bus/errmsg.h"
 #include "tokenizer/bpe_vocab.h"
 
 #include <stdarg.h>
@@ -36,16 +37,6 @@ struct bpe_vocab {
     char *pattern, *name;
 };
 
-static int vocab_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 const char *bpe_strerror(int status) {
     switch (status) {
     case BPE_OK: return "ok";
@@ -61,7 +52,7 @@ const char *bpe_strerror(int status) {
 
 int bpe_vocab_new(bpe_vocab_t **out, char *err, size_t errlen) {
     bpe_vocab_t *v = calloc(1, sizeof *v);
-    if (!v) return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    if (!v) return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     v->slot_mask = 1023;
     v->slot_shift = 64 - 10;
     v->slots = calloc(v->slot_mask + 1, sizeof *v->slots);
@@ -69,7 +60,7 @@ int bpe_vocab_new(bpe_vocab_t **out, char *err, size_t errlen) {
     v->name = strdup("bpe");
     if (!v->slots || !v->pattern || !v->name) {
         bpe_vocab_free(&v);
-        return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+        return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     }
     *out = v;
     return BPE_OK;
@@ -186,14 +177,14 @@ static void vocab_store(bpe_vocab_t *v, const uint8_t *bytes, uint32_t n, uint32
 int bpe_vocab_add(bpe_vocab_t *v, const uint8_t *bytes, uint32_t n, uint32_t id, char *err,
                   size_t errlen) {
     if (!v || !bytes || n == 0 || id == BPE_NO_RANK)
-        return vocab_fail(err, errlen, BPE_EARG, "empty token or bad id %u", id);
+        return err_fail(err, errlen, BPE_EARG, "empty token or bad id %u", id);
     if (id < v->size && v->kind[id] != KIND_NONE)
-        return vocab_fail(err, errlen, BPE_EFORMAT, "duplicate id %u", id);
+        return err_fail(err, errlen, BPE_EFORMAT, "duplicate id %u", id);
     if (bpe_vocab_rank(v, bytes, n) != BPE_NO_RANK)
-        return vocab_fail(err, errlen, BPE_EFORMAT, "duplicate token for id %u", id);
-    if (vocab_reserve(v, id, n) < 0) return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+        return err_fail(err, errlen, BPE_EFORMAT, "duplicate token for id %u", id);
+    if (vocab_reserve(v, id, n) < 0) return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     if ((uint64_t)(v->n_ordinary + 1) * 2 > v->slot_mask + 1 && vocab_grow_table(v) < 0)
-        return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+        return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     vocab_store(v, bytes, n, id, KIND_ORDINARY);
     vocab_slot_insert(v->slots, v->slot_mask, v->slot_shift, bytes, n, id);
     v->n_ordinary++;
@@ -203,15 +194,15 @@ int bpe_vocab_add(bpe_vocab_t *v, const uint8_t *bytes, uint32_t n, uint32_t id,
 int bpe_vocab_add_special(bpe_vocab_t *v, const char *text, uint32_t id, char *err, size_t errlen) {
     size_t n = text ? strlen(text) : 0;
     if (!v || n == 0 || n > UINT32_MAX || id == BPE_NO_RANK)
-        return vocab_fail(err, errlen, BPE_EARG, "empty special token or bad id");
+        return err_fail(err, errlen, BPE_EARG, "empty special token or bad id");
     if (id < v->size && v->kind[id] != KIND_NONE)
-        return vocab_fail(err, errlen, BPE_EFORMAT, "duplicate id %u (special %s)", id, text);
+        return err_fail(err, errlen, BPE_EFORMAT, "duplicate id %u (special %s)", id, text);
     if (bpe_vocab_special_id(v, text) != BPE_NO_RANK)
-        return vocab_fail(err, errlen, BPE_EFORMAT, "duplicate special token %s", text);
+        return err_fail(err, errlen, BPE_EFORMAT, "duplicate special token %s", text);
     /* stored with its NUL so bpe_vocab_special can hand out a C string */
-    if (vocab_reserve(v, id, n + 1) < 0) return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    if (vocab_reserve(v, id, n + 1) < 0) return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     uint32_t *ids = realloc(v->special_ids, (v->n_special + 1) * sizeof *ids);
-    if (!ids) return vocab_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    if (!ids) return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     v->special_ids = ids;
     vocab_store(v, (const uint8_t *)text, (uint32_t)n + 1, id, KIND_SPECIAL);
     v->len[id] = (uint32_t)n;
@@ -274,7 +265,7 @@ int bpe_vocab_check(const bpe_vocab_t *v, char *err, size_t errlen) {
     for (int b = 0; b < 256; b++) {
         uint8_t c = (uint8_t)b;
         if (bpe_vocab_rank(v, &c, 1) == BPE_NO_RANK)
-            return vocab_fail(err, errlen, BPE_EFORMAT, "byte 0x%02x has no token", b);
+            return err_fail(err, errlen, BPE_EFORMAT, "byte 0x%02x has no token", b);
     }
     return BPE_OK;
 }

@@ -7,6 +7,7 @@
  * Reader: one read-only environment with one long-lived read transaction (the dataset is
  * immutable once "info" exists), so dataset_doc_read is one B-tree lookup and a copy out of
  * the mmap. MDB_NOTLS lets a handle move between threads (one thread at a time). */
+#include "bus/errmsg.h"
 #include "tokenizer/dataset.h"
 
 #include <errno.h>
@@ -43,14 +44,6 @@ struct dataset_writer {
     size_t n_pending, off_cap;
     uint64_t first_pending; /* document index of pending doc 0 */
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 const char *dataset_strerror(int status) {
     switch (status) {
@@ -130,7 +123,7 @@ static int meta_unpack(const void *data, size_t len, dataset_meta_t *m, char *er
     int rc = DATASET_EFORMAT;
     if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len ||
         up.data.type != MSGPACK_OBJECT_MAP) {
-        seterr(err, errlen, "meta \"info\" is not one MessagePack map");
+        err_fail(err, errlen, 0, "meta \"info\" is not one MessagePack map");
         goto out;
     }
     memset(m, 0, sizeof *m);
@@ -145,11 +138,11 @@ static int meta_unpack(const void *data, size_t len, dataset_meta_t *m, char *er
             char f[32];
             bad = obj_str(v, f, sizeof f) || strcmp(f, DATASET_FORMAT_NAME) != 0;
             seen_format = !bad;
-            if (bad) { seterr(err, errlen, "meta: \"format\" is not \"%s\"", DATASET_FORMAT_NAME); goto out; }
+            if (bad) { err_fail(err, errlen, 0, "meta: \"format\" is not \"%s\"", DATASET_FORMAT_NAME); goto out; }
         } else if (obj_is_key(k, "version")) {
             bad = obj_u64(v, &u); m->version = (uint32_t)u; seen |= 1;
             if (!bad && u != DATASET_FORMAT_VERSION) {
-                seterr(err, errlen, "meta: version %llu, this build reads version %d",
+                err_fail(err, errlen, 0, "meta: version %llu, this build reads version %d",
                        (unsigned long long)u, DATASET_FORMAT_VERSION);
                 goto out;
             }
@@ -173,20 +166,20 @@ static int meta_unpack(const void *data, size_t len, dataset_meta_t *m, char *er
             bad = obj_str(v, m->source, sizeof m->source);
         } /* unknown keys are ignored: a newer writer may add optional fields */
         if (bad) {
-            seterr(err, errlen, "meta: field \"%.*s\" has a wrong type or value",
+            err_fail(err, errlen, 0, "meta: field \"%.*s\" has a wrong type or value",
                    k->type == MSGPACK_OBJECT_STR ? (int)k->via.str.size : 1,
                    k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?");
             goto out;
         }
     }
-    if (!seen_format) { seterr(err, errlen, "meta: \"format\" missing"); goto out; }
-    if (seen != 127) { seterr(err, errlen, "meta: a required numeric field is missing"); goto out; }
+    if (!seen_format) { err_fail(err, errlen, 0, "meta: \"format\" missing"); goto out; }
+    if (seen != 127) { err_fail(err, errlen, 0, "meta: a required numeric field is missing"); goto out; }
     if (m->eot_id >= m->vocab_size) {
-        seterr(err, errlen, "meta: eot_id %u >= vocab_size %u", m->eot_id, m->vocab_size);
+        err_fail(err, errlen, 0, "meta: eot_id %u >= vocab_size %u", m->eot_id, m->vocab_size);
         goto out;
     }
     if (m->token_bytes == 2 && m->vocab_size > 65536) {
-        seterr(err, errlen, "meta: token_bytes 2 cannot hold vocab_size %u", m->vocab_size);
+        err_fail(err, errlen, 0, "meta: token_bytes 2 cannot hold vocab_size %u", m->vocab_size);
         goto out;
     }
     rc = DATASET_OK;
@@ -204,7 +197,7 @@ int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
     struct stat st;
     snprintf(file, sizeof file, "%s/data.mdb", path);
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || stat(file, &st) != 0) {
-        seterr(err, errlen, "dataset %s: no LMDB environment there (%s)", path,
+        err_fail(err, errlen, 0, "dataset %s: no LMDB environment there (%s)", path,
                stat(path, &st) != 0 ? strerror(errno) : "no data.mdb");
         return DATASET_ENOENT;
     }
@@ -216,32 +209,32 @@ int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
     if ((mrc = mdb_env_create(&ds->env)) || (mrc = mdb_env_set_maxdbs(ds->env, 2)) ||
         (mrc = mdb_env_open(ds->env, path, MDB_RDONLY | MDB_NOTLS, 0644)) ||
         (mrc = mdb_txn_begin(ds->env, NULL, MDB_RDONLY, &ds->txn))) {
-        seterr(err, errlen, "dataset %s: %s", path, mdb_strerror(mrc));
+        err_fail(err, errlen, 0, "dataset %s: %s", path, mdb_strerror(mrc));
         goto fail;
     }
     if ((mrc = mdb_dbi_open(ds->txn, "meta", 0, &meta_dbi)) || (mrc = mdb_dbi_open(ds->txn, "docs", 0, &ds->docs))) {
-        seterr(err, errlen, "dataset %s: named db \"meta\"/\"docs\": %s", path, mdb_strerror(mrc));
+        err_fail(err, errlen, 0, "dataset %s: named db \"meta\"/\"docs\": %s", path, mdb_strerror(mrc));
         rc = DATASET_EFORMAT;
         goto fail;
     }
     if ((mrc = mdb_get(ds->txn, meta_dbi, &k, &v))) {
-        seterr(err, errlen, "dataset %s: no \"info\" in meta (incomplete dataset?): %s", path, mdb_strerror(mrc));
+        err_fail(err, errlen, 0, "dataset %s: no \"info\" in meta (incomplete dataset?): %s", path, mdb_strerror(mrc));
         rc = DATASET_EFORMAT;
         goto fail;
     }
     char why[200];
     if ((rc = meta_unpack(v.mv_data, v.mv_size, &ds->meta, why, sizeof why))) {
-        seterr(err, errlen, "dataset %s: %s", path, why);
+        err_fail(err, errlen, 0, "dataset %s: %s", path, why);
         goto fail;
     }
     MDB_stat ms;
     if ((mrc = mdb_stat(ds->txn, ds->docs, &ms))) {
-        seterr(err, errlen, "dataset %s: %s", path, mdb_strerror(mrc));
+        err_fail(err, errlen, 0, "dataset %s: %s", path, mdb_strerror(mrc));
         rc = DATASET_ELMDB;
         goto fail;
     }
     if (ms.ms_entries != ds->meta.n_docs) {
-        seterr(err, errlen, "dataset %s: meta says %llu documents, \"docs\" holds %llu", path,
+        err_fail(err, errlen, 0, "dataset %s: meta says %llu documents, \"docs\" holds %llu", path,
                (unsigned long long)ds->meta.n_docs, (unsigned long long)ms.ms_entries);
         rc = DATASET_EFORMAT;
         goto fail;
@@ -339,26 +332,26 @@ int dataset_writer_open(dataset_writer_t **out, const char *path, const dataset_
     if (!out || !path || !meta) return DATASET_EARG;
     *out = NULL;
     if (meta->vocab_size == 0 || meta->eot_id >= meta->vocab_size) {
-        seterr(err, errlen, "dataset %s: vocab_size %u / eot_id %u invalid", path, meta->vocab_size, meta->eot_id);
+        err_fail(err, errlen, 0, "dataset %s: vocab_size %u / eot_id %u invalid", path, meta->vocab_size, meta->eot_id);
         return DATASET_EARG;
     }
-    if (strlen(path) >= 4000) { seterr(err, errlen, "dataset path too long"); return DATASET_EARG; }
+    if (strlen(path) >= 4000) { err_fail(err, errlen, 0, "dataset path too long"); return DATASET_EARG; }
     char file[4200], lock[4200];
     snprintf(file, sizeof file, "%s/data.mdb", path);
     snprintf(lock, sizeof lock, "%s/lock.mdb", path);
     struct stat st;
     if (stat(file, &st) == 0) {
         if (!overwrite) {
-            seterr(err, errlen, "dataset %s: already exists (overwrite not requested)", path);
+            err_fail(err, errlen, 0, "dataset %s: already exists (overwrite not requested)", path);
             return DATASET_EARG;
         }
         if (unlink(file) != 0 || (unlink(lock) != 0 && errno != ENOENT)) {
-            seterr(err, errlen, "dataset %s: cannot remove the old one: %s", path, strerror(errno));
+            err_fail(err, errlen, 0, "dataset %s: cannot remove the old one: %s", path, strerror(errno));
             return DATASET_EARG;
         }
     }
     if (mkdir_p(path) != 0) {
-        seterr(err, errlen, "dataset %s: cannot create directory: %s", path, strerror(errno));
+        err_fail(err, errlen, 0, "dataset %s: cannot create directory: %s", path, strerror(errno));
         return DATASET_ENOENT;
     }
     dataset_writer_t *w = calloc(1, sizeof *w);
@@ -387,7 +380,7 @@ int dataset_writer_open(dataset_writer_t **out, const char *path, const dataset_
         (mrc = mdb_dbi_open(txn, "meta", MDB_CREATE, &w->meta_dbi)) ||
         (mrc = mdb_dbi_open(txn, "docs", MDB_CREATE, &w->docs_dbi)) || (mrc = mdb_txn_commit(txn))) {
         if (txn && mrc) mdb_txn_abort(txn);
-        seterr(err, errlen, "dataset %s: %s", path, mdb_strerror(mrc));
+        err_fail(err, errlen, 0, "dataset %s: %s", path, mdb_strerror(mrc));
         dataset_writer_abort(&w);
         return DATASET_ELMDB;
     }
@@ -402,7 +395,7 @@ static int writer_flush(dataset_writer_t *w, char *err, size_t errlen) {
     for (;;) {
         MDB_txn *txn;
         int mrc = mdb_txn_begin(w->env, NULL, 0, &txn);
-        if (mrc) { seterr(err, errlen, "dataset %s: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
+        if (mrc) { err_fail(err, errlen, 0, "dataset %s: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
         for (size_t i = 0; i < w->n_pending && !mrc; i++) {
             uint8_t kb[8];
             key_encode(w->first_pending + i, kb);
@@ -415,13 +408,13 @@ static int writer_flush(dataset_writer_t *w, char *err, size_t errlen) {
         if (mrc == MDB_MAP_FULL) {
             w->mapsize *= 2;
             if ((mrc = mdb_env_set_mapsize(w->env, w->mapsize))) {
-                seterr(err, errlen, "dataset %s: growing the map to %zu bytes: %s", w->path, w->mapsize,
+                err_fail(err, errlen, 0, "dataset %s: growing the map to %zu bytes: %s", w->path, w->mapsize,
                        mdb_strerror(mrc));
                 return DATASET_ELMDB;
             }
             continue;
         }
-        if (mrc) { seterr(err, errlen, "dataset %s: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
+        if (mrc) { err_fail(err, errlen, 0, "dataset %s: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
         break;
     }
     w->first_pending += w->n_pending;
@@ -436,7 +429,7 @@ int dataset_writer_add(dataset_writer_t *w, const uint32_t *tokens, uint32_t n, 
     const uint32_t tb = w->meta.token_bytes;
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] >= w->meta.vocab_size) {
-            seterr(err, errlen, "dataset %s: document %llu token %u: id %u >= vocab_size %u", w->path,
+            err_fail(err, errlen, 0, "dataset %s: document %llu token %u: id %u >= vocab_size %u", w->path,
                    (unsigned long long)(w->first_pending + w->n_pending), i, tokens[i], w->meta.vocab_size);
             return DATASET_ERANGE;
         }
@@ -478,7 +471,7 @@ int dataset_writer_close(dataset_writer_t **pw, char *err, size_t errlen) {
     int rc = writer_flush(w, err, errlen);
     if (rc) return rc;
     int mrc = mdb_env_sync(w->env, 1);
-    if (mrc) { seterr(err, errlen, "dataset %s: sync: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
+    if (mrc) { err_fail(err, errlen, 0, "dataset %s: sync: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     meta_pack(&w->meta, &sb);
@@ -499,7 +492,7 @@ int dataset_writer_close(dataset_writer_t **pw, char *err, size_t errlen) {
     }
     msgpack_sbuffer_destroy(&sb);
     if (!mrc) mrc = mdb_env_sync(w->env, 1);
-    if (mrc) { seterr(err, errlen, "dataset %s: writing info: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
+    if (mrc) { err_fail(err, errlen, 0, "dataset %s: writing info: %s", w->path, mdb_strerror(mrc)); return DATASET_ELMDB; }
     dataset_writer_abort(pw); /* frees; "info" is already committed */
     return DATASET_OK;
 }

@@ -1,4 +1,5 @@
 /* tokenizer/docread.c: see docread.h. */
+#include "bus/errmsg.h"
 #include "tokenizer/docread.h"
 
 #include <errno.h>
@@ -23,16 +24,6 @@ struct docread {
     json_t *doc; /* the JSON object whose "text" the caller is reading */
 };
 
-static int dr_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 int docread_format_parse(const char *s) {
     if (!s) return -1;
     if (strcmp(s, "text") == 0) return DOCREAD_TEXT;
@@ -45,7 +36,7 @@ int docread_open(docread_t **out, const char *path, docread_format_t fmt, char *
     docread_t *r = calloc(1, sizeof *r);
     if (!r || !(r->path = strdup(path))) {
         free(r);
-        return dr_fail(err, errlen, BPE_ENOMEM, "out of memory");
+        return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     }
     r->fmt = fmt;
     if (strcmp(path, "-") == 0) {
@@ -55,14 +46,14 @@ int docread_open(docread_t **out, const char *path, docread_format_t fmt, char *
         if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
             free(r->path);
             free(r);
-            return dr_fail(err, errlen, BPE_EARG, "%s: is a directory", path);
+            return err_fail(err, errlen, BPE_EARG, "%s: is a directory", path);
         }
         r->f = fopen(path, "rb");
         if (!r->f) {
             int e = errno;
             free(r->path);
             free(r);
-            return dr_fail(err, errlen, e == ENOENT ? BPE_ENOENT : BPE_EIO, "%s: %s", path, strerror(e));
+            return err_fail(err, errlen, e == ENOENT ? BPE_ENOENT : BPE_EIO, "%s: %s", path, strerror(e));
         }
         r->own = 1;
         if (fstat(fileno(r->f), &st) == 0 && S_ISREG(st.st_mode)) r->size = (uint64_t)st.st_size;
@@ -78,7 +69,7 @@ int docread_next(docread_t *r, const char **text, size_t *len, char *err, size_t
         errno = 0;
         ssize_t n = getline(&r->line, &r->cap, r->f);
         if (n < 0) {
-            if (ferror(r->f)) return dr_fail(err, errlen, BPE_EIO, "%s: read error: %s", r->path, strerror(errno));
+            if (ferror(r->f)) return err_fail(err, errlen, BPE_EIO, "%s: read error: %s", r->path, strerror(errno));
             return 0;
         }
         r->lineno++;
@@ -97,10 +88,10 @@ int docread_next(docread_t *r, const char **text, size_t *len, char *err, size_t
         json_error_t je;
         r->doc = json_loadb(r->line, (size_t)n, JSON_ALLOW_NUL, &je);
         if (!r->doc)
-            return dr_fail(err, errlen, BPE_EFORMAT, "%s:%ld: bad JSON: %s", r->path, r->lineno, je.text);
+            return err_fail(err, errlen, BPE_EFORMAT, "%s:%ld: bad JSON: %s", r->path, r->lineno, je.text);
         json_t *t = json_object_get(r->doc, "text");
         if (!json_is_string(t))
-            return dr_fail(err, errlen, BPE_EFORMAT, "%s:%ld: no \"text\" string field", r->path, r->lineno);
+            return err_fail(err, errlen, BPE_EFORMAT, "%s:%ld: no \"text\" string field", r->path, r->lineno);
         *text = json_string_value(t);
         *len = json_string_length(t);
         return 1;

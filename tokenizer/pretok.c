@@ -1,5 +1,6 @@
 /* tokenizer/pretok.c: see pretok.h. */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "bus/errmsg.h"
 #include "tokenizer/pretok.h"
 
 #include <pcre2.h>
@@ -28,20 +29,10 @@ const char *pretok_pattern_resolve(const char *s) {
     return s;
 }
 
-static int pretok_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 int pretok_new(pretok_t **out, const char *pattern, char *err, size_t errlen) {
     *out = NULL;
     pretok_t *p = calloc(1, sizeof *p);
-    if (!p) return pretok_fail(err, errlen, BPE_ENOMEM, "out of memory");
+    if (!p) return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     if (!pattern || !*pattern) {
         *out = p; /* no code: one piece per text */
         return BPE_OK;
@@ -54,7 +45,7 @@ int pretok_new(pretok_t **out, const char *pattern, char *err, size_t errlen) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
         free(p);
-        return pretok_fail(err, errlen, BPE_EREGEX, "pattern does not compile: %s", (char *)msg);
+        return err_fail(err, errlen, BPE_EREGEX, "pattern does not compile: %s", (char *)msg);
     }
     p->jit = pcre2_jit_compile(p->code, PCRE2_JIT_COMPLETE) == 0;
     p->md = pcre2_match_data_create_from_pattern(p->code, NULL);
@@ -63,7 +54,7 @@ int pretok_new(pretok_t **out, const char *pattern, char *err, size_t errlen) {
     p->stack = p->jit ? pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL) : NULL;
     if (!p->md || !p->mctx || (p->jit && !p->stack)) {
         pretok_free(&p);
-        return pretok_fail(err, errlen, BPE_ENOMEM, "out of memory");
+        return err_fail(err, errlen, BPE_ENOMEM, "out of memory");
     }
     if (p->jit) pcre2_jit_stack_assign(p->mctx, NULL, p->stack);
     if (strcmp(pattern, PRETOK_GPT2) == 0) p->fast = pretok_fast_gpt2;

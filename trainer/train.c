@@ -1,4 +1,5 @@
 /* trainer/train.c: the training loop (see train.h). */
+#include "bus/errmsg.h"
 #include "trainer/train.h"
 
 #include <jansson.h>
@@ -40,14 +41,6 @@ typedef struct {
     long long fault_nan_step;   /* test hook: $FT_TRAINER_FAULT_NAN_STEP makes that step's loss NaN */
 } run_t;
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 static double unix_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -72,7 +65,7 @@ static json_t *state_json(const run_t *r) {
 
 static int save_checkpoint(run_t *r, char *err, size_t errlen) {
     json_t *st = state_json(r);
-    if (!st) return fail(err, errlen, TRAIN_ECKPT, "out of memory building state.json");
+    if (!st) return err_fail(err, errlen, TRAIN_ECKPT, "out of memory building state.json");
     char path[1200];
     int rc = ckpt_save(r->run_dir, r->step, &r->cfg, r->params, r->np, r->mom1, r->mom2, r->np, st,
                        r->o->keep, path, sizeof path, err, errlen);
@@ -96,7 +89,7 @@ static int save_checkpoint(run_t *r, char *err, size_t errlen) {
 
 static int json_int_field(json_t *st, const char *key, long long *out, char *err, size_t errlen) {
     json_t *v = json_object_get(st, key);
-    if (!json_is_integer(v)) return fail(err, errlen, TRAIN_ECKPT, "state.json: \"%s\" missing or not an integer", key);
+    if (!json_is_integer(v)) return err_fail(err, errlen, TRAIN_ECKPT, "state.json: \"%s\" missing or not an integer", key);
     *out = json_integer_value(v);
     return 0;
 }
@@ -112,12 +105,12 @@ static int restore_state(run_t *r, const char *dir, uint64_t *epoch, uint64_t *d
     for (int i = 0; i < 7 && !rc; i++) rc = json_int_field(st, keys[i], &v[i], err, errlen);
     const char *layout = json_string_value(json_object_get(st, "layout"));
     if (!rc && (!layout || strcmp(layout, r->o->layout)))
-        rc = fail(err, errlen, TRAIN_ESETUP, "resume: --layout %s differs from the checkpoint's %s", r->o->layout, layout ? layout : "?");
+        rc = err_fail(err, errlen, TRAIN_ESETUP, "resume: --layout %s differs from the checkpoint's %s", r->o->layout, layout ? layout : "?");
     const long long want[4] = {r->o->B, r->o->T, r->o->accum, r->o->data_seed};
     const char *flag[4] = {"--batch", "--seq-len", "--accum", "--data-seed"};
     for (int i = 0; i < 4 && !rc; i++)
         if (v[3 + i] != want[i])
-            rc = fail(err, errlen, TRAIN_ESETUP, "resume: %s %lld differs from the checkpoint's %lld (%s)", flag[i], want[i], v[3 + i], dir);
+            rc = err_fail(err, errlen, TRAIN_ESETUP, "resume: %s %lld differs from the checkpoint's %lld (%s)", flag[i], want[i], v[3 + i], dir);
     if (!rc) {
         r->step = v[0];
         *epoch = (uint64_t)v[1];
@@ -190,19 +183,19 @@ static int setup(run_t *r, uint64_t *epoch, uint64_t *dstep, char *err, size_t e
     } else {
         trainer_opts_config(o, info.vocab_size, info.eot_id, &r->cfg);
         if (o->vocab_size && o->vocab_size != (int)info.vocab_size)
-            return fail(err, errlen, TRAIN_ESETUP, "--vocab-size %d does not match the dataset's vocabulary of %u tokens (%s)",
+            return err_fail(err, errlen, TRAIN_ESETUP, "--vocab-size %d does not match the dataset's vocabulary of %u tokens (%s)",
                         o->vocab_size, info.vocab_size, info.tokenizer);
     }
     if (r->cfg.vocab_size != (int)info.vocab_size)
-        return fail(err, errlen, TRAIN_ESETUP, "the model's vocabulary (%d) does not match the dataset's (%u tokens, tokenizer %s)",
+        return err_fail(err, errlen, TRAIN_ESETUP, "the model's vocabulary (%d) does not match the dataset's (%u tokens, tokenizer %s)",
                     r->cfg.vocab_size, info.vocab_size, info.tokenizer);
     if (o->T > r->cfg.max_seq)
-        return fail(err, errlen, TRAIN_ESETUP, "--seq-len %d is longer than the model's RoPE table (max_position_embeddings %d)", o->T, r->cfg.max_seq);
+        return err_fail(err, errlen, TRAIN_ESETUP, "--seq-len %d is longer than the model's RoPE table (max_position_embeddings %d)", o->T, r->cfg.max_seq);
     r->fam = family_for_kind(r->cfg.kind);
     if (!r->fam || strcmp(r->fam->name, o->model))
-        return fail(err, errlen, TRAIN_ESETUP, "--model %s but the checkpoint holds a %s model", o->model, r->fam ? r->fam->name : "unknown");
+        return err_fail(err, errlen, TRAIN_ESETUP, "--model %s but the checkpoint holds a %s model", o->model, r->fam ? r->fam->name : "unknown");
     if (r->fam->create(&r->model, &r->cfg, o->B, o->T, (uint64_t)o->seed, err, errlen)) return TRAIN_EMODEL;
-    if (alloc_views(r)) return fail(err, errlen, TRAIN_EMODEL, "out of memory");
+    if (alloc_views(r)) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
 
     adamw_config_t ac = adamw_config_default();
     ac.beta1 = o->beta1, ac.beta2 = o->beta2, ac.eps = o->eps, ac.weight_decay = o->wd;
@@ -228,7 +221,7 @@ static int setup(run_t *r, uint64_t *epoch, uint64_t *dstep, char *err, size_t e
     }
     r->inputs = malloc(sizeof(uint32_t) * o->B * o->T);
     r->targets = malloc(sizeof(uint32_t) * o->B * o->T);
-    if (!r->inputs || !r->targets) return fail(err, errlen, TRAIN_EMODEL, "out of memory");
+    if (!r->inputs || !r->targets) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
     return 0;
 }
 
@@ -253,7 +246,7 @@ static int train_step(run_t *r, double *loss, float *lr, double *gnorm, char *er
         loader_batch_release(&b);
         if (rc) return TRAIN_EMODEL;
         if (r->fault_nan_step == r->step + 1) l = NAN;
-        if (!isfinite(l)) return fail(err, errlen, TRAIN_ENAN, "loss is %g at step %lld", l, r->step + 1);
+        if (!isfinite(l)) return err_fail(err, errlen, TRAIN_ENAN, "loss is %g at step %lld", l, r->step + 1);
         if (r->fam->backward(r->model, err, errlen)) return TRAIN_EMODEL;
         sum += l;
         r->tokens_seen += (double)o->B * o->T;
@@ -261,7 +254,7 @@ static int train_step(run_t *r, double *loss, float *lr, double *gnorm, char *er
     *loss = sum / o->accum;
     *lr = schedule_lr(&r->sched, r->step);
     if (adamw_step(r->opt, r->grads, r->np, *lr, 1.0f / o->accum, o->clip, gnorm, err, errlen)) return TRAIN_EMODEL;
-    if (!isfinite(*gnorm)) return fail(err, errlen, TRAIN_ENAN, "gradient norm is %g at step %lld", *gnorm, r->step + 1);
+    if (!isfinite(*gnorm)) return err_fail(err, errlen, TRAIN_ENAN, "gradient norm is %g at step %lld", *gnorm, r->step + 1);
     r->step++;
     return 0;
 }
@@ -283,7 +276,7 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     const char *fault = getenv("FT_TRAINER_FAULT_NAN_STEP");
     r.fault_nan_step = fault ? atoll(fault) : 0;
     r.zctx = zmq_ctx_new();
-    if (!r.zctx) return fail(err, errlen, TRAIN_ESETUP, "zmq_ctx_new failed");
+    if (!r.zctx) return err_fail(err, errlen, TRAIN_ESETUP, "zmq_ctx_new failed");
     char perr[256];
     r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
     if (!r.pub) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);
