@@ -7,26 +7,15 @@
 # re-runs that find their work done, corrupt and half-written checkpoints, bad input, the plot.
 set -u
 cd "$(dirname "$0")/.."
-W=${FT_TEST_TMP:-$(mktemp -d)}/it_evaluator; rm -rf "$W"; mkdir -p "$W"
-export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub OMP_NUM_THREADS=1 FT_PROGRESS=0
-pass=0; fail=0
-ok() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
+. tests/lib/pipeline.sh
+it_init it_evaluator 1
 # a foreground evaluator that hangs fails the test instead of holding up `make test`
 ev() { timeout -k 5 180 bin/evaluator "$@"; }
-# waits up to $2 seconds (loaded machines: generous) for the shell condition $1
-wait_for() { local i; for i in $(seq $(($2 * 10))); do eval "$1" && return 0; sleep 0.1; done; return 1; }
 # val steps recorded in the results file, one per line, sorted
 steps_of() { jq -r --arg t "$1" 'select(.run == "live" and .task == $t) | .step' "$W/results.jsonl" 2>/dev/null | sort -n; }
 
-bin/tokenizer synth --n 3000 --seed 7 > "$W/synth.txt"
-bin/tokenizer encode --vocab bytes --out "$W/ds" "$W/synth.txt" 2>/dev/null
-bin/bus >"$W/bus.log" 2>&1 & pids+=($!)
-bin/loader --data "$W/ds" --bind "ipc://$W/l0" --name l0 --quiet >"$W/l0.log" 2>&1 & pids+=($!)
-bin/bus tap metrics eval log >"$W/tap.jsonl" 2>/dev/null & pids+=($!)
-wait_for "bin/bus send log/sync log program=it line=ping >/dev/null 2>&1; grep -q ping $W/tap.jsonl" 10
+it_synth_data "$W/ds" 3000 7
+it_pipeline "$W/ds" metrics eval
 
 STEPS=64
 # --max-seq 80: the example mc rows (up to 67 tokens) fit the model's positions
@@ -66,7 +55,7 @@ ok "the replacement did not redo the killed one's $nA result(s)" "grep -q '$nA a
 mc_first=$(steps_of mc | head -1)
 ok "every checkpoint from step $mc_first on has an mc result" "[ -n '$mc_first' ] && [ \"\$(steps_of mc)\" = \"\$(seq $mc_first 4 $STEPS)\" ]"
 ok "results carry the values" "jq -s -e 'map(select(.task == \"val\")) | all(.values.ce > 0 and .values.bpb > 0 and .values.tokens == 256 and .values.tokens_seen > 0)' $W/results.jsonl >/dev/null && jq -s -e 'map(select(.task == \"mc\")) | all(.values.n == 8 and .values.acc_char >= 0)' $W/results.jsonl >/dev/null"
-ok "eval events on the bus" "grep -q '\"topic\":\"eval/live\".*\"task\":\"val\"' $W/tap.jsonl && grep -q '\"topic\":\"eval/live\".*\"task\":\"mc\"' $W/tap.jsonl"
+ok "eval events on the bus" "grep -q '\"topic\":\"eval/live\".*\"task\":\"val\"' $W/tap.log && grep -q '\"topic\":\"eval/live\".*\"task\":\"mc\"' $W/tap.log"
 ok "validation loss fell over the run" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[0].values.ce > .[-1].values.ce)' $W/results.jsonl >/dev/null"
 
 # 2b. started after training without --run-dir: the bus's welcome message names the directory
@@ -101,8 +90,8 @@ ev --run x --run-dir "$W/none" $VAL --once --no-bus 2>"$W/b1.log"; rc=$?
 ok "--once without checkpoints fails with one line (rc $rc)" "[ $rc = 1 ] && [ \$(wc -l < $W/b1.log) = 1 ] && grep -q 'no complete checkpoint' $W/b1.log"
 ev --run x --task val --batch zero 2>"$W/b2.log"; rc=$?
 ok "bad flag refused (rc $rc)" "[ $rc = 2 ] && grep -q \"'zero' is not an integer\" $W/b2.log"
-ev --run x --run-dir "$W/ref" --task mc --file "$W/synth.txt" --vocab bytes --once --no-bus 2>"$W/b3.log"; rc=$?
-ok "a task file that is not JSONL is refused before any checkpoint (rc $rc)" "[ $rc = 2 ] && grep -q 'synth.txt:1: not a JSON object' $W/b3.log"
+ev --run x --run-dir "$W/ref" --task mc --file "$W/ds.txt" --vocab bytes --once --no-bus 2>"$W/b3.log"; rc=$?
+ok "a task file that is not JSONL is refused before any checkpoint (rc $rc)" "[ $rc = 2 ] && grep -q 'ds.txt:1: not a JSON object' $W/b3.log"
 ev --run x --run-dir "$W/ref" --task val --data "$W/nope" --once --no-bus 2>"$W/b4.log"; rc=$?
 ok "missing dataset refused (rc $rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/b4.log) = 1 ] && grep -q 'nope' $W/b4.log"
 ev --run x --run-dir "$W/ref" --task mc --file evaluator/tasks/synth_mc.jsonl --vocab gpt2 --once --no-bus >/dev/null 2>"$W/b5.log"; rc=$?
@@ -112,7 +101,7 @@ ok "--help" "[ $? = 0 ]"
 
 # 6. the plot
 if command -v gnuplot >/dev/null; then
-    evaluator/plot.sh --out "$W/live.png" --run live --metrics "$W/tap.jsonl" --evals "$W/results.jsonl" 2>"$W/plot.log"
+    evaluator/plot.sh --out "$W/live.png" --run live --metrics "$W/tap.log" --evals "$W/results.jsonl" 2>"$W/plot.log"
     ok "plot.sh draws a PNG with the loss and both tasks" "[ \"\$(head -c 4 $W/live.png | tail -c 3)\" = PNG ] && grep -q '2 loss series, 3 accuracy series' $W/plot.log"
     evaluator/plot.sh --out "$W/x.png" --run nobody --evals "$W/results.jsonl" 2>/dev/null
     ok "plot.sh with nothing to draw fails" "[ $? != 0 ]"
@@ -133,5 +122,4 @@ evaluator/table.sh "$W/results.jsonl" "$W/ref.jsonl" "$W/ft.jsonl" > "$W/table.m
 ok "table.sh: one row per run, newest step, parameters and tokens seen" \
    "grep -Eq '^\| live \| $STEPS \| [0-9]+ \| [0-9]+ \| [0-9.]+ \| - ' $W/table.md && grep -q '^| ref | $STEPS |' $W/table.md && grep -Eq '^\| ft \| 16 \| [0-9]+ \| [0-9]+ \| - \| [0-9.]+ ' $W/table.md"
 
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+it_done

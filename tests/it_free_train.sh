@@ -7,21 +7,11 @@
 # bad flags and a family mismatch on resume are refused with one line.
 set -u
 cd "$(dirname "$0")/.."
-W=${FT_TEST_TMP:-$(mktemp -d)}/it_free_train; rm -rf "$W"; mkdir -p "$W"
-export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub OMP_NUM_THREADS=2 FT_PROGRESS=0
+. tests/lib/pipeline.sh
+it_init it_free_train
 PY=/usr/bin/python3
-pass=0; fail=0
-ok() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
-
-bin/tokenizer synth --n 4000 --seed 7 > "$W/synth.txt"
-bin/tokenizer encode --vocab bytes --out "$W/ds" "$W/synth.txt" 2>/dev/null
-bin/bus >"$W/bus.log" 2>&1 & pids+=($!)
-bin/loader --data "$W/ds" --bind "ipc://$W/l0" --name l0 --quiet >"$W/l0.log" 2>&1 & pids+=($!)
-bin/bus tap metrics ckpt log >"$W/tap.log" 2>/dev/null & pids+=($!)
-for _ in $(seq 100); do bin/bus send log/sync log program=it line=ping >/dev/null 2>&1; grep -q ping "$W/tap.log" && break; sleep 0.1; done
+it_synth_data "$W/ds" 4000 7
+it_pipeline "$W/ds" metrics ckpt
 
 MODEL="--model free --latent-bits 8 --kappa 0.125 --d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --batch 4 --warmup 5 --lr 3e-3"
 train() { bin/trainer --loaders "ipc://$W/l0" $MODEL "$@"; }
@@ -73,5 +63,4 @@ ok "--latent-bits 0 refused" "[ $rc = 2 ] && [ \$(wc -l < $W/e.log) = 1 ]"
 bin/trainer --loaders "ipc://$W/l0" --run fa --run-dir "$W/a" --steps 50 --resume --d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --batch 4 --warmup 5 2>"$W/f.log"; rc=$?
 ok "resuming a free checkpoint as llama refused" "[ $rc != 0 ] && grep -q 'model llama but the checkpoint holds a free model' $W/f.log"
 
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+it_done

@@ -5,20 +5,13 @@
 # refusals (bad flags, missing/corrupt checkpoint, vocabulary mismatch), one line each.
 set -u
 cd "$(dirname "$0")/.."
-W=${FT_TEST_TMP:-$(mktemp -d)}/it_sampler; rm -rf "$W"; mkdir -p "$W"
+. tests/lib/pipeline.sh
 # one thread: the models are tiny, and on the shared 2-core machine a second thread mostly
 # waits at barriers (see model/generate.c)
-export LC_ALL=C FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub OMP_NUM_THREADS=1 FT_PROGRESS=0
-pass=0; fail=0
-ok() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
-
-bin/tokenizer synth --n 2000 --seed 3 > "$W/synth.txt"
-bin/tokenizer encode --vocab bytes --append-eot --out "$W/ds" "$W/synth.txt" 2>/dev/null
-bin/bus >"$W/bus.log" 2>&1 & pids+=($!)
-bin/loader --data "$W/ds" --bind "ipc://$W/l0" --name l0 --quiet >"$W/l0.log" 2>&1 & pids+=($!)
+it_init it_sampler 1
+export LC_ALL=C
+it_synth_data "$W/ds" 2000 3 --append-eot
+it_pipeline "$W/ds"
 
 MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 64 --batch 8 --warmup 5 --lr 1e-2"
 bin/trainer --loaders "ipc://$W/l0" $MODEL --run base --run-dir "$W/base" --steps 60 --ckpt-every 30 2>"$W/base.log"
@@ -144,5 +137,4 @@ ok "service answers with the new checkpoint" "jq -e '.step == 70' $W/srvj2.txt >
 kill -TERM $spid; wait $spid; rc=$?
 ok "service stops on SIGTERM with status 0" "[ $rc = 0 ] && grep -q 'stopped by signal' $W/srv.log"
 
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+it_done

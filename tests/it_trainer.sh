@@ -5,21 +5,10 @@
 # the step and keeps the last good checkpoint; mismatches are refused with one line.
 set -u
 cd "$(dirname "$0")/.."
-W=${FT_TEST_TMP:-$(mktemp -d)}/it_trainer; rm -rf "$W"; mkdir -p "$W"
-export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub OMP_NUM_THREADS=2 FT_PROGRESS=0
-pass=0; fail=0
-ok() { if eval "$2"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $1"; fi; }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
-
-bin/tokenizer synth --n 4000 --seed 7 > "$W/synth.txt"
-bin/tokenizer encode --vocab bytes --out "$W/ds" "$W/synth.txt" 2>/dev/null
-bin/bus >"$W/bus.log" 2>&1 & pids+=($!)
-bin/loader --data "$W/ds" --bind "ipc://$W/l0" --name l0 --quiet >"$W/l0.log" 2>&1 & pids+=($!)
-bin/bus tap metrics ckpt log >"$W/tap.log" 2>/dev/null & pids+=($!)
-# the tap is connected once it prints a ping (a subscriber that joins late misses events)
-for _ in $(seq 100); do bin/bus send log/sync log program=it line=ping >/dev/null 2>&1; grep -q ping "$W/tap.log" && break; sleep 0.1; done
+. tests/lib/pipeline.sh
+it_init it_trainer
+it_synth_data "$W/ds" 4000 7
+it_pipeline "$W/ds" metrics ckpt
 
 MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --batch 4 --warmup 5 --lr 3e-3"
 # (background runs call bin/trainer directly, so $! is the trainer and not a subshell)
@@ -76,5 +65,4 @@ ok "bad flag refused" "[ $rc = 2 ] && grep -q \"'zero' is not an integer\" $W/h.
 train --run i --run-dir "$W/b" --steps 50 --resume --batch 8 2>"$W/i.log"; rc=$?
 ok "resume with another batch size refused" "[ $rc = 2 ] && grep -q 'batch 8 differs' $W/i.log"
 
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+it_done
