@@ -1,13 +1,20 @@
-/* bench/train_step.c: times one training step (zero_grad, forward, backward, AdamW) of the
- * Llama decoder for the benchmark configs S and M, and prints tokens/s.
+/* bench/train_step.c: times one training step (zero_grad, forward, backward, AdamW) of a
+ * model family (model/family.h: the Llama decoder, or the Free Transformer on that decoder)
+ * for the benchmark configs S and M, and prints tokens/s.
  *
- *   build/bench/train_step [--config S|M|both] [--steps N] [--batch B] [--seq T] [--json]
+ *   build/bench/train_step [--config S|M|both] [--model llama|free] [--latent-bits H]
+ *                          [--steps N] [--batch B] [--seq T] [--json]
  *
  * S: d=256, 4 layers, 4/2 heads, ff 768, vocab 4096; M: d=512, 8 layers, 8/4 heads, ff 1536,
  * vocab 8192; both tied, B=8, T=256 unless overridden. One untimed warm-up step first.
- * The PyTorch counterpart is bench/train_step_torch.py (same model, same step). */
+ * The PyTorch counterpart is bench/train_step_torch.py (same model, same step).
+ *
+ * "flops_per_token" is the issue's rule, 6 x parameters + 12 x layers x d x T, for the
+ * baseline; for the Free Transformer the encoder block counts as one more layer, its
+ * parameters count except the post-sampler (a column gather, no product), and the Binary
+ * Mapper's dense pass-through adds 2 x 2^H x d (dY = W_post^T dR). */
 #include "model/adamw.h"
-#include "model/llama.h"
+#include "model/family.h"
 #include "bus/rng.h"
 #include <omp.h>
 #include <stdio.h>
@@ -29,22 +36,41 @@ static model_config_t config_of(char name) {
     return c;
 }
 
-static int run(char name, int B, int T, int steps, int json) {
+static double flops_per_token(const model_config_t *c, int64_t params, int64_t post_sampler, int T) {
+    double layers = c->n_layers + (c->kind == MODEL_FREE ? 1 : 0);
+    double f = 6.0 * (double)(params - post_sampler) + 12.0 * layers * c->d_model * T;
+    if (c->kind == MODEL_FREE) f += 2.0 * (double)(1 << c->latent_bits) * c->d_model;
+    return f;
+}
+
+static int run(char name, const char *model, int H, int B, int T, int steps, int json) {
     model_config_t c = config_of(name);
+    const model_family_t *fam = family_find(model);
+    if (!fam) {
+        fprintf(stderr, "train_step: unknown --model %s (%s)\n", model, family_names());
+        return 2;
+    }
+    c.kind = fam->kind;
+    if (c.kind == MODEL_FREE) c.latent_bits = H, c.kappa_nats = 0.5f * 0.6931472f;
     char err[256];
-    llama_t *m = NULL;
+    void *m = NULL;
     adamw_t *opt = NULL;
-    if (llama_create(&m, &c, B, T, 1, err, sizeof(err))) {
+    if (fam->create(&m, &c, B, T, 1, err, sizeof(err))) {
         fprintf(stderr, "train_step: config %c: %s\n", name, err);
         return 1;
     }
-    tensor_view_t pv[128], gv[128];
-    int np = llama_params(m, pv, 128);
-    llama_grads(m, gv, 128);
+    tensor_view_t pv[160], gv[160];
+    int np = fam->params(m, pv, 160);
+    fam->grads(m, gv, 160);
+    int64_t nparams = 0, post_sampler = 0;
+    for (int i = 0; i < np; i++) {
+        nparams += tensor_numel(&pv[i]);
+        if (!strcmp(pv[i].name, "free.post_sampler.weight")) post_sampler = tensor_numel(&pv[i]);
+    }
     adamw_config_t oc = adamw_config_default();
     if (adamw_create(&opt, pv, np, &oc, err, sizeof(err))) {
         fprintf(stderr, "train_step: %s\n", err);
-        llama_destroy(&m);
+        fam->destroy(&m);
         return 1;
     }
     uint32_t *tok = malloc(sizeof(uint32_t) * B * (T + 1));
@@ -54,18 +80,17 @@ static int run(char name, int B, int T, int steps, int json) {
     uint32_t *in = malloc(sizeof(uint32_t) * B * T), *tg = malloc(sizeof(uint32_t) * B * T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) { in[b * T + t] = tok[b * (T + 1) + t]; tg[b * T + t] = tok[b * (T + 1) + t + 1]; }
-    size_t nparams;
-    llama_param_data(m, &nparams);
     double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0;
     float loss = 0;
     int rc = 0;
     for (int s = -1; s < steps && !rc; s++) {   /* s = -1: warm-up, not timed */
         double a = now();
         if (s == 0) t0 = a;
-        llama_zero_grad(m);
-        rc |= llama_forward(m, in, tg, NULL, &loss, err, sizeof(err));
+        if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
+        fam->zero_grad(m);
+        rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
         double b = now();
-        rc |= llama_backward(m, err, sizeof(err));
+        rc |= fam->backward(m, err, sizeof(err));
         double c2 = now();
         double norm;
         rc |= adamw_step(opt, gv, np, 1e-3f, 1.0f, 1.0f, &norm, err, sizeof(err));
@@ -74,42 +99,46 @@ static int run(char name, int B, int T, int steps, int json) {
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
     double total = now() - t0, tps = (double)B * T * steps / total;
+    double fpt = flops_per_token(&c, nparams, post_sampler, T);
     if (json)
-        printf("{\"impl\":\"c\",\"config\":\"%c\",\"params\":%zu,\"B\":%d,\"T\":%d,\"steps\":%d,"
+        printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
-               "\"tokens_per_s\":%.1f,\"loss\":%.4f}\n", name, nparams, B, T, steps,
-               omp_get_max_threads(), total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, loss);
+               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"loss\":%.4f}\n", name, fam->name, (long long)nparams,
+               B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, fpt, loss);
     else
-        printf("C  config %c: %zu params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
-               "-> %.0f tokens/s (loss %.3f)\n", name, nparams, B, T, omp_get_max_threads(),
+        printf("C  config %c (%s): %lld params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
+               "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
                total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, loss);
     free(tok); free(in); free(tg);
     adamw_destroy(&opt);
-    llama_destroy(&m);
+    fam->destroy(&m);
     return rc != 0;
 }
 
 int main(int argc, char **argv) {
-    const char *cfg = "both";
-    int steps = 3, B = 8, T = 256, json = 0;
+    const char *cfg = "both", *model = "llama";
+    int steps = 3, B = 8, T = 256, json = 0, H = 8;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: train_step [--config S|M|both] [--steps N] [--batch B] [--seq T] [--json]\n"
-                   "Times zero_grad + forward + backward + AdamW of the Llama decoder; prints tokens/s.\n");
+            printf("usage: train_step [--config S|M|both] [--model llama|free] [--latent-bits H] [--steps N]\n"
+                   "                  [--batch B] [--seq T] [--json]\n"
+                   "Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--latent-bits") && i + 1 < argc) H = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }
-    if (steps <= 0 || B <= 0 || T <= 0 || (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "both"))) {
+    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 || (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "both"))) {
         fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
         return 2;
     }
     int rc = 0;
-    if (strcmp(cfg, "M")) rc |= run('S', B, T, steps, json);
-    if (strcmp(cfg, "S")) rc |= run('M', B, T, steps, json);
+    if (strcmp(cfg, "M")) rc |= run('S', model, H, B, T, steps, json);
+    if (strcmp(cfg, "S")) rc |= run('M', model, H, B, T, steps, json);
     return rc;
 }
