@@ -5,11 +5,14 @@
 #   bus  <- loader x2 (announce themselves), trainer (metrics, checkpoints)
 #   trainer <- batches from whichever loader is alive (one is killed halfway)
 #   bus tap -> the events as JSON lines
+#   sampler -> a Figure-4-style grid: 5 samples with independent Z, 2 groups of 5 sharing one Z
+# The Free Transformer trains at kappa = DEMO_KAPPA bits (default 1/8) for DEMO_STEPS steps.
 # Every step prints what it runs, so the commands can be copied into a shell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${DEMO_DIR:-runs/demo}
-STEPS=${DEMO_STEPS:-300}
+STEPS=${DEMO_STEPS:-1500}
+KAPPA=${DEMO_KAPPA:-0.125}
 rm -rf "$W"; mkdir -p "$W"
 export FT_BUS_PUB=ipc://$PWD/$W/bus.pub FT_BUS_SUB=ipc://$PWD/$W/bus.sub
 pids=()
@@ -40,19 +43,31 @@ sleep 1
 say "4. one batch, fetched by hand (B=2 rows of T+1=17 token ids)"
 run bin/loader get --connect "ipc://$PWD/$W/loader0" --B 2 --T 16 --seed 1
 
-say "5. train a small Llama-style baseline; the trainer finds the loaders on the bus"
-bgrun bin/trainer --discover --run demo --run-dir "$W/run" --steps "$STEPS" --seq-len 66 --batch 16 \
-    --layout pad --d-model 64 --layers 2 --heads 4 --kv-heads 2 --d-ff 192 --lr 3e-3 --warmup 30 \
-    --ckpt-every 100 --log-every 50
+say "5. train a small Free Transformer (H=8 latent bits, kappa=$KAPPA bit); the trainer finds the loaders on the bus"
+bgrun bin/trainer --discover --run demo --run-dir "$W/run" --steps "$STEPS" --seq-len 66 --batch 32 \
+    --layout pad --model free --latent-bits 8 --kappa "$KAPPA" --kappa-unit bits \
+    --d-model 64 --layers 4 --heads 4 --kv-heads 2 --d-ff 192 --lr 3e-3 --min-lr 3e-4 --warmup 100 \
+    --ckpt-every 500 --log-every 100
 tpid=$!
-sleep 8
+sleep 15
 say "   killing loader l0 (SIGKILL) while training runs: its requests go to l1"
 kill -9 "$lpid"
 wait "$tpid"
 
 say "6. what the bus carried"
 echo "events: $(wc -l < "$W/events.jsonl") ($(grep -c '"metrics/demo"' "$W/events.jsonl") metrics, $(grep -c '"ckpt/demo"' "$W/events.jsonl") checkpoints, $(grep -c '"loader/' "$W/events.jsonl") loader heartbeats)"
-grep '"metrics/demo"' "$W/events.jsonl" | jq -r '"step \(.step)  loss \(.values.loss | .*1000 | round / 1000)"' | awk 'NR % 50 == 1'
+grep '"metrics/demo"' "$W/events.jsonl" | jq -r '"step \(.step)  loss \(.values.loss | .*1000 | round / 1000)  ce \(.values.ce | .*1000 | round / 1000)  kl \(.values.kl_bits | .*1000 | round / 1000) bits"' \
+    | awk -v n="$STEPS" 'NR % int(n / 10) == 1'
 grep '"ckpt/demo"' "$W/events.jsonl" | jq -c '{run, step, path}'
-ls "$W/run"
+
+say "7. sampling, as in the paper's Figure 4: the prompt, then 64 characters"
+p="$(printf "\\x$(printf %x $((65 + RANDOM % 26)))")>"
+echo "independent Z for each sequence:"
+run bin/sampler --run-dir "$W/run" --prompt "$p" --n 5 --max-new 64 --latent independent --seed 1 --quiet | sed "s/^/  $p/"
+for g in 1 2; do
+    echo "one Z shared by the group ($g):"
+    run bin/sampler --run-dir "$W/run" --prompt "$p" --n 5 --group 5 --max-new 64 --latent shared --seed $((g + 1)) --quiet | sed "s/^/  $p/"
+done
+echo "the Figure-4 measures on 20 groups (bin/evaluator --task synth):"
+run bin/evaluator --run demo --run-dir "$W/run" --task synth --limit 20 --vocab bytes --once --no-bus --quiet | jq -c .values
 say "done: everything above ran as separate processes; see README.md for each program"
