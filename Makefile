@@ -93,7 +93,7 @@ build/tests/%: build/tests/%.o $(LIBS)
 DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-utils \
               libopenblas-dev libpcre2-dev libjansson-dev libxxhash-dev jq
 DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
-              gnuplot-nox
+              gnuplot-nox clang libclang-rt-dev
 # node and npm (make data, the tiktoken comparison) count when on PATH, whoever installed them.
 deps:
 	@missing=$$(for p in $(DEPS_BUILD) $(DEPS_TEST); do \
