@@ -17,8 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${FIG4_DIR:-runs/figure4}
-STEPS=${FIG4_STEPS:-8000}; H=${FIG4_H:-8}; B=${FIG4_B:-32}; LR=${FIG4_LR:-1e-3}
-D=${FIG4_D:-128}; LAYERS=${FIG4_LAYERS:-4}; NGROUPS=${FIG4_GROUPS:-50}
+STEPS=${FIG4_STEPS:-4000}; H=${FIG4_H:-8}; B=${FIG4_B:-32}; LR=${FIG4_LR:-3e-3}
+D=${FIG4_D:-64}; LAYERS=${FIG4_LAYERS:-4}; NGROUPS=${FIG4_GROUPS:-50}
 KAPPAS=${FIG4_KAPPAS:-"1/64 1/8 1 8"}; PAR=${FIG4_PARALLEL:-2}
 OUT=${FIG4_OUT:-results}
 mkdir -p "$W" "$OUT"; W=$(cd "$W" && pwd)   # absolute: ipc:// endpoints live there
