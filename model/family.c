@@ -1,6 +1,7 @@
 /* model/family.c: the registry of model families (see family.h). */
 #include "model/family.h"
 
+#include <stdio.h>
 #include <string.h>
 
 extern const model_family_t family_llama;
@@ -21,7 +22,16 @@ const model_family_t *family_for_kind(model_kind kind) {
     return NULL;
 }
 
-const char *family_names(void) { return "llama, free"; }
+/* Derived from the table, so a new family shows up in --help and errors without an edit here. */
+const char *family_names(void) {
+    static char names[256];
+    if (!names[0])
+        for (int i = 0; i < N_FAMILIES; i++) {
+            size_t n = strlen(names);
+            snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", families[i]->name);
+        }
+    return names;
+}
 
 int64_t family_param_count(const model_family_t *f, void *m) {
     int n = f->params(m, NULL, 0);
