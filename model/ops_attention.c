@@ -1,11 +1,12 @@
 /* model/ops_attention.c: grouped-query scaled dot-product attention, flash-style on the CPU.
  *
- * Main path (see "blocked attention" below): blocks of 64 query rows of one head; the block's
- * scores against every key it may see are one model_gemm product (at most 64 x Tk floats per
- * thread: O(T), never a T x T matrix), the softmax runs over whole rows, P V is a second
- * product, and only each row's log-sum-exp is kept. The backward recomputes the same score
- * block and forms dV, dP, dK, dQ with four products.
- * Fallback when a thread cannot get its 64 x Tk scratch: the row kernels, which need none --
+ * Main path (see "blocked attention" below): the query rows of one key/value group's heads at
+ * up to 64 positions, stacked into one block; the block's scores against every key it may see
+ * are one model_gemm product (at most 128 x Tk floats per thread for groups of up to 2 heads:
+ * O(T), never a T x T matrix), the softmax runs over whole rows, P V is a second product, and
+ * only each row's log-sum-exp is kept. The backward recomputes the same score block and forms
+ * dV, dP, dK, dQ with four products.
+ * Fallback when a thread cannot get its scratch: the row kernels, which need none --
  * forward one query row at a time with an online softmax (ops_math.h) over key blocks of
  * ATT_BLOCK; backward one (query row, key block) at a time, key blocks outermost.
  * Both backwards split work over (batch, key/value head) so that every dk/dv row (and the dq
@@ -83,54 +84,6 @@ static void att_row_forward(float *out, float *lse, const float *q, const float 
     lse[((size_t)b * H + h) * Tq + i] = l > 0.0f ? m + logf(l) : INFINITY;
 }
 
-/* ---- blocked attention through model_gemm ----------------------------------------------
- * A block of ATT_QB query rows of one head against every key they may see: the scores
- * (nq x nk, at most ATT_QB x Tk floats per thread: O(T), never T x T) are one product, the
- * row softmax runs over whole rows (no online rescaling), and P V is a second product. The
- * backward recomputes the same score block with the same product (same bits as the
- * forward), then dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q are four products.
- * Small products of shape (64 x T x hd) run at several times the speed of per-key dot
- * products (measured on config S: attention went from ~20% to ~5% of a training step).
- *
- * Row-major <-> column-major (gemm.h): a row-major (r, c) block with row stride ld is a
- * column-major (c x r) matrix with leading dimension ld. Q rows of head h have stride H*hd,
- * K/V rows of head kh stride Hkv*hd, score rows stride Tk. */
-#define ATT_QB 64
-/* Blocks of fewer query rows than this go through the row kernel instead: a decoding step
- * (one new row per head) paid two product calls for a single row (measured, 257 keys: 63 us
- * blocked vs 27 us per row kernel for 1 row; 67 vs 92 us for 4 rows). */
-#define ATT_QB_MIN 3
-
-/* S (nq, nk) = scale * Q_blk K^T. */
-static void att_scores(float *S, const float *qb, int ldq, const float *k, int ldk, int nq,
-                       int nk, int hd, int Tk, float scale) {
-    model_gemm(GEMM_T, GEMM_N, nk, nq, hd, scale, k, ldk, qb, ldq, 0.0f, S, Tk);
-}
-
-/* Softmax of the rows of S in place (keys at or beyond a row's visible count get 0); writes
- * each row's log-sum-exp (+inf when the row sees no key). */
-ATT_CLONES
-static void att_block_softmax(float *S, float *lse, int i0, int nq, int nk, int Tq, int Tk,
-                              int causal) {
-    for (int r = 0; r < nq; r++) {
-        float *s = S + (size_t)r * Tk;
-        const int nv = att_visible(i0 + r, Tq, Tk, causal);
-        float mx = -INFINITY;
-        for (int j = 0; j < nv; j++) mx = s[j] > mx ? s[j] : mx;
-        float l = 0.0f;
-#pragma omp simd reduction(+ : l)
-        for (int j = 0; j < nv; j++) {
-            s[j] = ops_expf(s[j] - mx);
-            l += s[j];
-        }
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-#pragma omp simd
-        for (int j = 0; j < nv; j++) s[j] *= inv;
-        for (int j = nv; j < nk; j++) s[j] = 0.0f;
-        lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
-    }
-}
-
 /* Every query head of key/value head kh in batch b: all of dk/dv for that head (and dq of
  * its query heads) is written here, in a fixed order. Keys are visited in blocks of
  * ATT_BWD_BLOCK, outermost, so the block's k, v, dk, dv rows (4 x 32 x hd floats) stay in L1
@@ -195,61 +148,150 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
 }
 
 
-/* Query rows [i0, i0 + nq) of head h in batch b (S: an ATT_QB x Tk scratch). */
-static void att_block_forward(float *out, float *lse, const float *q, const float *k,
-                              const float *v, float *S, int b, int h, int i0, int nq, int Tq,
-                              int Tk, int H, int Hkv, int hd, int causal) {
-    const int kh = h / (H / Hkv), ldq = H * hd, ldk = Hkv * hd;
-    const int nk = att_visible(i0 + nq - 1, Tq, Tk, causal);   /* the block's last row sees most */
-    const size_t qo = ((size_t)b * Tq + i0) * ldq + (size_t)h * hd;
-    const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
-    float *lrow = lse + ((size_t)b * H + h) * Tq + i0;
-    if (nk <= 0) {
-        for (int r = 0; r < nq; r++) {
-            memset(out + qo + (size_t)r * ldq, 0, sizeof(float) * hd);
-            lrow[r] = INFINITY;
+/* ---- blocked attention through model_gemm ----------------------------------------------
+ * A block is the query rows of every head of one key/value group at ATT_QB or fewer
+ * consecutive positions, stacked head by head into one contiguous (rows x hd) copy: they all
+ * see the same keys, so the scores (rows x nk, at most ATT_ROWS x Tk floats per thread when
+ * the group has at most ATT_ROWS / ATT_QB heads: O(T), never T x T) are one product, the row
+ * softmax runs over whole rows (no online rescaling), and P V is a second product. The
+ * backward recomputes the same score block with the same product (same bits as the forward),
+ * then dV += P^T dO, dP = dO V^T, dQ = dS K, dK += dS^T Q are four products.
+ * Small products of shape (64 x T x hd) run at several times the speed of per-key dot
+ * products (measured on config S: attention went from ~20% to ~5% of a training step);
+ * stacking the group's heads doubles m (or k) for config S's 2 query heads per key/value head
+ * and halves the calls (measured, attention of S: forward 4.9 -> see bench/NOTES.md).
+ *
+ * Row-major <-> column-major (gemm.h): a row-major (r, c) block with row stride ld is a
+ * column-major (c x r) matrix with leading dimension ld. Q rows of head h have stride H*hd
+ * (the stacked copies hd), K/V rows of head kh stride Hkv*hd, score rows stride Tk. */
+#define ATT_QB 64
+#define ATT_ROWS 128
+/* Blocks of fewer stacked rows than this go through the row kernel instead: a decoding step
+ * (one new row per head) paid two product calls for a single row (measured, 257 keys: 63 us
+ * blocked vs 27 us per row kernel for 1 row; 67 vs 92 us for 4 rows). */
+#define ATT_QB_MIN 3
+
+/* Positions per block for a group of `group` query heads: ATT_ROWS stacked rows, at most
+ * ATT_QB positions (more positions per block would compute more masked scores). */
+static int att_block_positions(int group) {
+    int np = ATT_ROWS / group;
+    return np > ATT_QB ? ATT_QB : (np < 1 ? 1 : np);
+}
+
+/* S (rows, nk) = scale * Qs K^T, Qs the stacked (rows, hd) copy. */
+static void att_scores(float *S, const float *qs, const float *k, int ldk, int rows, int nk,
+                       int hd, int Tk, float scale) {
+    model_gemm(GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
+}
+
+/* Rows of the group's heads at positions [i0, i0 + np) of batch b: copied from x (row stride
+ * ldq) into xs (head by head, np rows each, stride hd), or (scatter) back, or added back. */
+enum { ATT_GATHER, ATT_SCATTER, ATT_SCATTER_ADD };
+static void att_stack(float *x, float *xs, int dir, int b, int kh, int group, int i0, int np,
+                      int Tq, int H, int hd) {
+    const int ldq = H * hd;
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < np; i++) {
+            float *row = x + ((size_t)b * Tq + i0 + i) * ldq + (size_t)(kh * group + j) * hd;
+            float *srow = xs + ((size_t)j * np + i) * hd;
+            if (dir == ATT_GATHER) memcpy(srow, row, sizeof(float) * hd);
+            else if (dir == ATT_SCATTER) memcpy(row, srow, sizeof(float) * hd);
+            else
+#pragma omp simd
+                for (int d = 0; d < hd; d++) row[d] += srow[d];
         }
+}
+
+/* Softmax of the rows of S in place (keys at or beyond a row's visible count get 0); writes
+ * each row's log-sum-exp (+inf when the row sees no key). */
+ATT_CLONES
+static void att_block_softmax(float *S, float *lse, int i0, int nq, int nk, int Tq, int Tk,
+                              int causal) {
+    for (int r = 0; r < nq; r++) {
+        float *s = S + (size_t)r * Tk;
+        const int nv = att_visible(i0 + r, Tq, Tk, causal);
+        float mx = -INFINITY;
+        for (int j = 0; j < nv; j++) mx = s[j] > mx ? s[j] : mx;
+        float l = 0.0f;
+#pragma omp simd reduction(+ : l)
+        for (int j = 0; j < nv; j++) {
+            s[j] = ops_expf(s[j] - mx);
+            l += s[j];
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma omp simd
+        for (int j = 0; j < nv; j++) s[j] *= inv;
+        for (int j = nv; j < nk; j++) s[j] = 0.0f;
+        lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
+    }
+}
+
+/* The group of key/value head kh in batch b at positions [i0, i0 + np) (S: ATT_ROWS x Tk,
+ * Qs: ATT_ROWS x hd scratch, both sized for group * np rows). */
+static void att_block_forward(float *out, float *lse, const float *q, const float *k,
+                              const float *v, float *S, float *Qs, int b, int kh, int i0, int np,
+                              int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    const int group = H / Hkv, rows = group * np, ldk = Hkv * hd;
+    const int nk = att_visible(i0 + np - 1, Tq, Tk, causal);   /* the block's last row sees most */
+    const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
+    if (nk <= 0) {
+        memset(Qs, 0, sizeof(float) * rows * hd);
+        att_stack(out, Qs, ATT_SCATTER, b, kh, group, i0, np, Tq, H, hd);
+        for (int j = 0; j < group; j++)
+            for (int r = 0; r < np; r++) lse[((size_t)b * H + kh * group + j) * Tq + i0 + r] = INFINITY;
         return;
     }
-    att_scores(S, q + qo, ldq, k + ko, ldk, nq, nk, hd, Tk, 1.0f / sqrtf((float)hd));
-    att_block_softmax(S, lrow, i0, nq, nk, Tq, Tk, causal);
-    model_gemm(GEMM_N, GEMM_N, hd, nq, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, out + qo, ldq);
+    att_stack((float *)q, Qs, ATT_GATHER, b, kh, group, i0, np, Tq, H, hd);
+    att_scores(S, Qs, k + ko, ldk, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
+    for (int j = 0; j < group; j++)
+        att_block_softmax(S + (size_t)j * np * Tk, lse + ((size_t)b * H + kh * group + j) * Tq + i0,
+                          i0, np, nk, Tq, Tk, causal);
+    /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
+    model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
+    att_stack(out, Qs, ATT_SCATTER, b, kh, group, i0, np, Tq, H, hd);
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
-    const int nqb = (Tq + ATT_QB - 1) / ATT_QB;
+    const int group = H / Hkv, np = att_block_positions(group), nqb = (Tq + np - 1) / np;
+    const int rows = group * (Tq < np ? Tq : np);
 #pragma omp parallel
     {
-        /* one score block per thread; without it, the row-at-a-time kernel (no scratch) */
-        float *S = Tq >= ATT_QB_MIN ? malloc(sizeof(float) * ATT_QB * (size_t)(Tk > 0 ? Tk : 1))
-                                    : NULL;
+        /* one score block and one stacked copy per thread; without them (or for a block of
+         * too few rows), the row-at-a-time kernel (no scratch) */
+        float *S = NULL, *Qs = NULL;
+        if (rows >= ATT_QB_MIN) {
+            S = malloc(sizeof(float) * (size_t)rows * (size_t)(Tk > 0 ? Tk : 1));
+            Qs = malloc(sizeof(float) * (size_t)rows * hd);
+        }
 #pragma omp for collapse(3) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++)
+            for (int kh = 0; kh < Hkv; kh++)
                 for (int qb = 0; qb < nqb; qb++) {
-                    const int i0 = qb * ATT_QB, nq = Tq - i0 < ATT_QB ? Tq - i0 : ATT_QB;
-                    if (S && nq >= ATT_QB_MIN)
-                        att_block_forward(out, lse, q, k, v, S, b, h, i0, nq, Tq, Tk, H, Hkv, hd,
-                                          causal);
+                    const int i0 = qb * np, n = Tq - i0 < np ? Tq - i0 : np;
+                    if (S && Qs && group * n >= ATT_QB_MIN)
+                        att_block_forward(out, lse, q, k, v, S, Qs, b, kh, i0, n, Tq, Tk, H, Hkv,
+                                          hd, causal);
                     else
-                        for (int i = i0; i < i0 + nq; i++)
-                            att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal);
+                        for (int h = kh * group; h < (kh + 1) * group; h++)
+                            for (int i = i0; i < i0 + n; i++)
+                                att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
+                                                causal);
                 }
         free(S);
+        free(Qs);
     }
 }
 
-/* Probabilities and score gradients of one block, in place: P <- exp(S - lse) (0 where
- * masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i. */
+/* Probabilities and score gradients of one head's np rows, in place: P <- exp(S - lse) (0
+ * where masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row). */
 ATT_CLONES
-static void att_block_grad(float *P, float *dP, const float *lrow, const float *dout,
-                           const float *out, int ldq, int hd, int i0, int nq, int nk, int Tq,
-                           int Tk, int causal, float scale) {
+static void att_block_grad(float *P, float *dP, const float *lrow, const float *Dr, int i0,
+                           int nq, int nk, int Tq, int Tk, int causal, float scale) {
     for (int r = 0; r < nq; r++) {
         float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
         const int nv = att_visible(i0 + r, Tq, Tk, causal);
-        const float L = lrow[r], Di = dot(dout + (size_t)r * ldq, out + (size_t)r * ldq, hd);
+        const float L = lrow[r], Di = Dr[r];
 #pragma omp simd
         for (int j = 0; j < nv; j++) {
             p[j] = ops_expf(p[j] - L);
@@ -259,53 +301,77 @@ static void att_block_grad(float *P, float *dP, const float *lrow, const float *
     }
 }
 
-/* Every query head of key/value head kh in batch b, query blocks in order (P, dP: ATT_QB x Tk
- * scratch each): dk/dv of that head are written by this call alone. */
+/* Scratch of one thread for the blocked backward. */
+typedef struct {
+    float *P, *dP;     /* rows x Tk: probabilities, score gradients */
+    float *Qs, *dOs;   /* rows x hd: stacked Q and dO (dO's copy then receives dQ) */
+    float *D;          /* rows: dout . out */
+} att_bwd_scratch;
+
+/* Every query head of key/value head kh in batch b, position blocks in order: dk/dv of that
+ * head are written by this call alone. */
 static void att_group_backward_blocked(float *dq, float *dk, float *dv, const float *dout,
                                        const float *out, const float *lse, const float *q,
-                                       const float *k, const float *v, float *P, float *dP,
+                                       const float *k, const float *v, att_bwd_scratch *w,
                                        int b, int kh, int Tq, int Tk, int H, int Hkv, int hd,
                                        int causal) {
-    const int group = H / Hkv, ldq = H * hd, ldk = Hkv * hd;
+    const int group = H / Hkv, ldq = H * hd, ldk = Hkv * hd, np = att_block_positions(group);
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
-    for (int h = kh * group; h < (kh + 1) * group; h++)
-        for (int i0 = 0; i0 < Tq; i0 += ATT_QB) {
-            const int nq = Tq - i0 < ATT_QB ? Tq - i0 : ATT_QB;
-            const int nk = att_visible(i0 + nq - 1, Tq, Tk, causal);
-            if (nk <= 0) continue;
-            const size_t qo = ((size_t)b * Tq + i0) * ldq + (size_t)h * hd;
-            att_scores(P, q + qo, ldq, k + ko, ldk, nq, nk, hd, Tk, scale);
-            /* dP = dO V^T */
-            model_gemm(GEMM_T, GEMM_N, nk, nq, hd, 1.0f, v + ko, ldk, dout + qo, ldq, 0.0f, dP, Tk);
-            att_block_grad(P, dP, lse + ((size_t)b * H + h) * Tq + i0, dout + qo, out + qo, ldq,
-                           hd, i0, nq, nk, Tq, Tk, causal, scale);
-            /* dV += P^T dO, dK += dS^T Q, dQ += dS K */
-            model_gemm(GEMM_N, GEMM_T, hd, nk, nq, 1.0f, dout + qo, ldq, P, Tk, 1.0f, dv + ko, ldk);
-            model_gemm(GEMM_N, GEMM_T, hd, nk, nq, 1.0f, q + qo, ldq, dP, Tk, 1.0f, dk + ko, ldk);
-            if (dq)
-                model_gemm(GEMM_N, GEMM_N, hd, nq, nk, 1.0f, k + ko, ldk, dP, Tk, 1.0f, dq + qo, ldq);
+    for (int i0 = 0; i0 < Tq; i0 += np) {
+        const int n = Tq - i0 < np ? Tq - i0 : np, rows = group * n;
+        const int nk = att_visible(i0 + n - 1, Tq, Tk, causal);
+        if (nk <= 0) continue;
+        att_stack((float *)q, w->Qs, ATT_GATHER, b, kh, group, i0, n, Tq, H, hd);
+        att_stack((float *)dout, w->dOs, ATT_GATHER, b, kh, group, i0, n, Tq, H, hd);
+        for (int j = 0; j < group; j++)
+            for (int i = 0; i < n; i++) {
+                const size_t o = ((size_t)b * Tq + i0 + i) * ldq + (size_t)(kh * group + j) * hd;
+                w->D[j * n + i] = dot(dout + o, out + o, hd);
+            }
+        att_scores(w->P, w->Qs, k + ko, ldk, rows, nk, hd, Tk, scale);
+        /* dP = dO V^T */
+        model_gemm(GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
+        for (int j = 0; j < group; j++)
+            att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
+                           lse + ((size_t)b * H + kh * group + j) * Tq + i0, w->D + j * n, i0, n,
+                           nk, Tq, Tk, causal, scale);
+        /* dV += P^T dO, dK += dS^T Q, dQ += dS K (through dO's copy, no longer needed) */
+        model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
+        model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
+        if (dq) {
+            model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs, hd);
+            att_stack(dq, w->dOs, ATT_SCATTER_ADD, b, kh, group, i0, n, Tq, H, hd);
         }
+    }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                         const float *lse, const float *q, const float *k, const float *v, int B,
                         int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    const int group = H / Hkv, np = att_block_positions(group);
+    const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
 #pragma omp parallel
     {
-        const size_t n = ATT_QB * (size_t)(Tk > 0 ? Tk : 1);
-        float *P = malloc(sizeof(float) * n), *dP = malloc(sizeof(float) * n);
+        const size_t n = rows * (size_t)(Tk > 0 ? Tk : 1);
+        att_bwd_scratch w = {malloc(sizeof(float) * n), malloc(sizeof(float) * n),
+                             malloc(sizeof(float) * rows * hd), malloc(sizeof(float) * rows * hd),
+                             malloc(sizeof(float) * rows)};
+        const int ok = w.P && w.dP && w.Qs && w.dOs && w.D;
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
-                if (P && dP)
-                    att_group_backward_blocked(dq, dk, dv, dout, out, lse, q, k, v, P, dP, b, kh,
-                                               Tq, Tk, H, Hkv, hd, causal);
+                if (ok)
+                    att_group_backward_blocked(dq, dk, dv, dout, out, lse, q, k, v, &w, b, kh, Tq,
+                                               Tk, H, Hkv, hd, causal);
                 else   /* no scratch: the key-block kernel, which needs none */
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H,
                                        Hkv, hd, causal);
             }
-        free(P);
-        free(dP);
+        free(w.P);
+        free(w.dP);
+        free(w.Qs);
+        free(w.dOs);
+        free(w.D);
     }
 }

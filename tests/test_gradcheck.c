@@ -178,6 +178,13 @@ static void test_attention_noncausal_q_kv_differ(void) {
 /* Longer than one key block (ATT_BLOCK = 64), so the online-softmax rescale between blocks
  * is exercised; outputs are large, so fewer samples are fine. */
 static void test_attention_multiblock(void) { attention_case("attention causal 2 blocks", 70, 70, 2, 1, 1); }
+/* Groups of 4 and 8 query heads per key/value head stack into blocks of 32 and 16 positions
+ * (ATT_ROWS / group): several blocks, the last one partial, causal and not, Tq < Tk. */
+static void test_attention_stacked_groups(void) {
+    attention_case("attention causal group 4, 3 blocks", 70, 70, 8, 2, 1);
+    attention_case("attention non-causal group 8, Tq<Tk", 40, 70, 8, 1, 0);
+    attention_case("attention causal group 8, Tq<Tk", 37, 45, 8, 1, 1);
+}
 
 /* ---------------------------------------------------------------- swiglu */
 enum { SW_N = 4, SW_F = 9 };
@@ -376,6 +383,7 @@ int main(void) {
     RUN(test_attention_q_kv_differ);
     RUN(test_attention_noncausal_q_kv_differ);
     RUN(test_attention_multiblock);
+    RUN(test_attention_stacked_groups);
     RUN(test_swiglu);
     RUN(test_crossentropy);
     RUN(test_crossentropy_mask);

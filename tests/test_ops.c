@@ -67,11 +67,11 @@ static void attention_vs_naive(int Tq, int Tk, int H, int Hkv, int causal) {
     float *q = rnd(nq), *k = rnd(nk), *v = rnd(nk), *o = malloc(sizeof(float) * nq),
           *lse = malloc(sizeof(float) * B * H * Tq);
     attention_forward(o, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal);
-    double md = 0, ml = 0;
+    double md = 0, ml = 0, *s = malloc(sizeof(double) * Tk);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < Tq; i++) {
-                double s[128], mx = -1e300, z = 0;
+                double mx = -1e300, z = 0;
                 int nvis = causal ? i + (Tk - Tq) + 1 : Tk;
                 for (int j = 0; j < nvis; j++) {
                     double d = 0;
@@ -93,13 +93,22 @@ static void attention_vs_naive(int Tq, int Tk, int H, int Hkv, int causal) {
      * head mapping gives O(0.1) */
     CHECK(md < 1e-5 && ml < 1e-5, "Tq=%d Tk=%d H=%d Hkv=%d causal=%d: out diff %g lse diff %g",
           Tq, Tk, H, Hkv, causal, md, ml);
-    free(q); free(k); free(v); free(o); free(lse);
+    free(q); free(k); free(v); free(o); free(lse); free(s);
 }
 static void test_attention_values(void) {
     attention_vs_naive(9, 9, 4, 2, 1);
     attention_vs_naive(9, 9, 4, 2, 0);
     attention_vs_naive(3, 11, 2, 1, 1);
     attention_vs_naive(100, 100, 2, 2, 1);  /* spans two key blocks */
+    /* stacked head groups (ATT_ROWS / group positions per block), partial last blocks, a
+     * decoding row of a group of 4 (4 stacked rows: the blocked path) and of 2 (the row
+     * kernel), a KV-cache chunk */
+    attention_vs_naive(150, 150, 8, 2, 1);
+    attention_vs_naive(37, 90, 8, 1, 1);
+    attention_vs_naive(37, 90, 8, 1, 0);
+    attention_vs_naive(1, 257, 4, 1, 1);
+    attention_vs_naive(1, 257, 4, 2, 1);
+    attention_vs_naive(130, 130, 4, 2, 1);
 }
 
 static void test_rope_properties(void) {
