@@ -11,10 +11,9 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${BENCH_OUT:-build/bench-out}; mkdir -p "$OUT"
 REPS=${FREE_BENCH_REPS:-5}; STEPS=${FREE_BENCH_STEPS:-3}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 [ -x build/bench/train_step ] || { echo "bench_free: build/bench/train_step missing (make bench-bins)"; exit 1; }
 T=$(mktemp -d /tmp/bench_free.XXXXXX); trap 'rm -rf "$T"' EXIT
-echo "free-overhead bench: config S, H=8, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load $(cut -d' ' -f1-3 /proc/loadavg), $REPS repeats of $STEPS steps"
+echo "free-overhead bench: config S, H=8, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}, load $(cut -d' ' -f1-3 /proc/loadavg), $REPS repeats of $STEPS steps"
 for r in $(seq "$REPS"); do
     build/bench/train_step --config S --model llama --steps "$STEPS" --json >> "$T/llama" || exit 1
     build/bench/train_step --config S --model free --latent-bits 8 --steps "$STEPS" --json >> "$T/free" || exit 1
