@@ -159,7 +159,8 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
  * Small products of shape (64 x T x hd) run at several times the speed of per-key dot
  * products (measured on config S: attention went from ~20% to ~5% of a training step);
  * stacking the group's heads doubles m (or k) for config S's 2 query heads per key/value head
- * and halves the calls (measured, attention of S: forward 4.9 -> see bench/NOTES.md).
+ * and halves the calls (measured on one layer of S, best of 60: forward -1 to -3%, backward
+ * ~-8%; within the noise of a whole training step).
  *
  * Row-major <-> column-major (gemm.h): a row-major (r, c) block with row stride ld is a
  * column-major (c x r) matrix with leading dimension ld. Q rows of head h have stride H*hd
