@@ -6,11 +6,11 @@
 # alternate within each repeat so that load from other users hits both; the measured ratio is
 # the median of the per-repeat ratios. Writes "$BENCH_OUT/free.json":
 #   {"free_overhead": {"measured", "predicted", "paired_ratios", "within_target"}}
-#   FREE_BENCH_REPS=9 FREE_BENCH_STEPS=3 bash bench/bench_free.sh
+#   FREE_BENCH_REPS=9 FREE_BENCH_STEPS=5 bash bench/bench_free.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${BENCH_OUT:-build/bench-out}; mkdir -p "$OUT"
-REPS=${FREE_BENCH_REPS:-9}; STEPS=${FREE_BENCH_STEPS:-3}
+REPS=${FREE_BENCH_REPS:-9}; STEPS=${FREE_BENCH_STEPS:-5}
 [ -x build/bench/train_step ] || { echo "bench_free: build/bench/train_step missing (make bench-bins)"; exit 1; }
 T=$(mktemp -d /tmp/bench_free.XXXXXX); trap 'rm -rf "$T"' EXIT
 echo "free-overhead bench: config S, H=8, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}, load $(cut -d' ' -f1-3 /proc/loadavg), $REPS repeats of $STEPS steps"

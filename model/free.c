@@ -3,6 +3,7 @@
 #include "bus/rng.h"
 #include "model/ops.h"
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ struct free_model {
     float *xkv;                     /* (N,D) X + R */
     /* backward */
     float *denc_out, *dzq, *dxn, *dbit, *dxkv, *work;
+    size_t work_floats;             /* post_sampler_backward's buffer, one chunk per thread */
     /* uniform draws */
     rng_t rng;
     int fixed_u;
@@ -168,7 +170,8 @@ int free_create(free_t **pm, const model_config_t *cfg, int Bmax, int Tmax, uint
     m->dxn = calloc(N * D, sizeof(float));
     m->dbit = calloc(N * H, sizeof(float));
     m->dxkv = calloc(N * D, sizeof(float));
-    m->work = calloc(post_sampler_work_floats(c->d_model, m->H), sizeof(float));
+    m->work_floats = post_sampler_work_floats(c->d_model, m->H, omp_get_max_threads());
+    m->work = calloc(m->work_floats, sizeof(float));
     m->mask = calloc(N, 1);
     if (!m->zq || !m->enc_out || !m->enc_xn || !m->enc_rstd || !m->bitlog || !m->prob || !m->u ||
         !m->u_fixed || !m->kl || !m->z || !m->xkv || !m->denc_out || !m->dzq || !m->dxn ||
@@ -253,6 +256,7 @@ static int first_half(free_t *m, const uint32_t *tokens, char *err, size_t errle
 static void encoder_forward(free_t *m) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model, H = m->H;
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) memcpy(m->zq + (size_t)n * D, m->w.zeta, sizeof(float) * D);
     llama_block_forward(m->enc_out, &m->enc, &m->w.enc, m->zq, llama_stream(m->dec, m->half), c,
                         llama_rope_cos(m->dec), llama_rope_sin(m->dec), m->B, m->T, 0,
@@ -269,9 +273,12 @@ static int second_half(free_t *m, const uint32_t *targets, const uint8_t *mask, 
     const int N = m->B * m->T, D = m->cfg.d_model;
     const float *x = llama_stream(m->dec, m->half);
     post_sampler_forward(m->xkv, m->w.post, m->z, N, D, m->H);
-    for (size_t i = 0; i < (size_t)N * D; i++) m->xkv[i] += x[i];
-    if (m->r_off)
-        for (size_t i = 0; i < (size_t)N * D; i++) m->xkv[i] += m->r_off[i];
+    const float *r_off = m->r_off;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < (size_t)N * D; i++) {
+        m->xkv[i] += x[i];
+        if (r_off) m->xkv[i] += r_off[i];
+    }
     llama_block_forward_kv(m->dec, m->half, m->xkv);
     llama_blocks_forward(m->dec, m->half + 1, m->cfg.n_layers);
     return llama_head_forward(m->dec, targets, mask, ce, err, errlen);
@@ -328,10 +335,12 @@ int free_backward(free_t *m, char *err, size_t errlen) {
     llama_block_backward_kv(dec, m->half, m->xkv, m->dxkv);
     // x_kv = X + R: dX gets dx_kv too, and dR = dx_kv
     float *dx = llama_dstream(dec);
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < (size_t)N * D; i++) dx[i] += m->dxkv[i];
     // post-sampler and Binary Mapper: dW_post column gather, dense pass-through to the logits
     memset(m->dbit, 0, sizeof(float) * N * H);
-    post_sampler_backward(m->g.post, m->dbit, m->dxkv, m->w.post, m->z, m->prob, N, D, H, m->work);
+    post_sampler_backward(m->g.post, m->dbit, m->dxkv, m->w.post, m->z, m->prob, N, D, H, m->work,
+                          m->work_floats);
     // free-bits KL: only positions above kappa carry a gradient
     if (m->count) {
         const float s = m->grad_scale / (float)m->count;
@@ -350,8 +359,10 @@ int free_backward(free_t *m, char *err, size_t errlen) {
     llama_block_backward(m->dzq, dx, &m->g.enc, m->denc_out, &m->enc, &m->w.enc, m->zq,
                          llama_stream(dec, m->half), c, llama_rope_cos(dec), llama_rope_sin(dec),
                          m->B, m->T, 0, llama_scratch(dec));
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < D; i++) m->g.zeta[i] += m->dzq[(size_t)n * D + i];
+    /* threads own entries of zeta; each still sums over n in order (same bits as serial) */
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < D; i++)
+        for (int n = 0; n < N; n++) m->g.zeta[i] += m->dzq[(size_t)n * D + i];
     // first half of the decoder and the embedding
     llama_blocks_backward(dec, m->half, 0);
     llama_embed_backward(dec);

@@ -145,11 +145,12 @@ void binmap_kl_backward(float *dlogits /* (H) += */, const float *logits /* (H) 
 void post_sampler_forward(float *r /* (N,D) */, const float *w /* (D,2^H) */,
                           const uint32_t *idx /* (N) */, int N, int D, int H);
 /* dw[:, idx[n]] += dr[n] (Z's value is the one-hot) and, if dlogits, the pass-through
- * gradient dlogits += binmap_backward(dZ = W^T dr) computed over row chunks with a work
- * buffer of post_sampler_work_floats(D, H) floats. */
-size_t post_sampler_work_floats(int D, int H);
+ * gradient dlogits += binmap_backward(dZ = W^T dr) computed over row chunks, in parallel,
+ * with a work buffer of post_sampler_work_floats(D, H, threads) floats (work_floats: its
+ * size; it bounds how many threads take chunks). Results do not depend on the thread count. */
+size_t post_sampler_work_floats(int D, int H, int threads);
 void post_sampler_backward(float *dw /* (D,2^H) += */, float *dlogits /* (N,H) += or NULL */,
                            const float *dr /* (N,D) */, const float *w /* (D,2^H) */,
                            const uint32_t *idx /* (N) */, const float *prob /* (N,H) */, int N,
-                           int D, int H, float *work);
+                           int D, int H, float *work, size_t work_floats);
 #endif

@@ -5,6 +5,7 @@
 #include "model/free.h"
 #include "model/gemm.h"
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 /* Rows of dZ = dR W_post computed at once in the backward: bounds the work buffer to
@@ -89,30 +90,51 @@ void binmap_kl_backward(float *dlogits, const float *logits, int H, float scale)
 
 void post_sampler_forward(float *r, const float *w, const uint32_t *idx, int N, int D, int H) {
     const size_t K = (size_t)1 << H;
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         for (int i = 0; i < D; i++) r[(size_t)n * D + i] = w[(size_t)i * K + idx[n]];
 }
 
-size_t post_sampler_work_floats(int D, int H) {
+size_t post_sampler_work_floats(int D, int H, int threads) {
     (void)D;
-    return (size_t)BINMAP_CHUNK << H;
+    return ((size_t)BINMAP_CHUNK << H) * (size_t)(threads > 0 ? threads : 1);
 }
+
+/* Rows of dw per scatter task: dr is read 16 columns (one cache line) at a time. */
+#define SCATTER_COLS 16
 
 void post_sampler_backward(float *dw, float *dlogits, const float *dr, const float *w,
                            const uint32_t *idx, const float *prob, int N, int D, int H,
-                           float *work) {
+                           float *work, size_t work_floats) {
     const size_t K = (size_t)1 << H;
-    /* dW = dR Z^T with Z's VALUE, the one-hot: only column idx[n] receives dr[n] */
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < D; i++) dw[(size_t)i * K + idx[n]] += dr[(size_t)n * D + i];
+    /* dW = dR Z^T with Z's VALUE, the one-hot: only column idx[n] receives dr[n]. Threads own
+     * rows of dw; every element still receives its terms in the order of n (the same sums,
+     * bit for bit, as a serial loop). */
+#pragma omp parallel for schedule(static)
+    for (int i0 = 0; i0 < D; i0 += SCATTER_COLS) {
+        const int i1 = i0 + SCATTER_COLS < D ? i0 + SCATTER_COLS : D;
+        for (int n = 0; n < N; n++)
+            for (int i = i0; i < i1; i++) dw[(size_t)i * K + idx[n]] += dr[(size_t)n * D + i];
+    }
     if (!dlogits) return;
     /* dZ = W^T dR, dense over the 2^H entries, then through G (Z = onehot + G - detach(G)).
      * Row-major dZ (rows, K) = dR (rows, D) W (D, K); column-major that is
-     * dZ^T (K, rows) = W_cm (K x D, ld K) dR_cm (D x rows, ld D). */
-    for (int n0 = 0; n0 < N; n0 += BINMAP_CHUNK) {
-        int rows = N - n0 < BINMAP_CHUNK ? N - n0 : BINMAP_CHUNK;
-        model_gemm(GEMM_N, GEMM_N, (int)K, rows, D, 1.0f, w, (int)K, dr + (size_t)n0 * D, D, 0.0f,
-                   work, (int)K);
-        binmap_backward(dlogits + (size_t)n0 * H, work, prob + (size_t)n0 * H, rows, H);
+     * dZ^T (K, rows) = W_cm (K x D, ld K) dR_cm (D x rows, ld D). Chunks of rows are
+     * independent: one per thread at a time, each with its own part of `work` (a thread
+     * count the buffer was not sized for gets fewer threads, never a shared buffer). */
+    const size_t chunk_floats = (size_t)BINMAP_CHUNK << H;
+    int nbuf = (int)(work_floats / chunk_floats);
+    if (nbuf < 1) nbuf = 1;
+    const int nchunks = (N + BINMAP_CHUNK - 1) / BINMAP_CHUNK;
+#pragma omp parallel num_threads(nbuf)
+    {
+        float *mine = work + (size_t)omp_get_thread_num() * chunk_floats;
+#pragma omp for schedule(dynamic, 1)
+        for (int ch = 0; ch < nchunks; ch++) {
+            const int n0 = ch * BINMAP_CHUNK, rows = N - n0 < BINMAP_CHUNK ? N - n0 : BINMAP_CHUNK;
+            model_gemm(GEMM_N, GEMM_N, (int)K, rows, D, 1.0f, w, (int)K, dr + (size_t)n0 * D, D,
+                       0.0f, mine, (int)K);
+            binmap_backward(dlogits + (size_t)n0 * H, mine, prob + (size_t)n0 * H, rows, H);
+        }
     }
 }

@@ -114,7 +114,8 @@ static void post_sampler_case(int H, int D, int N) {
     float *w = malloc(sizeof(float) * D * K), *dr = malloc(sizeof(float) * N * D);
     float *lg = malloc(sizeof(float) * N * H), *p = malloc(sizeof(float) * N * H), *u = malloc(sizeof(float) * N * H);
     float *dl = calloc(N * H, sizeof(float)), *dw = calloc((size_t)D * K, sizeof(float)), *r = malloc(sizeof(float) * N * D);
-    float *work = malloc(sizeof(float) * post_sampler_work_floats(D, H));
+    size_t wf = post_sampler_work_floats(D, H, 2);
+    float *work = malloc(sizeof(float) * wf);
     double *c = malloc(sizeof(double) * K), *G = malloc(sizeof(double) * K), *dwr = calloc((size_t)D * K, sizeof(double));
     uint32_t *idx = malloc(sizeof(uint32_t) * N);
     for (int i = 0; i < D * K; i++) w[i] = rng_normal(&R);
@@ -126,7 +127,7 @@ static void post_sampler_case(int H, int D, int N) {
     for (int n = 0; n < N; n++)
         for (int i = 0; i < D; i++) gather_ok &= r[n * D + i] == w[(size_t)i * K + idx[n]];
     CHECK(gather_ok, "H=%d: R is the column W_post[:, d]", H);
-    post_sampler_backward(dw, dl, dr, w, idx, p, N, D, H, work);
+    post_sampler_backward(dw, dl, dr, w, idx, p, N, D, H, work, wf);
     double worst = 0;
     for (int n = 0; n < N; n++) {
         double l[32], ref[32], ours[32];
@@ -151,6 +152,14 @@ static void post_sampler_case(int H, int D, int N) {
     double e = 0;
     for (size_t i = 0; i < (size_t)D * K; i++) e = fmax(e, fabs(dw[i] - dwr[i]));
     CHECK(e < 1e-5, "H=%d: dW_post max err %.3g", H, e);
+    // the chunks run in parallel, each with its own buffer: one buffer (one thread) gives
+    // the same bits
+    size_t wf1 = post_sampler_work_floats(D, H, 1);
+    float *dl1 = calloc(N * H, sizeof(float)), *dw1 = calloc((size_t)D * K, sizeof(float));
+    post_sampler_backward(dw1, dl1, dr, w, idx, p, N, D, H, work, wf1);
+    CHECK(!memcmp(dl1, dl, sizeof(float) * N * H) && !memcmp(dw1, dw, sizeof(float) * D * K),
+          "H=%d: post-sampler gradients differ between 1 and 2 work buffers", H);
+    free(dl1), free(dw1);
     free(w), free(dr), free(lg), free(p), free(u), free(dl), free(dw), free(r), free(work);
     free(c), free(G), free(dwr), free(idx);
 }
