@@ -185,18 +185,29 @@ static void att_scores(float *S, const float *qs, const float *k, int ldk, int r
     model_gemm(GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
 }
 
-/* Rows of the group's heads at positions [i0, i0 + np) of batch b: copied from x (row stride
- * ldq) into xs (head by head, np rows each, stride hd), or (scatter) back, or added back. */
-enum { ATT_GATHER, ATT_SCATTER, ATT_SCATTER_ADD };
-static void att_stack(float *x, float *xs, int dir, int b, int kh, int group, int i0, int np,
-                      int Tq, int H, int hd) {
-    const int ldq = H * hd;
+/* Row (head j of the group, position i0 + i) of batch b in a (B, Tq, H, hd) array. */
+static inline size_t att_row(int b, int kh, int group, int j, int i0, int i, int Tq, int H, int hd) {
+    return ((size_t)b * Tq + i0 + i) * H * hd + (size_t)(kh * group + j) * hd;
+}
+
+/* The rows of the group's heads at positions [i0, i0 + np) of batch b, copied from x into xs
+ * head by head (np rows each, stride hd) ... */
+static void att_gather(float *xs, const float *x, int b, int kh, int group, int i0, int np,
+                       int Tq, int H, int hd) {
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < np; i++)
+            memcpy(xs + ((size_t)j * np + i) * hd, x + att_row(b, kh, group, j, i0, i, Tq, H, hd),
+                   sizeof(float) * hd);
+}
+
+/* ... and back: written over x's rows, or added into them (add). */
+static void att_scatter(float *x, const float *xs, int add, int b, int kh, int group, int i0,
+                        int np, int Tq, int H, int hd) {
     for (int j = 0; j < group; j++)
         for (int i = 0; i < np; i++) {
-            float *row = x + ((size_t)b * Tq + i0 + i) * ldq + (size_t)(kh * group + j) * hd;
-            float *srow = xs + ((size_t)j * np + i) * hd;
-            if (dir == ATT_GATHER) memcpy(srow, row, sizeof(float) * hd);
-            else if (dir == ATT_SCATTER) memcpy(row, srow, sizeof(float) * hd);
+            float *row = x + att_row(b, kh, group, j, i0, i, Tq, H, hd);
+            const float *srow = xs + ((size_t)j * np + i) * hd;
+            if (!add) memcpy(row, srow, sizeof(float) * hd);
             else
 #pragma omp simd
                 for (int d = 0; d < hd; d++) row[d] += srow[d];
@@ -237,19 +248,19 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
     if (nk <= 0) {
         memset(Qs, 0, sizeof(float) * rows * hd);
-        att_stack(out, Qs, ATT_SCATTER, b, kh, group, i0, np, Tq, H, hd);
+        att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
         for (int j = 0; j < group; j++)
             for (int r = 0; r < np; r++) lse[((size_t)b * H + kh * group + j) * Tq + i0 + r] = INFINITY;
         return;
     }
-    att_stack((float *)q, Qs, ATT_GATHER, b, kh, group, i0, np, Tq, H, hd);
+    att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
     att_scores(S, Qs, k + ko, ldk, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
         att_block_softmax(S + (size_t)j * np * Tk, lse + ((size_t)b * H + kh * group + j) * Tq + i0,
                           i0, np, nk, Tq, Tk, causal);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
     model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
-    att_stack(out, Qs, ATT_SCATTER, b, kh, group, i0, np, Tq, H, hd);
+    att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
@@ -316,18 +327,18 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
                                        const float *k, const float *v, att_bwd_scratch *w,
                                        int b, int kh, int Tq, int Tk, int H, int Hkv, int hd,
                                        int causal) {
-    const int group = H / Hkv, ldq = H * hd, ldk = Hkv * hd, np = att_block_positions(group);
+    const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group);
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
     for (int i0 = 0; i0 < Tq; i0 += np) {
         const int n = Tq - i0 < np ? Tq - i0 : np, rows = group * n;
         const int nk = att_visible(i0 + n - 1, Tq, Tk, causal);
         if (nk <= 0) continue;
-        att_stack((float *)q, w->Qs, ATT_GATHER, b, kh, group, i0, n, Tq, H, hd);
-        att_stack((float *)dout, w->dOs, ATT_GATHER, b, kh, group, i0, n, Tq, H, hd);
+        att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
+        att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
         for (int j = 0; j < group; j++)
             for (int i = 0; i < n; i++) {
-                const size_t o = ((size_t)b * Tq + i0 + i) * ldq + (size_t)(kh * group + j) * hd;
+                const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
                 w->D[j * n + i] = dot(dout + o, out + o, hd);
             }
         att_scores(w->P, w->Qs, k + ko, ldk, rows, nk, hd, Tk, scale);
@@ -342,7 +353,7 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
         model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
         if (dq) {
             model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs, hd);
-            att_stack(dq, w->dOs, ATT_SCATTER_ADD, b, kh, group, i0, n, Tq, H, hd);
+            att_scatter(dq, w->dOs, 1, b, kh, group, i0, n, Tq, H, hd);
         }
     }
 }
