@@ -13,7 +13,8 @@
 #             sequences inside a group whose Z is shared / drawn independently.
 # Writes results/figure4.md (grids + table) and results/figure4.json.
 # Knobs (environment): FIG4_STEPS, FIG4_H, FIG4_B, FIG4_LR, FIG4_D, FIG4_LAYERS, FIG4_GROUPS,
-# FIG4_KAPPAS ("1/64 1/8 1 8"), FIG4_DIR, FIG4_PARALLEL (trainings run at once, 1 thread each).
+# FIG4_KAPPAS ("1/64 1/8 1 8"), FIG4_DIR, FIG4_PARALLEL (trainings run at once, 1 thread each),
+# FIG4_OUT (where figure4.md and figure4.json go; default results/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${FIG4_DIR:-runs/figure4}
