@@ -124,6 +124,7 @@ void post_sampler_backward(float *dw, float *dlogits, const float *dr, const flo
      * count the buffer was not sized for gets fewer threads, never a shared buffer). */
     const size_t chunk_floats = (size_t)BINMAP_CHUNK << H;
     int nbuf = (int)(work_floats / chunk_floats);
+    if (nbuf > omp_get_max_threads()) nbuf = omp_get_max_threads();   /* the caller's count */
     if (nbuf < 1) nbuf = 1;
     const int nchunks = (N + BINMAP_CHUNK - 1) / BINMAP_CHUNK;
 #pragma omp parallel num_threads(nbuf)
