@@ -20,8 +20,8 @@ REPS=${TRAIN_BENCH_REPS:-5}
 # OMP_WAIT_POLICY is left as the environment sets it (unset: libgomp's default, spin briefly at
 # a join, then sleep) and printed. An earlier version forced "passive" (sleep at once) for
 # robustness on a machine shared with other builds; on a quiet machine that cost our side
-# 10-25% of S's step (each of the ~200 joins per step then pays a futex wake-up), and a user
-# runs with the default. PyTorch's products run on OpenBLAS's own threads, which ignore it.
+# 5-25% of S's tokens/s (every join then sleeps and wakes through the kernel: 3981 context
+# switches in a 9-step run against 162), and a user runs with the default. PyTorch's products run on OpenBLAS's own threads, which ignore it.
 declare -A STEPS=([S]=${TRAIN_BENCH_STEPS_S:-6} [M]=${TRAIN_BENCH_STEPS_M:-2})
 PY=/usr/bin/python3
 for f in build/bench/train_step build/bench/sgemm; do

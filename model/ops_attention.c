@@ -2,10 +2,10 @@
  *
  * Main path (see "blocked attention" below): the query rows of one key/value group's heads at
  * up to 64 positions, stacked into one block; the block's scores against every key it may see
- * are one model_gemm product (at most 128 x Tk floats per thread for groups of up to 2 heads:
- * O(T), never a T x T matrix), the softmax runs over whole rows, P V is a second product, and
- * only each row's log-sum-exp is kept. The backward recomputes the same score block and forms
- * dV, dP, dK, dQ with four products.
+ * are one model_gemm product (at most 128 x Tk floats per thread for groups of up to 128
+ * heads: O(T), never a T x T matrix), the softmax runs over whole rows, P V is a second
+ * product, and only each row's log-sum-exp is kept. The backward recomputes the same score
+ * block and forms dV, dP, dK, dQ with four products.
  * Fallback when a thread cannot get its scratch: the row kernels, which need none --
  * forward one query row at a time with an online softmax (ops_math.h) over key blocks of
  * ATT_BLOCK; backward one (query row, key block) at a time, key blocks outermost.
@@ -151,8 +151,8 @@ static void att_group_backward(float *dq, float *dk, float *dv, const float *dou
 /* ---- blocked attention through model_gemm ----------------------------------------------
  * A block is the query rows of every head of one key/value group at ATT_QB or fewer
  * consecutive positions, stacked head by head into one contiguous (rows x hd) copy: they all
- * see the same keys, so the scores (rows x nk, at most ATT_ROWS x Tk floats per thread when
- * the group has at most ATT_ROWS / ATT_QB heads: O(T), never T x T) are one product, the row
+ * see the same keys, so the scores (rows x nk, at most max(ATT_ROWS, group) x Tk floats per
+ * thread: O(T), never T x T) are one product, the row
  * softmax runs over whole rows (no online rescaling), and P V is a second product. The
  * backward recomputes the same score block with the same product (same bits as the forward),
  * then dV += P^T dO, dP = dO V^T, dQ = dS K, dK += dS^T Q are four products.
@@ -186,8 +186,14 @@ static void att_scores(float *S, const float *qs, const float *k, int ldk, int r
 }
 
 /* Row (head j of the group, position i0 + i) of batch b in a (B, Tq, H, hd) array. */
-static inline size_t att_row(int b, int kh, int group, int j, int i0, int i, int Tq, int H, int hd) {
+static inline size_t att_row(int b, int kh, int group, int j, int i0, int i, int Tq, int H,
+                             int hd) {
     return ((size_t)b * Tq + i0 + i) * H * hd + (size_t)(kh * group + j) * hd;
+}
+
+/* Offset of the log-sum-exp of head j of the group at position i0 of batch b ((B, H, Tq)). */
+static inline size_t att_lse_at(int b, int kh, int group, int j, int i0, int Tq, int H) {
+    return ((size_t)b * H + kh * group + j) * Tq + i0;
 }
 
 /* The rows of the group's heads at positions [i0, i0 + np) of batch b, copied from x into xs
@@ -250,13 +256,13 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
         memset(Qs, 0, sizeof(float) * rows * hd);
         att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
         for (int j = 0; j < group; j++)
-            for (int r = 0; r < np; r++) lse[((size_t)b * H + kh * group + j) * Tq + i0 + r] = INFINITY;
+            for (int r = 0; r < np; r++) lse[att_lse_at(b, kh, group, j, i0 + r, Tq, H)] = INFINITY;
         return;
     }
     att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
     att_scores(S, Qs, k + ko, ldk, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
-        att_block_softmax(S + (size_t)j * np * Tk, lse + ((size_t)b * H + kh * group + j) * Tq + i0,
+        att_block_softmax(S + (size_t)j * np * Tk, lse + att_lse_at(b, kh, group, j, i0, Tq, H),
                           i0, np, nk, Tq, Tk, causal);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
     model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
@@ -346,13 +352,14 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
         model_gemm(GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
         for (int j = 0; j < group; j++)
             att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
-                           lse + ((size_t)b * H + kh * group + j) * Tq + i0, w->D + j * n, i0, n,
+                           lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
                            nk, Tq, Tk, causal, scale);
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K (through dO's copy, no longer needed) */
         model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
         model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
         if (dq) {
-            model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs, hd);
+            model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs,
+                       hd);
             att_scatter(dq, w->dOs, 1, b, kh, group, i0, n, Tq, H, hd);
         }
     }
