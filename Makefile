@@ -20,7 +20,7 @@ LDLIBS     := -lzmq -lmsgpackc -llmdb -lopenblas -lpcre2-8 -ljansson -lxxhash -l
 SYSPYTHON  := /usr/bin/python3
 
 # Components in link order (a component may call the ones after it).
-COMPONENTS := trainer evaluator sampler loader model tokenizer bus
+COMPONENTS := trainer evaluator sampler loader model tokenizer bus common
 
 # --- optional GPU backend -------------------------------------------------------------
 NVCC := $(shell command -v nvcc 2>/dev/null)

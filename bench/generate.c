@@ -11,8 +11,8 @@
 
 #include <omp.h>
 
-#include "bus/flags.h"
-#include "bus/rng.h"
+#include "common/flags.h"
+#include "common/rng.h"
 #include "sampler/sampler.h"
 
 static int cmp_d(const void *a, const void *b) {

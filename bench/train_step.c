@@ -15,7 +15,7 @@
  * Mapper's dense pass-through adds 2 x 2^H x d (dY = W_post^T dR). */
 #include "model/adamw.h"
 #include "model/family.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>

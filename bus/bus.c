@@ -1,5 +1,5 @@
 /* bus/bus.c: socket helpers (see bus.h). */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "bus/bus.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* bus/forwarder.c: bin/bus's forwarding loop (see forwarder.h). */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "bus/forwarder.h"
 
 #include <errno.h>

@@ -12,7 +12,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
-#include "bus/flags.h"
+#include "common/flags.h"
 #include "bus/forwarder.h"
 #include "bus/wire.h"
 

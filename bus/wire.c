@@ -4,7 +4,7 @@
  * structural pre-scan (see wire_prescan), msgpack_unpack_next into a zone, then one pass
  * over the root map's keys (find "v"/"type", reject duplicates) and one pass over the
  * schema in table order converting each field with range checks. */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "bus/wire.h"
 
 #include <msgpack.h>

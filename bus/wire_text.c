@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "bus/wire.h"
 #include "bus/wire_schema.h"
 

@@ -3,13 +3,13 @@
  * Prior: Z_t uniform over the 2^H one-hot vectors, independently per position (seed 000).
  * Posterior q(Z_t | x): H independent bits, bit h = 1 with probability sigmoid(l_h) where l
  * is the encoder's bit logits; Z_t = sum_h 2^h bit_h (model/free.h's Binary Mapper).
- * Draws use bus/rng.h so a (seed, item) pair always gives the same latents. */
+ * Draws use common/rng.h so a (seed, item) pair always gives the same latents. */
 #ifndef EVALUATOR_LATENT_H
 #define EVALUATOR_LATENT_H
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 
 /* n prior draws into z. */
 void eval_z_prior(rng_t *r, uint32_t *z, size_t n, int H);

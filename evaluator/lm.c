@@ -1,5 +1,5 @@
 /* evaluator/lm.c: eval_lm_t over a checkpoint of the Llama-style baseline (see lm.h). */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "evaluator/lm.h"
 
 #include <math.h>

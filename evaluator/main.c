@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "bus/bus.h"
-#include "bus/flags.h"
+#include "common/flags.h"
 #include "evaluator/task.h"
 #include "evaluator/watch.h"
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "evaluator/latent.h"
 #include "evaluator/task.h"
 #include "evaluator/textdata.h"

@@ -5,7 +5,7 @@
  * window of requests can straddle an epoch boundary and several trainers may share a loader.
  * A batch then costs one binary search per row plus one LMDB lookup and copy per document
  * piece, with no per-token work beyond the decode and the vocabulary check. */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "loader/batch.h"
 
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "bus/wire.h"
 
 typedef struct {

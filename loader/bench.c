@@ -3,7 +3,7 @@
 
 #include <zmq.h>
 
-#include "bus/progress.h"
+#include "common/progress.h"
 #include "loader/batch.h"
 
 #define WARMUP 20 /* connects, the info exchange and the first epoch permutation */

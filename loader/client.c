@@ -4,7 +4,7 @@
  * from the time it is issued until its batch is delivered; request g may be issued once
  * next_g <= g < next_g + window. A reply is accepted only for a slot still waiting for exactly
  * that (epoch, step) under our configuration, so duplicates and stale replies fall out. */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "loader/client.h"
 
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "bus/progress.h"
+#include "common/progress.h"
 #include "loader/batch.h"
 
 #define INFO_REQ_BIT (1ull << 63) /* req_id of info requests, told apart from batch ones */

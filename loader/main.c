@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "bus/flags.h"
+#include "common/flags.h"
 #include "bus/wire.h"
 #include "loader/bench.h"
 #include "loader/mkdata.h"

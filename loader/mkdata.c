@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "loader/batch.h"
 #include "tokenizer/dataset.h"
 

@@ -17,7 +17,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
-#include "bus/progress.h"
+#include "common/progress.h"
 #include "bus/wire.h"
 
 #define MAX_FRAMES 16 /* envelope frames we echo; a request with more is dropped */

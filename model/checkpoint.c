@@ -1,6 +1,6 @@
 /* model/checkpoint.c: writing, finding, verifying and loading checkpoint directories
  * (layout and atomicity rule in checkpoint.h and docs/FORMATS.md §3). */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "model/checkpoint.h"
 
 #include <dirent.h>

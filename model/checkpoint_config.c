@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "model/checkpoint.h"
 
 /* Sizes above this are certainly a corrupt or hostile file, and would overflow int products. */

@@ -1,6 +1,6 @@
 /* model/free.c: the Free Transformer's extras around the llama decoder (see free.h). */
 #include "model/free.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "model/ops.h"
 #include <math.h>
 #include <omp.h>

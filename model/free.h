@@ -44,7 +44,7 @@
  * normal(0, 0.02) too (a small random vector like a token embedding, which is what the paper
  * calls it).
  *
- * Uniforms: by default each training forward draws u (B,T,H) from bus/rng.h, the stream
+ * Uniforms: by default each training forward draws u (B,T,H) from common/rng.h, the stream
  * seeded by free_set_step(step) (rng_seed2(seed ^ FREE_U_SALT, step)) and consumed in order
  * by the micro-batches of that step, so a resumed run draws what the uninterrupted run drew.
  * free_set_uniforms() fixes them instead (tests). */

@@ -1,6 +1,6 @@
 /* model/llama.c: parameters, activations and the forward/backward of the whole decoder. */
 #include "model/llama.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "model/ops.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -36,7 +36,7 @@ void llama_destroy(llama_t **m);
 
 /* Init: every matrix (embeddings, projections, lm_head) ~ normal(0, 0.02), as HF's
  * initializer_range; no extra scaling of output projections; norms = 1. Drawn in parameter
- * order from bus/rng.h seeded with seed, so the same seed gives the same weights. */
+ * order from common/rng.h seeded with seed, so the same seed gives the same weights. */
 void llama_init(llama_t *m, uint64_t seed);
 
 const model_config_t *llama_config(const llama_t *m);

@@ -1,7 +1,7 @@
 /* model/safetensors.c: the safetensors reader and writer (format notes in safetensors.h and
  * docs/FORMATS.md §3). The reader trusts nothing in the file: every size and offset is
  * checked against the real file size before any pointer into the data is formed. */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "model/safetensors.h"
 
 #include <errno.h>

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 
 typedef struct {
     float temperature;   /* 0: greedy; > 0 divides the logits */

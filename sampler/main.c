@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "bus/bus.h"
-#include "bus/flags.h"
+#include "common/flags.h"
 #include "model/checkpoint.h"
 #include "sampler/sampler.h"
 #include "sampler/serve.h"

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "sampler/model_impl.h"
 
 /* Sequences generated together: enough to amortise a step's matrix loads over several rows,

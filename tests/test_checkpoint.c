@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
 #include "model/llama.h"

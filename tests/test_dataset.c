@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include "tokenizer/dataset.h"
 

@@ -7,7 +7,7 @@
  * - views: decoder names then the documented free.* names and shapes;
  * - the uniform stream is a function of the step (resume draws the same Z);
  * - bad input is refused with a message, never a crash. */
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "model/free.h"
 #include "model/llama.h"
 #include "tests/check.h"

@@ -29,7 +29,7 @@
  * (||num - ana|| / max norm); a missing term (e.g. no pass-through: the encoder would only
  * get the KL part) gives O(1). The double-precision formula checks of 1. and 2. are far
  * tighter (1e-4; float rounding of G and of the products is ~1e-6 relative). */
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "model/free.h"
 #include "tests/check.h"
 #include <stdlib.h>

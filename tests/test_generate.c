@@ -4,7 +4,7 @@
  * cached generator computes for a position, whether it came in a prefill chunk or one token
  * at a time, must be those of the full forward at that position. */
 #include "model/generate.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * (free_forward with the same uniforms). */
 #include "model/free.h"
 #include "model/generate.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include <stdlib.h>
 #include <string.h>

@@ -15,7 +15,7 @@
 #include "model/llama.h"
 #include "model/llama_block.h"
 #include "model/ops.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include <stdlib.h>
 #include <string.h>

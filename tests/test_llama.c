@@ -1,7 +1,7 @@
 /* tests/test_llama.c: the decoder's contracts: config validation, parameter names/shapes/layout,
  * init, bad input, determinism, causality, gradient accumulation, the pieces API. */
 #include "model/llama.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "bus/wire.h"
 #include "loader/batch.h"
 #include "loader/mkdata.h"

@@ -6,7 +6,7 @@
 #include "model/ops.h"
 #include "model/ops_math.h"
 #include "model/schedule.h"
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include <stdlib.h>
 #include <string.h>

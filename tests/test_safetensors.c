@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "model/safetensors.h"
 #include "tests/check.h"
 

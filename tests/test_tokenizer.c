@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bus/rng.h"
+#include "common/rng.h"
 #include "tests/check.h"
 #include "tokenizer/b64.h"
 #include "tokenizer/bpe.h"

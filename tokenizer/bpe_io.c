@@ -1,5 +1,5 @@
 /* tokenizer/bpe_io.c: see bpe_io.h. */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "tokenizer/bpe_io.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/progress.h"
+#include "common/progress.h"
 #include "tokenizer/pretok.h"
 
 struct bpe_trainer {

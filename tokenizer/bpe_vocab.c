@@ -4,7 +4,7 @@
  * power-of-two size, load <= 1/2) maps bytes -> id. Each slot holds the token's length and
  * its first 8 bytes, so a lookup of a token of <= 8 bytes (most English pieces) is decided
  * inside the slot without touching the arena: rank lookups are the encoder's hot path. */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "tokenizer/bpe_vocab.h"
 
 #include <stdarg.h>

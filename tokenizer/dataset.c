@@ -7,7 +7,7 @@
  * Reader: one read-only environment with one long-lived read transaction (the dataset is
  * immutable once "info" exists), so dataset_doc_read is one B-tree lookup and a copy out of
  * the mmap. MDB_NOTLS lets a handle move between threads (one thread at a time). */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "tokenizer/dataset.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* tokenizer/docread.c: see docread.h. */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "tokenizer/docread.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "bus/progress.h"
+#include "common/progress.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/bpe_io.h"
 #include "tokenizer/dataset.h"

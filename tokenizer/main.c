@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bus/flags.h"
-#include "bus/progress.h"
+#include "common/flags.h"
+#include "common/progress.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/bpe_io.h"
 #include "tokenizer/bpe_train.h"

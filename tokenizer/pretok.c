@@ -1,6 +1,6 @@
 /* tokenizer/pretok.c: see pretok.h. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "tokenizer/pretok.h"
 
 #include <pcre2.h>

@@ -5,7 +5,7 @@
  * rng_below(16) == 0 decides whether it becomes '!'. */
 #include "tokenizer/synth.h"
 
-#include "bus/rng.h"
+#include "common/rng.h"
 
 #define SYNTH_N_STARTS (SYNTH_BODY_LEN - SYNTH_TARGET_LEN + 1) /* 57 */
 

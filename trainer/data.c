@@ -7,7 +7,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
-#include "bus/progress.h"
+#include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
 

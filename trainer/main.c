@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bus/flags.h"
+#include "common/flags.h"
 #include "trainer/opts.h"
 #include "trainer/train.h"
 

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bus/flags.h"
+#include "common/flags.h"
 #include "model/config.h"
 
 typedef struct {

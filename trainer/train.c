@@ -1,5 +1,5 @@
 /* trainer/train.c: the training loop (see train.h). */
-#include "bus/errmsg.h"
+#include "common/errmsg.h"
 #include "trainer/train.h"
 
 #include <jansson.h>
@@ -13,7 +13,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
-#include "bus/progress.h"
+#include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
 #include "model/adamw.h"

@@ -1,11 +1,11 @@
-/* bus/flags.h: a table-driven command-line parser for the programs.
+/* common/flags.h: a table-driven command-line parser for the programs.
  *
  * A program lists its flags once (name, kind, where the value goes, help text); the same table
  * prints --help and parses strictly: an unknown flag, a missing value, a number that does not
  * parse or is out of range gives one line naming the flag and the value, and a non-zero
  * status (the program then exits 2). "--name value" and "--name=value" are both accepted. */
-#ifndef BUS_FLAGS_H
-#define BUS_FLAGS_H
+#ifndef COMMON_FLAGS_H
+#define COMMON_FLAGS_H
 #include <stddef.h>
 #include <stdio.h>
 

@@ -1,11 +1,11 @@
-/* bus/rng.h: the one random-number generator of the project (header-only).
+/* common/rng.h: the one random-number generator of the project (header-only).
  *
  * Every seeded thing (document shuffles, synthetic data, weight init, sampling, Binary Mapper
  * draws) uses this, so a run is reproducible from its seeds and the state fits in a
  * checkpoint: four uint64 words. xoshiro256** seeded through splitmix64 (Blackman & Vigna);
  * written as static inline so it compiles under gcc and nvcc alike. */
-#ifndef BUS_RNG_H
-#define BUS_RNG_H
+#ifndef COMMON_RNG_H
+#define COMMON_RNG_H
 #include <stdint.h>
 
 #ifdef __CUDACC__

@@ -1,10 +1,10 @@
-/* bus/progress.h: the progress line every long job shows on a terminal.
+/* common/progress.h: the progress line every long job shows on a terminal.
  *
  * Draws "label [=====>    ] 42% 1.2M/3.0M 310k/s ETA 0:05" on stderr, at most ~10 times a
  * second, and only when stderr is a terminal (logs and CI stay clean). total may be 0 when
  * unknown: then it shows the count and the rate only. */
-#ifndef BUS_PROGRESS_H
-#define BUS_PROGRESS_H
+#ifndef COMMON_PROGRESS_H
+#define COMMON_PROGRESS_H
 #include <stdint.h>
 
 typedef struct {

@@ -1,12 +1,12 @@
-/* bus/errmsg.h: the one-line error report every library call makes.
+/* common/errmsg.h: the one-line error report every library call makes.
  *
  * The project's habit: a library function that fails writes one line, "what: why", into a
  * caller's buffer and returns a status; it never prints or exits. This is that line, written
  * once for every component:
  *     return err_fail(err, errlen, DATASET_EFORMAT, "%s: no \"info\" record", path);
  * err may be NULL or errlen 0 (the caller does not want the text). */
-#ifndef BUS_ERRMSG_H
-#define BUS_ERRMSG_H
+#ifndef COMMON_ERRMSG_H
+#define COMMON_ERRMSG_H
 #include <stddef.h>
 
 /* Formats into err (always NUL-terminated when errlen > 0) and returns status. */

@@ -1,5 +1,5 @@
-/* bus/flags.c: see flags.h. */
-#include "bus/flags.h"
+/* common/flags.c: see flags.h. */
+#include "common/flags.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
-/* bus/errmsg.c: see errmsg.h. */
-#include "bus/errmsg.h"
+/* common/errmsg.c: see errmsg.h. */
+#include "common/errmsg.h"
 
 #include <stdarg.h>
 #include <stdio.h>

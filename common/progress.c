@@ -1,5 +1,5 @@
-/* bus/progress.c: see progress.h. */
-#include "bus/progress.h"
+/* common/progress.c: see progress.h. */
+#include "common/progress.h"
 
 #include <stdio.h>
 #include <stdlib.h>
