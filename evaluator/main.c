@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/cpu_isa.h"
 #include "bus/bus.h"
 #include "common/flags.h"
 #include "evaluator/task.h"
@@ -79,6 +80,10 @@ int main(int argc, char **argv) {
     }
     if (strlen(run) >= WIRE_NAME_LEN - 1 || (tag && strlen(tag) >= WIRE_NAME_LEN - 1)) {
         fprintf(stderr, "evaluator: --run and --tag must be shorter than %d bytes\n", WIRE_NAME_LEN - 1);
+        return 2;
+    }
+    if (cpu_isa_check(err, sizeof err)) {
+        fprintf(stderr, "evaluator: %s\n", err);
         return 2;
     }
     if (threads > 0) omp_set_num_threads(threads);

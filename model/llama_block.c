@@ -68,7 +68,8 @@ static int qkv_contiguous(const llama_block_w_t *w, int D, int Dq, int Dkv) {
 }
 
 /* Fused product rows (q|k|v, row stride Dq + 2 Dkv) -> q and k rotated (RoPE at positions
- * 0..T-1), v copied: the same rotation as rope_forward, reading the strided rows. */
+ * 0..T-1), v copied: the same rotation as rope_forward, reading the strided rows. A NULL
+ * destination is skipped (the injection block takes q from one product, k and v from another). */
 static void qkv_split_rope(float *q /* (N,Dq) */, float *k /* (N,Dkv) */, float *v /* (N,Dkv) */,
                            const float *qkv /* (N,Dq+2Dkv) */, const float *cos_t,
                            const float *sin_t, int N, int T, int H, int Hkv, int hd) {
@@ -77,11 +78,13 @@ static void qkv_split_rope(float *q /* (N,Dq) */, float *k /* (N,Dkv) */, float 
     for (int n = 0; n < N; n++) {
         const float *row = qkv + (size_t)n * ld, *cs = cos_t + (size_t)(n % T) * h2,
                     *sn = sin_t + (size_t)(n % T) * h2;
-        for (int h = 0; h < H; h++)
-            ops_rope_rotate(q + (size_t)n * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
-        for (int h = 0; h < Hkv; h++)
-            ops_rope_rotate(k + (size_t)n * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
-        memcpy(v + (size_t)n * Dkv, row + Dq + Dkv, sizeof(float) * Dkv);
+        if (q)
+            for (int h = 0; h < H; h++)
+                ops_rope_rotate(q + (size_t)n * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
+        if (k)
+            for (int h = 0; h < Hkv; h++)
+                ops_rope_rotate(k + (size_t)n * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
+        if (v) memcpy(v + (size_t)n * Dkv, row + Dq + Dkv, sizeof(float) * Dkv);
     }
 }
 
@@ -123,9 +126,20 @@ void llama_block_forward(float *x_out, llama_block_acts_t *a, const llama_block_
         kv_in = a->xn_kv;
     }
     // q, k, v projections (one product when possible), then RoPE on q and k
-    if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv)) {
+    if (qkv_contiguous(w, D, Dq, Dkv)) {
+        /* With separate inputs, k and v of x_kv come from the same (N, Dq + 2 Dkv) product the
+         * plain block runs, not from narrower ones: a product's rounding may depend on its
+         * shape (kernel edges, blocking), and the Free Transformer's claim "W_post = 0 gives
+         * the baseline bit for bit" needs k, v of x + 0 to be those of x on every CPU. The
+         * q columns of that product are computed and dropped: Dq x D more per row, in the
+         * one or two blocks that take separate inputs. */
+        if (a->separate_kv) {
+            linear_forward(s->dq0, kv_in, w->wq, N, D, Dq + 2 * Dkv);
+            qkv_split_rope(NULL, a->k, a->v, s->dq0, rope_cos, rope_sin, N, T, H, Hkv, hd);
+        }
         linear_forward(s->dq0, a->xn, w->wq, N, D, Dq + 2 * Dkv);
-        qkv_split_rope(a->q, a->k, a->v, s->dq0, rope_cos, rope_sin, N, T, H, Hkv, hd);
+        qkv_split_rope(a->q, a->separate_kv ? NULL : a->k, a->separate_kv ? NULL : a->v, s->dq0,
+                       rope_cos, rope_sin, N, T, H, Hkv, hd);
     } else {
         linear_forward(a->q, a->xn, w->wq, N, D, Dq);
         linear_forward(a->k, kv_in, w->wk, N, D, Dkv);

@@ -43,15 +43,14 @@ static inline int att_visible(int i, int Tq, int Tk, int causal) {
 }
 
 /* The per-row and per-block kernels are built for AVX-512, AVX2+FMA and the baseline the
- * Makefile targets, picked per machine (ops_clones.h; 1.6x measured for AVX2 over the
- * baseline). */
-#define ATT_CLONES OPS_CLONES
+ * Makefile targets, the one level cpu_isa() chose running (ops_clones.h; 1.6x measured for
+ * AVX2 over the baseline). */
 
 /* Query row i of head h in batch b: online softmax over key blocks of ATT_BLOCK. */
-ATT_CLONES
-static void att_row_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+OPS_VARIANTS(void, att_row_forward, (float *out, float *lse, const float *q, const float *k, const float *v,
                             int b, int h, int i, int Tq, int Tk, int H, int Hkv, int hd,
-                            int causal) {
+                            int causal),
+             (out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal)) {
     const int kh = h / (H / Hkv), nk = att_visible(i, Tq, Tk, causal);
     const float scale = 1.0f / sqrtf((float)hd);
     const float *qi = q + (((size_t)b * Tq + i) * H + h) * hd;
@@ -89,11 +88,11 @@ static void att_row_forward(float *out, float *lse, const float *q, const float 
  * ATT_BWD_BLOCK, outermost, so the block's k, v, dk, dv rows (4 x 32 x hd floats) stay in L1
  * while every query row that sees them streams past (1.6x over a row-major order). */
 #define ATT_BWD_BLOCK 32
-ATT_CLONES
-static void att_group_backward(float *dq, float *dk, float *dv, const float *dout,
+OPS_VARIANTS(void, att_group_backward, (float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k,
                                const float *v, int b, int kh, int Tq, int Tk, int H, int Hkv,
-                               int hd, int causal) {
+                               int hd, int causal),
+             (dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv, hd, causal)) {
     const int group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
     float kt[hd][ATT_BWD_BLOCK], vt[hd][ATT_BWD_BLOCK];
@@ -222,9 +221,9 @@ static void att_scatter(float *x, const float *xs, int add, int b, int kh, int g
 
 /* Softmax of the rows of S in place (keys at or beyond a row's visible count get 0); writes
  * each row's log-sum-exp (+inf when the row sees no key). */
-ATT_CLONES
-static void att_block_softmax(float *S, float *lse, int i0, int nq, int nk, int Tq, int Tk,
-                              int causal) {
+OPS_VARIANTS(void, att_block_softmax, (float *S, float *lse, int i0, int nq, int nk, int Tq, int Tk,
+                              int causal),
+             (S, lse, i0, nq, nk, Tq, Tk, causal)) {
     for (int r = 0; r < nq; r++) {
         float *s = S + (size_t)r * Tk;
         const int nv = att_visible(i0 + r, Tq, Tk, causal);
@@ -303,9 +302,9 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 
 /* Probabilities and score gradients of one head's np rows, in place: P <- exp(S - lse) (0
  * where masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row). */
-ATT_CLONES
-static void att_block_grad(float *P, float *dP, const float *lrow, const float *Dr, int i0,
-                           int nq, int nk, int Tq, int Tk, int causal, float scale) {
+OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, const float *lrow, const float *Dr, int i0,
+                           int nq, int nk, int Tq, int Tk, int causal, float scale),
+             (P, dP, lrow, Dr, i0, nq, nk, Tq, Tk, causal, scale)) {
     for (int r = 0; r < nq; r++) {
         float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
         const int nv = att_visible(i0 + r, Tq, Tk, causal);

@@ -1,22 +1,42 @@
 /* model/ops_clones.h: CPU-only helpers for the ops' hot loops (not for nvcc).
  *
- * OPS_CLONES builds a function for AVX-512, for AVX2+FMA and for the baseline the Makefile
- * targets (x86-64-v2); the loader picks one per machine (GCC function multi-versioning), so
- * the build stays portable and the exp/sigmoid loops run 8 or 16 lanes wide where the CPU
- * allows. Versions differ from each other in the last bits (FMA contraction, lane count of a
- * vectorised sum): results are deterministic on one kind of CPU, and bit-exact resume
- * assumes the same kind of CPU. Clone only leaf functions that the OpenMP loops call, not
- * the functions that open parallel regions. */
+ * OPS_VARIANTS(ret, name, (params), (args)) { body } defines name() three times, compiled
+ * for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the build's baseline (x86-64-v2), plus
+ * a name() that calls the one cpu_isa() chose (model/cpu_isa.h: once per process, forced by
+ * FT_CPU_ISA). The body is written once and inlined into each variant. The variants round
+ * differently in the last bits (FMA contraction, lane count of a vectorised sum), so the same
+ * computation must go through the same function: every op picks its variant from that one
+ * choice, never from the CPU alone, and a test can run every level on one machine.
+ * Vary only leaf functions that the OpenMP loops call, not the functions that open parallel
+ * regions. */
 #ifndef MODEL_OPS_CLONES_H
 #define MODEL_OPS_CLONES_H
 #include <omp.h>
 #include <stddef.h>
+#include "model/cpu_isa.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__CUDACC__)
-#define OPS_CLONES \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+/* Feature lists rather than "arch=": the always_inline body (built for the baseline) may only
+ * be inlined into a caller of the same arch whose features are a superset. */
+#define OPS_TARGET_V3 __attribute__((target("avx,avx2,bmi,bmi2,f16c,fma,lzcnt,movbe,xsave")))
+#define OPS_TARGET_V4 \
+    __attribute__((target("avx,avx2,bmi,bmi2,f16c,fma,lzcnt,movbe,xsave,avx512f,avx512bw," \
+                          "avx512cd,avx512dq,avx512vl")))
+#define OPS_VARIANTS(ret, name, params, args)                                                 \
+    static inline __attribute__((always_inline)) ret name##_body params;                    \
+    static OPS_TARGET_V4 ret name##_v4 params { return name##_body args; }                   \
+    static OPS_TARGET_V3 ret name##_v3 params { return name##_body args; }                   \
+    static ret name##_v2 params { return name##_body args; }                                 \
+    static ret name params {                                                                 \
+        switch (cpu_isa()) {                                                                 \
+        case CPU_ISA_V4: return name##_v4 args;                                              \
+        case CPU_ISA_V3: return name##_v3 args;                                              \
+        default: return name##_v2 args;                                                      \
+        }                                                                                    \
+    }                                                                                        \
+    static inline __attribute__((always_inline)) ret name##_body params
 #else
-#define OPS_CLONES
+#define OPS_VARIANTS(ret, name, params, args) static ret name params
 #endif
 
 /* This thread's share [*lo, *hi) of n items inside a parallel region: contiguous, fixed by

@@ -15,9 +15,9 @@ static int ce_count(const uint8_t *mask, int N) {
 
 /* One row: its log-sum-exp into *lse, its loss returned (0 when not counted), and with dz the
  * fused gradient (the same formula as the separate backward: same bits). */
-OPS_CLONES
-static float ce_row_forward(float *dz, float *lse, const float *z, uint32_t t, int counted, int V,
-                            float scale) {
+OPS_VARIANTS(float, ce_row_forward, (float *dz, float *lse, const float *z, uint32_t t, int counted, int V,
+                            float scale),
+             (dz, lse, z, t, counted, V, scale)) {
     float l = ops_logsumexp_row(z, V);
     *lse = l;
     float loss = counted ? l - z[t] : 0.0f;   /* before dz, which may overwrite z */
@@ -28,9 +28,9 @@ static float ce_row_forward(float *dz, float *lse, const float *z, uint32_t t, i
     return loss;
 }
 
-OPS_CLONES
-static void ce_row_backward(float *dz, const float *z, float lse, uint32_t t, int counted, int V,
-                            float scale) {
+OPS_VARIANTS(void, ce_row_backward, (float *dz, const float *z, float lse, uint32_t t, int counted, int V,
+                            float scale),
+             (dz, z, lse, t, counted, V, scale)) {
     if (!counted) memset(dz, 0, sizeof(float) * V);
     else ops_crossentropy_row_backward(dz, z, lse, (int)t, V, scale);
 }

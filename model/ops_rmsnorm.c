@@ -4,9 +4,9 @@
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
 
-OPS_CLONES
-static void rms_fwd_rows(float *out, float *rstd, const float *x, const float *w, int n0, int n1,
-                         int D, float eps) {
+OPS_VARIANTS(void, rms_fwd_rows, (float *out, float *rstd, const float *x, const float *w, int n0, int n1,
+                         int D, float eps),
+             (out, rstd, x, w, n0, n1, D, eps)) {
     for (int n = n0; n < n1; n++)
         rstd[n] = ops_rmsnorm_row(out + (size_t)n * D, x + (size_t)n * D, w, D, eps);
 }
@@ -21,18 +21,18 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
     }
 }
 
-OPS_CLONES
-static void rms_bwd_rows(float *dx, const float *dout, const float *x, const float *w,
-                         const float *rstd, int n0, int n1, int D) {
+OPS_VARIANTS(void, rms_bwd_rows, (float *dx, const float *dout, const float *x, const float *w,
+                         const float *rstd, int n0, int n1, int D),
+             (dx, dout, x, w, rstd, n0, n1, D)) {
     for (int n = n0; n < n1; n++)
         ops_rmsnorm_row_backward(dx + (size_t)n * D, dout + (size_t)n * D, x + (size_t)n * D, w,
                                  rstd[n], D);
 }
 
 /* dw[lo..hi) += sum over rows of dy * x * r, rows in order (deterministic). */
-OPS_CLONES
-static void rms_dw_cols(float *dw, const float *dout, const float *x, const float *rstd, int N,
-                        int D, int lo, int hi) {
+OPS_VARIANTS(void, rms_dw_cols, (float *dw, const float *dout, const float *x, const float *rstd, int N,
+                        int D, int lo, int hi),
+             (dw, dout, x, rstd, N, D, lo, hi)) {
     for (int n = 0; n < N; n++) {
         const float *dy = dout + (size_t)n * D, *xr = x + (size_t)n * D;
         const float r = rstd[n];

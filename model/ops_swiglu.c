@@ -6,9 +6,9 @@
 
 /* out may alias gate (generate.c computes in place): element i is read before it is written,
  * which `omp simd` keeps true lane by lane, so no restrict here. */
-OPS_CLONES
-static void swiglu_fwd_range(float *out, const float *gate, const float *up, size_t lo,
-                             size_t hi) {
+OPS_VARIANTS(void, swiglu_fwd_range, (float *out, const float *gate, const float *up, size_t lo,
+                             size_t hi),
+             (out, gate, up, lo, hi)) {
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) out[i] = ops_silu(gate[i]) * up[i];
 }
@@ -38,14 +38,14 @@ static inline __attribute__((always_inline)) void swiglu_bwd_body(
         dup[i] = acc ? dup[i] + du : du;
     }
 }
-OPS_CLONES
-static void swiglu_bwd_add(float *dgate, float *dup, const float *dout, const float *gate,
-                           const float *up, size_t lo, size_t hi) {
+OPS_VARIANTS(void, swiglu_bwd_add, (float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, size_t lo, size_t hi),
+             (dgate, dup, dout, gate, up, lo, hi)) {
     swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 1);
 }
-OPS_CLONES
-static void swiglu_bwd_set(float *dgate, float *dup, const float *dout, const float *gate,
-                           const float *up, size_t lo, size_t hi) {
+OPS_VARIANTS(void, swiglu_bwd_set, (float *dgate, float *dup, const float *dout, const float *gate,
+                           const float *up, size_t lo, size_t hi),
+             (dgate, dup, dout, gate, up, lo, hi)) {
     swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 0);
 }
 

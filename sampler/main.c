@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/cpu_isa.h"
 #include "bus/bus.h"
 #include "common/flags.h"
 #include "model/checkpoint.h"
@@ -186,6 +187,7 @@ int main(int argc, char **argv) {
         return fail(2, err, NULL);
     }
     if (sampler_opts_check(&so, err, sizeof err)) return fail(2, err, NULL);
+    if (cpu_isa_check(err, sizeof err)) return fail(2, err, NULL);
     if (o.threads > 0) omp_set_num_threads(o.threads);
     if (o.connect) return run_client(&o);
 

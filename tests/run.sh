@@ -2,13 +2,16 @@
 # Runs every unit test binary (build/tests/test_*) and every integration script
 # (tests/it_*.sh), adds up their closing "N passed, M failed" lines and prints the total.
 # A test that exits non-zero, or prints no closing line, counts as one failure.
+# The unit tests run once per instruction-set level the CPU supports (FT_CPU_ISA, see
+# model/cpu_isa.h), so a machine proves every kernel variant it can run; the integration
+# scripts run at the default level (the highest).
 set -u
 cd "$(dirname "$0")/.."
 export FT_TEST_TMP=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}
 total_pass=0; total_fail=0; failed_names=()
 run_one() {
-    local name=$1; shift
-    local log="$FT_TEST_TMP/$(basename "$name").log" start=$SECONDS
+    local name=$1 label=$2 suffix=$3; shift 3
+    local log="$FT_TEST_TMP/$(basename "$name")$suffix.log" start=$SECONDS
     "$@" >"$log" 2>&1; local rc=$?
     local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     local p=0 f=0
@@ -16,17 +19,21 @@ run_one() {
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
     if [ -z "$line" ] && [ $rc -eq 0 ]; then f=1; echo "  (no closing 'N passed, M failed' line)" >>"$log"; fi
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
-    printf '%-32s %4d passed %3d failed  %3ds\n' "$(basename "$name")" "$p" "$f" $((SECONDS - start))
-    if [ "$f" != 0 ]; then failed_names+=("$name"); sed 's/^/    | /' "$log" | tail -n 40; fi
+    printf '%-44s %4d passed %3d failed  %3ds\n' "$label" "$p" "$f" $((SECONDS - start))
+    if [ "$f" != 0 ]; then failed_names+=("$label"); sed 's/^/    | /' "$log" | tail -n 40; fi
 }
+levels=$(build/tests/test_cpu_isa --levels 2>/dev/null) || levels=x86-64-v2
+echo "instruction-set levels of this CPU: $(echo $levels)"
 for t in build/tests/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.o|*.d) continue;; esac
-    run_one "$t" "$t"
+    for lv in $levels; do
+        run_one "$t" "$(basename "$t") [$lv]" ".$lv" env FT_CPU_ISA="$lv" "$t"
+    done
 done
 for s in tests/it_*.sh; do
     [ -f "$s" ] || continue
-    run_one "$s" bash "$s"
+    run_one "$s" "$(basename "$s")" "" bash "$s"
 done
 echo
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"

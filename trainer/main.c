@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/cpu_isa.h"
 #include "common/flags.h"
 #include "trainer/opts.h"
 #include "trainer/train.h"
@@ -26,7 +27,7 @@ int main(int argc, char **argv) {
         usage(stdout, flags, nf);
         return 0;
     }
-    if (rc || trainer_opts_check(&o, err, sizeof err)) {
+    if (rc || trainer_opts_check(&o, err, sizeof err) || cpu_isa_check(err, sizeof err)) {
         fprintf(stderr, "trainer: %s\n", err);
         return 2;
     }

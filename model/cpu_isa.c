@@ -1,0 +1,63 @@
+/* model/cpu_isa.c: the one choice of instruction-set level (cpu_isa.h). */
+#include "model/cpu_isa.h"
+#include "common/errmsg.h"
+#include <stdlib.h>
+#include <string.h>
+
+int cpu_isa_level_ = CPU_ISA_V2;
+static char isa_error[160];
+
+const char *cpu_isa_name(cpu_isa_t isa) {
+    switch (isa) {
+    case CPU_ISA_V4: return "x86-64-v4";
+    case CPU_ISA_V3: return "x86-64-v3";
+    default: return "x86-64-v2";
+    }
+}
+
+cpu_isa_t cpu_isa_best(void) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init(); /* needed when called from a constructor */
+    /* libgcc's checks include the OS's XSAVE state for AVX and AVX-512 registers */
+    int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe");
+    int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
+    return v4 ? CPU_ISA_V4 : v3 ? CPU_ISA_V3 : CPU_ISA_V2;
+#else
+    return CPU_ISA_V2;
+#endif
+}
+
+int cpu_isa_parse(const char *s) {
+    if (!s) return -1;
+    if (!strncmp(s, "x86-64-", 7)) s += 7;
+    if (!strcmp(s, "v2")) return CPU_ISA_V2;
+    if (!strcmp(s, "v3")) return CPU_ISA_V3;
+    if (!strcmp(s, "v4")) return CPU_ISA_V4;
+    return -1;
+}
+
+/* Before main, so that no kernel can run at one level and a later one at another. */
+__attribute__((constructor)) static void cpu_isa_choose(void) {
+    cpu_isa_t best = cpu_isa_best();
+    cpu_isa_level_ = best;
+    const char *env = getenv("FT_CPU_ISA");
+    if (!env || !*env || !strcmp(env, "native")) return;
+    int want = cpu_isa_parse(env);
+    if (want < 0)
+        err_fail(isa_error, sizeof isa_error, -1,
+                 "FT_CPU_ISA=%s: unknown level (x86-64-v2, x86-64-v3, x86-64-v4 or native)", env);
+    else if (want > (int)best)
+        err_fail(isa_error, sizeof isa_error, -1,
+                 "FT_CPU_ISA=%s: this CPU supports at most %s", env, cpu_isa_name(best));
+    else
+        cpu_isa_level_ = want;
+}
+
+int cpu_isa_check(char *err, size_t errlen) {
+    if (!isa_error[0]) return 0;
+    return err_fail(err, errlen, -1, "%s", isa_error);
+}
