@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
                         .max_seq = 1024, .rope_theta = 10000.0f, .norm_eps = 1e-5f, .tied = 1,
                         .eot_id = 0, .latent_bits = 8, .kappa_nats = 0.1f};
     sampler_model_t *sm = NULL;
-    if (sampler_model_create(&sm, &c, 1, err, sizeof err)) { fprintf(stderr, "generate: %s\n", err); return 1; }
+    if (sampler_model_create(&sm, NULL, &c, 1, err, sizeof err)) { fprintf(stderr, "generate: %s\n", err); return 1; }
     uint32_t *prompt = malloc(sizeof(uint32_t) * P);
     rng_t r;
     rng_seed(&r, 2);

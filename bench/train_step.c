@@ -55,7 +55,7 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
     char err[256];
     void *m = NULL;
     adamw_t *opt = NULL;
-    if (fam->create(&m, &c, B, T, 1, err, sizeof(err))) {
+    if (fam->create(&m, device_cpu_default(), &c, B, T, 1, err, sizeof(err))) {
         fprintf(stderr, "train_step: config %c: %s\n", name, err);
         return 1;
     }

@@ -63,4 +63,25 @@ RNG_FN float rng_normal(rng_t *r) {
     if (u1 < 1e-300) u1 = 1e-300;
     return (float)(__builtin_sqrt(-2.0 * __builtin_log(u1)) * __builtin_cos(6.283185307179586 * u2));
 }
+/* ---- counter-based draws: the i-th number of a stream is a function of (key, i) alone ----
+ * For draws that several devices (CPU, GPU) or ranks must agree on without sharing a state:
+ * each index is computed on its own, in any order, by any thread. SplitMix64's output
+ * function on key + (i + 1) * golden gamma (SplitMix is itself this counter construction). */
+RNG_FN uint64_t rng_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+/* The key of the stream (a, b), e.g. (seed ^ salt, step): well mixed, so nearby (a, b) give
+ * unrelated streams. */
+RNG_FN uint64_t rng_counter_key(uint64_t a, uint64_t b) {
+    return rng_mix64(rng_mix64(a + 0x9e3779b97f4a7c15ULL) ^ (b * 0xd1b54a32d192ed03ULL));
+}
+RNG_FN uint64_t rng_counter_u64(uint64_t key, uint64_t i) {
+    return rng_mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
+}
+/* Uniform in [0, 1) with 24 random bits, like rng_f32. */
+RNG_FN float rng_counter_f32(uint64_t key, uint64_t i) {
+    return (float)(rng_counter_u64(key, i) >> 40) * (1.0f / 16777216.0f);
+}
 #endif

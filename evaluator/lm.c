@@ -73,19 +73,20 @@ static void llama_lm_release(eval_lm_t *lm) {
     lm->impl = NULL;
 }
 
-int eval_lm_create(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
-                   char *err, size_t errlen) {
+int eval_lm_create(eval_lm_t **out, device_t *dev, const model_config_t *cfg, int Bmax, int Tmax,
+                   uint64_t seed, char *err, size_t errlen) {
     if (!out || !cfg || Bmax < 1) return err_fail(err, errlen, EVAL_EARG, "eval_lm_create: bad argument");
     *out = NULL;
     if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
-    if (cfg->kind == MODEL_FREE) return eval_lm_create_free(out, cfg, Bmax, Tmax, seed, err, errlen);
+    if (!dev) dev = device_cpu_default();
+    if (cfg->kind == MODEL_FREE) return eval_lm_create_free(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
     if (cfg->kind != MODEL_LLAMA)
         return err_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",
                        (int)cfg->kind);
     eval_lm_t *lm = calloc(1, sizeof *lm);
     if (!lm) return err_fail(err, errlen, EVAL_ENOMEM, "out of memory");
     llama_t *m = NULL;
-    if (llama_create(&m, cfg, Bmax, Tmax, seed, err, errlen)) {
+    if (llama_create_on(&m, dev, cfg, Bmax, Tmax, seed, err, errlen)) {
         free(lm);
         return EVAL_EMODEL;
     }
@@ -101,13 +102,14 @@ int eval_lm_create(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tma
     return 0;
 }
 
-int eval_lm_load(eval_lm_t **out, const char *dir, int Bmax, int Tmax, char *err, size_t errlen) {
+int eval_lm_load(eval_lm_t **out, device_t *dev, const char *dir, int Bmax, int Tmax, char *err,
+                 size_t errlen) {
     if (!out || !dir) return err_fail(err, errlen, EVAL_EARG, "eval_lm_load: bad argument");
     *out = NULL;
     model_config_t cfg;
     if (ckpt_load_config(dir, &cfg, err, errlen)) return EVAL_EMODEL;
     eval_lm_t *lm = NULL;
-    int rc = eval_lm_create(&lm, &cfg, Bmax, Tmax, 0, err, errlen);
+    int rc = eval_lm_create(&lm, dev, &cfg, Bmax, Tmax, 0, err, errlen);
     if (rc) return rc;
     const model_family_t *fam = family_for_kind(cfg.kind);
     int np = fam->params(lm->impl, NULL, 0);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "model/config.h"
+#include "model/device.h"
 
 enum {
     EVAL_EARG = -1,    /* bad argument or option */
@@ -62,14 +63,16 @@ struct eval_lm {
 /* Loads the checkpoint in dir (config.json + model.safetensors; the MANIFEST is the caller's
  * business: ckpt_verify) as a model that takes up to (Bmax, Tmax) tokens; Tmax <= 0 means
  * the config's max_position_embeddings. */
-int eval_lm_load(eval_lm_t **lm, const char *dir, int Bmax, int Tmax, char *err, size_t errlen);
-/* A freshly initialised model of cfg (weights from seed), for tests and --help examples. */
-int eval_lm_create(eval_lm_t **lm, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
-                   char *err, size_t errlen);
+int eval_lm_load(eval_lm_t **lm, device_t *dev, const char *dir, int Bmax, int Tmax, char *err,
+                 size_t errlen);
+/* A freshly initialised model of cfg (weights from seed), for tests and --help examples. dev
+ * NULL: the CPU device. */
+int eval_lm_create(eval_lm_t **lm, device_t *dev, const model_config_t *cfg, int Bmax, int Tmax,
+                   uint64_t seed, char *err, size_t errlen);
 /* The Free Transformer's eval_lm_t (evaluator/lm_free.c); eval_lm_create calls it for
  * kind MODEL_FREE. */
-int eval_lm_create_free(eval_lm_t **lm, const model_config_t *cfg, int Bmax, int Tmax,
-                        uint64_t seed, char *err, size_t errlen);
+int eval_lm_create_free(eval_lm_t **lm, device_t *dev, const model_config_t *cfg, int Bmax,
+                        int Tmax, uint64_t seed, char *err, size_t errlen);
 /* The underlying family model (llama_t* for the baseline, free_t* for the Free Transformer),
  * for tests that set weights. */
 void *eval_lm_model(eval_lm_t *lm);

@@ -71,14 +71,14 @@ static void free_lm_release(eval_lm_t *lm) {
     lm->impl = NULL;
 }
 
-int eval_lm_create_free(eval_lm_t **out, const model_config_t *cfg, int Bmax, int Tmax,
-                        uint64_t seed, char *err, size_t errlen) {
+int eval_lm_create_free(eval_lm_t **out, device_t *dev, const model_config_t *cfg, int Bmax,
+                        int Tmax, uint64_t seed, char *err, size_t errlen) {
     *out = NULL;
     if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
     eval_lm_t *lm = calloc(1, sizeof *lm);
     if (!lm) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     free_t *m = NULL;
-    if (free_create(&m, cfg, Bmax, Tmax, seed, err, errlen)) {
+    if (free_create_on(&m, dev ? dev : device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen)) {
         free(lm);
         return EVAL_EMODEL;
     }

@@ -32,6 +32,7 @@ static void usage(FILE *f, const flag_t *flags, int n) {
 
 int main(int argc, char **argv) {
     const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL;
+    const char *device = "cpu";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
                          .iw_samples = 4, .draws = 4};
@@ -61,6 +62,7 @@ int main(int argc, char **argv) {
         {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
         {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging)", 1, 4096, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
+        {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
     };
     const int nf = (int)(sizeof fl / sizeof fl[0]);
@@ -87,20 +89,27 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (threads > 0) omp_set_num_threads(threads);
+    device_t *dev = NULL;
+    if (device_open(&dev, device, PRECISION_FP32, err, sizeof err)) {
+        fprintf(stderr, "evaluator: %s\n", err);
+        return 2;
+    }
     eval_task_t *task = NULL;
     if (eval_task_open(&task, &tc, err, sizeof err)) {
         fprintf(stderr, "evaluator: task %s: %s\n", tc.task, err);
+        device_close(&dev);
         return 2;
     }
     bus_signals_install();
     eval_watch_cfg_t wc = {
         .run = run, .run_dir = run_dir, .bus_sub = bus_sub, .bus_pub = bus_pub, .no_bus = no_bus,
         .out = out, .tag = tag ? tag : tc.task, .once = once, .all = all, .poll_ms = poll_ms,
-        .quiet = quiet, .task = task, .stop = bus_signal_flag(),
+        .quiet = quiet, .task = task, .dev = dev, .stop = bus_signal_flag(),
     };
     err[0] = 0;
     rc = eval_watch_run(&wc, err, sizeof err);
     eval_task_close(&task);
+    device_close(&dev);
     if (rc) {
         fprintf(stderr, "evaluator: run %s: %s\n", run, err);
         return rc == EVAL_EARG ? 2 : 1;

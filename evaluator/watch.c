@@ -126,7 +126,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     eval_task_shape(c->task, &Bmax, &Tmax);
     eval_lm_t *lm = NULL;
     double t0 = unix_now();
-    if (eval_lm_load(&lm, dir, Bmax, Tmax, why, sizeof why)) {
+    if (eval_lm_load(&lm, c->dev, dir, Bmax, Tmax, why, sizeof why)) {
         fprintf(stderr, "evaluator: skipping %s: %s\n", dir, why);
         set_add(&w->skipped, step);
         return 0;

@@ -13,6 +13,7 @@
  * that fails ckpt_verify or does not load is skipped with one line on stderr, once. */
 #ifndef EVALUATOR_WATCH_H
 #define EVALUATOR_WATCH_H
+#include "model/device.h"
 #include <signal.h>
 #include <stddef.h>
 
@@ -31,6 +32,7 @@ typedef struct {
     int poll_ms;           /* directory rescan period when the bus is quiet */
     int quiet;             /* no progress lines on stderr */
     eval_task_t *task;
+    device_t *dev;         /* where the evaluated models run (NULL: the CPU) */
     volatile sig_atomic_t *stop;
 } eval_watch_cfg_t;
 

@@ -1,5 +1,6 @@
 /* model/adamw.c: see adamw.h. */
 #include "model/adamw.h"
+#include "model/device.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,8 @@ struct adamw {
     int n;
     tensor_view_t *p, *m, *v;  /* (n) */
     uint8_t *decay;            /* (n) */
-    float *mbuf, *vbuf;        /* contiguous moments */
+    float *mbuf, *vbuf;        /* contiguous moments, on the parameters' device */
+    device_t *dev;             /* the device of the views (a NULL view device: the CPU) */
     int64_t t;
 };
 
@@ -22,7 +24,9 @@ adamw_config_t adamw_config_default(void) {
 void adamw_destroy(adamw_t **po) {
     if (!po || !*po) return;
     adamw_t *o = *po;
-    free(o->p); free(o->m); free(o->v); free(o->decay); free(o->mbuf); free(o->vbuf);
+    if (o->mbuf) DEV(o->dev, free, o->mbuf);
+    if (o->vbuf) DEV(o->dev, free, o->vbuf);
+    free(o->p); free(o->m); free(o->v); free(o->decay);
     free(o);
     *po = NULL;
 }
@@ -46,16 +50,17 @@ int adamw_create(adamw_t **po, const tensor_view_t *params, int n, const adamw_c
     if (o) {
         o->cfg = *cfg;
         o->n = n;
+        o->dev = params[0].dev ? params[0].dev : device_cpu_default();
         o->p = malloc(sizeof(tensor_view_t) * n);
         o->m = malloc(sizeof(tensor_view_t) * n);
         o->v = malloc(sizeof(tensor_view_t) * n);
         o->decay = malloc(n);
-        o->mbuf = calloc(total ? total : 1, sizeof(float));
-        o->vbuf = calloc(total ? total : 1, sizeof(float));
+        o->mbuf = DEV(o->dev, alloc, sizeof(float) * (total ? total : 1));
+        o->vbuf = DEV(o->dev, alloc, sizeof(float) * (total ? total : 1));
     }
     if (!o || !o->p || !o->m || !o->v || !o->decay || !o->mbuf || !o->vbuf) {
         adamw_destroy(&o);
-        snprintf(err, errlen, "adamw: out of memory for %zu parameters", total);
+        snprintf(err, errlen, "adamw: out of memory for the moments of %zu parameters", total);
         return -2;
     }
     size_t off = 0;
@@ -63,6 +68,7 @@ int adamw_create(adamw_t **po, const tensor_view_t *params, int n, const adamw_c
         o->p[i] = o->m[i] = o->v[i] = params[i];
         o->m[i].data = o->mbuf + off;
         o->v[i].data = o->vbuf + off;
+        o->m[i].dev = o->v[i].dev = params[i].dev;
         off += (size_t)tensor_numel(&params[i]);
         int is_embed = strcmp(params[i].name, "model.embed_tokens.weight") == 0;
         o->decay[i] = params[i].ndim >= 2 && (!is_embed || cfg->decay_embeddings);
@@ -83,26 +89,11 @@ int adamw_moments(adamw_t *o, int which, tensor_view_t *views, int cap) {
     return o->n;
 }
 
-/* Chunks of fixed size (not per thread) so the partial sums, and their in-order total, are
- * the same whatever the number of threads. */
-#define NORM_CHUNK 4096
 double adamw_grad_norm(const tensor_view_t *g, int n) {
     double total = 0.0;
     for (int i = 0; i < n; i++) {
-        const float *d = g[i].data;
-        int64_t len = tensor_numel(&g[i]);
-        int64_t nch = (len + NORM_CHUNK - 1) / NORM_CHUNK;
-        double *part = malloc(sizeof(double) * (nch ? nch : 1));
-        if (!part) return NAN;
-#pragma omp parallel for schedule(static)
-        for (int64_t c = 0; c < nch; c++) {
-            int64_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < len ? lo + NORM_CHUNK : len;
-            double s = 0.0;
-            for (int64_t j = lo; j < hi; j++) s += (double)d[j] * d[j];
-            part[c] = s;
-        }
-        for (int64_t c = 0; c < nch; c++) total += part[c];
-        free(part);
+        device_t *d = g[i].dev ? g[i].dev : device_cpu_default();
+        total += DEV(d, sumsq, g[i].data, (size_t)tensor_numel(&g[i]));
     }
     return sqrt(total);
 }
@@ -120,12 +111,8 @@ int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float gr
             return -1;
         }
     if (grad_scale != 1.0f)
-        for (int i = 0; i < n; i++) {
-            float *d = grads[i].data;
-            int64_t len = tensor_numel(&grads[i]);
-#pragma omp parallel for schedule(static)
-            for (int64_t j = 0; j < len; j++) d[j] *= grad_scale;
-        }
+        for (int i = 0; i < n; i++)
+            DEV(o->dev, scale_inplace, grads[i].data, grad_scale, (size_t)tensor_numel(&grads[i]));
     double norm = adamw_grad_norm(grads, n);
     if (norm_out) *norm_out = norm;
     if (!isfinite(norm)) {
@@ -146,18 +133,12 @@ int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float gr
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay_mul = (float)(1.0 - (double)lr * o->cfg.weight_decay);
     for (int i = 0; i < n; i++) {
-        float *p = o->p[i].data, *m = o->m[i].data, *v = o->v[i].data, *g = grads[i].data;
         const int decay = o->decay[i] && o->cfg.weight_decay > 0;
-        int64_t len = tensor_numel(&o->p[i]);
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < len; j++) {
-            if (clip != 1.0f) g[j] *= clip;
-            if (decay) p[j] *= decay_mul;
-            m[j] = b1 * m[j] + (1.0f - b1) * g[j];
-            v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
-            float denom = sqrtf(v[j]) / bc2_sqrt + eps;
-            p[j] -= step_size * m[j] / denom;
-        }
+        const adamw_scalars_t sc = {.clip = clip, .decay_mul = decay ? decay_mul : 1.0f,
+                                    .beta1 = b1, .beta2 = b2, .eps = eps,
+                                    .step_size = step_size, .bc2_sqrt = bc2_sqrt};
+        DEV(o->dev, adamw_update, o->p[i].data, grads[i].data, o->m[i].data, o->v[i].data,
+            (size_t)tensor_numel(&o->p[i]), &sc);
     }
     return 0;
 }

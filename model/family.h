@@ -2,15 +2,17 @@
  *
  * A family is a table of functions over an opaque model, so a new family (the Free
  * Transformer, LTM, masked mixers...) is one new file (model/family_<name>.c) registered in
- * model/family.c, and the programs do not change. The CPU implementation is the reference;
- * a GPU backend would be another table with the same meaning. */
+ * model/family.c, and the programs do not change. A family runs on any device (device.h):
+ * it is written once, over the device table, and never knows which device it runs on. */
 #ifndef MODEL_FAMILY_H
 #define MODEL_FAMILY_H
 #include <stddef.h>
 #include <stdint.h>
 
 #include "model/config.h"
+#include "model/device.h"
 #include "model/tensor.h"
+
 
 #define FAMILY_MAX_METRICS 16
 
@@ -23,8 +25,9 @@ typedef struct {
 typedef struct model_family {
     const char *name;      /* "llama", "free": the value of --model and of ft_model_kind */
     model_kind kind;
-    int (*create)(void **m, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
-                  char *err, size_t errlen);
+    /* Builds the model with every buffer on dev (model/device.h). */
+    int (*create)(void **m, device_t *dev, const model_config_t *cfg, int Bmax, int Tmax,
+                  uint64_t seed, char *err, size_t errlen);
     void (*destroy)(void **m);
     int (*set_shape)(void *m, int B, int T, char *err, size_t errlen);
     /* Training forward: tokens, targets (B,T), mask (B,T) or NULL; *loss is what the backward
@@ -42,6 +45,9 @@ typedef struct model_family {
      * draws random numbers in its forward (the Free Transformer's latent) draws the same ones
      * after a resume (may be NULL: nothing to draw). */
     void (*set_step)(void *m, uint64_t step);
+    /* Bytes of each buffer kind (parameters, gradients, activations), for the report a
+     * program prints at start. */
+    void (*memory)(void *m, model_memory_t *out);
 } model_family_t;
 
 /* The family called `name`, or NULL. */

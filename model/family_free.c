@@ -2,10 +2,11 @@
 #include "model/family.h"
 #include "model/free.h"
 
-static int create(void **m, const model_config_t *cfg, int B, int T, uint64_t seed, char *err,
-                  size_t errlen) {
-    return free_create((free_t **)m, cfg, B, T, seed, err, errlen);
+static int create(void **m, device_t *dev, const model_config_t *cfg, int B, int T,
+                  uint64_t seed, char *err, size_t errlen) {
+    return free_create_on((free_t **)m, dev, cfg, B, T, seed, err, errlen);
 }
+static void memory(void *m, model_memory_t *out) { free_memory(m, out); }
 static void destroy(void **m) { free_destroy((free_t **)m); }
 static int set_shape(void *m, int B, int T, char *err, size_t errlen) {
     return free_set_shape(m, B, T, err, errlen);
@@ -26,6 +27,7 @@ const model_family_t family_free = {
     .name = "free",
     .kind = MODEL_FREE,
     .create = create,
+    .memory = memory,
     .destroy = destroy,
     .set_shape = set_shape,
     .forward = forward,

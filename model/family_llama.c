@@ -2,10 +2,11 @@
 #include "model/family.h"
 #include "model/llama.h"
 
-static int create(void **m, const model_config_t *cfg, int B, int T, uint64_t seed, char *err,
-                  size_t errlen) {
-    return llama_create((llama_t **)m, cfg, B, T, seed, err, errlen);
+static int create(void **m, device_t *dev, const model_config_t *cfg, int B, int T,
+                  uint64_t seed, char *err, size_t errlen) {
+    return llama_create_on((llama_t **)m, dev, cfg, B, T, seed, err, errlen);
 }
+static void memory(void *m, model_memory_t *out) { llama_memory(m, out); }
 static void destroy(void **m) { llama_destroy((llama_t **)m); }
 static int set_shape(void *m, int B, int T, char *err, size_t errlen) {
     return llama_set_shape(m, B, T, err, errlen);
@@ -24,6 +25,7 @@ const model_family_t family_llama = {
     .name = "llama",
     .kind = MODEL_LLAMA,
     .create = create,
+    .memory = memory,
     .destroy = destroy,
     .set_shape = set_shape,
     .forward = forward,

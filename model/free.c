@@ -1,9 +1,7 @@
 /* model/free.c: the Free Transformer's extras around the llama decoder (see free.h). */
 #include "model/free.h"
 #include "common/rng.h"
-#include "model/ops.h"
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +11,7 @@
 struct free_model {
     model_config_t cfg;
     llama_t *dec;
+    device_t *dev;                  /* the decoder's; every buffer below is on it */
     int Bmax, Tmax, B, T, half, H;
     size_t K;                       /* 2^H */
     uint64_t seed;
@@ -21,25 +20,29 @@ struct free_model {
     float *xp, *xg;
     size_t nx;
     free_w_t w, g;
-    tensor_view_t *pv, *gv;         /* decoder views, then the extras */
+    tensor_view_t *pv, *gv;         /* decoder views, then the extras (host arrays) */
     int ndec, nv;
-    /* activations, (Bmax*Tmax) rows */
+    /* activations, (Bmax*Tmax) rows, one allocation (act_layout) */
+    void *act_mem;
+    size_t act_bytes;
     float *zq;                      /* (N,D) zeta repeated: the encoder's query input */
     llama_block_acts_t enc;
     float *enc_out, *enc_xn, *enc_rstd; /* (N,D), (N,D), (N) */
     float *bitlog, *prob, *u, *kl;  /* (N,H), (N,H), (N,H), (N) */
     uint32_t *z;                    /* (N) */
     float *xkv;                     /* (N,D) X + R */
-    /* backward */
-    float *denc_out, *dzq, *dxn, *dbit, *dxkv, *work;
-    size_t work_floats;             /* post_sampler_backward's buffer, one chunk per thread */
-    /* uniform draws */
-    rng_t rng;
+    float *denc_out, *dzq, *dxn, *dbit, *dxkv; /* backward */
+    uint8_t *mask;                  /* (N) */
+    float *u_fixed;                 /* (N,H) free_set_uniforms */
+    float *r_off;                   /* (N,D) or NULL: test hook, allocated on first use */
+    /* uniform draws: counter-based (common/rng.h), keyed by (seed, step); the forwards of
+     * one step take consecutive counters */
+    uint64_t u_key, u_counter;
     int fixed_u;
-    float *u_fixed;
-    float *r_off;                   /* (N,D) or NULL: test hook */
+    /* host copies of the results programs read, when the device is not the host */
+    float *bitlog_host, *kl_host;
+    uint32_t *z_host;
     /* the last forward */
-    uint8_t *mask;
     int has_mask, has_targets, count, from_encoder;
     double ce, kl_mean, kl_term, above, loss;
 };
@@ -106,14 +109,39 @@ static size_t layout(const model_config_t *c, float *base, tensor_view_t *views,
     return off;
 }
 
+static void act_layout(free_t *m, dev_arena_t *ar) {
+    const model_config_t *c = &m->cfg;
+    const size_t N = (size_t)m->Bmax * m->Tmax, D = c->d_model, H = m->H;
+    m->zq = DEV_TAKE(ar, float, N * D);
+    llama_block_acts_layout(&m->enc, ar, c, m->Bmax, m->Tmax, 1);
+    m->enc_out = DEV_TAKE(ar, float, N * D);
+    m->enc_xn = DEV_TAKE(ar, float, N * D);
+    m->enc_rstd = DEV_TAKE(ar, float, N);
+    m->bitlog = DEV_TAKE(ar, float, N * H);
+    m->prob = DEV_TAKE(ar, float, N * H);
+    m->u = DEV_TAKE(ar, float, N * H);
+    m->u_fixed = DEV_TAKE(ar, float, N * H);
+    m->kl = DEV_TAKE(ar, float, N);
+    m->z = DEV_TAKE(ar, uint32_t, N);
+    m->xkv = DEV_TAKE(ar, float, N * D);
+    m->denc_out = DEV_TAKE(ar, float, N * D);
+    m->dzq = DEV_TAKE(ar, float, N * D);
+    m->dxn = DEV_TAKE(ar, float, N * D);
+    m->dbit = DEV_TAKE(ar, float, N * H);
+    m->dxkv = DEV_TAKE(ar, float, N * D);
+    m->mask = DEV_TAKE(ar, uint8_t, N);
+}
+
 void free_destroy(free_t **pm) {
     if (!pm || !*pm) return;
     free_t *m = *pm;
+    if (m->dev) {
+        void *d[] = {m->xp, m->xg, m->act_mem, m->r_off};
+        for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++)
+            if (d[i]) DEV(m->dev, free, d[i]);
+    }
     llama_destroy(&m->dec);
-    llama_block_acts_free(&m->enc);
-    void *p[] = {m->xp, m->xg, m->pv, m->gv, m->zq, m->enc_out, m->enc_xn, m->enc_rstd,
-                 m->bitlog, m->prob, m->u, m->kl, m->z, m->xkv, m->denc_out, m->dzq, m->dxn,
-                 m->dbit, m->dxkv, m->work, m->u_fixed, m->mask, m->r_off};
+    void *p[] = {m->pv, m->gv, m->bitlog_host, m->kl_host, m->z_host};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
     free(m);
     *pm = NULL;
@@ -121,13 +149,20 @@ void free_destroy(free_t **pm) {
 
 int free_create(free_t **pm, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
                 char *err, size_t errlen) {
-    if (!pm) { snprintf(err, errlen, "free_create: NULL handle"); return FREE_EARG; }
+    return free_create_on(pm, device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen);
+}
+
+int free_create_on(free_t **pm, device_t *dev, const model_config_t *cfg, int Bmax, int Tmax,
+                   uint64_t seed, char *err, size_t errlen) {
+    if (!pm || !dev) { snprintf(err, errlen, "free_create: NULL handle or device"); return FREE_EARG; }
     *pm = NULL;
     int rc = free_config_check(cfg, Bmax, Tmax, err, errlen);
     if (rc) return rc;
+    char what[64] = "model", b1[32];
     free_t *m = calloc(1, sizeof(*m));
     if (!m) goto oom;
     m->cfg = *cfg;
+    m->dev = dev;
     m->Bmax = m->B = Bmax;
     m->Tmax = m->T = Tmax;
     m->half = cfg->n_layers / 2;
@@ -138,65 +173,71 @@ int free_create(free_t **pm, const model_config_t *cfg, int Bmax, int Tmax, uint
     /* the decoder is a plain llama (its kind only matters to the checkpoint config) */
     model_config_t dc = *cfg;
     dc.kind = MODEL_LLAMA;
-    if ((rc = llama_create(&m->dec, &dc, Bmax, Tmax, seed, err, errlen))) { free_destroy(&m); return rc; }
+    if ((rc = llama_create_on(&m->dec, dev, &dc, Bmax, Tmax, seed, err, errlen))) {
+        free_destroy(&m);
+        return rc;
+    }
     const model_config_t *c = &m->cfg;
-    const size_t N = (size_t)Bmax * Tmax, D = c->d_model, H = m->H;
     m->ndec = llama_params(m->dec, NULL, 0);
     m->nv = m->ndec + FREE_N_EXTRA;
     m->nx = layout(c, NULL, NULL, NULL);
-    m->xp = calloc(m->nx, sizeof(float));
-    m->xg = calloc(m->nx, sizeof(float));
     m->pv = calloc(m->nv, sizeof(tensor_view_t));
     m->gv = calloc(m->nv, sizeof(tensor_view_t));
-    if (!m->xp || !m->xg || !m->pv || !m->gv) goto oom;
+    if (!m->pv || !m->gv) goto oom;
+    snprintf(what, sizeof what, "latent parameters (%s)", device_bytes_str(sizeof(float) * m->nx, b1, sizeof b1));
+    if (!(m->xp = DEV(dev, alloc, sizeof(float) * m->nx)) ||
+        !(m->xg = DEV(dev, alloc, sizeof(float) * m->nx)))
+        goto oom;
     llama_params(m->dec, m->pv, m->ndec);
     llama_grads(m->dec, m->gv, m->ndec);
     layout(c, m->xp, m->pv + m->ndec, &m->w);
     layout(c, m->xg, m->gv + m->ndec, &m->g);
-    if (llama_block_acts_alloc(&m->enc, c, Bmax, Tmax, 1)) goto oom;
-    m->zq = calloc(N * D, sizeof(float));
-    m->enc_out = calloc(N * D, sizeof(float));
-    m->enc_xn = calloc(N * D, sizeof(float));
-    m->enc_rstd = calloc(N, sizeof(float));
-    m->bitlog = calloc(N * H, sizeof(float));
-    m->prob = calloc(N * H, sizeof(float));
-    m->u = calloc(N * H, sizeof(float));
-    m->u_fixed = calloc(N * H, sizeof(float));
-    m->kl = calloc(N, sizeof(float));
-    m->z = calloc(N, sizeof(uint32_t));
-    m->xkv = calloc(N * D, sizeof(float));
-    m->denc_out = calloc(N * D, sizeof(float));
-    m->dzq = calloc(N * D, sizeof(float));
-    m->dxn = calloc(N * D, sizeof(float));
-    m->dbit = calloc(N * H, sizeof(float));
-    m->dxkv = calloc(N * D, sizeof(float));
-    m->work_floats = post_sampler_work_floats(c->d_model, m->H, omp_get_max_threads());
-    m->work = calloc(m->work_floats, sizeof(float));
-    m->mask = calloc(N, 1);
-    if (!m->zq || !m->enc_out || !m->enc_xn || !m->enc_rstd || !m->bitlog || !m->prob || !m->u ||
-        !m->u_fixed || !m->kl || !m->z || !m->xkv || !m->denc_out || !m->dzq || !m->dxn ||
-        !m->dbit || !m->dxkv || !m->work || !m->mask)
-        goto oom;
-    free_init(m, seed);
+    for (int i = m->ndec; i < m->nv; i++) m->pv[i].dev = m->gv[i].dev = dev;
+    dev_arena_t ar = {0};
+    act_layout(m, &ar);
+    m->act_bytes = ar.used;
+    snprintf(what, sizeof what, "latent activations (%s)", device_bytes_str(m->act_bytes, b1, sizeof b1));
+    if (!(m->act_mem = DEV(dev, alloc, m->act_bytes))) goto oom;
+    ar.base = m->act_mem;
+    ar.used = 0;
+    act_layout(m, &ar);
+    if (free_init(m, seed)) goto oom;
     free_set_step(m, 0);
     *pm = m;
     return 0;
 oom:
-    snprintf(err, errlen, "free_create: out of memory for B=%d T=%d H=%d", Bmax, Tmax, cfg->latent_bits);
+    snprintf(err, errlen, "free_create: out of memory for the %s of B=%d T=%d H=%d on %s", what,
+             Bmax, Tmax, cfg->latent_bits, dev->name);
     free_destroy(&m);
     return FREE_ENOMEM;
 }
 
-void free_init(free_t *m, uint64_t seed) {
-    llama_init(m->dec, seed);
+void free_memory(const free_t *m, model_memory_t *out) {
+    llama_memory(m->dec, out);
+    out->params += sizeof(float) * m->nx;
+    out->grads += sizeof(float) * m->nx;
+    out->activations += m->act_bytes;
+}
+
+int free_init(free_t *m, uint64_t seed) {
+    if (llama_init(m->dec, seed)) return FREE_ENOMEM;
+    /* drawn on the host in view order (the same weights on every device), then uploaded */
+    float *host = device_is_host(m->dev) ? m->xp : malloc(sizeof(float) * m->nx);
+    if (!host) return FREE_ENOMEM;
     rng_t r;
     rng_seed2(&r, seed, 0xF7EE);
     for (int i = m->ndec; i < m->nv; i++) {
-        tensor_view_t *v = &m->pv[i];
+        const tensor_view_t *v = &m->pv[i];
+        float *p = host + (v->data - m->xp);
         int64_t n = tensor_numel(v);
         int normal = v->ndim == 2 || v->data == m->w.zeta;
-        for (int64_t j = 0; j < n; j++) v->data[j] = normal ? 0.02f * rng_normal(&r) : 1.0f;
+        for (int64_t j = 0; j < n; j++) p[j] = normal ? 0.02f * rng_normal(&r) : 1.0f;
     }
+    if (host != m->xp) {
+        DEV(m->dev, upload, m->xp, host, sizeof(float) * m->nx);
+        free(host);
+    }
+    return 0;
 }
 
 const model_config_t *free_config(const free_t *m) { return &m->cfg; }
@@ -222,24 +263,32 @@ int free_params(free_t *m, tensor_view_t *v, int cap) { return copy_views(m->pv,
 int free_grads(free_t *m, tensor_view_t *v, int cap) { return copy_views(m->gv, m->nv, v, cap); }
 void free_zero_grad(free_t *m) {
     llama_zero_grad(m->dec);
-    memset(m->xg, 0, sizeof(float) * m->nx);
+    DEV(m->dev, zero, m->xg, sizeof(float) * m->nx);
 }
 void free_set_grad_scale(free_t *m, float s) {
     m->grad_scale = s;
     llama_set_grad_scale(m->dec, s);
 }
 
-void free_set_step(free_t *m, uint64_t step) { rng_seed2(&m->rng, m->seed ^ FREE_U_SALT, step); }
+void free_set_step(free_t *m, uint64_t step) {
+    m->u_key = rng_counter_key(m->seed ^ FREE_U_SALT, step);
+    m->u_counter = 0;
+}
 void free_set_uniforms(free_t *m, const float *u) {
     m->fixed_u = u != NULL;
-    if (u) memcpy(m->u_fixed, u, sizeof(float) * m->B * m->T * m->H);
+    if (u) DEV(m->dev, upload, m->u_fixed, u, sizeof(float) * m->B * m->T * m->H);
 }
 
-void free_set_r_offset(free_t *m, const float *r_off) {
+int free_set_r_offset(free_t *m, const float *r_off) {
     const size_t n = (size_t)m->Bmax * m->Tmax * m->cfg.d_model;
-    if (!r_off) { free(m->r_off); m->r_off = NULL; return; }
-    if (!m->r_off && !(m->r_off = malloc(sizeof(float) * n))) return;
-    memcpy(m->r_off, r_off, sizeof(float) * m->B * m->T * m->cfg.d_model);
+    if (!r_off) {
+        if (m->r_off) DEV(m->dev, free, m->r_off);
+        m->r_off = NULL;
+        return 0;
+    }
+    if (!m->r_off && !(m->r_off = DEV(m->dev, alloc, sizeof(float) * n))) return FREE_ENOMEM;
+    DEV(m->dev, upload, m->r_off, r_off, sizeof(float) * m->B * m->T * m->cfg.d_model);
+    return 0;
 }
 
 /* embed + the first half of the decoder: X = stream(half) */
@@ -256,14 +305,14 @@ static int first_half(free_t *m, const uint32_t *tokens, char *err, size_t errle
 static void encoder_forward(free_t *m) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model, H = m->H;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) memcpy(m->zq + (size_t)n * D, m->w.zeta, sizeof(float) * D);
-    llama_block_forward(m->enc_out, &m->enc, &m->w.enc, m->zq, llama_stream(m->dec, m->half), c,
-                        llama_rope_cos(m->dec), llama_rope_sin(m->dec), m->B, m->T, 0,
+    device_t *d = m->dev;
+    DEV(d, repeat_rows, m->zq, m->w.zeta, N, D);
+    llama_block_forward(d, m->enc_out, &m->enc, &m->w.enc, m->zq, llama_stream(m->dec, m->half),
+                        c, llama_rope_cos(m->dec), llama_rope_sin(m->dec), m->B, m->T, 0,
                         llama_scratch(m->dec));
-    rmsnorm_forward(m->enc_xn, m->enc_rstd, m->enc_out, m->w.enc_norm, N, D, c->norm_eps);
-    linear_forward(m->bitlog, m->enc_xn, m->w.readout, N, D, H);
-    for (int n = 0; n < N; n++) m->kl[n] = binmap_kl(m->bitlog + (size_t)n * H, H);
+    DEV(d, rmsnorm_forward, m->enc_xn, m->enc_rstd, m->enc_out, m->w.enc_norm, N, D, c->norm_eps);
+    DEV(d, linear_forward, m->bitlog, m->enc_xn, m->w.readout, N, D, H);
+    DEV(d, binmap_kl_rows, m->kl, m->bitlog, N, H);
 }
 
 /* R = W_post[:, z] added to X as the injection block's key/value input, then the rest of
@@ -271,14 +320,10 @@ static void encoder_forward(free_t *m) {
 static int second_half(free_t *m, const uint32_t *targets, const uint8_t *mask, float *ce,
                        char *err, size_t errlen) {
     const int N = m->B * m->T, D = m->cfg.d_model;
-    const float *x = llama_stream(m->dec, m->half);
-    post_sampler_forward(m->xkv, m->w.post, m->z, N, D, m->H);
-    const float *r_off = m->r_off;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < (size_t)N * D; i++) {
-        m->xkv[i] += x[i];
-        if (r_off) m->xkv[i] += r_off[i];
-    }
+    device_t *d = m->dev;
+    DEV(d, post_sampler_forward, m->xkv, m->w.post, m->z, N, D, m->H);
+    DEV(d, add_inplace, m->xkv, llama_stream(m->dec, m->half), (size_t)N * D);
+    if (m->r_off) DEV(d, add_inplace, m->xkv, m->r_off, (size_t)N * D);
     llama_block_forward_kv(m->dec, m->half, m->xkv);
     llama_blocks_forward(m->dec, m->half + 1, m->cfg.n_layers);
     return llama_head_forward(m->dec, targets, mask, ce, err, errlen);
@@ -287,37 +332,35 @@ static int second_half(free_t *m, const uint32_t *targets, const uint8_t *mask, 
 int free_forward(free_t *m, const uint32_t *tokens, const uint32_t *targets, const uint8_t *mask,
                  float *loss, char *err, size_t errlen) {
     const int N = m->B * m->T, H = m->H;
+    device_t *d = m->dev;
     int rc = first_half(m, tokens, err, errlen);
     if (rc) return rc;
     encoder_forward(m);
-    if (m->fixed_u) memcpy(m->u, m->u_fixed, sizeof(float) * N * H);
-    else
-        for (size_t i = 0; i < (size_t)N * H; i++) m->u[i] = rng_f32(&m->rng);
-    binmap_forward(m->z, m->prob, m->bitlog, m->u, N, H);
+    if (m->fixed_u) {
+        DEV(d, copy, m->u, m->u_fixed, sizeof(float) * N * H);
+    } else {
+        DEV(d, uniform_fill, m->u, (size_t)N * H, m->u_key, m->u_counter);
+        m->u_counter += (uint64_t)N * H;
+    }
+    DEV(d, binmap_forward, m->z, m->prob, m->bitlog, m->u, N, H);
     float ce = 0;
     if ((rc = second_half(m, targets, mask, &ce, err, errlen))) return rc;
     m->from_encoder = 1;
-    if (!targets) return 0;
+    if (!targets) return DEV(d, sync, err, errlen) ? FREE_EARG : 0;
     // free bits: mean over counted positions of max(0, KL_t - kappa)
     m->has_mask = mask != NULL;
-    if (mask) memcpy(m->mask, mask, N);
-    double kl_sum = 0, term = 0;
-    int count = 0, above = 0;
-    for (int n = 0; n < N; n++) {
-        if (mask && !mask[n]) continue;
-        count++;
-        kl_sum += m->kl[n];
-        if (m->kl[n] > m->cfg.kappa_nats) { above++; term += m->kl[n] - m->cfg.kappa_nats; }
-    }
-    m->count = count;
+    if (mask) DEV(d, upload, m->mask, mask, N);
+    free_bits_sums_t fb = DEV(d, free_bits_forward, m->kl, mask ? m->mask : NULL, N,
+                              m->cfg.kappa_nats);
+    m->count = fb.count;
     m->ce = ce;
-    m->kl_mean = count ? kl_sum / count : 0;
-    m->kl_term = count ? term / count : 0;
-    m->above = count ? (double)above / count : 0;
+    m->kl_mean = fb.count ? fb.kl_sum / fb.count : 0;
+    m->kl_term = fb.count ? fb.term_sum / fb.count : 0;
+    m->above = fb.count ? (double)fb.above / fb.count : 0;
     m->loss = m->ce + m->kl_term;
     m->has_targets = 1;
     if (loss) *loss = (float)m->loss;
-    return 0;
+    return DEV(d, sync, err, errlen) ? FREE_EARG : 0;
 }
 
 int free_backward(free_t *m, char *err, size_t errlen) {
@@ -328,45 +371,37 @@ int free_backward(free_t *m, char *err, size_t errlen) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model, H = m->H, L = c->n_layers;
     llama_t *dec = m->dec;
+    device_t *d = m->dev;
     // decoder head and second half, down to the injection block
     llama_head_backward(dec);
     llama_blocks_backward(dec, L, m->half + 1);
-    memset(m->dxkv, 0, sizeof(float) * N * D);
+    DEV(d, zero, m->dxkv, sizeof(float) * N * D);
     llama_block_backward_kv(dec, m->half, m->xkv, m->dxkv);
     // x_kv = X + R: dX gets dx_kv too, and dR = dx_kv
     float *dx = llama_dstream(dec);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < (size_t)N * D; i++) dx[i] += m->dxkv[i];
+    DEV(d, add_inplace, dx, m->dxkv, (size_t)N * D);
     // post-sampler and Binary Mapper: dW_post column gather, dense pass-through to the logits
-    memset(m->dbit, 0, sizeof(float) * N * H);
-    post_sampler_backward(m->g.post, m->dbit, m->dxkv, m->w.post, m->z, m->prob, N, D, H, m->work,
-                          m->work_floats);
+    DEV(d, zero, m->dbit, sizeof(float) * N * H);
+    DEV(d, post_sampler_backward, m->g.post, m->dbit, m->dxkv, m->w.post, m->z, m->prob, N, D, H);
     // free-bits KL: only positions above kappa carry a gradient
-    if (m->count) {
-        const float s = m->grad_scale / (float)m->count;
-        for (int n = 0; n < N; n++) {
-            if (m->has_mask && !m->mask[n]) continue;
-            if (m->kl[n] > c->kappa_nats)
-                binmap_kl_backward(m->dbit + (size_t)n * H, m->bitlog + (size_t)n * H, H, s);
-        }
-    }
+    if (m->count)
+        DEV(d, free_bits_backward, m->dbit, m->bitlog, m->kl, m->has_mask ? m->mask : NULL, N, H,
+            c->kappa_nats, m->grad_scale / (float)m->count);
     // read-out, encoder norm, encoder block (its key/value input is X: into dx)
-    memset(m->dxn, 0, sizeof(float) * N * D);
-    linear_backward(m->dxn, m->g.readout, m->dbit, m->enc_xn, m->w.readout, N, D, H);
-    memset(m->denc_out, 0, sizeof(float) * N * D);
-    rmsnorm_backward(m->denc_out, m->g.enc_norm, m->dxn, m->enc_out, m->w.enc_norm, m->enc_rstd, N, D);
-    memset(m->dzq, 0, sizeof(float) * N * D);
-    llama_block_backward(m->dzq, dx, &m->g.enc, m->denc_out, &m->enc, &m->w.enc, m->zq,
+    DEV(d, zero, m->dxn, sizeof(float) * N * D);
+    DEV(d, linear_backward, m->dxn, m->g.readout, m->dbit, m->enc_xn, m->w.readout, N, D, H);
+    DEV(d, zero, m->denc_out, sizeof(float) * N * D);
+    DEV(d, rmsnorm_backward, m->denc_out, m->g.enc_norm, m->dxn, m->enc_out, m->w.enc_norm,
+        m->enc_rstd, N, D);
+    DEV(d, zero, m->dzq, sizeof(float) * N * D);
+    llama_block_backward(d, m->dzq, dx, &m->g.enc, m->denc_out, &m->enc, &m->w.enc, m->zq,
                          llama_stream(dec, m->half), c, llama_rope_cos(dec), llama_rope_sin(dec),
                          m->B, m->T, 0, llama_scratch(dec));
-    /* threads own entries of zeta; each still sums over n in order (same bits as serial) */
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < D; i++)
-        for (int n = 0; n < N; n++) m->g.zeta[i] += m->dzq[(size_t)n * D + i];
+    DEV(d, sum_rows, m->g.zeta, m->dzq, N, D);
     // first half of the decoder and the embedding
     llama_blocks_backward(dec, m->half, 0);
     llama_embed_backward(dec);
-    return 0;
+    return DEV(d, sync, err, errlen) ? FREE_EARG : 0;
 }
 
 int free_forward_z(free_t *m, const uint32_t *tokens, const uint32_t *z, const uint32_t *targets,
@@ -380,7 +415,7 @@ int free_forward_z(free_t *m, const uint32_t *tokens, const uint32_t *z, const u
         }
     int rc = first_half(m, tokens, err, errlen);
     if (rc) return rc;
-    memcpy(m->z, z, sizeof(uint32_t) * N);
+    DEV(m->dev, upload, m->z, z, sizeof(uint32_t) * N);
     m->from_encoder = 0;
     float l = 0;
     rc = second_half(m, targets, mask, &l, err, errlen);
@@ -398,10 +433,23 @@ int free_encode(free_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     return 0;
 }
 
-const float *free_logits(const free_t *m) { return llama_logits(m->dec); }
-const float *free_bit_logits(const free_t *m) { return m->bitlog; }
-const float *free_kl(const free_t *m) { return m->kl; }
-const uint32_t *free_z(const free_t *m) { return m->z; }
+/* A device buffer's host copy: the buffer itself on the CPU device, else downloaded into a
+ * host buffer of the model's (allocated once for Bmax x Tmax rows). */
+static const void *to_host(free_t *m, void **host, const void *dev_ptr, size_t row_bytes) {
+    if (device_is_host(m->dev)) return dev_ptr;
+    if (!*host && !(*host = malloc(row_bytes * m->Bmax * m->Tmax))) return NULL;
+    DEV(m->dev, download, *host, dev_ptr, row_bytes * m->B * m->T);
+    return *host;
+}
+
+const float *free_logits(free_t *m) { return llama_logits(m->dec); }
+const float *free_bit_logits(free_t *m) {
+    return to_host(m, (void **)&m->bitlog_host, m->bitlog, sizeof(float) * m->H);
+}
+const float *free_kl(free_t *m) { return to_host(m, (void **)&m->kl_host, m->kl, sizeof(float)); }
+const uint32_t *free_z(free_t *m) { return to_host(m, (void **)&m->z_host, m->z, sizeof(uint32_t)); }
+const float *free_bit_logits_dev(const free_t *m) { return m->bitlog; }
+device_t *free_device(const free_t *m) { return m->dev; }
 
 void free_metrics(free_t *m, family_metrics_t *out) {
     out->n = 0;

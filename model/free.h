@@ -44,10 +44,11 @@
  * normal(0, 0.02) too (a small random vector like a token embedding, which is what the paper
  * calls it).
  *
- * Uniforms: by default each training forward draws u (B,T,H) from common/rng.h, the stream
- * seeded by free_set_step(step) (rng_seed2(seed ^ FREE_U_SALT, step)) and consumed in order
- * by the micro-batches of that step, so a resumed run draws what the uninterrupted run drew.
- * free_set_uniforms() fixes them instead (tests). */
+ * Uniforms: by default each training forward draws u (B,T,H) from common/rng.h's
+ * counter-based stream keyed by free_set_step(step) (rng_counter_key(seed ^ FREE_U_SALT,
+ * step)); the micro-batches of a step take consecutive counters (u of micro-batch j, row n,
+ * bit h is number j*N*H + n*H + h), so a resumed run draws what the uninterrupted run drew and
+ * every device draws the same numbers. free_set_uniforms() fixes them instead (tests). */
 #ifndef MODEL_FREE_H
 #define MODEL_FREE_H
 #include <stddef.h>
@@ -56,6 +57,7 @@
 #include "model/family.h"
 #include "model/llama.h"
 #include "model/llama_block.h"
+#include "model/ops.h"
 #include "model/tensor.h"
 
 enum { FREE_EARG = -1, FREE_ENOMEM = -2, FREE_ECONFIG = -3, FREE_ETOKEN = -4 };
@@ -74,10 +76,17 @@ typedef struct {
 
 /* llama_config_check plus: kind MODEL_FREE, n_layers >= 2, latent_bits 1..20, kappa >= 0. */
 int free_config_check(const model_config_t *cfg, int B, int T, char *err, size_t errlen);
+/* Builds the model on device dev (llama_create_on: the decoder, then the extras' parameters,
+ * gradients and activations, one allocation each); free_create uses the CPU device. */
+int free_create_on(free_t **m, device_t *dev, const model_config_t *cfg, int Bmax, int Tmax,
+                   uint64_t seed, char *err, size_t errlen);
 int free_create(free_t **m, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
                 char *err, size_t errlen);
 void free_destroy(free_t **m);
-void free_init(free_t *m, uint64_t seed);
+/* 0, or FREE_ENOMEM (a host staging buffer). */
+int free_init(free_t *m, uint64_t seed);
+void free_memory(const free_t *m, model_memory_t *out);
+device_t *free_device(const free_t *m);
 
 const model_config_t *free_config(const free_t *m);
 int free_set_shape(free_t *m, int B, int T, char *err, size_t errlen);
@@ -93,14 +102,15 @@ int free_grads(free_t *m, tensor_view_t *views, int cap);
 void free_zero_grad(free_t *m);
 void free_set_grad_scale(free_t *m, float s);
 
-/* Uniform draws: reseed for an optimizer step, or fix u (B,T,H) for every later forward
- * (copied; NULL returns to drawing). The fixed array must match the shape of each forward. */
+/* Uniform draws: restart the stream for an optimizer step, or fix u (B,T,H) (host) for every
+ * later forward (copied; NULL returns to drawing). The fixed array must match the shape of
+ * each forward. */
 void free_set_step(free_t *m, uint64_t step);
 void free_set_uniforms(free_t *m, const float *u);
 /* Test hook: r_off (B,T,D) is added to R in later forwards (copied; NULL: none). The
  * gradient check uses it to evaluate the estimator's surrogate R = W_post (onehot + G - G0)
  * by finite differences; the backward treats it as a constant. */
-void free_set_r_offset(free_t *m, const float *r_off);
+int free_set_r_offset(free_t *m, const float *r_off);
 
 /* Training forward (encoder -> Binary Mapper -> decoder): *loss = CE + free-bits KL.
  * targets NULL: logits only (Z still from the encoder). */
@@ -117,40 +127,16 @@ int free_forward_z(free_t *m, const uint32_t *tokens, const uint32_t *z, const u
  * and free_kl hold (B,T,H) and (B,T) for these tokens. */
 int free_encode(free_t *m, const uint32_t *tokens, char *err, size_t errlen);
 
-/* Results of the last forward, valid until the next one. */
-const float *free_logits(const free_t *m);      /* (B,T,V) */
-const float *free_bit_logits(const free_t *m);  /* (B,T,H) */
-const float *free_kl(const free_t *m);          /* (B,T) KL_t in nats */
-const uint32_t *free_z(const free_t *m);        /* (B,T) latent index d used by the decoder */
+/* Results of the last forward on the HOST (downloaded when the device is not the host; NULL
+ * if a host buffer could not be allocated), valid until the next one. */
+const float *free_logits(free_t *m);      /* (B,T,V) */
+const float *free_bit_logits(free_t *m);  /* (B,T,H) */
+const float *free_kl(free_t *m);          /* (B,T) KL_t in nats */
+const uint32_t *free_z(free_t *m);        /* (B,T) latent index d used by the decoder */
+const float *free_bit_logits_dev(const free_t *m); /* (B,T,H) on the device */
 /* "ce", "kl" (mean KL per counted token, nats), "kl_bits", "kl_above_kappa" (fraction of
  * counted tokens whose KL > kappa); the total loss is the forward's own value. */
 void free_metrics(free_t *m, family_metrics_t *out);
 
-/* ---- the ops (model/ops_binmap.c), usable without a model (generation, tests) ---- */
-/* Bits and indices: prob = sigmoid(logits); bit_h = u_h < prob_h; idx = sum_h 2^h bit_h. */
-void binmap_forward(uint32_t *idx /* (N) */, float *prob /* (N,H) */,
-                    const float *logits /* (N,H) */, const float *u /* (N,H) */, int N, int H);
-/* G_{d} = P(B = bits of d) for one position: (2^H) from prob (H). */
-void binmap_probs(float *G /* (2^H) */, const float *prob /* (H) */, int H);
-/* dlogits += d/dlogits sum_d' dz_d' G_d' = sum_d' dz_d' G_d' (b_h(d') - p_h), per position.
- * dz is overwritten (it becomes dz * G). */
-void binmap_backward(float *dlogits /* (N,H) += */, float *dz /* (N,2^H) in/out */,
-                     const float *prob /* (N,H) */, int N, int H);
-/* KL_t = H log 2 - sum_h binary_entropy(sigmoid(l_h)) in nats (double accumulation), and its
- * derivative dKL/dl_h = l_h p_h (1 - p_h). */
-float binmap_kl(const float *logits /* (H) */, int H);
-void binmap_kl_backward(float *dlogits /* (H) += */, const float *logits /* (H) */, int H,
-                        float scale);
-/* Post-sampler: r[n] = w[:, idx[n]] (the column gather = W onehot). */
-void post_sampler_forward(float *r /* (N,D) */, const float *w /* (D,2^H) */,
-                          const uint32_t *idx /* (N) */, int N, int D, int H);
-/* dw[:, idx[n]] += dr[n] (Z's value is the one-hot) and, if dlogits, the pass-through
- * gradient dlogits += binmap_backward(dZ = W^T dr) computed over row chunks, in parallel,
- * with a work buffer of post_sampler_work_floats(D, H, threads) floats (work_floats: its
- * size; it bounds how many threads take chunks). Results do not depend on the thread count. */
-size_t post_sampler_work_floats(int D, int H, int threads);
-void post_sampler_backward(float *dw /* (D,2^H) += */, float *dlogits /* (N,H) += or NULL */,
-                           const float *dr /* (N,D) */, const float *w /* (D,2^H) */,
-                           const uint32_t *idx /* (N) */, const float *prob /* (N,H) */, int N,
-                           int D, int H, float *work, size_t work_floats);
+/* The Binary Mapper and post-sampler ops are in model/ops.h (ops_binmap.c). */
 #endif

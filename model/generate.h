@@ -7,12 +7,13 @@
  * position: they share one prompt length) and computes only those positions:
  *   prefill: one chunk with the whole prompt (T = prompt length);
  *   decode:  chunks of T = 1, the token just sampled.
- * The arithmetic is the training forward's (llama_block_forward) restricted to the new rows:
- * large chunks go through the same ops (ops.h; the new queries attend to the cached keys
- * through attention_forward with Tq < Tk); small ones (every decode step) through row kernels
- * built from the same ops_math.h formulas on one thread, without OpenMP regions, and
- * matrix-vector products instead of sgemm (generate.c says why). Summation orders differ from
- * the full forward's: logits agree with llama_forward to float rounding, not bit for bit.
+ * The arithmetic is the training forward's (llama_block_forward) restricted to the new rows,
+ * through the same device ops (the model's device: the cache lives there too): the new
+ * queries attend to the cached keys through attention_forward with Tq < Tk. Small chunks
+ * (every decode step) run with the device's parallel machinery off (device.h set_parallel),
+ * and the CPU multiplies few rows by matrix-vector loops instead of sgemm (ops_linear.c).
+ * Summation orders differ from the full forward's: logits agree with llama_forward to float
+ * rounding, not bit for bit.
  *
  * For the Free Transformer the chunk is run in pieces, so the caller can compute R between
  * the lower and the upper half:
@@ -53,16 +54,18 @@ float *gen_hidden(gen_t *g);
 /* Final norm and head. Logits of each sequence's last new position go to gen_logits();
  * all_logits (B,T,V), when non-NULL, receives every new position's. Advances gen_pos by T. */
 int gen_finish(gen_t *g, float *all_logits, char *err, size_t errlen);
-/* (B,V) logits of the last position of the last finished chunk. */
+/* (B,V) logits of the last position of the last finished chunk, on the HOST (downloaded by
+ * gen_finish when the device is not the host). */
 const float *gen_logits(const gen_t *g);
+device_t *gen_device(const gen_t *g);
 
-/* Threads a chunk of `rows` positions runs on: 1 below a work threshold (decode steps of small
- * models: parallel regions cost more than they save, badly so on a loaded machine), else
- * omp_get_max_threads(). The generator applies it itself; exposed for the encoder call of
- * the Free Transformer and for tests. */
+/* 1 when a chunk of `rows` positions is below the work threshold and runs with the device's
+ * parallel machinery off (decode steps of small models: parallel regions cost more than they
+ * save, badly so on a loaded machine), else 0. The generator applies it itself; exposed for
+ * the encoder call of the Free Transformer and for tests. */
 int gen_threads(const gen_t *g, int rows);
 /* The work threshold (multiply-adds per chunk) below which a chunk runs serially; tests set
- * 0 (every chunk through ops.h's parallel kernels) or a huge value (every chunk serial). */
+ * 0 (every chunk parallel) or a huge value (every chunk serial). */
 void gen_set_serial_macs(gen_t *g, double macs);
 
 /* begin + all blocks + finish. */

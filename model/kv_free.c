@@ -4,7 +4,6 @@
  * cached by the same code; this file only adds the latent path between them: the encoder on
  * the prompt (the Free Transformer's own free_encode, so the prompt's Z is computed exactly
  * as in training), the Binary Mapper's bits, and the post-sampler gather. */
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,20 +14,23 @@
 struct gen_free {
     free_t *m;
     gen_t *g;
+    device_t *dev;
     int H, half, L, D;
     uint32_t K;          /* 2^H */
-    uint32_t *z;         /* (Bmax*Tmax) latent indices of the last chunk */
-    float *prob;         /* (Bmax*Tmax, H) bit probabilities of the prompt */
-    float *r;            /* (Bmax*Tmax, D) post-sampler output */
+    void *mem;           /* one device allocation: z, prob, u, r */
+    uint32_t *z;         /* (Bmax*Tmax) latent indices of the last chunk (device) */
+    float *prob;         /* (Bmax*Tmax, H) bit probabilities of the prompt (device) */
+    float *u;            /* (Bmax*Tmax, H) the caller's uniforms (device) */
+    float *r;            /* (Bmax*Tmax, D) post-sampler output (device) */
+    uint32_t *z_host;    /* (Bmax*Tmax) host copy of z */
 };
 
 void gen_free_destroy(gen_free_t **pg) {
     if (!pg || !*pg) return;
     gen_free_t *g = *pg;
     gen_destroy(&g->g);
-    free(g->z);
-    free(g->prob);
-    free(g->r);
+    if (g->mem) DEV(g->dev, free, g->mem);
+    free(g->z_host);
     free(g);
     *pg = NULL;
 }
@@ -47,11 +49,19 @@ int gen_free_create(gen_free_t **pg, free_t *m, int Bmax, int Tmax, char *err, s
     g->half = free_half(m);
     g->L = c->n_layers;
     g->D = c->d_model;
-    size_t N = (size_t)Bmax * Tmax;
-    g->z = malloc(sizeof(uint32_t) * N);
-    g->prob = malloc(sizeof(float) * N * g->H);
-    g->r = malloc(sizeof(float) * N * g->D);
-    if (!g->z || !g->prob || !g->r) {
+    g->dev = free_device(m);
+    const size_t N = (size_t)Bmax * Tmax;
+    dev_arena_t ar = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        g->z = DEV_TAKE(&ar, uint32_t, N);
+        g->prob = DEV_TAKE(&ar, float, N * g->H);
+        g->u = DEV_TAKE(&ar, float, N * g->H);
+        g->r = DEV_TAKE(&ar, float, N * g->D);
+        if (pass == 0 && (ar.base = g->mem = DEV(g->dev, alloc, ar.used))) ar.used = 0;
+        if (!ar.base) break;
+    }
+    g->z_host = malloc(sizeof(uint32_t) * N);
+    if (!g->mem || !g->z_host) {
         snprintf(err, errlen, "gen_free_create: out of memory for %d x %d positions", Bmax, Tmax);
         gen_free_destroy(&g);
         return LLAMA_ENOMEM;
@@ -62,7 +72,7 @@ int gen_free_create(gen_free_t **pg, free_t *m, int Bmax, int Tmax, char *err, s
 
 void gen_free_reset(gen_free_t *g) { gen_reset(g->g); }
 gen_t *gen_free_decoder(gen_free_t *g) { return g->g; }
-const uint32_t *gen_free_z(const gen_free_t *g) { return g->z; }
+const uint32_t *gen_free_z(const gen_free_t *g) { return g->z_host; }
 uint32_t gen_free_n_latent(const gen_free_t *g) { return g->K; }
 
 int gen_free_step(gen_free_t *g, const uint32_t *tokens, int B, int T, const uint32_t *z,
@@ -82,21 +92,24 @@ int gen_free_step(gen_free_t *g, const uint32_t *tokens, int B, int T, const uin
     }
     int rc = gen_begin(g->g, tokens, B, T, err, errlen);
     if (rc) return rc;
+    device_t *d = g->dev;
     if (!z) {
         // prompt: encoder over the prompt only (non-causal), bits from the caller's uniforms
-        int saved = omp_get_max_threads();
-        omp_set_num_threads(gen_threads(g->g, N));
+        DEV(d, set_parallel, !gen_threads(g->g, N));
         rc = free_set_shape(g->m, B, T, err, errlen);
         if (!rc) rc = free_encode(g->m, tokens, err, errlen);
-        omp_set_num_threads(saved);
+        DEV(d, set_parallel, 1);
         if (rc) { gen_reset(g->g); return rc; }
-        binmap_forward(g->z, g->prob, free_bit_logits(g->m), u, N, g->H);
+        DEV(d, upload, g->u, u, sizeof(float) * N * g->H);
+        DEV(d, binmap_forward, g->z, g->prob, free_bit_logits_dev(g->m), g->u, N, g->H);
+        DEV(d, download, g->z_host, g->z, sizeof(uint32_t) * N);
     } else {
-        memcpy(g->z, z, sizeof(uint32_t) * N);
+        memcpy(g->z_host, z, sizeof(uint32_t) * N);
+        DEV(d, upload, g->z, z, sizeof(uint32_t) * N);
     }
     // lower half, then R = W_post[:, Z] into the key/value input of block L/2, upper half
     gen_blocks(g->g, 0, g->half, NULL);
-    post_sampler_forward(g->r, free_weights(g->m).post, g->z, N, g->D, g->H);
+    DEV(d, post_sampler_forward, g->r, free_weights(g->m).post, g->z, N, g->D, g->H);
     gen_blocks(g->g, g->half, g->L, g->r);
     return gen_finish(g->g, all_logits, err, errlen);
 }

@@ -1,33 +1,39 @@
 /* model/llama.c: parameters, activations and the forward/backward of the whole decoder. */
 #include "model/llama.h"
 #include "common/rng.h"
-#include "model/ops.h"
+#include "model/ops.h"  /* rope_table_init: the host builds the tables */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct llama {
     model_config_t cfg;
+    device_t *dev;                         /* every float / id buffer below is the device's */
     int Bmax, Tmax, B, T;
     float grad_scale;
-    /* parameters and gradients: one buffer each, views in HF order */
+    /* parameters and gradients: one allocation each, views in HF order */
     float *params, *grads;
     size_t n_params;
-    tensor_view_t *pviews, *gviews;
+    tensor_view_t *pviews, *gviews;        /* host arrays of views onto device memory */
     int n_views;
     float *embed, *norm_f, *lm_head;       /* lm_head == embed when tied */
     float *dembed, *dnorm_f, *dlm_head;
-    llama_block_w_t *w, *g;                /* (L) */
+    llama_block_w_t *w, *g;                /* (L), host arrays of device pointers */
+    /* activations: one allocation, laid out by act_layout */
+    void *act_mem;
+    size_t act_bytes;
     float *rope_cos, *rope_sin;            /* (max_seq, hd/2) */
-    /* activations */
     float *stream;                         /* (L+1, N, D): input of each block, then output */
-    llama_block_acts_t *acts;              /* (L) */
+    llama_block_acts_t *acts;              /* (L), host array */
     llama_block_scratch_t scratch;
     float *xf, *rstd_f;                    /* (N,D), (N): final norm */
     float *logits, *dlogits, *lse;         /* (N,V), (N,V), (N) */
     float *dstream, *dstream2, *dxf;       /* (N,D) */
     uint32_t *tokens, *targets;            /* (N) copies of the last forward's input */
     uint8_t *mask;                         /* (N) */
+    /* host side */
+    uint32_t *targets_host;                /* (N) the targets with uncounted rows zeroed */
+    float *logits_host;                    /* (N,V) when the device is not the host */
     int has_mask, has_targets, count;
     /* The forward with targets also writes dlogits (one pass over the (N,V) logits instead of
      * two) for the grad_scale it saw; the backward redoes it only if the scale changed. */
@@ -61,7 +67,7 @@ int llama_config_check(const model_config_t *c, int B, int T, char *err, size_t 
 
 static void view_set(tensor_view_t *v, const char *name, float *data, int ndim, int64_t d0,
                      int64_t d1) {
-    memset(v, 0, sizeof(*v));
+    memset(v, 0, sizeof(*v));  /* dev is set by the caller once the views are laid out */
     snprintf(v->name, sizeof(v->name), "%s", name);
     v->ndim = ndim;
     v->shape[0] = d0;
@@ -116,90 +122,161 @@ static size_t layout(const model_config_t *c, float *base, tensor_view_t *views,
 
 static int n_views_of(const model_config_t *c) { return 2 + 9 * c->n_layers + (c->tied ? 0 : 1); }
 
+/* The activation buffers for (Bmax, Tmax) in one arena (count with a NULL base). */
+static void act_layout(llama_t *m, dev_arena_t *ar) {
+    const model_config_t *c = &m->cfg;
+    const size_t N = (size_t)m->Bmax * m->Tmax, D = c->d_model, V = c->vocab_size, L = c->n_layers;
+    const size_t hd = D / c->n_heads;
+    m->rope_cos = DEV_TAKE(ar, float, (size_t)c->max_seq * (hd / 2));
+    m->rope_sin = DEV_TAKE(ar, float, (size_t)c->max_seq * (hd / 2));
+    m->stream = DEV_TAKE(ar, float, (L + 1) * N * D);
+    for (size_t l = 0; l < L; l++)
+        /* with the x_kv buffers, so any block can be the Free Transformer's injection block */
+        llama_block_acts_layout(&m->acts[l], ar, c, m->Bmax, m->Tmax, 1);
+    llama_block_scratch_layout(&m->scratch, ar, c, m->Bmax, m->Tmax);
+    m->xf = DEV_TAKE(ar, float, N * D);
+    m->rstd_f = DEV_TAKE(ar, float, N);
+    m->logits = DEV_TAKE(ar, float, N * V);
+    m->dlogits = DEV_TAKE(ar, float, N * V);
+    m->lse = DEV_TAKE(ar, float, N);
+    m->dstream = DEV_TAKE(ar, float, N * D);
+    m->dstream2 = DEV_TAKE(ar, float, N * D);
+    m->dxf = DEV_TAKE(ar, float, N * D);
+    m->tokens = DEV_TAKE(ar, uint32_t, N);
+    m->targets = DEV_TAKE(ar, uint32_t, N);
+    m->mask = DEV_TAKE(ar, uint8_t, N);
+}
+
+size_t llama_activation_bytes(const model_config_t *cfg, int Bmax, int Tmax) {
+    llama_t m = {.cfg = *cfg, .Bmax = Bmax, .Tmax = Tmax};
+    llama_block_acts_t acts[cfg->n_layers > 0 ? cfg->n_layers : 1];
+    m.acts = acts;
+    dev_arena_t ar = {0};
+    act_layout(&m, &ar);
+    return ar.used;
+}
+
+void llama_memory(const llama_t *m, model_memory_t *out) {
+    out->params = out->grads = sizeof(float) * m->n_params;
+    out->activations = m->act_bytes;
+}
+
 void llama_destroy(llama_t **pm) {
     if (!pm || !*pm) return;
     llama_t *m = *pm;
-    if (m->acts)
-        for (int l = 0; l < m->cfg.n_layers; l++) llama_block_acts_free(&m->acts[l]);
-    llama_block_scratch_free(&m->scratch);
-    void *p[] = {m->params, m->grads, m->pviews, m->gviews, m->w, m->g, m->rope_cos,
-                 m->rope_sin, m->stream, m->acts, m->xf, m->rstd_f, m->logits, m->dlogits,
-                 m->lse, m->dstream, m->dstream2, m->dxf, m->tokens, m->targets, m->mask};
+    if (m->dev) {
+        if (m->params) DEV(m->dev, free, m->params);
+        if (m->grads) DEV(m->dev, free, m->grads);
+        if (m->act_mem) DEV(m->dev, free, m->act_mem);
+    }
+    void *p[] = {m->pviews, m->gviews, m->w, m->g, m->acts, m->targets_host, m->logits_host};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
     free(m);
     *pm = NULL;
 }
 
+/* The largest batch (B rows of Tmax) whose activations the device can still allocate, or 0:
+ * what an out-of-memory message suggests. */
+static int largest_batch(device_t *d, const model_config_t *c, int Bmax, int Tmax) {
+    int lo = 0, hi = Bmax - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        void *p = DEV(d, alloc, llama_activation_bytes(c, mid, Tmax));
+        if (p) { DEV(d, free, p); lo = mid; } else hi = mid - 1;
+    }
+    return lo;
+}
+
 int llama_create(llama_t **pm, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
                  char *err, size_t errlen) {
-    if (!pm) { snprintf(err, errlen, "llama_create: NULL handle"); return LLAMA_EARG; }
+    return llama_create_on(pm, device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen);
+}
+
+int llama_create_on(llama_t **pm, device_t *dev, const model_config_t *cfg, int Bmax, int Tmax,
+                    uint64_t seed, char *err, size_t errlen) {
+    if (!pm || !dev) { snprintf(err, errlen, "llama_create: NULL handle or device"); return LLAMA_EARG; }
     *pm = NULL;
     int rc = llama_config_check(cfg, Bmax, Tmax, err, errlen);
     if (rc) return rc;
+    char what[64] = "model", b1[32];
     llama_t *m = calloc(1, sizeof(*m));
     if (!m) goto oom;
     m->cfg = *cfg;
+    m->dev = dev;
     m->Bmax = m->B = Bmax;
     m->Tmax = m->T = Tmax;
     m->grad_scale = 1.0f;
     const model_config_t *c = &m->cfg;
-    const size_t N = (size_t)Bmax * Tmax, D = c->d_model, V = c->vocab_size, L = c->n_layers;
+    const size_t N = (size_t)Bmax * Tmax, L = c->n_layers;
     const int hd = c->d_model / c->n_heads;
     m->n_views = n_views_of(c);
     m->n_params = layout(c, NULL, NULL, NULL, NULL, NULL, NULL);
-    m->params = calloc(m->n_params, sizeof(float));
-    m->grads = calloc(m->n_params, sizeof(float));
     m->pviews = calloc(m->n_views, sizeof(tensor_view_t));
     m->gviews = calloc(m->n_views, sizeof(tensor_view_t));
     m->w = calloc(L, sizeof(llama_block_w_t));
     m->g = calloc(L, sizeof(llama_block_w_t));
     m->acts = calloc(L, sizeof(llama_block_acts_t));
-    if (!m->params || !m->grads || !m->pviews || !m->gviews || !m->w || !m->g || !m->acts) goto oom;
+    m->targets_host = calloc(N, sizeof(uint32_t));
+    if (!m->pviews || !m->gviews || !m->w || !m->g || !m->acts || !m->targets_host) goto oom;
+    snprintf(what, sizeof what, "parameters (%s)", device_bytes_str(sizeof(float) * m->n_params, b1, sizeof b1));
+    if (!(m->params = DEV(dev, alloc, sizeof(float) * m->n_params))) goto oom;
+    snprintf(what, sizeof what, "gradients (%s)", device_bytes_str(sizeof(float) * m->n_params, b1, sizeof b1));
+    if (!(m->grads = DEV(dev, alloc, sizeof(float) * m->n_params))) goto oom;
     layout(c, m->params, m->pviews, m->w, &m->embed, &m->norm_f, &m->lm_head);
     layout(c, m->grads, m->gviews, m->g, &m->dembed, &m->dnorm_f, &m->dlm_head);
-    m->rope_cos = malloc(sizeof(float) * c->max_seq * (hd / 2));
-    m->rope_sin = malloc(sizeof(float) * c->max_seq * (hd / 2));
-    if (!m->rope_cos || !m->rope_sin) goto oom;
-    rope_table_init(m->rope_cos, m->rope_sin, c->max_seq, hd, c->rope_theta);
-    m->stream = calloc((L + 1) * N * D, sizeof(float));
-    m->xf = calloc(N * D, sizeof(float));
-    m->rstd_f = calloc(N, sizeof(float));
-    m->logits = calloc(N * V, sizeof(float));
-    m->dlogits = calloc(N * V, sizeof(float));
-    m->lse = calloc(N, sizeof(float));
-    m->dstream = calloc(N * D, sizeof(float));
-    m->dstream2 = calloc(N * D, sizeof(float));
-    m->dxf = calloc(N * D, sizeof(float));
-    m->tokens = calloc(N, sizeof(uint32_t));
-    m->targets = calloc(N, sizeof(uint32_t));
-    m->mask = calloc(N, 1);
-    if (!m->stream || !m->xf || !m->rstd_f || !m->logits || !m->dlogits || !m->lse ||
-        !m->dstream || !m->dstream2 || !m->dxf || !m->tokens || !m->targets || !m->mask)
-        goto oom;
-    for (size_t l = 0; l < L; l++)
-        /* with the x_kv buffers, so any block can be the Free Transformer's injection block */
-        if (llama_block_acts_alloc(&m->acts[l], c, Bmax, Tmax, 1)) goto oom;
-    if (llama_block_scratch_alloc(&m->scratch, c, Bmax, Tmax)) goto oom;
-    llama_init(m, seed);
+    for (int i = 0; i < m->n_views; i++) m->pviews[i].dev = m->gviews[i].dev = dev;
+    dev_arena_t ar = {0};
+    act_layout(m, &ar);
+    m->act_bytes = ar.used;
+    if (!(m->act_mem = DEV(dev, alloc, m->act_bytes))) {
+        int fit = largest_batch(dev, c, Bmax, Tmax);
+        snprintf(err, errlen, "llama_create: the activations for B=%d T=%d (%s) do not fit on %s; "
+                 "the largest batch that would is B=%d", Bmax, Tmax,
+                 device_bytes_str(m->act_bytes, b1, sizeof b1), dev->name, fit);
+        llama_destroy(&m);
+        return LLAMA_ENOMEM;
+    }
+    ar.base = m->act_mem;
+    ar.used = 0;
+    act_layout(m, &ar);
+    float *cos_t = malloc(sizeof(float) * c->max_seq * (hd / 2));
+    float *sin_t = malloc(sizeof(float) * c->max_seq * (hd / 2));
+    if (!cos_t || !sin_t) { free(cos_t); free(sin_t); goto oom; }
+    rope_table_init(cos_t, sin_t, c->max_seq, hd, c->rope_theta);
+    DEV(dev, upload, m->rope_cos, cos_t, sizeof(float) * c->max_seq * (hd / 2));
+    DEV(dev, upload, m->rope_sin, sin_t, sizeof(float) * c->max_seq * (hd / 2));
+    free(cos_t);
+    free(sin_t);
+    if ((rc = llama_init(m, seed))) goto oom;
     *pm = m;
     return 0;
 oom:
-    snprintf(err, errlen, "llama_create: out of memory for B=%d T=%d", Bmax, Tmax);
+    snprintf(err, errlen, "llama_create: out of memory for the %s of B=%d T=%d on %s", what, Bmax,
+             Tmax, dev->name);
     llama_destroy(&m);
     return LLAMA_ENOMEM;
 }
 
-void llama_init(llama_t *m, uint64_t seed) {
+int llama_init(llama_t *m, uint64_t seed) {
+    /* drawn on the host in parameter order (the same weights on every device), then uploaded */
+    float *host = device_is_host(m->dev) ? m->params : malloc(sizeof(float) * m->n_params);
+    if (!host) return LLAMA_ENOMEM;
     rng_t r;
     rng_seed(&r, seed);
     for (int i = 0; i < m->n_views; i++) {
-        tensor_view_t *v = &m->pviews[i];
+        const tensor_view_t *v = &m->pviews[i];
+        float *p = host + (v->data - m->params);
         int64_t n = tensor_numel(v);
         if (v->ndim == 1)
-            for (int64_t j = 0; j < n; j++) v->data[j] = 1.0f;
+            for (int64_t j = 0; j < n; j++) p[j] = 1.0f;
         else
-            for (int64_t j = 0; j < n; j++) v->data[j] = 0.02f * rng_normal(&r);
+            for (int64_t j = 0; j < n; j++) p[j] = 0.02f * rng_normal(&r);
     }
+    if (host != m->params) {
+        DEV(m->dev, upload, m->params, host, sizeof(float) * m->n_params);
+        free(host);
+    }
+    return 0;
 }
 
 const model_config_t *llama_config(const llama_t *m) { return &m->cfg; }
@@ -229,9 +306,19 @@ int llama_grads(llama_t *m, tensor_view_t *views, int cap) {
 }
 float *llama_param_data(llama_t *m, size_t *n) { if (n) *n = m->n_params; return m->params; }
 float *llama_grad_data(llama_t *m, size_t *n) { if (n) *n = m->n_params; return m->grads; }
-void llama_zero_grad(llama_t *m) { memset(m->grads, 0, sizeof(float) * m->n_params); }
+void llama_zero_grad(llama_t *m) { DEV(m->dev, zero, m->grads, sizeof(float) * m->n_params); }
 void llama_set_grad_scale(llama_t *m, float s) { m->grad_scale = s; }
-const float *llama_logits(const llama_t *m) { return m->logits; }
+const float *llama_logits(llama_t *m) {
+    if (device_is_host(m->dev)) return m->logits;
+    const size_t n = (size_t)m->B * m->T * m->cfg.vocab_size;
+    if (!m->logits_host && !(m->logits_host = malloc(sizeof(float) * (size_t)m->Bmax * m->Tmax *
+                                                     m->cfg.vocab_size)))
+        return NULL;
+    DEV(m->dev, download, m->logits_host, m->logits, sizeof(float) * n);
+    return m->logits_host;
+}
+const float *llama_logits_dev(const llama_t *m) { return m->logits; }
+device_t *llama_device(const llama_t *m) { return m->dev; }
 int llama_target_count(const llama_t *m) { return m->count; }
 
 float *llama_stream(llama_t *m, int l) {
@@ -262,14 +349,14 @@ int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     if (!tokens) { snprintf(err, errlen, "llama_forward: no tokens"); return LLAMA_EARG; }
     int rc = check_ids(tokens, NULL, N, m->cfg.vocab_size, "token", err, errlen);
     if (rc) return rc;
-    memcpy(m->tokens, tokens, sizeof(uint32_t) * N);
-    embedding_forward(llama_stream(m, 0), m->tokens, m->embed, N, m->cfg.d_model);
+    DEV(m->dev, upload, m->tokens, tokens, sizeof(uint32_t) * N);
+    DEV(m->dev, embedding_forward, llama_stream(m, 0), m->tokens, m->embed, N, m->cfg.d_model);
     return 0;
 }
 
 void llama_block_forward_kv(llama_t *m, int l, const float *x_kv) {
     float *x = llama_stream(m, l);
-    llama_block_forward(llama_stream(m, l + 1), &m->acts[l], &m->w[l], x, x_kv ? x_kv : x, &m->cfg,
+    llama_block_forward(m->dev, llama_stream(m, l + 1), &m->acts[l], &m->w[l], x, x_kv ? x_kv : x, &m->cfg,
                         m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch);
 }
 
@@ -282,24 +369,25 @@ int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask,
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T;
     // final rmsnorm and the language-model head (tied: the embedding table)
-    rmsnorm_forward(m->xf, m->rstd_f, llama_stream(m, c->n_layers), m->norm_f, N, c->d_model,
-                    c->norm_eps);
-    linear_forward(m->logits, m->xf, m->lm_head, N, c->d_model, c->vocab_size);
+    DEV(m->dev, rmsnorm_forward, m->xf, m->rstd_f, llama_stream(m, c->n_layers), m->norm_f, N,
+        c->d_model, c->norm_eps);
+    DEV(m->dev, linear_forward, m->logits, m->xf, m->lm_head, N, c->d_model, c->vocab_size);
     m->has_targets = targets != NULL;
     m->dlogits_ready = 0;
     if (!targets) return 0;
     int rc = check_ids(targets, mask, N, c->vocab_size, "target", err, errlen);
     if (rc) { m->has_targets = 0; return rc; }
-    memcpy(m->targets, targets, sizeof(uint32_t) * N);
+    memcpy(m->targets_host, targets, sizeof(uint32_t) * N);
     m->has_mask = mask != NULL;
-    if (mask) memcpy(m->mask, mask, N);
+    if (mask) DEV(m->dev, upload, m->mask, mask, N);
     /* Uncounted targets are not read by the loss, but they are by the backward's row index:
      * keep them in range. */
     if (mask)
         for (int n = 0; n < N; n++)
-            if (!mask[n]) m->targets[n] = 0;
-    float l = crossentropy_forward(m->dlogits, m->lse, &m->count, m->logits, m->targets,
-                                   m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
+            if (!mask[n]) m->targets_host[n] = 0;
+    DEV(m->dev, upload, m->targets, m->targets_host, sizeof(uint32_t) * N);
+    float l = DEV(m->dev, crossentropy_forward, m->dlogits, m->lse, &m->count, m->logits,
+                  m->targets, m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
     m->dlogits_ready = 1;
     m->dlogits_scale = m->grad_scale;
     if (loss) *loss = l;
@@ -318,19 +406,20 @@ void llama_head_backward(llama_t *m) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model;
     if (!m->dlogits_ready || m->dlogits_scale != m->grad_scale)
-        crossentropy_backward(m->dlogits, m->logits, m->lse, m->targets,
-                              m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
-    linear_backward_set(m->dxf, m->dlm_head, m->dlogits, m->xf, m->lm_head, N, D, c->vocab_size);
-    memset(m->dstream, 0, sizeof(float) * N * D);
-    rmsnorm_backward(m->dstream, m->dnorm_f, m->dxf, llama_stream(m, c->n_layers), m->norm_f,
-                     m->rstd_f, N, D);
+        DEV(m->dev, crossentropy_backward, m->dlogits, m->logits, m->lse, m->targets,
+            m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
+    DEV(m->dev, linear_backward_set, m->dxf, m->dlm_head, m->dlogits, m->xf, m->lm_head, N, D,
+        c->vocab_size);
+    DEV(m->dev, zero, m->dstream, sizeof(float) * N * D);
+    DEV(m->dev, rmsnorm_backward, m->dstream, m->dnorm_f, m->dxf, llama_stream(m, c->n_layers),
+        m->norm_f, m->rstd_f, N, D);
 }
 
 void llama_block_backward_kv(llama_t *m, int l, const float *x_kv, float *dx_kv) {
     const int N = m->B * m->T, D = m->cfg.d_model;
     float *x = llama_stream(m, l);
-    memset(m->dstream2, 0, sizeof(float) * N * D);
-    llama_block_backward(m->dstream2, x_kv ? dx_kv : m->dstream2, &m->g[l], m->dstream, &m->acts[l],
+    DEV(m->dev, zero, m->dstream2, sizeof(float) * N * D);
+    llama_block_backward(m->dev, m->dstream2, x_kv ? dx_kv : m->dstream2, &m->g[l], m->dstream, &m->acts[l],
                          &m->w[l], x, x_kv ? x_kv : x, &m->cfg, m->rope_cos, m->rope_sin, m->B,
                          m->T, 1, &m->scratch);
     float *t = m->dstream; m->dstream = m->dstream2; m->dstream2 = t;
@@ -341,7 +430,8 @@ void llama_blocks_backward(llama_t *m, int l1, int l0) {
 }
 
 void llama_embed_backward(llama_t *m) {
-    embedding_backward(m->dembed, m->dstream, m->tokens, m->B * m->T, m->cfg.d_model);
+    DEV(m->dev, embedding_backward, m->dembed, m->dstream, m->tokens, m->B * m->T,
+        m->cfg.d_model);
 }
 
 int llama_backward(llama_t *m, char *err, size_t errlen) {

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "model/config.h"
+#include "model/device.h"
 #include "model/llama_block.h"
 #include "model/tensor.h"
 
@@ -28,16 +29,27 @@ typedef struct llama llama_t;
 /* Checks that cfg describes a model we can build and that (B, T) fits it. */
 int llama_config_check(const model_config_t *cfg, int B, int T, char *err, size_t errlen);
 
-/* Builds the model with weights initialised from seed (see llama_init). The model keeps a
- * copy of cfg. */
+/* Builds the model on device dev (every buffer is allocated there: parameters, gradients and
+ * activations, one allocation each) with weights initialised from seed (see llama_init). The
+ * model keeps a copy of cfg and borrows dev. An activation allocation that does not fit names
+ * the largest batch that would. llama_create is llama_create_on the CPU device. */
+int llama_create_on(llama_t **m, device_t *dev, const model_config_t *cfg, int Bmax, int Tmax,
+                    uint64_t seed, char *err, size_t errlen);
 int llama_create(llama_t **m, const model_config_t *cfg, int Bmax, int Tmax, uint64_t seed,
                  char *err, size_t errlen);
 void llama_destroy(llama_t **m);
 
 /* Init: every matrix (embeddings, projections, lm_head) ~ normal(0, 0.02), as HF's
- * initializer_range; no extra scaling of output projections; norms = 1. Drawn in parameter
- * order from common/rng.h seeded with seed, so the same seed gives the same weights. */
-void llama_init(llama_t *m, uint64_t seed);
+ * initializer_range; no extra scaling of output projections; norms = 1. Drawn on the host in
+ * parameter order from common/rng.h seeded with seed, so the same seed gives the same weights
+ * on every device. 0, or LLAMA_ENOMEM (the host staging buffer). */
+int llama_init(llama_t *m, uint64_t seed);
+
+/* Bytes of each buffer kind, for the report programs print at start. */
+void llama_memory(const llama_t *m, model_memory_t *out);
+/* Activation bytes a model of this config would allocate for (Bmax, Tmax). */
+size_t llama_activation_bytes(const model_config_t *cfg, int Bmax, int Tmax);
+device_t *llama_device(const llama_t *m);
 
 const model_config_t *llama_config(const llama_t *m);
 /* Active batch shape for the next forward (B <= Bmax, T <= Tmax). */
@@ -48,7 +60,7 @@ void llama_shape(const llama_t *m, int *B, int *T);
  * views may be NULL to ask for the count; at most cap are written. */
 int llama_params(llama_t *m, tensor_view_t *views, int cap);
 int llama_grads(llama_t *m, tensor_view_t *views, int cap);
-/* The whole contiguous buffers (for the optimizer and checkpoints). */
+/* The whole contiguous buffers (device pointers; for the optimizer and tests). */
 float *llama_param_data(llama_t *m, size_t *n);
 float *llama_grad_data(llama_t *m, size_t *n);
 void llama_zero_grad(llama_t *m);
@@ -63,12 +75,15 @@ int llama_backward(llama_t *m, char *err, size_t errlen);
 /* dloss used by llama_backward (default 1). With n micro-batches of equal counted targets,
  * set 1/n so the accumulated gradient is that of the mean loss over the whole batch. */
 void llama_set_grad_scale(llama_t *m, float s);
-/* (B,T,V) logits of the last forward, valid until the next forward. */
-const float *llama_logits(const llama_t *m);
+/* (B,T,V) logits of the last forward on the HOST (downloaded when the device is not the host;
+ * NULL if the host buffer could not be allocated), valid until the next forward. */
+const float *llama_logits(llama_t *m);
+/* The same on the device. */
+const float *llama_logits_dev(const llama_t *m);
 /* Counted targets of the last forward. */
 int llama_target_count(const llama_t *m);
 
-/* ---- pieces (Free Transformer) ---- */
+/* ---- pieces (Free Transformer); every pointer is the model's device's ---- */
 float *llama_stream(llama_t *m, int l);            /* (B,T,D) input of block l, l in [0, L] */
 float *llama_dstream(llama_t *m);                  /* (B,T,D) gradient wrt the current stream */
 llama_block_w_t llama_block_weights(llama_t *m, int l);

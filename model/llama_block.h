@@ -10,6 +10,7 @@
 #define MODEL_LLAMA_BLOCK_H
 #include <stddef.h>
 #include "model/config.h"
+#include "model/device.h"
 
 /* Pointers into a parameter (or gradient) buffer. D = d_model, F = d_ff, hd = D / H. */
 typedef struct {
@@ -35,6 +36,7 @@ typedef struct {
     float *x_mid;         /* (N,D) x_q + attention branch */
     float *xn2, *rstd2;   /* (N,D), (N): MLP-norm of x_mid */
     float *gate, *up, *h; /* (N,F) each; h = silu(gate) * up */
+    void *mem;            /* the allocation of llama_block_acts_alloc (NULL in an arena) */
 } llama_block_acts_t;
 
 /* Scratch shared by every block's backward (and the forward's branch output). */
@@ -45,9 +47,16 @@ typedef struct {
     float *datt;          /* (N,H*hd) */
     float *dx_mid, *branch; /* (N,D) */
     float *dgate, *dup, *dh; /* (N,F) */
+    void *mem;            /* the allocation of llama_block_scratch_alloc (NULL in an arena) */
 } llama_block_scratch_t;
 
-/* Allocation (zeroed); separate_kv asks for the x_kv buffers too. 0 or -1 (out of memory). */
+/* Lays the buffers out in an arena (device.h: count with a NULL base, then carve the one
+ * allocation); separate_kv asks for the x_kv buffers too. */
+void llama_block_acts_layout(llama_block_acts_t *a, dev_arena_t *ar, const model_config_t *c,
+                             int Bmax, int Tmax, int separate_kv);
+void llama_block_scratch_layout(llama_block_scratch_t *s, dev_arena_t *ar,
+                                const model_config_t *c, int Bmax, int Tmax);
+/* The same in host memory of their own (tests of the block alone): 0 or -1 (out of memory). */
 int llama_block_acts_alloc(llama_block_acts_t *a, const model_config_t *c, int Bmax, int Tmax,
                            int separate_kv);
 void llama_block_acts_free(llama_block_acts_t *a);
@@ -58,9 +67,10 @@ void llama_block_scratch_free(llama_block_scratch_t *s);
 /* Parameters in HF order, counted in floats, for layout code. */
 size_t llama_block_numel(const model_config_t *c);
 
-/* x_out = block(x_q, x_kv); pass x_kv == x_q for a plain block. x_out must differ from both.
+/* x_out = block(x_q, x_kv) on device d (every pointer is d's); pass x_kv == x_q for a plain
+ * block. x_out must differ from both.
  * rope_cos/rope_sin: (max_seq, hd/2) tables (rope_table_init). */
-void llama_block_forward(float *x_out /* (B,T,D) */, llama_block_acts_t *a,
+void llama_block_forward(device_t *d, float *x_out /* (B,T,D) */, llama_block_acts_t *a,
                          const llama_block_w_t *w, const float *x_q /* (B,T,D) */,
                          const float *x_kv /* (B,T,D) */, const model_config_t *c,
                          const float *rope_cos, const float *rope_sin, int B, int T, int causal,
@@ -68,7 +78,7 @@ void llama_block_forward(float *x_out /* (B,T,D) */, llama_block_acts_t *a,
 /* Accumulates the input gradients into dx_q and dx_kv (dx_kv is ignored when the forward had
  * x_kv == x_q; it may equal dx_q otherwise) and the weight gradients into g. dout must not
  * alias dx_q / dx_kv. x_q / x_kv are the forward's inputs. */
-void llama_block_backward(float *dx_q /* (B,T,D) += */, float *dx_kv /* (B,T,D) += */,
+void llama_block_backward(device_t *d, float *dx_q /* (B,T,D) += */, float *dx_kv /* (B,T,D) += */,
                           const llama_block_w_t *g, const float *dout /* (B,T,D) */,
                           const llama_block_acts_t *a, const llama_block_w_t *w,
                           const float *x_q, const float *x_kv, const model_config_t *c,

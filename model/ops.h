@@ -11,6 +11,7 @@
  * N = number of rows (B*T) for the token-wise ops. */
 #ifndef MODEL_OPS_H
 #define MODEL_OPS_H
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- embedding: out[n] = table[tokens[n]] ---- */
@@ -92,4 +93,83 @@ float crossentropy_forward(float *dlogits /* (N,V) or NULL */, float *lse /* (N)
 void crossentropy_backward(float *dlogits /* (N,V) */, const float *logits /* (N,V) */,
                            const float *lse /* (N) */, const uint32_t *targets /* (N) */,
                            const uint8_t *mask /* (N) or NULL */, int N, int V, float dloss);
+
+/* ---- element-wise and row helpers (model/ops_rows.c) ---- */
+void add_forward(float *y /* (n) */, const float *a, const float *b, size_t n);   /* y = a + b */
+void add_inplace(float *y /* (n) += */, const float *x, size_t n);               /* y += x */
+void scale_inplace(float *x /* (n) */, float s, size_t n);                       /* x *= s */
+/* out row n = row, for N rows. */
+void repeat_rows(float *out /* (N,D) */, const float *row /* (D) */, int N, int D);
+/* out[i] += sum over n of x[n][i], each column summed in the order of n. */
+void sum_rows(float *out /* (D) += */, const float *x /* (N,D) */, int N, int D);
+/* dst row i = src row i (width D), rows strided by ld_dst / ld_src floats. */
+void copy_rows(float *dst, int ld_dst, const float *src, int ld_src, int rows, int D);
+
+/* ---- the fused q|k|v product's rows (model/ops_qkv.c) ----
+ * qkv (N, Dq + 2 Dkv) rows -> q (N,Dq) and k (N,Dkv) rotated (RoPE; row n at position
+ * pos0 + n % T), v (N,Dkv) copied. A NULL destination is skipped. */
+void qkv_split_rope(float *q, float *k, float *v, const float *qkv, const float *cos_t,
+                    const float *sin_t, int N, int T, int H, int Hkv, int hd, int pos0);
+/* The backward: dq, dk rotated back, dv copied into the fused rows (OVERWRITTEN). */
+void qkv_join_unrope(float *dqkv, const float *dq, const float *dk, const float *dv,
+                     const float *cos_t, const float *sin_t, int N, int T, int H, int Hkv, int hd,
+                     int pos0);
+
+/* ---- AdamW's element loops (model/ops_adamw.c; adamw.h forms the scalars) ---- */
+typedef struct adamw_scalars {
+    float clip;        /* gradient multiplier (1: no clipping) */
+    float decay_mul;   /* p *= decay_mul before the update (1: no decay) */
+    float beta1, beta2, eps;
+    float step_size;   /* lr / (1 - beta1^t) */
+    float bc2_sqrt;    /* sqrt(1 - beta2^t) */
+} adamw_scalars_t;
+/* g *= clip; p *= decay_mul; m, v moments; p -= step_size m / (sqrt(v) / bc2_sqrt + eps). */
+void adamw_update(float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s);
+/* sum of x^2 in double, in fixed chunks added in order: the same whatever the thread count. */
+double sumsq(const float *x, size_t n);
+/* ---- the Free Transformer's Binary Mapper, KL and post-sampler (model/ops_binmap.c) ---- */
+/* Bits and indices: prob = sigmoid(logits); bit_h = u_h < prob_h; idx = sum_h 2^h bit_h. */
+void binmap_forward(uint32_t *idx /* (N) */, float *prob /* (N,H) */,
+                    const float *logits /* (N,H) */, const float *u /* (N,H) */, int N, int H);
+/* G_{d} = P(B = bits of d) for one position: (2^H) from prob (H). */
+void binmap_probs(float *G /* (2^H) */, const float *prob /* (H) */, int H);
+/* dlogits += d/dlogits sum_d' dz_d' G_d' = sum_d' dz_d' G_d' (b_h(d') - p_h), per position.
+ * dz is overwritten (it becomes dz * G). */
+void binmap_backward(float *dlogits /* (N,H) += */, float *dz /* (N,2^H) in/out */,
+                     const float *prob /* (N,H) */, int N, int H);
+/* KL_t = H log 2 - sum_h binary_entropy(sigmoid(l_h)) in nats (double accumulation), and its
+ * derivative dKL/dl_h = l_h p_h (1 - p_h). */
+float binmap_kl(const float *logits /* (H) */, int H);
+void binmap_kl_backward(float *dlogits /* (H) += */, const float *logits /* (H) */, int H,
+                        float scale);
+/* Post-sampler: r[n] = w[:, idx[n]] (the column gather = W onehot). */
+void post_sampler_forward(float *r /* (N,D) */, const float *w /* (D,2^H) */,
+                          const uint32_t *idx /* (N) */, int N, int D, int H);
+/* dw[:, idx[n]] += dr[n] (Z's value is the one-hot) and, if dlogits, the pass-through
+ * gradient dlogits += binmap_backward(dZ = W^T dr) computed over row chunks, in parallel,
+ * with a work buffer of post_sampler_work_floats(D, H, threads) floats (work_floats: its
+ * size; it bounds how many threads take chunks). Results do not depend on the thread count.
+ * The products run at `precision` (model/precision.h). */
+size_t post_sampler_work_floats(int D, int H, int threads);
+void post_sampler_backward(float *dw /* (D,2^H) += */, float *dlogits /* (N,H) += or NULL */,
+                           const float *dr /* (N,D) */, const float *w /* (D,2^H) */,
+                           const uint32_t *idx /* (N) */, const float *prob /* (N,H) */, int N,
+                           int D, int H, float *work, size_t work_floats);
+/* kl[n] = binmap_kl(logits row n) for N rows. */
+void binmap_kl_rows(float *kl /* (N) */, const float *logits /* (N,H) */, int N, int H);
+/* The free bits (seed 000 eq. 5) over counted positions (mask NULL: all), summed in order
+ * of n: sum KL_t, sum max(0, KL_t - kappa), the count, and how many are above kappa. */
+typedef struct {
+    double kl_sum, term_sum;
+    int count, above;
+} free_bits_sums_t;
+free_bits_sums_t free_bits_forward(const float *kl /* (N) */, const uint8_t *mask /* (N) */,
+                                   int N, float kappa);
+/* Its backward: rows counted and above kappa get binmap_kl_backward(scale). */
+void free_bits_backward(float *dlogits /* (N,H) += */, const float *logits /* (N,H) */,
+                        const float *kl /* (N) */, const uint8_t *mask /* (N) or NULL */, int N,
+                        int H, float kappa, float scale);
+/* u[i] = rng_counter_f32(key, counter0 + i) (common/rng.h): the Binary Mapper's uniforms, the
+ * same numbers on every device. */
+void uniform_fill(float *u /* (n) */, size_t n, uint64_t key, uint64_t counter0);
 #endif

@@ -2,8 +2,10 @@
  *
  * Bit h of an index d is (d >> h) & 1 (h = 0..H-1): the paper's d = 1 + sum 2^(h-1) B_h
  * with 0-based indices. */
-#include "model/free.h"
+#include "common/rng.h"
 #include "model/gemm.h"
+#include "model/ops.h"
+#include "model/ops_math.h"
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -13,13 +15,12 @@
  * product. */
 #define BINMAP_CHUNK 64
 
-static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 void binmap_forward(uint32_t *idx, float *prob, const float *logits, const float *u, int N, int H) {
     for (int n = 0; n < N; n++) {
         uint32_t d = 0;
         for (int h = 0; h < H; h++) {
-            float p = sigmoidf_(logits[(size_t)n * H + h]);
+            float p = ops_binmap_prob(logits[(size_t)n * H + h]);
             prob[(size_t)n * H + h] = p;
             if (u[(size_t)n * H + h] < p) d |= 1u << h;
         }
@@ -68,24 +69,38 @@ void binmap_backward(float *dlogits, float *dz, const float *prob, int N, int H)
     }
 }
 
-/* binary_entropy(sigmoid(l)) = softplus(l) - l sigmoid(l): stable for any l */
-static inline double bin_entropy_logit(double l) {
-    double sp = l > 0 ? l + log1p(exp(-l)) : log1p(exp(l));
-    return sp - l / (1.0 + exp(-l));
-}
-
-float binmap_kl(const float *logits, int H) {
-    double kl = H * M_LN2;
-    for (int h = 0; h < H; h++) kl -= bin_entropy_logit(logits[h]);
-    return kl > 0 ? (float)kl : 0.0f; /* exact value is >= 0; rounding may give -1e-16 */
-}
+float binmap_kl(const float *logits, int H) { return ops_binmap_kl_row(logits, H); }
 
 void binmap_kl_backward(float *dlogits, const float *logits, int H, float scale) {
-    /* d/dl [-(softplus(l) - l p)] = -(p - p - l p (1-p)) = l p (1 - p) */
-    for (int h = 0; h < H; h++) {
-        double l = logits[h], p = 1.0 / (1.0 + exp(-l));
-        dlogits[h] += (float)(scale * l * p * (1.0 - p));
+    ops_binmap_kl_row_backward(dlogits, logits, H, scale);
+}
+
+void binmap_kl_rows(float *kl, const float *logits, int N, int H) {
+    for (int n = 0; n < N; n++) kl[n] = ops_binmap_kl_row(logits + (size_t)n * H, H);
+}
+
+free_bits_sums_t free_bits_forward(const float *kl, const uint8_t *mask, int N, float kappa) {
+    free_bits_sums_t s = {0, 0, 0, 0};
+    for (int n = 0; n < N; n++) {
+        if (mask && !mask[n]) continue;
+        s.count++;
+        s.kl_sum += kl[n];
+        if (kl[n] > kappa) { s.above++; s.term_sum += kl[n] - kappa; }
     }
+    return s;
+}
+
+void free_bits_backward(float *dlogits, const float *logits, const float *kl, const uint8_t *mask,
+                        int N, int H, float kappa, float scale) {
+    for (int n = 0; n < N; n++) {
+        if (mask && !mask[n]) continue;
+        if (kl[n] > kappa)
+            ops_binmap_kl_row_backward(dlogits + (size_t)n * H, logits + (size_t)n * H, H, scale);
+    }
+}
+
+void uniform_fill(float *u, size_t n, uint64_t key, uint64_t counter0) {
+    for (size_t i = 0; i < n; i++) u[i] = rng_counter_f32(key, counter0 + i);
 }
 
 void post_sampler_forward(float *r, const float *w, const uint32_t *idx, int N, int D, int H) {

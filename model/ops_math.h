@@ -142,4 +142,38 @@ OPS_FN void ops_crossentropy_row_backward(float *dz, const float *z, float lse, 
     for (int i = 0; i < v; i++) dz[i] = scale * ops_expf(z[i] - lse);
     dz[t] -= scale;
 }
+
+/* ---- AdamW, one element (torch.optim.AdamW's single-tensor arithmetic; adamw.h) ---- */
+OPS_FN void ops_adamw_element(float *p, float *g, float *m, float *v, float clip, float decay_mul,
+                              float b1, float b2, float eps, float step_size, float bc2_sqrt) {
+    if (clip != 1.0f) *g *= clip;
+    if (decay_mul != 1.0f) *p *= decay_mul;
+    *m = b1 * *m + (1.0f - b1) * *g;
+    *v = b2 * *v + (1.0f - b2) * *g * *g;
+    float denom = sqrtf(*v) / bc2_sqrt + eps;
+    *p -= step_size * *m / denom;
+}
+
+/* ---- the Binary Mapper (seed 000 eq. 6-8) and its KL (eq. 4), per bit ----
+ * Probabilities and KL in double where they are summed; libm's exp, which CUDA provides. */
+OPS_FN float ops_binmap_prob(float logit) { return 1.0f / (1.0f + expf(-logit)); }
+/* binary_entropy(sigmoid(l)) = softplus(l) - l sigmoid(l): stable for any l */
+OPS_FN double ops_bin_entropy_logit(double l) {
+    double sp = l > 0 ? l + log1p(exp(-l)) : log1p(exp(l));
+    return sp - l / (1.0 + exp(-l));
+}
+/* KL_t = H log 2 - sum_h binary_entropy(sigmoid(l_h)), clamped at 0 (the exact value is >= 0;
+ * rounding may give -1e-16). */
+OPS_FN float ops_binmap_kl_row(const float *logits, int H) {
+    double kl = H * 0.69314718055994530942;
+    for (int h = 0; h < H; h++) kl -= ops_bin_entropy_logit(logits[h]);
+    return kl > 0 ? (float)kl : 0.0f;
+}
+/* dKL/dl_h = l p (1 - p), times scale, accumulated */
+OPS_FN void ops_binmap_kl_row_backward(float *dlogits, const float *logits, int H, float scale) {
+    for (int h = 0; h < H; h++) {
+        double l = logits[h], p = 1.0 / (1.0 + exp(-l));
+        dlogits[h] += (float)(scale * l * p * (1.0 - p));
+    }
+}
 #endif

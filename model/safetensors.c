@@ -2,6 +2,7 @@
  * docs/FORMATS.md §3). The reader trusts nothing in the file: every size and offset is
  * checked against the real file size before any pointer into the data is formed. */
 #include "common/errmsg.h"
+#include "model/device.h"
 #include "model/safetensors.h"
 
 #include <errno.h>
@@ -150,8 +151,49 @@ fail:
     return rc;
 }
 
+static int st_write_host(const char *path, const st_group_t *g, int ng,
+                         const char *const *meta_kv, int n_meta, char *err, size_t errlen);
+
+/* Views on a device other than the host are downloaded first (device.h: checkpoint I/O is
+ * where parameters cross to the host); host views are written in place. */
 int st_write_groups(const char *path, const st_group_t *g, int ng, const char *const *meta_kv,
                     int n_meta, char *err, size_t errlen) {
+    int remote = 0;
+    for (int gi = 0; gi < ng && g; gi++)
+        for (int i = 0; i < g[gi].n && g[gi].t; i++) remote |= !device_is_host(g[gi].t[i].dev);
+    if (!remote) return st_write_host(path, g, ng, meta_kv, n_meta, err, errlen);
+    size_t nviews = 0, nfloats = 0;
+    for (int gi = 0; gi < ng; gi++)
+        for (int i = 0; i < g[gi].n; i++) nviews++, nfloats += (size_t)tensor_numel(&g[gi].t[i]);
+    st_group_t *hg = calloc(ng, sizeof *hg);
+    tensor_view_t *hv = calloc(nviews ? nviews : 1, sizeof *hv);
+    float *buf = malloc(sizeof(float) * (nfloats ? nfloats : 1));
+    int rc;
+    if (!hg || !hv || !buf) {
+        rc = err_fail(err, errlen, ST_ENOMEM, "%s: out of host memory for a copy of %zu floats", path, nfloats);
+    } else {
+        size_t at = 0, vi = 0;
+        for (int gi = 0; gi < ng; gi++) {
+            hg[gi] = g[gi];
+            hg[gi].t = hv + vi;
+            for (int i = 0; i < g[gi].n; i++, vi++) {
+                hv[vi] = g[gi].t[i];
+                hv[vi].data = buf + at;
+                hv[vi].dev = NULL;
+                tensor_view_download(&g[gi].t[i], hv[vi].data);
+                at += (size_t)tensor_numel(&g[gi].t[i]);
+            }
+        }
+        rc = st_write_host(path, hg, ng, meta_kv, n_meta, err, errlen);
+    }
+    free(hg);
+    free(hv);
+    free(buf);
+    return rc;
+}
+
+static int st_write_host(const char *path, const st_group_t *g, int ng,
+                         const char *const *meta_kv, int n_meta, char *err, size_t errlen) {
     if (!path || ng < 0 || (ng && !g) || n_meta < 0 || (n_meta && !meta_kv))
         return err_fail(err, errlen, ST_EARG, "st_write: bad arguments");
     for (int i = 0; i < ng; i++)
@@ -492,7 +534,7 @@ int st_read_into_prefixed(st_file_t *f, const char *prefix, const tensor_view_t 
         }
         if (r.nbytes && !dst[i].data)
             return err_fail(err, errlen, ST_EARG, "st_read_into: %s has NULL data", dst[i].name);
-        if (r.nbytes) memcpy(dst[i].data, r.data, r.nbytes);
+        if (r.nbytes) tensor_view_upload(&dst[i], r.data);
         copied++;
     }
     return copied;

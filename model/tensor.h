@@ -2,7 +2,9 @@
  *
  * This is how a model exposes its parameters (and gradients, and optimizer moments) to the
  * checkpoint writer and to tests without either knowing the model's layout. The model owns
- * `data`; a view is valid as long as the model is. */
+ * `data`; a view is valid as long as the model is. `data` is a pointer of the device `dev`
+ * (a host pointer on the CPU device): code that is not the model reads it through
+ * tensor_view_download / tensor_view_upload. */
 #ifndef MODEL_TENSOR_H
 #define MODEL_TENSOR_H
 #include <stdint.h>
@@ -15,6 +17,7 @@ typedef struct {
     int ndim;
     int64_t shape[TENSOR_MAX_DIMS];  /* row-major; a Linear weight is (out_features, in_features) */
     float *data;
+    struct device *dev;           /* the device data lives on (model/device.h); NULL: host */
 } tensor_view_t;
 
 static inline int64_t tensor_numel(const tensor_view_t *t) {
@@ -22,4 +25,9 @@ static inline int64_t tensor_numel(const tensor_view_t *t) {
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
+
+/* Host copies of a view's elements (tensor_numel floats), whatever device holds them: the
+ * checkpoint writer and reader cross to the host here (device.c). */
+void tensor_view_download(const tensor_view_t *t, float *dst_host);
+void tensor_view_upload(const tensor_view_t *t, const float *src_host);
 #endif

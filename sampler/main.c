@@ -22,6 +22,7 @@
 
 typedef struct {
     const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub;
+    const char *device;
     int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet;
     int max_prompt, max_new_limit, timeout_ms;
     float temperature, top_p;
@@ -139,7 +140,7 @@ static int run_client(const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.vocab = "bytes", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
+    opts_t o = {.vocab = "bytes", .device = "cpu", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
                 .max_new_limit = 1024, .timeout_ms = 60000};
     flag_t fl[] = {
@@ -159,6 +160,7 @@ int main(int argc, char **argv) {
         {"eot-prefix", FLAG_BOOL, &o.eot_prefix, "put the end-of-text token before the prompt", 0, 0, 0},
         {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
         {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
+        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
@@ -192,6 +194,8 @@ int main(int argc, char **argv) {
     if (o.connect) return run_client(&o);
 
     int status = 1;
+    device_t *dev = NULL;
+    if (device_open(&dev, o.device, PRECISION_FP32, err, sizeof err)) return fail(2, err, NULL);
     char dir[4096];
     bpe_vocab_t *v = NULL;
     sampler_model_t *sm = NULL;
@@ -199,7 +203,7 @@ int main(int argc, char **argv) {
     uint32_t *prompt = NULL;
     sampler_result_t res = {0};
     if (resolve_ckpt(&o, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
-    if (sampler_model_load(&sm, dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
+    if (sampler_model_load(&sm, dev, dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     const model_config_t *c = sampler_model_config(sm);
     if (c->kind != MODEL_FREE && flags_find(fl, NFLAGS(fl), "latent")->seen) {
         fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);
@@ -266,5 +270,6 @@ out:
     free(ptext);
     bpe_vocab_free(&v);
     sampler_model_free(&sm);
+    device_close(&dev);
     return status;
 }

@@ -22,19 +22,20 @@ void sampler_model_free(sampler_model_t **psm) {
     *psm = NULL;
 }
 
-int sampler_model_create(sampler_model_t **psm, const model_config_t *cfg, uint64_t seed,
-                         char *err, size_t errlen) {
+int sampler_model_create(sampler_model_t **psm, device_t *dev, const model_config_t *cfg,
+                         uint64_t seed, char *err, size_t errlen) {
     *psm = NULL;
     sampler_model_t *sm = calloc(1, sizeof(*sm));
     if (!sm) { snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
     sm->cfg = *cfg;
+    sm->dev = dev ? dev : device_cpu_default();
     int rc;
     /* The family models are only weight holders here (and, for the Free Transformer, the
      * encoder of the prompt): their training activations are sized to the minimum. */
     if (cfg->kind == MODEL_LLAMA) {
-        rc = llama_create(&sm->llama, cfg, 1, 1, seed, err, errlen);
+        rc = llama_create_on(&sm->llama, sm->dev, cfg, 1, 1, seed, err, errlen);
     } else if (cfg->kind == MODEL_FREE) {
-        rc = free_create(&sm->free, cfg, 1, 1, seed, err, errlen);
+        rc = free_create_on(&sm->free, sm->dev, cfg, 1, 1, seed, err, errlen);
         sm->encB = sm->encT = 1;
     } else {
         snprintf(err, errlen, "model kind %d is not one the sampler knows", (int)cfg->kind);
@@ -49,12 +50,14 @@ int sampler_model_create(sampler_model_t **psm, const model_config_t *cfg, uint6
 }
 
 const model_config_t *sampler_model_config(const sampler_model_t *sm) { return &sm->cfg; }
+device_t *sampler_model_device(const sampler_model_t *sm) { return sm->dev; }
 
 int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap) {
     return sm->llama ? llama_params(sm->llama, views, cap) : free_params(sm->free, views, cap);
 }
 
-int sampler_model_load(sampler_model_t **psm, const char *dir, char *err, size_t errlen) {
+int sampler_model_load(sampler_model_t **psm, device_t *dev, const char *dir, char *err,
+                       size_t errlen) {
     *psm = NULL;
     char why[512];
     model_config_t cfg;
@@ -63,7 +66,7 @@ int sampler_model_load(sampler_model_t **psm, const char *dir, char *err, size_t
         return SAMPLER_ECKPT;
     }
     sampler_model_t *sm = NULL;
-    int rc = sampler_model_create(&sm, &cfg, 0, why, sizeof why);
+    int rc = sampler_model_create(&sm, dev, &cfg, 0, why, sizeof why);
     if (rc) {
         snprintf(err, errlen, "checkpoint %s: %s", dir, why);
         return rc == SAMPLER_ENOMEM ? rc : SAMPLER_ECKPT;
@@ -86,7 +89,7 @@ int sampler_model_load(sampler_model_t **psm, const char *dir, char *err, size_t
 /* Re-creates the Free Transformer with encoder buffers for (B, P), keeping its weights. */
 static int grow_encoder(sampler_model_t *sm, int B, int P, char *err, size_t errlen) {
     free_t *m2 = NULL;
-    int rc = free_create(&m2, &sm->cfg, B, P, 0, err, errlen);
+    int rc = free_create_on(&m2, sm->dev, &sm->cfg, B, P, 0, err, errlen);
     if (rc) return rc == FREE_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
     int n = free_params(sm->free, NULL, 0);
     tensor_view_t *a = malloc(sizeof(*a) * n * 2);
@@ -94,7 +97,7 @@ static int grow_encoder(sampler_model_t *sm, int B, int P, char *err, size_t err
     free_params(sm->free, a, n);
     free_params(m2, a + n, n);
     for (int i = 0; i < n; i++)
-        memcpy(a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
+        DEV(sm->dev, copy, a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
     free(a);
     drop_generators(sm);  /* they point into the old model */
     free_destroy(&sm->free);

@@ -9,6 +9,7 @@
 
 struct sampler_model {
     model_config_t cfg;
+    device_t *dev;         /* borrowed: the device every buffer lives on */
     llama_t *llama;        /* the baseline (kind MODEL_LLAMA), activations for (1,1) only */
     free_t *free;          /* the Free Transformer; activations for the encoder (encB, encT) */
     int encB, encT;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "model/config.h"
+#include "model/device.h"
 #include "model/tensor.h"
 #include "model/sample.h"
 
@@ -43,11 +44,13 @@ typedef struct sampler_model sampler_model_t;
 /* Loads dir (config.json + model.safetensors; the MANIFEST is verified first). Buffers (the
  * KV cache, the encoder's activations) are sized by each sampler_generate call and kept for
  * the next one while they fit. */
-int sampler_model_load(sampler_model_t **sm, const char *dir, char *err, size_t errlen);
-/* A freshly initialised model of cfg (tests, benchmarks). */
-int sampler_model_create(sampler_model_t **sm, const model_config_t *cfg, uint64_t seed,
-                         char *err, size_t errlen);
+int sampler_model_load(sampler_model_t **sm, device_t *dev, const char *dir, char *err,
+                       size_t errlen);
+/* A freshly initialised model of cfg (tests, benchmarks). dev NULL: the CPU device. */
+int sampler_model_create(sampler_model_t **sm, device_t *dev, const model_config_t *cfg,
+                         uint64_t seed, char *err, size_t errlen);
 void sampler_model_free(sampler_model_t **sm);
+device_t *sampler_model_device(const sampler_model_t *sm);
 const model_config_t *sampler_model_config(const sampler_model_t *sm);
 /* The view table of the weights (for tests that set them): count returned, views may be NULL. */
 int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap);

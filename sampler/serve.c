@@ -170,7 +170,7 @@ static void maybe_reload(sampler_server_t *s, sampler_model_t **sm, const wire_m
     if (!ck || !ck->path || (int64_t)ck->step <= s->step) return;
     char err[1024];
     sampler_model_t *nm = NULL;
-    if (sampler_model_load(&nm, ck->path, err, sizeof err)) {
+    if (sampler_model_load(&nm, sampler_model_device(s->sm), ck->path, err, sizeof err)) {
         fprintf(stderr, "sampler: not reloading: %s\n", err);
         return;
     }

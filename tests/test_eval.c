@@ -67,7 +67,7 @@ static eval_lm_t *zero_llama(int vocab, int eot, int B) {
     model_config_t c = small_cfg(vocab, eot);
     eval_lm_t *lm = NULL;
     char err[256];
-    CHECK(eval_lm_create(&lm, &c, B, 0, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(eval_lm_create(&lm, NULL, &c, B, 0, 1, err, sizeof err) == 0, "%s", err);
     size_t n;
     float *p = llama_param_data(eval_lm_model(lm), &n);
     memset(p, 0, n * sizeof *p);
@@ -361,7 +361,7 @@ static void test_em_cached(void) {
     model_config_t cfg = small_cfg(257, 256);
     eval_lm_t *lm = NULL;
     char err[256];
-    CHECK(eval_lm_create(&lm, &cfg, 4, 32, 11, err, sizeof err) == 0, "%s", err);
+    CHECK(eval_lm_create(&lm, NULL, &cfg, 4, 32, 11, err, sizeof err) == 0, "%s", err);
     if (!lm) return;
     CHECK(lm->gen_start && lm->gen_next, "a llama offers its KV cache");
     tensor_view_t views[64];
@@ -479,7 +479,7 @@ static void test_free_real(void) {
     cfg.kappa_nats = 0.1f;
     eval_lm_t *lm = NULL;
     char err[256];
-    CHECK(eval_lm_create(&lm, &cfg, 4, 8, 5, err, sizeof err) == 0, "%s", err);
+    CHECK(eval_lm_create(&lm, NULL, &cfg, 4, 8, 5, err, sizeof err) == 0, "%s", err);
     if (!lm) return;
     CHECK(lm->latent_bits == 3 && lm->encode != NULL);
     eval_task_cfg_t c = base_cfg("val");
@@ -498,7 +498,7 @@ static void test_free_real(void) {
     eval_lm_free(&lm);
     cfg.vocab_size = 257;
     cfg.eot_id = 256;
-    CHECK(eval_lm_create(&lm, &cfg, 4, 32, 5, err, sizeof err) == 0, "%s", err);
+    CHECK(eval_lm_create(&lm, NULL, &cfg, 4, 32, 5, err, sizeof err) == 0, "%s", err);
     if (!lm) return;
     CHECK(lm->gen_start && lm->gen_next);
     eval_task_cfg_t e = base_cfg("em");

@@ -256,12 +256,12 @@ typedef struct {
 } bk_ctx_t;
 static void bk_fwd(gc_case_t *c) {
     bk_ctx_t *k = c->ctx;
-    llama_block_forward(c->out, &k->acts, &k->w, k->xq.x, k->separate ? k->xkv.x : k->xq.x,
+    llama_block_forward(device_cpu_default(), c->out, &k->acts, &k->w, k->xq.x, k->separate ? k->xkv.x : k->xq.x,
                         &k->cfg, k->cs, k->sn, k->B, k->T, k->causal, &k->scr);
 }
 static void bk_bwd(gc_case_t *c) {
     bk_ctx_t *k = c->ctx;
-    llama_block_backward(k->xq.dx, k->separate ? k->xkv.dx : k->xq.dx, &k->g, c->w, &k->acts,
+    llama_block_backward(device_cpu_default(), k->xq.dx, k->separate ? k->xkv.dx : k->xq.dx, &k->g, c->w, &k->acts,
                          &k->w, k->xq.x, k->separate ? k->xkv.x : k->xq.x, &k->cfg, k->cs,
                          k->sn, k->B, k->T, k->causal, &k->scr);
 }

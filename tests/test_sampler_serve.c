@@ -152,7 +152,7 @@ int main(void) {
     model_config_t c = {.kind = MODEL_LLAMA, .vocab_size = 257, .d_model = 32, .n_layers = 2,
                         .n_heads = 4, .n_kv_heads = 2, .d_ff = 48, .max_seq = 48,
                         .rope_theta = 10000.0f, .norm_eps = 1e-5f, .tied = 1, .eot_id = 256};
-    if (sampler_model_create(&sm, &c, 3, err, sizeof err) || bpe_vocab_make_bytes(&voc, err, sizeof err)) {
+    if (sampler_model_create(&sm, NULL, &c, 3, err, sizeof err) || bpe_vocab_make_bytes(&voc, err, sizeof err)) {
         fprintf(stderr, "setup: %s\n", err);
         return 1;
     }

@@ -17,6 +17,7 @@ typedef struct {
     int ckpt_every, keep;
     int log_every;             /* a plain log line every N steps when stderr is no terminal */
     int threads;
+    const char *device;        /* "cpu", "cuda", "cuda:N" */
     /* data */
     const char *loaders;       /* comma-separated loader endpoints */
     int discover;              /* also use loaders announced on the bus */
@@ -41,7 +42,7 @@ typedef struct {
     int warmup, decay_embeddings;
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 52
+#define TRAINER_NFLAGS 53
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);

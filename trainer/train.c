@@ -30,6 +30,7 @@ typedef struct {
     void *model;
     model_config_t cfg;
     adamw_t *opt;
+    device_t *dev;              /* where the model trains */
     schedule_t sched;
     int np;
     tensor_view_t *params, *grads, *mom1, *mom2;
@@ -194,7 +195,8 @@ static int setup(run_t *r, uint64_t *epoch, uint64_t *dstep, char *err, size_t e
     r->fam = family_for_kind(r->cfg.kind);
     if (!r->fam || strcmp(r->fam->name, o->model))
         return err_fail(err, errlen, TRAIN_ESETUP, "--model %s but the checkpoint holds a %s model", o->model, r->fam ? r->fam->name : "unknown");
-    if (r->fam->create(&r->model, &r->cfg, o->B, o->T, (uint64_t)o->seed, err, errlen)) return TRAIN_EMODEL;
+    if (device_open(&r->dev, o->device, PRECISION_FP32, err, errlen)) return TRAIN_ESETUP;
+    if (r->fam->create(&r->model, r->dev, &r->cfg, o->B, o->T, (uint64_t)o->seed, err, errlen)) return TRAIN_EMODEL;
     if (alloc_views(r)) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
 
     adamw_config_t ac = adamw_config_default();
@@ -262,6 +264,7 @@ static int train_step(run_t *r, double *loss, float *lr, double *gnorm, char *er
 static void teardown(run_t *r) {
     adamw_destroy(&r->opt);
     if (r->fam && r->model) r->fam->destroy(&r->model);
+    device_close(&r->dev);
     trainer_data_close(&r->data);
     bus_close(&r->pub);
     if (r->zctx) zmq_ctx_term(r->zctx);
@@ -289,6 +292,14 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     fprintf(stderr, "trainer: %s model, %lld parameters, vocab %d, B=%d T=%d accum %d, steps %lld..%lld, run dir %s\n",
             r.fam->name, (long long)family_param_count(r.fam, r.model), r.cfg.vocab_size, o->B, o->T, o->accum,
             r.step, o->steps, r.run_dir);
+    {
+        model_memory_t mm;
+        r.fam->memory(r.model, &mm);
+        char a[32], b[32], c[32], d[32];
+        fprintf(stderr, "trainer: device %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
+                r.dev->name, device_bytes_str(mm.params, a, sizeof a), device_bytes_str(mm.grads, b, sizeof b),
+                device_bytes_str(2 * mm.params, c, sizeof c), device_bytes_str(mm.activations, d, sizeof d));
+    }
     if (r.cfg.kind == MODEL_FREE)
         fprintf(stderr, "trainer: free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s\n",
                 r.cfg.latent_bits, o->kappa_unit, r.cfg.kappa_nats / M_LN2, r.cfg.kappa_nats,

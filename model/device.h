@@ -1,0 +1,178 @@
+/* model/device.h: the device table, the one seam between the model families and the hardware.
+ *
+ * A family (model/llama.c, model/free.c, and every later one) is written ONCE, as a sequence
+ * of calls through a device_t: it allocates its buffers on the device, uploads its inputs, runs
+ * the ops of this table on device pointers and downloads only what the host needs. A device
+ * (model/device_cpu.c: the reference; model/device_cuda.cu: CUDA + cuBLAS) implements the
+ * table and never learns what a family is. Nothing else in a family touches the memory it
+ * allocated through a device.
+ *
+ * Where data crosses to the host (the documented places):
+ *   - inputs: token ids, targets, masks, uniforms given by a caller (upload);
+ *   - results a program reads: logits for the sampler's token choice and the evaluator's
+ *     scores, the loss and the metrics (the reductions that return a number return it on
+ *     the host: crossentropy_forward, free_bits_forward, sumsq);
+ *   - parameters and optimizer moments for checkpoint I/O and tests (tensor views carry their
+ *     device: model/tensor.h's view_download / view_upload).
+ *
+ * Semantics of every op: model/ops.h (the CPU reference, same arguments after the device).
+ * Products: model/gemm.h's cuBLAS-shaped contract. Precision (model/precision.h) is the
+ * device's: fp32, or bf16/tf32 products with fp32 everything else.
+ *
+ * Determinism: every device sums in an order fixed by the shapes and its thread/launch
+ * configuration alone (no atomics in reductions that feed training), so a run resumes
+ * bit-exactly on the same device kind. */
+#ifndef MODEL_DEVICE_H
+#define MODEL_DEVICE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gemm.h"
+#include "model/ops.h"
+#include "model/precision.h"
+
+typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } device_kind;
+
+typedef struct device device_t;
+
+typedef struct device_ops {
+    /* ---- memory: device buffers, zeroed at allocation; NULL when it did not fit ---- */
+    void *(*alloc)(device_t *d, size_t bytes);
+    void (*free)(device_t *d, void *p);
+    void (*upload)(device_t *d, void *dst, const void *src_host, size_t bytes);
+    void (*download)(device_t *d, void *dst_host, const void *src, size_t bytes);
+    void (*copy)(device_t *d, void *dst, const void *src, size_t bytes);
+    void (*zero)(device_t *d, void *p, size_t bytes);
+    /* Waits for queued work; returns 0, or -1 with one line in err (a device fault). */
+    int (*sync)(device_t *d, char *err, size_t errlen);
+    /* A hint for small work (a decode step): on = 0 until the next on = 1 asks the device to
+     * run the ops without its parallel machinery (the CPU: one OpenMP thread, since a region's
+     * barrier with a descheduled peer costs more than such an op; a GPU ignores it). */
+    void (*set_parallel)(device_t *d, int on);
+
+    /* ---- products (gemm.h), at the device's precision ---- */
+    void (*gemm)(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+    /* ---- the decoder's ops (ops.h) ---- */
+    void (*embedding_forward)(device_t *d, float *out, const uint32_t *tokens, const float *table,
+                              int N, int D);
+    void (*embedding_backward)(device_t *d, float *dtable, const float *dout,
+                               const uint32_t *tokens, int N, int D);
+    void (*rmsnorm_forward)(device_t *d, float *out, float *rstd, const float *x, const float *w,
+                            int N, int D, float eps);
+    void (*rmsnorm_backward)(device_t *d, float *dx, float *dw, const float *dout, const float *x,
+                             const float *w, const float *rstd, int N, int D);
+    void (*linear_forward)(device_t *d, float *y, const float *x, const float *w, int N, int in,
+                           int out);
+    void (*linear_backward)(device_t *d, float *dx, float *dw, const float *dy, const float *x,
+                            const float *w, int N, int in, int out);
+    void (*linear_backward_set)(device_t *d, float *dx, float *dw, const float *dy,
+                                const float *x, const float *w, int N, int in, int out);
+    void (*rope_forward)(device_t *d, float *out, const float *x, const float *cos_t,
+                         const float *sin_t, int B, int T, int H, int hd, int pos0);
+    void (*rope_backward)(device_t *d, float *dx, const float *dout, const float *cos_t,
+                          const float *sin_t, int B, int T, int H, int hd, int pos0);
+    void (*qkv_split_rope)(device_t *d, float *q, float *k, float *v, const float *qkv,
+                           const float *cos_t, const float *sin_t, int N, int T, int H, int Hkv,
+                           int hd, int pos0);
+    void (*qkv_join_unrope)(device_t *d, float *dqkv, const float *dq, const float *dk,
+                            const float *dv, const float *cos_t, const float *sin_t, int N, int T,
+                            int H, int Hkv, int hd, int pos0);
+    void (*attention_forward)(device_t *d, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
+                              int causal);
+    void (*attention_backward)(device_t *d, float *dq, float *dk, float *dv, const float *dout,
+                               const float *out, const float *lse, const float *q,
+                               const float *k, const float *v, int B, int Tq, int Tk, int H,
+                               int Hkv, int hd, int causal);
+    void (*swiglu_forward)(device_t *d, float *out, const float *gate, const float *up, int N,
+                           int F);
+    void (*swiglu_backward)(device_t *d, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, int N, int F);
+    void (*swiglu_backward_set)(device_t *d, float *dgate, float *dup, const float *dout,
+                                const float *gate, const float *up, int N, int F);
+    float (*crossentropy_forward)(device_t *d, float *dlogits, float *lse, int *count,
+                                  const float *logits, const uint32_t *targets,
+                                  const uint8_t *mask, int N, int V, float dloss);
+    void (*crossentropy_backward)(device_t *d, float *dlogits, const float *logits,
+                                  const float *lse, const uint32_t *targets, const uint8_t *mask,
+                                  int N, int V, float dloss);
+
+    /* ---- element-wise and row helpers (ops.h) ---- */
+    void (*add_forward)(device_t *d, float *y, const float *a, const float *b, size_t n);
+    void (*add_inplace)(device_t *d, float *y, const float *x, size_t n);
+    void (*scale_inplace)(device_t *d, float *x, float s, size_t n);
+    void (*repeat_rows)(device_t *d, float *out, const float *row, int N, int D);
+    void (*sum_rows)(device_t *d, float *out, const float *x, int N, int D);
+    /* Copies rows of width D: dst row i = src row i, with row strides ld_dst / ld_src floats
+     * (the KV cache's appends, the head's last-row gathers). */
+    void (*copy_rows)(device_t *d, float *dst, int ld_dst, const float *src, int ld_src, int rows,
+                      int D);
+
+    /* ---- the Free Transformer's latent (ops.h, free.h) ---- */
+    void (*uniform_fill)(device_t *d, float *u, size_t n, uint64_t key, uint64_t counter0);
+    void (*binmap_forward)(device_t *d, uint32_t *idx, float *prob, const float *logits,
+                           const float *u, int N, int H);
+    void (*binmap_kl_rows)(device_t *d, float *kl, const float *logits, int N, int H);
+    free_bits_sums_t (*free_bits_forward)(device_t *d, const float *kl, const uint8_t *mask,
+                                          int N, float kappa);
+    void (*free_bits_backward)(device_t *d, float *dlogits, const float *logits, const float *kl,
+                               const uint8_t *mask, int N, int H, float kappa, float scale);
+    void (*post_sampler_forward)(device_t *d, float *r, const float *w, const uint32_t *idx,
+                                 int N, int D, int H);
+    void (*post_sampler_backward)(device_t *d, float *dw, float *dlogits, const float *dr,
+                                  const float *w, const uint32_t *idx, const float *prob, int N,
+                                  int D, int H);
+
+    /* ---- the optimizer (adamw.h) ---- */
+    /* sum of x^2 in double, in an order fixed by n alone */
+    double (*sumsq)(device_t *d, const float *x, size_t n);
+    void (*adamw_update)(device_t *d, float *p, float *g, float *m, float *v, size_t n,
+                         const adamw_scalars_t *s);
+} device_ops_t;
+
+struct device {
+    const device_ops_t *ops;
+    device_kind kind;
+    int ordinal;               /* cuda:N */
+    precision_t precision;
+    int threads;               /* CPU: OpenMP threads the ops use (0: OpenMP's default) */
+    char name[128];            /* "cpu (x86-64-v3, 2 threads)", "cuda:0 (NVIDIA H100 ...)" */
+    size_t allocated;          /* bytes held through alloc, for the memory report */
+    void *impl;                /* the device's own state */
+};
+
+/* Bytes of each buffer kind a model holds on its device, for the report programs print at
+ * start. */
+typedef struct {
+    size_t params, grads, activations;
+} model_memory_t;
+
+/* One op call: DEV(d, rmsnorm_forward, out, rstd, x, w, N, D, eps). */
+#define DEV(d, op, ...) ((d)->ops->op((d), __VA_ARGS__))
+
+/* Opens "cpu", "cuda" (= cuda:0) or "cuda:N" at a precision. Where the build has no CUDA
+ * device, or the machine no GPU or driver, one line says so and the status is -1. */
+int device_open(device_t **d, const char *spec, precision_t precision, char *err, size_t errlen);
+void device_close(device_t **d);
+/* The process's CPU device at fp32 (tests, tools and the checkpoint code's host buffers). */
+device_t *device_cpu_default(void);
+/* 1 when device pointers of d are host pointers (the CPU device). */
+static inline int device_is_host(const device_t *d) { return !d || d->kind == DEVICE_CPU; }
+
+/* ---- buffers carved from one allocation per kind ----
+ * A family lays out a buffer kind (parameters, gradients, activations, ...) in two passes with
+ * the same code: first with base NULL to count the bytes, then on the allocation. */
+typedef struct {
+    char *base;       /* NULL while counting */
+    size_t used;      /* bytes taken so far */
+} dev_arena_t;
+
+/* Takes n elements of size esz (aligned to 64 bytes); NULL while counting. */
+void *dev_arena_take(dev_arena_t *a, size_t n, size_t esz);
+#define DEV_TAKE(a, type, n) ((type *)dev_arena_take((a), (size_t)(n), sizeof(type)))
+
+/* "12.3 MiB", "1.50 GiB" */
+const char *device_bytes_str(size_t bytes, char *buf, size_t cap);
+#endif

@@ -1,0 +1,176 @@
+/* model/device_cpu.c: the CPU device, the reference implementation of the device table
+ * (device.h). Device pointers are host pointers; every op is the CPU op of ops.h, with its
+ * OpenMP threads (the process's count), its kernel level (cpu_isa.h) and its products through
+ * model_gemm (OpenBLAS). */
+#include "model/device.h"
+#include "common/errmsg.h"
+#include "model/cpu_isa.h"
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float *work;          /* post_sampler_backward's chunk buffers, grown on demand */
+    size_t work_floats;
+    char fault[160];      /* sticky: an op that could not run; sync reports it */
+    int threads;          /* OpenMP threads when parallel (the count at open) */
+} cpu_impl_t;
+
+static cpu_impl_t *impl_of(device_t *d) { return d->impl; }
+
+static void *cpu_alloc(device_t *d, size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p) d->allocated += bytes;
+    return p;
+}
+/* The arena and the views keep sizes; free needs none. */
+static void cpu_free(device_t *d, void *p) { (void)d; free(p); }
+static void cpu_copy(device_t *d, void *dst, const void *src, size_t bytes) {
+    (void)d;
+    if (dst != src && bytes) memmove(dst, src, bytes);
+}
+static void cpu_zero(device_t *d, void *p, size_t bytes) { (void)d; if (bytes) memset(p, 0, bytes); }
+/* Ops return nothing (as kernel launches): an op that cannot run leaves a fault, reported
+ * here, as a GPU reports its faults at the next synchronisation. */
+static int cpu_sync(device_t *d, char *err, size_t errlen) {
+    cpu_impl_t *c = impl_of(d);
+    if (!c || !c->fault[0]) return 0;
+    return err_fail(err, errlen, -1, "%s", c->fault);
+}
+
+static void cpu_set_parallel(device_t *d, int on) {
+    cpu_impl_t *c = impl_of(d);
+    omp_set_num_threads(on ? c->threads : 1);
+}
+
+static void cpu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc) {
+    (void)d;
+    model_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ---- the ops: one line each onto ops.h ---- */
+static void cpu_embedding_forward(device_t *d, float *out, const uint32_t *tokens, const float *table, int N, int D) { (void)d; embedding_forward(out, tokens, table, N, D); }
+static void cpu_embedding_backward(device_t *d, float *dtable, const float *dout, const uint32_t *tokens, int N, int D) { (void)d; embedding_backward(dtable, dout, tokens, N, D); }
+static void cpu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) { (void)d; rmsnorm_forward(out, rstd, x, w, N, D, eps); }
+static void cpu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) { (void)d; rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D); }
+static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { (void)d; linear_forward(y, x, w, N, in, out); }
+static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { (void)d; linear_backward(dx, dw, dy, x, w, N, in, out); }
+static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { (void)d; linear_backward_set(dx, dw, dy, x, w, N, in, out); }
+static void cpu_rope_forward(device_t *d, float *out, const float *x, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_forward(out, x, c, s, B, T, H, hd, pos0); }
+static void cpu_rope_backward(device_t *d, float *dx, const float *dout, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_backward(dx, dout, c, s, B, T, H, hd, pos0); }
+static void cpu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_split_rope(q, k, v, qkv, c, s, N, T, H, Hkv, hd, pos0); }
+static void cpu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_join_unrope(dqkv, dq, dk, dv, c, s, N, T, H, Hkv, hd, pos0); }
+static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { (void)d; attention_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); }
+static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { (void)d; attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); }
+static void cpu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) { (void)d; swiglu_forward(out, gate, up, N, F); }
+static void cpu_swiglu_backward(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward(dgate, dup, dout, gate, up, N, F); }
+static void cpu_swiglu_backward_set(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward_set(dgate, dup, dout, gate, up, N, F); }
+static float cpu_crossentropy_forward(device_t *d, float *dlogits, float *lse, int *count, const float *logits, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { (void)d; return crossentropy_forward(dlogits, lse, count, logits, targets, mask, N, V, dloss); }
+static void cpu_crossentropy_backward(device_t *d, float *dlogits, const float *logits, const float *lse, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { (void)d; crossentropy_backward(dlogits, logits, lse, targets, mask, N, V, dloss); }
+static void cpu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { (void)d; add_forward(y, a, b, n); }
+static void cpu_add_inplace(device_t *d, float *y, const float *x, size_t n) { (void)d; add_inplace(y, x, n); }
+static void cpu_scale_inplace(device_t *d, float *x, float s, size_t n) { (void)d; scale_inplace(x, s, n); }
+static void cpu_repeat_rows(device_t *d, float *out, const float *row, int N, int D) { (void)d; repeat_rows(out, row, N, D); }
+static void cpu_sum_rows(device_t *d, float *out, const float *x, int N, int D) { (void)d; sum_rows(out, x, N, D); }
+static void cpu_copy_rows(device_t *d, float *dst, int ld_dst, const float *src, int ld_src, int rows, int D) { (void)d; copy_rows(dst, ld_dst, src, ld_src, rows, D); }
+static void cpu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t counter0) { (void)d; uniform_fill(u, n, key, counter0); }
+static void cpu_binmap_forward(device_t *d, uint32_t *idx, float *prob, const float *logits, const float *u, int N, int H) { (void)d; binmap_forward(idx, prob, logits, u, N, H); }
+static void cpu_binmap_kl_rows(device_t *d, float *kl, const float *logits, int N, int H) { (void)d; binmap_kl_rows(kl, logits, N, H); }
+static free_bits_sums_t cpu_free_bits_forward(device_t *d, const float *kl, const uint8_t *mask, int N, float kappa) { (void)d; return free_bits_forward(kl, mask, N, kappa); }
+static void cpu_free_bits_backward(device_t *d, float *dlogits, const float *logits, const float *kl, const uint8_t *mask, int N, int H, float kappa, float scale) { (void)d; free_bits_backward(dlogits, logits, kl, mask, N, H, kappa, scale); }
+static void cpu_post_sampler_forward(device_t *d, float *r, const float *w, const uint32_t *idx, int N, int D, int H) { (void)d; post_sampler_forward(r, w, idx, N, D, H); }
+static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
+static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) { (void)d; adamw_update(p, g, m, v, n, s); }
+
+/* The pass-through gradient needs chunk buffers, one per thread: the device keeps them. */
+static void cpu_post_sampler_backward(device_t *d, float *dw, float *dlogits, const float *dr,
+                                      const float *w, const uint32_t *idx, const float *prob,
+                                      int N, int D, int H) {
+    cpu_impl_t *c = impl_of(d);
+    const size_t need = post_sampler_work_floats(D, H, omp_get_max_threads());
+    if (dlogits && need > c->work_floats) {
+        float *p = realloc(c->work, sizeof(float) * need);
+        if (p) { c->work = p; c->work_floats = need; }
+    }
+    /* a buffer smaller than asked runs fewer chunks at once (ops.h), never a wrong result;
+     * one too small for a single chunk cannot run at all */
+    if (dlogits && c->work_floats < post_sampler_work_floats(D, H, 1)) {
+        snprintf(c->fault, sizeof c->fault,
+                 "cpu: out of memory for the Binary Mapper's backward (%zu floats)", need);
+        return;
+    }
+    post_sampler_backward(dw, dlogits, dr, w, idx, prob, N, D, H, c->work, c->work_floats);
+}
+
+static const device_ops_t cpu_ops = {
+    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
+    .copy = cpu_copy, .zero = cpu_zero, .sync = cpu_sync, .set_parallel = cpu_set_parallel,
+    .gemm = cpu_gemm,
+    .embedding_forward = cpu_embedding_forward, .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,
+    .linear_forward = cpu_linear_forward, .linear_backward = cpu_linear_backward,
+    .linear_backward_set = cpu_linear_backward_set, .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward, .qkv_split_rope = cpu_qkv_split_rope,
+    .qkv_join_unrope = cpu_qkv_join_unrope, .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward, .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward, .swiglu_backward_set = cpu_swiglu_backward_set,
+    .crossentropy_forward = cpu_crossentropy_forward,
+    .crossentropy_backward = cpu_crossentropy_backward, .add_forward = cpu_add_forward,
+    .add_inplace = cpu_add_inplace, .scale_inplace = cpu_scale_inplace,
+    .repeat_rows = cpu_repeat_rows, .sum_rows = cpu_sum_rows, .copy_rows = cpu_copy_rows,
+    .uniform_fill = cpu_uniform_fill, .binmap_forward = cpu_binmap_forward,
+    .binmap_kl_rows = cpu_binmap_kl_rows, .free_bits_forward = cpu_free_bits_forward,
+    .free_bits_backward = cpu_free_bits_backward,
+    .post_sampler_forward = cpu_post_sampler_forward,
+    .post_sampler_backward = cpu_post_sampler_backward, .sumsq = cpu_sumsq,
+    .adamw_update = cpu_adamw_update,
+};
+
+static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {
+    memset(d, 0, sizeof(*d));
+    d->ops = &cpu_ops;
+    d->kind = DEVICE_CPU;
+    d->precision = precision;
+    d->impl = impl;
+    impl->threads = omp_get_max_threads();
+    d->threads = impl->threads;
+    snprintf(d->name, sizeof d->name, "cpu (%s, %d threads, %s)", cpu_isa_name(cpu_isa()),
+             omp_get_max_threads(), precision_name(precision));
+}
+
+int device_cpu_open(device_t **pd, precision_t precision, char *err, size_t errlen) {
+    if (precision != PRECISION_FP32)
+        return err_fail(err, errlen, -1, "precision %s: the CPU device computes in fp32 only",
+                        precision_name(precision));
+    device_t *d = calloc(1, sizeof(*d));
+    cpu_impl_t *impl = calloc(1, sizeof(*impl));
+    if (!d || !impl) {
+        free(d);
+        free(impl);
+        return err_fail(err, errlen, -1, "device cpu: out of memory");
+    }
+    cpu_fill(d, impl, precision);
+    *pd = d;
+    return 0;
+}
+
+void device_cpu_close(device_t *d) {
+    cpu_impl_t *c = impl_of(d);
+    if (c) free(c->work);
+    free(c);
+    free(d);
+}
+
+device_t *device_cpu_default(void) {
+    static device_t d;
+    static cpu_impl_t impl;
+    static int ready;
+    if (!ready) { /* first call from one thread: programs and tests open models serially */
+        cpu_fill(&d, &impl, PRECISION_FP32);
+        ready = 1;
+    }
+    return &d;
+}
