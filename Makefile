@@ -33,10 +33,12 @@ else
   $(info [build] nvcc: $(NVCC) ($(shell $(NVCC) --version | grep -o 'release [0-9.]*')), $(words $(CU_SRCS)) .cu file(s))
   ifneq ($(CU_SRCS),)
     CFLAGS   += -DFT_HAVE_CUDA -I$(CUDA_HOME)/include
-    LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lnccl
+    LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lnccl -lstdc++
   endif
 endif
-NVCCFLAGS ?= -O2 -I. -std=c++17 -DFT_HAVE_CUDA
+# sm_80 (A100) and sm_90 (H100/H200) machine code, plus PTX of sm_90 for later GPUs.
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?= -O2 -I. -std=c++20 -DFT_HAVE_CUDA $(CUDA_ARCHS) -Xcompiler -Wall
 
 # --- components -----------------------------------------------------------------------
 define component_rules
@@ -74,11 +76,20 @@ help:
 	@echo "make fuzz     run the wire-decoder fuzzer"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 
-build/%.o: %.c
+# Objects depend on a stamp named after the flags and the CUDA sources, so a build configured
+# differently (nvcc appeared or went away, other CFLAGS) rebuilds everything instead of
+# linking objects of two configurations.
+FLAGS_STAMP := build/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVCCFLAGS) $(CU_SRCS)' | md5sum | cut -c1-12)
+$(FLAGS_STAMP):
+	@mkdir -p build
+	@rm -f build/.flags-*
+	@touch $@
+
+build/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-build/%.cu.o: %.cu
+build/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

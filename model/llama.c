@@ -1,7 +1,7 @@
 /* model/llama.c: parameters, activations and the forward/backward of the whole decoder. */
 #include "model/llama.h"
 #include "common/rng.h"
-#include "model/ops.h"  /* rope_table_init: the host builds the tables */
+#include "model/rope_table.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -13,6 +13,7 @@
 #define MODEL_OPS_H
 #include <stddef.h>
 #include <stdint.h>
+#include "model/rope_table.h"
 
 /* ---- embedding: out[n] = table[tokens[n]] ---- */
 void embedding_forward(float *out /* (N,D) */, const uint32_t *tokens /* (N) */,
@@ -42,8 +43,6 @@ void linear_backward_set(float *dx /* (N,in) = */, float *dw /* (out,in) += */,
 
 /* ---- RoPE (rotate_half layout) on (B,T,H,hd), position of row t is pos0 + t ----
  * cos_t/sin_t are (max_seq, hd/2) tables from rope_table_init. out may alias x. */
-void rope_table_init(float *cos_t /* (max_seq, hd/2) */, float *sin_t /* (max_seq, hd/2) */,
-                     int max_seq, int hd, float theta);
 void rope_forward(float *out /* (B,T,H,hd) */, const float *x /* (B,T,H,hd) */,
                   const float *cos_t, const float *sin_t, int B, int T, int H, int hd, int pos0);
 /* dx += R^T dout. dx must not alias dout. */

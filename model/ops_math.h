@@ -34,7 +34,7 @@
  * subnormals) and treats arguments above 88 as 88 (softmax feeds it values <= 0; sigmoid
  * only needs 1/(1+e^88) ~ 0). */
 OPS_FN float ops_exp2i_(int n) {
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__
     return __int_as_float((n + 127) << 23);
 #else
     union { int i; float f; } u;

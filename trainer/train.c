@@ -195,7 +195,6 @@ static int setup(run_t *r, uint64_t *epoch, uint64_t *dstep, char *err, size_t e
     r->fam = family_for_kind(r->cfg.kind);
     if (!r->fam || strcmp(r->fam->name, o->model))
         return err_fail(err, errlen, TRAIN_ESETUP, "--model %s but the checkpoint holds a %s model", o->model, r->fam ? r->fam->name : "unknown");
-    if (device_open(&r->dev, o->device, PRECISION_FP32, err, errlen)) return TRAIN_ESETUP;
     if (r->fam->create(&r->model, r->dev, &r->cfg, o->B, o->T, (uint64_t)o->seed, err, errlen)) return TRAIN_EMODEL;
     if (alloc_views(r)) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
 
@@ -284,6 +283,9 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
     if (!r.pub) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);
     else bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
+    /* the device first: a run asked for a GPU that is not there fails at once, not after the
+     * loaders answered */
+    if (device_open(&r.dev, o->device, PRECISION_FP32, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
 
     uint64_t epoch = 0, dstep = 0;

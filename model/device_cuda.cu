@@ -1,0 +1,511 @@
+/* model/device_cuda.cu: the CUDA device (device.h) — cuBLAS for the products, one kernel per
+ * op for the rest, every kernel a grid-stride loop (cuda_launch.h) over the work items of a
+ * body from model/kernels.h, whose arithmetic is ops_math.h's: the math the CPU reference
+ * runs. Nothing here knows what a model family is.
+ *
+ * Determinism: each item's reductions run in a fixed order inside the item (kernels.h), the
+ * reductions across rows that return a number to the host (the loss, the free bits, the
+ * gradient norm) are downloaded per row or per chunk and summed on the host in the CPU op's
+ * order, and cuBLAS is deterministic on one GPU kind with one stream. No atomics.
+ *
+ * Status: compiled and linked wherever nvcc exists; the host-side parts (launch geometry, the
+ * kernel bodies) are tested on the CPU by tests/test_kernels.c. Whether it has ever run on a
+ * GPU is stated in README ("The GPU device"). */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "model/device.h"
+#include "model/ops.h"
+}
+#include "model/cuda_launch.h"
+#include "model/kernels.h"
+
+/* Rows of dZ = dR W_post computed per product in the Binary Mapper's backward (bounds the
+ * work buffer to about 64 MiB at H = 16). */
+#define CUDA_BINMAP_CHUNK_FLOATS (16u << 20)
+
+typedef struct {
+    int ordinal;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    char fault[256];          /* sticky: the first error; sync reports it */
+    void *work;               /* scratch for attention's row terms, bf16 operands, dZ chunks */
+    size_t work_bytes;
+    float *host_rows;         /* host scratch for per-row results summed on the host */
+    size_t host_rows_bytes;
+} cuda_impl_t;
+
+static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
+
+static void fault(device_t *d, const char *what, const char *why) {
+    cuda_impl_t *c = impl_of(d);
+    if (!c->fault[0]) snprintf(c->fault, sizeof c->fault, "%s: %s: %s", d->name, what, why);
+}
+static void check_launch(device_t *d, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) fault(d, what, cudaGetErrorString(e));
+}
+static void *work(device_t *d, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (bytes <= c->work_bytes) return c->work;
+    cudaStreamSynchronize(c->stream); /* the old buffer may still be read by queued kernels */
+    if (c->work) cudaFree(c->work);
+    c->work = NULL;
+    c->work_bytes = 0;
+    if (cudaMalloc(&c->work, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        fault(d, "work buffer", "out of device memory");
+        return NULL;
+    }
+    c->work_bytes = bytes;
+    return c->work;
+}
+static void *host_rows(device_t *d, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (bytes > c->host_rows_bytes) {
+        void *p = realloc(c->host_rows, bytes);
+        if (!p) return NULL;
+        c->host_rows = (float *)p;
+        c->host_rows_bytes = bytes;
+    }
+    return c->host_rows;
+}
+
+#define GRID(n) launch_grid(n), LAUNCH_BLOCK, 0, impl_of(d)->stream
+#define FOR_ITEMS(n) for (size_t it = launch_first(blockIdx.x, threadIdx.x); it < (n); it += launch_stride(gridDim.x))
+
+/* ---- memory ---- */
+static void *cu_alloc(device_t *d, size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    if (cudaMemset(p, 0, bytes ? bytes : 1) != cudaSuccess) { cudaFree(p); cudaGetLastError(); return NULL; }
+    d->allocated += bytes;
+    return p;
+}
+static void cu_free(device_t *d, void *p) {
+    cudaStreamSynchronize(impl_of(d)->stream);
+    cudaFree(p);
+}
+static void cu_upload(device_t *d, void *dst, const void *src, size_t bytes) {
+    if (bytes && cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_of(d)->stream) != cudaSuccess)
+        fault(d, "upload", cudaGetErrorString(cudaGetLastError()));
+}
+static void cu_download(device_t *d, void *dst, const void *src, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (!bytes) return;
+    if (cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream) != cudaSuccess ||
+        cudaStreamSynchronize(c->stream) != cudaSuccess)
+        fault(d, "download", cudaGetErrorString(cudaGetLastError()));
+}
+static void cu_copy(device_t *d, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src &&
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_of(d)->stream) != cudaSuccess)
+        fault(d, "copy", cudaGetErrorString(cudaGetLastError()));
+}
+static void cu_zero(device_t *d, void *p, size_t bytes) {
+    if (bytes && cudaMemsetAsync(p, 0, bytes, impl_of(d)->stream) != cudaSuccess)
+        fault(d, "zero", cudaGetErrorString(cudaGetLastError()));
+}
+static int cu_sync(device_t *d, char *err, size_t errlen) {
+    cuda_impl_t *c = impl_of(d);
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) fault(d, "sync", cudaGetErrorString(e));
+    if (!c->fault[0]) return 0;
+    snprintf(err, errlen, "%s", c->fault);
+    return -1;
+}
+static void cu_set_parallel(device_t *d, int on) { (void)d; (void)on; }
+
+/* ---- products ---- */
+__global__ void g_to_bf16(size_t n, __nv_bfloat16 *out, const float *x) {
+    /* round to nearest even, as ops_math.h's rounding: the CPU device's bf16 semantics */
+    FOR_ITEMS(n) out[it] = __float2bfloat16_rn(x[it]);
+}
+
+static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    cuda_impl_t *c = impl_of(d);
+    if (m <= 0 || n <= 0) return;
+    const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t ob = tb == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t st;
+    if (d->precision == PRECISION_BF16 && k > 0) {
+        /* operands rounded to bf16 (their stored extent: ld x columns), fp32 accumulate/out */
+        const size_t na = (size_t)lda * (ta == GEMM_N ? k : m), nb = (size_t)ldb * (tb == GEMM_N ? n : k);
+        __nv_bfloat16 *w = (__nv_bfloat16 *)work(d, sizeof(__nv_bfloat16) * (na + nb));
+        if (!w) return;
+        g_to_bf16<<<GRID(na)>>>(na, w, A);
+        g_to_bf16<<<GRID(nb)>>>(nb, w + na, B);
+        check_launch(d, "gemm bf16 operands");
+        st = cublasGemmEx(c->blas, oa, ob, m, n, k, &alpha, w, CUDA_R_16BF, lda, w + na, CUDA_R_16BF,
+                          ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    } else if (d->precision == PRECISION_TF32) {
+        st = cublasGemmEx(c->blas, oa, ob, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb,
+                          &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+    } else {
+        st = cublasSgemm(c->blas, oa, ob, m, n, k, &alpha, A, lda, B, ldb, &beta, C, ldc);
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        char why[64];
+        snprintf(why, sizeof why, "cuBLAS status %d", (int)st);
+        fault(d, "gemm", why);
+    }
+}
+
+/* The bias-free Linear through the product (the mapping table of gemm.h). */
+static void cu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) {
+    cu_gemm(d, GEMM_T, GEMM_N, out, N, in, 1.0f, w, in, x, in, 0.0f, y, out);
+}
+static void linear_bwd(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w,
+                       int N, int in, int out, float beta_dx) {
+    if (dx) cu_gemm(d, GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, beta_dx, dx, in);
+    if (dw) cu_gemm(d, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
+}
+static void cu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x,
+                               const float *w, int N, int in, int out) {
+    linear_bwd(d, dx, dw, dy, x, w, N, in, out, 1.0f);
+}
+static void cu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x,
+                                   const float *w, int N, int in, int out) {
+    linear_bwd(d, dx, dw, dy, x, w, N, in, out, 0.0f);
+}
+
+/* ---- kernels: a grid-stride loop over a body's items ---- */
+__global__ void g_embedding_fwd(size_t n, float *out, const uint32_t *tok, const float *table, int D) { FOR_ITEMS(n) kb_embedding_fwd(it, out, tok, table, D); }
+__global__ void g_embedding_bwd(size_t n, float *dt, const float *dout, const uint32_t *tok, int N, int D) { FOR_ITEMS(n) kb_embedding_bwd(it, dt, dout, tok, N, D); }
+__global__ void g_rmsnorm_fwd(size_t n, float *out, float *rstd, const float *x, const float *w, int D, float eps) { FOR_ITEMS(n) kb_rmsnorm_fwd(it, out, rstd, x, w, D, eps); }
+__global__ void g_rmsnorm_bwd_dx(size_t n, float *dx, const float *dout, const float *x, const float *w, const float *rstd, int D) { FOR_ITEMS(n) kb_rmsnorm_bwd_dx(it, dx, dout, x, w, rstd, D); }
+__global__ void g_rmsnorm_bwd_dw(size_t n, float *dw, const float *dout, const float *x, const float *rstd, int N, int D) { FOR_ITEMS(n) kb_rmsnorm_bwd_dw(it, dw, dout, x, rstd, N, D); }
+__global__ void g_rope(size_t n, float *out, const float *x, const float *cs, const float *sn, int T, int H, int hd, int pos0, float sign, int acc) { FOR_ITEMS(n) kb_rope(it, out, x, cs, sn, T, H, hd, pos0, sign, acc); }
+__global__ void g_qkv_split(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_split(it, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0); }
+__global__ void g_qkv_join(size_t n, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_join(it, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0); }
+__global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal); }
+__global__ void g_att_rowdot(size_t n, float *Drow, const float *dout, const float *out, int Tq, int H, int hd) { FOR_ITEMS(n) kb_att_bwd_rowdot(it, Drow, dout, out, Tq, H, hd); }
+__global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal); }
+__global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal); }
+__global__ void g_swiglu_fwd(size_t n, float *out, const float *gate, const float *up) { FOR_ITEMS(n) kb_swiglu_fwd(it, out, gate, up); }
+__global__ void g_swiglu_bwd(size_t n, float *dg, float *du, const float *dout, const float *gate, const float *up, int acc) { FOR_ITEMS(n) kb_swiglu_bwd(it, dg, du, dout, gate, up, acc); }
+__global__ void g_ce_fwd(size_t n, float *row_loss, float *dz, float *lse, const float *z, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_fwd(it, row_loss, dz, lse, z, tgt, mask, V, scale); }
+__global__ void g_ce_bwd(size_t n, float *dz, const float *z, const float *lse, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_bwd(it, dz, z, lse, tgt, mask, V, scale); }
+__global__ void g_add(size_t n, float *y, const float *a, const float *b) { FOR_ITEMS(n) kb_add(it, y, a, b); }
+__global__ void g_add_inplace(size_t n, float *y, const float *x) { FOR_ITEMS(n) kb_add_inplace(it, y, x); }
+__global__ void g_scale(size_t n, float *x, float s) { FOR_ITEMS(n) kb_scale(it, x, s); }
+__global__ void g_repeat_rows(size_t n, float *out, const float *row, int D) { FOR_ITEMS(n) kb_repeat_rows(it, out, row, D); }
+__global__ void g_sum_rows(size_t n, float *out, const float *x, int N, int D) { FOR_ITEMS(n) kb_sum_rows(it, out, x, N, D); }
+__global__ void g_copy_rows(size_t n, float *dst, int ldd, const float *src, int lds, int D) { FOR_ITEMS(n) kb_copy_rows(it, dst, ldd, src, lds, D); }
+__global__ void g_uniform(size_t n, float *u, uint64_t key, uint64_t c0) { FOR_ITEMS(n) kb_uniform(it, u, key, c0); }
+__global__ void g_binmap_fwd(size_t n, uint32_t *idx, float *prob, const float *lg, const float *u, int H) { FOR_ITEMS(n) kb_binmap_fwd(it, idx, prob, lg, u, H); }
+__global__ void g_binmap_kl(size_t n, float *kl, const float *lg, int H) { FOR_ITEMS(n) kb_binmap_kl(it, kl, lg, H); }
+__global__ void g_free_bits_bwd(size_t n, float *dl, const float *lg, const float *kl, const uint8_t *mask, int H, float kappa, float scale) { FOR_ITEMS(n) kb_free_bits_bwd(it, dl, lg, kl, mask, H, kappa, scale); }
+__global__ void g_post_fwd(size_t n, float *r, const float *w, const uint32_t *idx, int D, int H) { FOR_ITEMS(n) kb_post_fwd(it, r, w, idx, D, H); }
+__global__ void g_post_bwd_dw(size_t n, float *dw, const float *dr, const uint32_t *idx, int N, int D, int H) { FOR_ITEMS(n) kb_post_bwd_dw(it, dw, dr, idx, N, D, H); }
+__global__ void g_binmap_bwd(size_t n, float *dl, float *dz, const float *prob, int H) { FOR_ITEMS(n) kb_binmap_bwd(it, dl, dz, prob, H); }
+__global__ void g_sumsq_chunk(size_t n, double *part, const float *x, size_t len) { FOR_ITEMS(n) kb_sumsq_chunk(it, part, x, len); }
+__global__ void g_adamw(size_t n, float *p, float *g, float *m, float *v, float clip, float dm, float b1, float b2, float eps, float ss, float bc2) { FOR_ITEMS(n) kb_adamw(it, p, g, m, v, clip, dm, b1, b2, eps, ss, bc2); }
+
+/* ---- the ops ---- */
+#define LAUNCHED(what) check_launch(d, what)
+
+static void cu_embedding_forward(device_t *d, float *out, const uint32_t *tok, const float *table, int N, int D) {
+    size_t n = (size_t)N * D;
+    g_embedding_fwd<<<GRID(n)>>>(n, out, tok, table, D);
+    LAUNCHED("embedding_forward");
+}
+static void cu_embedding_backward(device_t *d, float *dt, const float *dout, const uint32_t *tok, int N, int D) {
+    g_embedding_bwd<<<GRID((size_t)D)>>>((size_t)D, dt, dout, tok, N, D);
+    LAUNCHED("embedding_backward");
+}
+static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+    g_rmsnorm_fwd<<<GRID((size_t)N)>>>((size_t)N, out, rstd, x, w, D, eps);
+    LAUNCHED("rmsnorm_forward");
+}
+static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
+    if (dx) g_rmsnorm_bwd_dx<<<GRID((size_t)N)>>>((size_t)N, dx, dout, x, w, rstd, D);
+    g_rmsnorm_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dout, x, rstd, N, D);
+    LAUNCHED("rmsnorm_backward");
+}
+static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
+    size_t n = (size_t)B * T * H;
+    g_rope<<<GRID(n)>>>(n, out, x, cs, sn, T, H, hd, pos0, 1.0f, 0);
+    LAUNCHED("rope_forward");
+}
+static void cu_rope_backward(device_t *d, float *dx, const float *dout, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
+    size_t n = (size_t)B * T * H;
+    g_rope<<<GRID(n)>>>(n, dx, dout, cs, sn, T, H, hd, pos0, -1.0f, 1);
+    LAUNCHED("rope_backward");
+}
+static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
+    g_qkv_split<<<GRID((size_t)N)>>>((size_t)N, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0);
+    LAUNCHED("qkv_split_rope");
+}
+static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
+    g_qkv_join<<<GRID((size_t)N)>>>((size_t)N, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0);
+    LAUNCHED("qkv_join_unrope");
+}
+static int att_head_dim_ok(device_t *d, int hd) {
+    if (hd <= KB_MAX_HEAD_DIM) return 1;
+    char why[96];
+    snprintf(why, sizeof why, "head dimension %d exceeds the kernels' %d", hd, KB_MAX_HEAD_DIM);
+    fault(d, "attention", why);
+    return 0;
+}
+static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    if (!att_head_dim_ok(d, hd)) return;
+    size_t n = (size_t)B * H * Tq;
+    g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal);
+    LAUNCHED("attention_forward");
+}
+static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    if (!att_head_dim_ok(d, hd)) return;
+    size_t nq = (size_t)B * H * Tq, nk = (size_t)B * Hkv * Tk;
+    float *Drow = (float *)work(d, sizeof(float) * nq);
+    if (!Drow) return;
+    g_att_rowdot<<<GRID(nq)>>>(nq, Drow, dout, out, Tq, H, hd);
+    g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal);
+    g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal);
+    LAUNCHED("attention_backward");
+}
+static void cu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) {
+    size_t n = (size_t)N * F;
+    g_swiglu_fwd<<<GRID(n)>>>(n, out, gate, up);
+    LAUNCHED("swiglu_forward");
+}
+static void swiglu_bwd(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F, int acc) {
+    size_t n = (size_t)N * F;
+    g_swiglu_bwd<<<GRID(n)>>>(n, dg, du, dout, gate, up, acc);
+    LAUNCHED("swiglu_backward");
+}
+static void cu_swiglu_backward(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 1); }
+static void cu_swiglu_backward_set(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 0); }
+
+/* Counted rows: the mask is downloaded (N bytes) and counted on the host, as the CPU op does. */
+static int counted_rows(device_t *d, const uint8_t *mask, int N) {
+    if (!mask) return N;
+    uint8_t *h = (uint8_t *)host_rows(d, (size_t)N);
+    if (!h) { fault(d, "crossentropy", "out of host memory"); return 0; }
+    cu_download(d, h, mask, (size_t)N);
+    int c = 0;
+    for (int n = 0; n < N; n++) c += h[n] != 0;
+    return c;
+}
+static float cu_crossentropy_forward(device_t *d, float *dz, float *lse, int *count, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
+    int cnt = counted_rows(d, mask, N);
+    if (count) *count = cnt;
+    float scale = cnt > 0 ? dloss / (float)cnt : 0.0f;
+    float *row_loss = (float *)work(d, sizeof(float) * (N > 0 ? N : 1));
+    if (!row_loss) return NAN;
+    g_ce_fwd<<<GRID((size_t)N)>>>((size_t)N, row_loss, dz, lse, z, tgt, mask, V, scale);
+    LAUNCHED("crossentropy_forward");
+    /* the mean over rows, summed on the host in row order in double (the CPU op's sum) */
+    float *h = (float *)host_rows(d, sizeof(float) * (N > 0 ? N : 1));
+    if (!h) { fault(d, "crossentropy", "out of host memory"); return NAN; }
+    cu_download(d, h, row_loss, sizeof(float) * N);
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += h[n];
+    return cnt > 0 ? (float)(sum / cnt) : 0.0f;
+}
+static void cu_crossentropy_backward(device_t *d, float *dz, const float *z, const float *lse, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
+    int cnt = counted_rows(d, mask, N);
+    float scale = cnt > 0 ? dloss / (float)cnt : 0.0f;
+    g_ce_bwd<<<GRID((size_t)N)>>>((size_t)N, dz, z, lse, tgt, mask, V, scale);
+    LAUNCHED("crossentropy_backward");
+}
+static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { g_add<<<GRID(n)>>>(n, y, a, b); LAUNCHED("add"); }
+static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { g_add_inplace<<<GRID(n)>>>(n, y, x); LAUNCHED("add_inplace"); }
+static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { g_scale<<<GRID(n)>>>(n, x, s); LAUNCHED("scale"); }
+static void cu_repeat_rows(device_t *d, float *out, const float *row, int N, int D) {
+    size_t n = (size_t)N * D;
+    g_repeat_rows<<<GRID(n)>>>(n, out, row, D);
+    LAUNCHED("repeat_rows");
+}
+static void cu_sum_rows(device_t *d, float *out, const float *x, int N, int D) {
+    g_sum_rows<<<GRID((size_t)D)>>>((size_t)D, out, x, N, D);
+    LAUNCHED("sum_rows");
+}
+static void cu_copy_rows(device_t *d, float *dst, int ldd, const float *src, int lds, int rows, int D) {
+    size_t n = (size_t)rows * D;
+    g_copy_rows<<<GRID(n)>>>(n, dst, ldd, src, lds, D);
+    LAUNCHED("copy_rows");
+}
+static void cu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t c0) { g_uniform<<<GRID(n)>>>(n, u, key, c0); LAUNCHED("uniform_fill"); }
+static void cu_binmap_forward(device_t *d, uint32_t *idx, float *prob, const float *lg, const float *u, int N, int H) {
+    g_binmap_fwd<<<GRID((size_t)N)>>>((size_t)N, idx, prob, lg, u, H);
+    LAUNCHED("binmap_forward");
+}
+static void cu_binmap_kl_rows(device_t *d, float *kl, const float *lg, int N, int H) {
+    g_binmap_kl<<<GRID((size_t)N)>>>((size_t)N, kl, lg, H);
+    LAUNCHED("binmap_kl_rows");
+}
+/* The free bits' sums: KL and mask downloaded and summed by the CPU op itself. */
+static free_bits_sums_t cu_free_bits_forward(device_t *d, const float *kl, const uint8_t *mask, int N, float kappa) {
+    free_bits_sums_t s = {0, 0, 0, 0};
+    char *h = (char *)host_rows(d, (sizeof(float) + 1) * (size_t)(N > 0 ? N : 1));
+    if (!h) { fault(d, "free_bits_forward", "out of host memory"); return s; }
+    float *klh = (float *)h;
+    uint8_t *mh = mask ? (uint8_t *)(h + sizeof(float) * N) : NULL;
+    cu_download(d, klh, kl, sizeof(float) * N);
+    if (mask) cu_download(d, mh, mask, (size_t)N);
+    return free_bits_forward(klh, mh, N, kappa);
+}
+static void cu_free_bits_backward(device_t *d, float *dl, const float *lg, const float *kl, const uint8_t *mask, int N, int H, float kappa, float scale) {
+    g_free_bits_bwd<<<GRID((size_t)N)>>>((size_t)N, dl, lg, kl, mask, H, kappa, scale);
+    LAUNCHED("free_bits_backward");
+}
+static void cu_post_sampler_forward(device_t *d, float *r, const float *w, const uint32_t *idx, int N, int D, int H) {
+    size_t n = (size_t)N * D;
+    g_post_fwd<<<GRID(n)>>>(n, r, w, idx, D, H);
+    LAUNCHED("post_sampler_forward");
+}
+static void cu_post_sampler_backward(device_t *d, float *dw, float *dl, const float *dr, const float *w, const uint32_t *idx, const float *prob, int N, int D, int H) {
+    g_post_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dr, idx, N, D, H);
+    LAUNCHED("post_sampler_backward dw");
+    if (!dl) return;
+    /* dZ = W^T dR over chunks of rows (fp32, as the CPU: the Binary Mapper stays fp32), then
+     * the pass-through per row */
+    const size_t K = (size_t)1 << H;
+    int rows = (int)(CUDA_BINMAP_CHUNK_FLOATS / K);
+    if (rows < 1) rows = 1;
+    if (rows > N) rows = N;
+    float *dz = (float *)work(d, sizeof(float) * K * rows);
+    if (!dz) return;
+    cuda_impl_t *c = impl_of(d);
+    const float one = 1.0f, zero = 0.0f;
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        int r = N - n0 < rows ? N - n0 : rows;
+        cublasStatus_t st = cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)K, r, D, &one, w, (int)K,
+                                        dr + (size_t)n0 * D, D, &zero, dz, (int)K);
+        if (st != CUBLAS_STATUS_SUCCESS) { fault(d, "post_sampler_backward", "cuBLAS failed"); return; }
+        g_binmap_bwd<<<GRID((size_t)r)>>>((size_t)r, dl + (size_t)n0 * H, dz, prob + (size_t)n0 * H, H);
+        LAUNCHED("post_sampler_backward dlogits");
+    }
+}
+static double cu_sumsq(device_t *d, const float *x, size_t n) {
+    const size_t nch = (n + KB_SUMSQ_CHUNK - 1) / KB_SUMSQ_CHUNK;
+    if (!nch) return 0.0;
+    double *part = (double *)work(d, sizeof(double) * nch);
+    double *h = (double *)host_rows(d, sizeof(double) * nch);
+    if (!part || !h) { fault(d, "sumsq", "out of memory"); return NAN; }
+    g_sumsq_chunk<<<GRID(nch)>>>(nch, part, x, n);
+    LAUNCHED("sumsq");
+    cu_download(d, h, part, sizeof(double) * nch);
+    double total = 0.0; /* the chunks in order, as ops_adamw.c */
+    for (size_t c = 0; c < nch; c++) total += h[c];
+    return total;
+}
+static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
+    g_adamw<<<GRID(n)>>>(n, p, g, m, v, s->clip, s->decay_mul, s->beta1, s->beta2, s->eps, s->step_size, s->bc2_sqrt);
+    LAUNCHED("adamw_update");
+}
+
+/* C++20 designated initializers: in the table's order, which the compiler checks */
+static const device_ops_t cuda_ops = {
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .zero = cu_zero,
+    .sync = cu_sync,
+    .set_parallel = cu_set_parallel,
+    .gemm = cu_gemm,
+    .embedding_forward = cu_embedding_forward,
+    .embedding_backward = cu_embedding_backward,
+    .rmsnorm_forward = cu_rmsnorm_forward,
+    .rmsnorm_backward = cu_rmsnorm_backward,
+    .linear_forward = cu_linear_forward,
+    .linear_backward = cu_linear_backward,
+    .linear_backward_set = cu_linear_backward_set,
+    .rope_forward = cu_rope_forward,
+    .rope_backward = cu_rope_backward,
+    .qkv_split_rope = cu_qkv_split_rope,
+    .qkv_join_unrope = cu_qkv_join_unrope,
+    .attention_forward = cu_attention_forward,
+    .attention_backward = cu_attention_backward,
+    .swiglu_forward = cu_swiglu_forward,
+    .swiglu_backward = cu_swiglu_backward,
+    .swiglu_backward_set = cu_swiglu_backward_set,
+    .crossentropy_forward = cu_crossentropy_forward,
+    .crossentropy_backward = cu_crossentropy_backward,
+    .add_forward = cu_add_forward,
+    .add_inplace = cu_add_inplace,
+    .scale_inplace = cu_scale_inplace,
+    .repeat_rows = cu_repeat_rows,
+    .sum_rows = cu_sum_rows,
+    .copy_rows = cu_copy_rows,
+    .uniform_fill = cu_uniform_fill,
+    .binmap_forward = cu_binmap_forward,
+    .binmap_kl_rows = cu_binmap_kl_rows,
+    .free_bits_forward = cu_free_bits_forward,
+    .free_bits_backward = cu_free_bits_backward,
+    .post_sampler_forward = cu_post_sampler_forward,
+    .post_sampler_backward = cu_post_sampler_backward,
+    .sumsq = cu_sumsq,
+    .adamw_update = cu_adamw_update,
+};
+
+extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precision, char *err, size_t errlen) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(err, errlen, "device cuda:%d: no CUDA device (%s)", ordinal,
+                 e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 GPUs");
+        cudaGetLastError();
+        return -1;
+    }
+    if (ordinal >= count) {
+        snprintf(err, errlen, "device cuda:%d: this machine has %d GPU(s): cuda:0 .. cuda:%d", ordinal, count, count - 1);
+        return -1;
+    }
+    if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
+        snprintf(err, errlen, "device cuda:%d: %s", ordinal, cudaGetErrorString(e));
+        return -1;
+    }
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, ordinal);
+    device_t *d = (device_t *)calloc(1, sizeof(*d));
+    cuda_impl_t *c = (cuda_impl_t *)calloc(1, sizeof(*c));
+    if (!d || !c) {
+        free(d);
+        free(c);
+        snprintf(err, errlen, "device cuda:%d: out of host memory", ordinal);
+        return -1;
+    }
+    c->ordinal = ordinal;
+    if (cudaStreamCreate(&c->stream) != cudaSuccess || cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "device cuda:%d: cannot create a stream and a cuBLAS handle", ordinal);
+        free(d);
+        free(c);
+        return -1;
+    }
+    cublasSetStream(c->blas, c->stream);
+    /* fp32 means fp32: no TF32 unless asked for (cuBLAS' default math mode does not use it
+     * either; said explicitly so an environment override cannot change a run's meaning) */
+    cublasSetMathMode(c->blas, precision == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    d->ops = &cuda_ops;
+    d->kind = DEVICE_CUDA;
+    d->ordinal = ordinal;
+    d->precision = precision;
+    d->impl = c;
+    snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d, %s)", ordinal, prop.name, prop.major,
+             prop.minor, precision_name(precision));
+    *pd = d;
+    return 0;
+}
+
+extern "C" void device_cuda_close(device_t *d) {
+    cuda_impl_t *c = impl_of(d);
+    if (c) {
+        cudaStreamSynchronize(c->stream);
+        if (c->work) cudaFree(c->work);
+        cublasDestroy(c->blas);
+        cudaStreamDestroy(c->stream);
+        free(c->host_rows);
+        free(c);
+    }
+    free(d);
+}
