@@ -385,7 +385,7 @@ static void cu_post_sampler_backward(device_t *d, float *dw, float *dl, const fl
     }
 }
 static double cu_sumsq(device_t *d, const float *x, size_t n) {
-    const size_t nch = (n + KB_SUMSQ_CHUNK - 1) / KB_SUMSQ_CHUNK;
+    const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     if (!nch) return 0.0;
     double *part = (double *)work(d, sizeof(double) * nch);
     double *h = (double *)host_rows(d, sizeof(double) * nch);

@@ -286,33 +286,13 @@ OPS_FN void kb_post_bwd_dw(size_t it, float *dw, const float *dr, const uint32_t
 /* it < rows: dlogits[it] += the pass-through gradient from dz[it] (2^H, overwritten with
  * dz * G), as ops_binmap.c's binmap_backward */
 OPS_FN void kb_binmap_bwd(size_t it, float *dlogits, float *dz, const float *prob, int H) {
-    const size_t K = (size_t)1 << H;
-    float *c = dz + it * K;
-    const float *p = prob + it * H;
-    for (int h = 0; h < H; h++) {
-        const size_t half = (size_t)1 << h;
-        const float p1 = p[h], p0 = 1.0f - p[h];
-        for (size_t base = 0; base < K; base += 2 * half) {
-            for (size_t j = 0; j < half; j++) c[base + j] *= p0;
-            for (size_t j = 0; j < half; j++) c[base + half + j] *= p1;
-        }
-    }
-    double s = 0;
-    for (size_t j = 0; j < K; j++) s += c[j];
-    for (int h = 0; h < H; h++) {
-        const size_t half = (size_t)1 << h;
-        double sh = 0;
-        for (size_t base = half; base < K; base += 2 * half)
-            for (size_t j = 0; j < half; j++) sh += c[base + j];
-        dlogits[it * H + h] += (float)(sh - p[h] * s);
-    }
+    ops_binmap_backward_row(dlogits + it * H, dz + it * ((size_t)1 << H), prob + it * H, H);
 }
 
 /* ---- AdamW ---- */
-#define KB_SUMSQ_CHUNK 4096
-/* it < ceil(n / KB_SUMSQ_CHUNK): the chunk's sum of squares in double (ops_adamw.c's chunks) */
+/* it < ceil(n / OPS_SUMSQ_CHUNK): the chunk's sum of squares in double (ops_adamw.c's chunks) */
 OPS_FN void kb_sumsq_chunk(size_t it, double *part, const float *x, size_t n) {
-    const size_t lo = it * KB_SUMSQ_CHUNK, hi = lo + KB_SUMSQ_CHUNK < n ? lo + KB_SUMSQ_CHUNK : n;
+    const size_t lo = it * OPS_SUMSQ_CHUNK, hi = lo + OPS_SUMSQ_CHUNK < n ? lo + OPS_SUMSQ_CHUNK : n;
     double s = 0.0;
     for (size_t j = lo; j < hi; j++) s += (double)x[j] * x[j];
     part[it] = s;

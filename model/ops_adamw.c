@@ -12,16 +12,13 @@ void adamw_update(float *p, float *g, float *m, float *v, size_t n, const adamw_
     for (size_t j = 0; j < n; j++) ops_adamw_element(&p[j], &g[j], &m[j], &v[j], clip, decay_mul, b1, b2, eps, step_size, bc2_sqrt);
 }
 
-/* Chunks of fixed size (not per thread) so the partial sums, and their in-order total, are
- * the same whatever the number of threads. */
-#define SUMSQ_CHUNK 4096
 double sumsq(const float *x, size_t n) {
-    const size_t nch = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     double stack_part[64], *part = nch <= 64 ? stack_part : malloc(sizeof(double) * nch);
     if (!part) return NAN;
 #pragma omp parallel for schedule(static) if (n >= 32768)
     for (size_t c = 0; c < nch; c++) {
-        const size_t lo = c * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
+        const size_t lo = c * OPS_SUMSQ_CHUNK, hi = lo + OPS_SUMSQ_CHUNK < n ? lo + OPS_SUMSQ_CHUNK : n;
         double sum = 0.0;
         for (size_t j = lo; j < hi; j++) sum += (double)x[j] * x[j];
         part[c] = sum;

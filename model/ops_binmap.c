@@ -44,29 +44,8 @@ void binmap_probs(float *G, const float *prob, int H) {
 void binmap_backward(float *dlogits, float *dz, const float *prob, int N, int H) {
     const size_t K = (size_t)1 << H;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *c = dz + (size_t)n * K;
-        const float *p = prob + (size_t)n * H;
-        /* c <- dz * G, one bit at a time (G is a product over bits), no 2^H buffer */
-        for (int h = 0; h < H; h++) {
-            const size_t half = (size_t)1 << h;
-            const float p1 = p[h], p0 = 1.0f - p[h];
-            for (size_t base = 0; base < K; base += 2 * half) {
-                for (size_t j = 0; j < half; j++) c[base + j] *= p0;
-                for (size_t j = 0; j < half; j++) c[base + half + j] *= p1;
-            }
-        }
-        /* dl_h = sum_d' c_d' (b_h(d') - p_h) = s_h - p_h s, with s_h over d' whose bit h is 1 */
-        double s = 0;
-        for (size_t j = 0; j < K; j++) s += c[j];
-        for (int h = 0; h < H; h++) {
-            const size_t half = (size_t)1 << h;
-            double sh = 0;
-            for (size_t base = half; base < K; base += 2 * half)
-                for (size_t j = 0; j < half; j++) sh += c[base + j];
-            dlogits[(size_t)n * H + h] += (float)(sh - p[h] * s);
-        }
-    }
+    for (int n = 0; n < N; n++)
+        ops_binmap_backward_row(dlogits + (size_t)n * H, dz + (size_t)n * K, prob + (size_t)n * H, H);
 }
 
 float binmap_kl(const float *logits, int H) { return ops_binmap_kl_row(logits, H); }

@@ -6,6 +6,7 @@
 #ifndef MODEL_OPS_MATH_H
 #define MODEL_OPS_MATH_H
 #include <math.h>
+#include <stddef.h>
 
 #ifdef __CUDACC__
 #define OPS_FN static inline __host__ __device__
@@ -143,6 +144,11 @@ OPS_FN void ops_crossentropy_row_backward(float *dz, const float *z, float lse, 
     dz[t] -= scale;
 }
 
+/* ---- the gradient norm's sum of squares: chunks of this many elements, each summed in
+ * double, the chunks added in order (ops_adamw.c, kernels.h): the same total on every device
+ * and for every thread count ---- */
+#define OPS_SUMSQ_CHUNK 4096
+
 /* ---- AdamW, one element (torch.optim.AdamW's single-tensor arithmetic; adamw.h) ---- */
 OPS_FN void ops_adamw_element(float *p, float *g, float *m, float *v, float clip, float decay_mul,
                               float b1, float b2, float eps, float step_size, float bc2_sqrt) {
@@ -174,6 +180,30 @@ OPS_FN void ops_binmap_kl_row_backward(float *dlogits, const float *logits, int 
     for (int h = 0; h < H; h++) {
         double l = logits[h], p = 1.0 / (1.0 + exp(-l));
         dlogits[h] += (float)(scale * l * p * (1.0 - p));
+    }
+}
+/* The Binary Mapper's dense pass-through for one position: c (2^H) holds dZ on entry and
+ * dZ * G on exit (G a product over bits, applied one bit at a time, no 2^H buffer);
+ * dlogits_h += sum_d' c_d' (b_h(d') - p_h) = s_h - p_h s, with s_h over d' whose bit h is 1
+ * (sums in double, in index order). */
+OPS_FN void ops_binmap_backward_row(float *dlogits, float *c, const float *p, int H) {
+    const size_t K = (size_t)1 << H;
+    for (int h = 0; h < H; h++) {
+        const size_t half = (size_t)1 << h;
+        const float p1 = p[h], p0 = 1.0f - p[h];
+        for (size_t base = 0; base < K; base += 2 * half) {
+            for (size_t j = 0; j < half; j++) c[base + j] *= p0;
+            for (size_t j = 0; j < half; j++) c[base + half + j] *= p1;
+        }
+    }
+    double s = 0;
+    for (size_t j = 0; j < K; j++) s += c[j];
+    for (int h = 0; h < H; h++) {
+        const size_t half = (size_t)1 << h;
+        double sh = 0;
+        for (size_t base = half; base < K; base += 2 * half)
+            for (size_t j = 0; j < half; j++) sh += c[base + j];
+        dlogits[h] += (float)(sh - p[h] * s);
     }
 }
 #endif

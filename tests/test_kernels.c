@@ -235,7 +235,7 @@ static void test_rows_and_adamw(void) {
     SHIM(m, kb_adamw(it, p_k, g_k, m_k, v_k, sc.clip, sc.decay_mul, sc.beta1, sc.beta2, sc.eps, sc.step_size, sc.bc2_sqrt));
     close_all("adamw p", p_k, p_c, m, 0, 1e-6);
     close_all("adamw v", v_k, v_c, m, 0, 1e-6);
-    const size_t nch = (m + KB_SUMSQ_CHUNK - 1) / KB_SUMSQ_CHUNK;
+    const size_t nch = (m + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     double part[8], total = 0;
     SHIM(nch, kb_sumsq_chunk(it, part, p_k, m));
     for (size_t c = 0; c < nch; c++) total += part[c];
