@@ -13,3 +13,9 @@ bench-bins: $(BENCH_BINS)
 build/bench/sgemm: bench/sgemm.c $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -Wl,--start-group $(LIBS) -Wl,--end-group $(LDLIBS)
+
+# make bench-gpu: GPU training throughput and MFU (bench/gpu.sh); says so when no GPU exists.
+.PHONY: bench-gpu
+bench-gpu: deps
+	@$(MAKE) --no-print-directory all bench-bins
+	@bash bench/gpu.sh

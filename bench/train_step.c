@@ -2,11 +2,15 @@
  * model family (model/family.h: the Llama decoder, or the Free Transformer on that decoder)
  * for the benchmark configs S and M, and prints tokens/s.
  *
- *   build/bench/train_step [--config S|M|both] [--model llama|free] [--latent-bits H]
- *                          [--steps N] [--batch B] [--seq T] [--json]
+ *   build/bench/train_step [--config S|M|G|both] [--model llama|free] [--latent-bits H]
+ *                          [--steps N] [--batch B] [--seq T] [--device D] [--precision P]
+ *                          [--json]
  *
  * S: d=256, 4 layers, 4/2 heads, ff 768, vocab 4096; M: d=512, 8 layers, 8/4 heads, ff 1536,
- * vocab 8192; both tied, B=8, T=256 unless overridden. One untimed warm-up step first.
+ * vocab 8192; both tied, B=8, T=256 unless overridden. G (the GPU bench's GPT-2-small size,
+ * 124M parameters with its vocabulary): d=768, 12 layers, 12/12 heads, ff 2048 (SwiGLU: as
+ * many MLP weights as GPT-2's 3072), vocab 50257, T=1024. One untimed warm-up step first;
+ * on a device that is not the host, each phase ends with a synchronisation.
  * The PyTorch counterpart is bench/train_step_torch.py (same model, same step).
  *
  * "flops_per_token" is the issue's rule, 6 x parameters + 12 x layers x d x T, for the
@@ -32,7 +36,8 @@ static model_config_t config_of(char name) {
     model_config_t c = {.kind = MODEL_LLAMA, .max_seq = 1024, .rope_theta = 10000.0f,
                         .norm_eps = 1e-5f, .tied = 1};
     if (name == 'S') { c.vocab_size = 4096; c.d_model = 256; c.n_layers = 4; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 768; }
-    else { c.vocab_size = 8192; c.d_model = 512; c.n_layers = 8; c.n_heads = 8; c.n_kv_heads = 4; c.d_ff = 1536; }
+    else if (name == 'M') { c.vocab_size = 8192; c.d_model = 512; c.n_layers = 8; c.n_heads = 8; c.n_kv_heads = 4; c.d_ff = 1536; }
+    else { c.vocab_size = 50257; c.d_model = 768; c.n_layers = 12; c.n_heads = 12; c.n_kv_heads = 12; c.d_ff = 2048; }
     return c;
 }
 
@@ -41,6 +46,13 @@ static double flops_per_token(const model_config_t *c, int64_t params, int64_t p
     double f = 6.0 * (double)(params - post_sampler) + 12.0 * layers * c->d_model * T;
     if (c->kind == MODEL_FREE) f += 2.0 * (double)(1 << c->latent_bits) * c->d_model;
     return f;
+}
+
+static device_t *dev;
+
+static void sync_dev(void) {
+    char e[256];
+    if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
 static int run(char name, const char *model, int H, int B, int T, int steps, int json) {
@@ -55,7 +67,7 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
     char err[256];
     void *m = NULL;
     adamw_t *opt = NULL;
-    if (fam->create(&m, device_cpu_default(), &c, B, T, 1, err, sizeof(err))) {
+    if (fam->create(&m, dev, &c, B, T, 1, err, sizeof(err))) {
         fprintf(stderr, "train_step: config %c: %s\n", name, err);
         return 1;
     }
@@ -89,11 +101,14 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
         if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
         fam->zero_grad(m);
         rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
+        sync_dev();
         double b = now();
         rc |= fam->backward(m, err, sizeof(err));
+        sync_dev();
         double c2 = now();
         double norm;
         rc |= adamw_step(opt, gv, np, 1e-3f, 1.0f, 1.0f, &norm, err, sizeof(err));
+        sync_dev();
         double d = now();
         if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
     }
@@ -103,8 +118,9 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
     if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
-               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"loss\":%.4f}\n", name, fam->name, (long long)nparams,
-               B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, fpt, loss);
+               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\"}\n",
+               name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
+               t_bwd / steps, t_opt / steps, tps, fpt, loss, dev->name, precision_name(dev->precision));
     else
         printf("C  config %c (%s): %lld params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
                "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
@@ -116,12 +132,13 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
 }
 
 int main(int argc, char **argv) {
-    const char *cfg = "both", *model = "llama";
+    const char *cfg = "both", *model = "llama", *device = "cpu", *prec = "fp32";
     int steps = 3, B = 8, T = 256, json = 0, H = 8;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: train_step [--config S|M|both] [--model llama|free] [--latent-bits H] [--steps N]\n"
-                   "                  [--batch B] [--seq T] [--json]\n"
+            printf("usage: train_step [--config S|M|G|both] [--model llama|free] [--latent-bits H] [--steps N]\n"
+                   "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
+                   "                  [--json]\n"
                    "Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
@@ -130,15 +147,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) prec = argv[++i];
         else if (!strcmp(argv[i], "--json")) json = 1;
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }
-    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 || (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "both"))) {
+    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 ||
+        (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "G") && strcmp(cfg, "both"))) {
         fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
         return 2;
     }
+    char err[256];
+    int p = precision_parse(prec);
+    if (p < 0 || device_open(&dev, device, (precision_t)p, err, sizeof err)) {
+        fprintf(stderr, "train_step: %s\n", p < 0 ? "--precision: fp32, bf16 or tf32" : err);
+        return 2;
+    }
     int rc = 0;
-    if (strcmp(cfg, "M")) rc |= run('S', model, H, B, T, steps, json);
-    if (strcmp(cfg, "S")) rc |= run('M', model, H, B, T, steps, json);
+    if (!strcmp(cfg, "G")) rc |= run('G', model, H, B, T, steps, json);
+    if (!strcmp(cfg, "S") || !strcmp(cfg, "both")) rc |= run('S', model, H, B, T, steps, json);
+    if (!strcmp(cfg, "M") || !strcmp(cfg, "both")) rc |= run('M', model, H, B, T, steps, json);
+    device_close(&dev);
     return rc;
 }

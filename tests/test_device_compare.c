@@ -1,0 +1,382 @@
+/* tests/test_device_compare.c: one device against another, through the device table.
+ *
+ *   test_device_compare                  the CPU device against a second CPU device (make test:
+ *                                        proves this harness and the table's host crossings;
+ *                                        results must agree bit for bit)
+ *   test_device_compare --device cuda    the GPU against the CPU (make test-gpu)
+ *
+ * What is compared (the same random inputs uploaded to both devices):
+ *   - every op of the table, forward and backward;
+ *   - one training step of each family: loss, every gradient, every updated weight;
+ *   - 50 training steps: the loss curves;
+ *   - a checkpoint swap: weights trained on one device, written, read on the other.
+ * Tolerances (fp32 on both devices): the devices run the same formulas (ops_math.h) with sums
+ * in different orders (SIMD lanes on the CPU, serial per item or cuBLAS' blocking on the GPU):
+ * element-wise ops 1e-6 relative, row reductions of up to a few thousand terms 1e-5, products
+ * (cuBLAS vs OpenBLAS, k up to 512) 1e-4 relative with an absolute floor of 1e-5; gradients
+ * through a whole model 1e-3 relative to the largest element of each tensor (they pass
+ * through several such products); 50 training steps: losses within 1e-3 relative (rounding
+ * differences grow along training, but do not change the curve at this scale). With a device
+ * that is not fp32 (--precision bf16 or tf32 on the GPU) the products' tolerance is bf16's:
+ * 2^-8 relative per operand, ~sqrt(k) growth: 3e-2. */
+#include "common/rng.h"
+#include "model/adamw.h"
+#include "model/device.h"
+#include "model/family.h"
+#include "model/free.h"
+#include "model/llama.h"
+#include "tests/check.h"
+#include <stdlib.h>
+#include <string.h>
+
+static device_t *A, *B;   /* A: the reference (CPU); B: the device under test */
+static rng_t R;
+static double prod_rtol = 1e-4;
+
+/* A buffer on both devices, filled from the same host values. */
+typedef struct {
+    size_t n, esz;
+    void *host, *a, *b;
+} dbuf_t;
+
+static dbuf_t dbuf(size_t n, size_t esz) {
+    dbuf_t x = {n, esz, calloc(n ? n : 1, esz), DEV(A, alloc, n * esz), DEV(B, alloc, n * esz)};
+    return x;
+}
+static void dbuf_put(dbuf_t *x) {
+    DEV(A, upload, x->a, x->host, x->n * x->esz);
+    DEV(B, upload, x->b, x->host, x->n * x->esz);
+}
+static dbuf_t dfloats(size_t n, float scale) {
+    dbuf_t x = dbuf(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) ((float *)x.host)[i] = scale * (2.0f * rng_f32(&R) - 1.0f);
+    dbuf_put(&x);
+    return x;
+}
+static dbuf_t dids(size_t n, uint32_t below) {
+    dbuf_t x = dbuf(n, sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) ((uint32_t *)x.host)[i] = (uint32_t)rng_below(&R, below);
+    dbuf_put(&x);
+    return x;
+}
+static void dfree(dbuf_t *x) {
+    DEV(A, free, x->a);
+    DEV(B, free, x->b);
+    free(x->host);
+}
+#define FA(x) ((float *)(x).a)
+#define FB(x) ((float *)(x).b)
+
+/* Downloads both sides of a float buffer and compares: |a - b| <= atol + rtol |a|. */
+static void same(const char *what, dbuf_t *x, double atol, double rtol) {
+    float *ha = malloc(sizeof(float) * x->n), *hb = malloc(sizeof(float) * x->n);
+    DEV(A, download, ha, x->a, sizeof(float) * x->n);
+    DEV(B, download, hb, x->b, sizeof(float) * x->n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < x->n; i++)
+        if (!(fabs((double)ha[i] - hb[i]) <= atol + rtol * fabs((double)ha[i]))) {
+            if (!bad) first = i;
+            bad++;
+        }
+    CHECK(bad == 0, "%s: %zu of %zu differ; first [%zu] %s %.9g vs %s %.9g", what, bad, x->n, first,
+          A->name, bad ? ha[first] : 0.0, B->name, bad ? hb[first] : 0.0);
+    free(ha);
+    free(hb);
+}
+
+static void test_ops(void) {
+    enum { Bt = 2, T = 13, D = 48, H = 4, Hkv = 2, hd = 12, F = 72, V = 97, Hl = 5 };
+    const int N = Bt * T;
+    char err[256];
+    /* embedding */
+    dbuf_t tok = dids(N, V), table = dfloats(V * D, 1), x = dfloats(N * D, 1);
+    DEV(A, embedding_forward, FA(x), (uint32_t *)tok.a, FA(table), N, D);
+    DEV(B, embedding_forward, FB(x), (uint32_t *)tok.b, FB(table), N, D);
+    same("embedding_forward", &x, 0, 0);
+    dbuf_t dout = dfloats(N * D, 1);
+    DEV(A, embedding_backward, FA(table), FA(dout), (uint32_t *)tok.a, N, D);
+    DEV(B, embedding_backward, FB(table), FB(dout), (uint32_t *)tok.b, N, D);
+    same("embedding_backward", &table, 1e-6, 1e-6);
+    /* rmsnorm */
+    dbuf_t w = dfloats(D, 1), y = dfloats(N * D, 1), rstd = dfloats(N, 1);
+    DEV(A, rmsnorm_forward, FA(y), FA(rstd), FA(x), FA(w), N, D, 1e-5f);
+    DEV(B, rmsnorm_forward, FB(y), FB(rstd), FB(x), FB(w), N, D, 1e-5f);
+    same("rmsnorm_forward", &y, 1e-6, 1e-5);
+    dbuf_t dx = dfloats(N * D, 1), dw = dfloats(D, 1);
+    DEV(A, rmsnorm_backward, FA(dx), FA(dw), FA(dout), FA(x), FA(w), FA(rstd), N, D);
+    DEV(B, rmsnorm_backward, FB(dx), FB(dw), FB(dout), FB(x), FB(w), FB(rstd), N, D);
+    same("rmsnorm_backward dx", &dx, 1e-5, 1e-5);
+    same("rmsnorm_backward dw", &dw, 1e-5, 1e-5);
+    /* linear: the products */
+    dbuf_t W = dfloats(F * D, 0.2f), ylin = dfloats(N * F, 1), dylin = dfloats(N * F, 1);
+    DEV(A, linear_forward, FA(ylin), FA(x), FA(W), N, D, F);
+    DEV(B, linear_forward, FB(ylin), FB(x), FB(W), N, D, F);
+    same("linear_forward", &ylin, 1e-5, prod_rtol);
+    dbuf_t dW = dfloats(F * D, 1);
+    DEV(A, linear_backward, FA(dx), FA(dW), FA(dylin), FA(x), FA(W), N, D, F);
+    DEV(B, linear_backward, FB(dx), FB(dW), FB(dylin), FB(x), FB(W), N, D, F);
+    same("linear_backward dx", &dx, 1e-5, prod_rtol);
+    same("linear_backward dW", &dW, 1e-5, prod_rtol);
+    DEV(A, linear_backward_set, FA(dx), FA(dW), FA(dylin), FA(x), FA(W), N, D, F);
+    DEV(B, linear_backward_set, FB(dx), FB(dW), FB(dylin), FB(x), FB(W), N, D, F);
+    same("linear_backward_set dx", &dx, 1e-5, prod_rtol);
+    /* rope and the fused q|k|v rows */
+    const int S = 32, Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv;
+    dbuf_t cs = dbuf(S * hd / 2, sizeof(float)), sn = dbuf(S * hd / 2, sizeof(float));
+    rope_table_init(cs.host, sn.host, S, hd, 10000.f);
+    dbuf_put(&cs);
+    dbuf_put(&sn);
+    dbuf_t q = dfloats(N * Dq, 1), qr = dfloats(N * Dq, 1);
+    DEV(A, rope_forward, FA(qr), FA(q), FA(cs), FA(sn), Bt, T, H, hd, 3);
+    DEV(B, rope_forward, FB(qr), FB(q), FB(cs), FB(sn), Bt, T, H, hd, 3);
+    same("rope_forward", &qr, 1e-6, 1e-6);
+    DEV(A, rope_backward, FA(qr), FA(q), FA(cs), FA(sn), Bt, T, H, hd, 3);
+    DEV(B, rope_backward, FB(qr), FB(q), FB(cs), FB(sn), Bt, T, H, hd, 3);
+    same("rope_backward", &qr, 1e-6, 1e-6);
+    dbuf_t qkv = dfloats(N * ld, 1), k = dfloats(N * Dkv, 1), v = dfloats(N * Dkv, 1);
+    DEV(A, qkv_split_rope, FA(q), FA(k), FA(v), FA(qkv), FA(cs), FA(sn), N, T, H, Hkv, hd, 0);
+    DEV(B, qkv_split_rope, FB(q), FB(k), FB(v), FB(qkv), FB(cs), FB(sn), N, T, H, Hkv, hd, 0);
+    same("qkv_split_rope q", &q, 1e-6, 1e-6);
+    same("qkv_split_rope k", &k, 1e-6, 1e-6);
+    DEV(A, qkv_join_unrope, FA(qkv), FA(q), FA(k), FA(v), FA(cs), FA(sn), N, T, H, Hkv, hd, 0);
+    DEV(B, qkv_join_unrope, FB(qkv), FB(q), FB(k), FB(v), FB(cs), FB(sn), N, T, H, Hkv, hd, 0);
+    same("qkv_join_unrope", &qkv, 1e-6, 1e-6);
+    /* attention, causal and not */
+    for (int causal = 0; causal < 2; causal++) {
+        dbuf_t att = dfloats(N * Dq, 1), lse = dfloats(Bt * H * T, 1);
+        DEV(A, attention_forward, FA(att), FA(lse), FA(q), FA(k), FA(v), Bt, T, T, H, Hkv, hd, causal);
+        DEV(B, attention_forward, FB(att), FB(lse), FB(q), FB(k), FB(v), Bt, T, T, H, Hkv, hd, causal);
+        same("attention_forward out", &att, 1e-5, 1e-5);
+        same("attention_forward lse", &lse, 1e-5, 1e-5);
+        dbuf_t da = dfloats(N * Dq, 1), dq = dfloats(N * Dq, 1), dk = dfloats(N * Dkv, 1), dv = dfloats(N * Dkv, 1);
+        DEV(A, attention_backward, FA(dq), FA(dk), FA(dv), FA(da), FA(att), FA(lse), FA(q), FA(k), FA(v), Bt, T, T, H, Hkv, hd, causal);
+        DEV(B, attention_backward, FB(dq), FB(dk), FB(dv), FB(da), FB(att), FB(lse), FB(q), FB(k), FB(v), Bt, T, T, H, Hkv, hd, causal);
+        same("attention_backward dq", &dq, 1e-5, 1e-4);
+        same("attention_backward dk", &dk, 1e-5, 1e-4);
+        same("attention_backward dv", &dv, 1e-5, 1e-4);
+        dfree(&att); dfree(&lse); dfree(&da); dfree(&dq); dfree(&dk); dfree(&dv);
+    }
+    /* SwiGLU */
+    dbuf_t g = dfloats(N * F, 3), u = dfloats(N * F, 1), h = dfloats(N * F, 1);
+    DEV(A, swiglu_forward, FA(h), FA(g), FA(u), N, F);
+    DEV(B, swiglu_forward, FB(h), FB(g), FB(u), N, F);
+    same("swiglu_forward", &h, 1e-7, 1e-6);
+    dbuf_t dg = dfloats(N * F, 1), du = dfloats(N * F, 1);
+    DEV(A, swiglu_backward, FA(dg), FA(du), FA(ylin), FA(g), FA(u), N, F);
+    DEV(B, swiglu_backward, FB(dg), FB(du), FB(ylin), FB(g), FB(u), N, F);
+    same("swiglu_backward", &dg, 1e-6, 1e-5);
+    /* cross-entropy with a mask, fused gradient; the loss comes back to the host */
+    dbuf_t z = dfloats(N * V, 4), dz = dfloats(N * V, 1), lse = dfloats(N, 1), tgt = dids(N, V);
+    dbuf_t mask = dbuf(N, 1);
+    for (int i = 0; i < N; i++) ((uint8_t *)mask.host)[i] = i % 5 != 2;
+    dbuf_put(&mask);
+    int ca = 0, cb = 0;
+    float la = DEV(A, crossentropy_forward, FA(dz), FA(lse), &ca, FA(z), (uint32_t *)tgt.a, (uint8_t *)mask.a, N, V, 1.0f);
+    float lb = DEV(B, crossentropy_forward, FB(dz), FB(lse), &cb, FB(z), (uint32_t *)tgt.b, (uint8_t *)mask.b, N, V, 1.0f);
+    CHECK(ca == cb && fabsf(la - lb) <= 1e-5f * fabsf(la), "crossentropy loss %.9g vs %.9g, count %d vs %d", la, lb, ca, cb);
+    same("crossentropy dlogits", &dz, 1e-7, 1e-5);
+    /* element-wise and rows */
+    DEV(A, add_inplace, FA(y), FA(x), (size_t)N * D);
+    DEV(B, add_inplace, FB(y), FB(x), (size_t)N * D);
+    same("add_inplace", &y, 0, 1e-7);
+    DEV(A, sum_rows, FA(dw), FA(x), N, D);
+    DEV(B, sum_rows, FB(dw), FB(x), N, D);
+    same("sum_rows", &dw, 1e-6, 1e-6);
+    /* the latent */
+    dbuf_t lg = dfloats(N * Hl, 3), un = dfloats(N * Hl, 1), prob = dfloats(N * Hl, 1), kl = dfloats(N, 1);
+    dbuf_t idx = dbuf(N, sizeof(uint32_t));
+    DEV(A, uniform_fill, FA(un), (size_t)N * Hl, 99, 7);
+    DEV(B, uniform_fill, FB(un), (size_t)N * Hl, 99, 7);
+    same("uniform_fill (the same counter-based numbers)", &un, 0, 0);
+    DEV(A, binmap_forward, (uint32_t *)idx.a, FA(prob), FA(lg), FA(un), N, Hl);
+    DEV(B, binmap_forward, (uint32_t *)idx.b, FB(prob), FB(lg), FB(un), N, Hl);
+    same("binmap_forward prob", &prob, 1e-7, 1e-6);
+    uint32_t *ia = malloc(sizeof(uint32_t) * N), *ib = malloc(sizeof(uint32_t) * N);
+    DEV(A, download, ia, idx.a, sizeof(uint32_t) * N);
+    DEV(B, download, ib, idx.b, sizeof(uint32_t) * N);
+    CHECK(!memcmp(ia, ib, sizeof(uint32_t) * N), "binmap_forward: the same latents");
+    DEV(A, binmap_kl_rows, FA(kl), FA(lg), N, Hl);
+    DEV(B, binmap_kl_rows, FB(kl), FB(lg), N, Hl);
+    same("binmap_kl_rows", &kl, 1e-6, 1e-5);
+    free_bits_sums_t sa = DEV(A, free_bits_forward, FA(kl), (uint8_t *)mask.a, N, 0.5f);
+    free_bits_sums_t sb = DEV(B, free_bits_forward, FB(kl), (uint8_t *)mask.b, N, 0.5f);
+    CHECK(sa.count == sb.count && fabs(sa.kl_sum - sb.kl_sum) <= 1e-5 * fabs(sa.kl_sum),
+          "free bits sums %g vs %g", sa.kl_sum, sb.kl_sum);
+    dbuf_t post = dfloats(D << Hl, 0.5f), r = dfloats(N * D, 1), dpost = dfloats(D << Hl, 1), dlg = dfloats(N * Hl, 1);
+    DEV(A, post_sampler_forward, FA(r), FA(post), (uint32_t *)idx.a, N, D, Hl);
+    DEV(B, post_sampler_forward, FB(r), FB(post), (uint32_t *)idx.b, N, D, Hl);
+    same("post_sampler_forward", &r, 0, 0);
+    DEV(A, post_sampler_backward, FA(dpost), FA(dlg), FA(dout), FA(post), (uint32_t *)idx.a, FA(prob), N, D, Hl);
+    DEV(B, post_sampler_backward, FB(dpost), FB(dlg), FB(dout), FB(post), (uint32_t *)idx.b, FB(prob), N, D, Hl);
+    same("post_sampler_backward dW", &dpost, 1e-6, 1e-6);
+    same("post_sampler_backward dlogits", &dlg, 1e-5, prod_rtol);
+    /* the optimizer */
+    double qa = DEV(A, sumsq, FA(W), (size_t)F * D), qb = DEV(B, sumsq, FB(W), (size_t)F * D);
+    CHECK(fabs(qa - qb) <= 1e-12 * qa, "sumsq %.17g vs %.17g", qa, qb);
+    CHECK(DEV(A, sync, err, sizeof err) == 0 && DEV(B, sync, err, sizeof err) == 0, "no device fault: %s", err);
+    free(ia);
+    free(ib);
+    dbuf_t *all[] = {&tok, &table, &x, &dout, &w, &y, &rstd, &dx, &dw, &W, &ylin, &dylin, &dW, &cs, &sn,
+                     &q, &qr, &qkv, &k, &v, &g, &u, &h, &dg, &du, &z, &dz, &lse, &tgt, &mask, &lg,
+                     &un, &prob, &kl, &idx, &post, &r, &dpost, &dlg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dfree(all[i]);
+}
+
+/* ---- whole families ---- */
+typedef struct {
+    const model_family_t *f;
+    void *m;
+    adamw_t *opt;
+    tensor_view_t *pv, *gv;
+    int n;
+} fam_run_t;
+
+static int fam_open(fam_run_t *r, device_t *d, const char *family, const model_config_t *c, int Bt, int T) {
+    char err[256];
+    memset(r, 0, sizeof *r);
+    r->f = family_find(family);
+    if (r->f->create(&r->m, d, c, Bt, T, 5, err, sizeof err)) {
+        CHECK(0, "%s on %s: %s", family, d->name, err);
+        return -1;
+    }
+    r->n = r->f->params(r->m, NULL, 0);
+    r->pv = calloc(r->n, sizeof(tensor_view_t));
+    r->gv = calloc(r->n, sizeof(tensor_view_t));
+    r->f->params(r->m, r->pv, r->n);
+    r->f->grads(r->m, r->gv, r->n);
+    adamw_config_t ac = adamw_config_default();
+    return adamw_create(&r->opt, r->pv, r->n, &ac, err, sizeof err);
+}
+static void fam_close(fam_run_t *r) {
+    adamw_destroy(&r->opt);
+    if (r->m) r->f->destroy(&r->m);
+    free(r->pv);
+    free(r->gv);
+}
+static float fam_step(fam_run_t *r, uint64_t step, const uint32_t *tok, const uint32_t *tgt) {
+    char err[256];
+    float loss = NAN;
+    r->f->zero_grad(r->m);
+    if (r->f->set_step) r->f->set_step(r->m, step);
+    if (r->f->forward(r->m, tok, tgt, NULL, &loss, err, sizeof err) || r->f->backward(r->m, err, sizeof err))
+        CHECK(0, "step: %s", err);
+    return loss;
+}
+/* Max |a - b| over a tensor relative to the largest |a|. */
+static double view_rel_diff(const tensor_view_t *a, const tensor_view_t *b) {
+    int64_t n = tensor_numel(a);
+    float *ha = malloc(sizeof(float) * n), *hb = malloc(sizeof(float) * n);
+    tensor_view_download(a, ha);
+    tensor_view_download(b, hb);
+    double mx = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)ha[i] - hb[i]);
+        mx = e > mx ? e : mx;
+        scale = fabs(ha[i]) > scale ? fabs(ha[i]) : scale;
+    }
+    free(ha);
+    free(hb);
+    return scale > 0 ? mx / scale : mx;
+}
+
+static void family_case(const char *family) {
+    model_config_t c = {.kind = strcmp(family, "free") ? MODEL_LLAMA : MODEL_FREE, .vocab_size = 61,
+                        .d_model = 48, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .d_ff = 96,
+                        .max_seq = 32, .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1,
+                        .latent_bits = 6, .kappa_nats = 0.1f};
+    enum { Bt = 3, T = 17 };
+    /* 50 steps against a GPU; the CPU-against-CPU run in make test proves the harness in 10 */
+    const int STEPS = device_is_host(B) ? 10 : 50;
+    fam_run_t ra, rb;
+    if (fam_open(&ra, A, family, &c, Bt, T) || fam_open(&rb, B, family, &c, Bt, T)) goto out;
+    uint32_t tok[Bt * T], tgt[Bt * T];
+    double worst_loss = 0;
+    for (int s = 0; s < STEPS; s++) {
+        for (int i = 0; i < Bt * T; i++) tok[i] = (uint32_t)((i * 7 + s * 3) % 61), tgt[i] = (uint32_t)((i * 7 + s * 3 + 1) % 61);
+        float la = fam_step(&ra, (uint64_t)s, tok, tgt), lb = fam_step(&rb, (uint64_t)s, tok, tgt);
+        if (s == 0) {
+            CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la), "%s step 1 loss %.9g vs %.9g", family, la, lb);
+            double worst = 0;
+            int wi = 0;
+            for (int i = 0; i < ra.n; i++) {
+                double e = view_rel_diff(&ra.gv[i], &rb.gv[i]);
+                if (e > worst) worst = e, wi = i;
+            }
+            CHECK(worst <= 1e-3, "%s step 1: gradient %s differs by %.3g of its largest element", family, ra.gv[wi].name, worst);
+        }
+        double na = 0, nb = 0;
+        char err[256];
+        adamw_step(ra.opt, ra.gv, ra.n, 1e-3f, 1.0f, 1.0f, &na, err, sizeof err);
+        adamw_step(rb.opt, rb.gv, rb.n, 1e-3f, 1.0f, 1.0f, &nb, err, sizeof err);
+        if (s == 0) {
+            double worst = 0;
+            for (int i = 0; i < ra.n; i++) {
+                double e = view_rel_diff(&ra.pv[i], &rb.pv[i]);
+                worst = e > worst ? e : worst;
+            }
+            CHECK(worst <= 1e-3, "%s step 1: updated weights differ by %.3g", family, worst);
+        }
+        double e = fabs((double)la - lb) / fabs((double)la);
+        worst_loss = e > worst_loss ? e : worst_loss;
+    }
+    CHECK(worst_loss <= 1e-3, "%s: %d steps, the loss curves differ by up to %.3g relative", family, STEPS, worst_loss);
+    /* checkpoint swap: B's weights through the host into A's model, then both evaluate alike */
+    for (int i = 0; i < ra.n; i++) {
+        int64_t n = tensor_numel(&rb.pv[i]);
+        float *h = malloc(sizeof(float) * n);
+        tensor_view_download(&rb.pv[i], h);
+        tensor_view_upload(&ra.pv[i], h);
+        free(h);
+        CHECK(view_rel_diff(&ra.pv[i], &rb.pv[i]) == 0, "%s: swapped weights arrive bit for bit", ra.pv[i].name);
+    }
+    float la = fam_step(&ra, 999, tok, tgt), lb = fam_step(&rb, 999, tok, tgt);
+    CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la), "%s after the swap: loss %.9g vs %.9g", family, la, lb);
+out:
+    fam_close(&ra);
+    fam_close(&rb);
+}
+static void test_llama(void) { family_case("llama"); }
+static void test_free(void) { family_case("free"); }
+
+int main(int argc, char **argv) {
+    const char *spec = "cpu";
+    const char *prec = "fp32";
+    int probe = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) spec = argv[++i];
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) prec = argv[++i];
+        else if (!strcmp(argv[i], "--probe")) probe = 1; /* only say whether the device opens */
+        else { fprintf(stderr, "usage: test_device_compare [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32] [--probe]\n"); return 2; }
+    }
+    char err[256];
+    int p = precision_parse(prec);
+    if (p < 0) { fprintf(stderr, "--precision %s: expected fp32, bf16 or tf32\n", prec); return 2; }
+    if (device_open(&A, "cpu", PRECISION_FP32, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    if (device_open(&B, spec, (precision_t)p, err, sizeof err)) {
+        if (probe) {
+            printf("%s\n", err);
+            device_close(&A);
+            return 1;
+        }
+        /* the one way this program does not run its checks: say how many, never pass them */
+        printf("%s: not compared (%s)\n", spec, err);
+        printf("0 passed, 0 failed, 1 skipped\n");
+        device_close(&A);
+        return 1;
+    }
+    if (probe) {
+        printf("gpu: %s\n", B->name);
+        device_close(&B);
+        device_close(&A);
+        return 0;
+    }
+    if (p != PRECISION_FP32) prod_rtol = 3e-2;
+    printf("comparing %s against %s\n", B->name, A->name);
+    rng_seed(&R, 2024);
+    RUN(test_ops);
+    RUN(test_llama);
+    RUN(test_free);
+    device_close(&B);
+    device_close(&A);
+    return check_summary();
+}
