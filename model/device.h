@@ -99,6 +99,20 @@ typedef struct device_ops {
                                   const float *lse, const uint32_t *targets, const uint8_t *mask,
                                   int N, int V, float dloss);
 
+    /* ---- a decode step's rows, each its own sequence (ops.h, ops_decode.c) ---- */
+    void (*linear_rows)(device_t *d, float *y, const float *x, const float *w, int N, int in,
+                        int out);
+    void (*qkv_split_rope_rows)(device_t *d, float *q, float *k, float *v, const float *qkv,
+                                const float *cos_t, const float *sin_t, int N, int H, int Hkv,
+                                int hd, const int *pos);
+    void (*rope_rows)(device_t *d, float *out, const float *x, const float *cos_t,
+                      const float *sin_t, int N, int H, int hd, const int *pos);
+    void (*attention_rows)(device_t *d, float *out, const float *q, const float *kc,
+                           const float *vc, const int *base, const int *len, int N, int H,
+                           int Hkv, int hd);
+    void (*scatter_rows)(device_t *d, float *dst, int ld_dst, const int *dst_row, const float *src,
+                         int ld_src, int N, int D);
+
     /* ---- element-wise and row helpers (ops.h) ---- */
     void (*add_forward)(device_t *d, float *y, const float *a, const float *b, size_t n);
     void (*add_inplace)(device_t *d, float *y, const float *x, size_t n);

@@ -70,6 +70,11 @@ static void cpu_swiglu_backward(device_t *d, float *dgate, float *dup, const flo
 static void cpu_swiglu_backward_set(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward_set(dgate, dup, dout, gate, up, N, F); }
 static float cpu_crossentropy_forward(device_t *d, float *dlogits, float *lse, int *count, const float *logits, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { (void)d; return crossentropy_forward(dlogits, lse, count, logits, targets, mask, N, V, dloss); }
 static void cpu_crossentropy_backward(device_t *d, float *dlogits, const float *logits, const float *lse, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { (void)d; crossentropy_backward(dlogits, logits, lse, targets, mask, N, V, dloss); }
+static void cpu_linear_rows(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { (void)d; linear_rows(y, x, w, N, in, out); }
+static void cpu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int H, int Hkv, int hd, const int *pos) { (void)d; qkv_split_rope_rows(q, k, v, qkv, c, s, N, H, Hkv, hd, pos); }
+static void cpu_rope_rows(device_t *d, float *out, const float *x, const float *c, const float *s, int N, int H, int hd, const int *pos) { (void)d; rope_rows(out, x, c, s, N, H, hd, pos); }
+static void cpu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) { (void)d; attention_rows(out, q, kc, vc, base, len, N, H, Hkv, hd); }
+static void cpu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, const float *src, int lds, int N, int D) { (void)d; scatter_rows(dst, ldd, idx, src, lds, N, D); }
 static void cpu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { (void)d; add_forward(y, a, b, n); }
 static void cpu_add_inplace(device_t *d, float *y, const float *x, size_t n) { (void)d; add_inplace(y, x, n); }
 static void cpu_scale_inplace(device_t *d, float *x, float s, size_t n) { (void)d; scale_inplace(x, s, n); }
@@ -118,7 +123,10 @@ static const device_ops_t cpu_ops = {
     .attention_backward = cpu_attention_backward, .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward, .swiglu_backward_set = cpu_swiglu_backward_set,
     .crossentropy_forward = cpu_crossentropy_forward,
-    .crossentropy_backward = cpu_crossentropy_backward, .add_forward = cpu_add_forward,
+    .crossentropy_backward = cpu_crossentropy_backward, .linear_rows = cpu_linear_rows,
+    .qkv_split_rope_rows = cpu_qkv_split_rope_rows, .rope_rows = cpu_rope_rows,
+    .attention_rows = cpu_attention_rows, .scatter_rows = cpu_scatter_rows,
+    .add_forward = cpu_add_forward,
     .add_inplace = cpu_add_inplace, .scale_inplace = cpu_scale_inplace,
     .repeat_rows = cpu_repeat_rows, .sum_rows = cpu_sum_rows, .copy_rows = cpu_copy_rows,
     .uniform_fill = cpu_uniform_fill, .binmap_forward = cpu_binmap_forward,

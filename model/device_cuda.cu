@@ -192,6 +192,11 @@ __global__ void g_swiglu_fwd(size_t n, float *out, const float *gate, const floa
 __global__ void g_swiglu_bwd(size_t n, float *dg, float *du, const float *dout, const float *gate, const float *up, int acc) { FOR_ITEMS(n) kb_swiglu_bwd(it, dg, du, dout, gate, up, acc); }
 __global__ void g_ce_fwd(size_t n, float *row_loss, float *dz, float *lse, const float *z, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_fwd(it, row_loss, dz, lse, z, tgt, mask, V, scale); }
 __global__ void g_ce_bwd(size_t n, float *dz, const float *z, const float *lse, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_bwd(it, dz, z, lse, tgt, mask, V, scale); }
+__global__ void g_linear_rows(size_t n, float *y, const float *x, const float *w, int in, int out) { FOR_ITEMS(n) kb_linear_rows(it, y, x, w, in, out); }
+__global__ void g_qkv_split_rows(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int H, int Hkv, int hd, const int *pos) { FOR_ITEMS(n) kb_qkv_split_rows(it, q, k, v, qkv, cs, sn, H, Hkv, hd, pos); }
+__global__ void g_rope_rows(size_t n, float *out, const float *x, const float *cs, const float *sn, int H, int hd, const int *pos) { FOR_ITEMS(n) kb_rope_rows(it, out, x, cs, sn, H, hd, pos); }
+__global__ void g_attention_rows(size_t n, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int H, int Hkv, int hd) { FOR_ITEMS(n) kb_attention_rows(it, out, q, kc, vc, base, len, H, Hkv, hd); }
+__global__ void g_scatter_rows(size_t n, float *dst, int ldd, const int *idx, const float *src, int lds, int D) { FOR_ITEMS(n) kb_scatter_rows(it, dst, ldd, idx, src, lds, D); }
 __global__ void g_add(size_t n, float *y, const float *a, const float *b) { FOR_ITEMS(n) kb_add(it, y, a, b); }
 __global__ void g_add_inplace(size_t n, float *y, const float *x) { FOR_ITEMS(n) kb_add_inplace(it, y, x); }
 __global__ void g_scale(size_t n, float *x, float s) { FOR_ITEMS(n) kb_scale(it, x, s); }
@@ -315,6 +320,33 @@ static void cu_crossentropy_backward(device_t *d, float *dz, const float *z, con
     g_ce_bwd<<<GRID((size_t)N)>>>((size_t)N, dz, z, lse, tgt, mask, V, scale);
     LAUNCHED("crossentropy_backward");
 }
+/* Row-independent products by a kernel, not cuBLAS: cuBLAS may choose another algorithm
+ * for another N, and a decode row must not depend on the rows beside it. */
+static void cu_linear_rows(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) {
+    size_t n = (size_t)N * out;
+    g_linear_rows<<<GRID(n)>>>(n, y, x, w, in, out);
+    LAUNCHED("linear_rows");
+}
+static void cu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int H, int Hkv, int hd, const int *pos) {
+    g_qkv_split_rows<<<GRID((size_t)N)>>>((size_t)N, q, k, v, qkv, cs, sn, H, Hkv, hd, pos);
+    LAUNCHED("qkv_split_rope_rows");
+}
+static void cu_rope_rows(device_t *d, float *out, const float *x, const float *cs, const float *sn, int N, int H, int hd, const int *pos) {
+    size_t n = (size_t)N * H;
+    g_rope_rows<<<GRID(n)>>>(n, out, x, cs, sn, H, hd, pos);
+    LAUNCHED("rope_rows");
+}
+static void cu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) {
+    if (!att_head_dim_ok(d, hd)) return;
+    size_t n = (size_t)N * H;
+    g_attention_rows<<<GRID(n)>>>(n, out, q, kc, vc, base, len, H, Hkv, hd);
+    LAUNCHED("attention_rows");
+}
+static void cu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, const float *src, int lds, int N, int D) {
+    size_t n = (size_t)N * D;
+    g_scatter_rows<<<GRID(n)>>>(n, dst, ldd, idx, src, lds, D);
+    LAUNCHED("scatter_rows");
+}
 static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { g_add<<<GRID(n)>>>(n, y, a, b); LAUNCHED("add"); }
 static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { g_add_inplace<<<GRID(n)>>>(n, y, x); LAUNCHED("add_inplace"); }
 static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { g_scale<<<GRID(n)>>>(n, x, s); LAUNCHED("scale"); }
@@ -431,6 +463,11 @@ static const device_ops_t cuda_ops = {
     .swiglu_backward_set = cu_swiglu_backward_set,
     .crossentropy_forward = cu_crossentropy_forward,
     .crossentropy_backward = cu_crossentropy_backward,
+    .linear_rows = cu_linear_rows,
+    .qkv_split_rope_rows = cu_qkv_split_rope_rows,
+    .rope_rows = cu_rope_rows,
+    .attention_rows = cu_attention_rows,
+    .scatter_rows = cu_scatter_rows,
     .add_forward = cu_add_forward,
     .add_inplace = cu_add_inplace,
     .scale_inplace = cu_scale_inplace,

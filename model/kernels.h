@@ -229,6 +229,64 @@ OPS_FN void kb_ce_bwd(size_t it, float *dz, const float *z, const float *lse, co
         for (int i = 0; i < V; i++) dz[it * V + i] = 0.0f;
 }
 
+/* ---- a decode step's rows (ops.h, ops_decode.c) ---- */
+/* it < N*out: y[n, o] = ops_dot8(w_o, x_n): the CPU's bits at the same level of FMA use */
+OPS_FN void kb_linear_rows(size_t it, float *y, const float *x, const float *w, int in, int out) {
+    const size_t n = it / out, o = it % out;
+    y[it] = ops_dot8(w + o * in, x + n * in, in);
+}
+/* it < N */
+OPS_FN void kb_qkv_split_rows(size_t it, float *q, float *k, float *v, const float *qkv,
+                              const float *cos_t, const float *sin_t, int H, int Hkv, int hd,
+                              const int *pos) {
+    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
+    const float *row = qkv + it * ld;
+    const float *cs = cos_t + (size_t)pos[it] * h2, *sn = sin_t + (size_t)pos[it] * h2;
+    if (q)
+        for (int h = 0; h < H; h++) ops_rope_rotate(q + it * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
+    if (k)
+        for (int h = 0; h < Hkv; h++)
+            ops_rope_rotate(k + it * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
+    if (v)
+        for (int i = 0; i < Dkv; i++) v[it * Dkv + i] = row[Dq + Dkv + i];
+}
+/* it < N*H: head vector (n, h) rotated at position pos[n] */
+OPS_FN void kb_rope_rows(size_t it, float *out, const float *x, const float *cos_t,
+                         const float *sin_t, int H, int hd, const int *pos) {
+    const int h2 = hd / 2, p = pos[it / H];
+    ops_rope_rotate(out + it * hd, x + it * hd, cos_t + (size_t)p * h2, sin_t + (size_t)p * h2, hd, 1.0f);
+}
+/* it < N*H: query head (n, h) over len[n] cache rows from base[n] (ops_decode.c's rows_att_head) */
+OPS_FN void kb_attention_rows(size_t it, float *out, const float *q, const float *kc,
+                              const float *vc, const int *base, const int *len, int H, int Hkv,
+                              int hd) {
+    const size_t n = it / H, h = it % H, ldk = (size_t)Hkv * hd;
+    const size_t kv = (size_t)base[n] * ldk + (h / (H / Hkv)) * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *o = out + it * hd;
+    const float *qi = q + it * hd;
+    float m = -INFINITY, l = 0.0f;
+    for (int d = 0; d < hd; d++) o[d] = 0.0f;
+    for (int j = 0; j < len[n]; j++) {
+        const float *kj = kc + kv + (size_t)j * ldk, *vj = vc + kv + (size_t)j * ldk;
+        const float s = ops_dot8(qi, kj, hd) * scale;
+        const float f = ops_online_softmax_rescale(&m, &l, s);
+        if (f != 1.0f)
+            for (int d = 0; d < hd; d++) o[d] *= f;
+        const float p = ops_expf(s - m);
+        l += p;
+        for (int d = 0; d < hd; d++) o[d] += p * vj[d];
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < hd; d++) o[d] *= inv;
+}
+/* it < N*D */
+OPS_FN void kb_scatter_rows(size_t it, float *dst, int ld_dst, const int *dst_row, const float *src,
+                            int ld_src, int D) {
+    const size_t n = it / D, i = it % D;
+    dst[(size_t)dst_row[n] * ld_dst + i] = src[n * ld_src + i];
+}
+
 /* ---- element-wise and rows ---- */
 OPS_FN void kb_add(size_t it, float *y, const float *a, const float *b) { y[it] = a[it] + b[it]; }
 OPS_FN void kb_add_inplace(size_t it, float *y, const float *x) { y[it] += x[it]; }

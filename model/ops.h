@@ -114,6 +114,27 @@ void qkv_join_unrope(float *dqkv, const float *dq, const float *dk, const float 
                      const float *cos_t, const float *sin_t, int N, int T, int H, int Hkv, int hd,
                      int pos0);
 
+/* ---- a decode step's rows, each its own sequence (model/ops_decode.c) ----
+ * y (N,out) = x W^T with every element ops_dot8(w row, x row): a row's result does not
+ * depend on N or on the rows beside it (a request decoded in a batch gives the bits it gives
+ * alone), nor on the thread count. */
+void linear_rows(float *y /* (N,out) */, const float *x /* (N,in) */, const float *w /* (out,in) */,
+                 int N, int in, int out);
+/* qkv_split_rope with row n at position pos[n]. */
+void qkv_split_rope_rows(float *q, float *k, float *v, const float *qkv, const float *cos_t,
+                         const float *sin_t, int N, int H, int Hkv, int hd, const int *pos /* (N) */);
+/* out (N,H,hd) = x rotated, row n at position pos[n]; out may alias x. */
+void rope_rows(float *out, const float *x, const float *cos_t, const float *sin_t, int N, int H,
+               int hd, const int *pos /* (N) */);
+/* Row n's query heads q (N,H,hd) attend to len[n] keys/values of a cache (rows of Hkv*hd
+ * floats) starting at cache row base[n]; no log-sum-exp kept (inference). */
+void attention_rows(float *out /* (N,H,hd) */, const float *q, const float *kc, const float *vc,
+                    const int *base /* (N) */, const int *len /* (N) */, int N, int H, int Hkv,
+                    int hd);
+/* dst row dst_row[n] = src row n (width D), row strides ld_dst / ld_src floats. */
+void scatter_rows(float *dst, int ld_dst, const int *dst_row /* (N) */, const float *src,
+                  int ld_src, int N, int D);
+
 /* ---- AdamW's element loops (model/ops_adamw.c; adamw.h forms the scalars) ---- */
 typedef struct adamw_scalars {
     float clip;        /* gradient multiplier (1: no clipping) */

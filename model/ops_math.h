@@ -206,4 +206,19 @@ OPS_FN void ops_binmap_backward_row(float *dlogits, float *c, const float *p, in
         dlogits[h] += (float)(sh - p[h] * s);
     }
 }
+/* ---- a dot product whose association is fixed by n alone ----
+ * 8 lane sums (lane j takes elements j, j + 8, ...) combined as
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the n % 8 tail in order. Whatever
+ * vector width runs it, and whichever rows are computed beside it, a row's result is the same
+ * bits (within one instruction-set level: FMA contraction follows the level): the decode
+ * step's products use it so that a request's text does not depend on the batch it is in. */
+OPS_FN float ops_dot8(const float *a, const float *b, int n) {
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) l[j] += a[i + j] * b[i + j];
+    float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
 #endif

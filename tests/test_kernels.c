@@ -291,6 +291,39 @@ static void test_latent(void) {
     free(r_k); free(r_c); free(dr); free(dw_k); free(dw_c); free(dlg_k); free(dlg_c); free(wbuf); free(dz);
 }
 
+static void test_decode_rows(void) {
+    enum { N = 5, IN = 37, OUT = 21, H = 4, Hkv = 2, hd = 6, SL = 3, TM = 9, S = 16 };
+    float *x = rnd(N * IN, 1), *w = rnd(OUT * IN, 1), *y_k = rnd(N * OUT, 1), *y_c = rnd(N * OUT, 1);
+    linear_rows(y_c, x, w, N, IN, OUT);
+    SHIM((size_t)N * OUT, kb_linear_rows(it, y_k, x, w, IN, OUT));
+    close_all("linear_rows", y_k, y_c, N * OUT, ATOL, RTOL);
+    float cs[S * hd / 2], sn[S * hd / 2];
+    rope_table_init(cs, sn, S, hd, 10000.f);
+    const int ld = (H + 2 * Hkv) * hd;
+    int pos[N] = {3, 0, 15, 7, 7};
+    float *qkv = rnd(N * ld, 1), *q_k = rnd(N * H * hd, 1), *q_c = rnd(N * H * hd, 1);
+    float *k_k = rnd(N * Hkv * hd, 1), *k_c = rnd(N * Hkv * hd, 1), *v_k = rnd(N * Hkv * hd, 1), *v_c = rnd(N * Hkv * hd, 1);
+    qkv_split_rope_rows(q_c, k_c, v_c, qkv, cs, sn, N, H, Hkv, hd, pos);
+    SHIM(N, kb_qkv_split_rows(it, q_k, k_k, v_k, qkv, cs, sn, H, Hkv, hd, pos));
+    CHECK(!memcmp(q_k, q_c, sizeof(float) * N * H * hd) && !memcmp(v_k, v_c, sizeof(float) * N * Hkv * hd), "qkv split rows");
+    rope_rows(q_c, q_c, cs, sn, N, H, hd, pos);
+    SHIM((size_t)N * H, kb_rope_rows(it, q_k, q_k, cs, sn, H, hd, pos));
+    CHECK(!memcmp(q_k, q_c, sizeof(float) * N * H * hd), "rope rows");
+    float *kc = rnd(SL * TM * Hkv * hd, 1), *vc = rnd(SL * TM * Hkv * hd, 1);
+    float *o_k = rnd(N * H * hd, 1), *o_c = rnd(N * H * hd, 1);
+    int base[N] = {0, 2 * TM, TM, 0, 2 * TM}, len[N] = {4, 9, 1, 9, 6};
+    attention_rows(o_c, q_c, kc, vc, base, len, N, H, Hkv, hd);
+    SHIM((size_t)N * H, kb_attention_rows(it, o_k, q_c, kc, vc, base, len, H, Hkv, hd));
+    close_all("attention rows", o_k, o_c, N * H * hd, ATOL, RTOL);
+    float *d_k = rnd(SL * TM * hd, 1), *d_c = dup_(d_k, SL * TM * hd);
+    int rows[N] = {4, 11, 0, 26, 13};
+    scatter_rows(d_c, hd, rows, o_c, H * hd, N, hd);
+    SHIM((size_t)N * hd, kb_scatter_rows(it, d_k, hd, rows, o_c, H * hd, hd));
+    CHECK(!memcmp(d_k, d_c, sizeof(float) * SL * TM * hd), "scatter rows");
+    free(x); free(w); free(y_k); free(y_c); free(qkv); free(q_k); free(q_c); free(k_k); free(k_c);
+    free(v_k); free(v_c); free(kc); free(vc); free(o_k); free(o_c); free(d_k); free(d_c);
+}
+
 int main(void) {
     rng_seed(&R, 42);
     RUN(test_launch_coverage);
@@ -301,5 +334,6 @@ int main(void) {
     RUN(test_swiglu_ce);
     RUN(test_rows_and_adamw);
     RUN(test_latent);
+    RUN(test_decode_rows);
     return check_summary();
 }

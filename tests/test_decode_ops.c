@@ -1,0 +1,102 @@
+/* tests/test_decode_ops.c: the decode step's row ops (model/ops_decode.c).
+ *
+ * - linear_rows: every row equals the row computed alone, bit for bit, for every batch size
+ *   and at 1 and 2 threads (a request's text must not depend on its batch); and it agrees
+ *   with linear_forward to float rounding (sums of `in` products in another order: rtol 1e-5);
+ * - qkv_split_rope_rows and rope_rows at per-row positions equal the sequence ops at those
+ *   positions, bit for bit;
+ * - attention_rows over cache slots equals attention_forward of each row's query over its
+ *   slot's prefix (Tq = 1, Tk = len) to float rounding;
+ * - scatter_rows writes each row where it is told. */
+#include "common/rng.h"
+#include "model/ops.h"
+#include "tests/check.h"
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+static rng_t R;
+static float *rnd(size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = 2.0f * rng_f32(&R) - 1.0f;
+    return p;
+}
+
+static void test_linear_rows(void) {
+    enum { NMAX = 13, IN = 67, OUT = 135 };
+    float *x = rnd(NMAX * IN), *w = rnd(OUT * IN), *alone = malloc(sizeof(float) * NMAX * OUT);
+    float *y = malloc(sizeof(float) * NMAX * OUT), *ref = malloc(sizeof(float) * NMAX * OUT);
+    for (int n = 0; n < NMAX; n++) linear_rows(alone + n * OUT, x + n * IN, w, 1, IN, OUT);
+    const int saved = omp_get_max_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        for (int N = 1; N <= NMAX; N++) {
+            /* the batch holds rows starting anywhere: a row's neighbours change with N and s */
+            for (int s = 0; s + N <= NMAX; s += 5) {
+                linear_rows(y, x + s * IN, w, N, IN, OUT);
+                CHECK(!memcmp(y, alone + s * OUT, sizeof(float) * N * OUT),
+                      "rows %d..%d of a batch of %d (%d threads) differ from each row alone", s, s + N - 1, N, threads);
+            }
+        }
+    }
+    omp_set_num_threads(saved);
+    linear_forward(ref, x, w, NMAX, IN, OUT);
+    int bad = 0;
+    for (int i = 0; i < NMAX * OUT; i++) bad += !(fabsf(ref[i] - alone[i]) <= 1e-6f + 1e-5f * fabsf(ref[i]));
+    CHECK(bad == 0, "linear_rows vs linear_forward: %d elements differ beyond rounding", bad);
+    free(x); free(w); free(alone); free(y); free(ref);
+}
+
+static void test_positions(void) {
+    enum { N = 5, H = 4, Hkv = 2, hd = 8, S = 40 };
+    float cs[S * hd / 2], sn[S * hd / 2];
+    rope_table_init(cs, sn, S, hd, 10000.f);
+    const int ld = (H + 2 * Hkv) * hd;
+    float *qkv = rnd(N * ld), q1[N * H * hd], k1[N * Hkv * hd], v1[N * Hkv * hd];
+    float q2[H * hd], k2[Hkv * hd], v2[Hkv * hd];
+    int pos[N] = {0, 17, 3, 39, 8};
+    qkv_split_rope_rows(q1, k1, v1, qkv, cs, sn, N, H, Hkv, hd, pos);
+    for (int n = 0; n < N; n++) {
+        qkv_split_rope(q2, k2, v2, qkv + n * ld, cs, sn, 1, 1, H, Hkv, hd, pos[n]);
+        CHECK(!memcmp(q1 + n * H * hd, q2, sizeof q2) && !memcmp(k1 + n * Hkv * hd, k2, sizeof k2) &&
+                  !memcmp(v1 + n * Hkv * hd, v2, sizeof v2), "row %d at position %d", n, pos[n]);
+    }
+    float r1[N * H * hd], r2[H * hd];
+    rope_rows(r1, q1, cs, sn, N, H, hd, pos);
+    for (int n = 0; n < N; n++) {
+        rope_forward(r2, q1 + n * H * hd, cs, sn, 1, 1, H, hd, pos[n]);
+        CHECK(!memcmp(r1 + n * H * hd, r2, sizeof r2), "rope_rows row %d", n);
+    }
+    free(qkv);
+}
+
+static void test_attention_rows(void) {
+    enum { N = 4, H = 6, Hkv = 3, hd = 12, SLOTS = 3, TMAX = 20 };
+    const int ldk = Hkv * hd;
+    float *kc = rnd(SLOTS * TMAX * ldk), *vc = rnd(SLOTS * TMAX * ldk), *q = rnd(N * H * hd);
+    float out[N * H * hd], ref[H * hd], lse[H];
+    int slot[N] = {2, 0, 2, 1}, len[N] = {7, 20, 1, 13}, base[N];
+    for (int n = 0; n < N; n++) base[n] = slot[n] * TMAX;
+    attention_rows(out, q, kc, vc, base, len, N, H, Hkv, hd);
+    for (int n = 0; n < N; n++) {
+        attention_forward(ref, lse, q + n * H * hd, kc + (size_t)base[n] * ldk, vc + (size_t)base[n] * ldk,
+                          1, 1, len[n], H, Hkv, hd, 1);
+        int bad = 0;
+        for (int i = 0; i < H * hd; i++) bad += !(fabsf(out[n * H * hd + i] - ref[i]) <= 1e-6f + 1e-5f * fabsf(ref[i]));
+        CHECK(bad == 0, "row %d (slot %d, %d keys): %d elements differ", n, slot[n], len[n], bad);
+    }
+    float dst[6 * 4] = {0}, src[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    int rows[3] = {4, 0, 2};
+    scatter_rows(dst, 4, rows, src, 4, 3, 3);
+    CHECK(dst[16] == 1 && dst[18] == 3 && dst[19] == 0 && dst[0] == 5 && dst[8] == 9 && dst[4] == 0,
+          "scatter_rows: rows land where told, width D only");
+    free(kc); free(vc); free(q);
+}
+
+int main(void) {
+    rng_seed(&R, 7);
+    RUN(test_linear_rows);
+    RUN(test_positions);
+    RUN(test_attention_rows);
+    return check_summary();
+}
