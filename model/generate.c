@@ -13,9 +13,13 @@ struct gen {
     double macs_per_row;      /* multiply-adds of one position through every block and the head */
     double serial_macs;       /* chunks below this run without parallel machinery */
     model_config_t cfg;
-    int Bmax, Tmax;
-    int pos;                  /* positions cached, same for every sequence */
-    int B, T, open;           /* the chunk in progress */
+    int Bmax, Tmax;           /* cache slots, positions per slot */
+    int *pos;                 /* (Bmax) positions cached in each slot */
+    int B, T, open;           /* the chunk in progress: B sequences of T tokens */
+    int *seq_slot;            /* (Bmax) the slot of each sequence of the chunk */
+    int *row_host;            /* (4, Bmax*Tmax) host staging of the row arrays below */
+    int *row_pos, *row_cache, *row_base, *row_len; /* (N) per chunk row: its position, its cache
+                                 row (slot * Tmax + pos), its slot's first cache row, keys it sees */
     const float *embed, *norm_f, *lm_head;
     void *mem;                /* one allocation: cache and chunk buffers (gen_layout) */
     float *kc, *vc;           /* (L, Bmax, Tmax, Dkv): rotated keys, values */
@@ -64,6 +68,10 @@ static void gen_layout(gen_t *g, dev_arena_t *ar) {
     const size_t L = c->n_layers, D = c->d_model, F = c->d_ff, V = c->vocab_size;
     const size_t hd = D / c->n_heads, Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
     const size_t N = (size_t)g->Bmax * g->Tmax;
+    g->row_pos = DEV_TAKE(ar, int, N);
+    g->row_cache = DEV_TAKE(ar, int, N);
+    g->row_base = DEV_TAKE(ar, int, N);
+    g->row_len = DEV_TAKE(ar, int, N);
     g->kc = DEV_TAKE(ar, float, L * N * Dkv);
     g->vc = DEV_TAKE(ar, float, L * N * Dkv);
     g->tokens = DEV_TAKE(ar, uint32_t, N);
@@ -91,6 +99,9 @@ void gen_destroy(gen_t **pg) {
     if (g->mem) DEV(g->dev, free, g->mem);
     if (g->all_dev) DEV(g->dev, free, g->all_dev);
     free(g->logits_host);
+    free(g->pos);
+    free(g->seq_slot);
+    free(g->row_host);
     free(g);
     *pg = NULL;
 }
@@ -130,8 +141,12 @@ int gen_create(gen_t **pg, llama_t *m, int Bmax, int Tmax, char *err, size_t err
     ar.base = g->mem;
     ar.used = 0;
     gen_layout(g, &ar);
-    if (!device_is_host(g->dev) && !(g->logits_host = malloc(sizeof(float) * Bmax * c->vocab_size))) {
-        snprintf(err, errlen, "gen_create: out of host memory for the logits");
+    g->pos = calloc(Bmax, sizeof(int));
+    g->seq_slot = calloc(Bmax, sizeof(int));
+    g->row_host = calloc((size_t)4 * Bmax * Tmax, sizeof(int));
+    if (!g->pos || !g->seq_slot || !g->row_host ||
+        (!device_is_host(g->dev) && !(g->logits_host = malloc(sizeof(float) * Bmax * c->vocab_size)))) {
+        snprintf(err, errlen, "gen_create: out of host memory");
         gen_destroy(&g);
         return LLAMA_ENOMEM;
     }
@@ -152,8 +167,18 @@ void gen_set_serial_macs(gen_t *g, double macs) { g->serial_macs = macs; }
         DEV((g)->dev, set_parallel, 1);                                               \
     } while (0)
 
-void gen_reset(gen_t *g) { g->pos = 0; g->open = 0; }
-int gen_pos(const gen_t *g) { return g->pos; }
+void gen_reset(gen_t *g) {
+    memset(g->pos, 0, sizeof(int) * g->Bmax);
+    g->open = 0;
+}
+int gen_reset_slot(gen_t *g, int slot) {
+    if (slot < 0 || slot >= g->Bmax) return LLAMA_EARG;
+    g->pos[slot] = 0;
+    return 0;
+}
+int gen_pos(const gen_t *g) { return g->pos[0]; }
+int gen_slot_pos(const gen_t *g, int slot) { return slot >= 0 && slot < g->Bmax ? g->pos[slot] : -1; }
+int gen_slots(const gen_t *g) { return g->Bmax; }
 int gen_capacity(const gen_t *g) { return g->Tmax; }
 const model_config_t *gen_config(const gen_t *g) { return &g->cfg; }
 float *gen_hidden(gen_t *g) { return g->x; }
@@ -161,14 +186,32 @@ device_t *gen_device(const gen_t *g) { return g->dev; }
 const float *gen_logits(const gen_t *g) { return g->logits_host ? g->logits_host : g->logits; }
 
 int gen_begin(gen_t *g, const uint32_t *tokens, int B, int T, char *err, size_t errlen) {
+    return gen_begin_slots(g, NULL, tokens, B, T, err, errlen);
+}
+
+int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, int T, char *err,
+                    size_t errlen) {
     if (!tokens || B <= 0 || T <= 0 || B > g->Bmax) {
         snprintf(err, errlen, "gen: chunk of B=%d T=%d outside 1 <= B <= %d, T >= 1", B, T, g->Bmax);
         return LLAMA_EARG;
     }
-    if (g->pos + T > g->Tmax) {
-        snprintf(err, errlen, "gen: %d cached + %d new positions exceed the capacity of %d", g->pos,
-                 T, g->Tmax);
-        return LLAMA_EARG;
+    for (int b = 0; b < B; b++) {
+        const int s = slots ? slots[b] : b;
+        if (s < 0 || s >= g->Bmax) {
+            snprintf(err, errlen, "gen: slot %d outside the cache's 0..%d", s, g->Bmax - 1);
+            return LLAMA_EARG;
+        }
+        for (int b2 = 0; b2 < b; b2++)
+            if (g->seq_slot[b2] == s) {
+                snprintf(err, errlen, "gen: slot %d appears twice in one chunk", s);
+                return LLAMA_EARG;
+            }
+        if (g->pos[s] + T > g->Tmax) {
+            snprintf(err, errlen, "gen: %d cached + %d new positions exceed the capacity of %d",
+                     g->pos[s], T, g->Tmax);
+            return LLAMA_EARG;
+        }
+        g->seq_slot[b] = s;
     }
     for (int i = 0; i < B * T; i++)
         if (tokens[i] >= (uint32_t)g->cfg.vocab_size) {
@@ -179,15 +222,39 @@ int gen_begin(gen_t *g, const uint32_t *tokens, int B, int T, char *err, size_t 
     g->B = B;
     g->T = T;
     g->open = 1;
-    DEV(g->dev, upload, g->tokens, tokens, sizeof(uint32_t) * B * T);
-    WITH_PARALLEL(g, B * T, DEV(g->dev, embedding_forward, g->x, g->tokens, g->embed, B * T,
-                                g->cfg.d_model));
+    /* every row's position, cache row, slot start and visible keys, for the device ops */
+    const int N = B * T;
+    int *rp = g->row_host, *rc = rp + N, *rb = rc + N, *rl = rb + N;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const int n = b * T + t, s = g->seq_slot[b], p = g->pos[s] + t;
+            rp[n] = p;
+            rc[n] = s * g->Tmax + p;
+            rb[n] = s * g->Tmax;
+            rl[n] = p + 1;
+        }
+    device_t *d = g->dev;
+    DEV(d, upload, g->row_pos, rp, sizeof(int) * N);
+    DEV(d, upload, g->row_cache, rc, sizeof(int) * N);
+    DEV(d, upload, g->row_base, rb, sizeof(int) * N);
+    DEV(d, upload, g->row_len, rl, sizeof(int) * N);
+    DEV(d, upload, g->tokens, tokens, sizeof(uint32_t) * N);
+    WITH_PARALLEL(g, N, DEV(d, embedding_forward, g->x, g->tokens, g->embed, N, g->cfg.d_model));
     return 0;
 }
 
-/* One block on the chunk: x (B,T,D) updated in place; keys/values of rows appended at pos.
- * The training block's arithmetic (llama_block.c) on the chunk's rows; the queries attend to
- * every cached key through attention_forward with Tq < Tk. */
+/* The chunk's products: a decode chunk (one token per sequence) through linear_rows, whose
+ * rows do not depend on each other, so a sequence decoded beside others gets the bits it gets
+ * alone; a prefill chunk through the ordinary product. */
+static void lin(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out) {
+    if (g->T == 1) DEV(g->dev, linear_rows, y, x, w, N, in, out);
+    else DEV(g->dev, linear_forward, y, x, w, N, in, out);
+}
+
+/* One block on the chunk: x (B*T,D) updated in place; the rows' keys/values written into
+ * their slots at their positions. The training block's arithmetic (llama_block.c) on the
+ * chunk's rows; a prefill's queries attend to their slot's keys through attention_forward with
+ * Tq < Tk, a decode chunk's rows each through attention_rows. */
 static void block_step(gen_t *g, int l, const float *r) {
     const model_config_t *c = &g->cfg;
     device_t *d = g->dev;
@@ -206,41 +273,44 @@ static void block_step(gen_t *g, int l, const float *r) {
         DEV(d, rmsnorm_forward, g->xkv, g->rstd, g->xkv, w.attn_norm, N, D, c->norm_eps);
         kv_in = g->xkv;
     }
-    // projections; RoPE at the chunk's absolute positions pos..pos+T-1
+    // projections; RoPE at each row's position
     if (fused) {
         if (r) {
-            DEV(d, linear_forward, g->qkv, kv_in, w.wq, N, D, Dq + 2 * Dkv);
-            DEV(d, qkv_split_rope, NULL, g->k, g->v, g->qkv, cs, sn, N, T, H, Hkv, hd, g->pos);
+            lin(g, g->qkv, kv_in, w.wq, N, D, Dq + 2 * Dkv);
+            DEV(d, qkv_split_rope_rows, NULL, g->k, g->v, g->qkv, cs, sn, N, H, Hkv, hd, g->row_pos);
         }
-        DEV(d, linear_forward, g->qkv, g->xn, w.wq, N, D, Dq + 2 * Dkv);
-        DEV(d, qkv_split_rope, g->q, r ? NULL : g->k, r ? NULL : g->v, g->qkv, cs, sn, N, T, H,
-            Hkv, hd, g->pos);
+        lin(g, g->qkv, g->xn, w.wq, N, D, Dq + 2 * Dkv);
+        DEV(d, qkv_split_rope_rows, g->q, r ? NULL : g->k, r ? NULL : g->v, g->qkv, cs, sn, N, H,
+            Hkv, hd, g->row_pos);
     } else {
-        DEV(d, linear_forward, g->q, g->xn, w.wq, N, D, Dq);
-        DEV(d, linear_forward, g->k, kv_in, w.wk, N, D, Dkv);
-        DEV(d, linear_forward, g->v, kv_in, w.wv, N, D, Dkv);
-        DEV(d, rope_forward, g->q, g->q, cs, sn, B, T, H, hd, g->pos);
-        DEV(d, rope_forward, g->k, g->k, cs, sn, B, T, Hkv, hd, g->pos);
+        lin(g, g->q, g->xn, w.wq, N, D, Dq);
+        lin(g, g->k, kv_in, w.wk, N, D, Dkv);
+        lin(g, g->v, kv_in, w.wv, N, D, Dkv);
+        DEV(d, rope_rows, g->q, g->q, cs, sn, N, H, hd, g->row_pos);
+        DEV(d, rope_rows, g->k, g->k, cs, sn, N, Hkv, hd, g->row_pos);
     }
-    // append to the cache, then the new queries attend to every cached key (causally)
-    for (int b = 0; b < B; b++) {
-        size_t dst = b * seq_stride + (size_t)g->pos * Dkv, src = (size_t)b * T * Dkv;
-        DEV(d, copy, kc + dst, g->k + src, sizeof(float) * T * Dkv);
-        DEV(d, copy, vc + dst, g->v + src, sizeof(float) * T * Dkv);
+    // write the keys/values into the cache, then the queries attend to their slot's keys
+    DEV(d, scatter_rows, kc, Dkv, g->row_cache, g->k, Dkv, N, Dkv);
+    DEV(d, scatter_rows, vc, Dkv, g->row_cache, g->v, Dkv, N, Dkv);
+    if (T == 1) {
+        DEV(d, attention_rows, g->att, g->q, kc, vc, g->row_base, g->row_len, N, H, Hkv, hd);
+    } else {
+        for (int b = 0; b < B; b++) {
+            const size_t s = (size_t)g->seq_slot[b];
+            DEV(d, attention_forward, g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
+                g->q + (size_t)b * T * Dq, kc + s * seq_stride, vc + s * seq_stride, 1, T,
+                g->pos[s] + T, H, Hkv, hd, 1);
+        }
     }
-    for (int b = 0; b < B; b++)
-        DEV(d, attention_forward, g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
-            g->q + (size_t)b * T * Dq, kc + b * seq_stride, vc + b * seq_stride, 1, T, g->pos + T,
-            H, Hkv, hd, 1);
     // output projection and residual on the query stream
-    DEV(d, linear_forward, g->branch, g->att, w.wo, N, Dq, D);
+    lin(g, g->branch, g->att, w.wo, N, Dq, D);
     DEV(d, add_inplace, g->x, g->branch, (size_t)N * D);
     // MLP: rmsnorm, SwiGLU, down projection, residual
     DEV(d, rmsnorm_forward, g->xn, g->rstd, g->x, w.mlp_norm, N, D, c->norm_eps);
-    DEV(d, linear_forward, g->gate, g->xn, w.wgate, N, D, F);
-    DEV(d, linear_forward, g->up, g->xn, w.wup, N, D, F);
+    lin(g, g->gate, g->xn, w.wgate, N, D, F);
+    lin(g, g->up, g->xn, w.wup, N, D, F);
     DEV(d, swiglu_forward, g->h, g->gate, g->up, N, F);
-    DEV(d, linear_forward, g->branch, g->h, w.wdown, N, F, D);
+    lin(g, g->branch, g->h, w.wdown, N, F, D);
     DEV(d, add_inplace, g->x, g->branch, (size_t)N * D);
 }
 
@@ -262,14 +332,15 @@ static int head(gen_t *g, float *all_logits) {
             out = g->all_dev;
         }
         DEV(d, rmsnorm_forward, g->xf, g->rstd, g->x, g->norm_f, B * T, D, c->norm_eps);
-        DEV(d, linear_forward, out, g->xf, g->lm_head, B * T, D, V);
+        lin(g, out, g->xf, g->lm_head, B * T, D, V);
         DEV(d, copy_rows, g->logits, V, out + (size_t)(T - 1) * V, T * V, B, V);
         if (out != all_logits) DEV(d, download, all_logits, out, sizeof(float) * B * T * V);
     } else {
         // only each sequence's last row goes through the head (V x D per row is the big product)
         DEV(d, copy_rows, g->xn, D, g->x + (size_t)(T - 1) * D, T * D, B, D);
         DEV(d, rmsnorm_forward, g->xf, g->rstd, g->xn, g->norm_f, B, D, c->norm_eps);
-        DEV(d, linear_forward, g->logits, g->xf, g->lm_head, B, D, V);
+        if (T == 1) DEV(d, linear_rows, g->logits, g->xf, g->lm_head, B, D, V);
+        else DEV(d, linear_forward, g->logits, g->xf, g->lm_head, B, D, V);
     }
     if (g->logits_host) DEV(d, download, g->logits_host, g->logits, sizeof(float) * B * V);
     return 0;
@@ -281,7 +352,7 @@ int gen_finish(gen_t *g, float *all_logits, char *err, size_t errlen) {
     WITH_PARALLEL(g, g->B * g->T, rc = head(g, all_logits));
     if (rc) { snprintf(err, errlen, "gen_finish: out of memory for every position's logits"); return rc; }
     if (DEV(g->dev, sync, err, errlen)) return LLAMA_EARG;
-    g->pos += g->T;
+    for (int b = 0; b < g->B; b++) g->pos[g->seq_slot[b]] += g->T;
     g->open = 0;
     return 0;
 }

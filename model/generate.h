@@ -33,19 +33,32 @@
 
 typedef struct gen gen_t;
 
-/* Cache for up to Bmax sequences of Tmax positions (Tmax <= the model's max_seq). */
+/* Cache for up to Bmax sequences (slots) of Tmax positions each (Tmax <= the model's
+ * max_seq). Each slot has its own position: sequences may start, grow and be reset
+ * independently (a serving batch). */
 int gen_create(gen_t **g, llama_t *m, int Bmax, int Tmax, char *err, size_t errlen);
 void gen_destroy(gen_t **g);
 /* Forgets every cached position (same capacity, same model). */
 void gen_reset(gen_t *g);
-/* Positions cached so far (the position of the next chunk's first token). */
+/* Forgets one slot's positions (0, or LLAMA_EARG for a slot outside 0..Bmax-1). */
+int gen_reset_slot(gen_t *g, int slot);
+/* Positions cached so far in slot 0 (the position of the next chunk's first token there). */
 int gen_pos(const gen_t *g);
+/* The same for any slot (-1 outside 0..Bmax-1), and the number of slots. */
+int gen_slot_pos(const gen_t *g, int slot);
+int gen_slots(const gen_t *g);
 int gen_capacity(const gen_t *g);
 const model_config_t *gen_config(const gen_t *g);
 
-/* Starts a chunk: tokens (B,T), B <= Bmax, pos + T <= Tmax; embeds them. Refuses ids outside
- * the vocabulary and a full cache. */
+/* Starts a chunk: tokens (B,T) of sequences in slots 0..B-1, each continuing at its slot's
+ * position; embeds them. Refuses ids outside the vocabulary and a full slot. */
 int gen_begin(gen_t *g, const uint32_t *tokens, int B, int T, char *err, size_t errlen);
+/* The same with the B sequences in the given distinct slots. A chunk of T = 1 (one new token
+ * per sequence: a decode step) computes every row independently of the others (ops.h
+ * linear_rows, attention_rows): a sequence decoded beside others gets the bits it gets
+ * alone. A chunk of T > 1 (a prefill) runs the ordinary products. */
+int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, int T, char *err,
+                    size_t errlen);
 /* Runs blocks l0..l1-1 on the chunk's residual stream, appending their keys/values to the
  * cache. r (B,T,D) or NULL: block l0 reads keys/values from stream + r. */
 void gen_blocks(gen_t *g, int l0, int l1, const float *r);

@@ -11,39 +11,64 @@
  * pair of input rows). */
 #define ROWS_COLS_PER_TASK 64
 
-/* 4 weight rows x 2 input rows: each of the 8 dot products keeps ops_dot8's 8 lanes and
- * combines them the same way, so every element equals ops_dot8(w_o, x_n) bit for bit and the
- * weights are read once per 2 input rows instead of once per row. */
+/* Eight lanes as one value: GCC's vector extension keeps each accumulator in a register
+ * (one AVX register, or two SSE ones at x86-64-v2; the lanes compute the same either way).
+ * The helpers are always inlined, so the ABI note GCC gives for passing such a value from
+ * code built without AVX concerns no real call. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+static inline __attribute__((always_inline)) v8f ld8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+/* ops_dot8's combination of the lanes, then its tail. */
+static inline __attribute__((always_inline)) float finish8(v8f l, const float *w, const float *x,
+                                                          int i, int in) {
+    float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < in; i++) s += w[i] * x[i];
+    return s;
+}
+
+/* 4 weight rows x R input rows (R = 2, or 1 for the last odd row): each of the dot products
+ * keeps ops_dot8's 8 lanes (lane j: elements j, j + 8, ... in order) and combines them the
+ * same way, so every element equals ops_dot8(w_o, x_n) bit for bit; 4 R independent
+ * accumulators keep the FMA units busy, and the weights are read once per R input rows. */
 OPS_VARIANTS(void, rows_tile, (float *y, const float *w, const float *x, int n0, int n1, int o0,
                                int o1, int in, int out),
              (y, w, x, n0, n1, o0, o1, in, out)) {
+    const int in8 = in / 8 * 8;
     int o = o0;
     for (; o + 4 <= o1; o += 4) {
+        const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
         int n = n0;
         for (; n + 2 <= n1; n += 2) {
-            float l[2][4][8];
-            memset(l, 0, sizeof l);
             const float *x0 = x + (size_t)n * in, *x1 = x0 + in;
-            int i = 0;
-            for (; i + 8 <= in; i += 8)
-                for (int a = 0; a < 4; a++) {
-                    const float *wa = w + (size_t)(o + a) * in + i;
-                    for (int j = 0; j < 8; j++) {
-                        l[0][a][j] += wa[j] * x0[i + j];
-                        l[1][a][j] += wa[j] * x1[i + j];
-                    }
-                }
-            for (int b = 0; b < 2; b++)
-                for (int a = 0; a < 4; a++) {
-                    const float *lj = l[b][a], *wa = w + (size_t)(o + a) * in, *xb = b ? x1 : x0;
-                    float s = ((lj[0] + lj[1]) + (lj[2] + lj[3])) + ((lj[4] + lj[5]) + (lj[6] + lj[7]));
-                    for (int t = i; t < in; t++) s += wa[t] * xb[t];
-                    y[(size_t)(n + b) * out + o + a] = s;
-                }
+            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+            for (int i = 0; i < in8; i += 8) {
+                const v8f u0 = ld8(x0 + i), u1 = ld8(x1 + i);
+                const v8f c0 = ld8(w0 + i), c1 = ld8(w1 + i), c2 = ld8(w2 + i), c3 = ld8(w3 + i);
+                a0 += c0 * u0; a1 += c1 * u0; a2 += c2 * u0; a3 += c3 * u0;
+                b0 += c0 * u1; b1 += c1 * u1; b2 += c2 * u1; b3 += c3 * u1;
+            }
+            float *y0 = y + (size_t)n * out + o, *y1 = y0 + out;
+            y0[0] = finish8(a0, w0, x0, in8, in); y0[1] = finish8(a1, w1, x0, in8, in);
+            y0[2] = finish8(a2, w2, x0, in8, in); y0[3] = finish8(a3, w3, x0, in8, in);
+            y1[0] = finish8(b0, w0, x1, in8, in); y1[1] = finish8(b1, w1, x1, in8, in);
+            y1[2] = finish8(b2, w2, x1, in8, in); y1[3] = finish8(b3, w3, x1, in8, in);
         }
-        for (; n < n1; n++)
-            for (int a = 0; a < 4; a++)
-                y[(size_t)n * out + o + a] = ops_dot8(w + (size_t)(o + a) * in, x + (size_t)n * in, in);
+        for (; n < n1; n++) {
+            const float *x0 = x + (size_t)n * in;
+            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < in8; i += 8) {
+                const v8f u0 = ld8(x0 + i);
+                a0 += ld8(w0 + i) * u0; a1 += ld8(w1 + i) * u0;
+                a2 += ld8(w2 + i) * u0; a3 += ld8(w3 + i) * u0;
+            }
+            float *y0 = y + (size_t)n * out + o;
+            y0[0] = finish8(a0, w0, x0, in8, in); y0[1] = finish8(a1, w1, x0, in8, in);
+            y0[2] = finish8(a2, w2, x0, in8, in); y0[3] = finish8(a3, w3, x0, in8, in);
+        }
     }
     for (; o < o1; o++)
         for (int n = n0; n < n1; n++) y[(size_t)n * out + o] = ops_dot8(w + (size_t)o * in, x + (size_t)n * in, in);
