@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/utf8.h"
 #include "sampler/text.h"
 
 #define SERVE_MAX_FRAMES 16  /* envelope frames echoed; a request with more is dropped */
@@ -15,9 +16,13 @@
 struct sampler_server {
     sampler_model_t *sm;
     sampler_serve_opts_t o;
-    char ckpt[4096];
+    char ckpt[WIRE_MAX_STR + 1]; /* reported in every "gen": kept as UTF-8 (a path may not be) */
     int64_t step;
 };
+
+static void set_ckpt(sampler_server_t *s, const char *path) {
+    wire_utf8_clean(s->ckpt, sizeof s->ckpt, path, strlen(path));
+}
 
 int sampler_server_new(sampler_server_t **ps, sampler_model_t *sm, const sampler_serve_opts_t *o,
                        char *err, size_t errlen) {
@@ -27,7 +32,7 @@ int sampler_server_new(sampler_server_t **ps, sampler_model_t *sm, const sampler
     if (!s) { snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
     s->sm = sm;
     s->o = *o;
-    snprintf(s->ckpt, sizeof s->ckpt, "%s", o->ckpt ? o->ckpt : "");
+    set_ckpt(s, o->ckpt ? o->ckpt : "");
     s->step = o->step;
     *ps = s;
     return 0;
@@ -46,11 +51,7 @@ static void encode_reply(const wire_msg_t *m, void **reply, size_t *rlen) {
 }
 
 static void reply_error(uint64_t id, int code, const char *msg, void **reply, size_t *rlen) {
-    wire_msg_t e = {.type = MSG_ERROR};
-    e.u.error.req_id = id;
-    e.u.error.code = code;
-    e.u.error.message = (char *)msg;
-    encode_reply(&e, reply, rlen);
+    if (wire_error_encode(id, code, msg, reply, rlen) != 0) { *reply = NULL; *rlen = 0; }
 }
 
 /* Cuts a valid UTF-8 string to at most cap bytes without splitting a character. */
@@ -65,9 +66,10 @@ void sampler_server_handle(sampler_server_t *s, const void *body, size_t len, vo
                            size_t *rlen) {
     char err[600], msg[700];
     wire_msg_t m;
-    if (wire_decode(body, len, &m, err, sizeof err) != 0) {
+    wire_diag_t d;
+    if (wire_decode_diag(body, len, &m, &d, err, sizeof err) != 0) {
         snprintf(msg, sizeof msg, "malformed request: %s", err);
-        reply_error(0, SERVE_EMALFORMED, msg, reply, rlen);
+        reply_error(d.has_req_id ? d.req_id : 0, SERVE_EMALFORMED, msg, reply, rlen);
         return;
     }
     uint32_t *ids = NULL;
@@ -75,7 +77,7 @@ void sampler_server_handle(sampler_server_t *s, const void *body, size_t len, vo
     sampler_result_t res = {0};
     if (m.type != MSG_GEN_REQ) {
         snprintf(msg, sizeof msg, "a %s message is not served here (send gen_req)", wire_type_name(m.type));
-        reply_error(0, SERVE_ETYPE, msg, reply, rlen);
+        reply_error(d.has_req_id ? d.req_id : 0, SERVE_ETYPE, msg, reply, rlen);
         goto out;
     }
     const msg_gen_req_t *r = &m.u.gen_req;
@@ -183,7 +185,7 @@ static void maybe_reload(sampler_server_t *s, sampler_model_t **sm, const wire_m
     sampler_model_free(sm);
     *sm = nm;
     s->sm = nm;
-    snprintf(s->ckpt, sizeof s->ckpt, "%s", ck->path);
+    set_ckpt(s, ck->path);
     s->step = (int64_t)ck->step;
     if (!s->o.quiet) fprintf(stderr, "sampler: reloaded %s (step %lld)\n", s->ckpt, (long long)s->step);
 }

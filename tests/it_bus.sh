@@ -145,7 +145,7 @@ pids=()
 # --- sanitizers --------------------------------------------------------------------------------
 if command -v clang >/dev/null || command -v gcc >/dev/null; then
     CCX=$(command -v clang || command -v gcc)
-    SRCS="bus/wire.c bus/wire_schema.c bus/json.c bus/wire_text.c common/errmsg.c"
+    SRCS="bus/wire.c bus/wire_schema.c bus/json.c bus/wire_text.c bus/utf8.c common/errmsg.c"
     if $CCX -std=gnu11 -O1 -g -I. -D_GNU_SOURCE -fsanitize=address,undefined \
         -fno-sanitize-recover=undefined tests/test_wire.c $SRCS -lmsgpackc -ljansson -lm \
         -o "$TMP/test_wire_asan" 2>"$TMP/asan_build.log"; then
