@@ -9,12 +9,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-typedef enum { FLAG_INT, FLAG_I64, FLAG_FLOAT, FLAG_DOUBLE, FLAG_STR, FLAG_BOOL } flag_kind;
+/* FLAG_U64: unsigned long long, every value 0..2^64-1 (a u64 of the wire); no sign accepted */
+typedef enum { FLAG_INT, FLAG_I64, FLAG_FLOAT, FLAG_DOUBLE, FLAG_STR, FLAG_BOOL, FLAG_U64 } flag_kind;
 
 typedef struct {
     const char *name;   /* without the leading "--" */
     flag_kind kind;
-    void *dst;          /* int*, long long*, float*, double*, const char**, int* (bool: set to 1) */
+    void *dst;          /* int*, long long*, float*, double*, const char**, int* (bool: set to 1),
+                           unsigned long long* */
     const char *help;
     double min, max;    /* accepted range for numbers; min == max means unchecked */
     int seen;           /* set by flags_parse when the flag was given */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/flags.h"
 #include "evaluator/task.h"
 #include "evaluator/watch.h"
@@ -34,7 +35,8 @@ int main(int argc, char **argv) {
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
                          .iw_samples = 4, .draws = 4};
-    flag_t fl[] = {
+    bus_net_opts_t net = {0};
+    flag_t fl[26 + BUS_NET_NFLAGS] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
         {"task", FLAG_STR, &tc.task, "val, mc, em or synth", 0, 0, 0},
@@ -62,14 +64,14 @@ int main(int argc, char **argv) {
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
     };
-    const int nf = (int)(sizeof fl / sizeof fl[0]);
+    const int nf = 26 + bus_net_flags(fl + 26, &net, -1);
     char err[2048];
     int rc = flags_parse(argc, argv, 1, fl, nf, NULL, NULL, 0, err, sizeof err);
     if (rc == 1) {
         usage(stdout, fl, nf);
         return 0;
     }
-    if (rc) {
+    if (rc || bus_net_setup(&net, err, sizeof err)) {
         fprintf(stderr, "evaluator: %s\n", err);
         return 2;
     }

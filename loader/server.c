@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/progress.h"
 #include "bus/wire.h"
 
@@ -281,13 +282,14 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         h[i]->errors = &errors;
     }
     zctx = zmq_ctx_new();
-    router = zmq_socket(zctx, ZMQ_ROUTER);
     int zero = 0, hwm = 10000;
-    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    if (!zctx || !(router = bus_net_socket(zctx, ZMQ_ROUTER, BUS_PEER_REQUESTS, err, errlen))) {
+        rc = LOADER_EIO;
+        goto out;
+    }
     zmq_setsockopt(router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(router, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    if (zmq_bind(router, cfg->bind) != 0) {
-        snprintf(err, errlen, "bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
+    if (bus_net_bind(zctx, router, cfg->bind, err, errlen) != 0) {
         rc = LOADER_EIO;
         goto out;
     }

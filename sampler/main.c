@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
+#include "bus/utf8.h"
 #include "common/flags.h"
 #include "model/checkpoint.h"
 #include "sampler/sampler.h"
@@ -91,6 +93,11 @@ static int run_client(const opts_t *o) {
     char *ptext = NULL;
     if (!o->prompt && !(ptext = sampler_text_read_all(stdin, WIRE_MAX_STR, &plen, err, sizeof err)))
         return fail(1, err, NULL);
+    const char *prompt = o->prompt ? o->prompt : ptext;
+    if (!wire_utf8_valid(prompt, strlen(prompt))) {
+        free(ptext);
+        return fail(1, "--connect: the prompt is not valid UTF-8 (gen_req carries text)", NULL);
+    }
     int status = 0;
     for (int i = 0; i < o->n && !status; i++) {
         wire_msg_t req = {.type = MSG_GEN_REQ}, rep;
@@ -141,7 +148,8 @@ int main(int argc, char **argv) {
     opts_t o = {.vocab = "bytes", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
                 .max_new_limit = 1024, .timeout_ms = 60000};
-    flag_t fl[] = {
+    bus_net_opts_t net = {0};
+    flag_t fl[24 + BUS_NET_NFLAGS] = {
         {"ckpt", FLAG_STR, &o.ckpt, "checkpoint directory", 0, 0, 0},
         {"run-dir", FLAG_STR, &o.run_dir, "run directory: use its newest complete checkpoint", 0, 0, 0},
         {"prompt", FLAG_STR, &o.prompt, "prompt text (default: all of stdin)", 0, 0, 0},
@@ -167,10 +175,11 @@ int main(int argc, char **argv) {
         {"connect", FLAG_STR, &o.connect, "ask a --serve sampler at this endpoint instead of loading a model", 0, 0, 0},
         {"timeout-ms", FLAG_INT, &o.timeout_ms, "with --connect: wait this long for each reply", 1, 1 << 30, 0},
     };
+    const int nfl = 24 + bus_net_flags(fl + 24, &net, BUS_PEER_REQUESTS);
     char err[1024];
-    int rc = flags_parse(argc, argv, 1, fl, NFLAGS(fl), NULL, NULL, 0, err, sizeof err);
-    if (rc == 1) { usage(stdout, fl, NFLAGS(fl)); return 0; }
-    if (rc) return fail(2, err, NULL);
+    int rc = flags_parse(argc, argv, 1, fl, nfl, NULL, NULL, 0, err, sizeof err);
+    if (rc == 1) { usage(stdout, fl, nfl); return 0; }
+    if (rc || bus_net_setup(&net, err, sizeof err)) return fail(2, err, NULL);
     if (o.connect && (o.ckpt || o.run_dir || o.serve))
         return fail(2, "--connect asks a server: it takes no --ckpt, --run-dir or --serve", NULL);
     if (!o.connect && !o.ckpt == !o.run_dir)
@@ -199,7 +208,7 @@ int main(int argc, char **argv) {
     if (resolve_ckpt(&o, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     if (sampler_model_load(&sm, dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     const model_config_t *c = sampler_model_config(sm);
-    if (c->kind != MODEL_FREE && flags_find(fl, NFLAGS(fl), "latent")->seen) {
+    if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
         fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);
         status = 2;
         goto out;

@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "bus/utf8.h"
 #include "sampler/text.h"
 
@@ -197,18 +198,16 @@ int sampler_serve(sampler_model_t **sm, const sampler_serve_opts_t *o, char *err
     bus_signals_install();
     void *ctx = zmq_ctx_new(), *router = NULL, *sub = NULL;
     if (!ctx) { snprintf(err, errlen, "zmq_ctx_new failed"); rc = SAMPLER_EARG; goto out; }
-    router = zmq_socket(ctx, ZMQ_ROUTER);
-    int zero = 0;
-    if (!router || zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_bind(router, o->bind) != 0) {
-        snprintf(err, errlen, "--serve %s: %s", o->bind, zmq_strerror(zmq_errno()));
+    char why[512];
+    if (!(router = bus_net_socket(ctx, ZMQ_ROUTER, BUS_PEER_REQUESTS, why, sizeof why)) ||
+        bus_net_bind(ctx, router, o->bind, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--serve %s: %s", o->bind, why);
         rc = SAMPLER_EARG;
         goto out;
     }
     if (o->follow) {
         /* "ckpt/" and not "ckpt/<run>": the bus's welcome index comes under "ckpt/" */
         const char *prefix = "ckpt/";
-        char why[512];
         if (!(sub = bus_sub_open(ctx, o->bus_sub, &prefix, 1, why, sizeof why))) {
             snprintf(err, errlen, "bus %s: %s", o->bus_sub, why);
             rc = SAMPLER_EARG;
@@ -249,11 +248,12 @@ out:
 
 int sampler_client_request(const char *endpoint, const wire_msg_t *req, wire_msg_t *rep,
                            int timeout_ms, char *err, size_t errlen) {
-    void *ctx = zmq_ctx_new(), *sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
-    int rc, zero = 0;
-    if (!sock || zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_connect(sock, endpoint) != 0) {
-        snprintf(err, errlen, "--connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    char why[512] = "zmq_ctx_new failed";
+    void *ctx = zmq_ctx_new();
+    void *sock = ctx ? bus_net_socket(ctx, ZMQ_DEALER, BUS_PEER_REPLIES, why, sizeof why) : NULL;
+    int rc;
+    if (!sock || bus_net_connect(sock, endpoint, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--connect %s: %s", endpoint, why);
         rc = SAMPLER_EARG;
     } else {
         /* a DEALER has no pipe until the connection is up: give it a moment before sending */
