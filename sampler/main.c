@@ -3,6 +3,7 @@
  * prints one sample per line (or JSON lines). Every failure is one line "sampler: ..." on
  * stderr: exit 2 for usage errors, 1 for everything else. */
 #include <jansson.h>
+#include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -224,7 +225,12 @@ int main(int argc, char **argv) {
         int64_t step = -1;
         const char *base = strrchr(dir, '/');
         if (base && !strncmp(base + 1, "ckpt-", 5)) step = strtoll(base + 6, NULL, 10);
+        /* the followed run's directory: --run-dir, else the one holding --ckpt */
+        char run_dir[4096], tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s", dir);
+        snprintf(run_dir, sizeof run_dir, "%s", o.run_dir ? o.run_dir : dirname(tmp));
         sampler_serve_opts_t sv = {.bind = o.serve, .ckpt = dir, .step = step, .follow = o.follow,
+                                   .run_dir = run_dir,
                                    .bus_sub = bus_endpoint_sub(o.bus_sub), .vocab = v,
                                    .max_prompt = o.max_prompt, .max_new = o.max_new_limit,
                                    .quiet = o.quiet};

@@ -10,6 +10,7 @@
 #include "bus/bus.h"
 #include "bus/net.h"
 #include "bus/utf8.h"
+#include "common/path_inside.h"
 #include "sampler/text.h"
 
 #define SERVE_MAX_FRAMES 16  /* envelope frames echoed; a request with more is dropped */
@@ -19,6 +20,7 @@ struct sampler_server {
     sampler_serve_opts_t o;
     char ckpt[WIRE_MAX_STR + 1]; /* reported in every "gen": kept as UTF-8 (a path may not be) */
     int64_t step;
+    char refused[WIRE_MAX_STR + 1]; /* the last announced path outside the run directory */
 };
 
 static void set_ckpt(sampler_server_t *s, const char *path) {
@@ -171,6 +173,14 @@ static void maybe_reload(sampler_server_t *s, sampler_model_t **sm, const wire_m
         for (uint32_t i = 0; i < m->u.ckpt_index.n; i++)
             if (!strcmp(m->u.ckpt_index.items[i].run, s->o.follow)) ck = &m->u.ckpt_index.items[i];
     if (!ck || !ck->path || (int64_t)ck->step <= s->step) return;
+    if (!path_inside(s->o.run_dir, ck->path)) {
+        /* the bus says which checkpoint, never where: only the run directory is opened */
+        if (strcmp(s->refused, ck->path)) /* once, not on every repeat of the welcome index */
+            fprintf(stderr, "sampler: not reloading %s: not a checkpoint inside the run directory %s\n",
+                    ck->path, s->o.run_dir ? s->o.run_dir : "(none)");
+        snprintf(s->refused, sizeof s->refused, "%s", ck->path);
+        return;
+    }
     char err[1024];
     sampler_model_t *nm = NULL;
     if (sampler_model_load(&nm, ck->path, err, sizeof err)) {
