@@ -1,4 +1,4 @@
-/* bus/keys.h: CURVE key files (docs/FORMATS.md §6): who a program is, which servers it
+/* bus/keys.h: CURVE key files (docs/FORMATS.md §5): who a program is, which servers it
  * trusts, which clients a server accepts.
  *
  *   PREFIX.key   the key pair, "public <Z85>" and "secret <Z85>" lines; mode 0600, and a

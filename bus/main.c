@@ -262,7 +262,7 @@ static const char *USAGE_KEYGEN =
     "the program with --key or $FT_KEY) and PREFIX.pub (the public key and NAME: copy it into\n"
     "the --trust file of clients, if this is a server, or the --authorized file of servers,\n"
     "if a client). Prints the public key. Existing files are kept unless --force.\n"
-    "Formats: docs/FORMATS.md 6.\n\n";
+    "Formats: docs/FORMATS.md 5.\n\n";
 
 static int cmd_keygen(int argc, char **argv) {
     const char *out = NULL, *name = NULL;
