@@ -6,6 +6,7 @@
 
 #include "model/cpu_isa.h"
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/flags.h"
 #include "evaluator/task.h"
 #include "evaluator/watch.h"
@@ -36,7 +37,8 @@ int main(int argc, char **argv) {
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
                          .iw_samples = 4, .draws = 4};
-    flag_t fl[] = {
+    bus_net_opts_t net = {0};
+    flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
         {"task", FLAG_STR, &tc.task, "val, mc, em or synth", 0, 0, 0},
@@ -65,14 +67,15 @@ int main(int argc, char **argv) {
         {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
     };
-    const int nf = (int)(sizeof fl / sizeof fl[0]);
+    const int nbase = flags_count(fl, 40);
+    const int nf = nbase + bus_net_flags(fl + nbase, &net, -1);
     char err[2048];
     int rc = flags_parse(argc, argv, 1, fl, nf, NULL, NULL, 0, err, sizeof err);
     if (rc == 1) {
         usage(stdout, fl, nf);
         return 0;
     }
-    if (rc) {
+    if (rc || bus_net_setup(&net, err, sizeof err)) {
         fprintf(stderr, "evaluator: %s\n", err);
         return 2;
     }

@@ -11,6 +11,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "common/path_inside.h"
 #include "evaluator/results.h"
 #include "model/checkpoint.h"
 
@@ -194,6 +195,13 @@ static int wait_event(watch_t *w, int ms) {
         snprintf(tmp, sizeof tmp, "%s", path);
         snprintf(w->run_dir, sizeof w->run_dir, "%s", dirname(tmp));
         if (!c->quiet) fprintf(stderr, "evaluator: run %s checkpoints in %s (from the bus)\n", c->run, w->run_dir);
+    }
+    /* checkpoints are opened from run_dir only; an event naming a path elsewhere is said */
+    if (path && w->run_dir[0] && !path_inside(w->run_dir, path)) {
+        char line[3200];
+        snprintf(line, sizeof line, "ignoring a ckpt event of run %s: %.1000s is not a checkpoint inside %s",
+                 c->run, path, w->run_dir);
+        warn_once(w, line);
     }
     wire_msg_free(&m);
     return 0;

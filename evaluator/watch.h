@@ -1,7 +1,7 @@
 /* evaluator/watch.h: following a run and evaluating each of its checkpoints once.
  *
  * The run's checkpoint directory is the source of truth; the bus only says when to look
- * again. A subscription to "ckpt" brings the bus's welcome message (the latest checkpoint of
+ * again (a ckpt event whose path is not inside it is ignored, with one line). A subscription to "ckpt" brings the bus's welcome message (the latest checkpoint of
  * every run) and every new announcement; without a bus the directory is rescanned every
  * poll_ms. The evaluator only reads checkpoints and only publishes events, so starting,
  * killing or replacing it never affects the trainer.

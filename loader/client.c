@@ -14,6 +14,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "bus/net.h"
 #include "common/progress.h"
 #include "loader/batch.h"
 
@@ -47,6 +48,7 @@ struct loader_client {
     double last_answer;       /* any reply from any loader */
     double info_sent;
     uint64_t sent, reissued, dropped;
+    char why[512];            /* why the last endpoint could not be added */
 };
 
 void loader_batch_release(msg_batch_t *b) {
@@ -73,19 +75,22 @@ int loader_client_add_endpoint(loader_client_t *c, const char *ep) {
     peer_t *p = &c->peers[c->npeers];
     memset(p, 0, sizeof *p);
     p->ep = strdup(ep);
-    p->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+    p->sock = bus_net_socket(c->zctx, ZMQ_DEALER, BUS_PEER_REPLIES, c->why, sizeof c->why);
     if (!p->ep || !p->sock) {
         free(p->ep);
         if (p->sock) zmq_close(p->sock);
-        return LOADER_ENOMEM;
+        return p->ep ? LOADER_EIO : LOADER_ENOMEM;
     }
     /* IMMEDIATE: a send to a loader we are not connected to fails at once (EAGAIN) instead of
-     * queueing for a peer that may never come back; reconnects happen by themselves. */
-    int zero = 0, one = 1, ivl = 100;
-    zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
+     * queueing for a peer that may never come back; reconnects happen by themselves.
+     * MAXMSGSIZE: no reply we wait for is larger than a batch of our geometry (tokens, mask
+     * and the map around them), so a loader cannot make us hold more than that. */
+    int one = 1, ivl = 100;
+    int64_t max = (int64_t)c->cfg.B * ((int64_t)c->cfg.T + 1) * 4 + (int64_t)c->cfg.B * c->cfg.T + (64 << 10);
     zmq_setsockopt(p->sock, ZMQ_IMMEDIATE, &one, sizeof one);
     zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
-    if (zmq_connect(p->sock, ep) != 0) {
+    zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    if (bus_net_connect(p->sock, ep, c->why, sizeof c->why) != 0) {
         zmq_close(p->sock);
         free(p->ep);
         return LOADER_EIO;
@@ -114,7 +119,7 @@ int loader_client_open(loader_client_t **out, void *zctx, const char *const *end
         int rc = loader_client_add_endpoint(c, endpoints[i]);
         if (rc) {
             err_fail(err, errlen, 0, "loader endpoint %s: %s", endpoints[i],
-                   rc == LOADER_EIO ? zmq_strerror(zmq_errno()) : loader_strerror(rc));
+                   rc == LOADER_EIO ? c->why : loader_strerror(rc));
             loader_client_close(&c);
             return rc;
         }

@@ -3,6 +3,7 @@
  * prints one sample per line (or JSON lines). Every failure is one line "sampler: ..." on
  * stderr: exit 2 for usage errors, 1 for everything else. */
 #include <jansson.h>
+#include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,8 @@
 
 #include "model/cpu_isa.h"
 #include "bus/bus.h"
+#include "bus/net.h"
+#include "bus/utf8.h"
 #include "common/flags.h"
 #include "model/checkpoint.h"
 #include "sampler/sampler.h"
@@ -93,6 +96,11 @@ static int run_client(const opts_t *o) {
     char *ptext = NULL;
     if (!o->prompt && !(ptext = sampler_text_read_all(stdin, WIRE_MAX_STR, &plen, err, sizeof err)))
         return fail(1, err, NULL);
+    const char *prompt = o->prompt ? o->prompt : ptext;
+    if (!wire_utf8_valid(prompt, strlen(prompt))) {
+        free(ptext);
+        return fail(1, "--connect: the prompt is not valid UTF-8 (gen_req carries text)", NULL);
+    }
     int status = 0;
     for (int i = 0; i < o->n && !status; i++) {
         wire_msg_t req = {.type = MSG_GEN_REQ}, rep;
@@ -143,7 +151,8 @@ int main(int argc, char **argv) {
     opts_t o = {.vocab = "bytes", .device = "cpu", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
                 .max_new_limit = 1024, .timeout_ms = 60000};
-    flag_t fl[] = {
+    bus_net_opts_t net = {0};
+    flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"ckpt", FLAG_STR, &o.ckpt, "checkpoint directory", 0, 0, 0},
         {"run-dir", FLAG_STR, &o.run_dir, "run directory: use its newest complete checkpoint", 0, 0, 0},
         {"prompt", FLAG_STR, &o.prompt, "prompt text (default: all of stdin)", 0, 0, 0},
@@ -170,10 +179,12 @@ int main(int argc, char **argv) {
         {"connect", FLAG_STR, &o.connect, "ask a --serve sampler at this endpoint instead of loading a model", 0, 0, 0},
         {"timeout-ms", FLAG_INT, &o.timeout_ms, "with --connect: wait this long for each reply", 1, 1 << 30, 0},
     };
+    const int nbase = flags_count(fl, 40);
+    const int nfl = nbase + bus_net_flags(fl + nbase, &net, BUS_PEER_REQUESTS);
     char err[1024];
-    int rc = flags_parse(argc, argv, 1, fl, NFLAGS(fl), NULL, NULL, 0, err, sizeof err);
-    if (rc == 1) { usage(stdout, fl, NFLAGS(fl)); return 0; }
-    if (rc) return fail(2, err, NULL);
+    int rc = flags_parse(argc, argv, 1, fl, nfl, NULL, NULL, 0, err, sizeof err);
+    if (rc == 1) { usage(stdout, fl, nfl); return 0; }
+    if (rc || bus_net_setup(&net, err, sizeof err)) return fail(2, err, NULL);
     if (o.connect && (o.ckpt || o.run_dir || o.serve))
         return fail(2, "--connect asks a server: it takes no --ckpt, --run-dir or --serve", NULL);
     if (!o.connect && !o.ckpt == !o.run_dir)
@@ -205,7 +216,7 @@ int main(int argc, char **argv) {
     if (resolve_ckpt(&o, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     if (sampler_model_load(&sm, dev, dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     const model_config_t *c = sampler_model_config(sm);
-    if (c->kind != MODEL_FREE && flags_find(fl, NFLAGS(fl), "latent")->seen) {
+    if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
         fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);
         status = 2;
         goto out;
@@ -221,7 +232,12 @@ int main(int argc, char **argv) {
         int64_t step = -1;
         const char *base = strrchr(dir, '/');
         if (base && !strncmp(base + 1, "ckpt-", 5)) step = strtoll(base + 6, NULL, 10);
+        /* the followed run's directory: --run-dir, else the one holding --ckpt */
+        char run_dir[4096], tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s", dir);
+        snprintf(run_dir, sizeof run_dir, "%s", o.run_dir ? o.run_dir : dirname(tmp));
         sampler_serve_opts_t sv = {.bind = o.serve, .ckpt = dir, .step = step, .follow = o.follow,
+                                   .run_dir = run_dir,
                                    .bus_sub = bus_endpoint_sub(o.bus_sub), .vocab = v,
                                    .max_prompt = o.max_prompt, .max_new = o.max_new_limit,
                                    .quiet = o.quiet};

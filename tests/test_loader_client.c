@@ -15,11 +15,13 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bus/utf8.h"
 #include "bus/wire.h"
 #include "loader/batch.h"
 #include "loader/client.h"
 #include "loader/mkdata.h"
 #include "tests/check.h"
+#include "tests/mp_frame.h"
 
 static char tmp[1024], data[1200], ep[2][1200];
 static pid_t kids[2];
@@ -214,6 +216,50 @@ static void test_error_replies(void) {
     wire_msg_free(&r);
 }
 
+/* Requests a client written from PROTOCOL.md may send: an unknown layout or split is a
+ * parameter error (-3) that echoes the request's req_id; a type name that is not UTF-8 gets
+ * an error whose message is UTF-8 (a msgpack str), whatever bytes it quotes. */
+static void test_error_codes_and_text(void) {
+    static const char *layouts[][2] = {{"spiral", "train"}, {"pack", "test"}, {"PACK", "val"}};
+    for (int i = 0; i < 3; i++) {
+        size_t len;
+        void *f = mp_frame(&len, "usuuuuuuuuss", "v", 1ull, "type", "batch_req", "req_id", 77ull + i,
+                           "seed", 1ull, "epoch", 0ull, "step", 0ull, "rank", 0ull, "world", 1ull,
+                           "B", 2ull, "T", 8ull, "layout", layouts[i][0], "split", layouts[i][1]);
+        wire_msg_t r;
+        CHECK(raw(f, len, &r) == 0 && r.type == MSG_ERROR, "layout %s split %s", layouts[i][0], layouts[i][1]);
+        if (r.type == MSG_ERROR)
+            CHECK(r.u.error.code == LOADER_EPARAM && r.u.error.req_id == 77ull + i, "code %d req_id %llu: %s",
+                  r.u.error.code, (unsigned long long)r.u.error.req_id, r.u.error.message);
+        wire_msg_free(&r);
+        free(f);
+    }
+    /* same for info_req */
+    size_t len;
+    void *f = mp_frame(&len, "usuuuuss", "v", 1ull, "type", "info_req", "req_id", 90ull, "world", 1ull,
+                       "B", 2ull, "T", 8ull, "layout", "pack", "split", "dev");
+    wire_msg_t r;
+    CHECK(raw(f, len, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EPARAM &&
+          r.u.error.req_id == 90, "info_req split dev");
+    wire_msg_free(&r);
+    free(f);
+    /* a missing field is malformed, but the req_id read before it still comes back */
+    f = mp_frame(&len, "usu", "v", 1ull, "type", "batch_req", "req_id", 91ull);
+    CHECK(raw(f, len, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EMALFORMED &&
+          r.u.error.req_id == 91, "missing fields");
+    wire_msg_free(&r);
+    free(f);
+    /* bytes that are not UTF-8, quoted in the error message */
+    f = mp_frame(&len, "us", "v", 1ull, "type", "\xff\xfe\xc3(batch_req");
+    memset(&r, 0, sizeof r);
+    int got = raw(f, len, &r);
+    CHECK(got == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EMALFORMED, "bad type name");
+    CHECK(got == 0 && r.u.error.message && wire_utf8_valid(r.u.error.message, strlen(r.u.error.message)) &&
+          strstr(r.u.error.message, "(batch_req"), "message: %s", r.u.error.message ? r.u.error.message : "-");
+    wire_msg_free(&r);
+    free(f);
+}
+
 int main(void) {
     const char *t = getenv("FT_TEST_TMP");
     snprintf(tmp, sizeof tmp, "%s/test_loader_client.%d", t ? t : "/tmp", (int)getpid());
@@ -239,6 +285,7 @@ int main(void) {
         RUN(test_kill_and_restart);
         RUN(test_resume_at_cursor);
         RUN(test_error_replies);
+        RUN(test_error_codes_and_text);
     }
     zmq_ctx_term(zctx);
     kids_kill();

@@ -7,6 +7,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
@@ -79,12 +80,11 @@ int trainer_data_probe(trainer_data_t *d, trainer_data_info_t *info, char *err, 
     for (;;) {
         trainer_data_poll(d);
         for (; tried < d->n_eps; tried++) {
-            void *s = zmq_socket(d->zctx, ZMQ_DEALER);
-            int linger = 0;
-            zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-            if (zmq_connect(s, d->eps[tried])) {
-                snprintf(err, errlen, "loader endpoint '%s': %s", d->eps[tried], zmq_strerror(zmq_errno()));
-                zmq_close(s);
+            char why[512];
+            void *s = bus_net_socket(d->zctx, ZMQ_DEALER, BUS_PEER_REPLIES, why, sizeof why);
+            if (!s || bus_net_connect(s, d->eps[tried], why, sizeof why)) {
+                snprintf(err, errlen, "loader endpoint '%s': %s", d->eps[tried], why);
+                if (s) zmq_close(s);
                 return -1;
             }
             wire_msg_t req = {.type = MSG_INFO_REQ}, rep;
