@@ -343,10 +343,11 @@ static void ck_list_add(char *list, size_t cap, const char *name) {
 
 int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick, char *err,
                      size_t errlen) {
-    if (!run_dir || !pick || strlen(run_dir) > CKPT_DIR_MAX - 32)
-        return err_fail(err, errlen, CKPT_EARG, "ckpt_open_newest: no run directory or path too long");
+    if (!pick) return err_fail(err, errlen, CKPT_EARG, "ckpt_open_newest: no result buffer");
     memset(pick, 0, sizeof *pick);
     pick->step = -1;
+    if (!run_dir || strlen(run_dir) > CKPT_DIR_MAX - 32)
+        return err_fail(err, errlen, CKPT_EARG, "ckpt_open_newest: no run directory or path too long");
     int64_t *steps;
     int n, rc = ck_scan(run_dir, &steps, &n, err, errlen);
     if (rc) return rc;

@@ -96,7 +96,8 @@ typedef struct {
 
 /* The newest usable checkpoint of run_dir, loaded with load (NULL: verify only). Returns 1 when
  * one was taken, 0 when none is usable (run_dir missing or empty: n_skipped == 0), negative
- * when run_dir cannot be listed or load stopped the search (err set). */
+ * when run_dir cannot be listed or load stopped the search (err set; pick still lists what was
+ * skipped before). */
 int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick, char *err,
                      size_t errlen);
 

@@ -96,7 +96,7 @@ int sampler_model_load_newest(sampler_model_t **psm, const char *run_dir, char *
     ckpt_pick_t *pick = malloc(sizeof *pick);
     if (!pick) return err_fail(err, errlen, SAMPLER_ENOMEM, "out of memory");
     int found = ckpt_open_newest(run_dir, load_cb, psm, pick, err, errlen), rc = 0;
-    if (warn && warnlen) snprintf(warn, warnlen, "%s", found >= 0 ? pick->warn : "");
+    if (warn && warnlen) snprintf(warn, warnlen, "%s", pick->warn);
     if (found < 0) rc = sampler_code(found);
     else if (found == 0 && pick->n_skipped)
         rc = err_fail(err, errlen, SAMPLER_ECKPT, "--run-dir %s: no usable checkpoint (damaged: %s)", run_dir, pick->skipped);

@@ -130,7 +130,7 @@ kill -TERM $tp; wait $tp; rc=$?
 ok "the trainer waited with no loader ($before = $stalled steps)" "[ $before = $stalled ]"
 ok "a loader announced while it waits is taken up (rc $rc)" "[ $moved = 0 ] && [ $rc = 0 ] && grep -q 'discovered loader l3' $W/w.log"
 last=$(sed -n 's/^trainer: stopped by signal at step \([0-9]*\);.*/\1/p' "$W/w.log")
-FT_TRAINER_FAULT_KILL_AFTER_CKPT=$last killed_run bin/trainer --loaders "ipc://$W/l0" $MODEL --run w --run-dir "$W/wr" \
+FT_TRAINER_FAULT_KILL_AFTER_CKPT=$last killed_run timeout -k 5 120 bin/trainer --loaders "ipc://$W/l0" $MODEL --run w --run-dir "$W/wr" \
     --steps 100000 --ckpt-every "${last:-1}" 2>"$W/wr.log"
 ok "weights after the loader swap equal an undisturbed run's (step $last)" \
    "[ -n '$last' ] && cmp -s $W/w/ckpt-$(printf %08d ${last:-0})/model.safetensors $W/wr/ckpt-$(printf %08d ${last:-0})/model.safetensors"

@@ -3,7 +3,9 @@
  * Two loaders serve one dataset; the client fetches 300 batches while loader 0 is killed with
  * SIGKILL at batch 100 and restarted at batch 200. Every batch must equal the one the batch
  * function computes in-process, in order, none missing or repeated. Then a "restarted
- * trainer" opens at a saved cursor and must get exactly the following batches. Also: the
+ * trainer" opens at a saved cursor and must get exactly the following batches. Also: fresh
+ * clients get their first batch without waiting out a time-out, a loader added from the
+ * on_wait hook is used at once, a third loader serving another dataset is never used, and the
  * server's error replies to bad and garbage requests, and its info reply. Needs bin/loader
  * (built by `make all`, which tests/run.sh runs after). */
 #include <signal.h>

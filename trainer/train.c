@@ -247,7 +247,7 @@ static int resume(run_t *r, char *err, size_t errlen) {
     ckpt_pick_t *pick = malloc(sizeof *pick);
     if (!pick) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
     int found = ckpt_open_newest(r->run_dir, load_checkpoint, r, pick, err, errlen);
-    if (found >= 0) err_print_lines(stderr, "trainer: ", pick->warn);
+    err_print_lines(stderr, "trainer: ", pick->warn);
     int rc = found;
     if (found < 0) {
         rc = found == CKPT_EREFUSED ? TRAIN_ESETUP : found == CKPT_ENOMEM ? TRAIN_EMODEL : TRAIN_ECKPT;
@@ -262,7 +262,10 @@ static int resume(run_t *r, char *err, size_t errlen) {
         r->saved_step = r->step;
         adamw_set_steps(r->opt, r->step);
     }
-    if (found <= 0) release_model(r);
+    if (found <= 0) {
+        release_model(r); /* a damaged checkpoint's half-made model, none of its records */
+        r->have_data_id = 0;
+    }
     free(pick);
     return rc;
 }
