@@ -68,16 +68,17 @@ ok "bad flag refused" "[ $rc = 2 ] && grep -q \"'zero' is not an integer\" $W/h.
 train --run i --run-dir "$W/b" --steps 50 --resume --batch 8 2>"$W/i.log"; rc=$?
 ok "resume with another batch size refused" "[ $rc = 2 ] && grep -q 'batch 8 differs' $W/i.log"
 
-# 7. starts do not depend on connection timing: each of 6 starts in a row reaches its step
-# well within --timeout-ms (the first batch request used to be refused by the not-yet-connected
-# socket and re-sent only after the time-out: every start took 10 s here)
+# 7. starts do not depend on connection timing: each of 6 starts in a row trains well within
+# --timeout-ms (the first request used to be refused by the not-yet-connected socket and re-sent
+# only after the time-out: every start took 20 s here; a start takes 0.1-0.5 s, up to 5 s on a
+# machine loaded 2.5x over its cores, hence the margin)
 worst=0
 for i in 1 2 3 4 5 6; do
     t0=$(date +%s%N)
-    train --run s --run-dir "$W/s$i" --steps 5 --ckpt-every 0 --timeout-ms 10000 2>"$W/s$i.log" || worst=99999
+    train --run s --run-dir "$W/s$i" --steps 5 --ckpt-every 0 --timeout-ms 20000 2>"$W/s$i.log" || worst=99999
     t=$((($(date +%s%N) - t0) / 1000000)); [ $t -gt $worst ] && worst=$t
 done
-ok "6 starts in a row each train 5 steps well within the 10 s time-out (slowest ${worst} ms)" "[ $worst -lt 4000 ]"
+ok "6 starts in a row each train 5 steps well within the 20 s time-out (slowest ${worst} ms)" "[ $worst -lt 10000 ]"
 
 # 8. the run directory: parents are created; an unusable one is refused before step 1
 train --run p --run-dir "$W/new/runs/p" --steps 12 --ckpt-every 5 2>"$W/p.log"
