@@ -155,12 +155,13 @@ static void test_resume_at_cursor(void) {
 }
 
 /* A client opened a moment before its connection is up (the trainer's case) must not lose a
- * whole time-out on its first request: ten fresh clients in a row, each with timeout_ms 5000,
- * must each have their first batch well within it. (Before the fix every one waited 5 s: the
- * info_req was refused by ZMQ_IMMEDIATE and only re-sent after the time-out.) */
+ * whole time-out on its first request: ten fresh clients in a row, each with timeout_ms 10000,
+ * must each have their first batch within half of it (0.2 s is usual; the margin is for a
+ * loaded machine). Before the fix every one waited the whole time-out: the info_req was
+ * refused by ZMQ_IMMEDIATE and only re-sent after it. */
 static void test_first_request_fast(void) {
     loader_client_cfg_t cc = client_cfg();
-    cc.timeout_ms = 5000;
+    cc.timeout_ms = 10000;
     const char *eps[1] = {ep[1]};
     double worst = 0;
     for (int k = 0; k < 10; k++) {
@@ -177,7 +178,7 @@ static void test_first_request_fast(void) {
         if (dt > worst) worst = dt;
         loader_client_close(&c);
     }
-    CHECK(worst < 1.5, "the slowest of 10 first batches took %.2f s (time-out 5 s)", worst);
+    CHECK(worst < 5, "the slowest of 10 first batches took %.2f s (time-out 10 s)", worst);
     fprintf(stderr, "  10 fresh clients: slowest first batch %.3f s\n", worst);
 }
 
@@ -215,7 +216,7 @@ static void test_add_while_waiting(void) {
         loader_batch_release(&b);
     }
     CHECK(bad == 0 && h.calls >= 5, "%d wrong batches, %d hook calls", bad, h.calls);
-    CHECK(progress_now() - t0 < 5, "the added loader was used only after %.1f s", progress_now() - t0);
+    CHECK(progress_now() - t0 < 10, "the added loader was used only after %.1f s", progress_now() - t0);
     loader_client_close(&h.c);
     free(want);
 }
