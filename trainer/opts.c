@@ -30,7 +30,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
     F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
     F("model", FLAG_STR, &o->model, "model family: llama or free (the Free Transformer)", 0, 0);
-    F("resume", FLAG_BOOL, &o->resume, "continue from the newest complete checkpoint in --run-dir", 0, 0);
+    F("resume", FLAG_BOOL, &o->resume, "continue from the newest usable checkpoint in --run-dir (each damaged newer one is named)", 0, 0);
     F("allow-restart", FLAG_BOOL, &o->allow_restart, "with --resume: start from scratch when every checkpoint is damaged (else refused)", 0, 0);
     F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
     F("ckpt-every", FLAG_INT, &o->ckpt_every, "write a checkpoint every N steps (0: only at the end)", 0, 1e9);
