@@ -13,6 +13,7 @@
 #include "bus/bus.h"
 #include "bus/net.h"
 #include "bus/utf8.h"
+#include "common/errmsg.h"
 #include "common/flags.h"
 #include "model/checkpoint.h"
 #include "sampler/sampler.h"
@@ -56,16 +57,17 @@ static int fail(int code, const char *what, const char *why) {
     return code;
 }
 
-/* --ckpt as given, or the newest complete checkpoint of --run-dir. */
-static int resolve_ckpt(const opts_t *o, char *dir, size_t cap, char *err, size_t errlen) {
-    if (o->ckpt) { snprintf(dir, cap, "%s", o->ckpt); return 0; }
-    char warn[2048] = "";
-    int64_t step;
-    int rc = ckpt_find_latest(o->run_dir, dir, cap, &step, warn, sizeof warn, err, errlen);
-    if (warn[0]) fprintf(stderr, "sampler: %s\n", warn);
-    if (rc < 0) return -1;
-    if (rc == 0) { snprintf(err, errlen, "--run-dir %s: no complete checkpoint", o->run_dir); return -1; }
-    return 0;
+/* The model of --ckpt, or of the newest usable checkpoint of --run-dir (its path into dir). */
+static int load_model(const opts_t *o, device_t *dev, sampler_model_t **sm, char *dir, size_t cap, char *err,
+                      size_t errlen) {
+    if (o->ckpt) {
+        snprintf(dir, cap, "%s", o->ckpt);
+        return sampler_model_load(sm, dev, dir, err, errlen);
+    }
+    char warn[4096] = "";
+    int rc = sampler_model_load_newest(sm, dev, o->run_dir, dir, cap, warn, sizeof warn, err, errlen);
+    err_print_lines(stderr, "sampler: ", warn);
+    return rc;
 }
 
 static void print_json(int i, const uint32_t *ids, int n, const char *text, size_t tlen, int stopped,
@@ -213,8 +215,7 @@ int main(int argc, char **argv) {
     char *ptext = NULL, *text = NULL;
     uint32_t *prompt = NULL;
     sampler_result_t res = {0};
-    if (resolve_ckpt(&o, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
-    if (sampler_model_load(&sm, dev, dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
+    if (load_model(&o, dev, &sm, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     const model_config_t *c = sampler_model_config(sm);
     if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
         fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);

@@ -74,6 +74,23 @@ ok "same checkpoint, same numbers (deterministic batches)" \
 ev --run ref --run-dir "$W/ref" $VAL --once --all --no-bus --out "$W/ref.jsonl" >/dev/null 2>&1
 ok "--once --all fills in every older checkpoint" "[ \$(wc -l < $W/ref.jsonl) = $((STEPS / 4)) ]"
 
+# 3b. replacements resume where their predecessors stopped, across two kills in a row: A
+# evaluates the only checkpoint (8); B starts with 8..64 on disk, does 64 and is killed (the
+# evaluator's fault hook kills it right after a result, not a poll); C does 60 and 56 and is
+# killed; D does the rest. Every checkpoint exactly once, newest first then the backlog (C used
+# to take the highest step recorded, 64, as where its predecessors stopped: 12..60 were lost).
+mkdir -p "$W/k"; cp -r "$W/ref/ckpt-00000008" "$W/k/"
+KV="--run k --run-dir $W/k $VAL --no-bus --poll-ms 100 --out $W/k.jsonl"
+ev $KV --once >/dev/null 2>"$W/kA.log"
+cp -r "$W/ref"/ckpt-* "$W/k/"
+FT_EVALUATOR_FAULT_KILL_AFTER_EVALS=1 killed_run timeout -k 5 60 bin/evaluator $KV >/dev/null 2>"$W/kB.log"; rb=$?
+FT_EVALUATOR_FAULT_KILL_AFTER_EVALS=2 killed_run timeout -k 5 60 bin/evaluator $KV >/dev/null 2>"$W/kC.log"; rc=$?
+ok "B and C were killed after 1 and 2 results ($rb, $rc)" "[ $rb = 137 ] && [ $rc = 137 ] && [ \$(wc -l < $W/k.jsonl) = 4 ]"
+bin/evaluator $KV >/dev/null 2>"$W/kD.log" & e=$!; pids+=($e)
+wait_for "[ \$(wc -l < $W/k.jsonl) -ge $((STEPS / 4 - 1)) ]" 120; sleep 0.5; kill -TERM $e; wait $e
+ok "after two kills every checkpoint has exactly one result" "[ \"\$(jq -r .step $W/k.jsonl | sort -n)\" = \"\$(seq 8 4 $STEPS)\" ]"
+ok "newest first, then the backlog" "[ \"\$(jq -r .step $W/k.jsonl | tr '\\n' ' ')\" = \"8 \$(seq $STEPS -4 12 | tr '\\n' ' ')\" ]"
+
 # 4. a corrupt newest checkpoint and a half-written one
 mkdir -p "$W/c"; cp -r "$W/ref/ckpt-00000060" "$W/ref/ckpt-00000064" "$W/c/"
 printf 'x' | dd of="$W/c/ckpt-00000064/model.safetensors" bs=1 seek=300 conv=notrunc 2>/dev/null

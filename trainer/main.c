@@ -14,7 +14,8 @@ static void usage(FILE *f, const flag_t *flags, int n) {
             "usage: trainer --loaders EP[,EP...] [--discover] [options]\n"
             "Trains a model on batches from loaders (bin/loader), publishes metrics/<run> and\n"
             "ckpt/<run> events on the bus, writes checkpoints to --run-dir. SIGTERM/SIGINT write a\n"
-            "checkpoint and exit; --resume continues from the newest complete one.\n\noptions:\n");
+            "checkpoint and exit; --resume continues from the newest usable one (docs/FORMATS.md §3).\n"
+            "Test-only fault injection: README, \"Fault injection\".\n\noptions:\n");
     flags_usage(f, flags, n);
 }
 

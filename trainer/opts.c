@@ -31,7 +31,8 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
     F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
     F("model", FLAG_STR, &o->model, "model family: llama or free (the Free Transformer)", 0, 0);
-    F("resume", FLAG_BOOL, &o->resume, "continue from the newest complete checkpoint in --run-dir", 0, 0);
+    F("resume", FLAG_BOOL, &o->resume, "continue from the newest usable checkpoint in --run-dir (each damaged newer one is named)", 0, 0);
+    F("allow-restart", FLAG_BOOL, &o->allow_restart, "with --resume: start from scratch when every checkpoint is damaged (else refused)", 0, 0);
     F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
     F("ckpt-every", FLAG_INT, &o->ckpt_every, "write a checkpoint every N steps (0: only at the end)", 0, 1e9);
     F("keep", FLAG_INT, &o->keep, "complete checkpoints kept (0: all)", 0, 1e6);
@@ -78,6 +79,10 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
 
 int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     int max_seq = o->max_seq ? o->max_seq : o->T;
+    if (o->allow_restart && !o->resume) {
+        snprintf(err, errlen, "--allow-restart goes with --resume");
+        return -1;
+    }
     if (!o->loaders && !o->discover) {
         snprintf(err, errlen, "no data: give --loaders EP[,EP...] and/or --discover");
         return -1;

@@ -13,6 +13,7 @@ typedef struct {
     const char *run_dir;       /* checkpoints go here (default runs/<run>) */
     const char *model;         /* family name */
     int resume;
+    int allow_restart;         /* --resume may start over when every checkpoint is damaged */
     long long steps;           /* optimizer steps in total (a resumed run continues to this) */
     int ckpt_every, keep;
     int log_every;             /* a plain log line every N steps when stderr is no terminal */
