@@ -67,17 +67,20 @@ PT_INLINE unsigned pt_class_at(const uint8_t *t, size_t len, size_t i, size_t *n
     return ucd_class(cp);
 }
 
-/* End of the run of characters from i whose class has a bit of mask. */
+/* End of the run of characters from i whose class has a bit of mask. ASCII, most of most
+ * text, is stepped through by bytes; any other character goes through the decoder. */
 PT_INLINE size_t pt_run_in(const uint8_t *t, size_t len, size_t i, unsigned mask) {
-    size_t n;
-    while (pt_class_at(t, len, i, &n) & mask) i = n;
-    return i;
+    for (size_t n;; i = n) {
+        while (i < len && t[i] < 0x80 && (ucd_ascii[t[i]] & mask)) i++;
+        if (i >= len || t[i] < 0x80 || !(pt_class_at(t, len, i, &n) & mask)) return i;
+    }
 }
 
 /* End of the run of characters from i whose class has no bit of mask (PT_END belongs in mask). */
 PT_INLINE size_t pt_run_out(const uint8_t *t, size_t len, size_t i, unsigned mask) {
-    size_t n;
-    while (!(pt_class_at(t, len, i, &n) & mask)) i = n;
-    return i;
+    for (size_t n;; i = n) {
+        while (i < len && t[i] < 0x80 && !(ucd_ascii[t[i]] & mask)) i++;
+        if (i >= len || t[i] < 0x80 || (pt_class_at(t, len, i, &n) & mask)) return i;
+    }
 }
 #endif

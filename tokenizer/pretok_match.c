@@ -95,6 +95,9 @@ static size_t digits3(const uint8_t *t, size_t len, size_t q) {
  * \s*[\r\n]+|\s+(?!\S)|\s+ */
 size_t pretok_match_cl100k(const uint8_t *t, size_t len, size_t pos) {
     size_t q = pos, r = pos, e;
+    /* the commonest piece in prose, " word", decided before anything else (see below) */
+    if (t[pos] == ' ' && pos + 1 < len && t[pos + 1] < 0x80 && (ucd_ascii[t[pos + 1]] & UCD_L))
+        return pt_run_in(t, len, pos + 2, UCD_L);
     unsigned c = pt_class_at(t, len, pos, &q);
     if (t[pos] == '\'' && (e = contraction(t, len, pos, 1)) != 0) return e;
     /* [^\r\n\p{L}\p{N}]?\p{L}+ : with the prefix character first, then without (a letter) */
