@@ -36,7 +36,7 @@ static void usage_main(FILE *f) {
             "tiktoken's ids: " VOCAB_NAMES ". Those are read from\n"
             "$FT_TIKTOKEN_DIR, PREFIX/share/freetf/tiktoken next to an installed program, or\n"
             "data/tiktoken/encoders of the checkout (`make data`).\n"
-            "Text inputs hold a document per line; empty lines are skipped and not counted, so\n"
+            "Text inputs hold a document per line; empty lines are skipped and not numbered, so\n"
             "document k is line k+1 only in a file without them (encode reports how many).\n"
             "`tokenizer COMMAND --help` describes each command.\n");
 }
@@ -297,7 +297,7 @@ static int ids_per_doc(bpe_t *b, const char *path, docread_format_t fmt, int fla
             snprintf(err, errlen, "%s: document %zu: encoding failed: %s", path, n_docs, bpe_strerror(s));
         } else if (f && write_ids(f, &ids) < 0) {
             rc = BPE_EIO;
-            snprintf(err, errlen, "write failed");
+            snprintf(err, errlen, "writing the ids of document %zu failed: %s", n_docs, strerror(errno));
         } else {
             rc = 0;
         }
