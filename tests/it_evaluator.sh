@@ -56,7 +56,10 @@ mc_first=$(steps_of mc | head -1)
 ok "every checkpoint from step $mc_first on has an mc result" "[ -n '$mc_first' ] && [ \"\$(steps_of mc)\" = \"\$(seq $mc_first 4 $STEPS)\" ]"
 ok "results carry the values" "jq -s -e 'map(select(.task == \"val\")) | all(.values.ce > 0 and .values.bpb > 0 and .values.tokens == 256 and .values.tokens_seen > 0)' $W/results.jsonl >/dev/null && jq -s -e 'map(select(.task == \"mc\")) | all(.values.n == 8 and .values.acc_char >= 0)' $W/results.jsonl >/dev/null"
 ok "eval events on the bus" "grep -q '\"topic\":\"eval/live\".*\"task\":\"val\"' $W/tap.log && grep -q '\"topic\":\"eval/live\".*\"task\":\"mc\"' $W/tap.log"
-ok "validation loss fell over the run" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[0].values.ce > .[-1].values.ce)' $W/results.jsonl >/dev/null"
+# (the first evaluator may start as late as the last checkpoint on a fast machine, so the
+# trained model's loss is compared with an untrained one's, ln 257 = 5.55 nats on the bytes
+# vocabulary, not with the first result)
+ok "validation loss well below an untrained model's" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[-1].values.ce < 0.8 * (257 | log))' $W/results.jsonl >/dev/null"
 
 # 2b. started after training without --run-dir: the bus's welcome message names the directory
 bin/evaluator --run live $VAL --out "$W/late.jsonl" --poll-ms 200 >/dev/null 2>"$W/late.log" & e=$!; pids+=($e)
