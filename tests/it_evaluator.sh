@@ -46,7 +46,9 @@ ok "live trainer exits 0 with evaluators attached" "[ $rc = 0 ]"
 ok "trainer weights unaffected (same bytes as the unwatched run)" \
    "cmp -s $W/ref/ckpt-$(printf %08d $STEPS)/model.safetensors $W/live/ckpt-$(printf %08d $STEPS)/model.safetensors"
 ok "trainer loss curve unaffected" "diff <(grep '^step' $W/ref.log | awk '{print \$2, \$4}') <(grep '^step' $W/live.log | awk '{print \$2, \$4}') >/dev/null"
-wait_for "steps_of val | grep -qx $STEPS && steps_of mc | grep -qx $STEPS" 180
+# (B must have started, not only the results be there: on a fast machine A's newest-first
+# pass may already hold the last step)
+wait_for "steps_of val | grep -qx $STEPS && steps_of mc | grep -qx $STEPS && grep -q 'already evaluated' $W/evB.log" 180
 kill -TERM $eb $ec; wait $eb; rb=$?; wait $ec; rcc=$?
 ok "evaluators exit 0 on SIGTERM ($rb, $rcc)" "[ $rb = 0 ] && [ $rcc = 0 ]"
 want=$(seq "$first" 4 $STEPS)
