@@ -39,6 +39,14 @@ ok "resume says where it started" "grep -q 'resumed from' $W/b2.log"
 ok "resumed weights bit-identical" "cmp -s $W/a/ckpt-00000040/model.safetensors $W/b/ckpt-00000040/model.safetensors"
 ok "resumed optimizer bit-identical" "cmp -s $W/a/ckpt-00000040/optimizer.safetensors $W/b/ckpt-00000040/optimizer.safetensors"
 ok "keep 2 pruned older checkpoints" "[ \$(ls -d $W/b/ckpt-* | wc -l) = 2 ]"
+ok "state.json records what the run computed on" "jq -e '.compute.device == \"cpu\" and .compute.cpu_isa != null and .compute.threads > 0' $W/b/ckpt-00000040/state.json >/dev/null"
+# a resume at another kernel level continues, and says it is not bit-identical
+cp -r "$W/b" "$W/b_isa"
+FT_CPU_ISA=x86-64-v2 train --run b --run-dir "$W/b_isa" --steps 44 --ckpt-every 10 --keep 2 --resume 2>"$W/b3.log"
+ok "resume at another level exits 0" "[ $? = 0 ]"
+if [ "$(jq -r .compute.cpu_isa $W/b/ckpt-00000040/state.json)" != x86-64-v2 ]; then
+    ok "and says the continuation is not bit-identical" "grep -q 'not bit-identical' $W/b3.log"
+fi
 
 # 3. a corrupt newest checkpoint is skipped on resume
 cp -r "$W/a" "$W/c"; printf 'x' | dd of="$W/c/ckpt-00000040/model.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null

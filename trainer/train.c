@@ -18,6 +18,7 @@
 #include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
+#include "model/cpu_isa.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
 #include "model/family.h"
@@ -60,12 +61,33 @@ static double unix_now(void) {
 
 /* What a resumed run must agree on with the run that wrote the checkpoint, beside the model
  * config: otherwise the data cursor would point into another sequence of batches. */
+/* What the run computed on: a resume on other hardware or another kernel level continues the
+ * run correctly but not bit-identically (docs/DEVICES.md), so it is recorded and compared. */
+static json_t *compute_json(const run_t *r) {
+    return json_pack("{s:s, s:s, s:s, s:i}", "device", r->dev->kind == DEVICE_CUDA ? "cuda" : "cpu",
+                     "precision", precision_name(r->dev->precision), "cpu_isa", cpu_isa_name(cpu_isa()),
+                     "threads", r->dev->threads);
+}
+
+static void compare_compute(const run_t *r, json_t *st, const char *dir) {
+    json_t *was = json_object_get(st, "compute"), *now = compute_json(r);
+    if (!now) return;
+    if (json_is_object(was) && !json_equal(was, now)) {
+        char *a = json_dumps(was, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(now, JSON_COMPACT | JSON_SORT_KEYS);
+        fprintf(stderr, "trainer: %s was computed with %s, this run with %s: the continuation is correct but not "
+                "bit-identical to an uninterrupted run\n", dir, a ? a : "?", b ? b : "?");
+        free(a);
+        free(b);
+    }
+    json_decref(now);
+}
+
 static json_t *state_json(const run_t *r) {
     const trainer_opts_t *o = r->o;
     const loader_identity_t *d = &r->data_id;
     uint64_t epoch, dstep;
     trainer_data_cursor(r->data, &epoch, &dstep);
-    return json_pack("{s:I, s:I, s:I, s:f, s:s, s:i, s:i, s:i, s:I, s:I, s:s, s:s,"
+    json_t *st = json_pack("{s:I, s:I, s:I, s:f, s:s, s:i, s:i, s:i, s:I, s:I, s:s, s:s,"
                      " s:{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I}}",
                      "step", (json_int_t)r->step, "data_epoch", (json_int_t)epoch,
                      "data_step", (json_int_t)dstep, "tokens_seen", r->tokens_seen,
@@ -76,6 +98,11 @@ static json_t *state_json(const run_t *r) {
                      "vocab_size", (json_int_t)d->vocab_size, "eot_id", (json_int_t)d->eot_id,
                      "n_docs", (json_int_t)d->n_docs, "n_tokens", (json_int_t)d->n_tokens,
                      "n_bytes", (json_int_t)d->n_bytes);
+    if (st && json_object_set_new(st, "compute", compute_json(r))) {
+        json_decref(st);
+        return NULL;
+    }
+    return st;
 }
 
 static int save_checkpoint(run_t *r, char *err, size_t errlen) {
@@ -153,6 +180,7 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
         if (v[3 + i] != want[i])
             rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s %lld differs from the checkpoint's %lld", flag[i], want[i], v[3 + i]);
     if (!rc) {
+        compare_compute(r, st, dir);
         r->step = v[0];
         r->start_epoch = (uint64_t)v[1];
         r->start_dstep = (uint64_t)v[2];
