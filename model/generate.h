@@ -37,6 +37,12 @@ typedef struct gen gen_t;
  * max_seq). Each slot has its own position: sequences may start, grow and be reset
  * independently (a serving batch). */
 int gen_create(gen_t **g, llama_t *m, int Bmax, int Tmax, char *err, size_t errlen);
+/* The same with chunk buffers for at most max_rows rows (B*T) per chunk instead of Bmax*Tmax:
+ * a serving cache decodes Bmax rows at a time and prefills a prompt in chunks, so its work
+ * buffers need not grow with the cache (gen_create's would take ~5 KB per cached position of a
+ * small model, 25x the cache itself). */
+int gen_create_rows(gen_t **g, llama_t *m, int Bmax, int Tmax, int max_rows, char *err,
+                    size_t errlen);
 void gen_destroy(gen_t **g);
 /* Forgets every cached position (same capacity, same model). */
 void gen_reset(gen_t *g);
@@ -48,6 +54,10 @@ int gen_pos(const gen_t *g);
 int gen_slot_pos(const gen_t *g, int slot);
 int gen_slots(const gen_t *g);
 int gen_capacity(const gen_t *g);
+int gen_max_rows(const gen_t *g);
+/* Device bytes of the key/value cache, and of everything the generator allocated. */
+size_t gen_cache_bytes(const gen_t *g);
+size_t gen_bytes(const gen_t *g);
 const model_config_t *gen_config(const gen_t *g);
 
 /* Starts a chunk: tokens (B,T) of sequences in slots 0..B-1, each continuing at its slot's
@@ -85,6 +95,21 @@ void gen_set_serial_macs(gen_t *g, double macs);
 int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,
              size_t errlen);
 
+/* ---- prefill of one sequence, the same cut whatever else runs ----
+ * A prefill chunk (T > 1) runs the ordinary products, whose bits depend on the rows in the
+ * chunk; so a prompt is prefilled alone (B = 1), in chunks cut at the multiples of
+ * GEN_PREFILL_CHUNK positions: the chunks, hence the bits, are a function of the prompt alone.
+ * A serving batch runs one such chunk between decode steps, so a long prompt never holds the
+ * running sequences up for more than one chunk. The command-line sampler, the service and the
+ * evaluator's generation tasks all prefill this way. */
+#define GEN_PREFILL_CHUNK 64
+/* Runs the next chunk of prompt (n ids) in slot, from the slot's position: positions
+ * pos .. gen_prefill_cut(pos, n) - 1. Returns the positions still to run (0: the prompt is
+ * complete and gen_logits() row 0 holds its last position's logits), or a negative code. */
+int gen_prefill_next(gen_t *g, int slot, const uint32_t *prompt, int n, char *err, size_t errlen);
+/* The end of the chunk that starts at pos in a prompt of n positions. */
+int gen_prefill_cut(int pos, int n);
+
 /* ---- the Free Transformer (model/kv_free.c) ----
  * A gen_t over free_decoder(m) plus the latent path. Each chunk's positions get a latent
  * index Z in [0, 2^H); R = W_post[:, Z] goes into the key/value input of block L/2, whose
@@ -100,6 +125,12 @@ typedef struct free_model free_t;
 typedef struct gen_free gen_free_t;
 
 int gen_free_create(gen_free_t **g, free_t *m, int Bmax, int Tmax, char *err, size_t errlen);
+/* The same with chunk buffers for max_rows rows (gen_create_rows). The prompt is one chunk
+ * (the encoder reads all of it), so max_rows must cover the longest prompt. */
+int gen_free_create_rows(gen_free_t **g, free_t *m, int Bmax, int Tmax, int max_rows, char *err,
+                         size_t errlen);
+/* Device bytes of everything the generator allocated (the decoder's cache included). */
+size_t gen_free_bytes(const gen_free_t *g);
 void gen_free_destroy(gen_free_t **g);
 void gen_free_reset(gen_free_t *g);
 gen_t *gen_free_decoder(gen_free_t *g);   /* positions, config, logits */
