@@ -7,16 +7,10 @@
 #include "model/checkpoint.h"
 #include "sampler/model_impl.h"
 
-static void drop_generators(sampler_model_t *sm) {
-    gen_destroy(&sm->gen);
-    gen_free_destroy(&sm->genf);
-    sm->genB = sm->genT = 0;
-}
-
 void sampler_model_free(sampler_model_t **psm) {
     if (!psm || !*psm) return;
     sampler_model_t *sm = *psm;
-    drop_generators(sm);
+    engine_destroy(&sm->cli);
     llama_destroy(&sm->llama);
     free_destroy(&sm->free);
     free(sm);
@@ -37,7 +31,7 @@ int sampler_model_create(sampler_model_t **psm, device_t *dev, const model_confi
         rc = llama_create_on(&sm->llama, sm->dev, cfg, 1, 1, seed, err, errlen);
     } else if (cfg->kind == MODEL_FREE) {
         rc = free_create_on(&sm->free, sm->dev, cfg, 1, 1, seed, err, errlen);
-        sm->encB = sm->encT = 1;
+        sm->encT = 1;
     } else {
         snprintf(err, errlen, "model kind %d is not one the sampler knows", (int)cfg->kind);
         rc = SAMPLER_EARG;
@@ -119,10 +113,11 @@ int sampler_model_load_newest(sampler_model_t **psm, device_t *dev, const char *
     return rc;
 }
 
-/* Re-creates the Free Transformer with encoder buffers for (B, P), keeping its weights. */
-static int grow_encoder(sampler_model_t *sm, int B, int P, char *err, size_t errlen) {
+/* Re-creates the Free Transformer with encoder buffers for a (1, P) prompt, keeping its
+ * weights. */
+static int grow_encoder(sampler_model_t *sm, int P, char *err, size_t errlen) {
     free_t *m2 = NULL;
-    int rc = free_create_on(&m2, sm->dev, &sm->cfg, B, P, 0, err, errlen);
+    int rc = free_create_on(&m2, sm->dev, &sm->cfg, 1, P, 0, err, errlen);
     if (rc) return rc == FREE_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
     int n = free_params(sm->free, NULL, 0);
     tensor_view_t *a = malloc(sizeof(*a) * n * 2);
@@ -132,27 +127,16 @@ static int grow_encoder(sampler_model_t *sm, int B, int P, char *err, size_t err
     for (int i = 0; i < n; i++)
         DEV(sm->dev, copy, a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
     free(a);
-    drop_generators(sm);  /* they point into the old model */
     free_destroy(&sm->free);
     sm->free = m2;
-    sm->encB = B;
     sm->encT = P;
     return 0;
 }
 
-int sampler_model_prepare(sampler_model_t *sm, int B, int P, int T, char *err, size_t errlen) {
-    int rc;
-    if (sm->free && (B > sm->encB || P > sm->encT)) {
-        int nb = B > sm->encB ? B : sm->encB, np = P > sm->encT ? P : sm->encT;
-        if ((rc = grow_encoder(sm, nb, np, err, errlen))) return rc;
-    }
-    if (B <= sm->genB && T <= sm->genT) return 0;
-    int nb = B > sm->genB ? B : sm->genB, nt = T > sm->genT ? T : sm->genT;
-    drop_generators(sm);
-    rc = sm->llama ? gen_create(&sm->gen, sm->llama, nb, nt, err, errlen)
-                   : gen_free_create(&sm->genf, sm->free, nb, nt, err, errlen);
-    if (rc) return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
-    sm->genB = nb;
-    sm->genT = nt;
-    return 0;
+int sampler_model_reserve_encoder(sampler_model_t *sm, int P, char *err, size_t errlen) {
+    if (!sm->free || P <= sm->encT) return 0;
+    if (sm->engines)
+        return err_fail(err, errlen, SAMPLER_EARG, "the encoder takes prompts of %d positions and "
+                        "cannot grow to %d while %d engine(s) use the model", sm->encT, P, sm->engines);
+    return grow_encoder(sm, P, err, errlen);
 }

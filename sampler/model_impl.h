@@ -7,18 +7,19 @@
 #include "model/llama.h"
 #include "sampler/sampler.h"
 
+#include "sampler/engine.h"
+
 struct sampler_model {
     model_config_t cfg;
     device_t *dev;         /* borrowed: the device every buffer lives on */
     llama_t *llama;        /* the baseline (kind MODEL_LLAMA), activations for (1,1) only */
-    free_t *free;          /* the Free Transformer; activations for the encoder (encB, encT) */
-    int encB, encT;
-    gen_t *gen;            /* baseline generator, cache (genB, genT) */
-    gen_free_t *genf;      /* Free Transformer generator, cache (genB, genT) */
-    int genB, genT;
+    free_t *free;          /* the Free Transformer; activations for the encoder (1, encT) */
+    int encT;
+    int engines;           /* engines over these weights (they point into the models above) */
+    engine_t *cli;         /* sampler_generate's engine, kept for the next call while it fits */
 };
 
-/* Makes sure a generator with a cache of B x T positions exists (and, for the Free
- * Transformer, encoder buffers for a B x P prompt), reusing the current ones when they fit. */
-int sampler_model_prepare(sampler_model_t *sm, int B, int P, int T, char *err, size_t errlen);
+/* Makes sure the Free Transformer's encoder takes a prompt of P positions (a no-op for the
+ * baseline). Growing it re-creates the model, so it is refused while an engine is attached. */
+int sampler_model_reserve_encoder(sampler_model_t *sm, int P, char *err, size_t errlen);
 #endif
