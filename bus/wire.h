@@ -61,6 +61,8 @@ typedef enum {
     MSG_LOG,         /* bus event: "log" (a human-readable line from a program) */
     MSG_GEN_REQ,     /* client -> bin/sampler --serve: "gen_req" (added by the sampler) */
     MSG_GEN,         /* bin/sampler --serve -> client: "gen" */
+    MSG_GEN_PART,    /* bin/sampler --serve -> client: "gen_part" (streamed text so far) */
+    MSG_GEN_CANCEL,  /* client -> bin/sampler --serve: "gen_cancel" */
     MSG_TYPE_COUNT
 } msg_type;
 
@@ -172,6 +174,8 @@ typedef struct {
     uint32_t index;        /* which sample of the series (seeding: docs/sampler.md) */
     uint32_t group;        /* samples per shared-latent group, >= 1 */
     uint32_t flags;        /* bit 0: stop at end-of-text; bit 1: put end-of-text before the prompt */
+    uint32_t deadline_ms;  /* optional: give up this long after the server received it (0: never) */
+    uint8_t stream;        /* optional bool: gen_part messages before the final gen */
 } msg_gen_req_t;
 
 typedef struct {
@@ -182,6 +186,16 @@ typedef struct {
     char *ckpt;            /* checkpoint directory that answered */
     uint64_t step;         /* its training step (0 when unknown) */
 } msg_gen_t;
+
+typedef struct {
+    uint64_t req_id;
+    char *text;            /* the text so far (whole characters only) */
+    uint32_t n_tokens;     /* tokens generated so far */
+} msg_gen_part_t;
+
+typedef struct {
+    uint64_t req_id;       /* the request of this connection to drop */
+} msg_gen_cancel_t;
 
 typedef struct {
     msg_type type;
@@ -199,6 +213,8 @@ typedef struct {
         msg_log_t log;
         msg_gen_req_t gen_req;
         msg_gen_t gen;
+        msg_gen_part_t gen_part;
+        msg_gen_cancel_t gen_cancel;
     } u;
 } wire_msg_t;
 

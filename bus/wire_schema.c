@@ -76,12 +76,20 @@ static const wire_field_t gen_req_fields[] = {
     F(msg_gen_req_t, top_k, WF_U32, 1),       F(msg_gen_req_t, top_p, WF_F64, 1),
     F(msg_gen_req_t, seed, WF_U64, 1),        F(msg_gen_req_t, latent, WF_STR, 1),
     F(msg_gen_req_t, index, WF_U32, 1),       F(msg_gen_req_t, group, WF_U32, 1),
-    F(msg_gen_req_t, flags, WF_U32, 1),
+    F(msg_gen_req_t, flags, WF_U32, 1),       F(msg_gen_req_t, deadline_ms, WF_U32, 0),
+    F(msg_gen_req_t, stream, WF_BOOL, 0),
 };
 static const wire_field_t gen_fields[] = {
     F(msg_gen_t, req_id, WF_U64, 1), F(msg_gen_t, text, WF_STR, 1),
     F(msg_gen_t, n_tokens, WF_U32, 1), F(msg_gen_t, stop, WF_STR, 1),
     F(msg_gen_t, ckpt, WF_STR, 1), F(msg_gen_t, step, WF_U64, 1),
+};
+static const wire_field_t gen_part_fields[] = {
+    F(msg_gen_part_t, req_id, WF_U64, 1), F(msg_gen_part_t, text, WF_STR, 1),
+    F(msg_gen_part_t, n_tokens, WF_U32, 1),
+};
+static const wire_field_t gen_cancel_fields[] = {
+    F(msg_gen_cancel_t, req_id, WF_U64, 1),
 };
 
 #define S(nm, arr) {nm, arr, (int)(sizeof arr / sizeof arr[0])}
@@ -99,6 +107,8 @@ static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_LOG] = S("log", log_fields),
     [MSG_GEN_REQ] = S("gen_req", gen_req_fields),
     [MSG_GEN] = S("gen", gen_fields),
+    [MSG_GEN_PART] = S("gen_part", gen_part_fields),
+    [MSG_GEN_CANCEL] = S("gen_cancel", gen_cancel_fields),
 };
 _Static_assert(sizeof gen_req_fields / sizeof gen_req_fields[0] <= WIRE_SCHEMA_MAX_FIELDS,
                "decoder bookkeeping too small");
@@ -190,7 +200,7 @@ static int fields_equal(const wire_schema_t *s, const char *a, const char *b) {
         case WF_U32: case WF_I32:
             if (memcmp(pa, pb, 4)) return 0;
             break;
-        case WF_LAYOUT: case WF_SPLIT:
+        case WF_LAYOUT: case WF_SPLIT: case WF_BOOL:
             if (*pa != *pb) return 0;
             break;
         case WF_NAME:
