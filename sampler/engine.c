@@ -32,7 +32,9 @@ struct engine {
     uint32_t *tok, *zt;    /* (max_batch) its tokens and latents */
     sample_t *smp;
     uint64_t seq;
-    size_t enc_bytes;      /* the encoder activations this engine asked the model for */
+    size_t enc_bytes;
+    engine_observe_fn observe;
+    void *observe_ctx;      /* the encoder activations this engine asked the model for */
 };
 
 void engine_destroy(engine_t **pe) {
@@ -108,6 +110,11 @@ int engine_create(engine_t **pe, sampler_model_t *sm, int max_batch, int max_pos
     return 0;
 }
 
+void engine_observe(engine_t *e, engine_observe_fn fn, void *ctx) {
+    e->observe = fn;
+    e->observe_ctx = ctx;
+}
+
 int engine_max_batch(const engine_t *e) { return e->max_batch; }
 int engine_max_pos(const engine_t *e) { return e->max_pos; }
 size_t engine_cache_bytes(const engine_t *e) { return gen_cache_bytes(e->gen); }
@@ -178,6 +185,7 @@ int engine_add(engine_t *e, const engine_req_t *r, char *err, size_t errlen) {
 
 /* Picks row w's next token from its logits lg (V): appended, or the end of the row. */
 static void take(engine_t *e, row_t *w, const float *lg) {
+    if (e->observe) e->observe(e->observe_ctx, (int)(w - e->rows), lg, e->V);
     const uint32_t id = sample_pick(e->smp, lg, &w->sample, &w->tokens);
     if (w->stop_at_eot && id == (uint32_t)e->eot) {
         w->pub.stopped = 1;

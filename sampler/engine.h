@@ -92,6 +92,10 @@ int engine_step(engine_t *e, char *err, size_t errlen);
 const engine_row_t *engine_row(const engine_t *e, int i);
 /* Frees row i, finished or not (a cancelled request leaves at once). */
 void engine_release(engine_t *e, int i);
+/* For tests: fn(ctx, row, logits) sees every row's logits (V floats) before its pick, so a
+ * test can compare the bits a row gets in a batch with those it gets alone. NULL: none. */
+typedef void (*engine_observe_fn)(void *ctx, int row, const float *logits, int V);
+void engine_observe(engine_t *e, engine_observe_fn fn, void *ctx);
 /* Rows neither free nor done; rows free for engine_add. */
 int engine_active(const engine_t *e);
 int engine_free_rows(const engine_t *e);
