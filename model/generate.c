@@ -264,9 +264,12 @@ int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, i
 
 /* The chunk's products: a decode chunk (one token per sequence) through linear_rows, whose
  * rows do not depend on each other, so a sequence decoded beside others gets the bits it gets
- * alone; a prefill chunk through the ordinary product. */
+ * alone; a prefill chunk of up to GEN_PREFILL_CHUNK rows too, because its tiles read each weight
+ * once for several rows where the CPU's few-row product (ops_linear.c, up to 16 rows) reads it
+ * once per 4 (a serving step with a 16-token prompt to prefill spent 18% of its time there,
+ * perf, config S, 32 rows); larger chunks through the ordinary product. */
 static void lin(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out) {
-    if (g->T == 1) DEV(g->dev, linear_rows, y, x, w, N, in, out);
+    if (g->T == 1 || N <= GEN_PREFILL_CHUNK) DEV(g->dev, linear_rows, y, x, w, N, in, out);
     else DEV(g->dev, linear_forward, y, x, w, N, in, out);
 }
 
@@ -358,8 +361,7 @@ static int head(gen_t *g, float *all_logits) {
         // only each sequence's last row goes through the head (V x D per row is the big product)
         DEV(d, copy_rows, g->xn, D, g->x + (size_t)(T - 1) * D, T * D, B, D);
         DEV(d, rmsnorm_forward, g->xf, g->rstd, g->xn, g->norm_f, B, D, c->norm_eps);
-        if (T == 1) DEV(d, linear_rows, g->logits, g->xf, g->lm_head, B, D, V);
-        else DEV(d, linear_forward, g->logits, g->xf, g->lm_head, B, D, V);
+        lin(g, g->logits, g->xf, g->lm_head, B, D, V);
     }
     if (g->logits_host) DEV(d, download, g->logits_host, g->logits, sizeof(float) * B * V);
     return 0;
