@@ -102,7 +102,7 @@ void sampler_server_handle(sampler_server_t *s, const void *body, size_t len, vo
 int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err, size_t errlen);
 
 /* Client: sends the n requests reqs (type MSG_GEN_REQ, distinct req_ids) to endpoint over one
- * DEALER at once, so the server batches them, and waits up to timeout_ms (from the last reply
+ * DEALER, up to 32 at a time so the server batches them, and waits up to timeout_ms (from the last reply
  * or part) for their answers: reps[i] is reqs[i]'s "gen" or "error" (caller frees each with
  * wire_msg_free). on_part, when not NULL, receives each gen_part of a streamed request. A
  * SIGINT/SIGTERM while waiting sends gen_cancel for every request not yet answered and returns

@@ -11,6 +11,10 @@
 #include "bus/bus.h"
 #include "bus/net.h"
 
+/* Requests in flight at most: enough to fill a server's batch, few enough that a large --n
+ * does not overflow its queue (the rest follow as answers come). */
+#define CLIENT_WINDOW 32
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -86,9 +90,8 @@ static int exchange(void *sock, const wire_msg_t *reqs, int n, wire_msg_t *reps,
             cancelling = 1;
             rc = BUS_ERR_INTR;
             deadline = now_ms() + 1000; /* a moment for the cancellations to be answered */
-            if (sent < n) break;
         }
-        while (sent < n && !cancelling) {
+        while (sent < n && !cancelling && sent - (n - left) < CLIENT_WINDOW) {
             int s = send_msg(sock, &reqs[sent], err, errlen);
             if (s == BUS_TIMEOUT) break; /* not connected yet: again after the poll below */
             if (s) { rc = s; goto out; }
