@@ -33,6 +33,11 @@ int device_open(device_t **d, const char *spec, precision_t precision, char *err
     return err_fail(err, errlen, -1, "device '%s': expected cpu, cuda or cuda:N", spec);
 }
 
+const char *device_default_spec(void) {
+    const char *e = getenv("FT_DEVICE");
+    return e && *e ? e : "cpu";
+}
+
 void device_close(device_t **d) {
     if (!d || !*d) return;
     if (*d == device_cpu_default()) { *d = NULL; return; }

@@ -170,6 +170,8 @@ typedef struct {
  * device, or the machine no GPU or driver, one line says so and the status is -1. */
 int device_open(device_t **d, const char *spec, precision_t precision, char *err, size_t errlen);
 void device_close(device_t **d);
+/* The device programs use when --device is not given: $FT_DEVICE, else "cpu". */
+const char *device_default_spec(void);
 /* The process's CPU device at fp32 (tests, tools and the checkpoint code's host buffers). */
 device_t *device_cpu_default(void);
 /* 1 when device pointers of d are host pointers (the CPU device). */

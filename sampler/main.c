@@ -150,7 +150,7 @@ static int run_client(const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.vocab = "bytes", .device = "cpu", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
+    opts_t o = {.vocab = "bytes", .device = device_default_spec(), .latent = "independent", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
                 .max_new_limit = 1024, .timeout_ms = 60000};
     bus_net_opts_t net = {0};
@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
         {"eot-prefix", FLAG_BOOL, &o.eot_prefix, "put the end-of-text token before the prompt", 0, 0, 0},
         {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
         {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
-        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
+        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
