@@ -154,6 +154,9 @@ struct device {
     int threads;               /* CPU: OpenMP threads the ops use (0: OpenMP's default) */
     char name[128];            /* "cpu (x86-64-v3, 2 threads)", "cuda:0 (NVIDIA H100 ...)" */
     size_t allocated;          /* bytes held through alloc, for the memory report */
+    int profile_gemm;          /* set by a benchmark: the CUDA device times its products ... */
+    double gemm_seconds;       /* ... and adds their time here (events, each product waited
+                                  for, so only for measuring cuBLAS' share of a step) */
     void *impl;                /* the device's own state */
 };
 

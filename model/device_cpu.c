@@ -47,7 +47,7 @@ static void cpu_set_parallel(device_t *d, int on) {
 static void cpu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc) {
-    (void)d;
+    (void)d; /* (profile_gemm: only the CUDA device times its products) */
     model_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

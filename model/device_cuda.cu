@@ -127,8 +127,32 @@ __global__ void g_to_bf16(size_t n, __nv_bfloat16 *out, const float *x) {
     FOR_ITEMS(n) out[it] = __float2bfloat16_rn(x[it]);
 }
 
+static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The product, timed with events when a benchmark asks (bench/gpu.sh: cuBLAS' share). */
 static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (!d->profile_gemm) {
+        gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, impl_of(d)->stream);
+    gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    cudaEventRecord(e1, impl_of(d)->stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    d->gemm_seconds += ms * 1e-3;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cuda_impl_t *c = impl_of(d);
     if (m <= 0 || n <= 0) return;
     const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
