@@ -1,4 +1,5 @@
-/* model/gemm.c: model_gemm on the CPU via OpenBLAS (see gemm.h for the layout contract).
+/* model/gemm_blas.c: the products on OpenBLAS (gemm_impl.h), the engine gemm.c falls back
+ * to where oneDNN cannot run a product.
  *
  * Threading: Debian's OpenBLAS runs its own pthread pool, whose idle threads spin after each
  * call while our OpenMP threads run the element-wise ops: on this 2-core machine the two pools
@@ -8,7 +9,7 @@
  * split by column blocks of C (each element one call's full-k sum); products with a long k by
  * ranges of k, whose partial sums are added in thread order. Either way the split depends on
  * the shape and the thread count only, so for a fixed thread count results are deterministic. */
-#include "model/gemm.h"
+#include "model/gemm_impl.h"
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -88,9 +89,9 @@ static int gemm_ksplit(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
     return 1;
 }
 
-void model_gemm(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha,
-                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (m <= 0 || n <= 0) return;
+static void gemm_blas1(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc) {
     pthread_once(&gemm_once, gemm_blas_single);
     int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (nt <= 1 || (double)m * n * k < GEMM_PAR_MIN || n < 2 * GEMM_MIN_COLS) {
@@ -118,4 +119,11 @@ void model_gemm(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha
         sgemm1(transa, transb, m, j1 - j0, k, alpha, A, lda, Bj, ldb, beta, C + (size_t)j0 * ldc,
                ldc);
     }
+}
+
+void gemm_blas(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A, int lda,
+               long long sa, const float *B, int ldb, long long sb, float beta, float *C, int ldc,
+               long long sc, int batch) {
+    for (int b = 0; b < batch; b++)
+        gemm_blas1(ta, tb, m, n, k, alpha, A + b * sa, lda, B + b * sb, ldb, beta, C + b * sc, ldc);
 }
