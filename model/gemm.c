@@ -1,10 +1,11 @@
 /* model/gemm.c: the entry points of gemm.h: precision, degenerate shapes, bf16 operands, and
  * which engine runs a product (gemm_impl.h).
  *
- * Engine. oneDNN (gemm_dnnl.c) runs every product it has a non-reference implementation for;
- * OpenBLAS (gemm_blas.c) runs the rest, and everything when oneDNN failed to initialise. The
- * choice depends on the shape alone (a failed shape is remembered), so a product always takes
- * the same path and results stay deterministic.
+ * Engine. oneDNN (gemm_dnnl.c) runs every product it has a non-reference implementation for,
+ * except where OpenBLAS (gemm_blas.c) was measured faster (gemm_prefers_blas); OpenBLAS runs
+ * the rest, and everything when oneDNN failed to initialise. The choice depends on the ISA
+ * level and the shape alone (a failed shape is remembered), so a product always takes the
+ * same path and results stay deterministic.
  *
  * bf16. The operands are rounded once into per-thread buffers, compact (leading dimension =
  * rows): as bf16 bit patterns when the CPU runs bf16 products natively (ISA level
@@ -105,11 +106,22 @@ static void gemm_scale_only(int m, int n, float beta, float *C, int ldc, long lo
         }
 }
 
+/* Products OpenBLAS runs faster than oneDNN 2.6. Below AVX-512 oneDNN's matmul is its jit
+ * sgemm, which packs a transposed op(B) slowly: C = A B^T (the weight gradients dW += X^T dY,
+ * attention's dV and dK) measured 1.0-2.3x slower than OpenBLAS on Zen 3 (one thread, best of
+ * 6: m,n,k = 256,4096,2048 34 vs 78 GFLOP/s; 256,512,2048 55 vs 73; 512,8192,2048 77 vs 80;
+ * 64,256,128 52 vs 57), never faster; the other transpose pairs were equal within the noise
+ * (bench/NOTES.md, 2026-11-23). At x86-64-v4 and above oneDNN runs its AVX-512 kernels, which
+ * the issue measured well ahead of OpenBLAS (1024^3 on Zen 5); every product goes there. */
+static int gemm_prefers_blas(gemm_op ta, gemm_op tb) {
+    return cpu_isa() < CPU_ISA_V4 && ta == GEMM_N && tb == GEMM_T;
+}
+
 /* fp32 operands: oneDNN, else OpenBLAS. */
 static void gemm_f32(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
                      int lda, long long sa, const float *B, int ldb, long long sb, float beta,
                      float *C, int ldc, long long sc, int batch) {
-    if (gemm_dnnl(GEMM_IN_F32, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+    if (gemm_prefers_blas(ta, tb) || gemm_dnnl(GEMM_IN_F32, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
                   batch))
         gemm_blas(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
 }
@@ -127,13 +139,13 @@ static void gemm_bf16(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, 
         const void *A2 = bf16_operand(GEMM_TLS_A, native, A, ar, ac, lda, sa, na);
         const void *B2 = bf16_operand(GEMM_TLS_B, native, B, br, bc, ldb, sb, nbb);
         if (!A2 || !B2) break;
-        if (!gemm_dnnl(native ? GEMM_IN_BF16 : GEMM_IN_F32, ta, tb, m, n, k, alpha, A2, ar, sa2, B2,
-                       br, sb2, beta, C, ldc, sc, batch))
-            return;
         if (!native) {
-            gemm_blas(ta, tb, m, n, k, alpha, A2, ar, sa2, B2, br, sb2, beta, C, ldc, sc, batch);
+            gemm_f32(ta, tb, m, n, k, alpha, A2, ar, sa2, B2, br, sb2, beta, C, ldc, sc, batch);
             return;
         }
+        if (!gemm_dnnl(GEMM_IN_BF16, ta, tb, m, n, k, alpha, A2, ar, sa2, B2, br, sb2, beta, C, ldc,
+                       sc, batch))
+            return;
     }
     /* no memory for the rounded copies: round element by element on the way (slow, rare) */
     for (int b = 0; b < batch; b++)
