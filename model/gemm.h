@@ -44,8 +44,10 @@ void model_gemm_prec(precision_t p, gemm_op transa, gemm_op transb, int m, int n
  * b in [0, batch), C + b*strideC = alpha op(A + b*strideA) op(B + b*strideB) + beta C + b*strideC
  * (strides in elements; a stride of 0 for A or B uses one matrix for every product). The batch's
  * C matrices must not overlap. One call runs the whole batch (over the process's threads, or on
- * the calling thread inside a parallel region); results equal `batch` single calls up to the
- * order of the fp32 sums inside each product. */
+ * the calling thread inside a parallel region). At one thread (so also inside a parallel
+ * region) results equal `batch` single calls bit for bit; with more threads a single call may
+ * split its sums over the threads where the batch splits the batch, so they agree to fp32
+ * rounding of the sums. */
 void model_gemm_batched_prec(precision_t p, gemm_op transa, gemm_op transb, int m, int n, int k,
                              float alpha, const float *A, int lda, long long strideA,
                              const float *B, int ldb, long long strideB, float beta, float *C,

@@ -268,9 +268,10 @@ static void test_degenerate(void) {
 
 /* ---- batches ------------------------------------------------------------------------- */
 
-/* A strided batch equals the loop of single products (to the fp32 accumulation bound: the
- * batched primitive may block the sums differently), for both precisions, with gaps between
- * the batch's matrices and with A broadcast (stride 0). */
+/* A strided batch equals the loop of single products, for both precisions, with gaps between
+ * the batch's matrices and with A broadcast (stride 0): to the fp32 accumulation bound with
+ * several threads (a single product may split its sums over the threads, the batch splits
+ * the batch), bit for bit at one thread. */
 static void test_batched(void) {
     const int m = 37, n = 65, k = 129, batch = 5;
     for (int pi = 0; pi < 2; pi++)
@@ -315,6 +316,20 @@ static void test_batched(void) {
                           precision_name(pr), ta ? 'T' : 'N', tb ? 'T' : 'N',
                           bc ? " (A broadcast)" : "", worst);
                     CHECK(gaps_ok, "gaps between the batch's C matrices untouched");
+                    /* at one thread (as inside a parallel region) no product is split across
+                     * threads, and the batch is the singles bit for bit */
+                    const int saved = omp_get_max_threads();
+                    omp_set_num_threads(1);
+                    memcpy(C, C0, sizeof(float) * nc);
+                    memcpy(C1, C0, sizeof(float) * nc);
+                    model_gemm_batched_prec(pr, ta, tb, m, n, k, 0.5f, A, lda, sa, B, ldb, sb, 1.0f,
+                                            C, ldc, sc, batch);
+                    for (int b = 0; b < batch; b++)
+                        model_gemm_prec(pr, ta, tb, m, n, k, 0.5f, A + b * sa, lda, B + b * sb, ldb,
+                                        1.0f, C1 + b * sc, ldc);
+                    omp_set_num_threads(saved);
+                    CHECK(!memcmp(C, C1, sizeof(float) * nc), "%s %c%c%s: one thread, batch == singles bit for bit",
+                          precision_name(pr), ta ? 'T' : 'N', tb ? 'T' : 'N', bc ? " (A broadcast)" : "");
                     free(A), free(B), free(C), free(C1), free(C0);
                 }
 }
