@@ -9,12 +9,15 @@
  *         openblas  cblas_sgemm with OpenBLAS's own threads
  *         blas      the project's OpenBLAS engine (model/gemm_blas.c: single-threaded
  *                   OpenBLAS split over the OpenMP threads; model_gemm before oneDNN)
- *         fp32      model_gemm_prec(PRECISION_FP32): oneDNN fp32
+ *         onednn    oneDNN's fp32 matmul (model/gemm_dnnl.c), whatever model_gemm would pick
+ *         fp32      model_gemm_prec(PRECISION_FP32): what the model runs (oneDNN, or OpenBLAS
+ *                   where model/gemm.c routes the shape there)
  *         bf16      model_gemm_prec(PRECISION_BF16): operands rounded to bf16, then oneDNN bf16
  *                   where the level is x86-64-v4-bf16, the fp32 product elsewhere (emulated:
  *                   the rounding pass is timed too)
- *       The issue's limit_fp32_gflops / limit_bf16_gflops are `--engine fp32|bf16 --shape` of
- *       the step's largest product (the tied head: M,N,K = V,B*T,d, TN).
+ *       The issue's limit_fp32_gflops / limit_bf16_gflops are `--engine onednn|bf16 --shape` of
+ *       the step's largest product (the tied head's forward: M,N,K = V,B*T,d, TN; config S
+ *       4096,2048,256,TN, config M 8192,2048,512,TN).
  *   build/bench/sgemm --table [--reps R] [--step-only] [--match TEXT]
  *       every engine at 1024^3, the limit shapes of configs S and M, and every product shape
  *       of their training step (B*T = 2048; attention's at one thread, as it runs them inside
@@ -32,8 +35,8 @@
 #include "model/gemm.h"
 #include "model/gemm_impl.h"
 
-typedef enum { ENG_OPENBLAS, ENG_BLAS, ENG_FP32, ENG_BF16, ENG_COUNT } engine_t;
-static const char *const engine_names[ENG_COUNT] = {"openblas", "blas", "fp32", "bf16"};
+typedef enum { ENG_OPENBLAS, ENG_BLAS, ENG_ONEDNN, ENG_FP32, ENG_BF16, ENG_COUNT } engine_t;
+static const char *const engine_names[ENG_COUNT] = {"openblas", "blas", "onednn", "fp32", "bf16"};
 
 typedef struct {
     const char *what;
@@ -63,17 +66,24 @@ static void product(engine_t e, const shape_t *s, const float *A, const float *B
     case ENG_BLAS:
         gemm_blas(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, lda, 0, B, ldb, 0, s->beta, C, s->m, 0, 1);
         break;
+    case ENG_ONEDNN:
+        if (gemm_dnnl(GEMM_IN_F32, s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, lda, 0, B, ldb, 0,
+                      s->beta, C, s->m, 0, 1))
+            gemm_blas(s->ta, s->tb, s->m, s->n, s->k, 1.0f, A, lda, 0, B, ldb, 0, s->beta, C, s->m,
+                      0, 1);
+        break;
     default:
         model_gemm_prec(e == ENG_BF16 ? PRECISION_BF16 : PRECISION_FP32, s->ta, s->tb, s->m, s->n,
                         s->k, 1.0f, A, lda, B, ldb, s->beta, C, s->m);
     }
 }
 
-/* Median GFLOP/s of each engine of `engines` (a bit set) at shape s, into g[engine]: one
+/* Median and best GFLOP/s of each engine of `engines` (a bit set) at shape s, into g[engine]
+ * and best[engine]: one
  * warm-up product per engine (which also creates oneDNN's primitive), then `reps` rounds that
  * run each engine once, so that load from other users of the machine hits every engine alike.
  * Returns -1 when out of memory. */
-static int measure(unsigned engines, const shape_t *s, int reps, double *g) {
+static int measure(unsigned engines, const shape_t *s, int reps, double *g, double *best) {
     const int threads = s->threads1 ? 1 : omp_get_max_threads();
     const int saved = omp_get_max_threads();
     float *A = filled((size_t)s->m * s->k, 17), *B = filled((size_t)s->k * s->n, 13),
@@ -93,6 +103,7 @@ static int measure(unsigned engines, const shape_t *s, int reps, double *g) {
         if (engines >> e & 1) {
             qsort(t + e * reps, reps, sizeof *t, cmp);
             g[e] = t[e * reps + reps / 2];
+            best[e] = t[e * reps + reps - 1];
         }
     omp_set_num_threads(saved);
     free(A), free(B), free(C), free(t);
@@ -146,11 +157,12 @@ static void table(int reps, int step_only, const char *match) {
     };
     const shape_t step[] = {STEP_SHAPES("S", 256, 256, 128, 768, 4096),
                             STEP_SHAPES("M", 512, 512, 256, 1536, 8192)};
-    printf("%s; %d threads; OPENBLAS_CORETYPE=%s; GFLOP/s, median of %d\n", model_gemm_describe(),
+    printf("%s; %d threads; OPENBLAS_CORETYPE=%s; GFLOP/s, median/best of %d\n", model_gemm_describe(),
            omp_get_max_threads(), getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset",
            reps);
-    printf("%-22s %5s %5s %5s %2s %5s %9s %9s %9s %9s  %s\n", "shape", "m", "n", "k", "op", "beta",
-           "openblas", "blas", "fp32", "bf16", "oneDNN impl (fp32 / bf16)");
+    printf("%-22s %5s %5s %5s %2s %4s", "shape", "m", "n", "k", "op", "beta");
+    for (int e = 0; e < ENG_COUNT; e++) printf(" %11s", engine_names[e]);
+    printf("  oneDNN impl (fp32 / bf16)\n");
     const shape_t *groups[] = {limits, step, attention_shapes};
     const size_t counts[] = {sizeof limits / sizeof *limits, sizeof step / sizeof *step,
                              sizeof attention_shapes / sizeof *attention_shapes};
@@ -158,14 +170,14 @@ static void table(int reps, int step_only, const char *match) {
         for (size_t i = 0; i < counts[g]; i++) {
             const shape_t *s = &groups[g][i];
             if (match && !strstr(s->what, match)) continue;
-            printf("%-22s %5d %5d %5d %c%c %5.0f", s->what, s->m, s->n, s->k, s->ta ? 'T' : 'N',
+            printf("%-22s %5d %5d %5d %c%c %4.0f", s->what, s->m, s->n, s->k, s->ta ? 'T' : 'N',
                    s->tb ? 'T' : 'N', s->beta);
-            double g[ENG_COUNT];
-            if (measure((1u << ENG_COUNT) - 1, s, reps, g)) {
+            double g[ENG_COUNT], best[ENG_COUNT];
+            if (measure((1u << ENG_COUNT) - 1, s, reps, g, best)) {
                 printf("  out of memory\n");
                 continue;
             }
-            for (int e = 0; e < ENG_COUNT; e++) printf(" %9.1f", g[e]);
+            for (int e = 0; e < ENG_COUNT; e++) printf(" %5.0f/%5.0f", g[e], best[e]);
             printf("  %s / %s%s\n", impl_of(ENG_FP32, s), impl_of(ENG_BF16, s),
                    s->threads1 ? " (1 thread)" : "");
             fflush(stdout);
@@ -173,7 +185,7 @@ static void table(int reps, int step_only, const char *match) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: sgemm [N] [REPEATS] | --engine openblas|blas|fp32|bf16 [--shape M,N,K[,TT]] "
+    fprintf(stderr, "usage: sgemm [N] [REPEATS] | --engine openblas|blas|onednn|fp32|bf16 [--shape M,N,K[,TT]] "
                     "[--reps R] | --table [--reps R] [--step-only] [--match TEXT]\n");
     return 2;
 }
@@ -216,8 +228,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     const engine_t e = eng < 0 ? ENG_OPENBLAS : (engine_t)eng;
-    double g[ENG_COUNT];
-    if (measure(1u << e, &s, reps, g)) {
+    double g[ENG_COUNT], best[ENG_COUNT];
+    if (measure(1u << e, &s, reps, g, best)) {
         fprintf(stderr, "sgemm: out of memory\n");
         return 1;
     }
