@@ -59,6 +59,7 @@ typedef struct {
     gemm_key key;
     dnnl_primitive_t prim;
     dnnl_memory_desc_t src_md, wei_md, dst_md;   /* op(B)^T, op(A)^T, C^T */
+    dnnl_memory_desc_t scratch_md;
     size_t scratch;                              /* bytes of user scratchpad */
     char impl[48];                               /* oneDNN's implementation name */
 } gemm_entry;
@@ -228,6 +229,7 @@ static void entry_make(gemm_entry *e, const gemm_key *k) {
     if (!strncmp(impl, "ref", 3)) goto out;
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    if (e->scratch) e->scratch_md = *smd;
     if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) e->prim = NULL;
 out:
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -291,10 +293,12 @@ int gemm_dnnl_cached(void) {
 static void key_fill(gemm_key *k, gemm_in_t in, gemm_op ta, gemm_op tb, int m, int n, int kk,
                      float alpha, int lda, long long sa, int ldb, long long sb, float beta, int ldc,
                      long long sc, int batch) {
-    memset(k, 0, sizeof *k);   /* the key is hashed and compared as bytes */
-    *k = (gemm_key){.in = in, .ta = ta, .tb = tb, .m = m, .n = n, .k = kk, .lda = lda, .ldb = ldb,
-                    .ldc = ldc, .batch = batch, .alpha = float_bits(alpha),
-                    .beta = float_bits(beta), .nthr = omp_in_parallel() ? 1 : omp_get_max_threads()};
+    /* hashed and compared as bytes: zero the padding too (a struct assignment need not) */
+    memset(k, 0, sizeof *k);
+    k->in = in, k->ta = ta, k->tb = tb, k->m = m, k->n = n, k->k = kk;
+    k->lda = lda, k->ldb = ldb, k->ldc = ldc, k->batch = batch;
+    k->alpha = float_bits(alpha), k->beta = float_bits(beta);
+    k->nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (batch > 1) k->sa = sa, k->sb = sb, k->sc = sc;
 }
 
@@ -328,12 +332,7 @@ static int entry_run(const gemm_entry *e, const void *A, const void *B, float *C
         args[n] = (dnnl_exec_arg_t){in[n].arg, mem[n]};
     }
     if (scratch) {
-        const dnnl_memory_desc_t *smd = NULL;
-        const_dnnl_primitive_desc_t pd;
-        if (dnnl_primitive_get_primitive_desc(e->prim, &pd) != dnnl_success ||
-            !(smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)) ||
-            dnnl_memory_create(&mem[n], smd, engine, scratch) != dnnl_success)
-            goto out;
+        if (dnnl_memory_create(&mem[n], &e->scratch_md, engine, scratch) != dnnl_success) goto out;
         args[n] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[n]};
         n++;
     }

@@ -425,6 +425,18 @@ static void test_engine(void) {
     }
 }
 
+/* A shape is made once: calling it again (from either precision's fp32 path, at another
+ * address) finds the cached primitive. */
+static void test_cache_hits(void) {
+    float A[6 * 5], B[5 * 3], C[6 * 3];
+    for (int i = 0; i < 30; i++) A[i] = (float)i;
+    for (int i = 0; i < 15; i++) B[i] = 1.0f;
+    const int before = gemm_dnnl_cached();
+    for (int r = 0; r < 10; r++) model_gemm(GEMM_T, GEMM_N, 6, 3, 5, 0.75f, A, 5, B, 5, 0, C, 6);
+    CHECK(gemm_dnnl_cached() == before + 1, "one new shape, one entry (%d -> %d)", before,
+          gemm_dnnl_cached());
+}
+
 /* More shapes than the cache holds: it stops growing at its bound, and products beyond it
  * (made, run and dropped on each call) are still right. Keys differ by alpha (exact here:
  * small integers). */
@@ -475,6 +487,7 @@ int main(void) {
     RUN(test_batched);
     RUN(test_repeatable);
     RUN(test_in_parallel);
+    RUN(test_cache_hits);
     RUN(test_cache_bound);
     return check_summary();
 }
