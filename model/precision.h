@@ -4,16 +4,18 @@
  * --precision), with one meaning on every device:
  *
  *   fp32  every product takes fp32 operands, accumulates and writes fp32.
- *   bf16  every matrix product takes bf16 operands: both the weights and the activations are
- *         rounded to bf16 (round to nearest, ties to even: ops_bf16_round in ops_math.h) at
- *         the product's input; the products of two bf16 values are exact in fp32, they are
- *         accumulated in fp32, and the output is fp32. Nothing else changes: master weights,
- *         gradients, AdamW state, RMSNorm, RoPE, SwiGLU, softmax, log-sum-exp, cross-entropy,
- *         the Free Transformer's Binary Mapper and its KL all stay fp32. Where the CPU has
- *         bf16 dot-product instructions the product runs on them; elsewhere it is the fp32
- *         product of the rounded operands, which is the same arithmetic (only the order in
- *         which fp32 partial sums are added can differ) and slower (gemm.h:
- *         model_gemm_bf16_native).
+ *   bf16  the matrix products of the Linear layers (the tied head included) and of attention,
+ *         forward and backward, take bf16 operands: weights, activations and gradients alike
+ *         are rounded to bf16 (round to nearest, ties to even: ops_bf16_round in ops_math.h)
+ *         at the product's input; the products of two bf16 values are exact in fp32, they are
+ *         accumulated in fp32, and the output is fp32 (a gradient that accumulates, beta = 1,
+ *         accumulates in fp32). Nothing else changes: master weights, gradients, AdamW state,
+ *         RMSNorm, RoPE, SwiGLU, softmax, log-sum-exp, cross-entropy, and the Free
+ *         Transformer's Binary Mapper (its probabilities, its sampling, the product of its
+ *         dense pass-through) and its KL all stay fp32. Where the CPU has bf16 dot-product
+ *         instructions the product runs on them; elsewhere it is the fp32 product of the
+ *         rounded operands, which is the same arithmetic (only the order in which fp32 partial
+ *         sums are added can differ) and slower (gemm.h: model_gemm_bf16_native).
  *   tf32  the GPU's tensor-core mode (operands with a 10-bit mantissa, fp32 accumulation);
  *         a CPU device refuses it (precision_cpu_check).
  *
