@@ -175,9 +175,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[256];
-    int p = precision_parse(prec);
-    if (p < 0 || device_open(&dev, device, (precision_t)p, err, sizeof err)) {
-        fprintf(stderr, "train_step: %s\n", p < 0 ? "--precision: fp32, bf16 or tf32" : err);
+    precision_t p;
+    if (precision_parse(prec, &p, err, sizeof err) || device_open(&dev, device, p, err, sizeof err)) {
+        fprintf(stderr, "train_step: %s\n", err);
         return 2;
     }
     int rc = 0;
