@@ -173,6 +173,9 @@ typedef struct {
  * device, or the machine no GPU or driver, one line says so and the status is -1. */
 int device_open(device_t **d, const char *spec, precision_t precision, char *err, size_t errlen);
 void device_close(device_t **d);
+/* Changes the precision of an open device (a resumed run takes its checkpoint's): 0, or -1
+ * with one line when the device cannot compute at p (the CPU and tf32). */
+int device_set_precision(device_t *d, precision_t p, char *err, size_t errlen);
 /* The device programs use when --device is not given: $FT_DEVICE, else "cpu". */
 const char *device_default_spec(void);
 /* The process's CPU device at fp32 (tests, tools and the checkpoint code's host buffers). */

@@ -145,8 +145,8 @@ static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {
     d->impl = impl;
     impl->threads = omp_get_max_threads();
     d->threads = impl->threads;
-    snprintf(d->name, sizeof d->name, "cpu (%s, %d threads, %s)", cpu_isa_name(cpu_isa()),
-             omp_get_max_threads(), precision_name(precision));
+    snprintf(d->name, sizeof d->name, "cpu (%s, %d threads)", cpu_isa_name(cpu_isa()),
+             omp_get_max_threads());
 }
 
 int device_cpu_open(device_t **pd, precision_t precision, char *err, size_t errlen) {

@@ -544,16 +544,17 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         return -1;
     }
     cublasSetStream(c->blas, c->stream);
-    /* fp32 means fp32: no TF32 unless asked for (cuBLAS' default math mode does not use it
-     * either; said explicitly so an environment override cannot change a run's meaning) */
-    cublasSetMathMode(c->blas, precision == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    /* fp32 means fp32: the default math mode (no TF32) for cublasSgemm, whatever the
+     * precision; tf32 and bf16 ask for their compute type per call (cublasGemmEx), so a
+     * precision changed after opening (device_set_precision) means what it says */
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     d->ops = &cuda_ops;
     d->kind = DEVICE_CUDA;
     d->ordinal = ordinal;
     d->precision = precision;
     d->impl = c;
-    snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d, %s)", ordinal, prop.name, prop.major,
-             prop.minor, precision_name(precision));
+    snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d)", ordinal, prop.name, prop.major,
+             prop.minor);
     *pd = d;
     return 0;
 }
