@@ -74,6 +74,7 @@ help:
 	@echo "make install  PREFIX=/usr/local: bin/* into PREFIX/bin, the tiktoken encodings into PREFIX/share/freetf"
 	@echo "make brown    baseline and Free Transformer on the Brown corpus (results/brown.*)"
 	@echo "make figure4  seed 000 Figure 4 reproduced and measured (results/figure4.*)"
+	@echo "make bf16-check  bf16 against fp32 training on Brown (results/bf16.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 
