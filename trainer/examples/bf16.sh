@@ -86,7 +86,7 @@ echo
 echo "| model | steps compared | largest CE difference (abs / rel) | final CE fp32 / bf16 | held-out CE fp32-trained / bf16-trained |"
 echo "| --- | --- | --- | --- | --- |"
 for m in llama free; do
-    jq -r --arg m "$m" '.[$m] as $v | "| \($m) | \($v.steps_compared) | \($v.max_ce_diff * 1e4 | round / 1e4) / \($v.max_ce_rel_diff * 1e4 | round / 1e4) | \($v.final_ce_fp32) / \($v.final_ce_bf16) | \($v.val_fp32_trained * 1e4 | round / 1e4) / \($v.val_bf16_trained * 1e4 | round / 1e4) |"' results/bf16.json
+    jq -r --arg m "$m" '.[$m] as $v | "| \($m) | \($v.steps_compared) | \($v.max_ce_diff * 1e4 | round / 1e4) / \($v.max_ce_rel_diff * 1e6 | round / 1e6) | \($v.final_ce_fp32) / \($v.final_ce_bf16) | \($v.val_fp32_trained * 1e4 | round / 1e4) / \($v.val_bf16_trained * 1e4 | round / 1e4) |"' results/bf16.json
 done
 echo
 jq -r '.free | "Free Transformer: KL at the end \(.final_kl_bits_fp32) bits (fp32) vs \(.final_kl_bits_bf16) (bf16), largest KL difference along the run \(.max_kl_bits_diff) bits; fraction of tokens above kappa at the end \(.final_above_kappa_fp32) vs \(.final_above_kappa_bf16)."' results/bf16.json
