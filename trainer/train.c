@@ -18,6 +18,7 @@
 #include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
+#include "model/gemm.h"
 #include "model/cpu_isa.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
@@ -179,6 +180,14 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
     for (int i = 0; i < 4 && !rc; i++)
         if (v[3 + i] != want[i])
             rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s %lld differs from the checkpoint's %lld", flag[i], want[i], v[3 + i]);
+    const char *was = json_string_value(json_object_get(json_object_get(st, "compute"), "precision"));
+    precision_t wp;
+    if (!rc && was && !r->o->precision && precision_parse(was, &wp, NULL, 0) == 0 && wp != r->dev->precision) {
+        /* a resumed run keeps the checkpoint's precision unless --precision says otherwise */
+        char why[256];
+        if (device_set_precision(r->dev, wp, why, sizeof why))
+            rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s was trained at precision %s: %s (give --precision)", dir, was, why);
+    }
     if (!rc) {
         compare_compute(r, st, dir);
         r->step = v[0];
@@ -200,6 +209,7 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
     snprintf(mm->run, sizeof mm->run, "%s", r->o->run);
     mm->step = (uint64_t)r->step;
     mm->time = unix_now();
+    snprintf(mm->precision, sizeof mm->precision, "%s", precision_name(r->dev->precision));
     wire_kv_add(mm->values, &mm->n, "loss", loss);
     wire_kv_add(mm->values, &mm->n, "lr", lr);
     wire_kv_add(mm->values, &mm->n, "grad_norm", gnorm);
@@ -401,7 +411,9 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     else bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
     /* the device first: a run asked for a GPU that is not there fails at once, not after the
      * loaders answered */
-    if (device_open(&r.dev, o->device, PRECISION_FP32, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
+    precision_t prec = PRECISION_FP32;
+    if (o->precision) precision_parse(o->precision, &prec, NULL, 0); /* checked by trainer_opts_check */
+    if (device_open(&r.dev, o->device, prec, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
 
     if ((rc = setup(&r, err, errlen))) goto done;
@@ -413,9 +425,13 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
         model_memory_t mm;
         r.fam->memory(r.model, &mm);
         char a[32], b[32], c[32], d[32];
-        fprintf(stderr, "trainer: device %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
-                r.dev->name, device_bytes_str(mm.params, a, sizeof a), device_bytes_str(mm.grads, b, sizeof b),
-                device_bytes_str(2 * mm.params, c, sizeof c), device_bytes_str(mm.activations, d, sizeof d));
+        fprintf(stderr, "trainer: device %s, precision %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
+                r.dev->name, precision_name(r.dev->precision), device_bytes_str(mm.params, a, sizeof a),
+                device_bytes_str(mm.grads, b, sizeof b), device_bytes_str(2 * mm.params, c, sizeof c),
+                device_bytes_str(mm.activations, d, sizeof d));
+        if (r.dev->precision == PRECISION_BF16 && device_is_host(r.dev) && !model_gemm_bf16_native())
+            fprintf(stderr, "trainer: this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
+                            "operands, slower than fp32 (docs/DEVICES.md)\n");
     }
     if (r.cfg.kind == MODEL_FREE)
         fprintf(stderr, "trainer: free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s\n",
