@@ -89,7 +89,8 @@ jq -n --arg start "$start_line" --arg reloaded "$reloaded" --argjson drained "$d
       --argjson t1 "$(pick t1 tok_s)" --argjson tn "$(pick tn tok_s)" --argjson th "$TH" \
       --argjson bt "$(pick before tok_s)" --argjson ba "$(pick before p50_ms)" --argjson bb "$(pick before p99_ms)" \
       --argjson errors "$errors" --argjson rounds "$ROUNDS" --argjson P "$P" \
-      --argjson rb "$rss_before" --argjson rp "$rss_peak" --argjson ra "$rss_after" '
+      --argjson rb "$rss_before" --argjson rp "$rss_peak" --argjson ra "$rss_after" \
+      --argjson per "$(for k in c1 c8 c32 t1; do jq -s --arg k "$k" '{($k): map(.tok_s * 10 | round / 10)}' "$D/$k.jsonl"; done | jq -s add)" '
   def r1: . * 10 | round / 10;
   def e(t; a; b): {tok_s: (t|r1), p50_ms: (a|r1), p99_ms: (b|r1)};
   {serve: {c1: e($c1t; $c1a; $c1b), c8: e($c8t; $c8a; $c8b), c32: e($c32t; $c32a; $c32b),
@@ -99,7 +100,7 @@ jq -n --arg start "$start_line" --arg reloaded "$reloaded" --argjson drained "$d
                     c32_over_c1_p99: ($c32b / $c1b * 100 | round / 100),
                     c32_over_pytorch_batch32: ($c32t / ([$t1, $tn] | max) * 100 | round / 100),
                     c1_p50_over_before: (if $ba == null then null else ($c1a / $ba * 100 | round / 100) end)},
-           errors: $errors,
+           errors: $errors, tok_s_per_round: $per,
            reload: {server_line: $reloaded, old_model_freed: ($drained > 0),
                     rss_kb_before: $rb, rss_kb_peak: $rp, rss_kb_after: $ra},
            setup: {config: "S", model: "baseline", prompt: $P, new: 64, max_batch: 32, rounds: $rounds,
