@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/rng.h"
+#include "evaluator/lm.h"
 #include "model/generate.h"
 #include "sampler/engine.h"
 #include "tests/check.h"
@@ -211,6 +212,65 @@ static void refusals(sampler_model_t *sm) {
     CHECK(e == NULL);
 }
 
+/* The evaluator's generation path is the sampler's: its gen_start (several prompts at once,
+ * each prefilled alone with the same cut) gives the logits the engine samples a request's first
+ * token from, and its gen_next (a decode chunk of those rows) the logits of the next ones, bit
+ * for bit, for a model of the same weights. Greedy requests, so the evaluator can feed the
+ * engine's tokens; the Free Transformer's uniforms and latents drawn from the request's
+ * stream as the engine draws them. */
+typedef struct {
+    float *lg;      /* (rows, steps, V) every logit row the engine sampled from */
+    int steps, V, n[8];
+} record_t;
+static void record(void *ctx, int row, const float *logits, int V) {
+    record_t *r = ctx;
+    if (row < 8 && r->n[row] < r->steps) memcpy(r->lg + ((size_t)row * r->steps + r->n[row]++) * V, logits, sizeof(float) * V);
+}
+
+static void evaluator_is_engine(const model_config_t *c) {
+    enum { B = 3, P = 70, STEPS = 5 };   /* a prompt of two prefill chunks */
+    char err[256];
+    sampler_model_t *sm = NULL;
+    eval_lm_t *lm = NULL;
+    engine_t *e = NULL;
+    CHECK(sampler_model_create(&sm, NULL, c, 3, err, sizeof err) == 0, "%s", err);
+    CHECK(eval_lm_create(&lm, NULL, c, 4, MAXPOS, 3, err, sizeof err) == 0, "%s", err);
+    CHECK(sm && lm && engine_create(&e, sm, B, MAXPOS, err, sizeof err) == 0, "%s", err);
+    if (!e) goto out;
+    const int V = c->vocab_size, H = c->kind == MODEL_FREE ? c->latent_bits : 0;
+    record_t rec = {.lg = malloc(sizeof(float) * B * STEPS * V), .steps = STEPS, .V = V};
+    engine_observe(e, record, &rec);
+    uint32_t prompt[B * P], tok[B], z[B];
+    float *u = H ? malloc(sizeof(float) * B * P * H) : NULL;
+    rng_t lat[B];
+    for (int b = 0; b < B; b++) {
+        memcpy(prompt + b * P, prompts[b + 1], sizeof(uint32_t) * P);
+        engine_req_t r = {.prompt = prompt + b * P, .P = P, .max_new = STEPS, .sample = {0.0f, 0, 1.0f},
+                          .seed = 5, .index = (uint64_t)b, .latent = SAMPLER_LATENT_INDEPENDENT, .group = 1};
+        CHECK(engine_add(e, &r, err, sizeof err) == b, "%s", err);
+        rng_seed2(&lat[b], 5 ^ SAMPLER_LATENT_SALT, (uint64_t)b);
+        for (int j = 0; H && j < P * H; j++) u[(size_t)b * P * H + j] = rng_f32(&lat[b]);
+    }
+    while (engine_active(e)) CHECK(engine_step(e, err, sizeof err) == 0, "%s", err);
+    const float *lg = lm->gen_start(lm, prompt, B, P, u, err, sizeof err);
+    int same = lg != NULL;
+    for (int s = 0; lg && s < STEPS; s++) {
+        for (int b = 0; b < B; b++) {
+            same &= !memcmp(lg + (size_t)b * V, rec.lg + ((size_t)b * STEPS + s) * V, sizeof(float) * V);
+            tok[b] = engine_row(e, b)->ids[s];
+            if (H) z[b] = (uint32_t)rng_below(&lat[b], 1u << H);
+        }
+        if (s + 1 < STEPS) lg = lm->gen_next(lm, tok, H ? z : NULL, B, err, sizeof err);
+    }
+    CHECK(same, "%s: the evaluator's logits differ from the engine's (%s)", c->kind == MODEL_FREE ? "free" : "llama", err);
+    free(rec.lg);
+    free(u);
+out:
+    engine_destroy(&e);
+    eval_lm_free(&lm);
+    sampler_model_free(&sm);
+}
+
 int main(void) {
     char err[256];
     rng_t r;
@@ -244,6 +304,7 @@ int main(void) {
         compare(sm, name);
         cli_is_engine(sm);
         refusals(sm);
+        evaluator_is_engine(&c);
         fprintf(stderr, "%s %s\n", check_failed_ == f0 ? "ok  " : "FAIL", name);
         sampler_model_free(&sm);
     }
