@@ -113,6 +113,12 @@ static void test_rmsnorm(void) {
     c.in[0] = (gc_in_t){"x", rnd(RN_N * RN_D, 1), zeros(RN_N * RN_D), RN_N * RN_D};
     c.in[1] = (gc_in_t){"w", rnd(RN_D, 1), zeros(RN_D), RN_D};
     gc_run("rmsnorm", &c);
+    /* dw NULL (the LTM's inner steps want dx only): the same dx, nothing else written */
+    float *dx1 = zeros(RN_N * RN_D), *dx2 = zeros(RN_N * RN_D), *dw = zeros(RN_D);
+    rmsnorm_backward(dx1, dw, c.w, c.in[0].x, c.in[1].x, rn_rstd, RN_N, RN_D);
+    rmsnorm_backward(dx2, NULL, c.w, c.in[0].x, c.in[1].x, rn_rstd, RN_N, RN_D);
+    CHECK(!memcmp(dx1, dx2, sizeof(float) * RN_N * RN_D), "rmsnorm dx with dw NULL");
+    free(dx1); free(dx2); free(dw);
 }
 
 /* ---------------------------------------------------------------- linear */
