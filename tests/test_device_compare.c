@@ -317,10 +317,13 @@ static double view_rel_diff(const tensor_view_t *a, const tensor_view_t *b) {
 }
 
 static void family_case(const char *family) {
-    model_config_t c = {.kind = strcmp(family, "free") ? MODEL_LLAMA : MODEL_FREE, .vocab_size = 61,
+    model_config_t c = {.kind = family_find(family)->kind, .vocab_size = 61,
                         .d_model = 48, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .d_ff = 96,
                         .max_seq = 32, .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1,
                         .latent_bits = 6, .kappa_nats = 0.1f};
+    if (c.kind == MODEL_LTM)   /* 2 inner steps, a window of 8, 4 latents per layer */
+        c.sliding_window = 8, c.latent_vectors = 4, c.inner_steps = 2, c.fast_lr = 0.3f,
+        c.fast_lr_end = 0.34f, c.fast_lr_steps = 50;
     enum { Bt = 3, T = 17 };
     /* 50 steps against a GPU; the CPU-against-CPU run in make test proves the harness in 10 */
     const int STEPS = device_is_host(B) ? 10 : 50;
@@ -374,6 +377,7 @@ out:
 }
 static void test_llama(void) { family_case("llama"); }
 static void test_free(void) { family_case("free"); }
+static void test_ltm(void) { family_case("ltm"); }
 
 int main(int argc, char **argv) {
     const char *spec = "cpu";
@@ -413,6 +417,7 @@ int main(int argc, char **argv) {
     RUN(test_ops);
     RUN(test_llama);
     RUN(test_free);
+    RUN(test_ltm);
     device_close(&B);
     device_close(&A);
     return check_summary();
