@@ -17,39 +17,13 @@
 #include "model/ltm.h"
 #include "model/safetensors.h"
 #include "tests/check.h"
+#include "tests/ref_check.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TOL 2e-5
 #define TOL_LOSS 1e-5   /* relative, on losses of ~10 */
-
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double md = 0, mb = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= md)) md = d;
-        if (fabs(b[i]) > mb) mb = fabs(b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-
-static const float *ref_get(st_file_t *f, const char *name, int64_t want) {
-    tensor_view_t v;
-    if (st_find(f, name, &v) != 0) { CHECK(0, "reference lacks %s", name); return NULL; }
-    CHECK(tensor_numel(&v) == want, "%s has %lld elements, want %lld", name, (long long)tensor_numel(&v), (long long)want);
-    return tensor_numel(&v) == want ? v.data : NULL;
-}
-
-static int jint(json_t *o, const char *k) { return (int)json_integer_value(json_object_get(o, k)); }
-static double jnum(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
-
-static void compare(const char *what, const float *ours, const float *ref, int64_t n, double tol) {
-    if (!ref) return;
-    double e = rel_err(ours, ref, n);
-    printf("%-52s rel err %.3g\n", what, e);
-    CHECK(e < tol, "%s rel err %.3g", what, e);
-}
 
 static double metric(ltm_t *m, const char *name) {
     family_metrics_t fm;
@@ -74,15 +48,15 @@ static void test_against_torch(void) {
     uint8_t *mask = NULL;
     float *mu1 = NULL, *ls1 = NULL, *dmu = NULL, *dls = NULL;
     if (!jc) goto out;
-    model_config_t cfg = {.kind = MODEL_LTM, .vocab_size = jint(jc, "vocab_size"), .d_model = jint(jc, "d_model"),
-                          .n_layers = jint(jc, "n_layers"), .n_heads = jint(jc, "n_heads"),
-                          .n_kv_heads = jint(jc, "n_kv_heads"), .d_ff = jint(jc, "d_ff"),
-                          .max_seq = jint(jc, "max_seq"), .rope_theta = (float)jnum(jc, "rope_theta"),
-                          .norm_eps = (float)jnum(jc, "norm_eps"), .tied = jint(jc, "tied"),
-                          .sliding_window = jint(jc, "sliding_window"), .latent_vectors = jint(jc, "latent_vectors"),
-                          .inner_steps = 1, .fast_lr = (float)jnum(jc, "fast_lr"),
-                          .fast_lr_end = (float)jnum(jc, "fast_lr"), .fast_lr_steps = 1};
-    const int B = jint(jc, "B"), T = jint(jc, "T"), N = B * T, V = cfg.vocab_size;
+    model_config_t cfg = {.kind = MODEL_LTM, .vocab_size = ref_jint(jc, "vocab_size"), .d_model = ref_jint(jc, "d_model"),
+                          .n_layers = ref_jint(jc, "n_layers"), .n_heads = ref_jint(jc, "n_heads"),
+                          .n_kv_heads = ref_jint(jc, "n_kv_heads"), .d_ff = ref_jint(jc, "d_ff"),
+                          .max_seq = ref_jint(jc, "max_seq"), .rope_theta = (float)ref_jnum(jc, "rope_theta"),
+                          .norm_eps = (float)ref_jnum(jc, "norm_eps"), .tied = ref_jint(jc, "tied"),
+                          .sliding_window = ref_jint(jc, "sliding_window"), .latent_vectors = ref_jint(jc, "latent_vectors"),
+                          .inner_steps = 1, .fast_lr = (float)ref_jnum(jc, "fast_lr"),
+                          .fast_lr_end = (float)ref_jnum(jc, "fast_lr"), .fast_lr_steps = 1};
+    const int B = ref_jint(jc, "B"), T = ref_jint(jc, "T"), N = B * T, V = cfg.vocab_size;
     rc = ltm_create(&m, &cfg, B, T, 1, err, sizeof err);
     CHECK(rc == 0, "%s", err);
     if (rc) goto out;
@@ -111,8 +85,8 @@ static void test_against_torch(void) {
     mu1 = malloc(sizeof(float) * NL), ls1 = malloc(sizeof(float) * NL);
     dmu = malloc(sizeof(float) * NL), dls = malloc(sizeof(float) * NL);
     ltm_posterior(m, mu1, ls1, dmu, dls);
-    compare("d NELBO / d mu (inner step)", dmu, ref_get(ref, "grad.mu", NL), NL, TOL);
-    compare("d NELBO / d log sigma (inner step)", dls, ref_get(ref, "grad.ls", NL), NL, TOL);
+    ref_compare("d NELBO / d mu (inner step)", dmu, ref_get(ref, "grad.mu", NL), NL, TOL);
+    ref_compare("d NELBO / d log sigma (inner step)", dls, ref_get(ref, "grad.ls", NL), NL, TOL);
     const float *ce0 = ref_get(ref, "ce0_sum", 1), *kl0 = ref_get(ref, "kl0_sum", 1);
     if (ce0 && kl0) CHECK_CLOSE(metric(m, "elbo_0"), (ce0[0] + kl0[0]) / count, 0, TOL_LOSS);
     const float *rmu1 = ref_get(ref, "mu1", NL), *rls1 = ref_get(ref, "ls1", NL);
@@ -122,7 +96,7 @@ static void test_against_torch(void) {
     printf("%-52s max abs err %.3g, %.3g\n", "posterior after the fast AdamW step", dmu1, dls1);
     CHECK(dmu1 < 1e-5 && dls1 < 1e-5, "mu1 / ls1 differ by %.3g / %.3g", dmu1, dls1);
     // the final forward
-    compare("logits", ltm_logits(m), ref_get(ref, "logits", (int64_t)N * V), (int64_t)N * V, TOL);
+    ref_compare("logits", ltm_logits(m), ref_get(ref, "logits", (int64_t)N * V), (int64_t)N * V, TOL);
     const float *rce = ref_get(ref, "ce", 1), *rkl = ref_get(ref, "kl_sum", 1), *rloss = ref_get(ref, "loss", 1);
     if (rce) CHECK_CLOSE(metric(m, "ce"), rce[0], 0, TOL_LOSS);
     if (rkl) CHECK_CLOSE(metric(m, "kl") * count, rkl[0], 0, TOL_LOSS);
@@ -130,7 +104,7 @@ static void test_against_torch(void) {
     for (int i = 0; i < np; i++) {
         char name[160];
         snprintf(name, sizeof name, "grad.%.96s", gv[i].name);
-        compare(name, gv[i].data, ref_get(ref, name, tensor_numel(&gv[i])), tensor_numel(&gv[i]), TOL);
+        ref_compare(name, gv[i].data, ref_get(ref, name, tensor_numel(&gv[i])), tensor_numel(&gv[i]), TOL);
     }
 out:
     ltm_destroy(&m);
