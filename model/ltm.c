@@ -284,6 +284,11 @@ llama_t *ltm_decoder(ltm_t *m) { return m->dec; }
 ltm_cross_w_t ltm_cross_weights(ltm_t *m, int l) { return m->w[l]; }
 size_t ltm_latent_numel(const ltm_t *m) { return (size_t)m->L * m->B * m->M * m->cfg.d_model; }
 const float *ltm_latents_dev(const ltm_t *m) { return m->z; }
+int ltm_batch(const ltm_t *m) { return m->B; }
+void ltm_latent_rope(const ltm_t *m, const float **cos_t, const float **sin_t) {
+    *cos_t = m->zcos;
+    *sin_t = m->zsin;
+}
 const float *ltm_logits(ltm_t *m) { return llama_logits(m->dec); }
 
 int ltm_set_shape(ltm_t *m, int B, int T, char *err, size_t errlen) {

@@ -69,6 +69,7 @@
 
 #include "model/config.h"
 #include "model/family.h"
+#include "model/generate.h"
 #include "model/llama.h"
 
 enum { LTM_EARG = -1, LTM_ENOMEM = -2, LTM_ECONFIG = -3, LTM_ETOKEN = -4 };
@@ -152,6 +153,26 @@ int ltm_forward_z(ltm_t *m, const uint32_t *tokens, const uint32_t *targets, con
                   float *ce, char *err, size_t errlen);
 const float *ltm_logits(ltm_t *m);               /* (B,T,V) on the host, as llama_logits */
 const float *ltm_latents_dev(const ltm_t *m);    /* z (L,B,m,D) on the device */
+int ltm_batch(const ltm_t *m);                   /* B of the current shape (z's rows) */
+/* (m, hd/2) cos/sin tables of the latents' RoPE positions (device), for the generator. */
+void ltm_latent_rope(const ltm_t *m, const float **cos_t, const float **sin_t);
+
+/* ---- KV-cache generation (model/kv_ltm.c) ----
+ * A gen_t over ltm_decoder(m) (generate.h; the sliding window applies to the cache) with the
+ * cross-attention of every block inserted between its self-attention and its MLP. Each cache
+ * slot holds its sequence's latents as keys/values per layer: gen_ltm_set_latents takes them
+ * from the model's current z (ltm_infer: the posterior inferred from a prompt; ltm_prior: the
+ * prior), row b into slots[b]; a chunk may only run on slots that have latents. Decode chunks
+ * keep every row independent of the others (linear_rows, attention_rows). */
+typedef struct gen_ltm gen_ltm_t;
+int gen_ltm_create(gen_ltm_t **g, ltm_t *m, int Bmax, int Tmax, char *err, size_t errlen);
+void gen_ltm_destroy(gen_ltm_t **g);
+void gen_ltm_reset(gen_ltm_t *g);               /* every slot: no positions, no latents */
+gen_t *gen_ltm_decoder(gen_ltm_t *g);           /* positions, config, logits */
+int gen_ltm_set_latents(gen_ltm_t *g, const int *slots, int B, char *err, size_t errlen);
+/* A chunk of B sequences in slots 0..B-1 (gen_step's arguments). */
+int gen_ltm_step(gen_ltm_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,
+                 size_t errlen);
 
 /* Tests: the next ltm_forward / ltm_infer starts from this posterior (host, (L,B,m,D) each)
  * instead of the draws (once). ltm_posterior downloads the current mu, ls and the gradients of
