@@ -5,6 +5,7 @@
 #include "model/free.h"
 #include "model/generate.h"
 #include "model/llama.h"
+#include "model/ltm.h"
 #include "sampler/sampler.h"
 
 struct sampler_model {
@@ -15,6 +16,10 @@ struct sampler_model {
     int encB, encT;
     gen_t *gen;            /* baseline generator, cache (genB, genT) */
     gen_free_t *genf;      /* Free Transformer generator, cache (genB, genT) */
+    ltm_t *ltm;            /* the Latent-Thought LM; activations for inferring z from a prompt of
+                              up to infT targets, one sequence at a time */
+    int infT;
+    gen_ltm_t *genl;       /* its generator, cache (genB, genT) */
     int genB, genT;
 };
 
