@@ -664,3 +664,8 @@ double ltm_train_flops(const model_config_t *c, int T) {
     const double K = c->kind == MODEL_LTM ? c->inner_steps : 0;
     return 3 * (K + 1) * ltm_forward_flops(c, T);
 }
+
+double ltm_exec_flops(const model_config_t *c, int T) {
+    const double K = c->kind == MODEL_LTM ? c->inner_steps : 0;
+    return (2 * K + 3) * ltm_forward_flops(c, T);
+}

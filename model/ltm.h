@@ -190,4 +190,7 @@ size_t ltm_latent_numel(const ltm_t *m);         /* L * B * m * D of the current
  * backward passes per batch). */
 double ltm_forward_flops(const model_config_t *cfg, int T);
 double ltm_train_flops(const model_config_t *cfg, int T);
+/* What this implementation executes per token: an inner step's backward computes dL/dz only
+ * (no weight gradients: about one forward), so (2 K + 3) forwards; the benchmark's yardstick. */
+double ltm_exec_flops(const model_config_t *cfg, int T);
 #endif
