@@ -120,6 +120,7 @@ typedef struct {
     double time;               /* unix seconds */
     uint32_t n;                /* entries used in values */
     wire_kv_t values[WIRE_MAX_KV]; /* "values": map name -> float64 (loss, lr, grad_norm, tok_s...) */
+    char precision[WIRE_NAME_LEN]; /* optional: "fp32", "bf16", "tf32" (model/precision.h) */
 } msg_metrics_t;
 
 typedef struct {

@@ -36,7 +36,7 @@ static void usage(FILE *f, const flag_t *flags, int n) {
 
 int main(int argc, char **argv) {
     const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL;
-    const char *device = "cpu";
+    const char *device = device_default_spec(), *precision = "fp32";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
                          .iw_samples = 4, .draws = 4};
@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
         {"inner-steps", FLAG_INT, &tc.inner_steps, "LTM: fast steps inferring the posterior (mc, em: from the context; 0: the checkpoint's)", 0, 100000, 0},
         {"fast-lr", FLAG_FLOAT, &tc.fast_lr, "LTM: the inference's peak rate (0: the checkpoint's final fast rate)", 0, 100, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
-        {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
+        {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
+        {"precision", FLAG_STR, &precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
     };
     const int nbase = flags_count(fl, 40);
@@ -99,7 +100,8 @@ int main(int argc, char **argv) {
     }
     if (threads > 0) omp_set_num_threads(threads);
     device_t *dev = NULL;
-    if (device_open(&dev, device, PRECISION_FP32, err, sizeof err)) {
+    precision_t prec;
+    if (precision_parse(precision, &prec, err, sizeof err) || device_open(&dev, device, prec, err, sizeof err)) {
         fprintf(stderr, "evaluator: %s\n", err);
         return 2;
     }

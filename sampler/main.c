@@ -27,7 +27,7 @@
 
 typedef struct {
     const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub;
-    const char *device, *model, *z_from;
+    const char *device, *precision, *model, *z_from;
     int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet, inner_steps;
     float fast_lr;
     int max_prompt, max_new_limit, timeout_ms;
@@ -156,7 +156,8 @@ static int run_client(const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.vocab = "bytes", .device = "cpu", .latent = "independent", .z_from = "prompt", .n = 1, .max_new = 64, .group = 1,
+    opts_t o = {.vocab = "bytes", .device = device_default_spec(), .precision = "fp32", .latent = "independent",
+                .z_from = "prompt", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
                 .max_new_limit = 1024, .timeout_ms = 60000};
     bus_net_opts_t net = {0};
@@ -181,7 +182,8 @@ int main(int argc, char **argv) {
         {"eot-prefix", FLAG_BOOL, &o.eot_prefix, "put the end-of-text token before the prompt", 0, 0, 0},
         {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
         {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
-        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
+        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
+        {"precision", FLAG_STR, &o.precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
@@ -228,7 +230,9 @@ int main(int argc, char **argv) {
 
     int status = 1;
     device_t *dev = NULL;
-    if (device_open(&dev, o.device, PRECISION_FP32, err, sizeof err)) return fail(2, err, NULL);
+    precision_t prec;
+    if (precision_parse(o.precision, &prec, err, sizeof err) || device_open(&dev, o.device, prec, err, sizeof err))
+        return fail(2, err, NULL);
     char dir[4096];
     bpe_vocab_t *v = NULL;
     sampler_model_t *sm = NULL;

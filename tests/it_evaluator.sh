@@ -46,7 +46,9 @@ ok "live trainer exits 0 with evaluators attached" "[ $rc = 0 ]"
 ok "trainer weights unaffected (same bytes as the unwatched run)" \
    "cmp -s $W/ref/ckpt-$(printf %08d $STEPS)/model.safetensors $W/live/ckpt-$(printf %08d $STEPS)/model.safetensors"
 ok "trainer loss curve unaffected" "diff <(grep '^step' $W/ref.log | awk '{print \$2, \$4}') <(grep '^step' $W/live.log | awk '{print \$2, \$4}') >/dev/null"
-wait_for "steps_of val | grep -qx $STEPS && steps_of mc | grep -qx $STEPS" 180
+# (B must have started, not only the results be there: on a fast machine A's newest-first
+# pass may already hold the last step)
+wait_for "steps_of val | grep -qx $STEPS && steps_of mc | grep -qx $STEPS && grep -q 'already evaluated' $W/evB.log" 180
 kill -TERM $eb $ec; wait $eb; rb=$?; wait $ec; rcc=$?
 ok "evaluators exit 0 on SIGTERM ($rb, $rcc)" "[ $rb = 0 ] && [ $rcc = 0 ]"
 want=$(seq "$first" 4 $STEPS)
@@ -56,7 +58,10 @@ mc_first=$(steps_of mc | head -1)
 ok "every checkpoint from step $mc_first on has an mc result" "[ -n '$mc_first' ] && [ \"\$(steps_of mc)\" = \"\$(seq $mc_first 4 $STEPS)\" ]"
 ok "results carry the values" "jq -s -e 'map(select(.task == \"val\")) | all(.values.ce > 0 and .values.bpb > 0 and .values.tokens == 256 and .values.tokens_seen > 0)' $W/results.jsonl >/dev/null && jq -s -e 'map(select(.task == \"mc\")) | all(.values.n == 8 and .values.acc_char >= 0)' $W/results.jsonl >/dev/null"
 ok "eval events on the bus" "grep -q '\"topic\":\"eval/live\".*\"task\":\"val\"' $W/tap.log && grep -q '\"topic\":\"eval/live\".*\"task\":\"mc\"' $W/tap.log"
-ok "validation loss fell over the run" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[0].values.ce > .[-1].values.ce)' $W/results.jsonl >/dev/null"
+# (the first evaluator may start as late as the last checkpoint on a fast machine, so the
+# trained model's loss is compared with an untrained one's, ln 257 = 5.55 nats on the bytes
+# vocabulary, not with the first result)
+ok "validation loss well below an untrained model's" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[-1].values.ce < 0.8 * (257 | log))' $W/results.jsonl >/dev/null"
 
 # 2b. started after training without --run-dir: the bus's welcome message names the directory
 bin/evaluator --run live $VAL --out "$W/late.jsonl" --poll-ms 200 >/dev/null 2>"$W/late.log" & e=$!; pids+=($e)

@@ -19,6 +19,7 @@ typedef struct {
     int log_every;             /* a plain log line every N steps when stderr is no terminal */
     int threads;
     const char *device;        /* "cpu", "cuda", "cuda:N" */
+    const char *precision;     /* "fp32" | "bf16" | "tf32"; NULL: fp32, or the checkpoint's on --resume */
     /* data */
     const char *loaders;       /* comma-separated loader endpoints */
     int discover;              /* also use loaders announced on the bus */
@@ -48,7 +49,7 @@ typedef struct {
     int warmup, decay_embeddings;
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 58
+#define TRAINER_NFLAGS 59
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);

@@ -18,6 +18,8 @@
 #include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
+#include "model/gemm.h"
+#include "model/cpu_isa.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
 #include "model/family.h"
@@ -60,12 +62,33 @@ static double unix_now(void) {
 
 /* What a resumed run must agree on with the run that wrote the checkpoint, beside the model
  * config: otherwise the data cursor would point into another sequence of batches. */
+/* What the run computed on: a resume on other hardware or another kernel level continues the
+ * run correctly but not bit-identically (docs/DEVICES.md), so it is recorded and compared. */
+static json_t *compute_json(const run_t *r) {
+    return json_pack("{s:s, s:s, s:s, s:i}", "device", r->dev->kind == DEVICE_CUDA ? "cuda" : "cpu",
+                     "precision", precision_name(r->dev->precision), "cpu_isa", cpu_isa_name(cpu_isa()),
+                     "threads", r->dev->threads);
+}
+
+static void compare_compute(const run_t *r, json_t *st, const char *dir) {
+    json_t *was = json_object_get(st, "compute"), *now = compute_json(r);
+    if (!now) return;
+    if (json_is_object(was) && !json_equal(was, now)) {
+        char *a = json_dumps(was, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(now, JSON_COMPACT | JSON_SORT_KEYS);
+        fprintf(stderr, "trainer: %s was computed with %s, this run with %s: the continuation is correct but not "
+                "bit-identical to an uninterrupted run\n", dir, a ? a : "?", b ? b : "?");
+        free(a);
+        free(b);
+    }
+    json_decref(now);
+}
+
 static json_t *state_json(const run_t *r) {
     const trainer_opts_t *o = r->o;
     const loader_identity_t *d = &r->data_id;
     uint64_t epoch, dstep;
     trainer_data_cursor(r->data, &epoch, &dstep);
-    return json_pack("{s:I, s:I, s:I, s:f, s:s, s:i, s:i, s:i, s:I, s:I, s:s, s:s,"
+    json_t *st = json_pack("{s:I, s:I, s:I, s:f, s:s, s:i, s:i, s:i, s:I, s:I, s:s, s:s,"
                      " s:{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I}}",
                      "step", (json_int_t)r->step, "data_epoch", (json_int_t)epoch,
                      "data_step", (json_int_t)dstep, "tokens_seen", r->tokens_seen,
@@ -76,6 +99,11 @@ static json_t *state_json(const run_t *r) {
                      "vocab_size", (json_int_t)d->vocab_size, "eot_id", (json_int_t)d->eot_id,
                      "n_docs", (json_int_t)d->n_docs, "n_tokens", (json_int_t)d->n_tokens,
                      "n_bytes", (json_int_t)d->n_bytes);
+    if (st && json_object_set_new(st, "compute", compute_json(r))) {
+        json_decref(st);
+        return NULL;
+    }
+    return st;
 }
 
 static int save_checkpoint(run_t *r, char *err, size_t errlen) {
@@ -152,7 +180,16 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
     for (int i = 0; i < 4 && !rc; i++)
         if (v[3 + i] != want[i])
             rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s %lld differs from the checkpoint's %lld", flag[i], want[i], v[3 + i]);
+    const char *was = json_string_value(json_object_get(json_object_get(st, "compute"), "precision"));
+    precision_t wp;
+    if (!rc && was && !r->o->precision && precision_parse(was, &wp, NULL, 0) == 0 && wp != r->dev->precision) {
+        /* a resumed run keeps the checkpoint's precision unless --precision says otherwise */
+        char why[256];
+        if (device_set_precision(r->dev, wp, why, sizeof why))
+            rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s was trained at precision %s: %s (give --precision)", dir, was, why);
+    }
     if (!rc) {
+        compare_compute(r, st, dir);
         r->step = v[0];
         r->start_epoch = (uint64_t)v[1];
         r->start_dstep = (uint64_t)v[2];
@@ -172,6 +209,7 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
     snprintf(mm->run, sizeof mm->run, "%s", r->o->run);
     mm->step = (uint64_t)r->step;
     mm->time = unix_now();
+    snprintf(mm->precision, sizeof mm->precision, "%s", precision_name(r->dev->precision));
     wire_kv_add(mm->values, &mm->n, "loss", loss);
     wire_kv_add(mm->values, &mm->n, "lr", lr);
     wire_kv_add(mm->values, &mm->n, "grad_norm", gnorm);
@@ -373,7 +411,9 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
     else bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
     /* the device first: a run asked for a GPU that is not there fails at once, not after the
      * loaders answered */
-    if (device_open(&r.dev, o->device, PRECISION_FP32, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
+    precision_t prec = PRECISION_FP32;
+    if (o->precision) precision_parse(o->precision, &prec, NULL, 0); /* checked by trainer_opts_check */
+    if (device_open(&r.dev, o->device, prec, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
 
     if ((rc = setup(&r, err, errlen))) goto done;
@@ -385,9 +425,13 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
         model_memory_t mm;
         r.fam->memory(r.model, &mm);
         char a[32], b[32], c[32], d[32];
-        fprintf(stderr, "trainer: device %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
-                r.dev->name, device_bytes_str(mm.params, a, sizeof a), device_bytes_str(mm.grads, b, sizeof b),
-                device_bytes_str(2 * mm.params, c, sizeof c), device_bytes_str(mm.activations, d, sizeof d));
+        fprintf(stderr, "trainer: device %s, precision %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
+                r.dev->name, precision_name(r.dev->precision), device_bytes_str(mm.params, a, sizeof a),
+                device_bytes_str(mm.grads, b, sizeof b), device_bytes_str(2 * mm.params, c, sizeof c),
+                device_bytes_str(mm.activations, d, sizeof d));
+        if (r.dev->precision == PRECISION_BF16 && device_is_host(r.dev) && !model_gemm_bf16_native())
+            fprintf(stderr, "trainer: this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
+                            "operands, slower than fp32 (docs/DEVICES.md)\n");
     }
     if (r.cfg.kind == MODEL_FREE)
         fprintf(stderr, "trainer: free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s\n",
