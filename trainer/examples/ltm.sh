@@ -8,7 +8,7 @@
 # results/ltm.json (the evaluations, trFLOPs/token, train times) and results/ltm_<model>.jsonl
 # (the metrics the bus carried).
 # Knobs (environment), defaults in brackets:
-#   LTM_STEPS [1200] decoder updates of each model; LTM_K [16] inner steps in training (the
+#   LTM_STEPS [1000] decoder updates of each model; LTM_K [16] inner steps in training (the
 #   paper's);
 #   LTM_M [8] latent vectors per layer; LTM_WINDOW [32] the LTM's attention window (of T=128;
 #   the paper: 256 of 1024); LTM_KS ["0,4,16,64"] inference steps evaluated;
@@ -16,15 +16,16 @@
 #   LTM_DIR [runs/ltm]; LTM_OUT [results]; LTM_MODELS ["llama ltm"]; LTM_THREADS [0: the
 #   environment's] OpenMP threads of the trainer and evaluator (1 on a machine another job
 #   shares: the LTM's many small ops lose far more to a descheduled thread than the baseline).
-# Duration with the defaults, from steps measured on this 2-core machine under a load of ~2
-# (baseline 0.155 s per update; LTM 1.17 x that plus 0.76 x that per inner step, so ~2 s per
-# update at K=16): about 4 min for the baseline, 40-45 min for the LTM, ~10 min for the LTM's
-# evaluation at K = 0, 4, 16, 64 (88 inner steps per batch): about an hour, under 2 hours even
-# at half that speed. LTM_STEPS=100 LTM_K=8 LTM_EVAL_BATCHES=4 runs in ~5 minutes.
+# Duration with the defaults, from updates measured on this 2-core machine (baseline 0.155 s
+# per update on 2 threads, 0.58 s on one; an LTM update 1.17 baseline updates plus 0.76 per
+# inner step, so ~2 s at K=16 on 2 threads, ~5 s on one): on 2 quiet cores about 3 min for the
+# baseline, 35-40 min for the LTM, ~5 min for the LTM's evaluation at K = 0, 4, 16, 64 (88 inner
+# steps per batch): under an hour; on one thread (LTM_THREADS=1) about 1 h 45. LTM_STEPS=100
+# LTM_K=8 LTM_EVAL_BATCHES=4 LTM_THREADS=1 took 8 minutes here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${LTM_DIR:-runs/ltm}; OUT=${LTM_OUT:-results}
-STEPS=${LTM_STEPS:-1200}; K=${LTM_K:-16}; M=${LTM_M:-8}; WIN=${LTM_WINDOW:-32}
+STEPS=${LTM_STEPS:-1000}; K=${LTM_K:-16}; M=${LTM_M:-8}; WIN=${LTM_WINDOW:-32}
 KS=${LTM_KS:-0,4,16,64}; EB=${LTM_EVAL_BATCHES:-32}; MODELS=${LTM_MODELS:-llama ltm}
 TH=${LTM_THREADS:-0}
 mkdir -p "$W" "$OUT"; W=$(cd "$W" && pwd)   # absolute: ipc:// endpoints live there
