@@ -260,6 +260,27 @@ OPS_FN float ops_dot8(const float *a, const float *b, int n) {
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
+/* ---- the fused q|k|v product's row (Dq + 2 Dkv floats) split into q, k rotated at the
+ * position whose cos/sin rows are cs/sn, and v copied; a NULL destination is skipped. The
+ * backward joins dq, dk rotated back and dv into the fused row (overwritten). ---- */
+OPS_FN void ops_qkv_split_row(float *q, float *k, float *v, const float *row, const float *cs,
+                              const float *sn, int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd;
+    if (q)
+        for (int h = 0; h < H; h++) ops_rope_rotate(q + h * hd, row + h * hd, cs, sn, hd, 1.0f);
+    if (k)
+        for (int h = 0; h < Hkv; h++) ops_rope_rotate(k + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
+    if (v)
+        for (int i = 0; i < Dkv; i++) v[i] = row[Dq + Dkv + i];
+}
+OPS_FN void ops_qkv_join_row(float *row, const float *dq, const float *dk, const float *dv,
+                             const float *cs, const float *sn, int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd;
+    for (int h = 0; h < H; h++) ops_rope_rotate(row + h * hd, dq + h * hd, cs, sn, hd, -1.0f);
+    for (int h = 0; h < Hkv; h++) ops_rope_rotate(row + Dq + h * hd, dk + h * hd, cs, sn, hd, -1.0f);
+    for (int i = 0; i < Dkv; i++) row[Dq + Dkv + i] = dv[i];
+}
+
 /* ---- bf16: the rounding of precision bf16 (model/precision.h) ---------------------------
  * bf16 is the top half of an fp32: sign, the same 8-bit exponent, 7 stored mantissa bits
  * (8 significant). Rounding to nearest, ties to even, is done on the bit pattern: add
