@@ -6,8 +6,9 @@
 
 extern const model_family_t family_llama;
 extern const model_family_t family_free;
+extern const model_family_t family_ltm;
 
-static const model_family_t *const families[] = {&family_llama, &family_free};
+static const model_family_t *const families[] = {&family_llama, &family_free, &family_ltm};
 #define N_FAMILIES (int)(sizeof families / sizeof families[0])
 
 const model_family_t *family_find(const char *name) {

@@ -17,12 +17,17 @@ typedef struct {
     sample_opts_t sample;
     int stop_at_eot;
     uint32_t next;         /* the token the next decode chunk feeds */
+    uint64_t index;        /* the sample's index (the LTM's latent stream) */
+    uint64_t seed;
+    int ltm_prior, inner_steps;
+    float fast_lr;
 } row_t;
 
 struct engine {
     sampler_model_t *sm;
     gen_t *gen;            /* the baseline's generator, or the Free Transformer's decoder */
     gen_free_t *genf;      /* the Free Transformer's generator (NULL for the baseline) */
+    gen_ltm_t *genl;       /* the latent-thought LM's generator */
     int max_batch, max_pos, V, H, eot;
     uint32_t K;            /* 2^H latent values */
     row_t *rows;
@@ -40,8 +45,9 @@ struct engine {
 void engine_destroy(engine_t **pe) {
     if (!pe || !*pe) return;
     engine_t *e = *pe;
-    if (e->gen || e->genf) e->sm->engines--;
+    if (e->gen || e->genf || e->genl) e->sm->engines--;
     if (e->genf) gen_free_destroy(&e->genf);
+    else if (e->genl) gen_ltm_destroy(&e->genl);
     else gen_destroy(&e->gen);
     sample_destroy(&e->smp);
     free(e->rows);
@@ -63,9 +69,11 @@ int engine_create(engine_t **pe, sampler_model_t *sm, int max_batch, int max_pos
                         "and 2..%d positions (the model's max_seq)", max_batch, max_pos, c->max_seq);
     model_memory_t before = {0}, after = {0};
     if (sm->free) free_memory(sm->free, &before);
-    int rc = sampler_model_reserve_encoder(sm, max_pos, err, errlen);
+    if (sm->ltm) ltm_memory(sm->ltm, &before);
+    int rc = sampler_model_reserve(sm, max_pos, err, errlen);
     if (rc) return rc;
     if (sm->free) free_memory(sm->free, &after);
+    if (sm->ltm) ltm_memory(sm->ltm, &after);
     engine_t *e = calloc(1, sizeof *e);
     if (!e) return err_fail(err, errlen, SAMPLER_ENOMEM, "out of memory");
     e->sm = sm;
@@ -80,14 +88,16 @@ int engine_create(engine_t **pe, sampler_model_t *sm, int max_batch, int max_pos
      * whole prompt for the Free Transformer's encoder */
     const int chunk = sm->free ? max_pos : (GEN_PREFILL_CHUNK < max_pos ? GEN_PREFILL_CHUNK : max_pos);
     const int rows = max_batch > chunk ? max_batch : chunk;
-    rc = sm->free ? gen_free_create_rows(&e->genf, sm->free, max_batch, max_pos, rows, err, errlen)
-                  : gen_create_rows(&e->gen, sm->llama, max_batch, max_pos, rows, err, errlen);
+    rc = sm->free  ? gen_free_create_rows(&e->genf, sm->free, max_batch, max_pos, rows, err, errlen)
+         : sm->ltm ? gen_ltm_create_rows(&e->genl, sm->ltm, max_batch, max_pos, rows, err, errlen)
+                   : gen_create_rows(&e->gen, sm->llama, max_batch, max_pos, rows, err, errlen);
     if (rc) {
         free(e);
         return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
     }
     sm->engines++;
     if (e->genf) e->gen = gen_free_decoder(e->genf);
+    if (e->genl) e->gen = gen_ltm_decoder(e->genl);
     e->rows = calloc(max_batch, sizeof *e->rows);
     e->row_mem = malloc(sizeof(uint32_t) * 3 * (size_t)max_batch * max_pos);
     e->u = e->H ? malloc(sizeof(float) * (size_t)max_pos * e->H) : NULL;
@@ -119,7 +129,8 @@ int engine_max_batch(const engine_t *e) { return e->max_batch; }
 int engine_max_pos(const engine_t *e) { return e->max_pos; }
 size_t engine_cache_bytes(const engine_t *e) { return gen_cache_bytes(e->gen); }
 size_t engine_bytes(const engine_t *e) {
-    return (e->genf ? gen_free_bytes(e->genf) : gen_bytes(e->gen)) + e->enc_bytes;
+    return (e->genf ? gen_free_bytes(e->genf) : e->genl ? gen_ltm_bytes(e->genl) : gen_bytes(e->gen)) +
+           e->enc_bytes;
 }
 
 const engine_row_t *engine_row(const engine_t *e, int i) {
@@ -176,6 +187,11 @@ int engine_add(engine_t *e, const engine_req_t *r, char *err, size_t errlen) {
     rng_seed2(&w->latents, r->seed ^ SAMPLER_LATENT_SALT, key);
     w->sample = r->sample;
     w->stop_at_eot = r->stop_at_eot;
+    w->index = r->index;
+    w->seed = r->seed;
+    w->ltm_prior = r->ltm_prior;
+    w->inner_steps = r->inner_steps;
+    w->fast_lr = r->fast_lr;
     w->seq = e->seq++;
     w->pub = (engine_row_t){.state = ENGINE_PREFILL, .P = r->P, .max_new = r->max_new,
                             .ids = w->ids, .z = e->H ? w->z : NULL};
@@ -207,6 +223,25 @@ static int oldest_prefill(const engine_t *e) {
     return best;
 }
 
+/* The latent-thought LM: row i's latents into its slot, before its prompt (sampler.h): the
+ * posterior inferred from the row's prompt alone, or the prior, on the sample's own streams. */
+static int ltm_latents(engine_t *e, int i, char *err, size_t errlen) {
+    row_t *w = &e->rows[i];
+    ltm_t *m = e->sm->ltm;
+    const model_config_t *c = &e->sm->cfg;
+    const int P = w->pub.P, prior = w->ltm_prior || P < 2;
+    const uint64_t key = rng_counter_key(w->seed ^ SAMPLER_LATENT_SALT, 3);
+    if (ltm_set_shape(m, 1, prior ? 1 : P - 1, err, errlen)) return SAMPLER_EMODEL;
+    if (prior) {
+        ltm_prior(m, key, w->index);
+    } else {
+        ltm_infer_t inf = {.steps = w->inner_steps > 0 ? w->inner_steps : c->inner_steps,
+                           .lr = w->fast_lr > 0 ? w->fast_lr : c->fast_lr_end, .key = key, .row0 = w->index};
+        if (ltm_infer(m, w->prompt, w->prompt + 1, NULL, &inf, NULL, NULL, err, errlen)) return SAMPLER_EMODEL;
+    }
+    return gen_ltm_set_latents(e->genl, &i, 1, err, errlen) ? SAMPLER_EMODEL : 0;
+}
+
 /* One prefill chunk of row i: the prompt's next chunk (the baseline), or all of it with the
  * encoder (the Free Transformer). Returns the prompt positions it ran, or a negative code. */
 static int prefill_chunk(engine_t *e, int i, char *err, size_t errlen) {
@@ -222,6 +257,7 @@ static int prefill_chunk(engine_t *e, int i, char *err, size_t errlen) {
         return P;
     }
     const int pos = gen_slot_pos(e->gen, i);
+    if (e->genl && pos == 0 && ltm_latents(e, i, err, errlen)) return SAMPLER_EMODEL;
     const int left = gen_prefill_next(e->gen, i, w->prompt, P, err, errlen);
     if (left < 0) return SAMPLER_EMODEL;
     if (left == 0) take(e, w, gen_logits(e->gen));

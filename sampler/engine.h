@@ -14,7 +14,9 @@
  *     ordinary products, whose bits depend on the rows beside them, so prompts prefilled
  *     together would make a request's text depend on what arrived with it. A Free Transformer
  *     prompt is one chunk, whatever its length: its encoder reads the whole prompt at once
- *     (non-causal), so it cannot be cut.
+ *     (non-causal), so it cannot be cut. A latent-thought LM row first gets its latents (the
+ *     posterior inferred from its prompt alone, or the prior: sampler.h), then its prompt's
+ *     chunks as the baseline's.
  *   decode: one chunk of T = 1 with every decoding row, each at its own position
  *     (gen_begin_slots). Its rows are computed independently of each other (linear_rows,
  *     attention_rows), so a row gets the bits it gets alone.
@@ -46,6 +48,10 @@ typedef struct {
     sampler_latent latent;  /* Free Transformer only */
     int group;              /* >= 1 */
     int stop_at_eot;        /* end at the model's eot_id (not included) */
+    /* Latent-thought LM only (sampler.h): z from the prior, or inferred from the prompt by
+     * inner_steps fast steps at rate fast_lr (0: the checkpoint's) */
+    int ltm_prior, inner_steps;
+    float fast_lr;
 } engine_req_t;
 
 typedef enum {

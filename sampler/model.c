@@ -5,6 +5,7 @@
 
 #include "common/errmsg.h"
 #include "model/checkpoint.h"
+#include "model/family.h"
 #include "sampler/model_impl.h"
 
 void sampler_model_free(sampler_model_t **psm) {
@@ -13,6 +14,7 @@ void sampler_model_free(sampler_model_t **psm) {
     engine_destroy(&sm->cli);
     llama_destroy(&sm->llama);
     free_destroy(&sm->free);
+    ltm_destroy(&sm->ltm);
     free(sm);
     *psm = NULL;
 }
@@ -32,6 +34,9 @@ int sampler_model_create(sampler_model_t **psm, device_t *dev, const model_confi
     } else if (cfg->kind == MODEL_FREE) {
         rc = free_create_on(&sm->free, sm->dev, cfg, 1, 1, seed, err, errlen);
         sm->encT = 1;
+    } else if (cfg->kind == MODEL_LTM) {
+        rc = ltm_create_on(&sm->ltm, sm->dev, cfg, 1, 1, seed, err, errlen);
+        sm->infT = 1;
     } else {
         snprintf(err, errlen, "model kind %d is not one the sampler knows", (int)cfg->kind);
         rc = SAMPLER_EARG;
@@ -48,6 +53,7 @@ const model_config_t *sampler_model_config(const sampler_model_t *sm) { return &
 device_t *sampler_model_device(const sampler_model_t *sm) { return sm->dev; }
 
 int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap) {
+    if (sm->ltm) return ltm_params(sm->ltm, views, cap);
     return sm->llama ? llama_params(sm->llama, views, cap) : free_params(sm->free, views, cap);
 }
 
@@ -113,30 +119,51 @@ int sampler_model_load_newest(sampler_model_t **psm, device_t *dev, const char *
     return rc;
 }
 
+/* Copies every weight of model `from` into `to` (two models of sm's family and config). */
+static int copy_weights(sampler_model_t *sm, void *from, void *to, char *err, size_t errlen) {
+    const model_family_t *f = family_for_kind(sm->cfg.kind);
+    int n = f->params(from, NULL, 0);
+    tensor_view_t *a = malloc(sizeof(*a) * n * 2);
+    if (!a) { snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
+    f->params(from, a, n);
+    f->params(to, a + n, n);
+    for (int i = 0; i < n; i++)
+        DEV(sm->dev, copy, a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
+    free(a);
+    return 0;
+}
+
 /* Re-creates the Free Transformer with encoder buffers for a (1, P) prompt, keeping its
  * weights. */
 static int grow_encoder(sampler_model_t *sm, int P, char *err, size_t errlen) {
     free_t *m2 = NULL;
     int rc = free_create_on(&m2, sm->dev, &sm->cfg, 1, P, 0, err, errlen);
     if (rc) return rc == FREE_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
-    int n = free_params(sm->free, NULL, 0);
-    tensor_view_t *a = malloc(sizeof(*a) * n * 2);
-    if (!a) { free_destroy(&m2); snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
-    free_params(sm->free, a, n);
-    free_params(m2, a + n, n);
-    for (int i = 0; i < n; i++)
-        DEV(sm->dev, copy, a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
-    free(a);
+    if ((rc = copy_weights(sm, sm->free, m2, err, errlen))) { free_destroy(&m2); return rc; }
     free_destroy(&sm->free);
     sm->free = m2;
     sm->encT = P;
     return 0;
 }
 
-int sampler_model_reserve_encoder(sampler_model_t *sm, int P, char *err, size_t errlen) {
-    if (!sm->free || P <= sm->encT) return 0;
+/* Re-creates the LTM with activations for inferring z from T targets, keeping its weights. */
+static int grow_ltm(sampler_model_t *sm, int T, char *err, size_t errlen) {
+    ltm_t *m2 = NULL;
+    int rc = ltm_create_on(&m2, sm->dev, &sm->cfg, 1, T, 0, err, errlen);
+    if (rc) return rc == LTM_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
+    if ((rc = copy_weights(sm, sm->ltm, m2, err, errlen))) { ltm_destroy(&m2); return rc; }
+    ltm_destroy(&sm->ltm);
+    sm->ltm = m2;
+    sm->infT = T;
+    return 0;
+}
+
+int sampler_model_reserve(sampler_model_t *sm, int P, char *err, size_t errlen) {
+    const int have = sm->free ? sm->encT : sm->ltm ? sm->infT : P;
+    if (P <= have) return 0;
     if (sm->engines)
-        return err_fail(err, errlen, SAMPLER_EARG, "the encoder takes prompts of %d positions and "
-                        "cannot grow to %d while %d engine(s) use the model", sm->encT, P, sm->engines);
-    return grow_encoder(sm, P, err, errlen);
+        return err_fail(err, errlen, SAMPLER_EARG, "the model's %s takes prompts of %d positions and "
+                        "cannot grow to %d while %d engine(s) use it", sm->free ? "encoder" : "inference",
+                        have, P, sm->engines);
+    return sm->free ? grow_encoder(sm, P, err, errlen) : grow_ltm(sm, P, err, errlen);
 }

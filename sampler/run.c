@@ -25,6 +25,10 @@ int sampler_opts_check(const sampler_opts_t *o, char *err, size_t errlen) {
         snprintf(err, errlen, "latent mode %d is neither independent nor shared", (int)o->latent);
         return SAMPLER_EARG;
     }
+    if (o->inner_steps < 0 || !(o->fast_lr >= 0)) {
+        snprintf(err, errlen, "inner steps %d and fast rate %g must not be negative", o->inner_steps, o->fast_lr);
+        return SAMPLER_EARG;
+    }
     if (sample_opts_check(&o->sample, err, errlen)) return SAMPLER_EARG;
     return 0;
 }
@@ -97,7 +101,9 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
         for (; next < n && engine_free_rows(e) > 0; next++) {
             engine_req_t r = {.prompt = prompt, .P = P, .max_new = M, .sample = o->sample,
                               .seed = o->seed, .index = (uint64_t)o->first + (uint64_t)next,
-                              .latent = o->latent, .group = o->group, .stop_at_eot = o->stop_at_eot};
+                              .latent = o->latent, .group = o->group, .stop_at_eot = o->stop_at_eot,
+                              .ltm_prior = o->ltm_prior, .inner_steps = o->inner_steps,
+                              .fast_lr = o->fast_lr};
             int row = engine_add(e, &r, err, errlen);
             if (row < 0) { rc = row; break; }
             sample_of[row] = next;

@@ -358,7 +358,8 @@ static void unhold(held_t *h) {
 static size_t model_bytes(const sampler_model_t *sm) {
     model_memory_t mm = {0};
     if (sm->llama) llama_memory(sm->llama, &mm);
-    else free_memory(sm->free, &mm);
+    else if (sm->free) free_memory(sm->free, &mm);
+    else if (sm->ltm) ltm_memory(sm->ltm, &mm);
     return mm.params + mm.grads + mm.activations;
 }
 

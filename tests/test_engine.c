@@ -3,8 +3,9 @@
  * join and leave, for the baseline and the Free Transformer: prompts of different lengths
  * (one of several prefill chunks) and outputs of different lengths, requests arriving
  * mid-batch and waiting for a free row, one ending at end-of-text, a cancelled row, and a
- * shared-latent group whose members arrive at different steps. The command line's samples
- * (sampler_generate) are the same rows. */
+ * shared-latent group whose members arrive at different steps; the latent-thought LM too (its
+ * latents inferred from each prompt alone, or drawn from the prior, and a sliding window). The
+ * command line's samples (sampler_generate) are the same rows. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,7 @@ static engine_req_t request(int k, int eot) { /* eot < 0: request 8 does not sto
     if (k == 3) r.sample = (sample_opts_t){0.7f, 20, 0.9f};
     if (k == 8) r.stop_at_eot = eot >= 0, r.sample.temperature = 0.0f; /* main makes eot come early */
     if (k >= 5 && k <= 7) r.seed = 77, r.latent = SAMPLER_LATENT_SHARED, r.group = 3, r.index = k - 5;
+    if (k % 4 == 3) r.ltm_prior = 1; /* the latent-thought LM: some from the prior */
     return r;
 }
 
@@ -281,10 +283,13 @@ int main(void) {
     model_config_t c = {.kind = MODEL_LLAMA, .vocab_size = 257, .d_model = 32, .n_layers = 2,
                         .n_heads = 4, .n_kv_heads = 2, .d_ff = 48, .max_seq = MAXPOS,
                         .rope_theta = 10000.0f, .norm_eps = 1e-5f, .tied = 1, .eot_id = 256,
-                        .latent_bits = 4, .kappa_nats = 0.1f};
-    for (int fam = 0; fam < 2; fam++) {
-        c.kind = fam ? MODEL_FREE : MODEL_LLAMA;
-        c.n_layers = fam ? 4 : 2;
+                        .latent_bits = 4, .kappa_nats = 0.1f, .latent_vectors = 5, .inner_steps = 2,
+                        .fast_lr = 0.3f, .fast_lr_end = 0.3f, .fast_lr_steps = 1};
+    static const char *names[3] = {"llama", "free", "ltm"};
+    for (int fam = 0; fam < 3; fam++) {
+        c.kind = fam == 2 ? MODEL_LTM : fam ? MODEL_FREE : MODEL_LLAMA;
+        c.n_layers = fam == 1 ? 4 : 2;
+        c.sliding_window = fam == 2 ? 24 : 0; /* the LTM with its window, across prefill chunks */
         sampler_model_t *sm = NULL;
         if (sampler_model_create(&sm, NULL, &c, 3, err, sizeof err)) {
             fprintf(stderr, "setup: %s\n", err);
@@ -299,12 +304,12 @@ int main(void) {
             fprintf(stderr, "setup: %s\n", err);
             return 1;
         }
-        const char *name = fam ? "free" : "llama";
+        const char *name = names[fam];
         int f0 = check_failed_;
         compare(sm, name);
         cli_is_engine(sm);
         refusals(sm);
-        evaluator_is_engine(&c);
+        if (fam < 2) evaluator_is_engine(&c); /* the LTM's evaluator infers z on streams of its own */
         fprintf(stderr, "%s %s\n", check_failed_ == f0 ? "ok  " : "FAIL", name);
         sampler_model_free(&sm);
     }

@@ -19,3 +19,10 @@ figure4: deps
 bf16-check: deps
 	@$(MAKE) --no-print-directory all data
 	@bash trainer/examples/bf16.sh
+
+# `make ltm`: the Latent-thought LM (seed 003) against the baseline on Brown (results/ltm.*);
+# LTM_STEPS, LTM_K, ... set the scale (trainer/examples/ltm.sh); under 2 hours with the defaults.
+.PHONY: ltm
+ltm: deps
+	@$(MAKE) --no-print-directory all data
+	@bash trainer/examples/ltm.sh
