@@ -14,13 +14,8 @@ typedef struct {
     uint32_t *ids;         /* (max_pos) generated */
     uint32_t *z;           /* (max_pos) latent indices (Free Transformer) */
     rng_t tokens, latents; /* the row's streams (engine.h) */
-    sample_opts_t sample;
-    int stop_at_eot;
+    engine_req_t req;      /* as added (req.prompt: the row's copy) */
     uint32_t next;         /* the token the next decode chunk feeds */
-    uint64_t index;        /* the sample's index (the LTM's latent stream) */
-    uint64_t seed;
-    int ltm_prior, inner_steps;
-    float fast_lr;
 } row_t;
 
 struct engine {
@@ -185,13 +180,8 @@ int engine_add(engine_t *e, const engine_req_t *r, char *err, size_t errlen) {
     const uint64_t key = r->latent == SAMPLER_LATENT_SHARED ? (1ull << 32) + r->index / (uint64_t)r->group
                                                             : r->index;
     rng_seed2(&w->latents, r->seed ^ SAMPLER_LATENT_SALT, key);
-    w->sample = r->sample;
-    w->stop_at_eot = r->stop_at_eot;
-    w->index = r->index;
-    w->seed = r->seed;
-    w->ltm_prior = r->ltm_prior;
-    w->inner_steps = r->inner_steps;
-    w->fast_lr = r->fast_lr;
+    w->req = *r;
+    w->req.prompt = w->prompt;
     w->seq = e->seq++;
     w->pub = (engine_row_t){.state = ENGINE_PREFILL, .P = r->P, .max_new = r->max_new,
                             .ids = w->ids, .z = e->H ? w->z : NULL};
@@ -202,8 +192,8 @@ int engine_add(engine_t *e, const engine_req_t *r, char *err, size_t errlen) {
 /* Picks row w's next token from its logits lg (V): appended, or the end of the row. */
 static void take(engine_t *e, row_t *w, const float *lg) {
     if (e->observe) e->observe(e->observe_ctx, (int)(w - e->rows), lg, e->V);
-    const uint32_t id = sample_pick(e->smp, lg, &w->sample, &w->tokens);
-    if (w->stop_at_eot && id == (uint32_t)e->eot) {
+    const uint32_t id = sample_pick(e->smp, lg, &w->req.sample, &w->tokens);
+    if (w->req.stop_at_eot && id == (uint32_t)e->eot) {
         w->pub.stopped = 1;
         w->pub.state = ENGINE_DONE;
         return;
@@ -229,14 +219,15 @@ static int ltm_latents(engine_t *e, int i, char *err, size_t errlen) {
     row_t *w = &e->rows[i];
     ltm_t *m = e->sm->ltm;
     const model_config_t *c = &e->sm->cfg;
-    const int P = w->pub.P, prior = w->ltm_prior || P < 2;
-    const uint64_t key = rng_counter_key(w->seed ^ SAMPLER_LATENT_SALT, 3);
+    const engine_req_t *r = &w->req;
+    const int P = w->pub.P, prior = r->ltm_prior || P < 2;
+    const uint64_t key = rng_counter_key(r->seed ^ SAMPLER_LATENT_SALT, 3);
     if (ltm_set_shape(m, 1, prior ? 1 : P - 1, err, errlen)) return SAMPLER_EMODEL;
     if (prior) {
-        ltm_prior(m, key, w->index);
+        ltm_prior(m, key, r->index);
     } else {
-        ltm_infer_t inf = {.steps = w->inner_steps > 0 ? w->inner_steps : c->inner_steps,
-                           .lr = w->fast_lr > 0 ? w->fast_lr : c->fast_lr_end, .key = key, .row0 = w->index};
+        ltm_infer_t inf = {.steps = r->inner_steps > 0 ? r->inner_steps : c->inner_steps,
+                           .lr = r->fast_lr > 0 ? r->fast_lr : c->fast_lr_end, .key = key, .row0 = r->index};
         if (ltm_infer(m, w->prompt, w->prompt + 1, NULL, &inf, NULL, NULL, err, errlen)) return SAMPLER_EMODEL;
     }
     return gen_ltm_set_latents(e->genl, &i, 1, err, errlen) ? SAMPLER_EMODEL : 0;
