@@ -1,7 +1,7 @@
 /* model/mixer_mix.c: the token mixing as gemm calls and two element ops (see mixer_mix.h). */
 #include "model/mixer_mix.h"
 
-#include "model/ops_math.h"
+#include "model/mixer_taps.h"
 
 size_t mixer_mix_weight_floats(const mixer_mix_t *s) {
     return (size_t)s->h * s->k * s->Tw * s->Tw;
@@ -22,7 +22,7 @@ void mixer_mix_forward(device_t *d, float *y, const float *x, const float *w, co
     for (int b = 0; b < B; b++)
         for (int tp = 0; tp < s->h * s->k; tp++) {
             int o, c0, c1;
-            ops_mixer_tap(tp, s->k, dh, &o, &c0, &c1);
+            mixer_tap(tp, s->k, dh, &o, &c0, &c1);
             const size_t off = (size_t)b * T * D;
             DEV(d, gemm, GEMM_N, GEMM_N, c1 - c0, T, T, 1.0f, x + off + c0 + o, D,
                 we + (size_t)tp * Tw * Tw, Tw, 1.0f, y + off + c0, D);
@@ -42,7 +42,7 @@ void mixer_mix_backward(device_t *d, float *dx, float *dw, float *dbias, const f
     for (int b = 0; b < B; b++)
         for (int tp = 0; tp < s->h * s->k; tp++) {
             int o, c0, c1;
-            ops_mixer_tap(tp, s->k, dh, &o, &c0, &c1);
+            mixer_tap(tp, s->k, dh, &o, &c0, &c1);
             const size_t off = (size_t)b * T * D, wo = (size_t)tp * Tw * Tw;
             DEV(d, gemm, GEMM_N, GEMM_T, c1 - c0, T, T, 1.0f, dy + off + c0, D, we + wo, Tw, 1.0f,
                 dx + off + c0 + o, D);

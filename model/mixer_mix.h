@@ -10,7 +10,7 @@
  * diagonal neither act nor learn.
  *
  * The products are gemm calls (model/gemm.h, column-major): for each row b, head i, tap j,
- * with o = j - (k-1)/2 and the columns [c0, c1) the tap reaches (ops_mixer_tap), m =
+ * with o = j - (k-1)/2 and the columns [c0, c1) the tap reaches (mixer_taps.h), m =
  * c1 - c0, x_b = x + b T D (a row-major (T, D) block is the column-major (D, T) one):
  *   forward   Y_b^T[c0:c1, :]   += X_b^T[c0+o:c1+o, :] W_ij^T :  gemm(N, N, m, T, T,  x_b + c0 + o, D, W_ij, Tw, y_b + c0, D)
  *   backward  dX_b^T[c0+o:.., :] += dY_b^T[c0:c1, :] W_ij     :  gemm(N, T, m, T, T,  dy_b + c0, D, W_ij, Tw, dx_b + c0 + o, D)

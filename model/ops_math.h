@@ -221,14 +221,4 @@ OPS_FN float ops_dot8(const float *a, const float *b, int n) {
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
-/* ---- the masked mixer's taps (seed 004) ----
- * A mixing has h heads x k taps, numbered tp = i k + j (head i, tap j: the order of its
- * weight matrices). Tap j reads column c + o, o = j - (k-1)/2 (torch's padding='same'), and
- * stays inside head i's columns [i dh, (i+1) dh): it reaches the output columns [c_lo, c_hi). */
-OPS_FN void ops_mixer_tap(int tp, int k, int dh, int *o, int *c_lo, int *c_hi) {
-    const int h0 = (tp / k) * dh, h1 = h0 + dh;
-    *o = tp % k - (k - 1) / 2;
-    *c_lo = *o < 0 ? h0 - *o : h0;
-    *c_hi = *o > 0 ? h1 - *o : h1;
-}
 #endif

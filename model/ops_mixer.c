@@ -2,7 +2,7 @@
  * mixing (ops.h). Every output element is one expression or a sum in a fixed order, so the
  * thread count changes no bit. */
 #include "model/ops.h"
-#include "model/ops_math.h"
+#include "model/mixer_taps.h"
 
 #include <string.h>
 
@@ -74,7 +74,7 @@ void unroll_backward(float *de, const float *dout, int B, int T, int D, int nd) 
     for (int b_ = 0; b_ < (B); b_++)                                                         \
         for (int tp_ = 0; tp_ < (h) * (k); tp_++) {                                          \
             int o_, c0_, c1_;                                                                \
-            ops_mixer_tap(tp_, (k), (D) / (h), &o_, &c0_, &c1_);                             \
+            mixer_tap(tp_, (k), (D) / (h), &o_, &c0_, &c1_);                             \
             for (int t_ = 0; t_ < (T); t_++)                                                 \
                 for (int s_ = 0; s_ < ((causal) ? t_ + 1 : (T)); s_++)                       \
                     for (int c_ = c0_; c_ < c1_; c_++) {                                     \
