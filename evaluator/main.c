@@ -19,7 +19,9 @@ static void usage(FILE *f, const flag_t *flags, int n) {
             "eval/<run> on the bus. Start, kill or replace it at any time: the trainer never notices.\n"
             "\ntasks:\n"
             "  val  cross-entropy, perplexity, bits per byte on --data DIR (--val-docs N: its last N\n"
-            "       documents), --batches batches of --batch x --seq-len tokens in a fixed order\n"
+            "       documents), --batches batches of --batch x --seq-len tokens in a fixed order;\n"
+            "       autoencoders and memory models: the decoder's bits per byte plus the stored\n"
+            "       embedding's at --bits-per-param bits per float, and their total\n"
             "  mc   multiple choice from --file JSONL {\"context\",\"choices\",\"label\"} with --vocab V:\n"
             "       acc_completion, acc_char (seed 000 Appendix B)\n"
             "  em   exact match of the greedy (or --temperature) continuation, --file JSONL\n"
@@ -35,7 +37,7 @@ int main(int argc, char **argv) {
     const char *device = "cpu";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
-                         .iw_samples = 4, .draws = 4};
+                         .iw_samples = 4, .draws = 4, .bits_per_param = 8};
     flag_t fl[] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
         {"eot-prefix", FLAG_BOOL, &tc.eot_prefix, "synth: put end-of-text before each prompt (models trained on rows that start with it)", 0, 0, 0},
         {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
         {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging)", 1, 4096, 0},
+        {"bits-per-param", FLAG_INT, &tc.bits_per_param, "autoencoders, memory models, val: bits b_p each float of the stored embedding takes (4, 8, 16 or 32)", 0, 64, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
         {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},

@@ -39,6 +39,8 @@ typedef struct {
     /* Free Transformer */
     int iw_samples;         /* val: K posterior samples per row (ELBO and importance-weighted bound) */
     int draws;              /* val: prior draws for ce_prior; mc: prior draws averaged per choice */
+    /* autoencoders and memory models (seed 004) */
+    int bits_per_param;     /* val: b_p, bits each float of the stored embedding takes (4, 8, 16, 32) */
 } eval_task_cfg_t;
 
 typedef struct eval_task eval_task_t;

@@ -21,7 +21,19 @@
  *   iw_prior -log mean_n p(x|z_n) per row, z_n from the prior: the same N draws as an
  *            importance-weighted bound whose proposal is the prior (tighter than ce_prior);
  *   nll_bound the smaller of iw_bound and iw_prior over the whole evaluation; ppl and bpb
- *            come from it. */
+ *            come from it.
+ *
+ * An autoencoder or memory model (seed 004; lm->chunk_logits) predicts each row's own T
+ * tokens from one stored embedding of n_p = lm->n_embed floats (and, for a memory model, the
+ * tokens before each), so its bits per byte have two terms (seed 004's formulas, L_t / L_b
+ * the split's tokens per byte, b_p = --bits-per-param):
+ *   ce             the decoder's cross-entropy per token (nats);
+ *   bpb_decoder    (L_t / L_b) ce / ln 2;
+ *   bpb_embedding  n_p b_p / (T L_b / L_t): the stored embedding amortised over the T tokens
+ *                  (the L_b / L_t T bytes) it encodes;
+ *   bpb            their sum, comparable with a causal model's bpb;
+ *   ce_total       ce + bpb_embedding ln 2 / (L_t / L_b): the same total as nats per token
+ *                  (seed 004's "normalized loss"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +54,7 @@ typedef struct {
     int T_open;             /* T the batches were checked for at open (seq_len or 0) */
     const char *data;
     int batches, K, N;
+    int bits_per_param;
 } val_t;
 
 static void val_close(void **self) {
@@ -85,6 +98,13 @@ static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t e
     v->batches = cfg->batches;
     v->K = cfg->iw_samples > 0 ? cfg->iw_samples : 4;
     v->N = cfg->draws > 0 ? cfg->draws : 4;
+    v->bits_per_param = cfg->bits_per_param ? cfg->bits_per_param : 8;
+    if (v->bits_per_param != 4 && v->bits_per_param != 8 && v->bits_per_param != 16 && v->bits_per_param != 32) {
+        snprintf(err, errlen, "--bits-per-param %d: the stored embedding's floats take 4, 8, 16 or 32 bits", v->bits_per_param);
+        loader_src_close(&v->src);
+        free(v);
+        return EVAL_EARG;
+    }
     loader_src_split_info(v->src, v->p.split, &v->info);
     if (v->info.n_bytes == 0 || v->info.n_tokens == 0) {
         snprintf(err, errlen, "dataset %s: the evaluated split has no tokens or no byte count", cfg->data);
@@ -106,6 +126,14 @@ static double row_logp(const float *lg, const uint32_t *rows, int b, int T, int 
     double s = 0;
     for (int t = 0; t < T; t++)
         s += eval_logprob(lg + ((size_t)b * T + t) * V, V, rows[(size_t)b * (T + 1) + t + 1]);
+    return s;
+}
+
+/* Sum over row b of log p(token t) from logits (B,T,V) whose row t predicts token t itself. */
+static double chunk_logp(const float *lg, const uint32_t *tokens, int b, int T, int V) {
+    double s = 0;
+    for (int t = 0; t < T; t++)
+        s += eval_logprob(lg + ((size_t)b * T + t) * V, V, tokens[(size_t)b * T + t]);
     return s;
 }
 
@@ -223,6 +251,12 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
             if (rc) return rc;
             continue;
         }
+        if (lm->chunk_logits) {
+            const float *lg = lm->chunk_logits(lm, v->inputs, B, T, err, errlen);
+            if (!lg) return EVAL_EMODEL;
+            for (int b = 0; b < B; b++) nll -= chunk_logp(lg, v->inputs, b, T, V);
+            continue;
+        }
         const float *lg = lm->logits(lm, v->inputs, NULL, B, T, err, errlen);
         if (!lg) return EVAL_EMODEL;
         for (int b = 0; b < B; b++) nll -= row_logp(lg, v->rows, b, T, V);
@@ -242,6 +276,16 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
         eval_values_add(out, "bpb", best * per_byte);
         eval_values_add(out, "iw_samples", v->K);
         eval_values_add(out, "draws", v->N);
+    } else if (lm->chunk_logits) {
+        const double ce = nll / (double)count, bpb_dec = ce * per_byte;
+        const double bpb_emb = (double)lm->n_embed * v->bits_per_param * v->info.n_tokens / ((double)T * v->info.n_bytes);
+        eval_values_add(out, "ce", ce);
+        eval_values_add(out, "bpb_decoder", bpb_dec);
+        eval_values_add(out, "embed_floats", lm->n_embed);
+        eval_values_add(out, "bits_per_param", v->bits_per_param);
+        eval_values_add(out, "bpb_embedding", bpb_emb);
+        eval_values_add(out, "bpb", bpb_dec + bpb_emb);
+        eval_values_add(out, "ce_total", ce + bpb_emb / per_byte);
     } else {
         double ce = nll / (double)count;
         eval_values_add(out, "ce", ce);

@@ -9,6 +9,7 @@
 static void drop_generators(sampler_model_t *sm) {
     gen_destroy(&sm->gen);
     gen_free_destroy(&sm->genf);
+    mixer_gen_destroy(&sm->genm);
     sm->genB = sm->genT = 0;
 }
 
@@ -18,6 +19,7 @@ void sampler_model_free(sampler_model_t **psm) {
     drop_generators(sm);
     llama_destroy(&sm->llama);
     free_destroy(&sm->free);
+    mixers_destroy(&sm->mixer);
     free(sm);
     *psm = NULL;
 }
@@ -37,6 +39,12 @@ int sampler_model_create(sampler_model_t **psm, device_t *dev, const model_confi
     } else if (cfg->kind == MODEL_FREE) {
         rc = free_create_on(&sm->free, sm->dev, cfg, 1, 1, seed, err, errlen);
         sm->encB = sm->encT = 1;
+    } else if (cfg->kind == MODEL_MIXER) {
+        rc = mixers_create_on(&sm->mixer, sm->dev, cfg, 1, 1, seed, err, errlen);
+    } else if (mixer_kind_is(cfg->kind)) {
+        snprintf(err, errlen, "a %s predicts the chunk it has encoded, not the next token: the sampler "
+                 "generates from causal models (llama, free, mixer)", mixer_kind_name(cfg->kind));
+        rc = SAMPLER_EARG;
     } else {
         snprintf(err, errlen, "model kind %d is not one the sampler knows", (int)cfg->kind);
         rc = SAMPLER_EARG;
@@ -53,6 +61,7 @@ const model_config_t *sampler_model_config(const sampler_model_t *sm) { return &
 device_t *sampler_model_device(const sampler_model_t *sm) { return sm->dev; }
 
 int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap) {
+    if (sm->mixer) return mixers_params(sm->mixer, views, cap);
     return sm->llama ? llama_params(sm->llama, views, cap) : free_params(sm->free, views, cap);
 }
 
@@ -116,8 +125,9 @@ int sampler_model_prepare(sampler_model_t *sm, int B, int P, int T, char *err, s
     if (B <= sm->genB && T <= sm->genT) return 0;
     int nb = B > sm->genB ? B : sm->genB, nt = T > sm->genT ? T : sm->genT;
     drop_generators(sm);
-    rc = sm->llama ? gen_create(&sm->gen, sm->llama, nb, nt, err, errlen)
-                   : gen_free_create(&sm->genf, sm->free, nb, nt, err, errlen);
+    rc = sm->mixer ? mixer_gen_create(&sm->genm, sm->mixer, nb, nt, err, errlen)
+         : sm->llama ? gen_create(&sm->gen, sm->llama, nb, nt, err, errlen)
+                     : gen_free_create(&sm->genf, sm->free, nb, nt, err, errlen);
     if (rc) return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
     sm->genB = nb;
     sm->genT = nt;

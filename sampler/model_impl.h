@@ -5,6 +5,8 @@
 #include "model/free.h"
 #include "model/generate.h"
 #include "model/llama.h"
+#include "model/mixer_gen.h"
+#include "model/mixers.h"
 #include "sampler/sampler.h"
 
 struct sampler_model {
@@ -15,6 +17,8 @@ struct sampler_model {
     int encB, encT;
     gen_t *gen;            /* baseline generator, cache (genB, genT) */
     gen_free_t *genf;      /* Free Transformer generator, cache (genB, genT) */
+    mixers_t *mixer;       /* the causal masked mixer (kind MODEL_MIXER), activations (1,1) */
+    mixer_gen_t *genm;     /* its generator: the cache of mixing sums (genB, genT) */
     int genB, genT;
 };
 

@@ -42,8 +42,9 @@ void sampler_result_free(sampler_result_t *r) {
  * with uniforms u (B,T,H) when z is NULL. */
 static int step(sampler_model_t *sm, const uint32_t *tok, int B, int T, const uint32_t *z,
                 const float *u, char *err, size_t errlen) {
-    int rc = sm->genf ? gen_free_step(sm->genf, tok, B, T, z, u, NULL, err, errlen)
-                      : gen_step(sm->gen, tok, B, T, NULL, err, errlen);
+    int rc = sm->genm ? mixer_gen_step(sm->genm, tok, B, T, NULL, err, errlen)
+             : sm->genf ? gen_free_step(sm->genf, tok, B, T, z, u, NULL, err, errlen)
+                        : gen_step(sm->gen, tok, B, T, NULL, err, errlen);
     return rc ? SAMPLER_EMODEL : 0;
 }
 
@@ -103,7 +104,9 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
             for (int j = 0; u && j < P * H; j++) u[(size_t)b * P * H + j] = rng_f32(&zr[b]);
         }
         // prefill: the whole prompt in one chunk (the Free Transformer's encoder reads it)
-        if (sm->genf) gen_free_reset(sm->genf); else gen_reset(sm->gen);
+        if (sm->genm) mixer_gen_reset(sm->genm);
+        else if (sm->genf) gen_free_reset(sm->genf);
+        else gen_reset(sm->gen);
         if ((rc = step(sm, chunk, B, P, NULL, u, err, errlen))) break;
         if (H)
             for (int b = 0; b < B; b++)
@@ -111,7 +114,7 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
                        sizeof(uint32_t) * P);
         int done = 0;
         for (int s = 0; s < M; s++) {
-            const float *lg = gen_logits(sm->genf ? gen_free_decoder(sm->genf) : sm->gen);
+            const float *lg = sm->genm ? mixer_gen_logits(sm->genm) : gen_logits(sm->genf ? gen_free_decoder(sm->genf) : sm->gen);
             for (int b = 0; b < B; b++) {
                 const int i = i0 + b;
                 /* every sequence draws at every step, finished or not: its stream of draws

@@ -9,7 +9,8 @@ pass=0; fail=0
 ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
 
 FAMILY_FILES="model/llama.c model/llama_block.c model/free.c model/generate.c model/kv_free.c model/adamw.c
-              model/mixers.c model/mixers_step.c model/mixer_block.c model/mixer_mix.c model/blockstack.c"
+              model/mixers.c model/mixers_step.c model/mixer_block.c model/mixer_mix.c model/blockstack.c
+              model/mixer_gen.c"
 for f in $FAMILY_FILES; do
     [ -f "$f" ] || { fail=$((fail + 1)); echo "FAIL: $f is missing"; continue; }
     # comments stripped, so a comment may name what the code must not do

@@ -37,12 +37,20 @@ typedef struct {
     int latent_bits;           /* H: Z is one-hot over 2^H */
     float kappa;               /* free-bits threshold per token, in kappa_unit */
     const char *kappa_unit;    /* "bits" | "nats" */
+    /* masked mixers (--model mixer, mixer-ae, llama-ae, mixer-mem, llama-mem; seed 004) */
+    int mixer_heads, mixer_kernel;
+    int no_mask, no_mask_encoder;
+    int encoder_layers;        /* 0: --layers */
+    int embed_dim;             /* 0: --d-model (no compression) */
+    int unroll;
+    const char *encoder;       /* memory models: the encoder's checkpoint (or its run dir) */
+    int freeze_encoder;
     /* optimizer */
     float lr, min_lr, wd, beta1, beta2, eps, clip;
     int warmup, decay_embeddings;
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 53
+#define TRAINER_NFLAGS 62
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);

@@ -158,6 +158,26 @@ static int alloc_views(run_t *r) {
     return 0;
 }
 
+/* --encoder: a memory model's encoder from another checkpoint (a checkpoint directory, or a
+ * run directory whose newest complete checkpoint is taken). A resumed run has it in its own
+ * checkpoint already. */
+static int load_encoder(run_t *r, int resumed, char *err, size_t errlen) {
+    const char *src = r->o->encoder;
+    if (!r->fam->load_encoder)
+        return err_fail(err, errlen, TRAIN_ESETUP, "--encoder is for the memory models (mixer-mem, llama-mem)");
+    if (resumed) {
+        fprintf(stderr, "trainer: --encoder %s not read: the resumed checkpoint holds the encoder\n", src);
+        return 0;
+    }
+    char dir[1200], warn[1024] = "", why[512];
+    int64_t step = 0;
+    if (ckpt_find_latest(src, dir, sizeof dir, &step, warn, sizeof warn, why, sizeof why) != 1)
+        snprintf(dir, sizeof dir, "%s", src);
+    if (r->fam->load_encoder(r->model, dir, err, errlen)) return TRAIN_ESETUP;
+    fprintf(stderr, "trainer: encoder from %s%s\n", dir, r->cfg.freeze_encoder ? " (frozen)" : "");
+    return 0;
+}
+
 static int setup(run_t *r, uint64_t *epoch, uint64_t *dstep, char *err, size_t errlen) {
     const trainer_opts_t *o = r->o;
     if (o->run_dir) snprintf(r->run_dir, sizeof r->run_dir, "%s", o->run_dir);
@@ -197,11 +217,18 @@ static int setup(run_t *r, uint64_t *epoch, uint64_t *dstep, char *err, size_t e
         return err_fail(err, errlen, TRAIN_ESETUP, "--model %s but the checkpoint holds a %s model", o->model, r->fam ? r->fam->name : "unknown");
     if (r->fam->create(&r->model, r->dev, &r->cfg, o->B, o->T, (uint64_t)o->seed, err, errlen)) return TRAIN_EMODEL;
     if (alloc_views(r)) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
+    if (o->encoder) {
+        int rc = load_encoder(r, ckpt_dir[0] != 0, err, errlen);
+        if (rc) return rc;
+    }
 
     adamw_config_t ac = adamw_config_default();
     ac.beta1 = o->beta1, ac.beta2 = o->beta2, ac.eps = o->eps, ac.weight_decay = o->wd;
     ac.decay_embeddings = o->decay_embeddings;
     if (adamw_create(&r->opt, r->params, r->np, &ac, err, errlen)) return TRAIN_EMODEL;
+    /* a frozen tensor gets no gradient; without decay its update is exactly zero */
+    for (int i = 0; r->fam->frozen && i < r->np; i++)
+        if (r->fam->frozen(r->model, i)) adamw_set_decay(r->opt, i, 0);
     adamw_moments(r->opt, 0, r->mom1, r->np);
     adamw_moments(r->opt, 1, r->mom2, r->np);
     r->sched = (schedule_t){o->lr, o->min_lr, o->warmup, (int)o->steps};
