@@ -41,6 +41,8 @@ static void usage(FILE *f, const flag_t *fl, int n) {
             "Free Transformer checkpoints: the prompt's latents come from the encoder, every new\n"
             "position's from the prior (uniform over 2^H); --latent shared gives each group of\n"
             "--group samples one draw of those (the paper's Figure 4).\n"
+            "Masked mixer checkpoints (--model mixer) generate through a cache of their mixing\n"
+            "sums; autoencoders and memory models (they predict the chunk they encoded) are refused.\n"
             "Service: --serve ENDPOINT answers gen_req messages (docs/PROTOCOL.md) with the\n"
             "checkpoint, reloading when the bus announces a newer one of --follow RUN;\n"
             "--connect ENDPOINT asks such a server for --n samples instead of loading a model.\n"

@@ -11,3 +11,10 @@ brown: deps
 figure4: deps
 	@$(MAKE) --no-print-directory all
 	@bash trainer/examples/figure4.sh
+
+# `make mixers`: seed 004's masked-mixer comparisons at this machine's scale (results/mixers.*);
+# MIXERS_STEPS sets the length (default 600, about 1.5 h on 2 quiet cores).
+.PHONY: mixers
+mixers: deps
+	@$(MAKE) --no-print-directory all data
+	@bash trainer/examples/mixers.sh
