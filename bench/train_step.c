@@ -134,14 +134,31 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
+    /* cuBLAS' share, from a second pass with every product timed (it waits for each product,
+     * so it is not part of the throughput above) */
+    double gemm_share = -1;
+    if (!device_is_host(dev) && !rc) {
+        dev->profile_gemm = 1;
+        dev->gemm_seconds = 0;
+        double a = now();
+        for (int s = 0; s < steps && !rc; s++) {
+            fam->zero_grad(m);
+            rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
+            rc |= fam->backward(m, err, sizeof(err));
+            sync_dev();
+        }
+        gemm_share = dev->gemm_seconds / (now() - a);
+        dev->profile_gemm = 0;
+    }
     double total = now() - t0, tps = (double)B * T * steps / total;
     double fpt = flops_per_token(&c, nparams, not_per_token, T);
     if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
-               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\"}\n",
+               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
+               "\"gemm_share\":%.4f}\n",
                name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
-               t_bwd / steps, t_opt / steps, tps, fpt, loss, dev->name, precision_name(dev->precision));
+               t_bwd / steps, t_opt / steps, tps, fpt, loss, dev->name, precision_name(dev->precision), gemm_share);
     else
         printf("C  config %c (%s): %lld params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
                "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
@@ -182,9 +199,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[256];
-    int p = precision_parse(prec);
-    if (p < 0 || device_open(&dev, device, (precision_t)p, err, sizeof err)) {
-        fprintf(stderr, "train_step: %s\n", p < 0 ? "--precision: fp32, bf16 or tf32" : err);
+    precision_t p;
+    if (precision_parse(prec, &p, err, sizeof err) || device_open(&dev, device, p, err, sizeof err)) {
+        fprintf(stderr, "train_step: %s\n", err);
         return 2;
     }
     int rc = 0;

@@ -1,6 +1,7 @@
 /* bus/bus.c: socket helpers (see bus.h). */
 #include "common/errmsg.h"
 #include "bus/bus.h"
+#include "bus/net.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -74,15 +75,12 @@ void *bus_pub_open(void *zctx, const char *endpoint, char *err, size_t errlen) {
         err_fail(err, errlen, BUS_ERR_ARG, "bus_pub_open: NULL argument");
         return NULL;
     }
-    void *s = zmq_socket(zctx, ZMQ_XPUB);
-    if (!s) {
-        err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-        return NULL;
-    }
+    /* it hears the bus's subscriptions only */
+    void *s = bus_net_socket(zctx, ZMQ_XPUB, BUS_PEER_EVENTS, err, errlen);
+    if (!s) return NULL;
     int linger = 1000;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-    if (zmq_connect(s, endpoint) != 0) {
-        err_fail(err, errlen, BUS_ERR_ZMQ, "connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    if (bus_net_connect(s, endpoint, err, errlen) != 0) {
         zmq_close(s);
         return NULL;
     }
@@ -142,13 +140,8 @@ void *bus_sub_open(void *zctx, const char *endpoint, const char **prefixes, int 
         err_fail(err, errlen, BUS_ERR_ARG, "bus_sub_open: bad argument");
         return NULL;
     }
-    void *s = zmq_socket(zctx, ZMQ_SUB);
-    if (!s) {
-        err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-        return NULL;
-    }
-    int linger = 0;
-    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    void *s = bus_net_socket(zctx, ZMQ_SUB, BUS_PEER_SUB, err, errlen);
+    if (!s) return NULL;
     int rc = 0;
     if (n == 0) rc = zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
     for (int i = 0; i < n && rc == 0; i++)
@@ -158,8 +151,7 @@ void *bus_sub_open(void *zctx, const char *endpoint, const char **prefixes, int 
         zmq_close(s);
         return NULL;
     }
-    if (zmq_connect(s, endpoint) != 0) {
-        err_fail(err, errlen, BUS_ERR_ZMQ, "connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    if (bus_net_connect(s, endpoint, err, errlen) != 0) {
         zmq_close(s);
         return NULL;
     }

@@ -7,7 +7,7 @@
  *
  * Status codes: 0 ok, BUS_TIMEOUT (1) when a wait ran out, BUS_ERR_INTR when a signal
  * interrupted the wait (czmq style: told apart from a bad frame so a program can exit
- * cleanly), BUS_ERR_ZMQ / BUS_ERR_ARG, or a negative wire_status when a frame was malformed
+ * cleanly), BUS_ERR_ZMQ / BUS_ERR_ARG / BUS_ERR_REFUSED, or a negative wire_status when a frame was malformed
  * (the event is consumed; the caller may carry on). */
 #ifndef BUS_BUS_H
 #define BUS_BUS_H
@@ -27,6 +27,8 @@ enum {
     BUS_ERR_INTR = -20, /* SIGINT/SIGTERM (or EINTR) while waiting */
     BUS_ERR_ZMQ = -21,  /* a zmq call failed; err says which and why */
     BUS_ERR_ARG = -22,
+    BUS_ERR_REFUSED = -23, /* the security policy refused an endpoint, or a key file is bad
+                              (bus/net.h, bus/keys.h) */
 };
 
 /* Endpoint resolution: the flag when given, else $FT_BUS_PUB / $FT_BUS_SUB, else the

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/utf8.h"
+
 typedef struct {
     msg_ckpt_t ck; /* path and model owned */
     uint64_t seq;  /* update order, for eviction and for the index order */
@@ -52,8 +54,12 @@ static char *dup_or_null(const char *s, int *oom) {
     return d;
 }
 
+/* A str the protocol's clients can decode (the cache replays it to every late subscriber). */
+static int sendable(const char *s) { return !s || wire_utf8_valid(s, strlen(s)); }
+
 int bus_ckpt_cache_update(bus_ckpt_cache_t *c, const msg_ckpt_t *ck) {
     if (!c || !ck || strnlen(ck->run, WIRE_NAME_LEN) == WIRE_NAME_LEN) return WIRE_ERR_ARG;
+    if (!sendable(ck->run) || !sendable(ck->path) || !sendable(ck->model)) return WIRE_ERR_MISTYPED;
     entry_t *slot = NULL, *oldest = NULL, *empty = NULL;
     for (uint32_t i = 0; i < c->cap; i++) {
         entry_t *e = &c->e[i];

@@ -21,7 +21,9 @@ typedef struct bus_ckpt_cache bus_ckpt_cache_t;
 bus_ckpt_cache_t *bus_ckpt_cache_new(uint32_t cap);
 void bus_ckpt_cache_free(bus_ckpt_cache_t **c);
 /* Stores a copy of ck: 1 when it became the run's latest, 0 when older than what is kept,
- * WIRE_ERR_NOMEM / WIRE_ERR_ARG on failure (the cache is then unchanged). */
+ * WIRE_ERR_MISTYPED when run, path or model is not UTF-8 (the welcome message is replayed to
+ * every late subscriber: one such entry would break all of them), WIRE_ERR_NOMEM /
+ * WIRE_ERR_ARG on failure. The cache is unchanged unless 1 is returned. */
 int bus_ckpt_cache_update(bus_ckpt_cache_t *c, const msg_ckpt_t *ck);
 uint32_t bus_ckpt_cache_count(const bus_ckpt_cache_t *c);
 /* The welcome frame (wire_event_pack of the ckpt_index); *frame is malloc'ed. */

@@ -12,6 +12,8 @@
 
 #include "bus/bus.h"
 #include "bus/ckpt_cache.h"
+#include "bus/net.h"
+#include "bus/utf8.h"
 
 typedef struct {
     const bus_forwarder_cfg_t *cfg;
@@ -29,7 +31,7 @@ static void warn_malformed(fwd_t *f, const char *topic, const char *why) {
         return;
     }
     if (!f->cfg->quiet) {
-        fprintf(stderr, "bus: malformed event on \"%s\": %s (forwarded, not cached)", topic, why);
+        fprintf(stderr, "bus: malformed event on \"%s\": %s (dropped)", topic, why);
         if (f->warn_suppressed)
             fprintf(stderr, "; %llu more since the last line",
                     (unsigned long long)f->warn_suppressed);
@@ -39,16 +41,20 @@ static void warn_malformed(fwd_t *f, const char *topic, const char *why) {
     f->warn_suppressed = 0;
 }
 
-/* Looks at one single-frame event on its way down: counts it, remembers a ckpt and renews
- * the welcome message. Never changes or drops the event. */
-static void inspect_event(fwd_t *f, const void *data, size_t len) {
+/* Looks at one single-frame event on its way down: remembers a ckpt and renews the welcome
+ * message. Returns 1 when the event is to be forwarded, 0 when it does not decode: the
+ * subscribers the protocol documents decode every frame they receive (a str that is not
+ * UTF-8 makes Python's msgpack raise), so the bus passes on only what they can read. */
+static int inspect_event(fwd_t *f, const void *data, size_t len) {
     char topic[WIRE_MAX_TOPIC + 1], err[256];
     wire_msg_t m;
     int rc = wire_event_unpack(data, len, topic, sizeof topic, &m, err, sizeof err);
     if (rc) {
         f->st.malformed++;
-        warn_malformed(f, topic, err);
-        return;
+        char shown[3 * sizeof topic];
+        wire_utf8_clean(shown, sizeof shown, topic, strlen(topic));
+        warn_malformed(f, shown, err);
+        return 0;
     }
     if (m.type == MSG_CKPT) {
         f->st.ckpts++;
@@ -64,12 +70,14 @@ static void inspect_event(fwd_t *f, const void *data, size_t len) {
         }
     }
     wire_msg_free(&m);
+    return 1;
 }
 
-/* Moves every message waiting on `from` to `to`, frame by frame. Returns 0 or BUS_ERR_*. */
+/* Moves every message waiting on `from` to `to`, frame by frame; events (downstream) that
+ * are not one decodable frame are dropped instead. Returns 0 or BUS_ERR_*. */
 static int pump(fwd_t *f, void *from, void *to, int downstream) {
     for (int budget = 1000; budget > 0; budget--) { /* let the other direction have a turn */
-        int first = 1, more = 1;
+        int first = 1, more = 1, drop = 0;
         while (more) {
             zmq_msg_t msg;
             zmq_msg_init(&msg);
@@ -82,14 +90,19 @@ static int pump(fwd_t *f, void *from, void *to, int downstream) {
             more = zmq_msg_more(&msg);
             if (downstream && first) {
                 f->st.events++;
-                if (!more) inspect_event(f, zmq_msg_data(&msg), zmq_msg_size(&msg));
-                else f->st.malformed++; /* multi-frame: not ours; forwarded anyway */
+                if (more) { /* an event is one frame: this is no event of ours */
+                    f->st.malformed++;
+                    warn_malformed(f, "", "a message of several frames");
+                    drop = 1;
+                } else {
+                    drop = !inspect_event(f, zmq_msg_data(&msg), zmq_msg_size(&msg));
+                }
             } else if (!downstream && first) {
                 f->st.subscriptions++;
             }
             /* XPUB drops for a slow subscriber and XSUB never blocks on subscriptions, so
              * this send cannot stall the loop */
-            if (zmq_msg_send(&msg, to, more ? ZMQ_SNDMORE : 0) < 0) zmq_msg_close(&msg);
+            if (drop || zmq_msg_send(&msg, to, more ? ZMQ_SNDMORE : 0) < 0) zmq_msg_close(&msg);
             first = 0;
         }
     }
@@ -97,18 +110,8 @@ static int pump(fwd_t *f, void *from, void *to, int downstream) {
 }
 
 static void *bound(void *ctx, int type, const char *ep, char *err, size_t errlen) {
-    void *s = zmq_socket(ctx, type);
-    if (!s) {
-        err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-        return NULL;
-    }
-    int linger = 0;
-    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-    if (zmq_bind(s, ep) != 0) {
-        err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
-        zmq_close(s);
-        return NULL;
-    }
+    void *s = bus_net_socket(ctx, type, BUS_PEER_EVENTS, err, errlen);
+    if (s && bus_net_bind(ctx, s, ep, err, errlen) != 0) bus_close(&s);
     return s;
 }
 
@@ -153,9 +156,10 @@ int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *sta
         }
     }
     if (!cfg->quiet && rc == 0)
-        fprintf(stderr, "bus: stopping: %llu events (%llu malformed), %llu ckpt, %u runs kept\n",
+        fprintf(stderr, "bus: stopping: %llu events (%llu malformed), %llu ckpt, %u runs kept, "
+                "%llu client handshakes refused\n",
                 (unsigned long long)f.st.events, (unsigned long long)f.st.malformed,
-                (unsigned long long)f.st.ckpts, bus_ckpt_cache_count(f.cache));
+                (unsigned long long)f.st.ckpts, bus_ckpt_cache_count(f.cache), bus_net_refused());
 done:
     if (stats) *stats = f.st;
     bus_close(&f.xsub);

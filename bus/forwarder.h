@@ -4,8 +4,10 @@
  * Events flow down, subscriptions flow up, in one zmq_poll loop that also ends on
  * SIGINT/SIGTERM (install bus_signals_install first). The XSUB subscribes to everything
  * itself, so the bus sees every event even with no subscriber; each ckpt event updates the
- * ckpt cache and the XPUB welcome message (see ckpt_cache.h). Malformed events are forwarded
- * unchanged (the bus is a forwarder, not a judge), never cached, and logged. */
+ * ckpt cache and the XPUB welcome message (see ckpt_cache.h). An event that does not decode
+ * (wire_event_unpack: a string that is not UTF-8 included) or is not one frame is dropped,
+ * counted and logged: subscribers written from docs/PROTOCOL.md decode everything they get,
+ * and one bad publisher must not break them. */
 #ifndef BUS_FORWARDER_H
 #define BUS_FORWARDER_H
 #include <stddef.h>

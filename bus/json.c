@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bus/bus.h"
+#include "bus/utf8.h"
 #include "bus/wire.h"
 #include "bus/wire_schema.h"
 
@@ -31,26 +32,6 @@ static void jw_put(jw_t *w, const char *s, size_t n) {
 
 static void jw_puts(jw_t *w, const char *s) { jw_put(w, s, strlen(s)); }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 when invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t k;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) k = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) k = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) k = 4, min = 0x10000;
-    else return 0;
-    if (k > n) return 0;
-    unsigned cp = c & (0xff >> (k + 1));
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return k;
-}
-
 static void jw_str(jw_t *w, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     jw_put(w, "\"", 1);
@@ -66,7 +47,7 @@ static void jw_str(jw_t *w, const char *s, size_t n) {
             jw_put(w, esc, 6);
             i++;
         } else {
-            size_t k = utf8_len(u + i, n - i);
+            size_t k = wire_utf8_len(u + i, n - i);
             if (k) jw_put(w, s + i, k), i += k;
             else jw_puts(w, "\\ufffd"), i++;
         }

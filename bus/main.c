@@ -1,8 +1,9 @@
-/* bin/bus: the event bus (forwarder), and two tools for scripts and people:
+/* bin/bus: the event bus (forwarder), and tools for scripts and people:
  *   bin/bus [--pub EP] [--sub EP]                 run the forwarder
  *   bin/bus tap [--sub EP] [TOPIC...]             print events as JSON lines
  *   bin/bus send [--pub EP] TOPIC TYPE k=v...     publish one event
- * See docs/PROTOCOL.md. */
+ *   bin/bus keygen --out PREFIX                   write a CURVE key pair
+ * See docs/PROTOCOL.md (security: §1.4, key files: docs/FORMATS.md). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #include "bus/bus.h"
 #include "common/flags.h"
 #include "bus/forwarder.h"
+#include "bus/keys.h"
+#include "bus/net.h"
 #include "bus/wire.h"
 
 #define NF(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -36,25 +39,39 @@ static int parse(const char *usage, int argc, char **argv, int first, flag_t *f,
     return -1;
 }
 
+/* The security and size configuration from the flags and the environment; 0, or an exit
+ * code after one line on stderr. */
+static int net_setup(const bus_net_opts_t *net) {
+    char err[512];
+    if (bus_net_setup(net, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "bus: %s\n", err);
+    return 2;
+}
+
 static const char *USAGE_FWD =
     "usage: bin/bus [--pub EP] [--sub EP] [--max-runs N] [--quiet]\n"
-    "       bin/bus tap --help | bin/bus send --help\n\n"
+    "       bin/bus tap --help | bin/bus send --help | bin/bus keygen --help\n\n"
     "Runs the event bus: publishers connect to --pub (an XSUB binds there), subscribers to\n"
     "--sub (an XPUB binds there). New \"ckpt\" subscribers first receive the latest checkpoint\n"
     "of every run (topic \"ckpt/\", a ckpt_index). Stops on SIGINT/SIGTERM.\n"
-    "Defaults: $FT_BUS_PUB or " BUS_DEFAULT_PUB ", $FT_BUS_SUB or " BUS_DEFAULT_SUB ".\n\n";
+    "Defaults: $FT_BUS_PUB or " BUS_DEFAULT_PUB ", $FT_BUS_SUB or " BUS_DEFAULT_SUB ".\n"
+    "An endpoint that is not loopback or ipc needs --key with --authorized (or\n"
+    "--allow-any-client), or --insecure (docs/PROTOCOL.md 1.4).\n\n";
 
 static int cmd_forward(int argc, char **argv) {
     const char *pub = NULL, *sub = NULL;
     int max_runs = 256, quiet = 0;
-    flag_t f[] = {
+    bus_net_opts_t net = {0};
+    flag_t f[4 + BUS_NET_NFLAGS] = {
         {"pub", FLAG_STR, &pub, "endpoint publishers connect to (XSUB binds)", 0, 0, 0},
         {"sub", FLAG_STR, &sub, "endpoint subscribers connect to (XPUB binds)", 0, 0, 0},
         {"max-runs", FLAG_INT, &max_runs, "runs whose latest ckpt is remembered", 1, WIRE_MAX_ITEMS, 0},
         {"quiet", FLAG_BOOL, &quiet, "no log lines", 0, 0, 0},
     };
-    int rc = parse(USAGE_FWD, argc, argv, 1, f, NF(f), NULL, NULL);
+    int nf = 4 + bus_net_flags(f + 4, &net, BUS_PEER_EVENTS);
+    int rc = parse(USAGE_FWD, argc, argv, 1, f, nf, NULL, NULL);
     if (rc >= 0) return rc;
+    if ((rc = net_setup(&net))) return rc;
     bus_signals_install();
     bus_forwarder_cfg_t cfg = {.pub_ep = bus_endpoint_pub(pub), .sub_ep = bus_endpoint_sub(sub),
                                .max_runs = (uint32_t)max_runs, .quiet = quiet};
@@ -86,15 +103,18 @@ static int cmd_tap(int argc, char **argv) {
     const char *sub = NULL;
     long long count = 0;
     double timeout = 0;
-    flag_t f[] = {
+    bus_net_opts_t net = {0};
+    flag_t f[3 + BUS_NET_NFLAGS] = {
         {"sub", FLAG_STR, &sub, "the bus's subscriber endpoint", 0, 0, 0},
         {"count", FLAG_I64, &count, "exit after N events (0: never)", 0, 1e18, 0},
         {"timeout", FLAG_DOUBLE, &timeout, "exit after S seconds without an event (0: never)", 0, 1e9, 0},
     };
+    int nf = 3 + bus_net_flags(f + 3, &net, -1);
     const char *pos[MAX_POS];
     int npos = 0;
-    int rc = parse(USAGE_TAP, argc, argv, 2, f, NF(f), pos, &npos);
+    int rc = parse(USAGE_TAP, argc, argv, 2, f, nf, pos, &npos);
     if (rc >= 0) return rc;
+    if ((rc = net_setup(&net))) return rc;
     bus_signals_install();
     signal(SIGPIPE, SIG_IGN); /* a closed pipe shows up as a write error: exit quietly */
     const char *ep = bus_endpoint_sub(sub);
@@ -166,14 +186,17 @@ static const char *USAGE_SEND =
 static int cmd_send(int argc, char **argv) {
     const char *pub = NULL;
     int wait_ms = 5000;
-    flag_t f[] = {
+    bus_net_opts_t net = {0};
+    flag_t f[2 + BUS_NET_NFLAGS] = {
         {"pub", FLAG_STR, &pub, "the bus's publisher endpoint", 0, 0, 0},
         {"wait-ms", FLAG_INT, &wait_ms, "how long to wait for the bus", 0, 3600000, 0},
     };
+    int nf = 2 + bus_net_flags(f + 2, &net, -1);
     const char *pos[MAX_POS];
     int npos = 0;
-    int rc = parse(USAGE_SEND, argc, argv, 2, f, NF(f), pos, &npos);
+    int rc = parse(USAGE_SEND, argc, argv, 2, f, nf, pos, &npos);
     if (rc >= 0) return rc;
+    if ((rc = net_setup(&net))) return rc;
     if (npos < 2) {
         fprintf(stderr, "bus: send: TOPIC and TYPE are required (see --help)\n");
         return 2;
@@ -233,11 +256,46 @@ static int cmd_send(int argc, char **argv) {
     return status;
 }
 
+static const char *USAGE_KEYGEN =
+    "usage: bin/bus keygen --out PREFIX [--name NAME] [--force]\n\n"
+    "Writes a new CURVE key pair: PREFIX.key (public and secret key, mode 0600: give it to\n"
+    "the program with --key or $FT_KEY) and PREFIX.pub (the public key and NAME: copy it into\n"
+    "the --trust file of clients, if this is a server, or the --authorized file of servers,\n"
+    "if a client). Prints the public key. Existing files are kept unless --force.\n"
+    "Formats: docs/FORMATS.md 5.\n\n";
+
+static int cmd_keygen(int argc, char **argv) {
+    const char *out = NULL, *name = NULL;
+    int force = 0;
+    flag_t f[] = {
+        {"out", FLAG_STR, &out, "write PREFIX.key and PREFIX.pub", 0, 0, 0},
+        {"name", FLAG_STR, &name, "a name kept with the public key (default: PREFIX's file name)", 0, 0, 0},
+        {"force", FLAG_BOOL, &force, "replace existing key files", 0, 0, 0},
+    };
+    int rc = parse(USAGE_KEYGEN, argc, argv, 2, f, NF(f), NULL, NULL);
+    if (rc >= 0) return rc;
+    if (!out || !*out) {
+        fprintf(stderr, "bus: keygen: --out PREFIX is required (see --help)\n");
+        return 2;
+    }
+    if (!name) name = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+    char err[512];
+    bus_keypair_t kp;
+    if (bus_keys_generate(&kp, err, sizeof err) || bus_keys_write(out, &kp, name, force, err, sizeof err)) {
+        fprintf(stderr, "bus: keygen: %s\n", err);
+        return 1;
+    }
+    printf("%s\n", kp.pub);
+    memset(kp.sec, 0, sizeof kp.sec);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "keygen")) return cmd_keygen(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "tap")) return cmd_tap(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "send")) return cmd_send(argc, argv);
     if (argc > 1 && strncmp(argv[1], "--", 2) != 0 && strcmp(argv[1], "-h") != 0) {
-        fprintf(stderr, "bus: unknown mode \"%s\" (tap, send, or flags; see --help)\n", argv[1]);
+        fprintf(stderr, "bus: unknown mode \"%s\" (tap, send, keygen, or flags; see --help)\n", argv[1]);
         return 2;
     }
     return cmd_forward(argc, argv);

@@ -8,7 +8,7 @@
 
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
-WIRE_SRCS    := bus/wire.c bus/wire_schema.c bus/json.c bus/wire_text.c common/errmsg.c
+WIRE_SRCS    := bus/wire.c bus/wire_schema.c bus/json.c bus/wire_text.c bus/utf8.c common/errmsg.c
 FUZZ_FLAGS   := -std=gnu11 -g -O1 -I. -D_GNU_SOURCE
 
 build/fuzz/fuzz_wire: tests/fuzz/fuzz_wire.c $(WIRE_SRCS) bus/wire.h bus/wire_schema.h

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/utf8.h"
 #include "bus/wire_schema.h"
 
 /* ---- encoding ------------------------------------------------------------------------- */
@@ -25,7 +26,8 @@ static int pack_key(msgpack_packer *pk, const char *k) { return pack_cstr(pk, k,
 
 static int name_len(const char *name, size_t *n) {
     *n = strnlen(name, WIRE_NAME_LEN);
-    return *n < WIRE_NAME_LEN ? 0 : WIRE_ERR_ARG; /* not NUL-terminated in its array */
+    if (*n == WIRE_NAME_LEN) return WIRE_ERR_ARG; /* not NUL-terminated in its array */
+    return wire_utf8_valid(name, *n) ? 0 : WIRE_ERR_ARG;
 }
 
 /* Bytes of the token array and the mask for B rows of T+1 / T entries; OVERSIZE when the
@@ -102,6 +104,7 @@ static int encode_field(msgpack_packer *pk, const wire_field_t *f, const char *b
         }
         n = strlen(str);
         if (n > WIRE_MAX_STR) return WIRE_ERR_OVERSIZE;
+        if (!wire_utf8_valid(str, n)) return WIRE_ERR_ARG; /* a str is UTF-8 (§2.1) */
         PK(pack_cstr(pk, str, n));
         return 0;
     }
@@ -198,7 +201,9 @@ int wire_encode(const wire_msg_t *m, void **buf, size_t *len) {
 
 /* ---- decoding ------------------------------------------------------------------------- */
 
-#define WIRE_MAX_DEPTH 16 /* our messages nest 3 deep; msgpack-c itself stops at 32 */
+/* Containers nested at most this deep, the root map being level 1: our messages use 3
+ * (ckpt_index: root, items, item); msgpack-c itself stops at 32. */
+#define WIRE_MAX_DEPTH 16
 
 static uint64_t be_read(const uint8_t *p, int n) {
     uint64_t v = 0;
@@ -225,12 +230,15 @@ static int wire_prescan(const uint8_t *p, size_t len, size_t *end, char *err, si
         uint8_t c = p[pos++];
         uint64_t skip = 0, elems = 0; /* payload bytes; child objects */
         int lenbytes = 0;             /* big-endian length field size */
+        int container = 0;            /* a map or an array, empty or not */
         if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
             /* fixint, nil, bool: header only */
         } else if (c <= 0x8f) {
             elems = 2 * (uint64_t)(c & 0x0f);
+            container = 1;
         } else if (c <= 0x9f) {
             elems = c & 0x0f;
+            container = 1;
         } else if (c <= 0xbf) {
             skip = c & 0x1f;
         } else {
@@ -259,6 +267,7 @@ static int wire_prescan(const uint8_t *p, size_t len, size_t *end, char *err, si
                 elems = be_read(p + pos, nb);
                 if (c >= 0xde) elems *= 2;
                 pos += nb;
+                container = 1;
                 break;
             }
             default: /* 0xc1 is never used */
@@ -275,13 +284,15 @@ static int wire_prescan(const uint8_t *p, size_t len, size_t *end, char *err, si
         if (skip > len - pos)
             return err_fail(err, errlen, WIRE_ERR_MALFORMED, "truncated at byte %zu", pos);
         pos += skip;
+        /* this container's level is d + 1 (the root map is level 1); an empty one counts
+         * too, although it opens no level of its own below */
+        if (container && d + 1 > WIRE_MAX_DEPTH)
+            return err_fail(err, errlen, WIRE_ERR_MALFORMED,
+                        "containers nested more than %d deep", WIRE_MAX_DEPTH);
         if (elems) {
             if (elems > len - pos)
                 return err_fail(err, errlen, WIRE_ERR_MALFORMED,
                             "container at byte %zu claims more elements than bytes left", pos);
-            if (d + 1 > WIRE_MAX_DEPTH)
-                return err_fail(err, errlen, WIRE_ERR_MALFORMED, "nesting deeper than %d",
-                            WIRE_MAX_DEPTH);
             left[++d] = elems;
         }
     }
@@ -300,6 +311,7 @@ typedef struct {
     const char *ctx;
     char *err;
     size_t errlen;
+    wire_diag_t *diag; /* the failing field and the req_id read so far; never NULL */
 } dec_t;
 
 #define BAD(status, ...) err_fail(dc->err, dc->errlen, status, __VA_ARGS__)
@@ -322,6 +334,8 @@ static int dec_name(dec_t *dc, const char *what, const msgpack_object *o, char *
                    WIRE_NAME_LEN - 1);
     if (memchr(o->via.str.ptr, 0, o->via.str.size))
         return BAD(WIRE_ERR_MISTYPED, "%s: field \"%s\" contains a NUL byte", dc->ctx, what);
+    if (!wire_utf8_valid(o->via.str.ptr, o->via.str.size))
+        return BAD(WIRE_ERR_MISTYPED, "%s: field \"%s\" is not valid UTF-8", dc->ctx, what);
     memset(out, 0, WIRE_NAME_LEN);
     memcpy(out, o->via.str.ptr, o->via.str.size);
     return 0;
@@ -381,6 +395,9 @@ static int dec_field(dec_t *dc, const wire_field_t *f, const msgpack_object *o, 
                        f->name, WIRE_MAX_STR);
         if (memchr(o->via.str.ptr, 0, o->via.str.size))
             return BAD(WIRE_ERR_MISTYPED, "%s: field \"%s\" contains a NUL byte", dc->ctx,
+                       f->name);
+        if (!wire_utf8_valid(o->via.str.ptr, o->via.str.size))
+            return BAD(WIRE_ERR_MISTYPED, "%s: field \"%s\" is not valid UTF-8", dc->ctx,
                        f->name);
         char *s = malloc(o->via.str.size + 1);
         if (!s) return BAD(WIRE_ERR_NOMEM, "%s: field \"%s\": out of memory", dc->ctx, f->name);
@@ -454,7 +471,7 @@ static int dec_field(dec_t *dc, const wire_field_t *f, const msgpack_object *o, 
         for (uint32_t i = 0; i < cnt; i++) {
             char ctx[64];
             snprintf(ctx, sizeof ctx, "%s: items[%u]", dc->ctx, i);
-            dec_t sub = {ctx, dc->err, dc->errlen};
+            dec_t sub = {ctx, dc->err, dc->errlen, dc->diag};
             if (o->via.array.ptr[i].type != MSGPACK_OBJECT_MAP)
                 return err_fail(dc->err, dc->errlen, WIRE_ERR_MISTYPED, "%s: must be a map", ctx);
             int rc = decode_map(&sub, &o->via.array.ptr[i], wire_schema_get(MSG_CKPT),
@@ -488,15 +505,22 @@ static int decode_map(dec_t *dc, const msgpack_object *obj, const wire_schema_t 
         }
     }
     for (int j = 0; j < s->n_fields; j++) {
+        const wire_field_t *f = &s->fields[j];
+        dc->diag->field = f->name;
         if (!seen[j]) {
-            if (s->fields[j].required)
-                return BAD(WIRE_ERR_MISSING, "%s: field \"%s\" missing", dc->ctx,
-                           s->fields[j].name);
+            if (f->required)
+                return BAD(WIRE_ERR_MISSING, "%s: field \"%s\" missing", dc->ctx, f->name);
             continue;
         }
-        int rc = dec_field(dc, &s->fields[j], seen[j], base);
+        int rc = dec_field(dc, f, seen[j], base);
         if (rc) return rc;
+        /* req_id comes first in every request's table: an error reply can echo it */
+        if (top && f->kind == WF_U64 && !strcmp(f->name, "req_id")) {
+            dc->diag->req_id = *(const uint64_t *)(base + f->off);
+            dc->diag->has_req_id = 1;
+        }
     }
+    dc->diag->field = NULL;
     return 0;
 }
 
@@ -524,13 +548,23 @@ static int decode_header(dec_t *dc, const msgpack_object *root, msg_type *t) {
     for (int i = MSG_NONE + 1; i < MSG_TYPE_COUNT; i++)
         if (key_is(ty, wire_type_name((msg_type)i))) *t = (msg_type)i;
     if (*t == MSG_NONE) {
-        int n = ty->via.str.size > 32 ? 32 : (int)ty->via.str.size;
-        return BAD(WIRE_ERR_TYPE, "message: unknown type \"%.*s\"", n, ty->via.str.ptr);
+        char shown[3 * 32 + 1]; /* the sender's bytes, quoted as UTF-8 whatever they were */
+        wire_utf8_clean(shown, sizeof shown, ty->via.str.ptr,
+                        ty->via.str.size > 32 ? 32 : ty->via.str.size);
+        return BAD(WIRE_ERR_TYPE, "message: unknown type \"%s\"", shown);
     }
     return 0;
 }
 
 int wire_decode(const void *buf, size_t len, wire_msg_t *m, char *err, size_t errlen) {
+    return wire_decode_diag(buf, len, m, NULL, err, errlen);
+}
+
+int wire_decode_diag(const void *buf, size_t len, wire_msg_t *m, wire_diag_t *diag, char *err,
+                     size_t errlen) {
+    wire_diag_t scratch;
+    if (!diag) diag = &scratch;
+    memset(diag, 0, sizeof *diag);
     if (err && errlen) err[0] = 0;
     if (!m) return err_fail(err, errlen, WIRE_ERR_ARG, "wire_decode: NULL message");
     memset(m, 0, sizeof *m);
@@ -555,7 +589,7 @@ int wire_decode(const void *buf, size_t len, wire_msg_t *m, char *err, size_t er
             return err_fail(err, errlen, WIRE_ERR_NOMEM, "message: out of memory while parsing");
         return err_fail(err, errlen, WIRE_ERR_MALFORMED, "message: not valid MessagePack");
     }
-    dec_t dc = {"message", err, errlen};
+    dec_t dc = {"message", err, errlen, diag};
     const msgpack_object *root = &res.data;
     msg_type t = MSG_NONE;
     if (root->type != MSGPACK_OBJECT_MAP) {
@@ -563,6 +597,7 @@ int wire_decode(const void *buf, size_t len, wire_msg_t *m, char *err, size_t er
     } else if (!(rc = decode_header(&dc, root, &t))) {
         const wire_schema_t *s = wire_schema_get(t);
         dc.ctx = s->name;
+        diag->type = t;
         m->type = t;
         rc = decode_map(&dc, root, s, (char *)&m->u, 1);
         if (rc) wire_msg_free(m);

@@ -2,8 +2,9 @@
  *
  * A message is one MessagePack map with at least "v" (protocol version, WIRE_VERSION) and
  * "type" (a string, the msg_type names below); the other fields depend on the type. Decoding
- * is strict: wrong version, unknown type, missing or mistyped field, trailing bytes after the
- * map, or a frame over WIRE_MAX_FRAME give a negative status and a one-line reason in `err`;
+ * is strict: wrong version, unknown type, missing or mistyped field (a string that is not
+ * UTF-8 included), trailing bytes after the map, or a frame over WIRE_MAX_FRAME give a
+ * negative status and a one-line reason in `err`;
  * the decoder never reads outside the buffer it was given. Unknown extra keys are ignored
  * (so a newer peer can add optional fields without breaking older ones).
  *
@@ -119,6 +120,7 @@ typedef struct {
     double time;               /* unix seconds */
     uint32_t n;                /* entries used in values */
     wire_kv_t values[WIRE_MAX_KV]; /* "values": map name -> float64 (loss, lr, grad_norm, tok_s...) */
+    char precision[WIRE_NAME_LEN]; /* optional: "fp32", "bf16", "tf32" (model/precision.h) */
 } msg_metrics_t;
 
 typedef struct {
@@ -201,11 +203,29 @@ typedef struct {
     } u;
 } wire_msg_t;
 
-/* Encodes m as one MessagePack map. *buf is malloc'ed (caller frees), *len its size. */
+/* Encodes m as one MessagePack map. *buf is malloc'ed (caller frees), *len its size.
+ * WIRE_ERR_ARG for a string or name that is not valid UTF-8 (clean it with wire_utf8_clean,
+ * bus/utf8.h), WIRE_ERR_OVERSIZE for one over its limit. */
 int wire_encode(const wire_msg_t *m, void **buf, size_t *len);
 /* Decodes exactly one map occupying all of buf[0..len). On failure m is left empty (nothing
  * to free) and err holds "what was wrong: where" (always NUL-terminated when errlen > 0). */
 int wire_decode(const void *buf, size_t len, wire_msg_t *m, char *err, size_t errlen);
+/* What a receiver needs to answer a request that did not decode (docs/PROTOCOL.md §1.3): the
+ * type when the header was good, the field the failure is about, and the req_id when it was
+ * read before the failure (it comes first in every request's table). */
+typedef struct {
+    msg_type type;      /* MSG_NONE when "v"/"type" did not decode */
+    const char *field;  /* a schema field name (static), NULL when the failure is no field's */
+    uint64_t req_id;
+    int has_req_id;
+} wire_diag_t;
+/* wire_decode, also filling *diag (on success too: type, req_id). diag may be NULL. */
+int wire_decode_diag(const void *buf, size_t len, wire_msg_t *m, wire_diag_t *diag, char *err,
+                     size_t errlen);
+/* Encodes the reply "error" {req_id, code, message}. message may hold any bytes (services
+ * quote requests in it): it goes out as UTF-8 (invalid bytes as U+FFFD), cut to WIRE_MAX_STR
+ * bytes at a character boundary. */
+int wire_error_encode(uint64_t req_id, int32_t code, const char *message, void **buf, size_t *len);
 /* Releases what wire_decode allocated and zeroes m. Safe on a zeroed message. */
 void wire_msg_free(wire_msg_t *m);
 const char *wire_strerror(int status);

@@ -46,6 +46,7 @@ static const wire_field_t error_fields[] = {
 static const wire_field_t metrics_fields[] = {
     F(msg_metrics_t, run, WF_NAME, 1), F(msg_metrics_t, step, WF_U64, 1),
     F(msg_metrics_t, time, WF_F64, 1), FN(msg_metrics_t, values, WF_VALUES, 1, n),
+    F(msg_metrics_t, precision, WF_NAME, 0),
 };
 static const wire_field_t ckpt_fields[] = {
     F(msg_ckpt_t, run, WF_NAME, 1), F(msg_ckpt_t, step, WF_U64, 1),

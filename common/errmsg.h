@@ -8,7 +8,11 @@
 #ifndef COMMON_ERRMSG_H
 #define COMMON_ERRMSG_H
 #include <stddef.h>
+#include <stdio.h>
 
 /* Formats into err (always NUL-terminated when errlen > 0) and returns status. */
 int err_fail(char *err, size_t errlen, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* For programs: prints each '\n'-separated line of lines (NULL or "" prints nothing) as
+ * "<prefix><line>\n", so every line of a multi-line report names the program. */
+void err_print_lines(FILE *f, const char *prefix, const char *lines);
 #endif

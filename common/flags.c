@@ -33,6 +33,20 @@ static int set_value(flag_t *f, const char *val, char *err, size_t errlen) {
         else *(long long *)f->dst = v;
         return 0;
     }
+    case FLAG_U64: {
+        unsigned long long v = strtoull(val, &end, 10);
+        char sign = val[strspn(val, " \t")]; /* strtoull would take "-1" as 2^64-1 */
+        if (errno || end == val || *end || sign == '-' || sign == '+') {
+            snprintf(err, errlen, "--%s: '%s' is not an integer in [0, 2^64-1]", f->name, val);
+            return -1;
+        }
+        if (!in_range(f, (double)v)) {
+            snprintf(err, errlen, "--%s: %llu is outside [%g, %g]", f->name, v, f->min, f->max);
+            return -1;
+        }
+        *(unsigned long long *)f->dst = v;
+        return 0;
+    }
     case FLAG_FLOAT:
     case FLAG_DOUBLE: {
         double v = strtod(val, &end);
@@ -110,6 +124,7 @@ void flags_usage(FILE *out, const flag_t *flags, int n) {
         switch (f->kind) {
         case FLAG_INT: snprintf(def, sizeof def, "%d", *(int *)f->dst); break;
         case FLAG_I64: snprintf(def, sizeof def, "%lld", *(long long *)f->dst); break;
+        case FLAG_U64: snprintf(def, sizeof def, "%llu", *(unsigned long long *)f->dst); break;
         case FLAG_FLOAT: snprintf(def, sizeof def, "%g", *(float *)f->dst); break;
         case FLAG_DOUBLE: snprintf(def, sizeof def, "%g", *(double *)f->dst); break;
         case FLAG_STR: snprintf(def, sizeof def, "%s", *(const char **)f->dst ? *(const char **)f->dst : ""); break;
@@ -121,4 +136,10 @@ void flags_usage(FILE *out, const flag_t *flags, int n) {
         if (def[0]) fprintf(out, " (default: %s)", def);
         fputc('\n', out);
     }
+}
+
+int flags_count(const flag_t *flags, int cap) {
+    int n = 0;
+    while (n < cap && flags[n].name) n++;
+    return n;
 }

@@ -9,12 +9,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-typedef enum { FLAG_INT, FLAG_I64, FLAG_FLOAT, FLAG_DOUBLE, FLAG_STR, FLAG_BOOL } flag_kind;
+/* FLAG_U64: unsigned long long, every value 0..2^64-1 (a u64 of the wire); no sign accepted */
+typedef enum { FLAG_INT, FLAG_I64, FLAG_FLOAT, FLAG_DOUBLE, FLAG_STR, FLAG_BOOL, FLAG_U64 } flag_kind;
 
 typedef struct {
     const char *name;   /* without the leading "--" */
     flag_kind kind;
-    void *dst;          /* int*, long long*, float*, double*, const char**, int* (bool: set to 1) */
+    void *dst;          /* int*, long long*, float*, double*, const char**, int* (bool: set to 1),
+                           unsigned long long* */
     const char *help;
     double min, max;    /* accepted range for numbers; min == max means unchecked */
     int seen;           /* set by flags_parse when the flag was given */
@@ -29,4 +31,7 @@ int flags_parse(int argc, char **argv, int first, flag_t *flags, int n, const ch
 void flags_usage(FILE *f, const flag_t *flags, int n);
 /* The flag named `name` (NULL if none): e.g. to ask whether the user gave it. */
 const flag_t *flags_find(const flag_t *flags, int n, const char *name);
+/* Entries of a table before the first with a NULL name (a table declared with room to spare,
+ * so a program need not count its own flags by hand). */
+int flags_count(const flag_t *flags, int cap);
 #endif

@@ -68,7 +68,7 @@ struct eval_lm {
 };
 
 /* Loads the checkpoint in dir (config.json + model.safetensors; the MANIFEST is the caller's
- * business: ckpt_verify) as a model that takes up to (Bmax, Tmax) tokens; Tmax <= 0 means
+ * business: ckpt_open, the checkpoint rule of model/checkpoint.h) as a model that takes up to (Bmax, Tmax) tokens; Tmax <= 0 means
  * the config's max_position_embeddings. */
 int eval_lm_load(eval_lm_t **lm, device_t *dev, const char *dir, int Bmax, int Tmax, char *err,
                  size_t errlen);

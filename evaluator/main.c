@@ -6,6 +6,7 @@
 
 #include "model/cpu_isa.h"
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/flags.h"
 #include "evaluator/task.h"
 #include "evaluator/watch.h"
@@ -34,11 +35,12 @@ static void usage(FILE *f, const flag_t *flags, int n) {
 
 int main(int argc, char **argv) {
     const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL;
-    const char *device = "cpu";
+    const char *device = device_default_spec(), *precision = "fp32";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
                          .iw_samples = 4, .draws = 4, .bits_per_param = 8};
-    flag_t fl[] = {
+    bus_net_opts_t net = {0};
+    flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
         {"task", FLAG_STR, &tc.task, "val, mc, em or synth", 0, 0, 0},
@@ -65,17 +67,19 @@ int main(int argc, char **argv) {
         {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging)", 1, 4096, 0},
         {"bits-per-param", FLAG_INT, &tc.bits_per_param, "autoencoders, memory models, val: bits b_p each float of the stored embedding takes (4, 8, 16 or 32)", 0, 64, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
-        {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
+        {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
+        {"precision", FLAG_STR, &precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
     };
-    const int nf = (int)(sizeof fl / sizeof fl[0]);
+    const int nbase = flags_count(fl, 40);
+    const int nf = nbase + bus_net_flags(fl + nbase, &net, -1);
     char err[2048];
     int rc = flags_parse(argc, argv, 1, fl, nf, NULL, NULL, 0, err, sizeof err);
     if (rc == 1) {
         usage(stdout, fl, nf);
         return 0;
     }
-    if (rc) {
+    if (rc || bus_net_setup(&net, err, sizeof err)) {
         fprintf(stderr, "evaluator: %s\n", err);
         return 2;
     }
@@ -93,7 +97,8 @@ int main(int argc, char **argv) {
     }
     if (threads > 0) omp_set_num_threads(threads);
     device_t *dev = NULL;
-    if (device_open(&dev, device, PRECISION_FP32, err, sizeof err)) {
+    precision_t prec;
+    if (precision_parse(precision, &prec, err, sizeof err) || device_open(&dev, device, prec, err, sizeof err)) {
         fprintf(stderr, "evaluator: %s\n", err);
         return 2;
     }

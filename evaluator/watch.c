@@ -4,6 +4,8 @@
 #include <jansson.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "common/path_inside.h"
 #include "evaluator/results.h"
 #include "model/checkpoint.h"
 
@@ -44,6 +47,9 @@ typedef struct {
     stepset_t done, skipped;
     char *warned;        /* every warning line printed so far, '\n'-separated, printed once */
     int evaluated;
+    /* test hook (README, "Fault injection"): $FT_EVALUATOR_FAULT_KILL_AFTER_EVALS=N raises
+     * SIGKILL right after the N-th result is recorded, so a test kills at an exact point */
+    long long fault_kill_after;
 } watch_t;
 
 static double unix_now(void) {
@@ -111,26 +117,35 @@ static double state_tokens_seen(const char *dir) {
     return v;
 }
 
+typedef struct {
+    eval_lm_t *lm;
+    device_t *dev;
+    int Bmax, Tmax;
+} lm_load_t;
+
+/* ckpt_load_fn: the model of dir, for the task's largest batch. */
+static int load_lm(void *ctx, const char *dir, char *err, size_t errlen) {
+    lm_load_t *l = ctx;
+    int rc = eval_lm_load(&l->lm, l->dev, dir, l->Bmax, l->Tmax, err, errlen);
+    /* EVAL_EMODEL: config.json or the tensors do not load, the checkpoint's damage */
+    return rc == 0 ? 0 : rc == EVAL_ENOMEM ? CKPT_ENOMEM : CKPT_EFORMAT;
+}
+
 /* Evaluates checkpoint `step`: 0 done or skipped (with a message), 1 interrupted, negative
  * when the evaluator cannot go on. */
 static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     const eval_watch_cfg_t *c = w->c;
-    char dir[2200], why[1024];
+    char dir[2200], why[1400];
     ckpt_dir_name(dir, sizeof dir, w->run_dir, step);
-    if (ckpt_verify(dir, why, sizeof why)) {
-        fprintf(stderr, "evaluator: skipping %s: %s\n", dir, why);
-        set_add(&w->skipped, step);
-        return 0;
-    }
-    int Bmax, Tmax;
-    eval_task_shape(c->task, &Bmax, &Tmax);
-    eval_lm_t *lm = NULL;
+    lm_load_t load = {NULL, c->dev, 0, 0};
+    eval_task_shape(c->task, &load.Bmax, &load.Tmax);
     double t0 = unix_now();
-    if (eval_lm_load(&lm, c->dev, dir, Bmax, Tmax, why, sizeof why)) {
-        fprintf(stderr, "evaluator: skipping %s: %s\n", dir, why);
+    if (ckpt_open(dir, load_lm, &load, why, sizeof why)) { /* the rule of model/checkpoint.h */
+        fprintf(stderr, "evaluator: skipping %s\n", why);
         set_add(&w->skipped, step);
         return 0;
     }
+    eval_lm_t *lm = load.lm;
     eval_values_t vals;
     int rc = eval_task_run(c->task, lm, &vals, (volatile int *)c->stop, why, sizeof why);
     double n_params = (double)lm->n_params;
@@ -165,6 +180,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
         for (uint32_t i = 0; i < vals.n; i++) fprintf(stderr, " %s %.6g", vals.kv[i].name, vals.kv[i].value);
         fputc('\n', stderr);
     }
+    if (w->fault_kill_after && w->evaluated == w->fault_kill_after) raise(SIGKILL);
     return 0;
 }
 
@@ -195,6 +211,13 @@ static int wait_event(watch_t *w, int ms) {
         snprintf(w->run_dir, sizeof w->run_dir, "%s", dirname(tmp));
         if (!c->quiet) fprintf(stderr, "evaluator: run %s checkpoints in %s (from the bus)\n", c->run, w->run_dir);
     }
+    /* checkpoints are opened from run_dir only; an event naming a path elsewhere is said */
+    if (path && w->run_dir[0] && !path_inside(w->run_dir, path)) {
+        char line[3200];
+        snprintf(line, sizeof line, "ignoring a ckpt event of run %s: %.1000s is not a checkpoint inside %s",
+                 c->run, path, w->run_dir);
+        warn_once(w, line);
+    }
     wire_msg_free(&m);
     return 0;
 }
@@ -213,13 +236,16 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
         free(steps);
         return rc;
     }
-    /* floor: the oldest step this evaluator is responsible for */
-    int64_t newest = n ? steps[n - 1] : -1, floor = c->all ? -1 : newest, last_prev = -1;
+    /* floor: the oldest step this evaluator is responsible for. Alone, the newest on disk at
+     * start (everything with --all). After predecessors (the results file holds this run and
+     * task), the oldest step they recorded: every checkpoint from there on that is still on disk
+     * and not in the file is done, newest first, whatever order they were killed in. */
+    int64_t newest = n ? steps[n - 1] : -1, floor = c->all ? -1 : newest, first_prev = INT64_MAX;
     for (int i = 0; i < nprev; i++) {
         set_add(&w->done, prev[i]);
-        if (prev[i] > last_prev) last_prev = prev[i];
+        if (prev[i] < first_prev) first_prev = prev[i];
     }
-    if (nprev && !c->all && last_prev + 1 < floor) floor = last_prev + 1;
+    if (nprev && !c->all && first_prev < floor) floor = first_prev;
     free(prev);
     free(steps);
     if (!c->quiet && !c->once)
@@ -242,7 +268,8 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
             }
         free(steps);
         if (c->once && have < 0)
-            return snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir), EVAL_EIO;
+            return (w->skipped.n ? snprintf(err, errlen, "no usable checkpoint in %s (%d damaged)", w->run_dir, w->skipped.n)
+                                 : snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir)), EVAL_EIO;
         if (c->once && c->all) {
             if (pick < 0) return 0; /* --once --all: everything on disk done */
         } else if (c->once && pick != have) {
@@ -269,6 +296,8 @@ int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
     memset(&w, 0, sizeof w);
     w.c = c;
     if (c->run_dir) snprintf(w.run_dir, sizeof w.run_dir, "%s", c->run_dir);
+    const char *fault = getenv("FT_EVALUATOR_FAULT_KILL_AFTER_EVALS");
+    w.fault_kill_after = fault ? atoll(fault) : 0;
     int rc = 0;
     if (!c->no_bus) {
         w.zctx = zmq_ctx_new();

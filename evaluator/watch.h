@@ -1,16 +1,18 @@
 /* evaluator/watch.h: following a run and evaluating each of its checkpoints once.
  *
  * The run's checkpoint directory is the source of truth; the bus only says when to look
- * again. A subscription to "ckpt" brings the bus's welcome message (the latest checkpoint of
+ * again (a ckpt event whose path is not inside it is ignored, with one line). A subscription to "ckpt" brings the bus's welcome message (the latest checkpoint of
  * every run) and every new announcement; without a bus the directory is rescanned every
  * poll_ms. The evaluator only reads checkpoints and only publishes events, so starting,
  * killing or replacing it never affects the trainer.
  *
- * Which checkpoints: at start, the newest complete one (or every one with `all`); after that
+ * Which checkpoints: at start, the newest usable one (or every one with `all`); after that
  * every newer one as it appears, newest first. Steps already in the results file for this
- * (run, task) are not redone, and when that file shows a predecessor, its gap is filled too
- * (every checkpoint newer than the last one it recorded and still on disk). A checkpoint
- * that fails ckpt_verify or does not load is skipped with one line on stderr, once. */
+ * (run, task) are not redone, and when that file shows predecessors, the replacement resumes
+ * where they stopped: every checkpoint still on disk from the oldest step they recorded on
+ * that the file lacks (newest first, then the backlog), each once, however many were killed.
+ * A checkpoint that is not usable (model/checkpoint.h's rule, ckpt_open) is skipped with one
+ * line on stderr, once. */
 #ifndef EVALUATOR_WATCH_H
 #define EVALUATOR_WATCH_H
 #include "model/device.h"

@@ -3,7 +3,11 @@
  * Batches are numbered g = epoch * steps_per_epoch + step. Slot g % window holds request g
  * from the time it is issued until its batch is delivered; request g may be issued once
  * next_g <= g < next_g + window. A reply is accepted only for a slot still waiting for exactly
- * that (epoch, step) under our configuration, so duplicates and stale replies fall out. */
+ * that (epoch, step) under our configuration, so duplicates and stale replies fall out.
+ *
+ * A send can be refused locally (ZMQ_IMMEDIATE: the loader is not connected, yet or any more).
+ * Such a request was never sent, so it is tried again on the next pass instead of waiting out
+ * a time-out: a client opened a moment before its connection is up must not lose timeout_ms. */
 #include "common/errmsg.h"
 #include "loader/client.h"
 
@@ -14,20 +18,27 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "bus/net.h"
 #include "common/progress.h"
 #include "loader/batch.h"
 
 #define INFO_REQ_BIT (1ull << 63) /* req_id of info requests, told apart from batch ones */
+
+enum { PEER_UNKNOWN = 0, PEER_OK = 1, PEER_FOREIGN = -1 }; /* what its info reply showed */
 
 typedef struct {
     char *ep;
     void *sock;
     int inflight;
     double dead_until; /* treated as down until then (after a time-out or a refused send) */
+    int state;         /* PEER_*: only PEER_OK loaders are sent batch requests */
+    int info_out;      /* an info_req went out at info_sent and is unanswered */
+    double info_sent;
 } peer_t;
 
 typedef struct {
     int used, have;
+    int unsent;        /* no loader took the latest attempt: try again on the next pass */
     uint64_t g;
     int peer;          /* where the latest copy of the request went; -1: not sent yet */
     double sent_at;
@@ -45,9 +56,46 @@ struct loader_client {
     uint64_t req_seq;
     int started;              /* the cursor has been placed (needs spe) */
     double last_answer;       /* any reply from any loader */
-    double info_sent;
+    loader_identity_t expect; /* the dataset accepted */
+    int have_expect;          /* from cfg, or from the first info reply */
     uint64_t sent, reissued, dropped;
+    char why[512];            /* why the last endpoint could not be added */
 };
+
+void loader_identity_from_info(loader_identity_t *id, const msg_info_t *in) {
+    memset(id, 0, sizeof *id);
+    id->vocab_size = in->vocab_size;
+    id->eot_id = in->eot_id;
+    id->n_docs = in->n_docs;
+    id->n_tokens = in->n_tokens;
+    id->n_bytes = in->n_bytes;
+    snprintf(id->tokenizer, sizeof id->tokenizer, "%s", in->tokenizer ? in->tokenizer : "");
+    snprintf(id->tokenizer_hash, sizeof id->tokenizer_hash, "%s", in->tokenizer_hash ? in->tokenizer_hash : "");
+    snprintf(id->dataset, sizeof id->dataset, "%s", in->dataset ? in->dataset : "");
+}
+
+int loader_identity_same(const loader_identity_t *a, const loader_identity_t *b) {
+    return a->vocab_size == b->vocab_size && a->eot_id == b->eot_id && a->n_docs == b->n_docs &&
+           a->n_tokens == b->n_tokens && a->n_bytes == b->n_bytes && !strcmp(a->tokenizer, b->tokenizer) &&
+           !strcmp(a->tokenizer_hash, b->tokenizer_hash);
+}
+
+void loader_identity_describe(const loader_identity_t *id, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s (tokenizer %s %s, %llu docs, %llu tokens, %llu bytes)", id->dataset[0] ? id->dataset : "?",
+             id->tokenizer, id->tokenizer_hash, (unsigned long long)id->n_docs, (unsigned long long)id->n_tokens,
+             (unsigned long long)id->n_bytes);
+}
+
+static void notice(loader_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(loader_client_t *c, const char *fmt, ...) {
+    if (!c->cfg.notice) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    c->cfg.notice(c->cfg.hook_arg, line);
+}
 
 void loader_batch_release(msg_batch_t *b) {
     if (!b) return;
@@ -73,19 +121,22 @@ int loader_client_add_endpoint(loader_client_t *c, const char *ep) {
     peer_t *p = &c->peers[c->npeers];
     memset(p, 0, sizeof *p);
     p->ep = strdup(ep);
-    p->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+    p->sock = bus_net_socket(c->zctx, ZMQ_DEALER, BUS_PEER_REPLIES, c->why, sizeof c->why);
     if (!p->ep || !p->sock) {
         free(p->ep);
         if (p->sock) zmq_close(p->sock);
-        return LOADER_ENOMEM;
+        return p->ep ? LOADER_EIO : LOADER_ENOMEM;
     }
     /* IMMEDIATE: a send to a loader we are not connected to fails at once (EAGAIN) instead of
-     * queueing for a peer that may never come back; reconnects happen by themselves. */
-    int zero = 0, one = 1, ivl = 100;
-    zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
+     * queueing for a peer that may never come back; reconnects happen by themselves.
+     * MAXMSGSIZE: no reply we wait for is larger than a batch of our geometry (tokens, mask
+     * and the map around them), so a loader cannot make us hold more than that. */
+    int one = 1, ivl = 100;
+    int64_t max = (int64_t)c->cfg.B * ((int64_t)c->cfg.T + 1) * 4 + (int64_t)c->cfg.B * c->cfg.T + (64 << 10);
     zmq_setsockopt(p->sock, ZMQ_IMMEDIATE, &one, sizeof one);
     zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
-    if (zmq_connect(p->sock, ep) != 0) {
+    zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    if (bus_net_connect(p->sock, ep, c->why, sizeof c->why) != 0) {
         zmq_close(p->sock);
         free(p->ep);
         return LOADER_EIO;
@@ -105,6 +156,11 @@ int loader_client_open(loader_client_t **out, void *zctx, const char *const *end
     if (!c->cfg.window) c->cfg.window = 8;
     if (c->cfg.timeout_ms <= 0) c->cfg.timeout_ms = 2000;
     if (c->cfg.give_up_ms <= 0) c->cfg.give_up_ms = 60000;
+    if (cfg->expect) {
+        c->expect = *cfg->expect;
+        c->have_expect = 1;
+    }
+    c->cfg.expect = NULL; /* copied: the caller's may go away */
     c->slots = calloc(c->cfg.window, sizeof *c->slots);
     if (!c->slots) {
         free(c);
@@ -114,7 +170,7 @@ int loader_client_open(loader_client_t **out, void *zctx, const char *const *end
         int rc = loader_client_add_endpoint(c, endpoints[i]);
         if (rc) {
             err_fail(err, errlen, 0, "loader endpoint %s: %s", endpoints[i],
-                   rc == LOADER_EIO ? zmq_strerror(zmq_errno()) : loader_strerror(rc));
+                   rc == LOADER_EIO ? c->why : loader_strerror(rc));
             loader_client_close(&c);
             return rc;
         }
@@ -164,19 +220,21 @@ static int peer_send(peer_t *p, const void *body, size_t len) {
     return 0;
 }
 
-/* The live loader with the fewest requests in flight, avoiding `avoid` when another exists;
- * when all look down, the one whose down time ends first. -1 when there are no loaders. */
+/* The live loader of our dataset with the fewest requests in flight, avoiding `avoid` when
+ * another exists; when all look down, the one whose down time ends first. -1 when there is
+ * no loader of our dataset. */
 static int peer_pick(loader_client_t *c, int avoid, double now) {
     int best = -1;
     for (int pass = 0; pass < 2 && best < 0; pass++)
         for (int i = 0; i < c->npeers; i++) {
             peer_t *p = &c->peers[i];
-            if (p->dead_until > now || (pass == 0 && i == avoid && c->npeers > 1)) continue;
+            if (p->state != PEER_OK || p->dead_until > now || (pass == 0 && i == avoid)) continue;
             if (best < 0 || p->inflight < c->peers[best].inflight) best = i;
         }
     if (best < 0)
         for (int i = 0; i < c->npeers; i++)
-            if (best < 0 || c->peers[i].dead_until < c->peers[best].dead_until) best = i;
+            if (c->peers[i].state == PEER_OK && (best < 0 || c->peers[i].dead_until < c->peers[best].dead_until))
+                best = i;
     return best;
 }
 
@@ -213,7 +271,8 @@ static int slot_send(loader_client_t *c, slot_t *s, double now) {
         }
     }
     free(buf);
-    s->sent_at = now; /* also when nothing could be sent: try again after a time-out */
+    s->sent_at = now;
+    s->unsent = !ok;
     if (ok) c->sent++;
     return LOADER_OK;
 }
@@ -229,18 +288,54 @@ static void issue(loader_client_t *c, double now) {
     }
 }
 
+/* Asks every loader whose dataset is not known yet: again after timeout_ms when one went out
+ * unanswered, on the next pass when the send was refused (not connected yet). */
 static void send_info(loader_client_t *c, double now) {
-    wire_msg_t m;
-    memset(&m, 0, sizeof m);
-    m.type = MSG_INFO_REQ;
-    m.u.info_req = (msg_info_req_t){.req_id = INFO_REQ_BIT | ++c->req_seq, .world = c->cfg.world, .B = c->cfg.B,
-                                    .T = c->cfg.T, .layout = c->cfg.layout, .split = c->cfg.split};
     void *buf = NULL;
     size_t len = 0;
-    if (wire_encode(&m, &buf, &len) != WIRE_OK) return;
-    for (int i = 0; i < c->npeers; i++) peer_send(&c->peers[i], buf, len);
+    for (int i = 0; i < c->npeers; i++) {
+        peer_t *p = &c->peers[i];
+        if (p->state != PEER_UNKNOWN || (p->info_out && (now - p->info_sent) * 1000 < c->cfg.timeout_ms)) continue;
+        if (!buf) {
+            wire_msg_t m;
+            memset(&m, 0, sizeof m);
+            m.type = MSG_INFO_REQ;
+            m.u.info_req = (msg_info_req_t){.req_id = INFO_REQ_BIT | ++c->req_seq, .world = c->cfg.world,
+                                            .B = c->cfg.B, .T = c->cfg.T, .layout = c->cfg.layout,
+                                            .split = c->cfg.split};
+            if (wire_encode(&m, &buf, &len) != WIRE_OK) return;
+        }
+        p->info_out = peer_send(p, buf, len) == 0;
+        p->info_sent = now;
+    }
     free(buf);
-    c->info_sent = now;
+}
+
+/* An info reply from peer p: its dataset decides whether it is used. */
+static int on_info(loader_client_t *c, peer_t *p, const msg_info_t *in, char *err, size_t errlen) {
+    if (p->state != PEER_UNKNOWN) return LOADER_OK; /* an answer to a repeated info_req */
+    p->info_out = 0;
+    loader_identity_t id;
+    loader_identity_from_info(&id, in);
+    if (!c->have_expect) {
+        c->expect = id;
+        c->have_expect = 1;
+    }
+    if (!loader_identity_same(&id, &c->expect) || (c->spe && in->steps_per_epoch != c->spe)) {
+        char got[512], want[512];
+        loader_identity_describe(&id, got, sizeof got);
+        loader_identity_describe(&c->expect, want, sizeof want);
+        p->state = PEER_FOREIGN;
+        notice(c, "loader %s serves %s, not %s: not used", p->ep, got, want);
+        return LOADER_OK;
+    }
+    if (!c->spe) {
+        if (in->steps_per_epoch == 0)
+            return err_fail(err, errlen, LOADER_EEMPTY, "loader %s: the split holds no batch for this B/T/world", p->ep);
+        c->spe = in->steps_per_epoch;
+    }
+    p->state = PEER_OK;
+    return LOADER_OK;
 }
 
 static int same_config(const loader_client_t *c, const msg_batch_t *b) {
@@ -261,14 +356,9 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
     peer_t *p = &c->peers[i];
     c->last_answer = now;
     p->dead_until = 0;
-    if (m.type == MSG_INFO && !c->spe) {
-        if (m.u.info.steps_per_epoch == 0) {
-            err_fail(err, errlen, 0, "loader %s: the split holds no batch for this B/T/world", p->ep);
-            rc = LOADER_EEMPTY;
-        } else {
-            c->spe = m.u.info.steps_per_epoch;
-        }
-    } else if (m.type == MSG_BATCH && c->spe && same_config(c, &m.u.batch)) {
+    if (m.type == MSG_INFO) {
+        rc = on_info(c, p, &m.u.info, err, errlen);
+    } else if (m.type == MSG_BATCH && c->spe && p->state == PEER_OK && same_config(c, &m.u.batch)) {
         uint64_t g = m.u.batch.epoch * c->spe + m.u.batch.step;
         slot_t *s = &c->slots[g % c->cfg.window];
         if (g >= c->next_g && g < c->issue_g && s->used && s->g == g && !s->have) {
@@ -279,7 +369,14 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
         } else {
             c->dropped++;
         }
-    } else if (m.type == MSG_ERROR && (m.u.error.req_id & INFO_REQ_BIT ? !c->spe : 1)) {
+    } else if (m.type == MSG_ERROR && (m.u.error.req_id & INFO_REQ_BIT) && c->spe) {
+        /* a loader added later that cannot serve what the first one serves: other data */
+        if (p->state == PEER_UNKNOWN) {
+            p->state = PEER_FOREIGN;
+            notice(c, "loader %s refused our info_req (error %d: %s): not used", p->ep, m.u.error.code,
+                   m.u.error.message ? m.u.error.message : "");
+        }
+    } else if (m.type == MSG_ERROR) {
         /* A loader refusing our request means the configuration does not fit its dataset:
          * asking another loader would give the same answer. */
         err_fail(err, errlen, 0, "loader %s: error %d: %s", p->ep, m.u.error.code,
@@ -340,12 +437,15 @@ int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t e
             return LOADER_EIO;
         }
         if ((now - c->last_answer) * 1000 > c->cfg.give_up_ms) {
-            err_fail(err, errlen, 0, "no loader answered for %d ms (%d known)", c->cfg.give_up_ms, c->npeers);
+            int foreign = 0;
+            char also[64] = "";
+            for (int i = 0; i < c->npeers; i++) foreign += c->peers[i].state == PEER_FOREIGN;
+            if (foreign) snprintf(also, sizeof also, ", %d of them serving another dataset", foreign);
+            err_fail(err, errlen, 0, "no loader answered for %d ms (%d known%s)", c->cfg.give_up_ms, c->npeers, also);
             return LOADER_EIO;
         }
-        if (!c->spe) {
-            if (c->npeers && (now - c->info_sent) * 1000 >= c->cfg.timeout_ms) send_info(c, now);
-        } else {
+        send_info(c, now);
+        if (c->spe) {
             if (!c->started) {
                 if (c->cfg.start_step >= c->spe) {
                     err_fail(err, errlen, 0, "start step %llu beyond the %llu steps of an epoch",
@@ -364,10 +464,16 @@ int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t e
                 return LOADER_OK;
             }
             issue(c, now);
-            /* re-issue what has waited too long, marking its loader down for a while */
+            /* send what no loader took last time; re-issue what has waited too long, marking
+             * its loader down for a while */
             for (uint64_t g = c->next_g; g < c->issue_g; g++) {
                 slot_t *w = &c->slots[g % c->cfg.window];
-                if (w->have || (now - w->sent_at) * 1000 < c->cfg.timeout_ms) continue;
+                if (w->have) continue;
+                if (w->unsent) {
+                    slot_send(c, w, now);
+                    continue;
+                }
+                if ((now - w->sent_at) * 1000 < c->cfg.timeout_ms) continue;
                 if (w->peer >= 0) c->peers[w->peer].dead_until = now + 2.0 * c->cfg.timeout_ms / 1000.0;
                 if (w->peer >= 0) c->reissued++;
                 slot_send(c, w, now);
@@ -375,5 +481,6 @@ int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t e
         }
         int rc = pump(c, c->npeers ? 50 : 100, err, errlen);
         if (rc) return rc;
+        if (c->cfg.on_wait) c->cfg.on_wait(c->cfg.hook_arg);
     }
 }

@@ -13,8 +13,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/flags.h"
+#include "bus/net.h"
 #include "bus/wire.h"
+#include "common/flags.h"
 #include "loader/bench.h"
 #include "loader/mkdata.h"
 #include "loader/server.h"
@@ -34,13 +35,18 @@ static void usage(const char *mode, flag_t *f, int n) {
     flags_usage(stdout, f, n);
 }
 
-/* Parses; returns -1 to continue, else the exit code. */
-static int parse(const char *mode, int argc, char **argv, int first, flag_t *f, int n) {
-    char err[256];
+/* Parses, then loads the security configuration (net: the flags of bus_net_flags, or NULL
+ * for a subcommand without sockets); returns -1 to continue, else the exit code. */
+static int parse(const char *mode, int argc, char **argv, int first, flag_t *f, int n,
+                 const bus_net_opts_t *net) {
+    char err[512];
     int npos = 0;
     int rc = flags_parse(argc, argv, first, f, n, NULL, &npos, 0, err, sizeof err);
     if (rc == 1) { usage(mode, f, n); return 0; }
-    if (rc < 0) { fprintf(stderr, "loader: %s\n", err); return 2; }
+    if (rc < 0 || (net && bus_net_setup(net, err, sizeof err) != 0)) {
+        fprintf(stderr, "loader: %s\n", err);
+        return 2;
+    }
     return -1;
 }
 
@@ -62,7 +68,8 @@ static int cmd_serve(int argc, char **argv) {
     const char *data = NULL, *val_data = NULL, *bind = NULL, *name = NULL, *bus_pub = NULL;
     long long val_docs = 0;
     int threads = 1, quiet = 0;
-    flag_t f[] = {
+    bus_net_opts_t net = {0};
+    flag_t f[8 + BUS_NET_NFLAGS] = {
         {"data", FLAG_STR, &data, "dataset directory (LMDB, docs/FORMATS.md §1)", 0, 0, 0},
         {"bind", FLAG_STR, &bind, "ROUTER endpoint to serve on (ipc://PATH, tcp://HOST:PORT)", 0, 0, 0},
         {"val-docs", FLAG_I64, &val_docs, "the last N documents form the \"val\" split", 0, 1e18, 0},
@@ -72,7 +79,8 @@ static int cmd_serve(int argc, char **argv) {
         {"threads", FLAG_INT, &threads, "worker threads", 1, 64, 0},
         {"quiet", FLAG_BOOL, &quiet, "no log lines", 0, 0, 0},
     };
-    int rc = parse("serve", argc, argv, 1, f, NF(f));
+    int nf = 8 + bus_net_flags(f + 8, &net, BUS_PEER_REQUESTS);
+    int rc = parse("serve", argc, argv, 1, f, nf, &net);
     if (rc >= 0) return rc;
     if (!data || !bind) {
         fprintf(stderr, "loader: --data and --bind are required (see --help)\n");
@@ -113,15 +121,14 @@ static int roundtrip(const char *ep, const wire_msg_t *req, wire_msg_t *rep, int
         fprintf(stderr, "loader: %s: could not encode the request\n", ep);
         return 1;
     }
-    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_REQ);
-    int zero = 0, rc = 1;
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
-    zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
-    if (zmq_connect(s, ep) != 0) {
-        fprintf(stderr, "loader: connect %s: %s\n", ep, zmq_strerror(zmq_errno()));
+    void *ctx = zmq_ctx_new(), *s = bus_net_socket(ctx, ZMQ_REQ, BUS_PEER_REPLIES, err, sizeof err);
+    int rc = 1;
+    if (!s || bus_net_connect(s, ep, err, sizeof err) != 0) {
+        fprintf(stderr, "loader: %s\n", err);
         goto out;
     }
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     if (zmq_send(s, buf, len, 0) < 0) {
         fprintf(stderr, "loader: send to %s: %s\n", ep, zmq_strerror(zmq_errno()));
         goto out;
@@ -148,16 +155,17 @@ static int roundtrip(const char *ep, const wire_msg_t *req, wire_msg_t *rep, int
     rc = 0;
 out:
     free(buf);
-    zmq_close(s);
+    if (s) zmq_close(s);
     zmq_ctx_term(ctx);
     return rc;
 }
 
 static int cmd_get(int argc, char **argv, int info) {
     const char *ep = NULL, *layout_s = "pack", *split_s = "train";
-    long long epoch = 0, step = 0, seed = 0;
+    unsigned long long epoch = 0, step = 0, seed = 0;
     int B = info ? 1 : 0, T = info ? 1 : 0, rank = 0, world = 1, timeout_ms = 10000;
-    flag_t f[] = {
+    bus_net_opts_t net = {0};
+    flag_t f[11 + BUS_NET_NFLAGS] = {
         {"connect", FLAG_STR, &ep, "loader endpoint", 0, 0, 0},
         {"B", FLAG_INT, &B, "rows", 0, 1 << 30, 0},
         {"T", FLAG_INT, &T, "tokens per row (a row carries T+1)", 0, 1 << 30, 0},
@@ -165,13 +173,15 @@ static int cmd_get(int argc, char **argv, int info) {
         {"layout", FLAG_STR, &layout_s, "pack | pad", 0, 0, 0},
         {"split", FLAG_STR, &split_s, "train | val", 0, 0, 0},
         {"timeout-ms", FLAG_INT, &timeout_ms, "give up after this long", 1, 1e9, 0},
-        {"epoch", FLAG_I64, &epoch, "epoch", 0, 9e18, 0},
-        {"step", FLAG_I64, &step, "step within the epoch", 0, 9e18, 0},
+        {"epoch", FLAG_U64, &epoch, "epoch (any u64, as on the wire)", 0, 0, 0},
+        {"step", FLAG_U64, &step, "step within the epoch (any u64)", 0, 0, 0},
         {"rank", FLAG_INT, &rank, "data-parallel rank", 0, 1 << 30, 0},
-        {"seed", FLAG_I64, &seed, "shuffle seed", 0, 9e18, 0},
+        {"seed", FLAG_U64, &seed, "shuffle seed (any u64)", 0, 0, 0},
     };
-    int n = info ? 7 : NF(f);
-    int rc = parse(info ? "info" : "get", argc, argv, 2, f, n);
+    /* info takes the first 7 flags (no epoch, step, rank, seed) */
+    int n = info ? 7 : 11;
+    n += bus_net_flags(f + n, &net, -1);
+    int rc = parse(info ? "info" : "get", argc, argv, 2, f, n, &net);
     if (rc >= 0) return rc;
     wire_msg_t q, r;
     memset(&q, 0, sizeof q);
@@ -237,7 +247,7 @@ static int cmd_mkdata(int argc, char **argv) {
         {"min-len", FLAG_INT, &min_len, "shortest document", 0, 1 << 30, 0},
         {"max-len", FLAG_INT, &max_len, "longest document", 0, 1 << 30, 0},
     };
-    int rc = parse("mkdata", argc, argv, 2, f, NF(f));
+    int rc = parse("mkdata", argc, argv, 2, f, NF(f), NULL);
     if (rc >= 0) return rc;
     if (!out) { fprintf(stderr, "loader: mkdata: --out is required\n"); return 2; }
     loader_mkdata_t c = {.seed = (uint64_t)seed, .n_docs = (uint64_t)docs, .vocab_size = (uint32_t)vocab,
@@ -254,14 +264,16 @@ static int cmd_bench(int argc, char **argv) {
     const char *eps_s = NULL;
     int B = 8, T = 256, window = 16;
     long long batches = 2000;
-    flag_t f[] = {
+    bus_net_opts_t net = {0};
+    flag_t f[5 + BUS_NET_NFLAGS] = {
         {"connect", FLAG_STR, &eps_s, "loader endpoints, comma-separated", 0, 0, 0},
         {"B", FLAG_INT, &B, "rows", 1, 65536, 0},
         {"T", FLAG_INT, &T, "tokens per row", 1, 1 << 20, 0},
         {"batches", FLAG_I64, &batches, "batches timed (after 20 warm-up ones)", 1, 1e12, 0},
         {"window", FLAG_INT, &window, "requests in flight", 1, 4096, 0},
     };
-    int rc = parse("bench", argc, argv, 2, f, NF(f));
+    int nf = 5 + bus_net_flags(f + 5, &net, -1);
+    int rc = parse("bench", argc, argv, 2, f, nf, &net);
     if (rc >= 0) return rc;
     if (!eps_s) { fprintf(stderr, "loader: bench: --connect is required\n"); return 2; }
     char buf[4096];

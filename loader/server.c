@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/progress.h"
 #include "bus/wire.h"
 
@@ -54,13 +55,7 @@ void loader_handler_close(loader_handler_t **ph) {
 }
 
 static int reply_error(uint64_t req_id, int code, const char *msg, void **reply, size_t *rlen) {
-    wire_msg_t m;
-    memset(&m, 0, sizeof m);
-    m.type = MSG_ERROR;
-    m.u.error.req_id = req_id;
-    m.u.error.code = code;
-    m.u.error.message = (char *)msg;
-    if (wire_encode(&m, reply, rlen) != WIRE_OK) {
+    if (wire_error_encode(req_id, code, msg, reply, rlen) != WIRE_OK) {
         *reply = NULL;
         return LOADER_EIO - 1;
     }
@@ -139,26 +134,38 @@ static int reply_info(loader_handler_t *h, const msg_info_req_t *q, void **reply
     return LOADER_OK;
 }
 
+/* The code of a request that did not decode: a layout or split that is not one of the
+ * names is a parameter error (EPARAM, PROTOCOL.md §1.3) like a bad B or T, anything else
+ * is malformed. */
+static int undecoded_code(int status, const wire_diag_t *d) {
+    int request = d->type == MSG_BATCH_REQ || d->type == MSG_INFO_REQ;
+    int enum_field = d->field && (!strcmp(d->field, "layout") || !strcmp(d->field, "split"));
+    return request && enum_field && status == WIRE_ERR_MISTYPED ? LOADER_EPARAM : LOADER_EMALFORMED;
+}
+
 int loader_handler_reply(loader_handler_t *h, const void *req, size_t len, void **reply, size_t *rlen) {
     wire_msg_t m;
+    wire_diag_t d;
     char err[256] = "", line[320];
     *reply = NULL;
     *rlen = 0;
-    int rc = wire_decode(req, len, &m, err, sizeof err);
+    int rc = wire_decode_diag(req, len, &m, &d, err, sizeof err);
     if (rc != WIRE_OK) {
         snprintf(line, sizeof line, "request not understood: %s", err);
-        rc = reply_error(0, LOADER_EMALFORMED, line, reply, rlen);
+        rc = reply_error(d.has_req_id ? d.req_id : 0, undecoded_code(rc, &d), line, reply, rlen);
     } else if (m.type == MSG_BATCH_REQ) {
         rc = reply_batch(h, &m.u.batch_req, reply, rlen);
     } else if (m.type == MSG_INFO_REQ) {
         rc = reply_info(h, &m.u.info_req, reply, rlen);
     } else {
         snprintf(line, sizeof line, "a loader answers batch_req and info_req, not %s", wire_type_name(m.type));
-        rc = reply_error(0, LOADER_ETYPE, line, reply, rlen);
+        rc = reply_error(d.has_req_id ? d.req_id : 0, LOADER_ETYPE, line, reply, rlen);
     }
-    wire_msg_free(&m);
-    if (h->served && rc == LOADER_OK) atomic_fetch_add(h->served, 1);
+    /* served counts batches (what the announcement's "served" means, PROTOCOL.md §2.3);
+     * info replies and error replies are not batches */
+    if (h->served && rc == LOADER_OK && m.type == MSG_BATCH_REQ) atomic_fetch_add(h->served, 1);
     if (h->errors && rc != LOADER_OK) atomic_fetch_add(h->errors, 1);
+    wire_msg_free(&m);
     return rc;
 }
 
@@ -275,13 +282,14 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         h[i]->errors = &errors;
     }
     zctx = zmq_ctx_new();
-    router = zmq_socket(zctx, ZMQ_ROUTER);
     int zero = 0, hwm = 10000;
-    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    if (!zctx || !(router = bus_net_socket(zctx, ZMQ_ROUTER, BUS_PEER_REQUESTS, err, errlen))) {
+        rc = LOADER_EIO;
+        goto out;
+    }
     zmq_setsockopt(router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(router, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    if (zmq_bind(router, cfg->bind) != 0) {
-        snprintf(err, errlen, "bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
+    if (bus_net_bind(zctx, router, cfg->bind, err, errlen) != 0) {
         rc = LOADER_EIO;
         goto out;
     }
@@ -316,7 +324,7 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         }
         if (!cfg->quiet && now - t_log >= 10.0 && atomic_load(&served) != logged) {
             logged = atomic_load(&served);
-            fprintf(stderr, "loader: %llu replies served, %llu errors\n", (unsigned long long)logged,
+            fprintf(stderr, "loader: %llu batches served, %llu errors\n", (unsigned long long)logged,
                     (unsigned long long)atomic_load(&errors));
             t_log = now;
         }
@@ -348,7 +356,7 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         }
     }
     if (!cfg->quiet)
-        fprintf(stderr, "loader: stopping after %llu replies served, %llu errors\n",
+        fprintf(stderr, "loader: stopping after %llu batches served, %llu errors\n",
                 (unsigned long long)atomic_load(&served), (unsigned long long)atomic_load(&errors));
 out:
     atomic_store(&quit, 1);

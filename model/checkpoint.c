@@ -317,29 +317,79 @@ static int ck_scan(const char *run_dir, int64_t **steps, int *n, char *err, size
     return 0;
 }
 
-int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *step, char *warn,
-                     size_t warnlen, char *err, size_t errlen) {
-    if (!run_dir || strlen(run_dir) > CKPT_DIR_MAX - 32) return err_fail(err, errlen, CKPT_EARG, "ckpt_find_latest: no run directory or path too long");
-    if (warn && warnlen) warn[0] = 0;
+int ckpt_is_damage(int code) {
+    return code == CKPT_EIO || code == CKPT_EFORMAT || code == CKPT_ECORRUPT || code == CKPT_ECONFIG ||
+           code == CKPT_EMISMATCH;
+}
+
+int ckpt_open(const char *dir, ckpt_load_fn load, void *ctx, char *err, size_t errlen) {
+    int rc = ckpt_verify(dir, err, errlen);
+    if (rc || !load) return rc;
+    char why[1024] = "";
+    rc = load(ctx, dir, why, sizeof why);
+    /* every verdict names the checkpoint, whatever the loader's message starts with */
+    if (rc && strncmp(why, dir, strlen(dir)) == 0) return err_fail(err, errlen, rc, "%s", why);
+    if (rc) return err_fail(err, errlen, rc, "%s: %s", dir, why);
+    return 0;
+}
+
+/* Appends name to a ", "-separated list, ending it with "..." once it is full. */
+static void ck_list_add(char *list, size_t cap, const char *name) {
+    size_t at = strnlen(list, cap);
+    if (at + 4 >= cap || (at >= 3 && !strcmp(list + at - 3, "..."))) return;
+    int w = snprintf(list + at, cap - at, "%s%s", at ? ", " : "", name);
+    if (w < 0 || (size_t)w >= cap - at) snprintf(list + at, cap - at, "%s...", at ? ", " : "");
+}
+
+int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick, char *err,
+                     size_t errlen) {
+    if (!pick) return err_fail(err, errlen, CKPT_EARG, "ckpt_open_newest: no result buffer");
+    memset(pick, 0, sizeof *pick);
+    pick->step = -1;
+    if (!run_dir || strlen(run_dir) > CKPT_DIR_MAX - 32)
+        return err_fail(err, errlen, CKPT_EARG, "ckpt_open_newest: no run directory or path too long");
     int64_t *steps;
     int n, rc = ck_scan(run_dir, &steps, &n, err, errlen);
     if (rc) return rc;
     int found = 0;
     for (int i = 0; i < n && !found; i++) {
-        char dir[CKPT_PATH_MAX], why[512];
+        char dir[CKPT_PATH_MAX], why[1024];
         if (ckpt_dir_name(dir, sizeof dir, run_dir, steps[i])) continue;
-        if (ckpt_verify(dir, why, sizeof why) != 0) {
-            ck_warn(warn, warnlen, "skipping %s", why);
+        rc = ckpt_open(dir, load, ctx, why, sizeof why);
+        if (rc && !ckpt_is_damage(rc)) {
+            free(steps);
+            return err_fail(err, errlen, rc, "%s", why);
+        }
+        if (rc) {
+            ck_warn(pick->warn, sizeof pick->warn, "skipping %s", why);
+            const char *base = strrchr(dir, '/');
+            ck_list_add(pick->skipped, sizeof pick->skipped, base ? base + 1 : dir);
+            pick->n_skipped++;
             continue;
         }
-        if (out_path && cap) {
-            if (strlen(dir) >= cap) { free(steps); return err_fail(err, errlen, CKPT_EARG, "%s: path too long for the caller's buffer", dir); }
-            strcpy(out_path, dir);
-        }
-        if (step) *step = steps[i];
+        snprintf(pick->path, sizeof pick->path, "%s", dir);
+        pick->step = steps[i];
         found = 1;
     }
     free(steps);
+    return found;
+}
+
+int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *step, char *warn,
+                     size_t warnlen, char *err, size_t errlen) {
+    if (warn && warnlen) warn[0] = 0;
+    ckpt_pick_t *pick = malloc(sizeof *pick);
+    if (!pick) return err_fail(err, errlen, CKPT_ENOMEM, "out of memory");
+    int found = ckpt_open_newest(run_dir, NULL, NULL, pick, err, errlen);
+    if (found >= 0 && warn && warnlen) snprintf(warn, warnlen, "%s", pick->warn);
+    if (found == 1 && out_path && cap) {
+        if (strlen(pick->path) >= cap)
+            found = err_fail(err, errlen, CKPT_EARG, "%s: path too long for the caller's buffer", pick->path);
+        else
+            strcpy(out_path, pick->path);
+    }
+    if (found == 1 && step) *step = pick->step;
+    free(pick);
     return found;
 }
 
@@ -378,6 +428,35 @@ static int ck_mkdir(const char *path, char *err, size_t errlen) {
         return err_fail(err, errlen, CKPT_EIO, "%s: exists and is not a directory", path);
     }
     return err_fail(err, errlen, CKPT_EIO, "%s: cannot create directory: %s", path, strerror(errno));
+}
+
+/* mkdir -p: every missing parent of path, then path. */
+static int ck_mkdir_parents(const char *path, char *err, size_t errlen) {
+    char p[CKPT_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return err_fail(err, errlen, CKPT_EARG, "%s: path too long", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/' || s[-1] == '/') continue;
+        *s = 0;
+        int rc = ck_mkdir(p, err, errlen);
+        *s = '/';
+        if (rc) return rc;
+    }
+    return ck_mkdir(p, err, errlen);
+}
+
+int ckpt_run_dir_prepare(const char *run_dir, char *err, size_t errlen) {
+    if (!run_dir || !*run_dir || strlen(run_dir) > CKPT_DIR_MAX - 32)
+        return err_fail(err, errlen, CKPT_EARG, "run directory: empty or path too long");
+    int rc = ck_mkdir_parents(run_dir, err, errlen);
+    if (rc) return rc;
+    /* access(W_OK) would ignore read-only mounts and ACL details: try what a save will do */
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/.write-test-%ld", run_dir, (long)getpid());
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return err_fail(err, errlen, CKPT_EIO, "%s: cannot create files in it: %s", run_dir, strerror(errno));
+    close(fd);
+    unlink(p);
+    return 0;
 }
 
 /* Old checkpoints beyond the newest keep_last complete ones (the new one counts and is kept). */
@@ -477,7 +556,7 @@ int ckpt_save(const char *run_dir, int64_t step, const model_config_t *cfg,
     if (ckpt_dir_name(final, sizeof final, run_dir, step))
         return err_fail(err, errlen, CKPT_EARG, "%s: path too long", run_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", final);
-    if ((rc = ck_mkdir(run_dir, err, errlen))) return rc;
+    if ((rc = ck_mkdir_parents(run_dir, err, errlen))) return rc;
     ck_remove_stale_tmp(run_dir);
     if ((rc = ck_mkdir(tmp, err, errlen))) return rc;
 

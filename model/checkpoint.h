@@ -33,6 +33,7 @@ enum {
     CKPT_ECONFIG = -5,  /* config.json parses but describes an impossible model */
     CKPT_EMISMATCH = -6,/* a tensor is missing or has another shape than the model's */
     CKPT_ENOMEM = -7,
+    CKPT_EREFUSED = -8, /* a load callback refuses a sound checkpoint (not ours to resume, ...) */
 };
 
 #define CKPT_MANIFEST_MAGIC "ft-checkpoint-manifest 1"
@@ -40,7 +41,11 @@ enum {
 /* "<run_dir>/ckpt-%08lld" into buf; returns 0, or CKPT_EARG when it does not fit. */
 int ckpt_dir_name(char *buf, size_t cap, const char *run_dir, int64_t step);
 
-/* Writes checkpoint `step` atomically (see above). run_dir is created if missing (one level).
+/* Creates run_dir with its parents when missing and checks that a file can be created in it,
+ * so a program can refuse an unusable directory before any work (one line in err). */
+int ckpt_run_dir_prepare(const char *run_dir, char *err, size_t errlen);
+
+/* Writes checkpoint `step` atomically (see above). run_dir is created if missing (parents too).
  * params: np views with HF names. opt_m/opt_v: nopt views each, named like the parameters they
  * belong to (nopt == 0 writes no optimizer file). state: any JSON object, or NULL for {}; it is
  * not modified or stolen. An existing ckpt-<step> is replaced atomically.
@@ -59,10 +64,44 @@ static inline int ckpt_verify(const char *dir, char *err, size_t errlen) {
     return ckpt_verify_ex(dir, 1, err, errlen);
 }
 
-/* Newest complete checkpoint in run_dir (fully verified). Returns 1 and fills out_path/step
- * when found, 0 when there is none (run_dir missing counts as none), negative when run_dir
- * cannot be read. Each newer directory that was skipped adds one line to warn, "skipping
- * <dir or file in it>: <why>" (lines separated by '\n'; warn may be NULL). */
+/* ---- Which checkpoint is usable: the one rule of every program (docs/FORMATS.md §3) ------
+ *
+ * A checkpoint directory is usable when its MANIFEST verifies in full (every size and hash)
+ * AND the program's own load of it succeeds (config.json valid, every tensor present with its
+ * shape, the safetensors' own xxh3, state.json). A MANIFEST recomputed over bad content thus
+ * passes the first half and fails the second: the same verdict as a torn file. A program that
+ * wants a run's checkpoint takes the newest usable one and reports every newer one it skipped,
+ * one line each; a program handed one checkpoint (a path, a bus event) uses it or skips it.
+ *
+ * load: fills the caller's objects from dir; returns 0, a CKPT_E* code when dir is damaged
+ * (EIO, EFORMAT, ECORRUPT, ECONFIG, EMISMATCH: the checkpoint is skipped), or CKPT_EREFUSED /
+ * CKPT_ENOMEM when the caller cannot use a sound one (the search stops there). A load that
+ * fails must leave nothing half-loaded that the next call would trip over. */
+typedef int (*ckpt_load_fn)(void *ctx, const char *dir, char *err, size_t errlen);
+
+/* 1 when a code (from ckpt_verify or a load) says the checkpoint itself is damaged. */
+int ckpt_is_damage(int code);
+
+/* The rule for one directory: full verification, then load(ctx, dir) (NULL: verify only).
+ * Returns 0 or the failing code, with "<path>: <why>" in err. */
+int ckpt_open(const char *dir, ckpt_load_fn load, void *ctx, char *err, size_t errlen);
+
+typedef struct {
+    char path[4096];     /* the checkpoint taken */
+    int64_t step;
+    int n_skipped;       /* damaged directories newer than it (every one when none was usable) */
+    char skipped[1024];  /* their names, ", "-separated ("..." when they do not fit) */
+    char warn[4096];     /* one line per skipped one, "skipping <path>: <why>", '\n'-separated */
+} ckpt_pick_t;
+
+/* The newest usable checkpoint of run_dir, loaded with load (NULL: verify only). Returns 1 when
+ * one was taken, 0 when none is usable (run_dir missing or empty: n_skipped == 0), negative
+ * when run_dir cannot be listed or load stopped the search (err set; pick still lists what was
+ * skipped before). */
+int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick, char *err,
+                     size_t errlen);
+
+/* ckpt_open_newest(run_dir, NULL, ...) with its results in separate buffers (warn may be NULL). */
 int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *step,
                      char *warn, size_t warnlen, char *err, size_t errlen);
 
@@ -72,8 +111,8 @@ int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *s
 int ckpt_list(const char *run_dir, int full, int64_t **steps, int *n, char *warn,
               size_t warnlen, char *err, size_t errlen);
 
-/* Loading from a checkpoint directory (as returned by ckpt_find_latest). These do not check
- * the MANIFEST (call ckpt_verify for that); the safetensors files carry their own xxh3. */
+/* Loading from a checkpoint directory, the pieces a load callback is made of. These do not
+ * check the MANIFEST (ckpt_open does); the safetensors files carry their own xxh3. */
 int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t errlen);
 /* Copies every view's tensor (by name, exact shape) into view.data; all must exist. */
 int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen);

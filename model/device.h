@@ -164,6 +164,9 @@ struct device {
     int threads;               /* CPU: OpenMP threads the ops use (0: OpenMP's default) */
     char name[128];            /* "cpu (x86-64-v3, 2 threads)", "cuda:0 (NVIDIA H100 ...)" */
     size_t allocated;          /* bytes held through alloc, for the memory report */
+    int profile_gemm;          /* set by a benchmark: the CUDA device times its products ... */
+    double gemm_seconds;       /* ... and adds their time here (events, each product waited
+                                  for, so only for measuring cuBLAS' share of a step) */
     void *impl;                /* the device's own state */
 };
 
@@ -180,6 +183,11 @@ typedef struct {
  * device, or the machine no GPU or driver, one line says so and the status is -1. */
 int device_open(device_t **d, const char *spec, precision_t precision, char *err, size_t errlen);
 void device_close(device_t **d);
+/* Changes the precision of an open device (a resumed run takes its checkpoint's): 0, or -1
+ * with one line when the device cannot compute at p (the CPU and tf32). */
+int device_set_precision(device_t *d, precision_t p, char *err, size_t errlen);
+/* The device programs use when --device is not given: $FT_DEVICE, else "cpu". */
+const char *device_default_spec(void);
 /* The process's CPU device at fp32 (tests, tools and the checkpoint code's host buffers). */
 device_t *device_cpu_default(void);
 /* 1 when device pointers of d are host pointers (the CPU device). */

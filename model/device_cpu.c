@@ -47,8 +47,8 @@ static void cpu_set_parallel(device_t *d, int on) {
 static void cpu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc) {
-    (void)d;
-    model_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    /* (profile_gemm: only the CUDA device times its products) */
+    model_gemm_prec(d->precision, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- the ops: one line each onto ops.h ---- */
@@ -56,15 +56,15 @@ static void cpu_embedding_forward(device_t *d, float *out, const uint32_t *token
 static void cpu_embedding_backward(device_t *d, float *dtable, const float *dout, const uint32_t *tokens, int N, int D) { (void)d; embedding_backward(dtable, dout, tokens, N, D); }
 static void cpu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) { (void)d; rmsnorm_forward(out, rstd, x, w, N, D, eps); }
 static void cpu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) { (void)d; rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D); }
-static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { (void)d; linear_forward(y, x, w, N, in, out); }
-static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { (void)d; linear_backward(dx, dw, dy, x, w, N, in, out); }
-static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { (void)d; linear_backward_set(dx, dw, dy, x, w, N, in, out); }
+static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_forward(y, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
+static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_backward(dx, dw, dy, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
+static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_backward_set(dx, dw, dy, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
 static void cpu_rope_forward(device_t *d, float *out, const float *x, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_forward(out, x, c, s, B, T, H, hd, pos0); }
 static void cpu_rope_backward(device_t *d, float *dx, const float *dout, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_backward(dx, dout, c, s, B, T, H, hd, pos0); }
 static void cpu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_split_rope(q, k, v, qkv, c, s, N, T, H, Hkv, hd, pos0); }
 static void cpu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_join_unrope(dqkv, dq, dk, dv, c, s, N, T, H, Hkv, hd, pos0); }
-static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { (void)d; attention_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); }
-static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { (void)d; attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); }
+static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
+static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
 static void cpu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) { (void)d; swiglu_forward(out, gate, up, N, F); }
 static void cpu_swiglu_backward(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward(dgate, dup, dout, gate, up, N, F); }
 static void cpu_swiglu_backward_set(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward_set(dgate, dup, dout, gate, up, N, F); }
@@ -153,14 +153,13 @@ static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {
     d->impl = impl;
     impl->threads = omp_get_max_threads();
     d->threads = impl->threads;
-    snprintf(d->name, sizeof d->name, "cpu (%s, %d threads, %s)", cpu_isa_name(cpu_isa()),
-             omp_get_max_threads(), precision_name(precision));
+    snprintf(d->name, sizeof d->name, "cpu (%s, %d threads)", cpu_isa_name(cpu_isa()),
+             omp_get_max_threads());
 }
 
 int device_cpu_open(device_t **pd, precision_t precision, char *err, size_t errlen) {
-    if (precision != PRECISION_FP32)
-        return err_fail(err, errlen, -1, "precision %s: the CPU device computes in fp32 only",
-                        precision_name(precision));
+    if (precision_cpu_check(precision, err, errlen)) return -1;
+    if (model_gemm_check(err, errlen)) return -1;
     device_t *d = calloc(1, sizeof(*d));
     cpu_impl_t *impl = calloc(1, sizeof(*impl));
     if (!d || !impl) {

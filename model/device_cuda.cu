@@ -127,8 +127,32 @@ __global__ void g_to_bf16(size_t n, __nv_bfloat16 *out, const float *x) {
     FOR_ITEMS(n) out[it] = __float2bfloat16_rn(x[it]);
 }
 
+static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The product, timed with events when a benchmark asks (bench/gpu.sh: cuBLAS' share). */
 static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (!d->profile_gemm) {
+        gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, impl_of(d)->stream);
+    gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    cudaEventRecord(e1, impl_of(d)->stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    d->gemm_seconds += ms * 1e-3;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cuda_impl_t *c = impl_of(d);
     if (m <= 0 || n <= 0) return;
     const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -555,16 +579,17 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         return -1;
     }
     cublasSetStream(c->blas, c->stream);
-    /* fp32 means fp32: no TF32 unless asked for (cuBLAS' default math mode does not use it
-     * either; said explicitly so an environment override cannot change a run's meaning) */
-    cublasSetMathMode(c->blas, precision == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    /* fp32 means fp32: the default math mode (no TF32) for cublasSgemm, whatever the
+     * precision; tf32 and bf16 ask for their compute type per call (cublasGemmEx), so a
+     * precision changed after opening (device_set_precision) means what it says */
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     d->ops = &cuda_ops;
     d->kind = DEVICE_CUDA;
     d->ordinal = ordinal;
     d->precision = precision;
     d->impl = c;
-    snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d, %s)", ordinal, prop.name, prop.major,
-             prop.minor, precision_name(precision));
+    snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d)", ordinal, prop.name, prop.major,
+             prop.minor);
     *pd = d;
     return 0;
 }

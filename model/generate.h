@@ -105,6 +105,10 @@ void gen_free_reset(gen_free_t *g);
 gen_t *gen_free_decoder(gen_free_t *g);   /* positions, config, logits */
 int gen_free_step(gen_free_t *g, const uint32_t *tokens, int B, int T, const uint32_t *z,
                   const float *u, float *all_logits, char *err, size_t errlen);
+/* The same with the B sequences in the given distinct slots (gen_begin_slots). */
+int gen_free_step_slots(gen_free_t *g, const int *slots, const uint32_t *tokens, int B, int T,
+                        const uint32_t *z, const float *u, float *all_logits, char *err,
+                        size_t errlen);
 /* (B,T) latent indices of the last chunk (those given, or the encoder's). */
 const uint32_t *gen_free_z(const gen_free_t *g);
 /* 2^H, the number of latent values. */

@@ -70,29 +70,18 @@ OPS_FN void kb_qkv_split(size_t it, float *q, float *k, float *v, const float *q
                          const float *cos_t, const float *sin_t, int T, int H, int Hkv, int hd,
                          int pos0) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-    const float *row = qkv + it * ld;
     const size_t t = (size_t)(pos0 + (int)(it % T));
-    const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
-    if (q)
-        for (int h = 0; h < H; h++) ops_rope_rotate(q + it * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
-    if (k)
-        for (int h = 0; h < Hkv; h++)
-            ops_rope_rotate(k + it * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
-    if (v)
-        for (int i = 0; i < Dkv; i++) v[it * Dkv + i] = row[Dq + Dkv + i];
+    ops_qkv_split_row(q ? q + it * Dq : NULL, k ? k + it * Dkv : NULL, v ? v + it * Dkv : NULL,
+                      qkv + it * ld, cos_t + t * h2, sin_t + t * h2, H, Hkv, hd);
 }
 /* it < N: the backward (ops.h qkv_join_unrope), the fused row overwritten */
 OPS_FN void kb_qkv_join(size_t it, float *dqkv, const float *dq, const float *dk, const float *dv,
                         const float *cos_t, const float *sin_t, int T, int H, int Hkv, int hd,
                         int pos0) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-    float *row = dqkv + it * ld;
     const size_t t = (size_t)(pos0 + (int)(it % T));
-    const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
-    for (int h = 0; h < H; h++) ops_rope_rotate(row + h * hd, dq + it * Dq + h * hd, cs, sn, hd, -1.0f);
-    for (int h = 0; h < Hkv; h++)
-        ops_rope_rotate(row + Dq + h * hd, dk + it * Dkv + h * hd, cs, sn, hd, -1.0f);
-    for (int i = 0; i < Dkv; i++) row[Dq + Dkv + i] = dv[it * Dkv + i];
+    ops_qkv_join_row(dqkv + it * ld, dq + it * Dq, dk + it * Dkv, dv + it * Dkv, cos_t + t * h2,
+                     sin_t + t * h2, H, Hkv, hd);
 }
 
 /* ---- attention (ops.h: q (B,Tq,H,hd), k/v (B,Tk,Hkv,hd), lse (B,H,Tq)) ---- */
@@ -240,15 +229,9 @@ OPS_FN void kb_qkv_split_rows(size_t it, float *q, float *k, float *v, const flo
                               const float *cos_t, const float *sin_t, int H, int Hkv, int hd,
                               const int *pos) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-    const float *row = qkv + it * ld;
-    const float *cs = cos_t + (size_t)pos[it] * h2, *sn = sin_t + (size_t)pos[it] * h2;
-    if (q)
-        for (int h = 0; h < H; h++) ops_rope_rotate(q + it * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
-    if (k)
-        for (int h = 0; h < Hkv; h++)
-            ops_rope_rotate(k + it * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
-    if (v)
-        for (int i = 0; i < Dkv; i++) v[it * Dkv + i] = row[Dq + Dkv + i];
+    ops_qkv_split_row(q ? q + it * Dq : NULL, k ? k + it * Dkv : NULL, v ? v + it * Dkv : NULL,
+                      qkv + it * ld, cos_t + (size_t)pos[it] * h2, sin_t + (size_t)pos[it] * h2, H,
+                      Hkv, hd);
 }
 /* it < N*H: head vector (n, h) rotated at position pos[n] */
 OPS_FN void kb_rope_rows(size_t it, float *out, const float *x, const float *cos_t,

@@ -77,6 +77,12 @@ uint32_t gen_free_n_latent(const gen_free_t *g) { return g->K; }
 
 int gen_free_step(gen_free_t *g, const uint32_t *tokens, int B, int T, const uint32_t *z,
                   const float *u, float *all_logits, char *err, size_t errlen) {
+    return gen_free_step_slots(g, NULL, tokens, B, T, z, u, all_logits, err, errlen);
+}
+
+int gen_free_step_slots(gen_free_t *g, const int *slots, const uint32_t *tokens, int B, int T,
+                        const uint32_t *z, const float *u, float *all_logits, char *err,
+                        size_t errlen) {
     const int N = B * T;
     if (z) {
         for (int n = 0; n < N; n++)
@@ -85,12 +91,17 @@ int gen_free_step(gen_free_t *g, const uint32_t *tokens, int B, int T, const uin
                          z[n], n, g->H);
                 return LLAMA_EARG;
             }
-    } else if (gen_pos(g->g) != 0 || !u) {
-        snprintf(err, errlen, "gen: the encoder reads a prompt chunk at position 0 with uniforms "
-                              "(at position %d%s)", gen_pos(g->g), u ? "" : ", none given");
-        return LLAMA_EARG;
+    } else {
+        for (int b = 0; b < B; b++) {
+            const int p = gen_slot_pos(g->g, slots ? slots[b] : b);
+            if (p != 0 || !u) {
+                snprintf(err, errlen, "gen: the encoder reads a prompt chunk at position 0 with "
+                         "uniforms (at position %d%s)", p, u ? "" : ", none given");
+                return LLAMA_EARG;
+            }
+        }
     }
-    int rc = gen_begin(g->g, tokens, B, T, err, errlen);
+    int rc = gen_begin_slots(g->g, slots, tokens, B, T, err, errlen);
     if (rc) return rc;
     device_t *d = g->dev;
     if (!z) {

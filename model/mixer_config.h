@@ -1,7 +1,7 @@
 /* model/mixer_config.h: the masked-mixer families' part of config.json (seed 004).
  *
  * checkpoint_config.c hands the kinds MODEL_MIXER .. MODEL_LLAMA_MEM to these functions, so
- * the fields of one family group live in one file. The fields (docs/FORMATS.md §3):
+ * the fields of one family group live in one file. The fields (docs/FORMATS.md §6):
  *   ft_model_kind        "mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"
  *   ft_mixer_heads       h (mixer kinds)          ft_mixer_kernel     k (mixer kinds)
  *   ft_no_mask_encoder   bool (autoencoders, memory models)

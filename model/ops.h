@@ -13,7 +13,14 @@
 #define MODEL_OPS_H
 #include <stddef.h>
 #include <stdint.h>
+#include "model/precision.h"
 #include "model/rope_table.h"
+
+/* The precision of the CPU ops' matrix products (Linear and attention; model/precision.h).
+ * The CPU device sets it from its own for each such op and back to fp32 after it (ops run
+ * one at a time from one host thread); it is fp32 unless set. The Binary Mapper's product and the decode step's row
+ * products (linear_rows) run in fp32 under every precision. */
+extern precision_t ops_product_precision;
 
 /* ---- embedding: out[n] = table[tokens[n]] ---- */
 void embedding_forward(float *out /* (N,D) */, const uint32_t *tokens /* (N) */,

@@ -181,7 +181,7 @@ static int att_block_positions(int group) {
 /* S (rows, nk) = scale * Qs K^T, Qs the stacked (rows, hd) copy. */
 static void att_scores(float *S, const float *qs, const float *k, int ldk, int rows, int nk,
                        int hd, int Tk, float scale) {
-    model_gemm(GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
+    model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
 }
 
 /* Row (head j of the group, position i0 + i) of batch b in a (B, Tq, H, hd) array. */
@@ -264,7 +264,7 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
         att_block_softmax(S + (size_t)j * np * Tk, lse + att_lse_at(b, kh, group, j, i0, Tq, H),
                           i0, np, nk, Tq, Tk, causal);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
-    model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
+    model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
     att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
 }
 
@@ -348,16 +348,16 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
             }
         att_scores(w->P, w->Qs, k + ko, ldk, rows, nk, hd, Tk, scale);
         /* dP = dO V^T */
-        model_gemm(GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
+        model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
         for (int j = 0; j < group; j++)
             att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
                            lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
                            nk, Tq, Tk, causal, scale);
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K (through dO's copy, no longer needed) */
-        model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
-        model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
+        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
+        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
         if (dq) {
-            model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs,
+            model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs,
                        hd);
             att_scatter(dq, w->dOs, 1, b, kh, group, i0, n, Tq, H, hd);
         }

@@ -7,6 +7,7 @@
 #define MODEL_OPS_MATH_H
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __CUDACC__
 #define OPS_FN static inline __host__ __device__
@@ -221,4 +222,62 @@ OPS_FN float ops_dot8(const float *a, const float *b, int n) {
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
+/* ---- the fused q|k|v product's row (Dq + 2 Dkv floats) split into q, k rotated at the
+ * position whose cos/sin rows are cs/sn, and v copied; a NULL destination is skipped. The
+ * backward joins dq, dk rotated back and dv into the fused row (overwritten). ---- */
+OPS_FN void ops_qkv_split_row(float *q, float *k, float *v, const float *row, const float *cs,
+                              const float *sn, int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd;
+    if (q)
+        for (int h = 0; h < H; h++) ops_rope_rotate(q + h * hd, row + h * hd, cs, sn, hd, 1.0f);
+    if (k)
+        for (int h = 0; h < Hkv; h++) ops_rope_rotate(k + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
+    if (v)
+        for (int i = 0; i < Dkv; i++) v[i] = row[Dq + Dkv + i];
+}
+OPS_FN void ops_qkv_join_row(float *row, const float *dq, const float *dk, const float *dv,
+                             const float *cs, const float *sn, int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd;
+    for (int h = 0; h < H; h++) ops_rope_rotate(row + h * hd, dq + h * hd, cs, sn, hd, -1.0f);
+    for (int h = 0; h < Hkv; h++) ops_rope_rotate(row + Dq + h * hd, dk + h * hd, cs, sn, hd, -1.0f);
+    for (int i = 0; i < Dkv; i++) row[Dq + Dkv + i] = dv[i];
+}
+
+/* ---- bf16: the rounding of precision bf16 (model/precision.h) ---------------------------
+ * bf16 is the top half of an fp32: sign, the same 8-bit exponent, 7 stored mantissa bits
+ * (8 significant). Rounding to nearest, ties to even, is done on the bit pattern: add
+ * 0x7fff plus the lowest kept bit, then cut the low 16 bits. The pattern is monotonic in the
+ * value, so this is exact for normal and subnormal numbers alike, carries into the exponent
+ * when the mantissa overflows, and turns values at or beyond max finite + half an ulp
+ * (0x7f7f8000 and up) into infinity. Infinity stays infinity (its low half is 0). A NaN would
+ * lose its payload (and could become infinity) by that addition, so it only gets its quiet bit
+ * set: NaN stays NaN, sign kept. The same text runs on the CPU and in CUDA kernels; it
+ * agrees with PyTorch's float -> bfloat16 conversion for every non-NaN input. */
+OPS_FN uint32_t ops_f32_bits(float x) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    union { float f; uint32_t u; } v;
+    v.f = x;
+    return v.u;
+#endif
+}
+OPS_FN float ops_f32_from_bits(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    union { uint32_t u; float f; } v;
+    v.u = u;
+    return v.f;
+#endif
+}
+OPS_FN uint16_t ops_bf16_from_float(float x) {
+    const uint32_t u = ops_f32_bits(x);
+    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u)
+                                                       : u + 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(r >> 16);
+}
+OPS_FN float ops_bf16_to_float(uint16_t h) { return ops_f32_from_bits((uint32_t)h << 16); }
+/* x rounded to the nearest bf16, as an fp32 (the low 16 bits zero). */
+OPS_FN float ops_bf16_round(float x) { return ops_bf16_to_float(ops_bf16_from_float(x)); }
 #endif

@@ -3,6 +3,7 @@
  * prints one sample per line (or JSON lines). Every failure is one line "sampler: ..." on
  * stderr: exit 2 for usage errors, 1 for everything else. */
 #include <jansson.h>
+#include <libgen.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 
 #include "model/cpu_isa.h"
 #include "bus/bus.h"
+#include "bus/net.h"
+#include "bus/utf8.h"
+#include "common/errmsg.h"
 #include "common/flags.h"
 #include "model/checkpoint.h"
 #include "sampler/sampler.h"
@@ -22,7 +26,7 @@
 
 typedef struct {
     const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub;
-    const char *device;
+    const char *device, *precision;
     int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet;
     int max_prompt, max_new_limit, timeout_ms;
     float temperature, top_p;
@@ -55,16 +59,17 @@ static int fail(int code, const char *what, const char *why) {
     return code;
 }
 
-/* --ckpt as given, or the newest complete checkpoint of --run-dir. */
-static int resolve_ckpt(const opts_t *o, char *dir, size_t cap, char *err, size_t errlen) {
-    if (o->ckpt) { snprintf(dir, cap, "%s", o->ckpt); return 0; }
-    char warn[2048] = "";
-    int64_t step;
-    int rc = ckpt_find_latest(o->run_dir, dir, cap, &step, warn, sizeof warn, err, errlen);
-    if (warn[0]) fprintf(stderr, "sampler: %s\n", warn);
-    if (rc < 0) return -1;
-    if (rc == 0) { snprintf(err, errlen, "--run-dir %s: no complete checkpoint", o->run_dir); return -1; }
-    return 0;
+/* The model of --ckpt, or of the newest usable checkpoint of --run-dir (its path into dir). */
+static int load_model(const opts_t *o, device_t *dev, sampler_model_t **sm, char *dir, size_t cap, char *err,
+                      size_t errlen) {
+    if (o->ckpt) {
+        snprintf(dir, cap, "%s", o->ckpt);
+        return sampler_model_load(sm, dev, dir, err, errlen);
+    }
+    char warn[4096] = "";
+    int rc = sampler_model_load_newest(sm, dev, o->run_dir, dir, cap, warn, sizeof warn, err, errlen);
+    err_print_lines(stderr, "sampler: ", warn);
+    return rc;
 }
 
 static void print_json(int i, const uint32_t *ids, int n, const char *text, size_t tlen, int stopped,
@@ -95,6 +100,11 @@ static int run_client(const opts_t *o) {
     char *ptext = NULL;
     if (!o->prompt && !(ptext = sampler_text_read_all(stdin, WIRE_MAX_STR, &plen, err, sizeof err)))
         return fail(1, err, NULL);
+    const char *prompt = o->prompt ? o->prompt : ptext;
+    if (!wire_utf8_valid(prompt, strlen(prompt))) {
+        free(ptext);
+        return fail(1, "--connect: the prompt is not valid UTF-8 (gen_req carries text)", NULL);
+    }
     int status = 0;
     for (int i = 0; i < o->n && !status; i++) {
         wire_msg_t req = {.type = MSG_GEN_REQ}, rep;
@@ -142,10 +152,11 @@ static int run_client(const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.vocab = "bytes", .device = "cpu", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
+    opts_t o = {.vocab = "bytes", .device = device_default_spec(), .precision = "fp32", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
                 .max_new_limit = 1024, .timeout_ms = 60000};
-    flag_t fl[] = {
+    bus_net_opts_t net = {0};
+    flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"ckpt", FLAG_STR, &o.ckpt, "checkpoint directory", 0, 0, 0},
         {"run-dir", FLAG_STR, &o.run_dir, "run directory: use its newest complete checkpoint", 0, 0, 0},
         {"prompt", FLAG_STR, &o.prompt, "prompt text (default: all of stdin)", 0, 0, 0},
@@ -162,7 +173,8 @@ int main(int argc, char **argv) {
         {"eot-prefix", FLAG_BOOL, &o.eot_prefix, "put the end-of-text token before the prompt", 0, 0, 0},
         {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
         {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
-        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
+        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
+        {"precision", FLAG_STR, &o.precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
@@ -172,10 +184,12 @@ int main(int argc, char **argv) {
         {"connect", FLAG_STR, &o.connect, "ask a --serve sampler at this endpoint instead of loading a model", 0, 0, 0},
         {"timeout-ms", FLAG_INT, &o.timeout_ms, "with --connect: wait this long for each reply", 1, 1 << 30, 0},
     };
+    const int nbase = flags_count(fl, 40);
+    const int nfl = nbase + bus_net_flags(fl + nbase, &net, BUS_PEER_REQUESTS);
     char err[1024];
-    int rc = flags_parse(argc, argv, 1, fl, NFLAGS(fl), NULL, NULL, 0, err, sizeof err);
-    if (rc == 1) { usage(stdout, fl, NFLAGS(fl)); return 0; }
-    if (rc) return fail(2, err, NULL);
+    int rc = flags_parse(argc, argv, 1, fl, nfl, NULL, NULL, 0, err, sizeof err);
+    if (rc == 1) { usage(stdout, fl, nfl); return 0; }
+    if (rc || bus_net_setup(&net, err, sizeof err)) return fail(2, err, NULL);
     if (o.connect && (o.ckpt || o.run_dir || o.serve))
         return fail(2, "--connect asks a server: it takes no --ckpt, --run-dir or --serve", NULL);
     if (!o.connect && !o.ckpt == !o.run_dir)
@@ -197,17 +211,18 @@ int main(int argc, char **argv) {
 
     int status = 1;
     device_t *dev = NULL;
-    if (device_open(&dev, o.device, PRECISION_FP32, err, sizeof err)) return fail(2, err, NULL);
+    precision_t prec;
+    if (precision_parse(o.precision, &prec, err, sizeof err) || device_open(&dev, o.device, prec, err, sizeof err))
+        return fail(2, err, NULL);
     char dir[4096];
     bpe_vocab_t *v = NULL;
     sampler_model_t *sm = NULL;
     char *ptext = NULL, *text = NULL;
     uint32_t *prompt = NULL;
     sampler_result_t res = {0};
-    if (resolve_ckpt(&o, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
-    if (sampler_model_load(&sm, dev, dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
+    if (load_model(&o, dev, &sm, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     const model_config_t *c = sampler_model_config(sm);
-    if (c->kind != MODEL_FREE && flags_find(fl, NFLAGS(fl), "latent")->seen) {
+    if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
         fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);
         status = 2;
         goto out;
@@ -223,7 +238,12 @@ int main(int argc, char **argv) {
         int64_t step = -1;
         const char *base = strrchr(dir, '/');
         if (base && !strncmp(base + 1, "ckpt-", 5)) step = strtoll(base + 6, NULL, 10);
+        /* the followed run's directory: --run-dir, else the one holding --ckpt */
+        char run_dir[4096], tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s", dir);
+        snprintf(run_dir, sizeof run_dir, "%s", o.run_dir ? o.run_dir : dirname(tmp));
         sampler_serve_opts_t sv = {.bind = o.serve, .ckpt = dir, .step = step, .follow = o.follow,
+                                   .run_dir = run_dir,
                                    .bus_sub = bus_endpoint_sub(o.bus_sub), .vocab = v,
                                    .max_prompt = o.max_prompt, .max_new = o.max_new_limit,
                                    .quiet = o.quiet};

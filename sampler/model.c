@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errmsg.h"
 #include "model/checkpoint.h"
 #include "sampler/model_impl.h"
 
@@ -65,34 +66,66 @@ int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap) {
     return sm->llama ? llama_params(sm->llama, views, cap) : free_params(sm->free, views, cap);
 }
 
-int sampler_model_load(sampler_model_t **psm, device_t *dev, const char *dir, char *err,
-                       size_t errlen) {
-    *psm = NULL;
-    char why[512];
+typedef struct {
+    sampler_model_t **psm;
+    device_t *dev;
+} load_ctx_t;
+
+/* ckpt_load_fn: the model of checkpoint dir on ctx's device into *ctx->psm, CKPT_E* codes. */
+static int load_cb(void *ctx, const char *dir, char *err, size_t errlen) {
+    load_ctx_t *lc = ctx;
+    sampler_model_t **psm = lc->psm;
     model_config_t cfg;
-    if (ckpt_verify(dir, why, sizeof why) || ckpt_load_config(dir, &cfg, why, sizeof why)) {
-        snprintf(err, errlen, "checkpoint %s: %s", dir, why);
-        return SAMPLER_ECKPT;
-    }
+    int rc = ckpt_load_config(dir, &cfg, err, errlen);
+    if (rc) return rc;
     sampler_model_t *sm = NULL;
-    int rc = sampler_model_create(&sm, dev, &cfg, 0, why, sizeof why);
-    if (rc) {
-        snprintf(err, errlen, "checkpoint %s: %s", dir, why);
-        return rc == SAMPLER_ENOMEM ? rc : SAMPLER_ECKPT;
-    }
+    char why[512];
+    rc = sampler_model_create(&sm, lc->dev, &cfg, 0, why, sizeof why);
+    if (rc) return rc == SAMPLER_ENOMEM ? CKPT_ENOMEM : err_fail(err, errlen, CKPT_ECONFIG, "%s: %s", dir, why);
     int n = sampler_model_params(sm, NULL, 0);
     tensor_view_t *v = malloc(sizeof(*v) * n);
-    if (!v) { sampler_model_free(&sm); snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
+    if (!v) {
+        sampler_model_free(&sm);
+        return err_fail(err, errlen, CKPT_ENOMEM, "out of memory");
+    }
     sampler_model_params(sm, v, n);
-    rc = ckpt_load_params(dir, v, n, why, sizeof why);
+    rc = ckpt_load_params(dir, v, n, err, errlen);
     free(v);
     if (rc) {
-        snprintf(err, errlen, "checkpoint %s: %s", dir, why);
         sampler_model_free(&sm);
-        return SAMPLER_ECKPT;
+        return rc;
     }
     *psm = sm;
     return 0;
+}
+
+static int sampler_code(int ckpt_rc) { return ckpt_rc == CKPT_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_ECKPT; }
+
+int sampler_model_load(sampler_model_t **psm, device_t *dev, const char *dir, char *err,
+                       size_t errlen) {
+    *psm = NULL;
+    load_ctx_t lc = {psm, dev};
+    int rc = ckpt_open(dir, load_cb, &lc, err, errlen); /* err names the checkpoint */
+    return rc ? sampler_code(rc) : 0;
+}
+
+int sampler_model_load_newest(sampler_model_t **psm, device_t *dev, const char *run_dir, char *dir,
+                              size_t cap, char *warn, size_t warnlen, char *err, size_t errlen) {
+    *psm = NULL;
+    load_ctx_t lc = {psm, dev};
+    ckpt_pick_t *pick = malloc(sizeof *pick);
+    if (!pick) return err_fail(err, errlen, SAMPLER_ENOMEM, "out of memory");
+    int found = ckpt_open_newest(run_dir, load_cb, &lc, pick, err, errlen), rc = 0;
+    if (warn && warnlen) snprintf(warn, warnlen, "%s", pick->warn);
+    if (found < 0) rc = sampler_code(found);
+    else if (found == 0 && pick->n_skipped)
+        rc = err_fail(err, errlen, SAMPLER_ECKPT, "--run-dir %s: no usable checkpoint (damaged: %s)", run_dir, pick->skipped);
+    else if (found == 0)
+        rc = err_fail(err, errlen, SAMPLER_ECKPT, "--run-dir %s: no complete checkpoint", run_dir);
+    else
+        snprintf(dir, cap, "%s", pick->path);
+    free(pick);
+    return rc;
 }
 
 /* Re-creates the Free Transformer with encoder buffers for (B, P), keeping its weights. */

@@ -41,11 +41,16 @@ typedef enum { SAMPLER_LATENT_INDEPENDENT = 0, SAMPLER_LATENT_SHARED = 1 } sampl
 
 typedef struct sampler_model sampler_model_t;
 
-/* Loads dir (config.json + model.safetensors; the MANIFEST is verified first). Buffers (the
+/* Loads dir (config.json + model.safetensors) if it is usable under the checkpoint rule
+ * (model/checkpoint.h, ckpt_open: MANIFEST verified in full, then the load). Buffers (the
  * KV cache, the encoder's activations) are sized by each sampler_generate call and kept for
  * the next one while they fit. */
 int sampler_model_load(sampler_model_t **sm, device_t *dev, const char *dir, char *err,
                        size_t errlen);
+/* The newest usable checkpoint of run_dir, by the same rule (ckpt_open_newest): its path in
+ * dir; warn receives one line per newer one skipped ("skipping <path>: <why>", '\n'-separated). */
+int sampler_model_load_newest(sampler_model_t **sm, device_t *dev, const char *run_dir, char *dir,
+                              size_t cap, char *warn, size_t warnlen, char *err, size_t errlen);
 /* A freshly initialised model of cfg (tests, benchmarks). dev NULL: the CPU device. */
 int sampler_model_create(sampler_model_t **sm, device_t *dev, const model_config_t *cfg,
                          uint64_t seed, char *err, size_t errlen);

@@ -8,6 +8,9 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
+#include "bus/utf8.h"
+#include "common/path_inside.h"
 #include "sampler/text.h"
 
 #define SERVE_MAX_FRAMES 16  /* envelope frames echoed; a request with more is dropped */
@@ -15,9 +18,14 @@
 struct sampler_server {
     sampler_model_t *sm;
     sampler_serve_opts_t o;
-    char ckpt[4096];
+    char ckpt[WIRE_MAX_STR + 1]; /* reported in every "gen": kept as UTF-8 (a path may not be) */
     int64_t step;
+    char refused[WIRE_MAX_STR + 1]; /* the last announced path outside the run directory */
 };
+
+static void set_ckpt(sampler_server_t *s, const char *path) {
+    wire_utf8_clean(s->ckpt, sizeof s->ckpt, path, strlen(path));
+}
 
 int sampler_server_new(sampler_server_t **ps, sampler_model_t *sm, const sampler_serve_opts_t *o,
                        char *err, size_t errlen) {
@@ -27,7 +35,7 @@ int sampler_server_new(sampler_server_t **ps, sampler_model_t *sm, const sampler
     if (!s) { snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
     s->sm = sm;
     s->o = *o;
-    snprintf(s->ckpt, sizeof s->ckpt, "%s", o->ckpt ? o->ckpt : "");
+    set_ckpt(s, o->ckpt ? o->ckpt : "");
     s->step = o->step;
     *ps = s;
     return 0;
@@ -46,11 +54,7 @@ static void encode_reply(const wire_msg_t *m, void **reply, size_t *rlen) {
 }
 
 static void reply_error(uint64_t id, int code, const char *msg, void **reply, size_t *rlen) {
-    wire_msg_t e = {.type = MSG_ERROR};
-    e.u.error.req_id = id;
-    e.u.error.code = code;
-    e.u.error.message = (char *)msg;
-    encode_reply(&e, reply, rlen);
+    if (wire_error_encode(id, code, msg, reply, rlen) != 0) { *reply = NULL; *rlen = 0; }
 }
 
 /* Cuts a valid UTF-8 string to at most cap bytes without splitting a character. */
@@ -65,9 +69,10 @@ void sampler_server_handle(sampler_server_t *s, const void *body, size_t len, vo
                            size_t *rlen) {
     char err[600], msg[700];
     wire_msg_t m;
-    if (wire_decode(body, len, &m, err, sizeof err) != 0) {
+    wire_diag_t d;
+    if (wire_decode_diag(body, len, &m, &d, err, sizeof err) != 0) {
         snprintf(msg, sizeof msg, "malformed request: %s", err);
-        reply_error(0, SERVE_EMALFORMED, msg, reply, rlen);
+        reply_error(d.has_req_id ? d.req_id : 0, SERVE_EMALFORMED, msg, reply, rlen);
         return;
     }
     uint32_t *ids = NULL;
@@ -75,7 +80,7 @@ void sampler_server_handle(sampler_server_t *s, const void *body, size_t len, vo
     sampler_result_t res = {0};
     if (m.type != MSG_GEN_REQ) {
         snprintf(msg, sizeof msg, "a %s message is not served here (send gen_req)", wire_type_name(m.type));
-        reply_error(0, SERVE_ETYPE, msg, reply, rlen);
+        reply_error(d.has_req_id ? d.req_id : 0, SERVE_ETYPE, msg, reply, rlen);
         goto out;
     }
     const msg_gen_req_t *r = &m.u.gen_req;
@@ -168,6 +173,14 @@ static void maybe_reload(sampler_server_t *s, sampler_model_t **sm, const wire_m
         for (uint32_t i = 0; i < m->u.ckpt_index.n; i++)
             if (!strcmp(m->u.ckpt_index.items[i].run, s->o.follow)) ck = &m->u.ckpt_index.items[i];
     if (!ck || !ck->path || (int64_t)ck->step <= s->step) return;
+    if (!path_inside(s->o.run_dir, ck->path)) {
+        /* the bus says which checkpoint, never where: only the run directory is opened */
+        if (strcmp(s->refused, ck->path)) /* once, not on every repeat of the welcome index */
+            fprintf(stderr, "sampler: not reloading %s: not a checkpoint inside the run directory %s\n",
+                    ck->path, s->o.run_dir ? s->o.run_dir : "(none)");
+        snprintf(s->refused, sizeof s->refused, "%s", ck->path);
+        return;
+    }
     char err[1024];
     sampler_model_t *nm = NULL;
     if (sampler_model_load(&nm, sampler_model_device(s->sm), ck->path, err, sizeof err)) {
@@ -183,7 +196,7 @@ static void maybe_reload(sampler_server_t *s, sampler_model_t **sm, const wire_m
     sampler_model_free(sm);
     *sm = nm;
     s->sm = nm;
-    snprintf(s->ckpt, sizeof s->ckpt, "%s", ck->path);
+    set_ckpt(s, ck->path);
     s->step = (int64_t)ck->step;
     if (!s->o.quiet) fprintf(stderr, "sampler: reloaded %s (step %lld)\n", s->ckpt, (long long)s->step);
 }
@@ -195,18 +208,16 @@ int sampler_serve(sampler_model_t **sm, const sampler_serve_opts_t *o, char *err
     bus_signals_install();
     void *ctx = zmq_ctx_new(), *router = NULL, *sub = NULL;
     if (!ctx) { snprintf(err, errlen, "zmq_ctx_new failed"); rc = SAMPLER_EARG; goto out; }
-    router = zmq_socket(ctx, ZMQ_ROUTER);
-    int zero = 0;
-    if (!router || zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_bind(router, o->bind) != 0) {
-        snprintf(err, errlen, "--serve %s: %s", o->bind, zmq_strerror(zmq_errno()));
+    char why[512];
+    if (!(router = bus_net_socket(ctx, ZMQ_ROUTER, BUS_PEER_REQUESTS, why, sizeof why)) ||
+        bus_net_bind(ctx, router, o->bind, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--serve %s: %s", o->bind, why);
         rc = SAMPLER_EARG;
         goto out;
     }
     if (o->follow) {
         /* "ckpt/" and not "ckpt/<run>": the bus's welcome index comes under "ckpt/" */
         const char *prefix = "ckpt/";
-        char why[512];
         if (!(sub = bus_sub_open(ctx, o->bus_sub, &prefix, 1, why, sizeof why))) {
             snprintf(err, errlen, "bus %s: %s", o->bus_sub, why);
             rc = SAMPLER_EARG;
@@ -247,11 +258,12 @@ out:
 
 int sampler_client_request(const char *endpoint, const wire_msg_t *req, wire_msg_t *rep,
                            int timeout_ms, char *err, size_t errlen) {
-    void *ctx = zmq_ctx_new(), *sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
-    int rc, zero = 0;
-    if (!sock || zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_connect(sock, endpoint) != 0) {
-        snprintf(err, errlen, "--connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    char why[512] = "zmq_ctx_new failed";
+    void *ctx = zmq_ctx_new();
+    void *sock = ctx ? bus_net_socket(ctx, ZMQ_DEALER, BUS_PEER_REPLIES, why, sizeof why) : NULL;
+    int rc;
+    if (!sock || bus_net_connect(sock, endpoint, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--connect %s: %s", endpoint, why);
         rc = SAMPLER_EARG;
     } else {
         /* a DEALER has no pipe until the connection is up: give it a moment before sending */

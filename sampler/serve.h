@@ -4,8 +4,9 @@
  * "error" {req_id, code, message}; the envelope rules are the loader's (docs/PROTOCOL.md 1.3:
  * the last frame is the body, the frames before it are echoed). Requests are served one at a
  * time. Between requests it watches the bus for "ckpt/<run>" of the run it follows and loads
- * a newer checkpoint when one is announced (a checkpoint that fails to load, or whose
- * vocabulary size differs, is skipped with a line on stderr and the old model stays). */
+ * a newer checkpoint when one is announced (a checkpoint that fails to load, whose vocabulary
+ * size differs, or that is not inside run_dir, is skipped with a line on stderr and the old
+ * model stays). */
 #ifndef SAMPLER_SERVE_H
 #define SAMPLER_SERVE_H
 #include <stddef.h>
@@ -29,6 +30,8 @@ typedef struct {
     const char *ckpt;          /* the checkpoint loaded at start (its path is reported) */
     int64_t step;              /* its step (-1: unknown) */
     const char *follow;        /* run name whose ckpt events trigger reloads (NULL: none) */
+    const char *run_dir;       /* the followed run's directory: a ckpt event's path is loaded
+                                  only when it is an entry of it (common/path_inside.h) */
     const char *bus_sub;       /* bus subscriber endpoint (bus_endpoint_sub) */
     const bpe_vocab_t *vocab;
     int max_prompt;            /* prompt tokens accepted */

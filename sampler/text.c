@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/utf8.h"
 #include "tokenizer/bpe.h"
 
 int sampler_text_encode(const bpe_vocab_t *v, const char *text, size_t len, int eot_prefix,
@@ -49,35 +50,9 @@ void sampler_text_print_line(FILE *f, const char *s, size_t len) {
     fputc('\n', f);
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid. */
-static int utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    int k;
-    unsigned min;
-    if (c < 0x80) return c ? 1 : 0;  /* NUL would cut a C string: treat as invalid */
-    if (c >= 0xC2 && c <= 0xDF) { k = 2; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { k = 3; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { k = 4; min = 0x10000; }
-    else return 0;
-    if (n < (size_t)k) return 0;
-    unsigned cp = c & (0x7F >> k);
-    for (int i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return k;
-}
-
 char *sampler_text_utf8(const char *s, size_t len) {
-    char *o = malloc(len * 3 + 1), *p = o;
-    if (!o) return NULL;
-    for (size_t i = 0; i < len;) {
-        int k = utf8_len((const unsigned char *)s + i, len - i);
-        if (k) { memcpy(p, s + i, k); p += k; i += k; }
-        else { memcpy(p, "\xEF\xBF\xBD", 3); p += 3; i++; }
-    }
-    *p = 0;
+    char *o = malloc(len * 3 + 1); /* every byte may become the 3-byte U+FFFD */
+    if (o) wire_utf8_clean(o, len * 3 + 1, s, len);
     return o;
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/it_bus.sh: bin/bus end to end on ipc endpoints under $FT_TEST_TMP.
-#   - tap prints metrics/ckpt events as JSON lines (checked with jq), filters by prefix,
-#     and prints a malformed event as {"topic","error"} (the bus forwards it unchanged);
+#   - tap prints metrics/ckpt events as JSON lines (checked with jq), filters by prefix;
+#   - the bus drops a malformed event, and a ckpt whose path is not UTF-8, instead of
+#     forwarding it (and never puts the latter in the welcome message, which the Python
+#     subscriber of docs/PROTOCOL.md decodes with raw=False);
 #   - a subscriber that connects AFTER the checkpoints were published receives the latest
 #     ckpt of each of two runs first (the XPUB welcome message), from bin/bus tap and from
 #     a Python client written from docs/PROTOCOL.md;
@@ -60,21 +62,27 @@ send ckpt/r1 ckpt run=r1 step=100 path=/ck/r1/100 model=free
 send ckpt/r2 ckpt run=r2 step=7 path=/ck/r2/7 model=llama
 send ckpt/r1 ckpt run=r1 step=50 path=/ck/r1/50 model=free   # older: must not replace 100
 send ckpt/r2 ckpt run=r2 step=9 path=/ck/r2/9 model=llama
-# a malformed event straight from Python: topic, NUL, then the never-used byte 0xc1
+# straight from Python: a malformed event (topic, NUL, then the never-used byte 0xc1), and a
+# ckpt of run r3 whose path is a msgpack str holding bytes that are not UTF-8
 $PY - "$PUB" <<'PYEOF'
-import sys, zmq
+import sys, time, zmq, msgpack
 ctx = zmq.Context()
 s = ctx.socket(zmq.XPUB)          # XPUB so we can wait for the bus's subscription
 s.connect(sys.argv[1])
 s.setsockopt(zmq.RCVTIMEO, 10000)
 s.recv()
 s.send(b"metrics/bad\x00\xc1")
+time.sleep(1.1)                   # the bus logs at most one malformed event a second
+body = msgpack.packb({"v": 1, "type": "ckpt", "run": "r3", "step": 500, "time": 1.0,
+                      "path": "/ck/r3/PLACEHOLDER", "model": "free"}, use_bin_type=True)
+s.send(b"ckpt/r3\x00" + body.replace(b"PLACEHOLDER", b"\xff\xfe-not-utf8"))
 s.close(linger=2000)
 ctx.term()
 PYEOF
 check "python publisher ran" test $? -eq 0
+send log/sync log program=it line=after-bad   # its arrival shows the bad ones went first
 
-want=$((base + 6))   # metrics, 4 ckpt, 1 error line
+want=$((base + 6))   # metrics, 4 ckpt, the sync line after the bad ones
 check "tap printed $want lines" wait_lines "$TMP/tap.out" "$want"
 kill -INT "$TAP"; wait "$TAP"; rc=$?
 check "tap exits 0 on SIGINT (rc=$rc)" test $rc -eq 0
@@ -87,9 +95,10 @@ check "four ckpt events in order" \
 check "ckpt path and model" \
     test "$(ev | jq -r 'select(.type=="ckpt" and .step==7) | "\(.path) \(.model) \(.topic)"')" = "/ck/r2/7 llama ckpt/r2"
 check "unsubscribed topic filtered out" test -z "$(ev | jq -r 'select(.topic=="log/other")')"
-check "malformed event -> error line" \
-    test "$(ev | jq -r 'select(.error) | .topic')" = "metrics/bad"
-check "bus logged the malformed event" grep -q 'malformed event on "metrics/bad"' "$TMP/bus.log"
+check "malformed event not forwarded" test -z "$(ev | jq -r 'select(.error or .topic=="metrics/bad")')"
+check "ckpt with a path that is not UTF-8 not forwarded" test -z "$(ev | jq -r 'select(.run=="r3")')"
+check "bus logged the malformed event" grep -q 'malformed event on "metrics/bad".*(dropped)' "$TMP/bus.log"
+check "bus logged the bad ckpt" grep -q 'malformed event on "ckpt/r3".*UTF-8' "$TMP/bus.log"
 
 # --- late subscribers: the welcome message ---------------------------------------------------
 bin/bus tap --sub "$SUB" --count 1 --timeout 20 ckpt >"$TMP/late.out"
@@ -145,7 +154,7 @@ pids=()
 # --- sanitizers --------------------------------------------------------------------------------
 if command -v clang >/dev/null || command -v gcc >/dev/null; then
     CCX=$(command -v clang || command -v gcc)
-    SRCS="bus/wire.c bus/wire_schema.c bus/json.c bus/wire_text.c common/errmsg.c"
+    SRCS="bus/wire.c bus/wire_schema.c bus/json.c bus/wire_text.c bus/utf8.c common/errmsg.c"
     if $CCX -std=gnu11 -O1 -g -I. -D_GNU_SOURCE -fsanitize=address,undefined \
         -fno-sanitize-recover=undefined tests/test_wire.c $SRCS -lmsgpackc -ljansson -lm \
         -o "$TMP/test_wire_asan" 2>"$TMP/asan_build.log"; then

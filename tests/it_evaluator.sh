@@ -46,7 +46,9 @@ ok "live trainer exits 0 with evaluators attached" "[ $rc = 0 ]"
 ok "trainer weights unaffected (same bytes as the unwatched run)" \
    "cmp -s $W/ref/ckpt-$(printf %08d $STEPS)/model.safetensors $W/live/ckpt-$(printf %08d $STEPS)/model.safetensors"
 ok "trainer loss curve unaffected" "diff <(grep '^step' $W/ref.log | awk '{print \$2, \$4}') <(grep '^step' $W/live.log | awk '{print \$2, \$4}') >/dev/null"
-wait_for "steps_of val | grep -qx $STEPS && steps_of mc | grep -qx $STEPS" 180
+# (B must have started, not only the results be there: on a fast machine A's newest-first
+# pass may already hold the last step)
+wait_for "steps_of val | grep -qx $STEPS && steps_of mc | grep -qx $STEPS && grep -q 'already evaluated' $W/evB.log" 180
 kill -TERM $eb $ec; wait $eb; rb=$?; wait $ec; rcc=$?
 ok "evaluators exit 0 on SIGTERM ($rb, $rcc)" "[ $rb = 0 ] && [ $rcc = 0 ]"
 want=$(seq "$first" 4 $STEPS)
@@ -56,7 +58,10 @@ mc_first=$(steps_of mc | head -1)
 ok "every checkpoint from step $mc_first on has an mc result" "[ -n '$mc_first' ] && [ \"\$(steps_of mc)\" = \"\$(seq $mc_first 4 $STEPS)\" ]"
 ok "results carry the values" "jq -s -e 'map(select(.task == \"val\")) | all(.values.ce > 0 and .values.bpb > 0 and .values.tokens == 256 and .values.tokens_seen > 0)' $W/results.jsonl >/dev/null && jq -s -e 'map(select(.task == \"mc\")) | all(.values.n == 8 and .values.acc_char >= 0)' $W/results.jsonl >/dev/null"
 ok "eval events on the bus" "grep -q '\"topic\":\"eval/live\".*\"task\":\"val\"' $W/tap.log && grep -q '\"topic\":\"eval/live\".*\"task\":\"mc\"' $W/tap.log"
-ok "validation loss fell over the run" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[0].values.ce > .[-1].values.ce)' $W/results.jsonl >/dev/null"
+# (the first evaluator may start as late as the last checkpoint on a fast machine, so the
+# trained model's loss is compared with an untrained one's, ln 257 = 5.55 nats on the bytes
+# vocabulary, not with the first result)
+ok "validation loss well below an untrained model's" "jq -s -e '[.[] | select(.task == \"val\")] | sort_by(.step) | (.[-1].values.ce < 0.8 * (257 | log))' $W/results.jsonl >/dev/null"
 
 # 2b. started after training without --run-dir: the bus's welcome message names the directory
 bin/evaluator --run live $VAL --out "$W/late.jsonl" --poll-ms 200 >/dev/null 2>"$W/late.log" & e=$!; pids+=($e)
@@ -73,6 +78,23 @@ ok "same checkpoint, same numbers (deterministic batches)" \
    "[ \"\$(jq -c '.values | del(.eval_s)' $W/ref.jsonl)\" = \"\$(jq -c 'select(.task == \"val\" and .step == $STEPS) | .values | del(.eval_s)' $W/results.jsonl)\" ]"
 ev --run ref --run-dir "$W/ref" $VAL --once --all --no-bus --out "$W/ref.jsonl" >/dev/null 2>&1
 ok "--once --all fills in every older checkpoint" "[ \$(wc -l < $W/ref.jsonl) = $((STEPS / 4)) ]"
+
+# 3b. replacements resume where their predecessors stopped, across two kills in a row: A
+# evaluates the only checkpoint (8); B starts with 8..64 on disk, does 64 and is killed (the
+# evaluator's fault hook kills it right after a result, not a poll); C does 60 and 56 and is
+# killed; D does the rest. Every checkpoint exactly once, newest first then the backlog (C used
+# to take the highest step recorded, 64, as where its predecessors stopped: 12..60 were lost).
+mkdir -p "$W/k"; cp -r "$W/ref/ckpt-00000008" "$W/k/"
+KV="--run k --run-dir $W/k $VAL --no-bus --poll-ms 100 --out $W/k.jsonl"
+ev $KV --once >/dev/null 2>"$W/kA.log"
+cp -r "$W/ref"/ckpt-* "$W/k/"
+FT_EVALUATOR_FAULT_KILL_AFTER_EVALS=1 killed_run timeout -k 5 60 bin/evaluator $KV >/dev/null 2>"$W/kB.log"; rb=$?
+FT_EVALUATOR_FAULT_KILL_AFTER_EVALS=2 killed_run timeout -k 5 60 bin/evaluator $KV >/dev/null 2>"$W/kC.log"; rc=$?
+ok "B and C were killed after 1 and 2 results ($rb, $rc)" "[ $rb = 137 ] && [ $rc = 137 ] && [ \$(wc -l < $W/k.jsonl) = 4 ]"
+bin/evaluator $KV >/dev/null 2>"$W/kD.log" & e=$!; pids+=($e)
+wait_for "[ \$(wc -l < $W/k.jsonl) -ge $((STEPS / 4 - 1)) ]" 120; sleep 0.5; kill -TERM $e; wait $e
+ok "after two kills every checkpoint has exactly one result" "[ \"\$(jq -r .step $W/k.jsonl | sort -n)\" = \"\$(seq 8 4 $STEPS)\" ]"
+ok "newest first, then the backlog" "[ \"\$(jq -r .step $W/k.jsonl | tr '\\n' ' ')\" = \"8 \$(seq $STEPS -4 12 | tr '\\n' ' ')\" ]"
 
 # 4. a corrupt newest checkpoint and a half-written one
 mkdir -p "$W/c"; cp -r "$W/ref/ckpt-00000060" "$W/ref/ckpt-00000064" "$W/c/"

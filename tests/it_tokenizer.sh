@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/it_tokenizer.sh: bin/tokenizer end to end: train a vocabulary, encode text and JSONL
-# into datasets, read them back (info, decode), synth, and the one-line errors for bad input.
-# The gpt2 part runs only when `make data` has fetched the encodings.
+# into datasets, read them back (info, decode), synth, blank lines, `make install` (an
+# installed program finds its encodings from any directory), and the one-line errors for bad
+# input. The gpt2 part needs `make data` (make test runs it first).
 set -u
 cd "$(dirname "$0")/.."
 T=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}/it_tokenizer.$$
@@ -37,7 +38,8 @@ check "train" $TOK train --vocab-size 400 --out "$T/v.ftbpe" "$T/corpus.txt" 2>/
 check "vocab file header" grep -q '^ftbpe 1 {' "$T/v.ftbpe"
 check "vocab has 399 ordinary tokens" [ "$(($(wc -l <"$T/v.ftbpe") - 1))" -eq 399 ]
 
-check "encode text" $TOK encode --vocab "$T/v.ftbpe" --append-eot --out "$T/ds" "$T/corpus.txt" 2>/dev/null
+check "encode text" $TOK encode --vocab "$T/v.ftbpe" --append-eot --out "$T/ds" "$T/corpus.txt" 2>"$T/enc.err"
+check "no blank-line report for a file without blank lines" eval '! grep -q blank "$T/enc.err"' 
 $TOK info "$T/ds" >"$T/info.json"
 check "info n_docs" jq -e '.n_docs == 400 and .vocab_size == 400 and .eot_id == 399 and .tokenizer == "bpe"' "$T/info.json" >/dev/null
 check "info n_bytes" jq -e --argjson b "$(($(wc -c <"$T/corpus.txt") - 400))" '.n_bytes == $b' "$T/info.json" >/dev/null
@@ -54,6 +56,15 @@ printf '{"text": "ab"}\n\n{"text": "\\u00e9\\n"}\n' | $TOK encode --vocab bytes 
 check "encode jsonl stdin" jq -e '.n_docs == 2 and .n_tokens == 5 and .vocab_size == 257 and .eot_id == 256' \
     <($TOK info "$T/dsb") >/dev/null
 check "bytes decode" [ "$($TOK decode --vocab bytes --dataset "$T/dsb" --doc 1 | od -An -tx1 | tr -d ' \n')" = "c3a90a" ]
+
+# blank lines are skipped, not numbered, and counted in one stderr line; --help says so
+printf 'one\n\ntwo\n\n\r\nthree\n' >"$T/blank.txt"
+check "encode with blank lines" $TOK encode --vocab bytes --out "$T/dsblank" "$T/blank.txt" 2>"$T/blank.err"
+check "blank lines are not documents" jq -e '.n_docs == 3' <($TOK info "$T/dsblank") >/dev/null
+check "document 1 is the third line" [ "$($TOK decode --vocab bytes --dataset "$T/dsblank" --doc 1)" = two ]
+check "blank lines counted on stderr" grep -q "skipped 3 blank lines" "$T/blank.err"
+check "encode --help says blank lines are skipped" eval '$TOK encode --help | grep -q "empty lines are skipped"'
+check "tokenizer --help says blank lines are skipped" eval '$TOK --help | grep -q "empty lines are skipped"'
 
 # synth: N lines of 66 characters, a pure function of (seed, index)
 $TOK synth --n 8 --seed 42 >"$T/s8"
@@ -79,7 +90,7 @@ expect_err 1 "not in vocabulary" sh -c "echo 5 400 | $TOK decode --vocab $T/v.ft
 expect_err 1 "expected decimal token ids" sh -c "echo 5 x | $TOK decode --vocab $T/v.ftbpe"
 expect_err 1 "not with bytes" $TOK decode --vocab bytes --dataset "$T/ds" --doc 0
 expect_err 1 "out of range\|document 999" $TOK decode --vocab "$T/v.ftbpe" --dataset "$T/ds" --doc 999
-expect_err 1 "does not compile" $TOK train --vocab-size 300 --pattern '(oops' --out "$T/z" "$T/corpus.txt"
+expect_err 1 "is not implemented" $TOK train --vocab-size 300 --pattern '(oops' --out "$T/z" "$T/corpus.txt"
 expect_err 1 "no such vocabulary" env FT_TIKTOKEN_DIR="$T" $TOK encode --vocab gpt3 --out "$T/x4" "$T/corpus.txt"
 
 # gpt2 through the dataset, when the encodings are here
@@ -89,6 +100,21 @@ if [ -f data/tiktoken/encoders/gpt2.json ] || [ -n "${FT_TIKTOKEN_DIR:-}" ]; the
     # ids from tiktoken (npm 1.0.22) for the first line
     check "gpt2 ids" [ "$($TOK ids --vocab gpt2 <(head -n1 "$T/g.txt" | tr -d '\n') 2>/dev/null)" = "15496 995 11 340 338 48609 0" ]
     check "gpt2 decode" [ "$($TOK decode --vocab gpt2 --dataset "$T/dsg" --doc 1)" = "$(sed -n 2p "$T/g.txt")" ]
+    # a pattern this pre-tokenizer does not implement: the vocabulary cannot encode, one line says so
+    jq '.pat_str = "\\w+|\\s+"' data/tiktoken/encoders/gpt2.json >"$T/weird.json"
+    expect_err 1 "is not implemented" $TOK encode --vocab "$T/weird.json" --out "$T/x5" "$T/g.txt"
+    # make install PREFIX: the installed program finds gpt2 from another directory, without
+    # $FT_TIKTOKEN_DIR and without a checkout around it
+    P="$T/prefix"
+    if make --no-print-directory install PREFIX="$P" >"$T/install.log" 2>&1; then ok; else bad "make install: $(tail -n 3 "$T/install.log")"; fi
+    mkdir -p "$T/elsewhere"
+    check "installed encode --vocab gpt2 from another directory" \
+        eval '(cd "$T/elsewhere" && env -u FT_TIKTOKEN_DIR "$P/bin/tokenizer" encode --vocab gpt2 --out ds ../g.txt 2>/dev/null)'
+    for want in "gpt2 15496 995 11 340 338 48609 0" "o200k_base 13225 2375 11 4275 220 1323 19 0"; do
+        check "installed program, ${want%% *}: tiktoken's ids from another directory" [ "$(cd "$T/elsewhere" && \
+            head -n1 ../g.txt | tr -d '\n' | env -u FT_TIKTOKEN_DIR "$P/bin/tokenizer" ids --vocab ${want%% *} - 2>/dev/null)" \
+            = "${want#* }" ]
+    done
 else
     check "gpt2 encoder present (make test runs make data first)" false
 fi

@@ -80,9 +80,29 @@ static void test_empty_and_bad_args(void) {
     bus_ckpt_cache_free(&c); /* idempotent on NULL */
 }
 
+/* A ckpt whose run, path or model is not UTF-8 is not kept: the welcome frame built after it
+ * still decodes, and names only the good runs. */
+static void test_not_utf8_not_cached(void) {
+    bus_ckpt_cache_t *c = bus_ckpt_cache_new(4);
+    msg_ckpt_t good = ck("good", 5, "/runs/good/ckpt-5");
+    CHECK(bus_ckpt_cache_update(c, &good) == 1);
+    msg_ckpt_t bad_path = ck("good", 9, "/runs/\xff/ckpt-9");
+    CHECK(bus_ckpt_cache_update(c, &bad_path) == WIRE_ERR_MISTYPED);
+    msg_ckpt_t bad_run = ck("r\xc3", 1, "/runs/r/ckpt-1");
+    CHECK(bus_ckpt_cache_update(c, &bad_run) == WIRE_ERR_MISTYPED);
+    msg_ckpt_t bad_model = ck("m", 1, "/runs/m/ckpt-1");
+    bad_model.model = "fr\xe9" "e";
+    CHECK(bus_ckpt_cache_update(c, &bad_model) == WIRE_ERR_MISTYPED);
+    wire_msg_t m;
+    CHECK(frame_items(c, &m) == 1 && m.u.ckpt_index.items[0].step == 5, "only the good run, step 5");
+    wire_msg_free(&m);
+    bus_ckpt_cache_free(&c);
+}
+
 int main(void) {
     RUN(test_latest_step_wins);
     RUN(test_eviction_oldest_update);
     RUN(test_empty_and_bad_args);
+    RUN(test_not_utf8_not_cached);
     return check_summary();
 }

@@ -1,5 +1,6 @@
-/* tests/test_checkpoint.c: checkpoint round trips, crash leftovers, corruption, pruning and
- * config.json validation. */
+/* tests/test_checkpoint.c: checkpoint round trips, crash leftovers, corruption, pruning,
+ * config.json validation, the one rule for a usable checkpoint (ckpt_open, ckpt_open_newest)
+ * and the run directory's preparation. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/errmsg.h"
 #include "common/rng.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
@@ -423,6 +425,106 @@ static void test_save_errors(void) {
     json_decref(st);
 }
 
+/* ---------------------------------------------------------------- the usable-checkpoint rule */
+
+typedef struct {
+    fake_model_t m;
+    int64_t damaged, refused; /* steps the "program" finds bad content in / will not use */
+    int calls;
+} loader_t;
+
+/* A program's load: the parameters by name and shape, plus its own verdicts. */
+static int fake_load(void *ctx, const char *dir, char *err, size_t errlen) {
+    loader_t *l = ctx;
+    l->calls++;
+    char want[64];
+    snprintf(want, sizeof want, "ckpt-%08lld", (long long)l->damaged);
+    if (strstr(dir, want)) return err_fail(err, errlen, CKPT_EMISMATCH, "tensor shapes do not fit config.json");
+    snprintf(want, sizeof want, "ckpt-%08lld", (long long)l->refused);
+    if (strstr(dir, want)) return err_fail(err, errlen, CKPT_EREFUSED, "--model free but the checkpoint holds a llama model");
+    return ckpt_load_params(dir, l->m.v, NP, err, errlen);
+}
+
+static void test_open_rule(void) {
+    char run[600], err[1024] = "", p[1200];
+    run_path(run, sizeof run, "rule");
+    fake_model_t m;
+    model_init(&m, 11);
+    for (int64_t s = 100; s <= 400; s += 100) CHECK(save(run, s, &m, NULL, NULL, 0, NULL, 0) == 0);
+    snprintf(p, sizeof p, "%s/ckpt-00000400/model.safetensors", run);
+    corrupt_byte(p, 200); /* the MANIFEST sees this one */
+
+    /* 300 passes its MANIFEST but not the load (as under a recomputed MANIFEST): skipped alike */
+    loader_t l = {.damaged = 300, .refused = -1};
+    model_init(&l.m, 0);
+    ckpt_pick_t pick;
+    int rc = ckpt_open_newest(run, fake_load, &l, &pick, err, sizeof err);
+    CHECK(rc == 1 && pick.step == 200 && strstr(pick.path, "ckpt-00000200"), "rc=%d step=%lld %s", rc, (long long)pick.step, err);
+    CHECK(models_equal(&l.m, &m), "the chosen checkpoint was loaded");
+    CHECK(l.calls == 2, "load is not called on a checkpoint that fails its MANIFEST (%d calls)", l.calls);
+    CHECK(pick.n_skipped == 2 && !strcmp(pick.skipped, "ckpt-00000400, ckpt-00000300"), "%d: %s", pick.n_skipped, pick.skipped);
+    char *nl = strchr(pick.warn, '\n');
+    CHECK(nl && !strchr(nl + 1, '\n') && !strncmp(pick.warn, "skipping ", 9) && !strncmp(nl + 1, "skipping ", 9),
+          "two lines, each 'skipping ...': %s", pick.warn);
+    snprintf(p, sizeof p, "skipping %s/ckpt-00000300: tensor shapes", run);
+    CHECK(strstr(pick.warn, p), "the load's verdict names the checkpoint: %s", pick.warn);
+
+    /* a refusal is not damage: the search stops with the program's reason, nothing older tried */
+    l = (loader_t){.damaged = -1, .refused = 300};
+    rc = ckpt_open_newest(run, fake_load, &l, &pick, err, sizeof err);
+    CHECK(rc == CKPT_EREFUSED && strstr(err, "ckpt-00000300: --model free") && l.calls == 1, "rc=%d calls=%d %s", rc, l.calls, err);
+
+    /* one checkpoint by path: the same verdicts, no fallback */
+    snprintf(p, sizeof p, "%s/ckpt-00000300", run);
+    l = (loader_t){.damaged = 300, .refused = -1};
+    CHECK(ckpt_open(p, fake_load, &l, err, sizeof err) == CKPT_EMISMATCH && strstr(err, p), "%s", err);
+    CHECK(ckpt_is_damage(CKPT_EMISMATCH) && ckpt_is_damage(CKPT_ECORRUPT) && !ckpt_is_damage(CKPT_EREFUSED) &&
+          !ckpt_is_damage(CKPT_ENOMEM), "damage codes");
+
+    /* none usable: 0, every one named; a missing run directory: 0, none named */
+    l = (loader_t){.damaged = 200, .refused = -1};
+    snprintf(p, sizeof p, "%s/ckpt-00000100/config.json", run);
+    corrupt_byte(p, 2);
+    rc = ckpt_open_newest(run, fake_load, &l, &pick, err, sizeof err);
+    CHECK(rc == 0 && pick.n_skipped == 4 && !strcmp(pick.skipped, "ckpt-00000400, ckpt-00000300, ckpt-00000200, ckpt-00000100"),
+          "rc=%d %d: %s", rc, pick.n_skipped, pick.skipped);
+    run_path(p, sizeof p, "rule-none");
+    CHECK(ckpt_open_newest(p, fake_load, &l, &pick, err, sizeof err) == 0 && pick.n_skipped == 0 && !pick.warn[0]);
+
+    /* programs print such reports line by line, each with their name */
+    FILE *f = tmpfile();
+    err_print_lines(f, "prog: ", "skipping a\nskipping b\n\nskipping c");
+    rewind(f);
+    char out[256] = "";
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    fclose(f);
+    CHECK(!strcmp(out, "prog: skipping a\nprog: skipping b\nprog: skipping c\n"), "%s", out);
+}
+
+/* The run directory: made with its parents before any work, refused in one line if unusable. */
+static void test_run_dir(void) {
+    char run[1300], err[1024] = "", p[1200];
+    run_path(run, sizeof run, "fresh/clone/runs/r1");
+    CHECK(ckpt_run_dir_prepare(run, err, sizeof err) == 0, "%s", err);
+    struct stat sb;
+    CHECK(stat(run, &sb) == 0 && S_ISDIR(sb.st_mode), "parents created");
+    DIR *d = opendir(run);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));) entries += e->d_name[0] != '.' || strlen(e->d_name) > 2;
+    if (d) closedir(d);
+    CHECK(entries == 0, "the write test leaves nothing behind (%d entries)", entries);
+    run_path(p, sizeof p, "a-file");
+    FILE *f = fopen(p, "w");
+    if (f) fclose(f);
+    snprintf(run, sizeof run, "%s/r2", p);
+    CHECK(ckpt_run_dir_prepare(run, err, sizeof err) == CKPT_EIO && strstr(err, "a-file") && !strchr(err, '\n'), "%s", err);
+    /* ckpt_save makes missing parents too */
+    fake_model_t m;
+    model_init(&m, 3);
+    run_path(run, sizeof run, "deep/er/run");
+    CHECK(save(run, 1, &m, NULL, NULL, 0, NULL, 0) == 0 && exists(run, 1));
+}
 
 /* The real model and optimizer through a checkpoint: every parameter and moment bit-exact, and
  * the tensor names and shapes exactly those transformers' LlamaForCausalLM(config) declares
@@ -541,6 +643,8 @@ int main(void) {
     RUN(test_crash_leftovers);
     RUN(test_keep_last);
     RUN(test_save_errors);
+    RUN(test_open_rule);
+    RUN(test_run_dir);
     RUN(test_llama_checkpoint);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -17,8 +17,8 @@
  * through a whole model 1e-3 relative to the largest element of each tensor (they pass
  * through several such products); 50 training steps: losses within 1e-3 relative (rounding
  * differences grow along training, but do not change the curve at this scale). With a device
- * that is not fp32 (--precision bf16 or tf32 on the GPU) the products' tolerance is bf16's:
- * 2^-8 relative per operand, ~sqrt(k) growth: 3e-2. */
+ * that is not fp32 (--precision bf16, or tf32 on the GPU) the products' tolerance is bf16's:
+ * 2^-8 relative per operand, ~sqrt(k) growth: 3e-2, and main() says the whole-model ones. */
 #include "common/rng.h"
 #include "model/adamw.h"
 #include "model/device.h"
@@ -33,6 +33,10 @@
 static device_t *A, *B;   /* A: the reference (CPU); B: the device under test */
 static rng_t R;
 static double prod_rtol = 1e-4;
+/* whole-model tolerances (fp32; the bf16/tf32 ones are set in main, see the header) */
+static double loss_rtol = 1e-5, grad_rtol = 1e-3, curve_rtol = 1e-3;
+/* added to every op's absolute tolerance (0 in fp32; main sets bf16's) */
+static double abs_floor = 0;
 
 /* A buffer on both devices, filled from the same host values. */
 typedef struct {
@@ -75,7 +79,7 @@ static void same(const char *what, dbuf_t *x, double atol, double rtol) {
     DEV(B, download, hb, x->b, sizeof(float) * x->n);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < x->n; i++)
-        if (!(fabs((double)ha[i] - hb[i]) <= atol + rtol * fabs((double)ha[i]))) {
+        if (!(fabs((double)ha[i] - hb[i]) <= abs_floor + atol + rtol * fabs((double)ha[i]))) {
             if (!bad) first = i;
             bad++;
         }
@@ -333,14 +337,14 @@ static void family_case(const char *family) {
         for (int i = 0; i < Bt * T; i++) tok[i] = (uint32_t)((i * 7 + s * 3) % 61), tgt[i] = (uint32_t)((i * 7 + s * 3 + 1) % 61);
         float la = fam_step(&ra, (uint64_t)s, tok, tgt), lb = fam_step(&rb, (uint64_t)s, tok, tgt);
         if (s == 0) {
-            CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la), "%s step 1 loss %.9g vs %.9g", family, la, lb);
+            CHECK(fabs((double)la - lb) <= loss_rtol * fabs((double)la), "%s step 1 loss %.9g vs %.9g", family, la, lb);
             double worst = 0;
             int wi = 0;
             for (int i = 0; i < ra.n; i++) {
                 double e = view_rel_diff(&ra.gv[i], &rb.gv[i]);
                 if (e > worst) worst = e, wi = i;
             }
-            CHECK(worst <= 1e-3, "%s step 1: gradient %s differs by %.3g of its largest element", family, ra.gv[wi].name, worst);
+            CHECK(worst <= grad_rtol, "%s step 1: gradient %s differs by %.3g of its largest element", family, ra.gv[wi].name, worst);
         }
         double na = 0, nb = 0;
         char err[256];
@@ -352,12 +356,12 @@ static void family_case(const char *family) {
                 double e = view_rel_diff(&ra.pv[i], &rb.pv[i]);
                 worst = e > worst ? e : worst;
             }
-            CHECK(worst <= 1e-3, "%s step 1: updated weights differ by %.3g", family, worst);
+            CHECK(worst <= grad_rtol, "%s step 1: updated weights differ by %.3g", family, worst);
         }
         double e = fabs((double)la - lb) / fabs((double)la);
         worst_loss = e > worst_loss ? e : worst_loss;
     }
-    CHECK(worst_loss <= 1e-3, "%s: %d steps, the loss curves differ by up to %.3g relative", family, STEPS, worst_loss);
+    CHECK(worst_loss <= curve_rtol, "%s: %d steps, the loss curves differ by up to %.3g relative", family, STEPS, worst_loss);
     /* checkpoint swap: B's weights through the host into A's model, then both evaluate alike */
     for (int i = 0; i < ra.n; i++) {
         int64_t n = tensor_numel(&rb.pv[i]);
@@ -368,7 +372,7 @@ static void family_case(const char *family) {
         CHECK(view_rel_diff(&ra.pv[i], &rb.pv[i]) == 0, "%s: swapped weights arrive bit for bit", ra.pv[i].name);
     }
     float la = fam_step(&ra, 999, tok, tgt), lb = fam_step(&rb, 999, tok, tgt);
-    CHECK(fabsf(la - lb) <= 1e-5f * fabsf(la), "%s after the swap: loss %.9g vs %.9g", family, la, lb);
+    CHECK(fabs((double)la - lb) <= loss_rtol * fabs((double)la), "%s after the swap: loss %.9g vs %.9g", family, la, lb);
 out:
     fam_close(&ra);
     fam_close(&rb);
@@ -381,6 +385,7 @@ static void test_mixers(void) {
 }
 
 int main(int argc, char **argv) {
+    char err[256];
     const char *spec = "cpu";
     const char *prec = "fp32";
     int probe = 0;
@@ -390,11 +395,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--probe")) probe = 1; /* only say whether the device opens */
         else { fprintf(stderr, "usage: test_device_compare [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32] [--probe]\n"); return 2; }
     }
-    char err[256];
-    int p = precision_parse(prec);
-    if (p < 0) { fprintf(stderr, "--precision %s: expected fp32, bf16 or tf32\n", prec); return 2; }
+    precision_t p;
+    if (precision_parse(prec, &p, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 2; }
     if (device_open(&A, "cpu", PRECISION_FP32, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
-    if (device_open(&B, spec, (precision_t)p, err, sizeof err)) {
+    if (device_open(&B, spec, p, err, sizeof err)) {
         if (probe) {
             printf("%s\n", err);
             device_close(&A);
@@ -412,7 +416,21 @@ int main(int argc, char **argv) {
         device_close(&A);
         return 0;
     }
-    if (p != PRECISION_FP32) prod_rtol = 3e-2;
+    if (p != PRECISION_FP32) {
+        /* bf16/tf32 products against fp32: 2^-8 relative per operand, growing like sqrt(k)
+         * in a sum; through a whole model the loss moves by ~1e-3 relative, a gradient
+         * element by a few percent of its tensor's largest (AdamW's normalised first steps
+         * can flip the sign of a tiny update, hence the same bound on the weights), and 50
+         * steps apart the losses stay within a few percent */
+        prod_rtol = 3e-2;
+        /* the error bound of a bf16 product is relative to sum |a b|, not to the result: with
+         * the inputs here (|a b| summed over up to 72 terms, O(1-5)) 2^-8 of it is ~2e-2,
+         * absolute, for results near 0; later ops inherit it through their inputs */
+        abs_floor = 2e-2;
+        loss_rtol = 3e-3;
+        grad_rtol = 0.1;
+        curve_rtol = 5e-2;
+    }
     printf("comparing %s against %s\n", B->name, A->name);
     rng_seed(&R, 2024);
     RUN(test_ops);

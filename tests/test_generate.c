@@ -2,7 +2,9 @@
  *
  * The full forward (llama_forward over the whole sequence) is the reference: the logits the
  * cached generator computes for a position, whether it came in a prefill chunk or one token
- * at a time, must be those of the full forward at that position. */
+ * at a time, must be those of the full forward at that position.
+ * Slots: sequences in different slots at different positions, decoded together, give every
+ * sequence the logits it gets decoded alone, bit for bit (a serving batch changes no text). */
 #include "model/generate.h"
 #include "common/rng.h"
 #include "tests/check.h"
@@ -141,6 +143,74 @@ static void test_reset(void) {
     llama_destroy(&m);
 }
 
+/* S sequences with prompts of different lengths, each prefilled alone into its slot, then
+ * decoded together (rows joining and leaving between steps; up to 20 at once, beyond the
+ * few-row product path, where an ordinary product would change its algorithm with the row
+ * count); each sequence's logits equal, bit for bit, those of the same sequence prefilled and
+ * decoded alone in another generator. */
+enum { SLOTS = 20 };
+static void test_slots_batched_equals_alone(void) {
+    model_config_t c = tiny(1);
+    const int V = c.vocab_size, S = SLOTS, T = 40;
+    int plen[SLOTS], steps[SLOTS], join[SLOTS];
+    for (int s = 0; s < S; s++) plen[s] = 1 + (s * 7) % 13, steps[s] = 4 + (s * 5) % 12, join[s] = s < 16 ? 0 : 2 * (s - 15);
+    llama_t *m = model(c, S, T, 21);
+    if (!m) return;
+    char err[256];
+    gen_t *all = NULL, *one = NULL;
+    CHECK(gen_create(&all, m, S, T, err, sizeof err) == 0 && gen_create(&one, m, 1, T, err, sizeof err) == 0, "%s", err);
+    if (!all || !one) goto out;
+    uint32_t prompt[SLOTS][16], next[SLOTS][20];
+    for (int s = 0; s < S; s++) fill(prompt[s], plen[s], V, 100 + s), fill(next[s], 20, V, 200 + s);
+    /* alone: each sequence's logits after its prompt and after each of its new tokens */
+    float *ref = malloc(sizeof(float) * S * 20 * V);
+    for (int s = 0; s < S; s++) {
+        gen_reset(one);
+        CHECK(gen_step(one, prompt[s], 1, plen[s], NULL, err, sizeof err) == 0, "%s", err);
+        memcpy(ref + ((size_t)s * 20) * V, gen_logits(one), sizeof(float) * V);
+        for (int k = 0; k < steps[s]; k++) {
+            CHECK(gen_step(one, &next[s][k], 1, 1, NULL, err, sizeof err) == 0, "%s", err);
+            memcpy(ref + ((size_t)s * 20 + k + 1) * V, gen_logits(one), sizeof(float) * V);
+        }
+    }
+    /* together: a sequence joins (its prompt prefilled alone) at step join[s] and leaves after
+     * its own steps; at every step the running ones decode in one chunk */
+    int done[SLOTS] = {0}, running = 0, mismatch = 0;
+    for (int step = 0; step < 30; step++) {
+        for (int s = 0; s < S; s++)
+            if (join[s] == step) {
+                gen_reset_slot(all, s);
+                CHECK(gen_begin_slots(all, &s, prompt[s], 1, plen[s], err, sizeof err) == 0, "%s", err);
+                gen_blocks(all, 0, c.n_layers, NULL);
+                CHECK(gen_finish(all, NULL, err, sizeof err) == 0, "%s", err);
+                mismatch += memcmp(gen_logits(all), ref + ((size_t)s * 20) * V, sizeof(float) * V) != 0;
+                running++;
+            }
+        int slots[SLOTS], n = 0;
+        uint32_t tok[SLOTS];
+        for (int s = 0; s < S; s++)
+            if (join[s] <= step && done[s] < steps[s]) slots[n] = s, tok[n] = next[s][done[s]], n++;
+        if (!n) continue;
+        CHECK(gen_begin_slots(all, slots, tok, n, 1, err, sizeof err) == 0, "%s", err);
+        gen_blocks(all, 0, c.n_layers, NULL);
+        CHECK(gen_finish(all, NULL, err, sizeof err) == 0, "%s", err);
+        for (int i = 0; i < n; i++) {
+            const int s = slots[i];
+            done[s]++;
+            mismatch += memcmp(gen_logits(all) + (size_t)i * V, ref + ((size_t)s * 20 + done[s]) * V,
+                               sizeof(float) * V) != 0;
+        }
+    }
+    for (int s = 0; s < S; s++) CHECK(done[s] == steps[s], "sequence %d decoded %d of %d steps", s, done[s], steps[s]);
+    CHECK(mismatch == 0, "%d logit rows differ from the sequence decoded alone", mismatch);
+    CHECK(gen_slot_pos(all, 2) == plen[2] + steps[2], "slot 2 at position %d", gen_slot_pos(all, 2));
+    free(ref);
+out:
+    gen_destroy(&all);
+    gen_destroy(&one);
+    llama_destroy(&m);
+}
+
 static void test_bad_input(void) {
     model_config_t c = tiny(1);
     llama_t *m = model(c, 2, 8, 3);
@@ -171,6 +241,7 @@ int main(void) {
     RUN(test_batch_untied);
     RUN(test_long_prefill);
     RUN(test_reset);
+    RUN(test_slots_batched_equals_alone);
     RUN(test_bad_input);
     return check_summary();
 }

@@ -3,7 +3,9 @@
  * Two loaders serve one dataset; the client fetches 300 batches while loader 0 is killed with
  * SIGKILL at batch 100 and restarted at batch 200. Every batch must equal the one the batch
  * function computes in-process, in order, none missing or repeated. Then a "restarted
- * trainer" opens at a saved cursor and must get exactly the following batches. Also: the
+ * trainer" opens at a saved cursor and must get exactly the following batches. Also: fresh
+ * clients get their first batch without waiting out a time-out, a loader added from the
+ * on_wait hook is used at once, a third loader serving another dataset is never used, and the
  * server's error replies to bad and garbage requests, and its info reply. Needs bin/loader
  * (built by `make all`, which tests/run.sh runs after). */
 #include <signal.h>
@@ -15,30 +17,35 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bus/utf8.h"
 #include "bus/wire.h"
+#include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
 #include "loader/mkdata.h"
 #include "tests/check.h"
+#include "tests/mp_frame.h"
 
-static char tmp[1024], data[1200], ep[2][1200];
-static pid_t kids[2];
+static char tmp[1024], data[1200], data2[1200], ep[3][1200];
+static pid_t kids[3];
 static const loader_mkdata_t DATA = {.seed = 9, .n_docs = 3000, .vocab_size = 3000, .min_len = 1, .max_len = 200};
+/* another dataset of the same vocabulary, served by loader 2 */
+static const loader_mkdata_t DATA2 = {.seed = 10, .n_docs = 2500, .vocab_size = 3000, .min_len = 1, .max_len = 200};
 
 static pid_t loader_start(int i) {
     pid_t p = fork();
     if (p == 0) {
         char name[16];
         snprintf(name, sizeof name, "t%d", i);
-        execl("bin/loader", "bin/loader", "--data", data, "--bind", ep[i], "--name", name, "--val-docs", "200",
-              "--quiet", (char *)NULL);
+        execl("bin/loader", "bin/loader", "--data", i == 2 ? data2 : data, "--bind", ep[i], "--name", name,
+              "--val-docs", "200", "--quiet", (char *)NULL);
         _exit(127);
     }
     return p;
 }
 
 static void kids_kill(void) {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (kids[i] > 0) {
             kill(kids[i], SIGKILL);
             waitpid(kids[i], NULL, 0);
@@ -71,6 +78,7 @@ static int batch_ok(loader_src_t *src, const loader_client_cfg_t *cc, const msg_
 
 static void *zctx;
 static loader_src_t *src;
+static int raw_msg(const wire_msg_t *q, wire_msg_t *rep);
 
 static void test_kill_and_restart(void) {
     loader_client_cfg_t cc = client_cfg();
@@ -148,6 +156,121 @@ static void test_resume_at_cursor(void) {
     free(want);
 }
 
+/* A client opened a moment before its connection is up (the trainer's case) must not lose a
+ * whole time-out on its first request: ten fresh clients in a row, each with timeout_ms 10000,
+ * must each have their first batch within half of it (0.2 s is usual; the margin is for a
+ * loaded machine). Before the fix every one waited the whole time-out: the info_req was
+ * refused by ZMQ_IMMEDIATE and only re-sent after it. */
+static void test_first_request_fast(void) {
+    loader_client_cfg_t cc = client_cfg();
+    cc.timeout_ms = 10000;
+    const char *eps[1] = {ep[1]};
+    double worst = 0;
+    for (int k = 0; k < 10; k++) {
+        char err[256] = "";
+        loader_client_t *c = NULL;
+        double t0 = progress_now();
+        CHECK(loader_client_open(&c, zctx, eps, 1, &cc, err, sizeof err) == 0, "%s", err);
+        if (!c) return;
+        msg_batch_t b;
+        int rc = loader_client_next(c, &b, err, sizeof err);
+        double dt = progress_now() - t0;
+        CHECK(rc == 0, "start %d: %s", k, err);
+        if (rc == 0) loader_batch_release(&b);
+        if (dt > worst) worst = dt;
+        loader_client_close(&c);
+    }
+    CHECK(worst < 5, "the slowest of 10 first batches took %.2f s (time-out 10 s)", worst);
+    fprintf(stderr, "  10 fresh clients: slowest first batch %.3f s\n", worst);
+}
+
+/* The on_wait hook runs while next() waits, so a loader added there is used at once: the only
+ * known endpoint has no loader behind it, the hook adds a live one after a few passes. */
+typedef struct {
+    loader_client_t *c;
+    int calls;
+} hook_t;
+
+static void add_live_loader(void *arg) {
+    hook_t *h = arg;
+    if (++h->calls == 5) loader_client_add_endpoint(h->c, ep[1]);
+}
+
+static void test_add_while_waiting(void) {
+    loader_client_cfg_t cc = client_cfg();
+    cc.give_up_ms = 20000;
+    hook_t h = {0};
+    cc.on_wait = add_live_loader;
+    cc.hook_arg = &h;
+    char dead[1300], err[256] = "";
+    snprintf(dead, sizeof dead, "ipc://%s/nobody", tmp);
+    const char *eps[1] = {dead};
+    CHECK(loader_client_open(&h.c, zctx, eps, 1, &cc, err, sizeof err) == 0, "%s", err);
+    if (!h.c) return;
+    uint32_t *want = malloc((size_t)cc.B * (cc.T + 1) * sizeof *want);
+    double t0 = progress_now();
+    int bad = 0, rc = 0;
+    for (uint64_t k = 0; k < 5 && !rc; k++) {
+        msg_batch_t b;
+        rc = loader_client_next(h.c, &b, err, sizeof err);
+        CHECK(rc == 0, "batch %llu: %s", (unsigned long long)k, err);
+        if (!rc) bad += !batch_ok(src, &cc, &b, 0, k, want);
+        loader_batch_release(&b);
+    }
+    CHECK(bad == 0 && h.calls >= 5, "%d wrong batches, %d hook calls", bad, h.calls);
+    CHECK(progress_now() - t0 < 10, "the added loader was used only after %.1f s", progress_now() - t0);
+    loader_client_close(&h.c);
+    free(want);
+}
+
+/* A loader of another dataset is asked info_req, reported once and never used: every batch
+ * comes from the dataset the client expects, whichever loader answers first. */
+static void note(void *arg, const char *line) {
+    int *n = arg;
+    if (strstr(line, ep[2]) && strstr(line, "not used")) ++*n;
+    else fprintf(stderr, "  unexpected notice: %s\n", line);
+}
+
+static void test_foreign_loader(void) {
+    loader_client_cfg_t cc = client_cfg();
+    char err[256] = "";
+    loader_params_t p = {.world = 1, .B = cc.B, .T = cc.T, .layout = cc.layout, .split = WIRE_TRAIN};
+    uint64_t spe = 0;
+    loader_steps_per_epoch(src, &p, &spe, err, sizeof err);
+    const dataset_meta_t *dm = loader_src_meta(src);
+    /* what the loaders report for the train split of DATA */
+    wire_msg_t q = {.type = MSG_INFO_REQ}, r;
+    q.u.info_req = (msg_info_req_t){.req_id = 5, .world = 1, .B = cc.B, .T = cc.T, .layout = cc.layout, .split = WIRE_TRAIN};
+    CHECK(raw_msg(&q, &r) == 0 && r.type == MSG_INFO, "info from loader 1");
+    if (r.type != MSG_INFO) return;
+    loader_identity_t want_id;
+    loader_identity_from_info(&want_id, &r.u.info);
+    wire_msg_free(&r);
+    CHECK(want_id.vocab_size == dm->vocab_size && !strcmp(want_id.tokenizer_hash, dm->tokenizer_hash), "identity");
+    int notices = 0;
+    cc.expect = &want_id;
+    cc.notice = note;
+    cc.hook_arg = &notices;
+    const char *eps[2] = {ep[2], ep[1]}; /* the foreign one first */
+    loader_client_t *c = NULL;
+    CHECK(loader_client_open(&c, zctx, eps, 2, &cc, err, sizeof err) == 0, "%s", err);
+    if (!c) return;
+    uint32_t *want = malloc((size_t)cc.B * (cc.T + 1) * sizeof *want);
+    int bad = 0;
+    for (uint64_t k = 0; k < 40; k++) {
+        msg_batch_t b;
+        if (loader_client_next(c, &b, err, sizeof err)) { CHECK(0, "batch %llu: %s", (unsigned long long)k, err); break; }
+        bad += !batch_ok(src, &cc, &b, 0, k, want);
+        loader_batch_release(&b);
+    }
+    CHECK(bad == 0, "%d of 40 batches not from the expected dataset", bad);
+    CHECK(loader_client_steps_per_epoch(c) == spe, "steps per epoch %llu, want %llu",
+          (unsigned long long)loader_client_steps_per_epoch(c), (unsigned long long)spe);
+    CHECK(notices == 1, "%d notices about the foreign loader (want 1)", notices);
+    loader_client_close(&c);
+    free(want);
+}
+
 /* Raw REQ exchanges with a loader: garbage, wrong type, bad parameters, info. */
 static int raw(const void *body, size_t len, wire_msg_t *rep) {
     void *s = zmq_socket(zctx, ZMQ_REQ);
@@ -214,12 +337,57 @@ static void test_error_replies(void) {
     wire_msg_free(&r);
 }
 
+/* Requests a client written from PROTOCOL.md may send: an unknown layout or split is a
+ * parameter error (-3) that echoes the request's req_id; a type name that is not UTF-8 gets
+ * an error whose message is UTF-8 (a msgpack str), whatever bytes it quotes. */
+static void test_error_codes_and_text(void) {
+    static const char *layouts[][2] = {{"spiral", "train"}, {"pack", "test"}, {"PACK", "val"}};
+    for (int i = 0; i < 3; i++) {
+        size_t len;
+        void *f = mp_frame(&len, "usuuuuuuuuss", "v", 1ull, "type", "batch_req", "req_id", 77ull + i,
+                           "seed", 1ull, "epoch", 0ull, "step", 0ull, "rank", 0ull, "world", 1ull,
+                           "B", 2ull, "T", 8ull, "layout", layouts[i][0], "split", layouts[i][1]);
+        wire_msg_t r;
+        CHECK(raw(f, len, &r) == 0 && r.type == MSG_ERROR, "layout %s split %s", layouts[i][0], layouts[i][1]);
+        if (r.type == MSG_ERROR)
+            CHECK(r.u.error.code == LOADER_EPARAM && r.u.error.req_id == 77ull + i, "code %d req_id %llu: %s",
+                  r.u.error.code, (unsigned long long)r.u.error.req_id, r.u.error.message);
+        wire_msg_free(&r);
+        free(f);
+    }
+    /* same for info_req */
+    size_t len;
+    void *f = mp_frame(&len, "usuuuuss", "v", 1ull, "type", "info_req", "req_id", 90ull, "world", 1ull,
+                       "B", 2ull, "T", 8ull, "layout", "pack", "split", "dev");
+    wire_msg_t r;
+    CHECK(raw(f, len, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EPARAM &&
+          r.u.error.req_id == 90, "info_req split dev");
+    wire_msg_free(&r);
+    free(f);
+    /* a missing field is malformed, but the req_id read before it still comes back */
+    f = mp_frame(&len, "usu", "v", 1ull, "type", "batch_req", "req_id", 91ull);
+    CHECK(raw(f, len, &r) == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EMALFORMED &&
+          r.u.error.req_id == 91, "missing fields");
+    wire_msg_free(&r);
+    free(f);
+    /* bytes that are not UTF-8, quoted in the error message */
+    f = mp_frame(&len, "us", "v", 1ull, "type", "\xff\xfe\xc3(batch_req");
+    memset(&r, 0, sizeof r);
+    int got = raw(f, len, &r);
+    CHECK(got == 0 && r.type == MSG_ERROR && r.u.error.code == LOADER_EMALFORMED, "bad type name");
+    CHECK(got == 0 && r.u.error.message && wire_utf8_valid(r.u.error.message, strlen(r.u.error.message)) &&
+          strstr(r.u.error.message, "(batch_req"), "message: %s", r.u.error.message ? r.u.error.message : "-");
+    wire_msg_free(&r);
+    free(f);
+}
+
 int main(void) {
     const char *t = getenv("FT_TEST_TMP");
     snprintf(tmp, sizeof tmp, "%s/test_loader_client.%d", t ? t : "/tmp", (int)getpid());
     mkdir(tmp, 0775);
     snprintf(data, sizeof data, "%s/ds", tmp);
-    for (int i = 0; i < 2; i++) snprintf(ep[i], sizeof ep[i], "ipc://%s/l%d", tmp, i);
+    snprintf(data2, sizeof data2, "%s/ds2", tmp);
+    for (int i = 0; i < 3; i++) snprintf(ep[i], sizeof ep[i], "ipc://%s/l%d", tmp, i);
     signal(SIGINT, on_fatal);
     signal(SIGTERM, on_fatal);
     signal(SIGABRT, on_fatal);
@@ -227,6 +395,7 @@ int main(void) {
     atexit(kids_kill);
     char err[256] = "";
     CHECK(loader_mkdata_write(&DATA, data, err, sizeof err) == 0, "%s", err);
+    CHECK(loader_mkdata_write(&DATA2, data2, err, sizeof err) == 0, "%s", err);
     CHECK(loader_src_open(&src, data, NULL, 200, err, sizeof err) == 0, "%s", err);
     if (access("bin/loader", X_OK) != 0) {
         CHECK(0, "bin/loader not built (run from the repository root after make)");
@@ -234,11 +403,16 @@ int main(void) {
     }
     kids[0] = loader_start(0);
     kids[1] = loader_start(1);
+    kids[2] = loader_start(2);
     zctx = zmq_ctx_new();
     if (src) {
+        RUN(test_first_request_fast);
         RUN(test_kill_and_restart);
         RUN(test_resume_at_cursor);
         RUN(test_error_replies);
+        RUN(test_error_codes_and_text);
+        RUN(test_add_while_waiting);
+        RUN(test_foreign_loader);
     }
     zmq_ctx_term(zctx);
     kids_kill();

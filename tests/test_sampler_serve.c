@@ -4,6 +4,8 @@
 #include "sampler/text.h"
 #include "tokenizer/bpe_io.h"
 #include "tests/check.h"
+#include "tests/mp_frame.h"
+#include "bus/utf8.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +149,38 @@ static void test_bad_frames(void) {
     free(buf);
 }
 
+/* An error reply is a msgpack str whatever the request held: the latent name is quoted cut
+ * at 40 bytes (here inside a 2-byte character), the unknown type as sent (bytes that are not
+ * UTF-8); and a request that does not decode still gets its req_id back when it was read. */
+static void test_error_text_utf8(void) {
+    char latent[80] = "a";
+    for (int i = 0; i < 30; i++) strcat(latent, "\xc3\xa9"); /* e acute: byte 40 splits one */
+    size_t len;
+    void *f = mp_frame(&len, "usususduduuuu", "v", 1ull, "type", "gen_req", "req_id", 42ull,
+                       "prompt", "K>", "max_new", 4ull, "latent", latent, "temperature", 1.0,
+                       "top_k", 0ull, "top_p", 1.0, "seed", 1ull, "index", 0ull, "group", 1ull,
+                       "flags", 0ull);
+    wire_msg_t rep;
+    ask_raw(f, len, &rep);
+    CHECK(rep.type == MSG_ERROR && rep.u.error.code == SERVE_EPARAM && rep.u.error.req_id == 42);
+    CHECK(rep.u.error.message && wire_utf8_valid(rep.u.error.message, strlen(rep.u.error.message)),
+          "message not UTF-8");
+    wire_msg_free(&rep);
+    free(f);
+    f = mp_frame(&len, "usu", "v", 1ull, "type", "gen\xff\xfe_req", "req_id", 43ull);
+    ask_raw(f, len, &rep);
+    CHECK(rep.type == MSG_ERROR && rep.u.error.code == SERVE_EMALFORMED);
+    CHECK(rep.u.error.message && wire_utf8_valid(rep.u.error.message, strlen(rep.u.error.message)));
+    wire_msg_free(&rep);
+    free(f);
+    f = mp_frame(&len, "usus", "v", 1ull, "type", "gen_req", "req_id", 44ull, "prompt", "x");
+    ask_raw(f, len, &rep);
+    CHECK(rep.type == MSG_ERROR && rep.u.error.code == SERVE_EMALFORMED && rep.u.error.req_id == 44,
+          "a field missing after req_id: req_id %llu", (unsigned long long)rep.u.error.req_id);
+    wire_msg_free(&rep);
+    free(f);
+}
+
 int main(void) {
     char err[256];
     model_config_t c = {.kind = MODEL_LLAMA, .vocab_size = 257, .d_model = 32, .n_layers = 2,
@@ -162,6 +196,7 @@ int main(void) {
     RUN(test_good_request);
     RUN(test_bad_requests);
     RUN(test_bad_frames);
+    RUN(test_error_text_utf8);
     sampler_server_free(&srv);
     CHECK(srv == NULL);
     sampler_model_free(&sm);

@@ -1,6 +1,9 @@
 /* tests/test_tokenizer_tiktoken.c: our BPE against the ids the npm tiktoken package gave for
- * the same texts (tests/fixtures/tiktoken_*.json, made by `make tokenizer-fixtures`): exact
- * equality, for plain encoding and with special tokens allowed, and decode back to the text.
+ * the same texts (tests/fixtures/tiktoken_*.json, made by `make tokenizer-fixtures`), for
+ * every encoding bin/tokenizer claims: exact equality, for plain encoding and with special
+ * tokens allowed, and decode back to the text. The cases include characters Unicode added in
+ * 15 and 16 and U+180E, which split differently under older Unicode tables (issue 10); the
+ * full comparison against tiktoken itself is tests/it_tokenizer_tiktoken.sh.
  * The encodings themselves come from `make data` (data/tiktoken/encoders) or
  * $FT_TIKTOKEN_DIR; without them this test fails (make test runs make data first). */
 #include <jansson.h>
@@ -71,10 +74,18 @@ static void check_encoding(const char *name) {
 }
 
 static void test_gpt2(void) { check_encoding("gpt2"); }
+static void test_r50k_base(void) { check_encoding("r50k_base"); }
+static void test_p50k_base(void) { check_encoding("p50k_base"); }
+static void test_p50k_edit(void) { check_encoding("p50k_edit"); }
 static void test_cl100k_base(void) { check_encoding("cl100k_base"); }
+static void test_o200k_base(void) { check_encoding("o200k_base"); }
 
 int main(void) {
     RUN(test_gpt2);
+    RUN(test_r50k_base);
+    RUN(test_p50k_base);
+    RUN(test_p50k_edit);
     RUN(test_cl100k_base);
+    RUN(test_o200k_base);
     return check_summary();
 }

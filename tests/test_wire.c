@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/utf8.h"
 #include "bus/wire.h"
+#include "bus/wire_schema.h"
 #include "tests/check.h"
 
 /* check.h's CHECK(cond) with no message expands to fprintf(stderr, ""), which -Wall flags */
@@ -425,7 +427,11 @@ static void test_missing_mistyped_duplicate_each_field(void) {
             const char *k = keys[i];
             char err[160], want[64];
             size_t n;
-            int optional = strcmp(k, "mask") == 0;
+            /* optional as the schema says (the sample sets every optional field too) */
+            int optional = 0;
+            const wire_schema_t *sc = wire_schema_get((msg_type)t);
+            for (int fi = 0; sc && fi < sc->n_fields; fi++)
+                if (!strcmp(sc->fields[fi].name, k)) optional = !sc->fields[fi].required;
             void *f = surgery(buf, len, k, OP_DROP, NULL, 0, &n);
             int rc = wire_decode(f, n, &d, err, sizeof err);
             if (optional) {
@@ -774,6 +780,133 @@ static void test_field_set(void) {
     wire_msg_free(&c);
 }
 
+
+/* Every str and name is UTF-8 (PROTOCOL.md §2.1): the decoder refuses other bytes in each
+ * kind of string field, the encoder refuses to write them, and wire_utf8_clean makes any
+ * bytes sendable. */
+static void test_utf8_strings(void) {
+    static const char *bad[] = {
+        "\xff", "a\xc3", "\xc0\xaf" /* overlong '/' */, "\xed\xa0\x80" /* surrogate */,
+        "\xf4\x90\x80\x80" /* > U+10FFFF */, "\x80", "ok\xe2\x82",
+    };
+    static const char *good[] = {"", "plain", "caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                 "\xf4\x8f\xbf\xbf" /* U+10FFFF */};
+    wire_msg_t m;
+    sample(MSG_CKPT, V_TYPICAL, &m);
+    void *buf;
+    size_t len;
+    CHECK(wire_encode(&m, &buf, &len) == 0);
+    char err[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(!wire_utf8_valid(bad[i], strlen(bad[i])), "case %zu", i);
+        /* a str field, a name field, in a ckpt event */
+        CHECK(decode_replaced(buf, len, "path", mp_str(bad[i]), err, sizeof err) ==
+                  WIRE_ERR_MISTYPED && strstr(err, "UTF-8"), "path case %zu: %s", i, err);
+        CHECK(decode_replaced(buf, len, "run", mp_str(bad[i]), err, sizeof err) ==
+                  WIRE_ERR_MISTYPED && strstr(err, "UTF-8"), "run case %zu: %s", i, err);
+        /* and the encoder will not write it */
+        wire_msg_t e;
+        sample(MSG_CKPT, V_TYPICAL, &e);
+        free(e.u.ckpt.model);
+        e.u.ckpt.model = strdup(bad[i]);
+        void *b2 = NULL;
+        size_t l2;
+        CHECK(wire_encode(&e, &b2, &l2) == WIRE_ERR_ARG, "case %zu", i);
+        free(b2);
+        strcpy(e.u.ckpt.run, bad[i]);
+        free(e.u.ckpt.model);
+        e.u.ckpt.model = NULL;
+        CHECK(wire_encode(&e, &b2, &l2) == WIRE_ERR_ARG, "case %zu", i);
+        free(b2);
+        wire_msg_free(&e);
+        /* cleaned, it is sendable, and stays as long as it can */
+        char clean[64];
+        size_t k = wire_utf8_clean(clean, sizeof clean, bad[i], strlen(bad[i]));
+        CHECK(k == strlen(clean) && wire_utf8_valid(clean, k) && strstr(clean, "\xef\xbf\xbd"));
+    }
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        CHECK(wire_utf8_valid(good[i], strlen(good[i])));
+        CHECK(decode_replaced(buf, len, "path", mp_str(good[i]), err, sizeof err) == 0, "%s", err);
+        char clean[64];
+        CHECK(wire_utf8_clean(clean, sizeof clean, good[i], strlen(good[i])) == strlen(good[i]) &&
+              strcmp(clean, good[i]) == 0, "valid text passes unchanged");
+    }
+    /* a metrics value name is a name too */
+    wire_msg_t mt;
+    sample(MSG_METRICS, V_TYPICAL, &mt);
+    strcpy(mt.u.metrics.values[0].name, "lo\xffss");
+    void *b3 = NULL;
+    size_t l3;
+    CHECK(wire_encode(&mt, &b3, &l3) == WIRE_ERR_ARG);
+    free(b3);
+    /* cutting: never inside a character, NUL becomes U+FFFD */
+    char small[5];
+    CHECK(wire_utf8_clean(small, sizeof small, "ab\xe2\x82\xac", 5) == 2 && !strcmp(small, "ab"));
+    CHECK(wire_utf8_clean(small, sizeof small, "a\0b", 3) == 4 && !memcmp(small, "a\xef\xbf\xbd", 5));
+    wire_msg_free(&mt);
+    free(buf);
+    wire_msg_free(&m);
+}
+
+/* PROTOCOL.md §3: containers nest at most 16 deep, the root map being level 1, whether the
+ * innermost one is empty or not. */
+static void test_nesting_depth(void) {
+    for (int empty = 0; empty < 2; empty++) {
+        for (int levels = 15; levels <= 18; levels++) {
+            /* {v:1, type:"log", program:"p", line:"l", x:[[...]]}: levels-1 arrays under x */
+            unsigned char f[128];
+            size_t n = 0;
+            static const unsigned char head[] = {0x85, 0xa1, 'v', 1, 0xa4, 't', 'y', 'p', 'e',
+                                                 0xa3, 'l', 'o', 'g', 0xa7, 'p', 'r', 'o', 'g',
+                                                 'r', 'a', 'm', 0xa1, 'p', 0xa4, 'l', 'i', 'n',
+                                                 'e', 0xa1, 'l', 0xa1, 'x'};
+            memcpy(f, head, sizeof head);
+            n = sizeof head;
+            for (int i = 0; i < levels - 1; i++) f[n++] = (empty && i == levels - 2) ? 0x90 : 0x91;
+            if (!empty) f[n++] = 0x01;
+            wire_msg_t m;
+            char err[128];
+            int rc = wire_decode(f, n, &m, err, sizeof err);
+            CHECK(levels <= 16 ? rc == 0 : rc == WIRE_ERR_MALFORMED, "levels %d empty %d: rc %d %s",
+                  levels, empty, rc, err);
+            wire_msg_free(&m);
+        }
+    }
+}
+
+/* wire_decode_diag: what a service needs to answer a request that failed to decode. */
+static void test_decode_diag(void) {
+    wire_msg_t m;
+    sample(MSG_BATCH_REQ, V_TYPICAL, &m);
+    void *buf;
+    size_t len, n;
+    CHECK(wire_encode(&m, &buf, &len) == 0);
+    wire_diag_t d;
+    wire_msg_t out;
+    char err[256];
+    mp_val_t v = mp_str("spiral");
+    void *f = surgery(buf, len, "layout", OP_REPLACE, v.b, v.n, &n);
+    CHECK(wire_decode_diag(f, n, &out, &d, err, sizeof err) == WIRE_ERR_MISTYPED);
+    CHECK(d.type == MSG_BATCH_REQ && d.field && !strcmp(d.field, "layout"));
+    CHECK(d.has_req_id && d.req_id == 7);
+    free(f);
+    f = surgery(buf, len, "req_id", OP_DROP, NULL, 0, &n);
+    CHECK(wire_decode_diag(f, n, &out, &d, err, sizeof err) == WIRE_ERR_MISSING);
+    CHECK(!d.has_req_id && !strcmp(d.field, "req_id"));
+    free(f);
+    CHECK(wire_decode_diag(buf, len, &out, &d, err, sizeof err) == 0);
+    CHECK(d.type == MSG_BATCH_REQ && d.has_req_id && d.req_id == 7 && d.field == NULL);
+    wire_msg_free(&out);
+    /* an unknown type made of bytes that are not UTF-8: the reason quotes it as UTF-8 */
+    v = mp_str("\xff\xfe" "batch");
+    f = surgery(buf, len, "type", OP_REPLACE, v.b, v.n, &n);
+    CHECK(wire_decode_diag(f, n, &out, &d, err, sizeof err) == WIRE_ERR_TYPE);
+    CHECK(d.type == MSG_NONE && wire_utf8_valid(err, strlen(err)) && strstr(err, "batch"), "%s", err);
+    free(f);
+    free(buf);
+    wire_msg_free(&m);
+}
+
 int main(void) {
     RUN(test_round_trip_all_types);
     RUN(test_equal_detects_differences);
@@ -790,5 +923,8 @@ int main(void) {
     RUN(test_event_unpack);
     RUN(test_json);
     RUN(test_field_set);
+    RUN(test_utf8_strings);
+    RUN(test_nesting_depth);
+    RUN(test_decode_diag);
     return check_summary();
 }

@@ -269,22 +269,44 @@ static int io_is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The directories an encoding name is looked up in, in order: $FT_TIKTOKEN_DIR; next to the
+ * running program, as `make install` lays it out (PREFIX/bin/x -> PREFIX/share/freetf/tiktoken)
+ * and as a checkout has it (bin/x -> data/tiktoken/encoders); the working directory's
+ * data/tiktoken/encoders. Writes up to cap entries into dirs (storage in buf); returns how many. */
+static int io_encoding_dirs(const char *dirs[], int cap, char buf[2][4096]) {
+    int n = 0;
+    const char *env = getenv("FT_TIKTOKEN_DIR");
+    if (env && *env && n < cap) dirs[n++] = env;
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = 0;
+        char *bin = dirname(exe); /* PREFIX/bin */
+        snprintf(buf[0], sizeof buf[0], "%s/../share/freetf/tiktoken", bin);
+        snprintf(buf[1], sizeof buf[1], "%s/../data/tiktoken/encoders", bin);
+        if (n < cap) dirs[n++] = buf[0];
+        if (n < cap) dirs[n++] = buf[1];
+    }
+    if (n < cap) dirs[n++] = "data/tiktoken/encoders";
+    return n;
+}
+
 int bpe_vocab_open(bpe_vocab_t **out, const char *spec, char *err, size_t errlen) {
     *out = NULL;
     if (!spec || !*spec) return err_fail(err, errlen, BPE_EARG, "empty vocabulary name");
     if (strcmp(spec, "bytes") == 0) return bpe_vocab_make_bytes(out, err, errlen);
     if (!strchr(spec, '/') && !io_is_file(spec)) {
-        /* an encoding name: look in the configured directory, then the repository's data/ */
-        const char *dirs[2] = {getenv("FT_TIKTOKEN_DIR"), "data/tiktoken/encoders"};
-        char p[4096];
-        for (int i = 0; i < 2; i++) {
-            if (!dirs[i] || !*dirs[i]) continue;
+        const char *dirs[4];
+        char buf[2][4096], p[4200];
+        int n = io_encoding_dirs(dirs, 4, buf);
+        for (int i = 0; i < n; i++) {
             snprintf(p, sizeof p, "%s/%s.json", dirs[i], spec);
             if (io_is_file(p)) return bpe_vocab_load_tiktoken_json(out, p, err, errlen);
         }
         return err_fail(err, errlen, BPE_ENOENT,
-                       "%s: no such vocabulary file, nor %s.json in $FT_TIKTOKEN_DIR or data/tiktoken/encoders "
-                       "(run `make data`)", spec, spec);
+                        "%s: no such vocabulary file, nor %s.json in $FT_TIKTOKEN_DIR, PREFIX/share/freetf/tiktoken "
+                        "next to this program, or data/tiktoken/encoders (run `make data`, or `make install`)",
+                        spec, spec);
     }
     FILE *f = fopen(spec, "rb");
     if (!f) return err_fail(err, errlen, errno == ENOENT ? BPE_ENOENT : BPE_EIO, "%s: %s", spec, strerror(errno));

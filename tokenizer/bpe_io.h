@@ -18,7 +18,10 @@ int bpe_vocab_load_file(bpe_vocab_t **v, const char *path, char *err, size_t err
 int bpe_vocab_save_file(const bpe_vocab_t *v, const char *path, char *err, size_t errlen);
 int bpe_vocab_make_bytes(bpe_vocab_t **v, char *err, size_t errlen);
 /* Opens a vocabulary by spec: "bytes"; a tiktoken encoding name ("gpt2", "cl100k_base", ...)
- * looked up as <name>.json in $FT_TIKTOKEN_DIR, then data/tiktoken/encoders; otherwise a
- * path to either file kind (told apart by the first byte). Checks bpe_vocab_check. */
+ * looked up as <name>.json in $FT_TIKTOKEN_DIR, then beside the running program
+ * (PREFIX/share/freetf/tiktoken for PREFIX/bin/<program>, as `make install` puts them, and a
+ * checkout's data/tiktoken/encoders for its bin/<program>), then data/tiktoken/encoders of the
+ * working directory; otherwise a path to either file kind (told apart by the first byte).
+ * Checks bpe_vocab_check. */
 int bpe_vocab_open(bpe_vocab_t **v, const char *spec, char *err, size_t errlen);
 #endif

@@ -21,7 +21,8 @@
 
 typedef struct bpe_trainer bpe_trainer_t;
 
-/* pattern: a regex or an alias ("gpt2", "cl100k"); "" means no pre-tokenization. */
+/* pattern: a name ("gpt2", "cl100k", "o200k", "none") or the text of one of those patterns
+ * (pretok.h); "" means no pre-tokenization. Any other pattern is BPE_EREGEX. */
 int bpe_trainer_new(bpe_trainer_t **t, const char *pattern, char *err, size_t errlen);
 /* Pre-tokenizes text and counts its pieces. */
 int bpe_trainer_add(bpe_trainer_t *t, const uint8_t *text, size_t len, char *err, size_t errlen);

@@ -20,6 +20,7 @@ struct docread {
     char *line;
     size_t cap;
     long lineno;
+    uint64_t skipped; /* blank lines */
     uint64_t offset, size;
     json_t *doc; /* the JSON object whose "text" the caller is reading */
 };
@@ -77,14 +78,20 @@ int docread_next(docread_t *r, const char **text, size_t *len, char *err, size_t
         if (n > 0 && r->line[n - 1] == '\n') n--;
         if (n > 0 && r->line[n - 1] == '\r') n--;
         if (r->fmt == DOCREAD_TEXT) {
-            if (n == 0) continue;
+            if (n == 0) {
+                r->skipped++;
+                continue;
+            }
             *text = r->line;
             *len = (size_t)n;
             return 1;
         }
         size_t k = 0;
         while (k < (size_t)n && (r->line[k] == ' ' || r->line[k] == '\t')) k++;
-        if (k == (size_t)n) continue; /* blank line */
+        if (k == (size_t)n) { /* blank line */
+            r->skipped++;
+            continue;
+        }
         json_error_t je;
         r->doc = json_loadb(r->line, (size_t)n, JSON_ALLOW_NUL, &je);
         if (!r->doc)
@@ -100,6 +107,7 @@ int docread_next(docread_t *r, const char **text, size_t *len, char *err, size_t
 
 uint64_t docread_offset(const docread_t *r) { return r->offset; }
 uint64_t docread_size(const docread_t *r) { return r->size; }
+uint64_t docread_skipped(const docread_t *r) { return r->skipped; }
 
 void docread_close(docread_t **pr) {
     if (!pr || !*pr) return;

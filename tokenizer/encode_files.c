@@ -89,6 +89,7 @@ int encode_files(const char *out_dir, const char *const *inputs, int n_inputs,
             progress_update(&pr, done_before + docread_offset(r));
         }
         if (rc < 0) goto done;
+        st->n_blank += docread_skipped(r);
         done_before += docread_offset(r);
         docread_close(&r);
     }

@@ -21,6 +21,7 @@ typedef struct {
 
 typedef struct {
     uint64_t n_docs, n_tokens, n_bytes;
+    uint64_t n_blank; /* blank lines skipped (not documents: see docread.h) */
     double seconds;
 } encode_files_stats_t;
 

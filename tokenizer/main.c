@@ -18,20 +18,27 @@
 #include "tokenizer/synth.h"
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define VOCAB_NAMES "gpt2, r50k_base, p50k_base, p50k_edit, cl100k_base, o200k_base"
+#define VOCAB_HELP "bytes, a vocabulary file, or " VOCAB_NAMES
 enum { MAX_INPUTS = 1024 };
 
 static void usage_main(FILE *f) {
     fprintf(f,
             "usage: tokenizer COMMAND [flags] ...\n"
-            "  train   --vocab-size N --out FILE [--pattern gpt2|cl100k|REGEX] INPUT...\n"
+            "  train   --vocab-size N --out FILE [--pattern gpt2|cl100k|o200k|none] INPUT...\n"
             "  encode  --vocab V --out DATASET_DIR [--format text|jsonl] [--append-eot] INPUT...|-\n"
             "  decode  --vocab V [--dataset DIR --doc N]   (ids on stdin otherwise)\n"
-            "  ids     --vocab V [--repeat R] [--out FILE] INPUT   (one text -> ids, timed)\n"
+            "  ids     --vocab V [--repeat R] [--docs text|jsonl] [--out FILE] INPUT   (text -> ids, timed)\n"
             "  synth   --n N --seed S [--start I]\n"
             "  judge   < lines 'L>' + 64 characters: the Figure-4 validity rule, as JSON lines\n"
             "  info    DATASET_DIR\n"
-            "V is gpt2, cl100k_base (from $FT_TIKTOKEN_DIR or data/tiktoken/encoders), bytes, or a\n"
-            "vocabulary file. `tokenizer COMMAND --help` describes each command.\n");
+            "V is bytes, a vocabulary file, or one of tiktoken's encodings, which give exactly\n"
+            "tiktoken's ids: " VOCAB_NAMES ". Those are read from\n"
+            "$FT_TIKTOKEN_DIR, PREFIX/share/freetf/tiktoken next to an installed program, or\n"
+            "data/tiktoken/encoders of the checkout (`make data`).\n"
+            "Text inputs hold a document per line; empty lines are skipped and not numbered, so\n"
+            "document k is line k+1 only in a file without them (encode reports how many).\n"
+            "`tokenizer COMMAND --help` describes each command.\n");
 }
 
 /* Parses flags for a subcommand; returns -1 to continue, else the exit code. */
@@ -57,8 +64,8 @@ static int cmd_train(int argc, char **argv) {
     flag_t fl[] = {
         {"vocab-size", FLAG_INT, &vocab_size, "tokens in the vocabulary, <|endoftext|> included", 257, 1 << 24, 0},
         {"out", FLAG_STR, &out, "vocabulary file to write (atomically)", 0, 0, 0},
-        {"pattern", FLAG_STR, &pattern, "pre-tokenizer: gpt2, cl100k or a PCRE2 regex (\"\" for none)", 0, 0, 0},
-        {"format", FLAG_STR, &format, "input format: text (a document per line) or jsonl", 0, 0, 0},
+        {"pattern", FLAG_STR, &pattern, "pre-tokenizer: tiktoken's gpt2, cl100k or o200k pattern, or none", 0, 0, 0},
+        {"format", FLAG_STR, &format, "input format: text (a document per line, empty lines skipped) or jsonl", 0, 0, 0},
     };
     const char *pos[MAX_INPUTS];
     int npos = 0;
@@ -115,13 +122,22 @@ fail:
     return 1;
 }
 
+/* One stderr line when blank lines were skipped: document numbers are then not line numbers. */
+static void report_blank(uint64_t n) {
+    if (n)
+        fprintf(stderr, "tokenizer: skipped %llu blank line%s (not documents: document numbers skip them)\n",
+                (unsigned long long)n, n == 1 ? "" : "s");
+}
+
 static int cmd_encode(int argc, char **argv) {
     const char *vocab = NULL, *out = NULL, *format = "text";
     int append_eot = 0, allow_special = 0, overwrite = 0;
     flag_t fl[] = {
-        {"vocab", FLAG_STR, &vocab, "gpt2, cl100k_base, bytes, or a vocabulary file", 0, 0, 0},
+        {"vocab", FLAG_STR, &vocab, VOCAB_HELP, 0, 0, 0},
         {"out", FLAG_STR, &out, "dataset directory to create", 0, 0, 0},
-        {"format", FLAG_STR, &format, "text (a document per line) or jsonl (\"text\" field)", 0, 0, 0},
+        {"format", FLAG_STR, &format,
+         "text (a document per line; empty lines are skipped, not numbered, and counted on stderr) or jsonl "
+         "(\"text\" field; blank lines likewise)", 0, 0, 0},
         {"append-eot", FLAG_BOOL, &append_eot, "end each document with <|endoftext|>", 0, 0, 0},
         {"allow-special", FLAG_BOOL, &allow_special, "special-token text in documents becomes the special token", 0, 0, 0},
         {"overwrite", FLAG_BOOL, &overwrite, "replace an existing dataset", 0, 0, 0},
@@ -149,6 +165,7 @@ static int cmd_encode(int argc, char **argv) {
     fprintf(stderr, "tokenizer encode: %llu docs, %llu tokens, %llu bytes (%.2f bytes/token) in %.1fs -> %s\n",
             (unsigned long long)st.n_docs, (unsigned long long)st.n_tokens, (unsigned long long)st.n_bytes,
             st.n_tokens ? (double)st.n_bytes / st.n_tokens : 0.0, st.seconds, out);
+    report_blank(st.n_blank);
     return 0;
 }
 
@@ -177,7 +194,7 @@ static int cmd_decode(int argc, char **argv) {
     const char *vocab = NULL, *dataset = NULL;
     long long doc = -1;
     flag_t fl[] = {
-        {"vocab", FLAG_STR, &vocab, "gpt2, cl100k_base, bytes, or a vocabulary file", 0, 0, 0},
+        {"vocab", FLAG_STR, &vocab, VOCAB_HELP, 0, 0, 0},
         {"dataset", FLAG_STR, &dataset, "read the ids of --doc from this dataset (else stdin)", 0, 0, 0},
         {"doc", FLAG_I64, &doc, "document index in --dataset", 0, 1e18, 0},
     };
@@ -258,14 +275,50 @@ static int slurp(const char *path, bpe_bytes_t *buf, char *err, size_t errlen) {
     return bad ? -1 : 0;
 }
 
+/* Writes ids space-separated and a newline; 0, or -1 on a write error. */
+static int write_ids(FILE *f, const bpe_ids_t *ids) {
+    for (size_t i = 0; i < ids->n; i++) fprintf(f, i ? " %u" : "%u", ids->v[i]);
+    return fputc('\n', f) == EOF || ferror(f) ? -1 : 0;
+}
+
+/* ids --docs: each document of INPUT encoded on its own, one line of ids per document. */
+static int ids_per_doc(bpe_t *b, const char *path, docread_format_t fmt, int flags, FILE *f, char *err,
+                       size_t errlen) {
+    docread_t *r = NULL;
+    bpe_ids_t ids = {0};
+    const char *text;
+    size_t len, n_docs = 0;
+    int rc = docread_open(&r, path, fmt, err, errlen);
+    while (rc == 0 && (rc = docread_next(r, &text, &len, err, errlen)) > 0) {
+        ids.n = 0;
+        int s = bpe_encode(b, (const uint8_t *)text, len, flags, &ids);
+        if (s < 0) {
+            rc = s;
+            snprintf(err, errlen, "%s: document %zu: encoding failed: %s", path, n_docs, bpe_strerror(s));
+        } else if (f && write_ids(f, &ids) < 0) {
+            rc = BPE_EIO;
+            snprintf(err, errlen, "writing the ids of document %zu failed: %s", n_docs, strerror(errno));
+        } else {
+            rc = 0;
+        }
+        n_docs++;
+    }
+    if (r) report_blank(docread_skipped(r));
+    docread_close(&r);
+    bpe_ids_free(&ids);
+    return rc;
+}
+
 static int cmd_ids(int argc, char **argv) {
-    const char *vocab = NULL, *out = NULL;
+    const char *vocab = NULL, *out = NULL, *docs = NULL;
     int repeat = 1, allow_special = 0;
     flag_t fl[] = {
-        {"vocab", FLAG_STR, &vocab, "gpt2, cl100k_base, bytes, or a vocabulary file", 0, 0, 0},
+        {"vocab", FLAG_STR, &vocab, VOCAB_HELP, 0, 0, 0},
         {"repeat", FLAG_INT, &repeat, "encode this many times; the median time is reported", 1, 100, 0},
         {"out", FLAG_STR, &out, "write the ids here, space-separated (default: stdout; '' for none)", 0, 0, 0},
         {"allow-special", FLAG_BOOL, &allow_special, "special-token text becomes the special token", 0, 0, 0},
+        {"docs", FLAG_STR, &docs,
+         "text or jsonl: read INPUT as documents (as encode does) and write one line of ids per document", 0, 0, 0},
     };
     const char *pos[1];
     int npos = 0;
@@ -275,54 +328,67 @@ static int cmd_ids(int argc, char **argv) {
         fprintf(stderr, "tokenizer ids: needs --vocab and one INPUT (see --help)\n");
         return 2;
     }
+    int fmt = docs ? docread_format_parse(docs) : 0;
+    if (fmt < 0 || (docs && repeat != 1)) {
+        fprintf(stderr, "tokenizer ids: --docs takes text or jsonl, and no --repeat\n");
+        return 2;
+    }
+    int flags = allow_special ? BPE_ALLOW_SPECIAL : 0;
     char err[512] = "";
     bpe_vocab_t *v = NULL;
     bpe_t *b = NULL;
     bpe_bytes_t text = {0};
     bpe_ids_t ids = {0};
     double times[100];
+    FILE *f = NULL;
     rc = 1;
     if (bpe_vocab_open(&v, vocab, err, sizeof err) < 0 || bpe_new(&b, v, err, sizeof err) < 0) goto done;
-    if (slurp(pos[0], &text, err, sizeof err) < 0) goto done;
-    for (int r = 0; r < repeat; r++) {
-        /* a fresh encoder each time, so the piece cache starts cold as in a single run */
-        bpe_free(&b);
-        if (bpe_new(&b, v, err, sizeof err) < 0) goto done;
-        ids.n = 0;
-        double t0 = progress_now();
-        int s = bpe_encode(b, text.v, text.n, allow_special ? BPE_ALLOW_SPECIAL : 0, &ids);
-        times[r] = progress_now() - t0;
-        if (s < 0) {
-            snprintf(err, sizeof err, "%s: encoding failed: %s", pos[0], bpe_strerror(s));
-            goto done;
-        }
-    }
-    for (int i = 1; i < repeat; i++) /* insertion sort for the median */
-        for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
-            double x = times[j];
-            times[j] = times[j - 1];
-            times[j - 1] = x;
-        }
-    double med = times[repeat / 2];
-    fprintf(stderr, "tokenizer ids: %zu bytes -> %zu tokens, median %.4fs of %d, %.2f MB/s\n", text.n, ids.n, med,
-            repeat, med > 0 ? text.n / med / 1e6 : 0.0);
-    FILE *f = out ? (*out ? fopen(out, "w") : NULL) : stdout;
+    f = out ? (*out ? fopen(out, "w") : NULL) : stdout;
     if (out && *out && !f) {
         snprintf(err, sizeof err, "%s: %s", out, strerror(errno));
         goto done;
     }
-    if (f) {
-        for (size_t i = 0; i < ids.n; i++) fprintf(f, i ? " %u" : "%u", ids.v[i]);
-        fputc('\n', f);
-        int bad = ferror(f) || fflush(f) != 0;
-        if (f != stdout) bad |= fclose(f) != 0;
-        if (bad) {
+    if (docs) {
+        if (ids_per_doc(b, pos[0], (docread_format_t)fmt, flags, f, err, sizeof err) < 0) goto done;
+    } else {
+        if (slurp(pos[0], &text, err, sizeof err) < 0) goto done;
+        for (int r = 0; r < repeat; r++) {
+            /* a fresh encoder each time, so the piece cache starts cold as in a single run */
+            bpe_free(&b);
+            if (bpe_new(&b, v, err, sizeof err) < 0) goto done;
+            ids.n = 0;
+            double t0 = progress_now();
+            int s = bpe_encode(b, text.v, text.n, flags, &ids);
+            times[r] = progress_now() - t0;
+            if (s < 0) {
+                snprintf(err, sizeof err, "%s: encoding failed: %s", pos[0], bpe_strerror(s));
+                goto done;
+            }
+        }
+        for (int i = 1; i < repeat; i++) /* insertion sort for the median */
+            for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
+                double x = times[j];
+                times[j] = times[j - 1];
+                times[j - 1] = x;
+            }
+        double med = times[repeat / 2];
+        fprintf(stderr, "tokenizer ids: %zu bytes -> %zu tokens, median %.4fs of %d, %.2f MB/s\n", text.n, ids.n, med,
+                repeat, med > 0 ? text.n / med / 1e6 : 0.0);
+        if (f && write_ids(f, &ids) < 0) {
             snprintf(err, sizeof err, "%s: write failed", out ? out : "stdout");
             goto done;
         }
     }
+    if (f && fflush(f) != 0) {
+        snprintf(err, sizeof err, "%s: write failed", out ? out : "stdout");
+        goto done;
+    }
     rc = 0;
 done:
+    if (f && f != stdout && fclose(f) != 0 && rc == 0) {
+        snprintf(err, sizeof err, "%s: write failed", out);
+        rc = 1;
+    }
     if (rc) fprintf(stderr, "tokenizer ids: %s\n", err);
     bpe_ids_free(&ids);
     bpe_bytes_free(&text);

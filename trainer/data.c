@@ -7,6 +7,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
@@ -17,7 +18,8 @@ struct trainer_data {
     void *zctx, *sub;
     const trainer_opts_t *o;
     char *eps[MAX_LOADERS];
-    int n_eps;
+    int n_eps, n_given;       /* eps[0, n_given) came from --loaders, the rest from the bus */
+    char foreign[MAX_LOADERS];/* the probe found another dataset there (already reported) */
     loader_client_t *client;
     uint64_t start_epoch, start_step;
 };
@@ -45,6 +47,7 @@ int trainer_data_open(trainer_data_t **out, void *zctx, const trainer_opts_t *o,
             }
         free(list);
     }
+    d->n_given = d->n_eps;
     if (o->discover) {
         const char *prefix = "loader/";
         d->sub = bus_sub_open(zctx, bus_endpoint_sub(o->bus_sub), &prefix, 1, err, errlen);
@@ -72,19 +75,23 @@ void trainer_data_poll(trainer_data_t *d) {
 
 static uint8_t layout_of(const trainer_opts_t *o) { return strcmp(o->layout, "pad") ? WIRE_PACK : WIRE_PAD; }
 
-int trainer_data_probe(trainer_data_t *d, trainer_data_info_t *info, char *err, size_t errlen) {
+/* The client's hooks: discovery while a batch is awaited, and its lines about loaders. */
+static void poll_hook(void *arg) { trainer_data_poll(arg); }
+static void notice_hook(void *arg, const char *line) { fprintf(stderr, "trainer: %s\n", line); }
+
+int trainer_data_probe(trainer_data_t *d, const loader_identity_t *expect, trainer_data_info_t *info, char *err,
+                       size_t errlen) {
     const trainer_opts_t *o = d->o;
     double t0 = progress_now(), wait_s = o->timeout_ms / 1000.0 * 6;
     int tried = 0;
     for (;;) {
         trainer_data_poll(d);
         for (; tried < d->n_eps; tried++) {
-            void *s = zmq_socket(d->zctx, ZMQ_DEALER);
-            int linger = 0;
-            zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-            if (zmq_connect(s, d->eps[tried])) {
-                snprintf(err, errlen, "loader endpoint '%s': %s", d->eps[tried], zmq_strerror(zmq_errno()));
-                zmq_close(s);
+            char why[512];
+            void *s = bus_net_socket(d->zctx, ZMQ_DEALER, BUS_PEER_REPLIES, why, sizeof why);
+            if (!s || bus_net_connect(s, d->eps[tried], why, sizeof why)) {
+                snprintf(err, errlen, "loader endpoint '%s': %s", d->eps[tried], why);
+                if (s) zmq_close(s);
                 return -1;
             }
             wire_msg_t req = {.type = MSG_INFO_REQ}, rep;
@@ -109,18 +116,26 @@ int trainer_data_probe(trainer_data_t *d, trainer_data_info_t *info, char *err, 
                 wire_msg_free(&rep);
                 continue;
             }
-            msg_info_t *in = &rep.u.info;
-            *info = (trainer_data_info_t){.vocab_size = in->vocab_size, .eot_id = in->eot_id, .n_docs = in->n_docs,
-                                          .n_tokens = in->n_tokens, .steps_per_epoch = in->steps_per_epoch};
-            snprintf(info->tokenizer, sizeof info->tokenizer, "%s", in->tokenizer ? in->tokenizer : "");
-            snprintf(info->tokenizer_hash, sizeof info->tokenizer_hash, "%s", in->tokenizer_hash ? in->tokenizer_hash : "");
-            snprintf(info->dataset, sizeof info->dataset, "%s", in->dataset ? in->dataset : "");
+            loader_identity_from_info(&info->id, &rep.u.info);
+            info->steps_per_epoch = rep.u.info.steps_per_epoch;
+            snprintf(info->endpoint, sizeof info->endpoint, "%s", d->eps[tried]);
             wire_msg_free(&rep);
+            if (expect && !loader_identity_same(&info->id, expect)) {
+                char got[512], want[512];
+                loader_identity_describe(&info->id, got, sizeof got);
+                loader_identity_describe(expect, want, sizeof want);
+                if (tried < d->n_given)
+                    return snprintf(err, errlen, "loader %s serves %s, but the run was trained on %s", d->eps[tried], got,
+                                    want), -1;
+                fprintf(stderr, "trainer: loader %s serves %s, not the run's %s: not used\n", d->eps[tried], got, want);
+                d->foreign[tried] = 1;
+                continue;
+            }
             if (info->steps_per_epoch == 0)
-                return snprintf(err, errlen, "dataset %s holds no full batch of B=%d x T=%d", info->dataset, o->B, o->T), -1;
+                return snprintf(err, errlen, "dataset %s holds no full batch of B=%d x T=%d", info->id.dataset, o->B, o->T), -1;
             fprintf(stderr, "trainer: dataset %s: %llu docs, %llu tokens, vocab %u (%s), %llu steps per epoch\n",
-                    info->dataset, (unsigned long long)info->n_docs, (unsigned long long)info->n_tokens,
-                    info->vocab_size, info->tokenizer, (unsigned long long)info->steps_per_epoch);
+                    info->id.dataset, (unsigned long long)info->id.n_docs, (unsigned long long)info->id.n_tokens,
+                    info->id.vocab_size, info->id.tokenizer, (unsigned long long)info->steps_per_epoch);
             return 0;
         }
         if (bus_signal_received()) return snprintf(err, errlen, "interrupted"), -1;
@@ -143,13 +158,20 @@ int trainer_data_probe(trainer_data_t *d, trainer_data_info_t *info, char *err, 
     }
 }
 
-int trainer_data_start(trainer_data_t *d, uint64_t epoch, uint64_t step, char *err, size_t errlen) {
+int trainer_data_start(trainer_data_t *d, const loader_identity_t *id, uint64_t epoch, uint64_t step, char *err,
+                       size_t errlen) {
     const trainer_opts_t *o = d->o;
     loader_client_cfg_t cfg = {.seed = (uint64_t)o->data_seed, .B = (uint32_t)o->B, .T = (uint32_t)o->T,
                                .rank = 0, .world = 1, .layout = layout_of(o), .split = WIRE_TRAIN,
                                .window = (uint32_t)o->window, .timeout_ms = o->timeout_ms,
-                               .start_epoch = epoch, .start_step = step, .stop = bus_signal_flag()};
-    return loader_client_open(&d->client, d->zctx, (const char *const *)d->eps, d->n_eps, &cfg, err, errlen);
+                               .start_epoch = epoch, .start_step = step, .stop = bus_signal_flag(),
+                               .expect = id, .on_wait = d->sub ? poll_hook : NULL, .notice = notice_hook,
+                               .hook_arg = d};
+    const char *use[MAX_LOADERS];
+    int n = 0;
+    for (int i = 0; i < d->n_eps; i++)
+        if (!d->foreign[i]) use[n++] = d->eps[i];
+    return loader_client_open(&d->client, d->zctx, use, n, &cfg, err, errlen);
 }
 
 int trainer_data_next(trainer_data_t *d, msg_batch_t *b, char *err, size_t errlen) {

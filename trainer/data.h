@@ -1,29 +1,36 @@
 /* trainer/data.h: where the trainer's batches come from.
  *
  * Wraps the loader client (loader/client.h) with what the trainer adds: loader endpoints from
- * --loaders and/or from "loader/..." announcements on the bus (--discover), and a first
- * info_req that tells the dataset's vocabulary before the model is built. */
+ * --loaders and/or from "loader/..." announcements on the bus (--discover, read between steps
+ * and also while a batch is awaited), and a first info_req that tells the dataset (its
+ * vocabulary, its identity) before the model is built. Once the run's dataset is known, only
+ * loaders of that dataset are used; each other one is named once on stderr. */
 #ifndef TRAINER_DATA_H
 #define TRAINER_DATA_H
 #include <stddef.h>
 #include <stdint.h>
 
 #include "bus/wire.h"
+#include "loader/client.h"
 #include "trainer/opts.h"
 
 typedef struct trainer_data trainer_data_t;
 
 typedef struct {
-    uint32_t vocab_size, eot_id;
-    uint64_t n_docs, n_tokens, steps_per_epoch;
-    char tokenizer[64], tokenizer_hash[72], dataset[256];
+    loader_identity_t id;      /* vocabulary and documents of the train split */
+    uint64_t steps_per_epoch;
+    char endpoint[256];        /* the loader that answered */
 } trainer_data_info_t;
 
 int trainer_data_open(trainer_data_t **d, void *zctx, const trainer_opts_t *o, char *err, size_t errlen);
-/* Asks a loader for the dataset's description (waits for a discovered loader if needed). */
-int trainer_data_probe(trainer_data_t *d, trainer_data_info_t *info, char *err, size_t errlen);
-/* Starts delivering batches in order from (epoch, step). */
-int trainer_data_start(trainer_data_t *d, uint64_t epoch, uint64_t step, char *err, size_t errlen);
+/* Asks a loader for the dataset's description (waits for a discovered loader if needed).
+ * expect (NULL: any): the run's dataset, from its checkpoint; a --loaders endpoint serving
+ * another is refused (-1, err names both), a discovered one is passed over with a line. */
+int trainer_data_probe(trainer_data_t *d, const loader_identity_t *expect, trainer_data_info_t *info, char *err,
+                       size_t errlen);
+/* Starts delivering batches of dataset `id` (the probe's) in order from (epoch, step). */
+int trainer_data_start(trainer_data_t *d, const loader_identity_t *id, uint64_t epoch, uint64_t step, char *err,
+                       size_t errlen);
 /* The next batch (release with loader_batch_release). Returns 0 or a LOADER_E* status. */
 int trainer_data_next(trainer_data_t *d, msg_batch_t *b, char *err, size_t errlen);
 /* The (epoch, step) of the batch the next call delivers. */

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bus/net.h"
 #include "model/cpu_isa.h"
 #include "common/flags.h"
 #include "trainer/opts.h"
@@ -13,21 +14,25 @@ static void usage(FILE *f, const flag_t *flags, int n) {
             "usage: trainer --loaders EP[,EP...] [--discover] [options]\n"
             "Trains a model on batches from loaders (bin/loader), publishes metrics/<run> and\n"
             "ckpt/<run> events on the bus, writes checkpoints to --run-dir. SIGTERM/SIGINT write a\n"
-            "checkpoint and exit; --resume continues from the newest complete one.\n\noptions:\n");
+            "checkpoint and exit; --resume continues from the newest usable one (docs/FORMATS.md §3).\n"
+            "Test-only fault injection: README, \"Fault injection\".\n\noptions:\n");
     flags_usage(f, flags, n);
 }
 
 int main(int argc, char **argv) {
     trainer_opts_t o;
-    flag_t flags[TRAINER_NFLAGS];
+    flag_t flags[TRAINER_NFLAGS + BUS_NET_NFLAGS];
+    bus_net_opts_t net = {0};
     int nf = trainer_opts_init(&o, flags);
+    nf += bus_net_flags(flags + nf, &net, -1);
     char err[1024];
     int rc = flags_parse(argc, argv, 1, flags, nf, NULL, NULL, 0, err, sizeof err);
     if (rc == 1) {
         usage(stdout, flags, nf);
         return 0;
     }
-    if (rc || trainer_opts_check(&o, err, sizeof err) || cpu_isa_check(err, sizeof err)) {
+    if (rc || trainer_opts_check(&o, err, sizeof err) || cpu_isa_check(err, sizeof err) ||
+        bus_net_setup(&net, err, sizeof err)) {
         fprintf(stderr, "trainer: %s\n", err);
         return 2;
     }

@@ -12,8 +12,16 @@ figure4: deps
 	@$(MAKE) --no-print-directory all
 	@bash trainer/examples/figure4.sh
 
+# `make bf16-check`: the baseline and the Free Transformer trained on Brown in fp32 and in bf16
+# (the same seed and batches), curves compared, both evaluated, the bf16 baseline decoded by
+# bin/sampler and by the PyTorch reference (results/bf16.{md,json}).
+.PHONY: bf16-check
+bf16-check: deps
+	@$(MAKE) --no-print-directory all data
+	@bash trainer/examples/bf16.sh
+
 # `make mixers`: seed 004's masked-mixer comparisons at this machine's scale (results/mixers.*);
-# MIXERS_STEPS sets the length (default 600, about 1.5 h on 2 quiet cores).
+# MIXERS_STEPS sets the length (default 2000, about 40 min on 2 quiet cores).
 .PHONY: mixers
 mixers: deps
 	@$(MAKE) --no-print-directory all data

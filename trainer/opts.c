@@ -7,12 +7,13 @@
 
 #include "model/family.h"
 #include "model/mixer_config.h"
+#include "model/precision.h"
 
 int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     memset(o, 0, sizeof *o);
     o->run = "run";
     o->model = "llama";
-    o->device = "cpu";
+    o->device = device_default_spec();
     o->steps = 1000;
     o->ckpt_every = 200;
     o->keep = 3;
@@ -33,13 +34,15 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
     F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
     F("model", FLAG_STR, &o->model, "model family: llama, free (the Free Transformer), or the masked mixers' mixer, mixer-ae, llama-ae, mixer-mem, llama-mem", 0, 0);
-    F("resume", FLAG_BOOL, &o->resume, "continue from the newest complete checkpoint in --run-dir", 0, 0);
+    F("resume", FLAG_BOOL, &o->resume, "continue from the newest usable checkpoint in --run-dir (each damaged newer one is named)", 0, 0);
+    F("allow-restart", FLAG_BOOL, &o->allow_restart, "with --resume: start from scratch when every checkpoint is damaged (else refused)", 0, 0);
     F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
     F("ckpt-every", FLAG_INT, &o->ckpt_every, "write a checkpoint every N steps (0: only at the end)", 0, 1e9);
     F("keep", FLAG_INT, &o->keep, "complete checkpoints kept (0: all)", 0, 1e6);
     F("log-every", FLAG_INT, &o->log_every, "log line every N steps when stderr is not a terminal", 0, 1e9);
     F("threads", FLAG_INT, &o->threads, "OpenMP/BLAS threads (0: as set by the environment)", 0, 1024);
-    F("device", FLAG_STR, &o->device, "where the model trains: cpu, cuda or cuda:N (default cpu)", 0, 0);
+    F("device", FLAG_STR, &o->device, "where the model trains: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0);
+    F("precision", FLAG_STR, &o->precision, "products in fp32, bf16 or tf32 (the GPU's; docs/DEVICES.md); default fp32, or the checkpoint's with --resume", 0, 0);
     F("loaders", FLAG_STR, &o->loaders, "comma-separated loader endpoints (e.g. ipc:///tmp/l0)", 0, 0);
     F("discover", FLAG_BOOL, &o->discover, "also use loaders that announce themselves on the bus", 0, 0);
     F("layout", FLAG_STR, &o->layout, "batch layout: pack (documents joined by eot) or pad (one per row)", 0, 0);
@@ -114,6 +117,12 @@ static int mixer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
 
 int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     int max_seq = o->max_seq ? o->max_seq : o->T;
+    if (o->allow_restart && !o->resume) {
+        snprintf(err, errlen, "--allow-restart goes with --resume");
+        return -1;
+    }
+    precision_t p;
+    if (o->precision && precision_parse(o->precision, &p, err, errlen)) return -1;
     if (!o->loaders && !o->discover) {
         snprintf(err, errlen, "no data: give --loaders EP[,EP...] and/or --discover");
         return -1;

@@ -13,11 +13,13 @@ typedef struct {
     const char *run_dir;       /* checkpoints go here (default runs/<run>) */
     const char *model;         /* family name */
     int resume;
+    int allow_restart;         /* --resume may start over when every checkpoint is damaged */
     long long steps;           /* optimizer steps in total (a resumed run continues to this) */
     int ckpt_every, keep;
     int log_every;             /* a plain log line every N steps when stderr is no terminal */
     int threads;
     const char *device;        /* "cpu", "cuda", "cuda:N" */
+    const char *precision;     /* "fp32" | "bf16" | "tf32"; NULL: fp32, or the checkpoint's on --resume */
     /* data */
     const char *loaders;       /* comma-separated loader endpoints */
     int discover;              /* also use loaders announced on the bus */
@@ -50,7 +52,7 @@ typedef struct {
     int warmup, decay_embeddings;
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 62
+#define TRAINER_NFLAGS 63
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);

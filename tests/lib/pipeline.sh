@@ -6,12 +6,17 @@
 #   it_synth_data DIR N SEED [ENCODE FLAGS...]  N synthetic lines -> byte-level dataset DIR
 #   it_pipeline DATA [TOPIC...] bin/bus, one loader "l0" at ipc://$W/l0 and, with topics, a tap
 #                               into $W/tap.log that is known to be connected when this returns
+#   killed_run PROGRAM ARGS...  runs a program (not a shell function) that a fault hook kills
+#                               (FT_*_FAULT_KILL_*, README's "Fault injection") without bash's
+#                               "Killed" notice; its status (137)
 #   it_done                     prints "N passed, M failed"; use as the script's last command
 # Background processes started by a script go into pids (`cmd & pids+=($!)`).
 
 it_init() {
     W=${FT_TEST_TMP:-$(mktemp -d)}/$1; rm -rf "$W"; mkdir -p "$W"
     export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub FT_PROGRESS=0
+    # the device every program uses (make test-gpu runs these scripts with FT_TEST_DEVICE=cuda)
+    export FT_DEVICE=${FT_TEST_DEVICE:-cpu}
     export OMP_NUM_THREADS=${2:-2}
     pass=0; fail=0; pids=()
     trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null' EXIT
@@ -37,5 +42,7 @@ it_pipeline() {
         wait_for "bin/bus send log/sync log program=it line=ping >/dev/null 2>&1; grep -q ping $W/tap.log" 10
     fi
 }
+
+killed_run() { { "$@" 2>&3; } 3>&2 2>/dev/null; }
 
 it_done() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }

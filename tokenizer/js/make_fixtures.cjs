@@ -29,6 +29,17 @@ const tricky = [
   ["long_digits", "1234567890".repeat(20)],
   ["long_spaces", " ".repeat(300) + "x" + "\n".repeat(120)],
   ["long_punct", "-=".repeat(80) + "!?" .repeat(60)],
+  // letters and digits Unicode added in 15 and 16, and U+180E (no longer \s since Unicode 6.3):
+  // a pre-tokenizer with older Unicode tables splits these differently (issue 10)
+  ["letter16_s", "\u1c89's"],
+  ["letter16_re", "\u{105c0}'re"],
+  ["letter16_ll", "\u{10ec2}'ll"],
+  ["digit16_first", "\u{10d40}123"],
+  ["digit16_second", "1\u{10d40}23"],
+  ["u180e", " \u180ea a\u180e b \u180e\u180e x"],
+  // o200k's upper/lower letter classes, marks, and its [\r\n/]* tail
+  ["case_runs", "HelloWorld ABCdef aBC DEF's CamelCASEWord x\u01c5y \u02b0A\u02b0 \u0301x a\u0301b ( \u0301"],
+  ["paths", "see /usr/local/bin/ and C:\\dir\\x.txt;\n// comment\n/x/ !/\n/"],
 ];
 
 function cases() {
@@ -43,7 +54,7 @@ function cases() {
 }
 
 const all = cases();
-for (const name of ["gpt2", "cl100k_base"]) {
+for (const name of ["gpt2", "r50k_base", "p50k_base", "p50k_edit", "cl100k_base", "o200k_base"]) {
   const enc = tiktoken.get_encoding(name);
   const lines = all.map((c) => "  " + JSON.stringify({
     name: c.name, text: c.text,

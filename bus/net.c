@@ -1,0 +1,244 @@
+/* bus/net.c: the process's socket policy (see net.h). */
+#include "bus/net.h"
+
+#include <arpa/inet.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "bus/keys.h"
+#include "bus/zap.h"
+#include "common/errmsg.h"
+
+#define GUIDE "see README, \"Running across machines, securely\""
+
+static const struct {
+    const char *flag, *env;
+    long long dflt;
+} KINDS[BUS_PEER_KINDS] = {
+    [BUS_PEER_EVENTS] = {"max-event-bytes", "FT_MAX_EVENT_BYTES", BUS_MAX_EVENTS_BYTES},
+    [BUS_PEER_SUB] = {"max-sub-bytes", "FT_MAX_SUB_BYTES", BUS_MAX_SUB_BYTES},
+    [BUS_PEER_REQUESTS] = {"max-request-bytes", "FT_MAX_REQUEST_BYTES", BUS_MAX_REQUESTS_BYTES},
+    [BUS_PEER_REPLIES] = {"max-reply-bytes", "FT_MAX_REPLY_BYTES", BUS_MAX_REPLIES_BYTES},
+};
+#define MIN_MAX_BYTES 1024ll
+#define MAX_MAX_BYTES (4ll << 30)
+
+static struct {
+    int ready;
+    int has_key;
+    bus_keypair_t kp;        /* own key pair (has_key) */
+    bus_keypair_t ephemeral; /* made on first use by a client without a key pair */
+    bus_trust_t *trust;
+    int n_trust;
+    char (*authorized)[BUS_KEY_Z85];
+    int n_authorized, authorized_given;
+    int allow_any, insecure;
+    long long max_bytes[BUS_PEER_KINDS];
+} g;
+
+int bus_net_flags(flag_t *f, bus_net_opts_t *o, int serves) {
+    int n = 0;
+    f[n++] = (flag_t){"key", FLAG_STR, &o->key, "own CURVE key pair file from bin/bus keygen ($FT_KEY)", 0, 0, 0};
+    f[n++] = (flag_t){"trust", FLAG_STR, &o->trust,
+                      "servers trusted: lines ENDPOINT-PATTERN SERVER-KEY; CURVE to those ($FT_TRUST)", 0, 0, 0};
+    f[n++] = (flag_t){"insecure", FLAG_BOOL, &o->insecure,
+                      "allow endpoints other than loopback and ipc without CURVE ($FT_INSECURE=1)", 0, 0, 0};
+    if (serves < 0 || serves >= BUS_PEER_KINDS) return n;
+    f[n++] = (flag_t){"authorized", FLAG_STR, &o->authorized,
+                      "with --key: client public keys served, one a line ($FT_AUTHORIZED)", 0, 0, 0};
+    f[n++] = (flag_t){"allow-any-client", FLAG_BOOL, &o->allow_any_client,
+                      "with --key: serve any CURVE client ($FT_ALLOW_ANY_CLIENT=1)", 0, 0, 0};
+    static char help[BUS_PEER_KINDS][96];
+    snprintf(help[serves], sizeof help[serves], "largest message a peer may send (0: $%s or %lld)",
+             KINDS[serves].env, KINDS[serves].dflt);
+    f[n++] = (flag_t){KINDS[serves].flag, FLAG_I64, &o->max_bytes[serves], help[serves], 0,
+                      (double)MAX_MAX_BYTES, 0};
+    return n;
+}
+
+static const char *pick(const char *flag, const char *env) {
+    if (flag && *flag) return flag;
+    const char *e = getenv(env);
+    return e && *e ? e : NULL;
+}
+
+static int env_on(const char *env) {
+    const char *e = getenv(env);
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+void bus_net_reset(void) {
+    bus_keys_trust_free(&g.trust, g.n_trust);
+    free(g.authorized);
+    memset(&g, 0, sizeof g);
+}
+
+int bus_net_setup(const bus_net_opts_t *o, char *err, size_t errlen) {
+    static const bus_net_opts_t none;
+    if (!o) o = &none;
+    bus_net_reset();
+    for (int k = 0; k < BUS_PEER_KINDS; k++) {
+        long long v = o->max_bytes[k];
+        const char *e = getenv(KINDS[k].env);
+        if (!v && e && *e) {
+            char *end;
+            v = strtoll(e, &end, 10);
+            if (*end || v <= 0)
+                return err_fail(err, errlen, BUS_ERR_REFUSED, "$%s: '%s' is not a byte count", KINDS[k].env, e);
+        }
+        if (!v) v = KINDS[k].dflt;
+        if (v < MIN_MAX_BYTES || v > MAX_MAX_BYTES)
+            return err_fail(err, errlen, BUS_ERR_REFUSED, "--%s / $%s: %lld is outside [%lld, %lld]",
+                            KINDS[k].flag, KINDS[k].env, v, MIN_MAX_BYTES, MAX_MAX_BYTES);
+        g.max_bytes[k] = v;
+    }
+    const char *key = pick(o->key, "FT_KEY"), *trust = pick(o->trust, "FT_TRUST");
+    const char *auth = pick(o->authorized, "FT_AUTHORIZED");
+    g.allow_any = o->allow_any_client || env_on("FT_ALLOW_ANY_CLIENT");
+    g.insecure = o->insecure || env_on("FT_INSECURE");
+    int rc = 0;
+    if (key && (rc = bus_keys_read_pair(key, &g.kp, err, errlen))) goto fail;
+    g.has_key = key != NULL;
+    if (trust && (rc = bus_keys_read_trust(trust, &g.trust, &g.n_trust, err, errlen))) goto fail;
+    if (auth && (rc = bus_keys_read_list(auth, &g.authorized, &g.n_authorized, err, errlen))) goto fail;
+    g.authorized_given = auth != NULL;
+    g.ready = 1;
+    return 0;
+fail:
+    bus_net_reset();
+    return rc;
+}
+
+static int ready(char *err, size_t errlen) { return g.ready ? 0 : bus_net_setup(NULL, err, errlen); }
+
+long long bus_net_max_bytes(bus_peer_kind kind) {
+    if (!g.ready && bus_net_setup(NULL, NULL, 0)) return KINDS[kind].dflt;
+    return g.max_bytes[kind];
+}
+
+unsigned long long bus_net_refused(void) { return bus_zap_refused(); }
+
+void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t errlen) {
+    if (!zctx || (int)kind < 0 || kind >= BUS_PEER_KINDS) {
+        err_fail(err, errlen, BUS_ERR_ARG, "bus_net_socket: bad argument");
+        return NULL;
+    }
+    if (ready(err, errlen)) return NULL;
+    void *s = zmq_socket(zctx, type);
+    if (!s) {
+        err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        return NULL;
+    }
+    int zero = 0;
+    int64_t max = g.max_bytes[kind];
+    if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max)) {
+        err_fail(err, errlen, BUS_ERR_ZMQ, "socket options: %s", zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+int bus_net_endpoint_local(const char *ep) {
+    if (!ep) return 0;
+    if (has_prefix(ep, "ipc://") || has_prefix(ep, "inproc://")) return 1;
+    if (!has_prefix(ep, "tcp://")) return 0;
+    const char *addr = ep + 6, *semi = strrchr(addr, ';');
+    if (semi) addr = semi + 1; /* "tcp://source;destination": where the bytes go */
+    const char *colon = strrchr(addr, ':');
+    if (!colon) return 0;
+    char host[256];
+    size_t n = (size_t)(colon - addr);
+    if (n >= sizeof host) return 0;
+    memcpy(host, addr, n);
+    host[n] = 0;
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = 0;
+    }
+    if (!strcmp(host, "localhost") || !strcmp(host, "::1")) return 1;
+    struct in_addr a4;
+    return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
+}
+
+/* Plain text is allowed towards ep? 0, or BUS_ERR_REFUSED with the line the user needs. */
+static int clear_allowed(const char *ep, const char *what, char *err, size_t errlen) {
+    if (g.insecure || bus_net_endpoint_local(ep)) return 0;
+    return err_fail(err, errlen, BUS_ERR_REFUSED,
+                    "%s %s: not a loopback or ipc endpoint, and no CURVE security for it (%s); "
+                    "give %s, or --insecure to send in the clear (%s)",
+                    what, ep, what[0] == 'b' ? "no --key" : "its server key is not in --trust",
+                    what[0] == 'b' ? "--key with --authorized or --allow-any-client"
+                                   : "--trust with a line for it",
+                    GUIDE);
+}
+
+static int set(void *s, int opt, const void *v, size_t n, const char *ep, char *err, size_t errlen) {
+    if (zmq_setsockopt(s, opt, v, n) == 0) return 0;
+    return err_fail(err, errlen, BUS_ERR_ZMQ, "%s: CURVE options: %s (is libzmq built with libsodium?)", ep,
+                    zmq_strerror(zmq_errno()));
+}
+
+static int authorized(const uint8_t key[32]) {
+    if (g.allow_any) return 1;
+    char z85[BUS_KEY_Z85];
+    if (!zmq_z85_encode(z85, key, 32)) return 0;
+    for (int i = 0; i < g.n_authorized; i++)
+        if (!strcmp(g.authorized[i], z85)) return 1;
+    return 0;
+}
+
+int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) {
+    if (!zctx || !s || !ep) return err_fail(err, errlen, BUS_ERR_ARG, "bus_net_bind: NULL argument");
+    int rc = ready(err, errlen);
+    if (rc) return rc;
+    if (!has_prefix(ep, "inproc://")) {
+        if (!g.has_key) {
+            if ((rc = clear_allowed(ep, "bind", err, errlen))) return rc;
+        } else {
+            if (!g.authorized_given && !g.allow_any)
+                return err_fail(err, errlen, BUS_ERR_REFUSED,
+                                "bind %s: --key needs --authorized FILE (the client keys served) or "
+                                "--allow-any-client (%s)", ep, GUIDE);
+            /* the handler first: a client that connects before it exists would get in */
+            if ((rc = bus_zap_ensure(zctx, authorized, err, errlen))) return rc;
+            int one = 1;
+            if ((rc = set(s, ZMQ_ZAP_DOMAIN, "ft", 2, ep, err, errlen)) ||
+                (rc = set(s, ZMQ_CURVE_SERVER, &one, sizeof one, ep, err, errlen)) ||
+                (rc = set(s, ZMQ_CURVE_SECRETKEY, g.kp.sec, BUS_KEY_Z85 - 1, ep, err, errlen)))
+                return rc;
+        }
+    }
+    if (zmq_bind(s, ep) != 0)
+        return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+int bus_net_connect(void *s, const char *ep, char *err, size_t errlen) {
+    if (!s || !ep) return err_fail(err, errlen, BUS_ERR_ARG, "bus_net_connect: NULL argument");
+    int rc = ready(err, errlen);
+    if (rc) return rc;
+    const char *server = has_prefix(ep, "inproc://") ? NULL : bus_keys_trusted(g.trust, g.n_trust, ep);
+    if (!server && !has_prefix(ep, "inproc://") && (rc = clear_allowed(ep, "connect", err, errlen)))
+        return rc;
+    if (server) {
+        const bus_keypair_t *me = &g.kp;
+        if (!g.has_key) { /* a throw-away identity: enough for an allow-any server */
+            if (!g.ephemeral.pub[0] && (rc = bus_keys_generate(&g.ephemeral, err, errlen))) return rc;
+            me = &g.ephemeral;
+        }
+        if ((rc = set(s, ZMQ_CURVE_SERVERKEY, server, BUS_KEY_Z85 - 1, ep, err, errlen)) ||
+            (rc = set(s, ZMQ_CURVE_PUBLICKEY, me->pub, BUS_KEY_Z85 - 1, ep, err, errlen)) ||
+            (rc = set(s, ZMQ_CURVE_SECRETKEY, me->sec, BUS_KEY_Z85 - 1, ep, err, errlen)))
+            return rc;
+    }
+    if (zmq_connect(s, ep) != 0)
+        return err_fail(err, errlen, BUS_ERR_ZMQ, "connect %s: %s", ep, zmq_strerror(zmq_errno()));
+    return 0;
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The one checkpoint rule (model/checkpoint.h, docs/FORMATS.md §3 "Which checkpoint is usable"):
+# trainer --resume, sampler --run-dir and the evaluator take the same checkpoint from a run
+# directory whose newer checkpoints are damaged in three ways: a file that no longer matches
+# the MANIFEST, and, under a MANIFEST recomputed over the damage, a flipped data byte (the
+# safetensors file's own xxh3) and a config.json that no longer fits the tensors. Each program
+# names every skipped checkpoint on its own line, prefixed with its name; a checkpoint given
+# by path is used or refused, never swapped; when none is usable, each one says so.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib/pipeline.sh
+it_init it_ckpt_rule 1
+cc -O1 -o "$W/remanifest" tests/lib/remanifest.c -lxxhash || { echo "cannot build tests/lib/remanifest.c"; exit 1; }
+it_synth_data "$W/ds" 2000 7
+it_pipeline "$W/ds"
+
+MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --batch 4 --warmup 5 --lr 3e-3"
+train() { bin/trainer --loaders "ipc://$W/l0" $MODEL --run a --steps 40 --ckpt-every 10 "$@"; }
+sample() { bin/sampler --prompt 'K>' --n 1 --max-new 4 "$@"; }
+VAL="--task val --data $W/ds --val-docs 200 --batches 1 --batch 4 --seq-len 32"
+# one byte of the data section (the last tensor), not of the header
+flip() { printf 'x' | dd of="$1" bs=1 seek=$(($(stat -c %s "$1") - 50)) conv=notrunc 2>/dev/null; }
+
+train --run-dir "$W/a" --keep 0 2>"$W/a.log"
+ok "the run exits 0" "[ $? = 0 ] && [ \$(ls -d $W/a/ckpt-* | wc -l) = 4 ]"
+cp -r "$W/a" "$W/m"
+flip "$W/m/ckpt-00000040/model.safetensors"                          # the MANIFEST sees it
+flip "$W/m/ckpt-00000030/model.safetensors"; "$W/remanifest" "$W/m/ckpt-00000030"   # its own xxh3 does
+sed -i 's/"intermediate_size": 64/"intermediate_size": 65/' "$W/m/ckpt-00000020/config.json"
+"$W/remanifest" "$W/m/ckpt-00000020"                                 # the tensors' shapes do
+ok "the recomputed MANIFESTs verify" "! grep -q 'intermediate_size\": 64' $W/m/ckpt-00000020/config.json"
+skips() { # the three skip lines of program $1 in log $2, in order, each with its prefix
+    [ "$(grep -c "^$1: skipping " "$2")" = 3 ] && ! grep -q '^skipping' "$2" &&
+    [ "$(grep "^$1: skipping " "$2" | grep -o 'ckpt-000000[0-9]*' | tr '\n' ' ')" = "ckpt-00000040 ckpt-00000030 ckpt-00000020 " ]
+}
+
+# 1. each program: the newest usable checkpoint, 10; every skip on a line of its own
+cp -r "$W/m" "$W/mt"
+train --run-dir "$W/mt" --resume 2>"$W/t.log"; rc=$?
+ok "trainer resumes from the newest usable checkpoint (rc $rc)" "[ $rc = 0 ] && grep -q 'resumed from $W/mt/ckpt-00000010' $W/t.log"
+ok "trainer: one prefixed line per skipped checkpoint" "skips trainer $W/t.log"
+ok "trainer: the resumed run ends bit-identical" "cmp -s $W/a/ckpt-00000040/model.safetensors $W/mt/ckpt-00000040/model.safetensors"
+sample --run-dir "$W/m" >/dev/null 2>"$W/s.log"; rc=$?
+ok "sampler --run-dir uses the newest usable checkpoint (rc $rc)" "[ $rc = 0 ] && grep -q '^sampler: $W/m/ckpt-00000010: 1 samples' $W/s.log"
+ok "sampler: one prefixed line per skipped checkpoint" "skips sampler $W/s.log"
+bin/evaluator --run a --run-dir "$W/m" $VAL --once --no-bus >"$W/e.out" 2>"$W/e.log"; rc=$?
+ok "evaluator --once evaluates the newest usable checkpoint (rc $rc)" "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 10' $W/e.out >/dev/null"
+ok "evaluator: one prefixed line per skipped checkpoint" "skips evaluator $W/e.log"
+
+# 2. a checkpoint given by path is used or refused, never replaced by another
+sample --ckpt "$W/m/ckpt-00000030" >/dev/null 2>"$W/s2.log"; rc=$?
+ok "sampler --ckpt of a damaged checkpoint refused, one line (rc $rc)" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/s2.log) = 1 ] && grep -q '^sampler: $W/m/ckpt-00000030/model.safetensors: .*xxh3' $W/s2.log"
+
+# 3. none usable: each program refuses, naming them
+flip "$W/m/ckpt-00000010/model.safetensors"
+cp -r "$W/m" "$W/mt2"
+train --run-dir "$W/mt2" --resume 2>"$W/t2.log"; rc=$?
+ok "trainer refuses to start over (rc $rc)" \
+   "[ $rc = 1 ] && grep -q 'every checkpoint in $W/mt2 is damaged (ckpt-00000040, ckpt-00000030, ckpt-00000020, ckpt-00000010)' $W/t2.log && ! grep -q '^step' $W/t2.log"
+sample --run-dir "$W/m" >/dev/null 2>"$W/s3.log"; rc=$?
+ok "sampler: no usable checkpoint, naming them (rc $rc)" \
+   "[ $rc = 1 ] && grep -q '^sampler: --run-dir $W/m: no usable checkpoint (damaged: ckpt-00000040, ckpt-00000030, ckpt-00000020, ckpt-00000010)' $W/s3.log"
+bin/evaluator --run a --run-dir "$W/m" $VAL --once --no-bus >/dev/null 2>"$W/e3.log"; rc=$?
+ok "evaluator --once: no usable checkpoint (rc $rc)" "[ $rc = 1 ] && [ \$(grep -c '^evaluator: skipping' $W/e3.log) = 4 ] && grep -q 'no usable checkpoint' $W/e3.log"
+
+it_done
