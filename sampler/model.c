@@ -78,6 +78,10 @@ static int load_cb(void *ctx, const char *dir, char *err, size_t errlen) {
     model_config_t cfg;
     int rc = ckpt_load_config(dir, &cfg, err, errlen);
     if (rc) return rc;
+    /* a sound checkpoint of a model that does not generate: refused, not skipped as damaged */
+    if (mixer_kind_is(cfg.kind) && cfg.kind != MODEL_MIXER)
+        return err_fail(err, errlen, CKPT_EREFUSED, "%s: a %s predicts the chunk it has encoded, not the next token: the "
+                        "sampler generates from causal models (llama, free, mixer)", dir, mixer_kind_name(cfg.kind));
     sampler_model_t *sm = NULL;
     char why[512];
     rc = sampler_model_create(&sm, lc->dev, &cfg, 0, why, sizeof why);

@@ -30,9 +30,8 @@ straight_and_resumed() {
     local first last_
     first=$(grep -m1 '^step 10/' "$W/$name.log" | awk '{print $4}'); last_=$(grep '^step 40/' "$W/$name.log" | awk '{print $4}')
     ok "$name: loss falls ($first -> $last_)" "awk -v a=$first -v b=$last_ 'BEGIN{exit !(b < a - 0.2)}'"
-    bin/trainer --loaders "ipc://$W/l0" $BASE "$@" --run "$name-k" --run-dir "$W/$name-k" --steps 40 --ckpt-every 20 --keep 2 2>"$W/$name-k1.log" & local tp=$!; pids+=($tp)
-    for _ in $(seq 1200); do [ -d "$(last "$W/$name-k" 20)" ] && break; sleep 0.05; done
-    kill -9 $tp 2>/dev/null; wait $tp 2>/dev/null
+    # killed by the trainer's own fault hook right after its step-20 checkpoint (SIGKILL)
+    FT_TRAINER_FAULT_KILL_AFTER_CKPT=20 killed_run bin/trainer --loaders "ipc://$W/l0" $BASE "$@" --run "$name-k" --run-dir "$W/$name-k" --steps 40 --ckpt-every 20 --keep 2 2>"$W/$name-k1.log"
     ok "$name: the killed run stopped before the end" "[ -d $(last "$W/$name-k" 20) ] && [ ! -d $(last "$W/$name-k" 40) ]"
     train "$@" --run "$name-k" --run-dir "$W/$name-k" --steps 40 --ckpt-every 20 --keep 2 --resume 2>"$W/$name-k2.log"
     ok "$name: resumes" "[ $? = 0 ] && grep -q 'resumed from' $W/$name-k2.log"
