@@ -16,13 +16,19 @@
  * "flops_per_token" is the issue's rule, 6 x parameters + 12 x layers x d x T, for the
  * baseline; for the Free Transformer the encoder block counts as one more layer, its
  * parameters count except the post-sampler (a column gather, no product), and the Binary
- * Mapper's dense pass-through adds 2 x 2^H x d (dY = W_post^T dR). For the masked mixers
- * (--model mixer, ...; seed 004; n_ctx = T) the mixing weights are not applied per token like a
- * Linear's but per embedding column: they are left out of the 6 x parameters, and each layer's
- * mixing adds the products as run, 6 x k x T x d per token (forward 2 T d k, backward twice
- * that; the masked half of each T x T product included, as the gemm computes it). */
+ * Mapper's dense pass-through adds 2 x 2^H x d (dY = W_post^T dR).
+ * --model ltm (the Latent-thought LM: --latent-vectors m, --inner-steps K, --window W) also
+ * prints "tr_flops_per_token", seed 003 §2.4's count (3 (K + 1) forwards, model/ltm.h; for the
+ * baseline 3 forwards of the same count) and "exec_flops_per_token", what the implementation
+ * executes ((2 K + 3) forwards: an inner step's backward skips the weight gradients).
+ * For the masked mixers (--model mixer, ...; seed 004; n_ctx = T) the mixing weights are not
+ * applied per token like a Linear's but per embedding column: they are left out of the 6 x
+ * parameters, and each layer's mixing adds the products as run, 6 x k x T x d per token
+ * (forward 2 T d k, backward twice that; the masked half of each T x T product included, as
+ * the gemm computes it). */
 #include "model/adamw.h"
 #include "model/family.h"
+#include "model/ltm.h"
 #include "model/mixer_config.h"
 #include "common/rng.h"
 #include <omp.h>
@@ -68,6 +74,8 @@ static void sync_dev(void) {
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
+static int ltm_m = 8, ltm_K = 4, ltm_W = 0;
+
 static int run(char name, const char *model, int H, int mh, int mk, int B, int T, int steps, int json) {
     model_config_t c = config_of(name);
     const model_family_t *fam = family_find(model);
@@ -77,6 +85,9 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     }
     c.kind = fam->kind;
     if (c.kind == MODEL_FREE) c.latent_bits = H, c.kappa_nats = 0.5f * 0.6931472f;
+    if (c.kind == MODEL_LTM)
+        c.latent_vectors = ltm_m, c.inner_steps = ltm_K, c.sliding_window = ltm_W, c.fast_lr = 0.3f,
+        c.fast_lr_end = 0.34f, c.fast_lr_steps = 1000;
     if (mixer_kind_is(c.kind)) {   /* the mixing weights are n_ctx x n_ctx: n_ctx = T */
         c.max_seq = T, c.mixer_heads = mh, c.mixer_kernel = mk;
         c.encoder_layers = c.n_layers, c.embed_dim = c.d_model;
@@ -155,10 +166,12 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
-               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
+               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"tr_flops_per_token\":%.0f,"
+               "\"exec_flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
                "\"gemm_share\":%.4f}\n",
                name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
-               t_bwd / steps, t_opt / steps, tps, fpt, loss, dev->name, precision_name(dev->precision), gemm_share);
+               t_bwd / steps, t_opt / steps, tps, fpt, ltm_train_flops(&c, T), ltm_exec_flops(&c, T), loss, dev->name,
+               precision_name(dev->precision), gemm_share);
     else
         printf("C  config %c (%s): %lld params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
                "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
@@ -175,6 +188,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: train_step [--config S|M|G|both] [--model FAMILY] [--latent-bits H] [--steps N]\n"
+                   "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
                    "                  [--mixer-heads h] [--mixer-kernel k] [--json]\n"
                    "FAMILY: %s\n", family_names());
@@ -183,6 +197,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--latent-bits") && i + 1 < argc) H = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--latent-vectors") && i + 1 < argc) ltm_m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--inner-steps") && i + 1 < argc) ltm_K = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--window") && i + 1 < argc) ltm_W = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);

@@ -81,6 +81,7 @@ int eval_lm_create(eval_lm_t **out, device_t *dev, const model_config_t *cfg, in
     if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
     if (!dev) dev = device_cpu_default();
     if (cfg->kind == MODEL_FREE) return eval_lm_create_free(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
+    if (cfg->kind == MODEL_LTM) return eval_lm_create_ltm(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
     if (mixer_kind_is(cfg->kind)) return eval_lm_create_mixers(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
     if (cfg->kind != MODEL_LLAMA)
         return err_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",

@@ -29,6 +29,9 @@ static void usage(FILE *f, const flag_t *flags, int n) {
             "       {\"prompt\",\"answer\"[,\"stop\",\"max_tokens\"]} with --vocab V\n"
             "  synth  seed 000 Figure 4 measures on the synthetic sequences: valid fraction and target\n"
             "       position spread with independent / shared Z, over --limit groups (default 10)\n"
+            "Latent-thought LM checkpoints: val infers each row's posterior by K fast steps for each\n"
+            "K of --inner-steps-list and reports the NELBO bound on the NLL, perplexity and bits per\n"
+            "byte for each; mc and em infer it from the context (the question, the prompt) only.\n"
             "\noptions:\n");
     flags_usage(f, flags, n);
 }
@@ -64,7 +67,10 @@ int main(int argc, char **argv) {
         {"temperature", FLAG_FLOAT, &tc.temperature, "em: 0 = greedy, else sampled with --seed; synth: sampling temperature (0: 1)", 0, 100, 0},
         {"eot-prefix", FLAG_BOOL, &tc.eot_prefix, "synth: put end-of-text before each prompt (models trained on rows that start with it)", 0, 0, 0},
         {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
-        {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging)", 1, 4096, 0},
+        {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging); LTM mc: posterior samples per question", 1, 4096, 0},
+        {"inner-steps-list", FLAG_STR, &tc.inner_steps_list, "LTM val: the NELBO bound after each of these inference steps, e.g. 0,4,16,64 (default: 0 and the checkpoint's K)", 0, 0, 0},
+        {"inner-steps", FLAG_INT, &tc.inner_steps, "LTM: fast steps inferring the posterior (mc, em: from the context; 0: the checkpoint's)", 0, 100000, 0},
+        {"fast-lr", FLAG_FLOAT, &tc.fast_lr, "LTM: the inference's peak rate (0: the checkpoint's final fast rate)", 0, 100, 0},
         {"bits-per-param", FLAG_INT, &tc.bits_per_param, "autoencoders, memory models, val: bits b_p each float of the stored embedding takes (4, 8, 16 or 32)", 0, 64, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
         {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},

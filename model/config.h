@@ -8,6 +8,7 @@
 typedef enum {
     MODEL_LLAMA = 0,
     MODEL_FREE = 1,
+    MODEL_LTM = 2,
     /* masked mixers (seed 004, model/mixers.h): numbered apart from other families' kinds */
     MODEL_MIXER = 10,      /* causal mixer language model */
     MODEL_MIXER_AE = 11,   /* one-vector autoencoder, mixer blocks */
@@ -32,6 +33,15 @@ typedef struct {
     /* Free Transformer (seed 000), used when kind == MODEL_FREE */
     int latent_bits;       /* H: Z is one-hot over 2^H */
     float kappa_nats;      /* free-bits threshold per token, in nats */
+    /* self-attention sees only this many newest positions (sliding_window; 0: all). Read by
+     * every decoder block; only the LTM sets it */
+    int sliding_window;
+    /* Latent-thought LM (seed 003, model/ltm.h), used when kind == MODEL_LTM */
+    int latent_vectors;    /* m: latent thought vectors (of width d_model) per layer */
+    int inner_steps;       /* K: AdamW steps on (mu, log sigma) per training batch; inference's default */
+    float fast_lr;         /* the fast learning rate at optimizer step 0 ... */
+    float fast_lr_end;     /* ... rising linearly to this at step fast_lr_steps - 1 */
+    int fast_lr_steps;     /* the ramp's length in optimizer steps (the training run's --steps) */
     /* masked mixers and their autoencoders / memory models (seed 004; kinds MODEL_MIXER..) */
     int mixer_heads;       /* 1: flat (one T x T mixing); h > 1: in/out projections, h heads */
     int mixer_kernel;      /* k >= 1: each output element mixes k neighbouring elements */

@@ -154,6 +154,26 @@ typedef struct device_ops {
     double (*sumsq)(device_t *d, const float *x, size_t n);
     void (*adamw_update)(device_t *d, float *p, float *g, float *m, float *v, size_t n,
                          const adamw_scalars_t *s);
+
+    /* ---- sliding-window attention (ops.h; seed 003) ---- */
+    void (*attention_window_forward)(device_t *d, float *out, float *lse, const float *q,
+                                     const float *k, const float *v, int B, int Tq, int Tk, int H,
+                                     int Hkv, int hd, int causal, int window);
+    void (*attention_window_backward)(device_t *d, float *dq, float *dk, float *dv,
+                                      const float *dout, const float *out, const float *lse,
+                                      const float *q, const float *k, const float *v, int B,
+                                      int Tq, int Tk, int H, int Hkv, int hd, int causal,
+                                      int window);
+
+    /* ---- the LTM's Gaussian latents (ops.h, ltm.h) ---- */
+    void (*latent_normal)(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0,
+                          float mean, float std);
+    void (*latent_sample)(device_t *d, float *z, const float *mu, const float *ls,
+                          const float *eps, size_t n);
+    void (*latent_kl_rows)(device_t *d, float *kl, const float *mu, const float *ls, int L, int B,
+                           int n);
+    void (*latent_backward)(device_t *d, float *dmu, float *dls, const float *dz, const float *mu,
+                            const float *ls, const float *eps, float kl_scale, size_t n);
 } device_ops_t;
 
 struct device {

@@ -65,6 +65,12 @@ static void cpu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const 
 static void cpu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_join_unrope(dqkv, dq, dk, dv, c, s, N, T, H, Hkv, hd, pos0); }
 static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
 static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
+static void cpu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { ops_product_precision = d->precision; attention_window_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window); ops_product_precision = PRECISION_FP32; }
+static void cpu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { ops_product_precision = d->precision; attention_window_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window); ops_product_precision = PRECISION_FP32; }
+static void cpu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) { (void)d; latent_normal(x, L, B, n, key, row0, mean, std); }
+static void cpu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { (void)d; latent_sample(z, mu, ls, eps, n); }
+static void cpu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { (void)d; latent_kl_rows(kl, mu, ls, L, B, n); }
+static void cpu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { (void)d; latent_backward(dmu, dls, dz, mu, ls, eps, kl_scale, n); }
 static void cpu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) { (void)d; swiglu_forward(out, gate, up, N, F); }
 static void cpu_swiglu_backward(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward(dgate, dup, dout, gate, up, N, F); }
 static void cpu_swiglu_backward_set(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward_set(dgate, dup, dout, gate, up, N, F); }
@@ -143,6 +149,10 @@ static const device_ops_t cpu_ops = {
     .mixer_bias_backward = cpu_mixer_bias_backward, .unroll_forward = cpu_unroll_forward,
     .unroll_backward = cpu_unroll_backward, .sumsq = cpu_sumsq,
     .adamw_update = cpu_adamw_update,
+    .attention_window_forward = cpu_attention_window_forward,
+    .attention_window_backward = cpu_attention_window_backward,
+    .latent_normal = cpu_latent_normal, .latent_sample = cpu_latent_sample,
+    .latent_kl_rows = cpu_latent_kl_rows, .latent_backward = cpu_latent_backward,
 };
 
 static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {

@@ -208,10 +208,10 @@ __global__ void g_rmsnorm_bwd_dw(size_t n, float *dw, const float *dout, const f
 __global__ void g_rope(size_t n, float *out, const float *x, const float *cs, const float *sn, int T, int H, int hd, int pos0, float sign, int acc) { FOR_ITEMS(n) kb_rope(it, out, x, cs, sn, T, H, hd, pos0, sign, acc); }
 __global__ void g_qkv_split(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_split(it, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0); }
 __global__ void g_qkv_join(size_t n, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_join(it, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0); }
-__global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal); }
+__global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_rowdot(size_t n, float *Drow, const float *dout, const float *out, int Tq, int H, int hd) { FOR_ITEMS(n) kb_att_bwd_rowdot(it, Drow, dout, out, Tq, H, hd); }
-__global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal); }
-__global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal); }
+__global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
+__global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_swiglu_fwd(size_t n, float *out, const float *gate, const float *up) { FOR_ITEMS(n) kb_swiglu_fwd(it, out, gate, up); }
 __global__ void g_swiglu_bwd(size_t n, float *dg, float *du, const float *dout, const float *gate, const float *up, int acc) { FOR_ITEMS(n) kb_swiglu_bwd(it, dg, du, dout, gate, up, acc); }
 __global__ void g_ce_fwd(size_t n, float *row_loss, float *dz, float *lse, const float *z, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_fwd(it, row_loss, dz, lse, z, tgt, mask, V, scale); }
@@ -240,6 +240,10 @@ __global__ void g_mixer_bias_bwd(size_t n, float *db, const float *dy, int B, in
 __global__ void g_unroll_fwd(size_t n, float *out, const float *e, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_fwd(it, out, e, T, D, nd); }
 __global__ void g_unroll_bwd(size_t n, float *de, const float *dout, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_bwd(it, de, dout, T, D, nd); }
 __global__ void g_sumsq_chunk(size_t n, double *part, const float *x, size_t len) { FOR_ITEMS(n) kb_sumsq_chunk(it, part, x, len); }
+__global__ void g_latent_normal(size_t n, float *x, int B, int len, uint64_t key, uint64_t row0, float mean, float std) { FOR_ITEMS(n) kb_latent_normal(it, x, B, len, key, row0, mean, std); }
+__global__ void g_latent_sample(size_t n, float *z, const float *mu, const float *ls, const float *eps) { FOR_ITEMS(n) kb_latent_sample(it, z, mu, ls, eps); }
+__global__ void g_latent_kl(size_t n, float *kl, const float *mu, const float *ls, int L, int B, int len) { FOR_ITEMS(n) kb_latent_kl(it, kl, mu, ls, L, B, len); }
+__global__ void g_latent_bwd(size_t n, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale) { FOR_ITEMS(n) kb_latent_bwd(it, dmu, dls, dz, mu, ls, eps, kl_scale); }
 __global__ void g_adamw(size_t n, float *p, float *g, float *m, float *v, float clip, float dm, float b1, float b2, float eps, float ss, float bc2) { FOR_ITEMS(n) kb_adamw(it, p, g, m, v, clip, dm, b1, b2, eps, ss, bc2); }
 
 /* ---- the ops ---- */
@@ -260,7 +264,7 @@ static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float
 }
 static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
     if (dx) g_rmsnorm_bwd_dx<<<GRID((size_t)N)>>>((size_t)N, dx, dout, x, w, rstd, D);
-    g_rmsnorm_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dout, x, rstd, N, D);
+    if (dw) g_rmsnorm_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dout, x, rstd, N, D);
     LAUNCHED("rmsnorm_backward");
 }
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
@@ -288,21 +292,27 @@ static int att_head_dim_ok(device_t *d, int hd) {
     fault(d, "attention", why);
     return 0;
 }
-static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
     size_t n = (size_t)B * H * Tq;
-    g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal);
+    g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
     LAUNCHED("attention_forward");
 }
-static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+static void cu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
     size_t nq = (size_t)B * H * Tq, nk = (size_t)B * Hkv * Tk;
     float *Drow = (float *)work(d, sizeof(float) * nq);
     if (!Drow) return;
     g_att_rowdot<<<GRID(nq)>>>(nq, Drow, dout, out, Tq, H, hd);
-    g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal);
-    g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal);
+    g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+    g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
     LAUNCHED("attention_backward");
+}
+static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    cu_attention_window_forward(d, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
+}
+static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    cu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
 }
 static void cu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
@@ -483,6 +493,14 @@ static double cu_sumsq(device_t *d, const float *x, size_t n) {
     for (size_t c = 0; c < nch; c++) total += h[c];
     return total;
 }
+static void cu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) {
+    size_t total = (size_t)L * B * n;
+    g_latent_normal<<<GRID(total)>>>(total, x, B, n, key, row0, mean, std);
+    LAUNCHED("latent_normal");
+}
+static void cu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { g_latent_sample<<<GRID(n)>>>(n, z, mu, ls, eps); LAUNCHED("latent_sample"); }
+static void cu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { g_latent_kl<<<GRID((size_t)B)>>>((size_t)B, kl, mu, ls, L, B, n); LAUNCHED("latent_kl_rows"); }
+static void cu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { g_latent_bwd<<<GRID(n)>>>(n, dmu, dls, dz, mu, ls, eps, kl_scale); LAUNCHED("latent_backward"); }
 static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
     g_adamw<<<GRID(n)>>>(n, p, g, m, v, s->clip, s->decay_mul, s->beta1, s->beta2, s->eps, s->step_size, s->bc2_sqrt);
     LAUNCHED("adamw_update");
@@ -542,6 +560,12 @@ static const device_ops_t cuda_ops = {
     .unroll_backward = cu_unroll_backward,
     .sumsq = cu_sumsq,
     .adamw_update = cu_adamw_update,
+    .attention_window_forward = cu_attention_window_forward,
+    .attention_window_backward = cu_attention_window_backward,
+    .latent_normal = cu_latent_normal,
+    .latent_sample = cu_latent_sample,
+    .latent_kl_rows = cu_latent_kl_rows,
+    .latent_backward = cu_latent_backward,
 };
 
 extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precision, char *err, size_t errlen) {

@@ -29,6 +29,8 @@ struct gen {
     float *xf, *rstd, *logits; /* (Bmax,D), (N), (Bmax,V) */
     float *logits_host;       /* (Bmax,V) host copy when the device is not the host */
     float *all_dev;           /* (N,V) every position's logits, allocated on first request */
+    gen_mid_fn mid;           /* a family's sublayer between attention and MLP (or NULL) */
+    void *mid_ctx;
 };
 
 /* Chunks below this many multiply-adds run on one thread, and without entering any OpenMP
@@ -230,8 +232,10 @@ int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, i
             const int n = b * T + t, s = g->seq_slot[b], p = g->pos[s] + t;
             rp[n] = p;
             rc[n] = s * g->Tmax + p;
-            rb[n] = s * g->Tmax;
-            rl[n] = p + 1;
+            /* a sliding window sees the newest W positions of its slot (seed 003) */
+            const int W = g->cfg.sliding_window, first = W > 0 && p + 1 > W ? p + 1 - W : 0;
+            rb[n] = s * g->Tmax + first;
+            rl[n] = p + 1 - first;
         }
     device_t *d = g->dev;
     DEV(d, upload, g->row_pos, rp, sizeof(int) * N);
@@ -250,6 +254,17 @@ static void lin(gen_t *g, float *y, const float *x, const float *w, int N, int i
     if (g->T == 1) DEV(g->dev, linear_rows, y, x, w, N, in, out);
     else DEV(g->dev, linear_forward, y, x, w, N, in, out);
 }
+void gen_linear(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out) {
+    lin(g, y, x, w, N, in, out);
+}
+
+void gen_set_mid(gen_t *g, gen_mid_fn fn, void *ctx) {
+    g->mid = fn;
+    g->mid_ctx = ctx;
+}
+void gen_chunk(const gen_t *g, int *B, int *T) { *B = g->B, *T = g->T; }
+const int *gen_chunk_slots(const gen_t *g) { return g->seq_slot; }
+const int *gen_row_positions(const gen_t *g) { return g->row_pos; }
 
 /* One block on the chunk: x (B*T,D) updated in place; the rows' keys/values written into
  * their slots at their positions. The training block's arithmetic (llama_block.c) on the
@@ -297,14 +312,16 @@ static void block_step(gen_t *g, int l, const float *r) {
     } else {
         for (int b = 0; b < B; b++) {
             const size_t s = (size_t)g->seq_slot[b];
-            DEV(d, attention_forward, g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
+            DEV(d, attention_window_forward, g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
                 g->q + (size_t)b * T * Dq, kc + s * seq_stride, vc + s * seq_stride, 1, T,
-                g->pos[s] + T, H, Hkv, hd, 1);
+                g->pos[s] + T, H, Hkv, hd, 1, c->sliding_window);
         }
     }
     // output projection and residual on the query stream
     lin(g, g->branch, g->att, w.wo, N, Dq, D);
     DEV(d, add_inplace, g->x, g->branch, (size_t)N * D);
+    // a family's own sublayer here (the LTM's cross-attention to its latents)
+    if (g->mid) g->mid(g->mid_ctx, g, l);
     // MLP: rmsnorm, SwiGLU, down projection, residual
     DEV(d, rmsnorm_forward, g->xn, g->rstd, g->x, w.mlp_norm, N, D, c->norm_eps);
     lin(g, g->gate, g->xn, w.wgate, N, D, F);

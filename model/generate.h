@@ -13,7 +13,8 @@
  * (every decode step) run with the device's parallel machinery off (device.h set_parallel),
  * and the CPU multiplies few rows by matrix-vector loops instead of sgemm (ops_linear.c).
  * Summation orders differ from the full forward's: logits agree with llama_forward to float
- * rounding, not bit for bit.
+ * rounding, not bit for bit. A config with a sliding window (sliding_window W > 0) attends to
+ * the newest W cached positions of each slot, as the training forward does.
  *
  * For the Free Transformer the chunk is run in pieces, so the caller can compute R between
  * the lower and the upper half:
@@ -80,6 +81,19 @@ int gen_threads(const gen_t *g, int rows);
 /* The work threshold (multiply-adds per chunk) below which a chunk runs serially; tests set
  * 0 (every chunk parallel) or a huge value (every chunk serial). */
 void gen_set_serial_macs(gen_t *g, double macs);
+
+/* ---- a family's sublayer inside each block (the LTM's cross-attention, model/kv_ltm.c) ----
+ * fn(ctx, g, l) runs in block l between the self-attention's residual and the MLP, on the
+ * chunk's stream gen_hidden(g) (B*T rows of d_model, updated in place). It may read the chunk's
+ * shape, each sequence's slot (host) and each row's position (device), and multiply through
+ * the chunk's product (gen_linear: linear_rows for a decode chunk, so rows stay independent
+ * of each other). fn NULL: none. */
+typedef void (*gen_mid_fn)(void *ctx, gen_t *g, int l);
+void gen_set_mid(gen_t *g, gen_mid_fn fn, void *ctx);
+void gen_chunk(const gen_t *g, int *B, int *T);
+const int *gen_chunk_slots(const gen_t *g);        /* (B) host: the slot of each sequence */
+const int *gen_row_positions(const gen_t *g);      /* (B*T) device: each row's position */
+void gen_linear(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out);
 
 /* begin + all blocks + finish. */
 int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,

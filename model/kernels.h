@@ -85,12 +85,7 @@ OPS_FN void kb_qkv_join(size_t it, float *dqkv, const float *dq, const float *dk
 }
 
 /* ---- attention (ops.h: q (B,Tq,H,hd), k/v (B,Tk,Hkv,hd), lse (B,H,Tq)) ---- */
-/* Keys query row i sees: all (non-causal), else j <= i + (Tk - Tq). */
-OPS_FN int kb_att_visible(int i, int Tq, int Tk, int causal) {
-    if (!causal) return Tk;
-    int n = i + (Tk - Tq) + 1;
-    return n < 0 ? 0 : (n > Tk ? Tk : n);
-}
+/* Keys query row i sees: [lo, hi) of ops_math.h's ops_att_range (causal, sliding window). */
 OPS_FN float kb_dot(const float *a, const float *b, int n) {
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += a[i] * b[i];
@@ -98,16 +93,19 @@ OPS_FN float kb_dot(const float *a, const float *b, int n) {
 }
 /* it < B*H*Tq, as (b, h, i) with i fastest: one query row, online softmax over its keys. */
 OPS_FN void kb_att_fwd(size_t it, float *out, float *lse, const float *q, const float *k,
-                       const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+                       const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal,
+                       int window) {
     const int i = (int)(it % Tq), h = (int)((it / Tq) % H), b = (int)(it / ((size_t)Tq * H));
-    const int kh = h / (H / Hkv), nk = kb_att_visible(i, Tq, Tk, causal);
+    const int kh = h / (H / Hkv);
+    int lo, nk;
+    ops_att_range(i, Tq, Tk, causal, window, &lo, &nk);
     const float scale = 1.0f / sqrtf((float)hd);
     const float *qi = q + (((size_t)b * Tq + i) * H + h) * hd;
     float *oi = out + (((size_t)b * Tq + i) * H + h) * hd;
     float acc[KB_MAX_HEAD_DIM];
     float m = -INFINITY, l = 0.0f;
     for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-    for (int j = 0; j < nk; j++) {
+    for (int j = lo; j < nk; j++) {
         const float *kj = k + (((size_t)b * Tk + j) * Hkv + kh) * hd;
         const float *vj = v + (((size_t)b * Tk + j) * Hkv + kh) * hd;
         float s = kb_dot(qi, kj, hd) * scale;
@@ -144,12 +142,14 @@ OPS_FN void kb_att_pds(float *P, float *dS, const float *q, const float *k, cons
 /* it < B*H*Tq: dq_i += scale * sum_j dS_ij k_j, keys in order */
 OPS_FN void kb_att_bwd_dq(size_t it, float *dq, const float *q, const float *k, const float *v,
                           const float *dout, const float *lse, const float *Drow, int Tq, int Tk,
-                          int H, int Hkv, int hd, int causal) {
+                          int H, int Hkv, int hd, int causal, int window) {
     const int i = (int)(it % Tq), h = (int)((it / Tq) % H), b = (int)(it / ((size_t)Tq * H));
-    const int kh = h / (H / Hkv), nk = kb_att_visible(i, Tq, Tk, causal);
+    const int kh = h / (H / Hkv);
+    int lo, nk;
+    ops_att_range(i, Tq, Tk, causal, window, &lo, &nk);
     const float scale = 1.0f / sqrtf((float)hd);
     float *dqi = dq + (((size_t)b * Tq + i) * H + h) * hd;
-    for (int j = 0; j < nk; j++) {
+    for (int j = lo; j < nk; j++) {
         float P, dS;
         kb_att_pds(&P, &dS, q, k, v, dout, lse, Drow, b, h, i, j, Tq, Tk, H, Hkv, hd);
         const float *kj = k + (((size_t)b * Tk + j) * Hkv + kh) * hd;
@@ -160,7 +160,7 @@ OPS_FN void kb_att_bwd_dq(size_t it, float *dq, const float *q, const float *k, 
  * every query row that sees key j, in order (heads outer, rows inner). */
 OPS_FN void kb_att_bwd_dkv(size_t it, float *dk, float *dv, const float *q, const float *k,
                            const float *v, const float *dout, const float *lse, const float *Drow,
-                           int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+                           int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     const int j = (int)(it % Tk), kh = (int)((it / Tk) % Hkv), b = (int)(it / ((size_t)Tk * Hkv));
     const int rep = H / Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -171,6 +171,10 @@ OPS_FN void kb_att_bwd_dkv(size_t it, float *dk, float *dv, const float *q, cons
     if (i0 < 0) i0 = 0;
     for (int h = kh * rep; h < (kh + 1) * rep; h++)
         for (int i = i0; i < Tq; i++) {
+            int lo, hi;
+            ops_att_range(i, Tq, Tk, causal, window, &lo, &hi);
+            if (lo > j) break;   /* the windows of later rows start later still */
+            if (j >= hi) continue;
             float P, dS;
             kb_att_pds(&P, &dS, q, k, v, dout, lse, Drow, b, h, i, j, Tq, Tk, H, Hkv, hd);
             const size_t qo = (((size_t)b * Tq + i) * H + h) * hd;
@@ -367,6 +371,31 @@ OPS_FN void kb_unroll_bwd(size_t it, float *de, const float *dout, int T, int D,
         if (j < nd) acc += dout[(b * T + i) * nd + j];
     }
     de[it] = acc;
+}
+/* ---- the LTM's Gaussian latents (ops.h ops_latent.c) ---- */
+/* it < L*B*n, as (l, b, i) with i fastest */
+OPS_FN void kb_latent_normal(size_t it, float *x, int B, int n, uint64_t key, uint64_t row0,
+                             float mean, float std) {
+    const size_t i = it % n, b = (it / n) % B, l = it / ((size_t)n * B);
+    x[it] = mean + std * ops_counter_normal(rng_counter_key(key, row0 + b), l * n + i);
+}
+/* it < n */
+OPS_FN void kb_latent_sample(size_t it, float *z, const float *mu, const float *ls, const float *eps) {
+    z[it] = mu[it] + expf(ls[it]) * eps[it];
+}
+/* it < B: sequence it's KL, layers then elements in order, in double */
+OPS_FN void kb_latent_kl(size_t it, float *kl, const float *mu, const float *ls, int L, int B, int n) {
+    double s = 0.0;
+    for (int l = 0; l < L; l++) {
+        const size_t o = ((size_t)l * B + it) * n;
+        for (int i = 0; i < n; i++) s += ops_latent_kl(mu[o + i], ls[o + i]);
+    }
+    kl[it] = (float)s;
+}
+/* it < n */
+OPS_FN void kb_latent_bwd(size_t it, float *dmu, float *dls, const float *dz, const float *mu,
+                          const float *ls, const float *eps, float kl_scale) {
+    ops_latent_grad(&dmu[it], &dls[it], dz[it], mu[it], ls[it], eps[it], kl_scale);
 }
 
 /* ---- AdamW ---- */

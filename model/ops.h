@@ -31,7 +31,7 @@ void embedding_backward(float *dtable /* (V,D) += */, const float *dout /* (N,D)
 /* ---- RMSNorm: out = w * x / sqrt(mean(x^2) + eps) ---- */
 void rmsnorm_forward(float *out /* (N,D) */, float *rstd /* (N) saved for backward */,
                      const float *x /* (N,D) */, const float *w /* (D) */, int N, int D, float eps);
-void rmsnorm_backward(float *dx /* (N,D) += or NULL */, float *dw /* (D) += */,
+void rmsnorm_backward(float *dx /* (N,D) += or NULL */, float *dw /* (D) += or NULL */,
                       const float *dout /* (N,D) */, const float *x /* (N,D) */,
                       const float *w /* (D) */, const float *rstd /* (N) */, int N, int D);
 
@@ -72,6 +72,18 @@ void attention_backward(float *dq /* (B,Tq,H,hd) += */, float *dk /* (B,Tk,Hkv,h
                         const float *out /* (B,Tq,H,hd) */, const float *lse /* (B,H,Tq) */,
                         const float *q, const float *k, const float *v, int B, int Tq, int Tk,
                         int H, int Hkv, int hd, int causal);
+
+/* The same with a sliding window (seed 003): causal row i at position p = i + (Tk - Tq) sees
+ * keys p - window < j <= p only (ops_math.h ops_att_range); window <= 0: unlimited, the ops
+ * above (which are these with window 0). A window without causal is ignored. */
+void attention_window_forward(float *out /* (B,Tq,H,hd) */, float *lse /* (B,H,Tq) */,
+                              const float *q /* (B,Tq,H,hd) */, const float *k /* (B,Tk,Hkv,hd) */,
+                              const float *v /* (B,Tk,Hkv,hd) */, int B, int Tq, int Tk, int H,
+                              int Hkv, int hd, int causal, int window);
+void attention_window_backward(float *dq /* += */, float *dk /* += */, float *dv /* += */,
+                               const float *dout, const float *out, const float *lse,
+                               const float *q, const float *k, const float *v, int B, int Tq,
+                               int Tk, int H, int Hkv, int hd, int causal, int window);
 
 /* ---- SwiGLU: out = silu(gate) * up ---- */
 void swiglu_forward(float *out /* (N,F) */, const float *gate /* (N,F) */,
@@ -199,6 +211,23 @@ void free_bits_backward(float *dlogits /* (N,H) += */, const float *logits /* (N
 /* u[i] = rng_counter_f32(key, counter0 + i) (common/rng.h): the Binary Mapper's uniforms, the
  * same numbers on every device. */
 void uniform_fill(float *u /* (n) */, size_t n, uint64_t key, uint64_t counter0);
+/* ---- the LTM's Gaussian latents (model/ops_latent.c; seed 003, model/ltm.h) ----
+ * A latent tensor holds L layers x B sequences x n numbers, layer-major ((L, B, n): layer l's
+ * vectors of all sequences are one block of rows). Sequence b's draws come from the counter
+ * stream rng_counter_key(key, row0 + b), number l * n + i for element (l, b, i): what a
+ * sequence draws depends on its own index only, not on the batch around it, and every device
+ * draws the same numbers (ops_math.h ops_counter_normal). x = mean + std * N(0, 1). */
+void latent_normal(float *x /* (L,B,n) */, int L, int B, int n, uint64_t key, uint64_t row0,
+                   float mean, float std);
+/* z = mu + exp(ls) * eps, element-wise. */
+void latent_sample(float *z, const float *mu, const float *ls, const float *eps, size_t n);
+/* kl[b] = sum over l, i of KL(N(mu, exp(ls)^2) || N(0, 1)) for sequence b, in order of l then i,
+ * in double. */
+void latent_kl_rows(float *kl /* (B) */, const float *mu /* (L,B,n) */, const float *ls, int L,
+                    int B, int n);
+/* dmu, dls (OVERWRITTEN) = the gradients of (the loss whose dL/dz is dz) + kl_scale * KL. */
+void latent_backward(float *dmu, float *dls, const float *dz, const float *mu, const float *ls,
+                     const float *eps, float kl_scale, size_t n);
 /* ---- the masked mixer's token mixing (seed 004; model/ops_mixer.c) ----
  * A mixing weight is M matrices (T, T) (per layer: h heads x k taps); the causal mask keeps
  * entries s <= t of row t. The mixing's products are gemm calls (model/mixer_mix.c); these

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/rng.h"
+
 #ifdef __CUDACC__
 #define OPS_FN static inline __host__ __device__
 #define OPS_SIMD
@@ -126,6 +128,18 @@ OPS_FN float ops_online_softmax_rescale(float *m, float *l, float new_max) {
     return f;
 }
 
+/* ---- Which keys a query row sees -----------------------------------------------------
+ * Queries are the LAST Tq positions of the Tk keys: row i sits at position p = i + (Tk - Tq).
+ * Non-causal: every key. Causal: keys j <= p. Causal with a sliding window W > 0 (seed 003's
+ * short context): only the W newest of those, p - W < j <= p. The row sees [*lo, *hi) (empty
+ * when *lo >= *hi); a window without causal is ignored. */
+OPS_FN void ops_att_range(int i, int Tq, int Tk, int causal, int window, int *lo, int *hi) {
+    if (!causal) { *lo = 0; *hi = Tk; return; }
+    int p = i + (Tk - Tq), h = p + 1, l = window > 0 ? p - window + 1 : 0;
+    *hi = h < 0 ? 0 : (h > Tk ? Tk : h);
+    *lo = l < 0 ? 0 : l;
+}
+
 /* ---- Cross-entropy of one row of logits -------------------------------------------------
  * Returns log-sum-exp of the row; the loss of target t is lse - z[t]. */
 OPS_FN float ops_logsumexp_row(const float *z, int v) {
@@ -207,6 +221,30 @@ OPS_FN void ops_binmap_backward_row(float *dlogits, float *c, const float *p, in
         dlogits[h] += (float)(sh - p[h] * s);
     }
 }
+/* ---- the LTM's Gaussian latents (seed 003 eq. 5), one element ----
+ * q(z) = N(mu, sigma^2) with sigma = exp(ls); z = mu + sigma eps (reparameterised). Its KL to
+ * N(0, 1): 0.5 (mu^2 + sigma^2 - 1) - ls, in double (summed per sequence). */
+OPS_FN double ops_latent_kl(float mu, float ls) {
+    const double m = mu, l = ls;
+    return 0.5 * (m * m + exp(2.0 * l) - 1.0) - l;
+}
+/* The gradients of (the decoder's loss with dz = dL/dz) + kl_scale * KL w.r.t. mu and ls:
+ * dmu = dz + kl_scale mu, dls = dz eps sigma + kl_scale (sigma^2 - 1). */
+OPS_FN void ops_latent_grad(float *dmu, float *dls, float dz, float mu, float ls, float eps,
+                            float kl_scale) {
+    const float sig = expf(ls);
+    *dmu = dz + kl_scale * mu;
+    *dls = dz * eps * sig + kl_scale * (sig * sig - 1.0f);
+}
+/* A standard normal from the counter draws 2i and 2i + 1 of a stream (Box-Muller in double,
+ * the cosine branch): a function of (key, i) alone, so every device draws the same number. */
+OPS_FN float ops_counter_normal(uint64_t key, uint64_t i) {
+    double u1 = (double)(rng_counter_u64(key, 2 * i) >> 11) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(rng_counter_u64(key, 2 * i + 1) >> 11) * (1.0 / 9007199254740992.0);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
 /* ---- a dot product whose association is fixed by n alone ----
  * 8 lane sums (lane j takes elements j, j + 8, ...) combined as
  * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the n % 8 tail in order. Whatever

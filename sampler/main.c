@@ -1,4 +1,4 @@
-/* bin/sampler: generates text from a checkpoint (baseline or Free Transformer).
+/* bin/sampler: generates text from a checkpoint (baseline, Free Transformer or LTM).
  * Parses flags, opens the vocabulary and the checkpoint, calls sampler_generate (sampler.h),
  * prints one sample per line (or JSON lines). Every failure is one line "sampler: ..." on
  * stderr: exit 2 for usage errors, 1 for everything else. */
@@ -16,6 +16,7 @@
 #include "common/errmsg.h"
 #include "common/flags.h"
 #include "model/checkpoint.h"
+#include "model/family.h"
 #include "sampler/sampler.h"
 #include "sampler/serve.h"
 #include "sampler/text.h"
@@ -26,8 +27,9 @@
 
 typedef struct {
     const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub;
-    const char *device, *precision;
-    int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet;
+    const char *device, *precision, *model, *z_from;
+    int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet, inner_steps;
+    float fast_lr;
     int max_prompt, max_new_limit, timeout_ms;
     float temperature, top_p;
     long long seed;
@@ -45,6 +47,10 @@ static void usage(FILE *f, const flag_t *fl, int n) {
             "Free Transformer checkpoints: the prompt's latents come from the encoder, every new\n"
             "position's from the prior (uniform over 2^H); --latent shared gives each group of\n"
             "--group samples one draw of those (the paper's Figure 4).\n"
+            "Latent-thought LM checkpoints (seed 003): each sample's latent thought vectors z are\n"
+            "inferred from the prompt by --inner-steps fast steps (--z-from prompt), or drawn from\n"
+            "the prior N(0, I) (--z-from prior: unconditional); the tokens then decode with the KV\n"
+            "cache and the model's sliding window.\n"
             "Masked mixer checkpoints (--model mixer) generate through a cache of their mixing\n"
             "sums; autoencoders and memory models (they predict the chunk they encoded) are refused.\n"
             "Service: --serve ENDPOINT answers gen_req messages (docs/PROTOCOL.md) with the\n"
@@ -152,7 +158,8 @@ static int run_client(const opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.vocab = "bytes", .device = device_default_spec(), .precision = "fp32", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
+    opts_t o = {.vocab = "bytes", .device = device_default_spec(), .precision = "fp32", .latent = "independent",
+                .z_from = "prompt", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
                 .max_new_limit = 1024, .timeout_ms = 60000};
     bus_net_opts_t net = {0};
@@ -169,6 +176,10 @@ int main(int argc, char **argv) {
         {"seed", FLAG_I64, &o.seed, "random seed (tokens and latents)", 0, 0, 0},
         {"latent", FLAG_STR, &o.latent, "Free Transformer: independent or shared latents", 0, 0, 0},
         {"group", FLAG_INT, &o.group, "samples per shared-latent group", 1, 1 << 20, 0},
+        {"model", FLAG_STR, &o.model, "the family the checkpoint must hold: llama, free or ltm (default: whatever it holds)", 0, 0, 0},
+        {"z-from", FLAG_STR, &o.z_from, "LTM: prompt (z inferred from it) or prior (unconditional)", 0, 0, 0},
+        {"inner-steps", FLAG_INT, &o.inner_steps, "LTM: fast steps inferring z from the prompt (0: the checkpoint's)", 0, 100000, 0},
+        {"fast-lr", FLAG_FLOAT, &o.fast_lr, "LTM: their peak rate (0: the checkpoint's final one)", 0, 100, 0},
         {"stop-at-eot", FLAG_BOOL, &o.stop_at_eot, "end a sample at the end-of-text token", 0, 0, 0},
         {"eot-prefix", FLAG_BOOL, &o.eot_prefix, "put the end-of-text token before the prompt", 0, 0, 0},
         {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
@@ -197,7 +208,17 @@ int main(int argc, char **argv) {
     if (o.follow && !o.serve) return fail(2, "--follow goes with --serve", NULL);
     sampler_opts_t so = {.n = o.n, .max_new = o.max_new, .seed = (uint64_t)o.seed, .group = o.group,
                          .stop_at_eot = o.stop_at_eot,
-                         .sample = {o.temperature, o.top_k, o.top_p}};
+                         .sample = {o.temperature, o.top_k, o.top_p},
+                         .ltm_prior = !strcmp(o.z_from, "prior"), .inner_steps = o.inner_steps,
+                         .fast_lr = o.fast_lr};
+    if (strcmp(o.z_from, "prompt") && strcmp(o.z_from, "prior")) {
+        snprintf(err, sizeof err, "--z-from: '%s' is not prompt or prior", o.z_from);
+        return fail(2, err, NULL);
+    }
+    if (o.model && !family_find(o.model)) {
+        snprintf(err, sizeof err, "--model '%s' is not a model family (%s)", o.model, family_names());
+        return fail(2, err, NULL);
+    }
     if (!strcmp(o.latent, "independent")) so.latent = SAMPLER_LATENT_INDEPENDENT;
     else if (!strcmp(o.latent, "shared")) so.latent = SAMPLER_LATENT_SHARED;
     else {
@@ -222,11 +243,27 @@ int main(int argc, char **argv) {
     sampler_result_t res = {0};
     if (load_model(&o, dev, &sm, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     const model_config_t *c = sampler_model_config(sm);
-    if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
-        fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);
+    const char *family = family_for_kind(c->kind) ? family_for_kind(c->kind)->name : "?";
+    if (o.model && strcmp(o.model, family)) {
+        snprintf(err, sizeof err, "--model %s but the checkpoint %.900s holds a %s model", o.model, dir, family);
+        fail(2, err, NULL);
         status = 2;
         goto out;
     }
+    if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
+        snprintf(err, sizeof err, "--latent applies to Free Transformer checkpoints; this one is a %s model", family);
+        fail(2, err, NULL);
+        status = 2;
+        goto out;
+    }
+    static const char *ltm_only[] = {"z-from", "inner-steps", "fast-lr"};
+    for (int i = 0; i < 3; i++)
+        if (c->kind != MODEL_LTM && flags_find(fl, nfl, ltm_only[i])->seen) {
+            snprintf(err, sizeof err, "--%s applies to LTM checkpoints; this one is a %s model", ltm_only[i], family);
+            fail(2, err, NULL);
+            status = 2;
+            goto out;
+        }
     if (bpe_vocab_open(&v, o.vocab, err, sizeof err) < 0) { fail(1, "--vocab", err); goto out; }
     if (bpe_vocab_size(v) != (uint32_t)c->vocab_size) {
         snprintf(err, sizeof err, "vocabulary '%.200s' has %u tokens but the model of %.600s has vocab_size %d",

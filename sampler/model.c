@@ -5,11 +5,13 @@
 
 #include "common/errmsg.h"
 #include "model/checkpoint.h"
+#include "model/family.h"
 #include "sampler/model_impl.h"
 
 static void drop_generators(sampler_model_t *sm) {
     gen_destroy(&sm->gen);
     gen_free_destroy(&sm->genf);
+    gen_ltm_destroy(&sm->genl);
     mixer_gen_destroy(&sm->genm);
     sm->genB = sm->genT = 0;
 }
@@ -20,6 +22,7 @@ void sampler_model_free(sampler_model_t **psm) {
     drop_generators(sm);
     llama_destroy(&sm->llama);
     free_destroy(&sm->free);
+    ltm_destroy(&sm->ltm);
     mixers_destroy(&sm->mixer);
     free(sm);
     *psm = NULL;
@@ -40,6 +43,9 @@ int sampler_model_create(sampler_model_t **psm, device_t *dev, const model_confi
     } else if (cfg->kind == MODEL_FREE) {
         rc = free_create_on(&sm->free, sm->dev, cfg, 1, 1, seed, err, errlen);
         sm->encB = sm->encT = 1;
+    } else if (cfg->kind == MODEL_LTM) {
+        rc = ltm_create_on(&sm->ltm, sm->dev, cfg, 1, 1, seed, err, errlen);
+        sm->infT = 1;
     } else if (cfg->kind == MODEL_MIXER) {
         rc = mixers_create_on(&sm->mixer, sm->dev, cfg, 1, 1, seed, err, errlen);
     } else if (mixer_kind_is(cfg->kind)) {
@@ -63,6 +69,7 @@ device_t *sampler_model_device(const sampler_model_t *sm) { return sm->dev; }
 
 int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap) {
     if (sm->mixer) return mixers_params(sm->mixer, views, cap);
+    if (sm->ltm) return ltm_params(sm->ltm, views, cap);
     return sm->llama ? llama_params(sm->llama, views, cap) : free_params(sm->free, views, cap);
 }
 
@@ -132,19 +139,26 @@ int sampler_model_load_newest(sampler_model_t **psm, device_t *dev, const char *
     return rc;
 }
 
+/* Copies every weight of model `from` into `to` (two models of sm's family and config). */
+static int copy_weights(sampler_model_t *sm, void *from, void *to, char *err, size_t errlen) {
+    const model_family_t *f = family_for_kind(sm->cfg.kind);
+    int n = f->params(from, NULL, 0);
+    tensor_view_t *a = malloc(sizeof(*a) * n * 2);
+    if (!a) { snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
+    f->params(from, a, n);
+    f->params(to, a + n, n);
+    for (int i = 0; i < n; i++)
+        DEV(sm->dev, copy, a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
+    free(a);
+    return 0;
+}
+
 /* Re-creates the Free Transformer with encoder buffers for (B, P), keeping its weights. */
 static int grow_encoder(sampler_model_t *sm, int B, int P, char *err, size_t errlen) {
     free_t *m2 = NULL;
     int rc = free_create_on(&m2, sm->dev, &sm->cfg, B, P, 0, err, errlen);
     if (rc) return rc == FREE_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
-    int n = free_params(sm->free, NULL, 0);
-    tensor_view_t *a = malloc(sizeof(*a) * n * 2);
-    if (!a) { free_destroy(&m2); snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
-    free_params(sm->free, a, n);
-    free_params(m2, a + n, n);
-    for (int i = 0; i < n; i++)
-        DEV(sm->dev, copy, a[n + i].data, a[i].data, sizeof(float) * tensor_numel(&a[i]));
-    free(a);
+    if ((rc = copy_weights(sm, sm->free, m2, err, errlen))) { free_destroy(&m2); return rc; }
     drop_generators(sm);  /* they point into the old model */
     free_destroy(&sm->free);
     sm->free = m2;
@@ -153,8 +167,22 @@ static int grow_encoder(sampler_model_t *sm, int B, int P, char *err, size_t err
     return 0;
 }
 
+/* Re-creates the LTM with activations for inferring z from T targets, keeping its weights. */
+static int grow_ltm(sampler_model_t *sm, int T, char *err, size_t errlen) {
+    ltm_t *m2 = NULL;
+    int rc = ltm_create_on(&m2, sm->dev, &sm->cfg, 1, T, 0, err, errlen);
+    if (rc) return rc == LTM_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
+    if ((rc = copy_weights(sm, sm->ltm, m2, err, errlen))) { ltm_destroy(&m2); return rc; }
+    drop_generators(sm);  /* they point into the old model */
+    ltm_destroy(&sm->ltm);
+    sm->ltm = m2;
+    sm->infT = T;
+    return 0;
+}
+
 int sampler_model_prepare(sampler_model_t *sm, int B, int P, int T, char *err, size_t errlen) {
     int rc;
+    if (sm->ltm && P - 1 > sm->infT && (rc = grow_ltm(sm, P - 1, err, errlen))) return rc;
     if (sm->free && (B > sm->encB || P > sm->encT)) {
         int nb = B > sm->encB ? B : sm->encB, np = P > sm->encT ? P : sm->encT;
         if ((rc = grow_encoder(sm, nb, np, err, errlen))) return rc;
@@ -163,6 +191,7 @@ int sampler_model_prepare(sampler_model_t *sm, int B, int P, int T, char *err, s
     int nb = B > sm->genB ? B : sm->genB, nt = T > sm->genT ? T : sm->genT;
     drop_generators(sm);
     rc = sm->mixer ? mixer_gen_create(&sm->genm, sm->mixer, nb, nt, err, errlen)
+         : sm->ltm   ? gen_ltm_create(&sm->genl, sm->ltm, nb, nt, err, errlen)
          : sm->llama ? gen_create(&sm->gen, sm->llama, nb, nt, err, errlen)
                      : gen_free_create(&sm->genf, sm->free, nb, nt, err, errlen);
     if (rc) return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;

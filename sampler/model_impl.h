@@ -5,6 +5,7 @@
 #include "model/free.h"
 #include "model/generate.h"
 #include "model/llama.h"
+#include "model/ltm.h"
 #include "model/mixer_gen.h"
 #include "model/mixers.h"
 #include "sampler/sampler.h"
@@ -17,6 +18,10 @@ struct sampler_model {
     int encB, encT;
     gen_t *gen;            /* baseline generator, cache (genB, genT) */
     gen_free_t *genf;      /* Free Transformer generator, cache (genB, genT) */
+    ltm_t *ltm;            /* the Latent-Thought LM; activations for inferring z from a prompt of
+                              up to infT targets, one sequence at a time */
+    int infT;
+    gen_ltm_t *genl;       /* its generator, cache (genB, genT) */
     mixers_t *mixer;       /* the causal masked mixer (kind MODEL_MIXER), activations (1,1) */
     mixer_gen_t *genm;     /* its generator: the cache of mixing sums (genB, genT) */
     int genB, genT;

@@ -25,6 +25,10 @@ int sampler_opts_check(const sampler_opts_t *o, char *err, size_t errlen) {
         snprintf(err, errlen, "latent mode %d is neither independent nor shared", (int)o->latent);
         return SAMPLER_EARG;
     }
+    if (o->inner_steps < 0 || !(o->fast_lr >= 0)) {
+        snprintf(err, errlen, "inner steps %d and fast rate %g must not be negative", o->inner_steps, o->fast_lr);
+        return SAMPLER_EARG;
+    }
     if (sample_opts_check(&o->sample, err, errlen)) return SAMPLER_EARG;
     return 0;
 }
@@ -42,10 +46,39 @@ void sampler_result_free(sampler_result_t *r) {
  * with uniforms u (B,T,H) when z is NULL. */
 static int step(sampler_model_t *sm, const uint32_t *tok, int B, int T, const uint32_t *z,
                 const float *u, char *err, size_t errlen) {
-    int rc = sm->genm ? mixer_gen_step(sm->genm, tok, B, T, NULL, err, errlen)
+    int rc = sm->genm   ? mixer_gen_step(sm->genm, tok, B, T, NULL, err, errlen)
+         : sm->genl   ? gen_ltm_step(sm->genl, tok, B, T, NULL, err, errlen)
              : sm->genf ? gen_free_step(sm->genf, tok, B, T, z, u, NULL, err, errlen)
                         : gen_step(sm->gen, tok, B, T, NULL, err, errlen);
     return rc ? SAMPLER_EMODEL : 0;
+}
+
+static gen_t *decoder_gen(sampler_model_t *sm) {
+    return sm->genl ? gen_ltm_decoder(sm->genl) : sm->genf ? gen_free_decoder(sm->genf) : sm->gen;
+}
+
+/* The LTM: the latents of samples first .. first + B - 1 into cache slots 0 .. B - 1, each on
+ * its own (see sampler.h): the posterior inferred from the prompt, or the prior. */
+static int ltm_latents(sampler_model_t *sm, const uint32_t *prompt, int P, const sampler_opts_t *o,
+                       uint64_t first, int B, char *err, size_t errlen) {
+    ltm_t *m = sm->ltm;
+    const model_config_t *c = &sm->cfg;
+    const uint64_t key = rng_counter_key(o->seed ^ SAMPLER_LATENT_SALT, 3);
+    ltm_infer_t inf = {.steps = o->inner_steps > 0 ? o->inner_steps : c->inner_steps,
+                       .lr = o->fast_lr > 0 ? o->fast_lr : c->fast_lr_end, .key = key};
+    gen_ltm_reset(sm->genl);
+    for (int b = 0; b < B; b++) {
+        const int prior = o->ltm_prior || P < 2;
+        if (ltm_set_shape(m, 1, prior ? 1 : P - 1, err, errlen)) return SAMPLER_EMODEL;
+        if (prior) {
+            ltm_prior(m, key, first + (uint64_t)b);
+        } else {
+            inf.row0 = first + (uint64_t)b;
+            if (ltm_infer(m, prompt, prompt + 1, NULL, &inf, NULL, NULL, err, errlen)) return SAMPLER_EMODEL;
+        }
+        if (gen_ltm_set_latents(sm->genl, &b, 1, err, errlen)) return SAMPLER_EMODEL;
+    }
+    return 0;
 }
 
 int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const sampler_opts_t *o,
@@ -103,10 +136,17 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
             memcpy(chunk + (size_t)b * P, prompt, sizeof(uint32_t) * P);
             for (int j = 0; u && j < P * H; j++) u[(size_t)b * P * H + j] = rng_f32(&zr[b]);
         }
-        // prefill: the whole prompt in one chunk (the Free Transformer's encoder reads it)
-        if (sm->genm) mixer_gen_reset(sm->genm);
-        else if (sm->genf) gen_free_reset(sm->genf);
-        else gen_reset(sm->gen);
+        // prefill: the whole prompt in one chunk (the Free Transformer's encoder reads it; the
+        // LTM's latents come first, from the prompt or the prior)
+        if (sm->genm) {
+            mixer_gen_reset(sm->genm);
+        } else if (sm->genl) {
+            if ((rc = ltm_latents(sm, prompt, P, o, (uint64_t)o->first + (uint64_t)i0, B, err, errlen))) break;
+        } else if (sm->genf) {
+            gen_free_reset(sm->genf);
+        } else {
+            gen_reset(sm->gen);
+        }
         if ((rc = step(sm, chunk, B, P, NULL, u, err, errlen))) break;
         if (H)
             for (int b = 0; b < B; b++)
@@ -114,7 +154,7 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
                        sizeof(uint32_t) * P);
         int done = 0;
         for (int s = 0; s < M; s++) {
-            const float *lg = sm->genm ? mixer_gen_logits(sm->genm) : gen_logits(sm->genf ? gen_free_decoder(sm->genf) : sm->gen);
+            const float *lg = sm->genm ? mixer_gen_logits(sm->genm) : gen_logits(decoder_gen(sm));
             for (int b = 0; b < B; b++) {
                 const int i = i0 + b;
                 /* every sequence draws at every step, finished or not: its stream of draws

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 pass=0; fail=0
 ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
 
-FAMILY_FILES="model/llama.c model/llama_block.c model/free.c model/generate.c model/kv_free.c model/adamw.c
+FAMILY_FILES="model/llama.c model/llama_block.c model/free.c model/generate.c model/kv_free.c model/adamw.c model/ltm.c model/kv_ltm.c
               model/mixers.c model/mixers_step.c model/mixer_block.c model/mixer_mix.c model/blockstack.c
               model/mixer_gen.c"
 for f in $FAMILY_FILES; do

@@ -161,6 +161,43 @@ static void test_ops(void) {
         same("attention_backward dv", &dv, 1e-5, 1e-4);
         dfree(&att); dfree(&lse); dfree(&da); dfree(&dq); dfree(&dk); dfree(&dv);
     }
+    /* the sliding window (seed 003) */
+    {
+        const int Wn = 4;
+        dbuf_t att = dfloats(N * Dq, 1), lse = dfloats(Bt * H * T, 1);
+        DEV(A, attention_window_forward, FA(att), FA(lse), FA(q), FA(k), FA(v), Bt, T, T, H, Hkv, hd, 1, Wn);
+        DEV(B, attention_window_forward, FB(att), FB(lse), FB(q), FB(k), FB(v), Bt, T, T, H, Hkv, hd, 1, Wn);
+        same("attention_window_forward out", &att, 1e-5, 1e-5);
+        same("attention_window_forward lse", &lse, 1e-5, 1e-5);
+        dbuf_t da = dfloats(N * Dq, 1), dq = dfloats(N * Dq, 1), dk = dfloats(N * Dkv, 1), dv = dfloats(N * Dkv, 1);
+        DEV(A, attention_window_backward, FA(dq), FA(dk), FA(dv), FA(da), FA(att), FA(lse), FA(q), FA(k), FA(v), Bt, T, T, H, Hkv, hd, 1, Wn);
+        DEV(B, attention_window_backward, FB(dq), FB(dk), FB(dv), FB(da), FB(att), FB(lse), FB(q), FB(k), FB(v), Bt, T, T, H, Hkv, hd, 1, Wn);
+        same("attention_window_backward dq", &dq, 1e-5, 1e-4);
+        same("attention_window_backward dk", &dk, 1e-5, 1e-4);
+        same("attention_window_backward dv", &dv, 1e-5, 1e-4);
+        dfree(&att); dfree(&lse); dfree(&da); dfree(&dq); dfree(&dk); dfree(&dv);
+    }
+    /* the LTM's Gaussian latents: the same normals on every device, KL rows, gradients */
+    {
+        const int Ll = 3, nl = 2 * D, NL = Ll * Bt * nl;
+        dbuf_t mu = dfloats(NL, 1), ls = dfloats(NL, 1), eps = dfloats(NL, 1), zl = dfloats(NL, 1);
+        dbuf_t klr = dfloats(Bt, 1), dmu = dfloats(NL, 1), dls = dfloats(NL, 1);
+        DEV(A, latent_normal, FA(eps), Ll, Bt, nl, 77, 3, 0.0f, 1.0f);
+        DEV(B, latent_normal, FB(eps), Ll, Bt, nl, 77, 3, 0.0f, 1.0f);
+        same("latent_normal", &eps, 1e-7, 1e-6);
+        DEV(A, latent_sample, FA(zl), FA(mu), FA(ls), FA(eps), (size_t)NL);
+        DEV(B, latent_sample, FB(zl), FB(mu), FB(ls), FB(eps), (size_t)NL);
+        same("latent_sample", &zl, 1e-7, 1e-6);
+        DEV(A, latent_kl_rows, FA(klr), FA(mu), FA(ls), Ll, Bt, nl);
+        DEV(B, latent_kl_rows, FB(klr), FB(mu), FB(ls), Ll, Bt, nl);
+        same("latent_kl_rows", &klr, 1e-6, 1e-6);
+        DEV(A, latent_backward, FA(dmu), FA(dls), FA(zl), FA(mu), FA(ls), FA(eps), 0.5f, (size_t)NL);
+        DEV(B, latent_backward, FB(dmu), FB(dls), FB(zl), FB(mu), FB(ls), FB(eps), 0.5f, (size_t)NL);
+        same("latent_backward dmu", &dmu, 1e-7, 1e-6);
+        same("latent_backward dls", &dls, 1e-7, 1e-6);
+        dbuf_t *lat[] = {&mu, &ls, &eps, &zl, &klr, &dmu, &dls};
+        for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++) dfree(lat[i]);
+    }
     /* SwiGLU */
     dbuf_t g = dfloats(N * F, 3), u = dfloats(N * F, 1), h = dfloats(N * F, 1);
     DEV(A, swiglu_forward, FA(h), FA(g), FA(u), N, F);
@@ -326,6 +363,9 @@ static void family_case(const char *family) {
                         .max_seq = 32, .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1,
                         .latent_bits = 6, .kappa_nats = 0.1f, .mixer_heads = 2, .mixer_kernel = 3,
                         .encoder_layers = 2, .embed_dim = 16, .unroll = 1};
+    if (c.kind == MODEL_LTM)   /* 2 inner steps, a window of 8, 4 latents per layer */
+        c.sliding_window = 8, c.latent_vectors = 4, c.inner_steps = 2, c.fast_lr = 0.3f,
+        c.fast_lr_end = 0.34f, c.fast_lr_steps = 50;
     enum { Bt = 3, T = 17 };
     /* 50 steps against a GPU; the CPU-against-CPU run in make test proves the harness in 10 */
     const int STEPS = device_is_host(B) ? 10 : 50;
@@ -379,6 +419,7 @@ out:
 }
 static void test_llama(void) { family_case("llama"); }
 static void test_free(void) { family_case("free"); }
+static void test_ltm(void) { family_case("ltm"); }
 static void test_mixers(void) {
     const char *kinds[] = {"mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"};
     for (int i = 0; i < 5; i++) family_case(kinds[i]);
@@ -436,6 +477,7 @@ int main(int argc, char **argv) {
     RUN(test_ops);
     RUN(test_llama);
     RUN(test_free);
+    RUN(test_ltm);
     RUN(test_mixer_ops);
     RUN(test_mixers);
     device_close(&B);

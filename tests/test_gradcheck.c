@@ -36,6 +36,12 @@ static void test_rmsnorm(void) {
     c.in[0] = (gc_in_t){"x", rnd(RN_N * RN_D, 1), zeros(RN_N * RN_D), RN_N * RN_D};
     c.in[1] = (gc_in_t){"w", rnd(RN_D, 1), zeros(RN_D), RN_D};
     gc_run("rmsnorm", &c);
+    /* dw NULL (the LTM's inner steps want dx only): the same dx, nothing else written */
+    float *dx1 = zeros(RN_N * RN_D), *dx2 = zeros(RN_N * RN_D), *dw = zeros(RN_D);
+    rmsnorm_backward(dx1, dw, c.w, c.in[0].x, c.in[1].x, rn_rstd, RN_N, RN_D);
+    rmsnorm_backward(dx2, NULL, c.w, c.in[0].x, c.in[1].x, rn_rstd, RN_N, RN_D);
+    CHECK(!memcmp(dx1, dx2, sizeof(float) * RN_N * RN_D), "rmsnorm dx with dw NULL");
+    free(dx1); free(dx2); free(dw);
 }
 
 /* ---------------------------------------------------------------- linear */
@@ -69,19 +75,20 @@ static void test_rope(void) {
 }
 
 /* ---------------------------------------------------------------- attention */
-typedef struct { int B, Tq, Tk, H, Hkv, hd, causal; float *lse; } at_ctx_t;
+typedef struct { int B, Tq, Tk, H, Hkv, hd, causal, window; float *lse; } at_ctx_t;
 static void at_fwd(gc_case_t *c) {
     at_ctx_t *a = c->ctx;
-    attention_forward(c->out, a->lse, c->in[0].x, c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H,
-                      a->Hkv, a->hd, a->causal);
+    attention_window_forward(c->out, a->lse, c->in[0].x, c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk,
+                             a->H, a->Hkv, a->hd, a->causal, a->window);
 }
 static void at_bwd(gc_case_t *c) {
     at_ctx_t *a = c->ctx;
-    attention_backward(c->in[0].dx, c->in[1].dx, c->in[2].dx, c->w, c->out, a->lse, c->in[0].x,
-                       c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H, a->Hkv, a->hd, a->causal);
+    attention_window_backward(c->in[0].dx, c->in[1].dx, c->in[2].dx, c->w, c->out, a->lse,
+                              c->in[0].x, c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H,
+                              a->Hkv, a->hd, a->causal, a->window);
 }
-static void attention_case(const char *what, int Tq, int Tk, int H, int Hkv, int causal) {
-    at_ctx_t a = {2, Tq, Tk, H, Hkv, 8, causal, NULL};
+static void attention_case_w(const char *what, int Tq, int Tk, int H, int Hkv, int causal, int window) {
+    at_ctx_t a = {2, Tq, Tk, H, Hkv, 8, causal, window, NULL};
     size_t nq = (size_t)a.B * Tq * H * a.hd, nk = (size_t)a.B * Tk * Hkv * a.hd;
     a.lse = zeros((size_t)a.B * H * Tq);
     gc_case_t c = {at_fwd, at_bwd, zeros(nq), rnd(nq, 1), nq, {{0}}, 3, &a};
@@ -89,6 +96,16 @@ static void attention_case(const char *what, int Tq, int Tk, int H, int Hkv, int
     c.in[1] = (gc_in_t){"k", rnd(nk, 1), zeros(nk), nk};
     c.in[2] = (gc_in_t){"v", rnd(nk, 1), zeros(nk), nk};
     gc_run(what, &c);
+}
+static void attention_case(const char *what, int Tq, int Tk, int H, int Hkv, int causal) {
+    attention_case_w(what, Tq, Tk, H, Hkv, causal, 0);
+}
+/* The sliding window (seed 003): keys outside a row's window get no gradient from it. */
+static void test_attention_window(void) {
+    attention_case_w("attention window 3", 7, 7, 4, 2, 1, 3);
+    attention_case_w("attention window 2", 5, 5, 2, 2, 1, 2);
+    attention_case_w("attention window 4, Tq<Tk", 4, 9, 2, 1, 1, 4);
+    attention_case_w("attention window 20, 2 blocks, group 4", 70, 70, 8, 2, 1, 20);
 }
 static void test_attention_causal_gqa(void) { attention_case("attention causal GQA 4/2", 6, 6, 4, 2, 1); }
 static void test_attention_causal_mha(void) { attention_case("attention causal MHA", 5, 5, 2, 2, 1); }
@@ -107,6 +124,36 @@ static void test_attention_stacked_groups(void) {
     attention_case("attention causal group 4, 3 blocks", 70, 70, 8, 2, 1);
     attention_case("attention non-causal group 8, Tq<Tk", 40, 70, 8, 1, 0);
     attention_case("attention causal group 8, Tq<Tk", 37, 45, 8, 1, 1);
+}
+
+/* ---------------------------------------------------------------- the LTM's latent */
+/* z = mu + e^ls eps reduced by w, plus kl_scale * sum_b KL_b: the backward gives both terms. */
+enum { LT_L = 2, LT_B = 3, LT_N = 4 };
+static float lt_eps[LT_L * LT_B * LT_N];
+static void lt_fwd(gc_case_t *c) {
+    enum { n = LT_L * LT_B * LT_N };
+    float z[n], kl[LT_B];
+    latent_sample(z, c->in[0].x, c->in[1].x, lt_eps, n);
+    latent_kl_rows(kl, c->in[0].x, c->in[1].x, LT_L, LT_B, LT_N);
+    /* out = z, then the KL rows weighted by the last entries of w */
+    memcpy(c->out, z, sizeof z);
+    memcpy(c->out + n, kl, sizeof kl);
+}
+static void lt_bwd(gc_case_t *c) {
+    enum { n = LT_L * LT_B * LT_N };
+    /* one KL weight for all rows (the family uses one scale): w's KL entries are made equal */
+    float dmu[n], dls[n];
+    latent_backward(dmu, dls, c->w, c->in[0].x, c->in[1].x, lt_eps, c->w[n], n);
+    for (int i = 0; i < n; i++) c->in[0].dx[i] += dmu[i], c->in[1].dx[i] += dls[i];
+}
+static void test_latent(void) {
+    enum { n = LT_L * LT_B * LT_N };
+    for (int i = 0; i < n; i++) lt_eps[i] = rng_normal(&R);
+    gc_case_t c = {lt_fwd, lt_bwd, zeros(n + LT_B), rnd(n + LT_B, 1), n + LT_B, {{0}}, 2, 0};
+    for (int b = 1; b < LT_B; b++) c.w[n + b] = c.w[n];
+    c.in[0] = (gc_in_t){"mu", rnd(n, 1), zeros(n), n};
+    c.in[1] = (gc_in_t){"log sigma", rnd(n, 0.5f), zeros(n), n};
+    gc_run("LTM latent sample + KL", &c);
 }
 
 /* ---------------------------------------------------------------- swiglu */
@@ -307,6 +354,8 @@ int main(void) {
     RUN(test_attention_noncausal_q_kv_differ);
     RUN(test_attention_multiblock);
     RUN(test_attention_stacked_groups);
+    RUN(test_attention_window);
+    RUN(test_latent);
     RUN(test_swiglu);
     RUN(test_crossentropy);
     RUN(test_crossentropy_mask);

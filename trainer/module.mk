@@ -20,6 +20,13 @@ bf16-check: deps
 	@$(MAKE) --no-print-directory all data
 	@bash trainer/examples/bf16.sh
 
+# `make ltm`: the Latent-thought LM (seed 003) against the baseline on Brown (results/ltm.*);
+# LTM_STEPS, LTM_K, ... set the scale (trainer/examples/ltm.sh); under 2 hours with the defaults.
+.PHONY: ltm
+ltm: deps
+	@$(MAKE) --no-print-directory all data
+	@bash trainer/examples/ltm.sh
+
 # `make mixers`: seed 004's masked-mixer comparisons at this machine's scale (results/mixers.*);
 # MIXERS_STEPS sets the length (default 2000, about 40 min on 2 quiet cores).
 .PHONY: mixers

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/family.h"
+#include "model/ltm.h"
 #include "model/mixer_config.h"
 #include "model/precision.h"
 
@@ -26,6 +27,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     o->rope_theta = 10000.f, o->norm_eps = 1e-5f;
     o->seed = 1;
     o->latent_bits = 16, o->kappa = 0.5f, o->kappa_unit = "bits";
+    o->latent_vectors = 8, o->inner_steps = 16, o->fast_lr = 0.3f, o->fast_lr_end = 0.34f;
     o->mixer_heads = 1, o->mixer_kernel = 1;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->wd = 0.1f, o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f;
     o->clip = 1.0f, o->warmup = 100;
@@ -33,7 +35,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
 #define F(name, kind, dst, help, lo, hi) f[n++] = (flag_t){name, kind, dst, help, lo, hi, 0}
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
     F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
-    F("model", FLAG_STR, &o->model, "model family: llama, free (the Free Transformer), or the masked mixers' mixer, mixer-ae, llama-ae, mixer-mem, llama-mem", 0, 0);
+    F("model", FLAG_STR, &o->model, "model family: llama, free (the Free Transformer), ltm (the Latent-Thought LM), or the masked mixers' mixer, mixer-ae, llama-ae, mixer-mem, llama-mem", 0, 0);
     F("resume", FLAG_BOOL, &o->resume, "continue from the newest usable checkpoint in --run-dir (each damaged newer one is named)", 0, 0);
     F("allow-restart", FLAG_BOOL, &o->allow_restart, "with --resume: start from scratch when every checkpoint is damaged (else refused)", 0, 0);
     F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
@@ -50,7 +52,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("seq-len", FLAG_INT, &o->T, "tokens per row (T)", 1, 1 << 20);
     F("accum", FLAG_INT, &o->accum, "micro-batches accumulated per optimizer step", 1, 65536);
     F("data-seed", FLAG_I64, &o->data_seed, "seed of the loaders' per-epoch shuffle", 0, 0);
-    F("window", FLAG_INT, &o->window, "batch requests kept in flight", 1, 1024);
+    F("in-flight", FLAG_INT, &o->window, "batch requests kept in flight", 1, 1024);
     F("timeout-ms", FLAG_INT, &o->timeout_ms, "re-issue a batch request after this long", 10, 3.6e6);
     F("bus-pub", FLAG_STR, &o->bus_pub, "bus endpoint to publish on (default $FT_BUS_PUB or tcp://127.0.0.1:5710)", 0, 0);
     F("bus-sub", FLAG_STR, &o->bus_sub, "bus endpoint to subscribe to, for --discover", 0, 0);
@@ -68,6 +70,11 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("latent-bits", FLAG_INT, &o->latent_bits, "free: H, bits of the latent per token (Z is one-hot over 2^H)", 1, 20);
     F("kappa", FLAG_FLOAT, &o->kappa, "free: free-bits threshold per token, in --kappa-unit (paper: 0.5 bit)", 0, 1e6);
     F("kappa-unit", FLAG_STR, &o->kappa_unit, "free: unit of --kappa: bits or nats", 0, 0);
+    F("window", FLAG_INT, &o->attn_window, "ltm: sliding attention window W, at most --seq-len (0: unlimited; paper: 256 of 1024)", 0, 1 << 20);
+    F("latent-vectors", FLAG_INT, &o->latent_vectors, "ltm: m, latent thought vectors per layer", 1, 1 << 16);
+    F("inner-steps", FLAG_INT, &o->inner_steps, "ltm: K, fast AdamW steps on the posterior per batch", 0, 100000);
+    F("fast-lr", FLAG_FLOAT, &o->fast_lr, "ltm: the fast learning rate at step 0 (paper: 0.3)", 0, 100);
+    F("fast-lr-end", FLAG_FLOAT, &o->fast_lr_end, "ltm: ... rising linearly to this at the last step (paper: 0.34)", 0, 100);
     F("mixer-heads", FLAG_INT, &o->mixer_heads, "mixers: heads of the token mixing (1: flat; h > 1: in/out projections, h heads of d/h)", 1, 4096);
     F("mixer-kernel", FLAG_INT, &o->mixer_kernel, "mixers: k, neighbouring embedding elements each output mixes (1: none)", 1, 4096);
     F("no-mask", FLAG_BOOL, &o->no_mask, "autoencoders: unmasked (non-causal) token mixing in encoder and decoder", 0, 0);
@@ -143,6 +150,20 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
         snprintf(err, errlen, "--seq-len %d is longer than the RoPE table (--max-seq %d)", o->T, max_seq);
         return -1;
     }
+    if (o->attn_window && strcmp(o->model, "ltm")) {
+        snprintf(err, errlen, "--window %d: the attention window is the LTM's (--model ltm); the loaders' "
+                 "request window is --in-flight", o->attn_window);
+        return -1;
+    }
+    if (o->attn_window > o->T) {
+        snprintf(err, errlen, "--window %d is longer than --seq-len %d", o->attn_window, o->T);
+        return -1;
+    }
+    if (!strcmp(o->model, "ltm") && o->latent_vectors > max_seq) {
+        snprintf(err, errlen, "--latent-vectors %d exceeds the RoPE table (--max-seq %d), which places them",
+                 o->latent_vectors, max_seq);
+        return -1;
+    }
     if (o->d_model % o->n_heads) {
         snprintf(err, errlen, "--heads %d does not divide --d-model %d", o->n_heads, o->d_model);
         return -1;
@@ -173,7 +194,8 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
 
 void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, model_config_t *c) {
     memset(c, 0, sizeof *c);
-    c->kind = family_find(o->model)->kind;
+    const model_family_t *f = family_find(o->model);
+    c->kind = f ? f->kind : MODEL_LLAMA;
     c->vocab_size = vocab_size;
     c->d_model = o->d_model;
     c->n_layers = o->n_layers;
@@ -198,6 +220,24 @@ void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, mo
     }
     if (mixer_kind_is_autoencoder(c->kind)) c->unroll = o->unroll;
     if (mixer_kind_is_memory(c->kind)) c->freeze_encoder = o->freeze_encoder;
+    if (c->kind == MODEL_LTM) {
+        c->sliding_window = o->attn_window;
+        c->latent_vectors = o->latent_vectors;
+        c->inner_steps = o->inner_steps;
+        c->fast_lr = o->fast_lr;
+        c->fast_lr_end = o->fast_lr_end;
+        c->fast_lr_steps = o->steps > (1 << 30) ? 1 << 30 : (int)o->steps;
+    }
+}
+
+void trainer_opts_flops_line(const model_config_t *c, int T, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (c->kind == MODEL_LLAMA)
+        snprintf(buf, cap, "trFLOPs/token %.4g (seed 003 §2.4: 3 x the forward's %.4g)", ltm_train_flops(c, T),
+                 ltm_forward_flops(c, T));
+    else if (c->kind == MODEL_LTM)
+        snprintf(buf, cap, "trFLOPs/token %.4g (seed 003 §2.4: 3 (K + 1) = %d x the forward's %.4g)",
+                 ltm_train_flops(c, T), 3 * (c->inner_steps + 1), ltm_forward_flops(c, T));
 }
 
 float trainer_opts_kappa_nats(const trainer_opts_t *o) {

@@ -26,7 +26,7 @@ typedef struct {
     const char *layout;        /* "pack" | "pad" */
     int B, T, accum;
     long long data_seed;
-    int window, timeout_ms;
+    int window, timeout_ms;    /* window: batch requests kept in flight (--in-flight) */
     /* bus */
     const char *bus_pub, *bus_sub;
     /* model */
@@ -39,6 +39,11 @@ typedef struct {
     int latent_bits;           /* H: Z is one-hot over 2^H */
     float kappa;               /* free-bits threshold per token, in kappa_unit */
     const char *kappa_unit;    /* "bits" | "nats" */
+    /* Latent-thought LM (--model ltm, model/ltm.h) */
+    int attn_window;           /* --window: self-attention sees the W newest positions (0: all) */
+    int latent_vectors;        /* m per layer */
+    int inner_steps;           /* K fast AdamW steps per batch */
+    float fast_lr, fast_lr_end;/* the fast rate at the first step, rising linearly to the end one */
     /* masked mixers (--model mixer, mixer-ae, llama-ae, mixer-mem, llama-mem; seed 004) */
     int mixer_heads, mixer_kernel;
     int no_mask, no_mask_encoder;
@@ -52,7 +57,7 @@ typedef struct {
     int warmup, decay_embeddings;
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 63
+#define TRAINER_NFLAGS 68
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);
@@ -62,4 +67,7 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen);
 void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, model_config_t *cfg);
 /* --kappa converted to nats (--kappa-unit bits: times ln 2). */
 float trainer_opts_kappa_nats(const trainer_opts_t *o);
+/* The training FLOPs line of a llama or LTM config (seed 003 §2.4's count) into buf: "" for
+ * other kinds. */
+void trainer_opts_flops_line(const model_config_t *cfg, int T, char *buf, size_t cap);
 #endif

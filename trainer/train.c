@@ -460,6 +460,18 @@ int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
                 r.cfg.latent_bits, o->kappa_unit, r.cfg.kappa_nats / M_LN2, r.cfg.kappa_nats,
                 fabsf(r.cfg.kappa_nats - trainer_opts_kappa_nats(o)) > 1e-6f * (1 + r.cfg.kappa_nats)
                     ? " (from the checkpoint; --kappa differs and is ignored)" : "");
+    if (r.cfg.kind == MODEL_LTM)
+        fprintf(stderr, "trainer: ltm, m=%d latent vectors per layer, window %d, K=%d inner steps, fast lr %g rising to "
+                "%g over %d steps%s\n", r.cfg.latent_vectors, r.cfg.sliding_window, r.cfg.inner_steps, r.cfg.fast_lr,
+                r.cfg.fast_lr_end, r.cfg.fast_lr_steps,
+                r.cfg.latent_vectors != o->latent_vectors || r.cfg.inner_steps != o->inner_steps ||
+                        r.cfg.sliding_window != o->attn_window || r.cfg.fast_lr != o->fast_lr || r.cfg.fast_lr_end != o->fast_lr_end
+                    ? " (from the checkpoint; the flags differ and are ignored)" : "");
+    {
+        char fl[160];
+        trainer_opts_flops_line(&r.cfg, o->T, fl, sizeof fl);
+        if (fl[0]) fprintf(stderr, "trainer: %s\n", fl);
+    }
 
     progress_t prog;
     progress_init(&prog, "train", "step", (uint64_t)o->steps);
