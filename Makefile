@@ -75,6 +75,7 @@ help:
 	@echo "make brown    baseline and Free Transformer on the Brown corpus (results/brown.*)"
 	@echo "make figure4  seed 000 Figure 4 reproduced and measured (results/figure4.*)"
 	@echo "make bf16-check  bf16 against fp32 training on Brown (results/bf16.*)"
+	@echo "make mixers   seed 004's masked mixers, autoencoders and memory models (results/mixers.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 

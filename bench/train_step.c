@@ -20,10 +20,16 @@
  * --model ltm (the Latent-thought LM: --latent-vectors m, --inner-steps K, --window W) also
  * prints "tr_flops_per_token", seed 003 §2.4's count (3 (K + 1) forwards, model/ltm.h; for the
  * baseline 3 forwards of the same count) and "exec_flops_per_token", what the implementation
- * executes ((2 K + 3) forwards: an inner step's backward skips the weight gradients). */
+ * executes ((2 K + 3) forwards: an inner step's backward skips the weight gradients).
+ * For the masked mixers (--model mixer, ...; seed 004; n_ctx = T) the mixing weights are not
+ * applied per token like a Linear's but per embedding column: they are left out of the 6 x
+ * parameters, and each layer's mixing adds the products as run, 6 x k x T x d per token
+ * (forward 2 T d k, backward twice that; the masked half of each T x T product included, as
+ * the gemm computes it). */
 #include "model/adamw.h"
 #include "model/family.h"
 #include "model/ltm.h"
+#include "model/mixer_config.h"
 #include "common/rng.h"
 #include <omp.h>
 #include <stdio.h>
@@ -46,9 +52,17 @@ static model_config_t config_of(char name) {
     return c;
 }
 
-static double flops_per_token(const model_config_t *c, int64_t params, int64_t post_sampler, int T) {
+/* not_per_token: parameters not applied once per token (the post-sampler's gather, the
+ * mixers' mixing weights), left out of the 6 x parameters */
+static double flops_per_token(const model_config_t *c, int64_t params, int64_t not_per_token, int T) {
+    if (mixer_kind_is(c->kind)) {
+        const double blocks = c->n_layers + (mixer_kind_has_encoder(c->kind) ? c->encoder_layers : 0);
+        const double mix = mixer_kind_uses_mixer(c->kind) ? 6.0 * c->mixer_kernel * T * c->d_model
+                                                          : 12.0 * c->d_model * T;
+        return 6.0 * (double)(params - not_per_token) + blocks * mix;
+    }
     double layers = c->n_layers + (c->kind == MODEL_FREE ? 1 : 0);
-    double f = 6.0 * (double)(params - post_sampler) + 12.0 * layers * c->d_model * T;
+    double f = 6.0 * (double)(params - not_per_token) + 12.0 * layers * c->d_model * T;
     if (c->kind == MODEL_FREE) f += 2.0 * (double)(1 << c->latent_bits) * c->d_model;
     return f;
 }
@@ -62,7 +76,7 @@ static void sync_dev(void) {
 
 static int ltm_m = 8, ltm_K = 4, ltm_W = 0;
 
-static int run(char name, const char *model, int H, int B, int T, int steps, int json) {
+static int run(char name, const char *model, int H, int mh, int mk, int B, int T, int steps, int json) {
     model_config_t c = config_of(name);
     const model_family_t *fam = family_find(model);
     if (!fam) {
@@ -74,6 +88,10 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
     if (c.kind == MODEL_LTM)
         c.latent_vectors = ltm_m, c.inner_steps = ltm_K, c.sliding_window = ltm_W, c.fast_lr = 0.3f,
         c.fast_lr_end = 0.34f, c.fast_lr_steps = 1000;
+    if (mixer_kind_is(c.kind)) {   /* the mixing weights are n_ctx x n_ctx: n_ctx = T */
+        c.max_seq = T, c.mixer_heads = mh, c.mixer_kernel = mk;
+        c.encoder_layers = c.n_layers, c.embed_dim = c.d_model;
+    }
     char err[256];
     void *m = NULL;
     adamw_t *opt = NULL;
@@ -81,13 +99,17 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
         fprintf(stderr, "train_step: config %c: %s\n", name, err);
         return 1;
     }
-    tensor_view_t pv[160], gv[160];
-    int np = fam->params(m, pv, 160);
-    fam->grads(m, gv, 160);
-    int64_t nparams = 0, post_sampler = 0;
+    tensor_view_t pv[256], gv[256];
+    int np = fam->params(m, pv, 256);
+    fam->grads(m, gv, 256);
+    int64_t nparams = 0, not_per_token = 0;
     for (int i = 0; i < np; i++) {
+        const char *nm = pv[i].name;
+        const size_t n = strlen(nm);
         nparams += tensor_numel(&pv[i]);
-        if (!strcmp(pv[i].name, "free.post_sampler.weight")) post_sampler = tensor_numel(&pv[i]);
+        if (!strcmp(nm, "free.post_sampler.weight") || (n >= 12 && !strcmp(nm + n - 12, "mixer.weight")) ||
+            (n >= 10 && !strcmp(nm + n - 10, "mixer.bias")))
+            not_per_token += tensor_numel(&pv[i]);
     }
     adamw_config_t oc = adamw_config_default();
     if (adamw_create(&opt, pv, np, &oc, err, sizeof(err))) {
@@ -140,7 +162,7 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
         dev->profile_gemm = 0;
     }
     double total = now() - t0, tps = (double)B * T * steps / total;
-    double fpt = flops_per_token(&c, nparams, post_sampler, T);
+    double fpt = flops_per_token(&c, nparams, not_per_token, T);
     if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
@@ -162,14 +184,15 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
 
 int main(int argc, char **argv) {
     const char *cfg = "both", *model = "llama", *device = "cpu", *prec = "fp32";
-    int steps = 3, B = 8, T = 256, json = 0, H = 8;
+    int steps = 3, B = 8, T = 256, json = 0, H = 8, mh = 1, mk = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: train_step [--config S|M|G|both] [--model llama|free|ltm] [--latent-bits H] [--steps N]\n"
+            printf("usage: train_step [--config S|M|G|both] [--model FAMILY] [--latent-bits H] [--steps N]\n"
                    "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
-                   "                  [--json]\n"
-                   "Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
+                   "                  [--mixer-heads h] [--mixer-kernel k] [--json]\n"
+                   "FAMILY: %s\n", family_names());
+            printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -182,10 +205,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) prec = argv[++i];
+        else if (!strcmp(argv[i], "--mixer-heads") && i + 1 < argc) mh = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mixer-kernel") && i + 1 < argc) mk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }
-    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 ||
+    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 || mh < 1 || mk < 1 ||
         (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "G") && strcmp(cfg, "both"))) {
         fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
         return 2;
@@ -197,9 +222,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
-    if (!strcmp(cfg, "G")) rc |= run('G', model, H, B, T, steps, json);
-    if (!strcmp(cfg, "S") || !strcmp(cfg, "both")) rc |= run('S', model, H, B, T, steps, json);
-    if (!strcmp(cfg, "M") || !strcmp(cfg, "both")) rc |= run('M', model, H, B, T, steps, json);
+    if (!strcmp(cfg, "G")) rc |= run('G', model, H, mh, mk, B, T, steps, json);
+    if (!strcmp(cfg, "S") || !strcmp(cfg, "both")) rc |= run('S', model, H, mh, mk, B, T, steps, json);
+    if (!strcmp(cfg, "M") || !strcmp(cfg, "both")) rc |= run('M', model, H, mh, mk, B, T, steps, json);
     device_close(&dev);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include "model/family.h"
 #include "model/generate.h"
 #include "model/llama.h"
+#include "model/mixer_config.h"
 
 double eval_logprob(const float *row, int V, uint32_t target) {
     float mx = row[0];
@@ -113,6 +114,7 @@ int eval_lm_create(eval_lm_t **out, device_t *dev, const model_config_t *cfg, in
     if (!dev) dev = device_cpu_default();
     if (cfg->kind == MODEL_FREE) return eval_lm_create_free(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
     if (cfg->kind == MODEL_LTM) return eval_lm_create_ltm(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
+    if (mixer_kind_is(cfg->kind)) return eval_lm_create_mixers(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
     if (cfg->kind != MODEL_LLAMA)
         return err_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",
                        (int)cfg->kind);

@@ -1,5 +1,6 @@
 /* evaluator/task.c: dispatch to the task kinds (see task.h). */
 #include "evaluator/task.h"
+#include "model/mixer_config.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +60,11 @@ void eval_task_shape(const eval_task_t *t, int *Bmax, int *Tmax) {
 int eval_task_run(eval_task_t *t, eval_lm_t *lm, eval_values_t *out, volatile int *stop,
                   char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
+    if (!lm->logits && t->ops != &eval_task_val) {
+        snprintf(err, errlen, "this checkpoint holds a %s, which predicts the chunk it has encoded, not the next "
+                 "token: only task val applies to it", mixer_kind_is(lm->cfg.kind) ? mixer_kind_name(lm->cfg.kind) : "model");
+        return EVAL_EMISMATCH;
+    }
     return t->ops->run(t->self, lm, out, stop, err, errlen);
 }
 

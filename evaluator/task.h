@@ -43,6 +43,8 @@ typedef struct {
     const char *inner_steps_list; /* val: "0,4,16,64": the bound after each K (NULL: 0 and K) */
     int inner_steps;        /* K of the posterior's inference (0: the checkpoint's) */
     float fast_lr;          /* its peak rate (0: the checkpoint's final fast rate) */
+    /* autoencoders and memory models (seed 004) */
+    int bits_per_param;     /* val: b_p, bits each float of the stored embedding takes (4, 8, 16, 32) */
 } eval_task_cfg_t;
 
 #define EVAL_MAX_INNER_STEPS 8   /* entries of --inner-steps-list */

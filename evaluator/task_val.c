@@ -30,7 +30,19 @@
  * inference of exactly K steps from the same start (the same draws for every checkpoint):
  *   ce_k<K>, kl_k<K>, elbo_k<K> per token (nats), ppl_k<K> = exp(elbo_k<K>), bpb_k<K>;
  *   nll_bound the smallest elbo_k over the list (the tightest bound; inner_steps_best its K),
- *            ppl and bpb from it. */
+ *            ppl and bpb from it.
+ *
+ * An autoencoder or memory model (seed 004; lm->chunk_logits) predicts each row's own T
+ * tokens from one stored embedding of n_p = lm->n_embed floats (and, for a memory model, the
+ * tokens before each), so its bits per byte have two terms (seed 004's formulas, L_t / L_b
+ * the split's tokens per byte, b_p = --bits-per-param):
+ *   ce             the decoder's cross-entropy per token (nats);
+ *   bpb_decoder    (L_t / L_b) ce / ln 2;
+ *   bpb_embedding  n_p b_p / (T L_b / L_t): the stored embedding amortised over the T tokens
+ *                  (the L_b / L_t T bytes) it encodes;
+ *   bpb            their sum, comparable with a causal model's bpb;
+ *   ce_total       ce + bpb_embedding ln 2 / (L_t / L_b): the same total as nats per token
+ *                  (seed 004's "normalized loss"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +66,7 @@ typedef struct {
     int ks[EVAL_MAX_INNER_STEPS], nks;  /* LTM: the bound after each of these inner steps */
     int inner_steps;                    /* LTM: --inner-steps (0: the checkpoint's) */
     float fast_lr;
+    int bits_per_param;
 } val_t;
 
 static void val_close(void **self) {
@@ -104,6 +117,12 @@ static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t e
         val_close((void **)&v);
         return rc;
     }
+    v->bits_per_param = cfg->bits_per_param ? cfg->bits_per_param : 8;
+    if (v->bits_per_param != 4 && v->bits_per_param != 8 && v->bits_per_param != 16 && v->bits_per_param != 32) {
+        snprintf(err, errlen, "--bits-per-param %d: the stored embedding's floats take 4, 8, 16 or 32 bits", v->bits_per_param);
+        val_close((void **)&v);
+        return EVAL_EARG;
+    }
     loader_src_split_info(v->src, v->p.split, &v->info);
     if (v->info.n_bytes == 0 || v->info.n_tokens == 0) {
         snprintf(err, errlen, "dataset %s: the evaluated split has no tokens or no byte count", cfg->data);
@@ -125,6 +144,14 @@ static double row_logp(const float *lg, const uint32_t *rows, int b, int T, int 
     double s = 0;
     for (int t = 0; t < T; t++)
         s += eval_logprob(lg + ((size_t)b * T + t) * V, V, rows[(size_t)b * (T + 1) + t + 1]);
+    return s;
+}
+
+/* Sum over row b of log p(token t) from logits (B,T,V) whose row t predicts token t itself. */
+static double chunk_logp(const float *lg, const uint32_t *tokens, int b, int T, int V) {
+    double s = 0;
+    for (int t = 0; t < T; t++)
+        s += eval_logprob(lg + ((size_t)b * T + t) * V, V, tokens[(size_t)b * T + t]);
     return s;
 }
 
@@ -271,6 +298,12 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
             if (rc) return rc;
             continue;
         }
+        if (lm->chunk_logits) {
+            const float *lg = lm->chunk_logits(lm, v->inputs, B, T, err, errlen);
+            if (!lg) return EVAL_EMODEL;
+            for (int b = 0; b < B; b++) nll -= chunk_logp(lg, v->inputs, b, T, V);
+            continue;
+        }
         const float *lg = lm->logits(lm, v->inputs, NULL, B, T, err, errlen);
         if (!lg) return EVAL_EMODEL;
         for (int b = 0; b < B; b++) nll -= row_logp(lg, v->rows, b, T, V);
@@ -309,6 +342,16 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
         eval_values_add(out, "bpb", best * per_byte);
         eval_values_add(out, "inner_steps_best", kbest);
         eval_values_add(out, "fast_lr", lm->ltm_fast_lr);
+    } else if (lm->chunk_logits) {
+        const double ce = nll / (double)count, bpb_dec = ce * per_byte;
+        const double bpb_emb = (double)lm->n_embed * v->bits_per_param * v->info.n_tokens / ((double)T * v->info.n_bytes);
+        eval_values_add(out, "ce", ce);
+        eval_values_add(out, "bpb_decoder", bpb_dec);
+        eval_values_add(out, "embed_floats", lm->n_embed);
+        eval_values_add(out, "bits_per_param", v->bits_per_param);
+        eval_values_add(out, "bpb_embedding", bpb_emb);
+        eval_values_add(out, "bpb", bpb_dec + bpb_emb);
+        eval_values_add(out, "ce_total", ce + bpb_emb / per_byte);
     } else {
         double ce = nll / (double)count;
         eval_values_add(out, "ce", ce);

@@ -139,6 +139,16 @@ typedef struct device_ops {
                                   const float *w, const uint32_t *idx, const float *prob, int N,
                                   int D, int H);
 
+    /* ---- the masked mixer (ops.h, ops_mixer.c; its products are gemm calls) ---- */
+    void (*mixer_tril)(device_t *d, float *out, const float *w, int M, int T, int accumulate);
+    void (*mixer_bias_forward)(device_t *d, float *y, const float *bias, int B, int T, int D,
+                               int h, int Tb);
+    void (*mixer_bias_backward)(device_t *d, float *dbias, const float *dy, int B, int T, int D,
+                                int h, int Tb);
+    void (*unroll_forward)(device_t *d, float *out, const float *e, int B, int T, int D, int nd);
+    void (*unroll_backward)(device_t *d, float *de, const float *dout, int B, int T, int D,
+                            int nd);
+
     /* ---- the optimizer (adamw.h) ---- */
     /* sum of x^2 in double, in an order fixed by n alone */
     double (*sumsq)(device_t *d, const float *x, size_t n);

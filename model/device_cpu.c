@@ -93,6 +93,11 @@ static void cpu_binmap_kl_rows(device_t *d, float *kl, const float *logits, int 
 static free_bits_sums_t cpu_free_bits_forward(device_t *d, const float *kl, const uint8_t *mask, int N, float kappa) { (void)d; return free_bits_forward(kl, mask, N, kappa); }
 static void cpu_free_bits_backward(device_t *d, float *dlogits, const float *logits, const float *kl, const uint8_t *mask, int N, int H, float kappa, float scale) { (void)d; free_bits_backward(dlogits, logits, kl, mask, N, H, kappa, scale); }
 static void cpu_post_sampler_forward(device_t *d, float *r, const float *w, const uint32_t *idx, int N, int D, int H) { (void)d; post_sampler_forward(r, w, idx, N, D, H); }
+static void cpu_mixer_tril(device_t *d, float *out, const float *w, int M, int T, int acc) { (void)d; mixer_tril(out, w, M, T, acc); }
+static void cpu_mixer_bias_forward(device_t *d, float *y, const float *bias, int B, int T, int D, int h, int Tb) { (void)d; mixer_bias_forward(y, bias, B, T, D, h, Tb); }
+static void cpu_mixer_bias_backward(device_t *d, float *dbias, const float *dy, int B, int T, int D, int h, int Tb) { (void)d; mixer_bias_backward(dbias, dy, B, T, D, h, Tb); }
+static void cpu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) { (void)d; unroll_forward(out, e, B, T, D, nd); }
+static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) { (void)d; unroll_backward(de, dout, B, T, D, nd); }
 static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
 static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) { (void)d; adamw_update(p, g, m, v, n, s); }
 
@@ -139,7 +144,10 @@ static const device_ops_t cpu_ops = {
     .binmap_kl_rows = cpu_binmap_kl_rows, .free_bits_forward = cpu_free_bits_forward,
     .free_bits_backward = cpu_free_bits_backward,
     .post_sampler_forward = cpu_post_sampler_forward,
-    .post_sampler_backward = cpu_post_sampler_backward, .sumsq = cpu_sumsq,
+    .post_sampler_backward = cpu_post_sampler_backward,
+    .mixer_tril = cpu_mixer_tril, .mixer_bias_forward = cpu_mixer_bias_forward,
+    .mixer_bias_backward = cpu_mixer_bias_backward, .unroll_forward = cpu_unroll_forward,
+    .unroll_backward = cpu_unroll_backward, .sumsq = cpu_sumsq,
     .adamw_update = cpu_adamw_update,
     .attention_window_forward = cpu_attention_window_forward,
     .attention_window_backward = cpu_attention_window_backward,

@@ -234,6 +234,11 @@ __global__ void g_free_bits_bwd(size_t n, float *dl, const float *lg, const floa
 __global__ void g_post_fwd(size_t n, float *r, const float *w, const uint32_t *idx, int D, int H) { FOR_ITEMS(n) kb_post_fwd(it, r, w, idx, D, H); }
 __global__ void g_post_bwd_dw(size_t n, float *dw, const float *dr, const uint32_t *idx, int N, int D, int H) { FOR_ITEMS(n) kb_post_bwd_dw(it, dw, dr, idx, N, D, H); }
 __global__ void g_binmap_bwd(size_t n, float *dl, float *dz, const float *prob, int H) { FOR_ITEMS(n) kb_binmap_bwd(it, dl, dz, prob, H); }
+__global__ void g_mixer_tril(size_t n, float *out, const float *w, int T, int acc) { FOR_ITEMS(n) kb_mixer_tril(it, out, w, T, acc); }
+__global__ void g_mixer_bias_fwd(size_t n, float *y, const float *bias, int T, int D, int h, int Tb) { FOR_ITEMS(n) kb_mixer_bias_fwd(it, y, bias, T, D, h, Tb); }
+__global__ void g_mixer_bias_bwd(size_t n, float *db, const float *dy, int B, int T, int D, int h, int Tb) { FOR_ITEMS(n) kb_mixer_bias_bwd(it, db, dy, B, T, D, h, Tb); }
+__global__ void g_unroll_fwd(size_t n, float *out, const float *e, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_fwd(it, out, e, T, D, nd); }
+__global__ void g_unroll_bwd(size_t n, float *de, const float *dout, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_bwd(it, de, dout, T, D, nd); }
 __global__ void g_sumsq_chunk(size_t n, double *part, const float *x, size_t len) { FOR_ITEMS(n) kb_sumsq_chunk(it, part, x, len); }
 __global__ void g_latent_normal(size_t n, float *x, int B, int len, uint64_t key, uint64_t row0, float mean, float std) { FOR_ITEMS(n) kb_latent_normal(it, x, B, len, key, row0, mean, std); }
 __global__ void g_latent_sample(size_t n, float *z, const float *mu, const float *ls, const float *eps) { FOR_ITEMS(n) kb_latent_sample(it, z, mu, ls, eps); }
@@ -450,6 +455,31 @@ static void cu_post_sampler_backward(device_t *d, float *dw, float *dl, const fl
         LAUNCHED("post_sampler_backward dlogits");
     }
 }
+static void cu_mixer_tril(device_t *d, float *out, const float *w, int M, int T, int acc) {
+    size_t n = (size_t)M * T * T;
+    g_mixer_tril<<<GRID(n)>>>(n, out, w, T, acc);
+    LAUNCHED("mixer_tril");
+}
+static void cu_mixer_bias_forward(device_t *d, float *y, const float *bias, int B, int T, int D, int h, int Tb) {
+    size_t n = (size_t)B * T * D;
+    g_mixer_bias_fwd<<<GRID(n)>>>(n, y, bias, T, D, h, Tb);
+    LAUNCHED("mixer_bias_forward");
+}
+static void cu_mixer_bias_backward(device_t *d, float *db, const float *dy, int B, int T, int D, int h, int Tb) {
+    size_t n = (size_t)h * T;
+    g_mixer_bias_bwd<<<GRID(n)>>>(n, db, dy, B, T, D, h, Tb);
+    LAUNCHED("mixer_bias_backward");
+}
+static void cu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) {
+    size_t n = (size_t)B * T * nd;
+    g_unroll_fwd<<<GRID(n)>>>(n, out, e, T, D, nd);
+    LAUNCHED("unroll_forward");
+}
+static void cu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) {
+    size_t n = (size_t)B * D;
+    g_unroll_bwd<<<GRID(n)>>>(n, de, dout, T, D, nd);
+    LAUNCHED("unroll_backward");
+}
 static double cu_sumsq(device_t *d, const float *x, size_t n) {
     const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     if (!nch) return 0.0;
@@ -523,6 +553,11 @@ static const device_ops_t cuda_ops = {
     .free_bits_backward = cu_free_bits_backward,
     .post_sampler_forward = cu_post_sampler_forward,
     .post_sampler_backward = cu_post_sampler_backward,
+    .mixer_tril = cu_mixer_tril,
+    .mixer_bias_forward = cu_mixer_bias_forward,
+    .mixer_bias_backward = cu_mixer_bias_backward,
+    .unroll_forward = cu_unroll_forward,
+    .unroll_backward = cu_unroll_backward,
     .sumsq = cu_sumsq,
     .adamw_update = cu_adamw_update,
     .attention_window_forward = cu_attention_window_forward,

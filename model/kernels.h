@@ -334,6 +334,44 @@ OPS_FN void kb_binmap_bwd(size_t it, float *dlogits, float *dz, const float *pro
     ops_binmap_backward_row(dlogits + it * H, dz + it * ((size_t)1 << H), prob + it * H, H);
 }
 
+/* ---- the masked mixer (ops_mixer.c) ---- */
+/* it < M*T*T: element (m, t, s) of the masked weight; acc adds into out */
+OPS_FN void kb_mixer_tril(size_t it, float *out, const float *w, int T, int acc) {
+    const int s = (int)(it % T), t = (int)((it / T) % T);
+    const float v = s <= t ? w[it] : 0.0f;
+    out[it] = acc ? out[it] + v : v;
+}
+/* it < B*T*D */
+OPS_FN void kb_mixer_bias_fwd(size_t it, float *y, const float *bias, int T, int D, int h, int Tb) {
+    const int c = (int)(it % D), t = (int)((it / D) % T);
+    y[it] += bias[(size_t)(c / (D / h)) * Tb + t];
+}
+/* it < h*T: (head i, position t), rows b in order, the head's columns in order */
+OPS_FN void kb_mixer_bias_bwd(size_t it, float *dbias, const float *dy, int B, int T, int D, int h,
+                              int Tb) {
+    const int i = (int)(it / T), t = (int)(it % T), dh = D / h;
+    float acc = dbias[(size_t)i * Tb + t];
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < dh; c++) acc += dy[((size_t)b * T + t) * D + (size_t)i * dh + c];
+    dbias[(size_t)i * Tb + t] = acc;
+}
+/* it < B*T*nd */
+OPS_FN void kb_unroll_fwd(size_t it, float *out, const float *e, int T, int D, int nd) {
+    const size_t r = it / nd;
+    const int j = (int)(it % nd), i = (int)(r % T);
+    out[it] = e[(r / T) * D + (i + j) % D];
+}
+/* it < B*D: element c of vector b, positions in order */
+OPS_FN void kb_unroll_bwd(size_t it, float *de, const float *dout, int T, int D, int nd) {
+    const int c = (int)(it % D);
+    const size_t b = it / D;
+    float acc = de[it];
+    for (int i = 0; i < T; i++) {
+        const int j = ((c - i) % D + D) % D;
+        if (j < nd) acc += dout[(b * T + i) * nd + j];
+    }
+    de[it] = acc;
+}
 /* ---- the LTM's Gaussian latents (ops.h ops_latent.c) ---- */
 /* it < L*B*n, as (l, b, i) with i fastest */
 OPS_FN void kb_latent_normal(size_t it, float *x, int B, int n, uint64_t key, uint64_t row0,

@@ -1,5 +1,6 @@
 /* model/llama_block.c: the decoder block, written step by step like the paper's figure. */
 #include "model/llama_block.h"
+#include "model/ptable.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,21 @@ size_t llama_block_numel(const model_config_t *c) {
     size_t D = c->d_model, F = c->d_ff, hd = D / c->n_heads;
     size_t Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
     return D + Dq * D + 2 * Dkv * D + D * Dq + D + 2 * F * D + D * F;
+}
+
+void llama_block_layout(const model_config_t *c, const char *prefix, ptable_t *p,
+                        llama_block_w_t *w) {
+    const int64_t D = c->d_model, F = c->d_ff, hd = D / c->n_heads;
+    const int64_t Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
+    w->attn_norm = ptable_vec(p, prefix, "input_layernorm.weight", D);
+    w->wq = ptable_mat(p, prefix, "self_attn.q_proj.weight", Dq, D);
+    w->wk = ptable_mat(p, prefix, "self_attn.k_proj.weight", Dkv, D);
+    w->wv = ptable_mat(p, prefix, "self_attn.v_proj.weight", Dkv, D);
+    w->wo = ptable_mat(p, prefix, "self_attn.o_proj.weight", D, Dq);
+    w->mlp_norm = ptable_vec(p, prefix, "post_attention_layernorm.weight", D);
+    w->wgate = ptable_mat(p, prefix, "mlp.gate_proj.weight", F, D);
+    w->wup = ptable_mat(p, prefix, "mlp.up_proj.weight", F, D);
+    w->wdown = ptable_mat(p, prefix, "mlp.down_proj.weight", D, F);
 }
 
 /* q_proj, k_proj and v_proj lie back to back in the parameter (and gradient) buffer, in HF

@@ -66,6 +66,12 @@ void llama_block_scratch_free(llama_block_scratch_t *s);
 
 /* Parameters in HF order, counted in floats, for layout code. */
 size_t llama_block_numel(const model_config_t *c);
+/* Takes one block's 9 tensors from p (ptable.h) in HF order, named prefix + the HF suffix
+ * (input_layernorm.weight, self_attn.q_proj.weight, ...): q, k, v back to back, as the fused
+ * projection wants. For models built from blocks (model/mixers.c's transformer twins). */
+struct ptable;
+void llama_block_layout(const model_config_t *c, const char *prefix, struct ptable *p,
+                        llama_block_w_t *w);
 
 /* x_out = block(x_q, x_kv) on device d (every pointer is d's); pass x_kv == x_q for a plain
  * block. x_out must differ from both.

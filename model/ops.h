@@ -228,4 +228,36 @@ void latent_kl_rows(float *kl /* (B) */, const float *mu /* (L,B,n) */, const fl
 /* dmu, dls (OVERWRITTEN) = the gradients of (the loss whose dL/dz is dz) + kl_scale * KL. */
 void latent_backward(float *dmu, float *dls, const float *dz, const float *mu, const float *ls,
                      const float *eps, float kl_scale, size_t n);
+/* ---- the masked mixer's token mixing (seed 004; model/ops_mixer.c) ----
+ * A mixing weight is M matrices (T, T) (per layer: h heads x k taps); the causal mask keeps
+ * entries s <= t of row t. The mixing's products are gemm calls (model/mixer_mix.c); these
+ * are its element parts. */
+/* out = tril(w) (accumulate 0), or out += tril(w) (accumulate 1): the mask on the weight in
+ * the forward, and on the gradient (dW = tril(dW_raw)) in the backward. */
+void mixer_tril(float *out /* (M,T,T) */, const float *w /* (M,T,T) */, int M, int T,
+                int accumulate);
+/* y[b,t,c] += bias[c / (D/h) * Tb + t]: one bias per head and position (Conv1d's per output
+ * channel, the channels being positions). */
+void mixer_bias_forward(float *y /* (B,T,D) += */, const float *bias /* (h*Tb) */, int B, int T,
+                        int D, int h, int Tb);
+/* dbias[i*Tb + t] += sum over b, then over head i's columns c, of dy[b,t,c], in that order. */
+void mixer_bias_backward(float *dbias /* (h*Tb) += */, const float *dy /* (B,T,D) */, int B,
+                         int T, int D, int h, int Tb);
+/* The autoencoder's sliding-window unroll (seed 004): out[b,i,j] = e[b, (i + j) mod D] for the
+ * T positions i and window elements j < nd (the window wraps around to the vector's start). */
+void unroll_forward(float *out /* (B,T,nd) */, const float *e /* (B,D) */, int B, int T, int D,
+                    int nd);
+/* de[b,c] += sum over positions i (in order) of dout[b,i,j] with (i + j) mod D = c, j < nd. */
+void unroll_backward(float *de /* (B,D) += */, const float *dout /* (B,T,nd) */, int B, int T,
+                     int D, int nd);
+/* The whole mixing by plain loops, the yardstick mixer_mix.c's products are tested against:
+ * y[b,t,c] = bias + sum over taps j and positions s (s <= t when causal, s < T) of
+ * w[i][j][t][s] x[b, s, c + j - (k-1)/2], i = c / (D/h), the shifted column inside head i
+ * (zero outside it). w is (h, k, Tw, Tw), bias (h*Tw), T <= Tw. */
+void token_mix_ref_forward(float *y /* (B,T,D) */, const float *x /* (B,T,D) */, const float *w,
+                           const float *bias, int B, int T, int D, int h, int k, int Tw,
+                           int causal);
+/* Its gradients: dx (B,T,D) +=, dw (h,k,Tw,Tw) +=, dbias (h*Tw) +=. */
+void token_mix_ref_backward(float *dx, float *dw, float *dbias, const float *dy, const float *x,
+                            const float *w, int B, int T, int D, int h, int k, int Tw, int causal);
 #endif

@@ -4,7 +4,8 @@
  * --precision), with one meaning on every device:
  *
  *   fp32  every product takes fp32 operands, accumulates and writes fp32.
- *   bf16  the matrix products of the Linear layers (the tied head included) and of attention,
+ *   bf16  the matrix products of the Linear layers (the tied head included), of attention and
+ *         of the masked mixers' token mixing,
  *         forward and backward, take bf16 operands: weights, activations and gradients alike
  *         are rounded to bf16 (round to nearest, ties to even: ops_bf16_round in ops_math.h)
  *         at the product's input; the products of two bf16 values are exact in fp32, they are

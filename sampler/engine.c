@@ -59,6 +59,9 @@ int engine_create(engine_t **pe, sampler_model_t *sm, int max_batch, int max_pos
                   size_t errlen) {
     *pe = NULL;
     const model_config_t *c = &sm->cfg;
+    if (sm->mixer)
+        return err_fail(err, errlen, SAMPLER_EARG, "a masked mixer cannot decode in this batch: its "
+                        "generator keeps one position for all its sequences (sampler/run_mixer.c)");
     if (max_batch < 1 || max_pos < 2 || max_pos > c->max_seq)
         return err_fail(err, errlen, SAMPLER_EARG, "engine of %d rows x %d positions: want >= 1 rows "
                         "and 2..%d positions (the model's max_seq)", max_batch, max_pos, c->max_seq);

@@ -51,6 +51,8 @@ static void usage(FILE *f, const flag_t *fl, int n) {
             "inferred from the prompt by --inner-steps fast steps (--z-from prompt), or drawn from\n"
             "the prior N(0, I) (--z-from prior: unconditional); the tokens then decode with the KV\n"
             "cache and the model's sliding window.\n"
+            "Masked mixer checkpoints (--model mixer) generate through a cache of their mixing\n"
+            "sums; autoencoders and memory models (they predict the chunk they encoded) are refused.\n"
             "Service: --serve ENDPOINT answers gen_req messages (docs/PROTOCOL.md) with the\n"
             "checkpoint, decoding up to --max-batch requests together (a request joins the batch\n"
             "at the next step, a finished one leaves at once; --max-queue more wait, beyond that\n"

@@ -12,9 +12,11 @@ void sampler_model_free(sampler_model_t **psm) {
     if (!psm || !*psm) return;
     sampler_model_t *sm = *psm;
     engine_destroy(&sm->cli);
+    mixer_gen_destroy(&sm->genm);
     llama_destroy(&sm->llama);
     free_destroy(&sm->free);
     ltm_destroy(&sm->ltm);
+    mixers_destroy(&sm->mixer);
     free(sm);
     *psm = NULL;
 }
@@ -37,6 +39,12 @@ int sampler_model_create(sampler_model_t **psm, device_t *dev, const model_confi
     } else if (cfg->kind == MODEL_LTM) {
         rc = ltm_create_on(&sm->ltm, sm->dev, cfg, 1, 1, seed, err, errlen);
         sm->infT = 1;
+    } else if (cfg->kind == MODEL_MIXER) {
+        rc = mixers_create_on(&sm->mixer, sm->dev, cfg, 1, 1, seed, err, errlen);
+    } else if (mixer_kind_is(cfg->kind)) {
+        snprintf(err, errlen, "a %s predicts the chunk it has encoded, not the next token: the sampler "
+                 "generates from causal models (llama, free, mixer)", mixer_kind_name(cfg->kind));
+        rc = SAMPLER_EARG;
     } else {
         snprintf(err, errlen, "model kind %d is not one the sampler knows", (int)cfg->kind);
         rc = SAMPLER_EARG;
@@ -53,6 +61,7 @@ const model_config_t *sampler_model_config(const sampler_model_t *sm) { return &
 device_t *sampler_model_device(const sampler_model_t *sm) { return sm->dev; }
 
 int sampler_model_params(sampler_model_t *sm, tensor_view_t *views, int cap) {
+    if (sm->mixer) return mixers_params(sm->mixer, views, cap);
     if (sm->ltm) return ltm_params(sm->ltm, views, cap);
     return sm->llama ? llama_params(sm->llama, views, cap) : free_params(sm->free, views, cap);
 }
@@ -69,6 +78,10 @@ static int load_cb(void *ctx, const char *dir, char *err, size_t errlen) {
     model_config_t cfg;
     int rc = ckpt_load_config(dir, &cfg, err, errlen);
     if (rc) return rc;
+    /* a sound checkpoint of a model that does not generate: refused, not skipped as damaged */
+    if (mixer_kind_is(cfg.kind) && cfg.kind != MODEL_MIXER)
+        return err_fail(err, errlen, CKPT_EREFUSED, "%s: a %s predicts the chunk it has encoded, not the next token: the "
+                        "sampler generates from causal models (llama, free, mixer)", dir, mixer_kind_name(cfg.kind));
     sampler_model_t *sm = NULL;
     char why[512];
     rc = sampler_model_create(&sm, lc->dev, &cfg, 0, why, sizeof why);
@@ -166,4 +179,15 @@ int sampler_model_reserve(sampler_model_t *sm, int P, char *err, size_t errlen) 
                         "cannot grow to %d while %d engine(s) use it", sm->free ? "encoder" : "inference",
                         have, P, sm->engines);
     return sm->free ? grow_encoder(sm, P, err, errlen) : grow_ltm(sm, P, err, errlen);
+}
+
+int sampler_model_mixer_gen(sampler_model_t *sm, int B, int T, char *err, size_t errlen) {
+    if (sm->genm && B <= sm->genB && T <= sm->genT) return 0;
+    const int nb = B > sm->genB ? B : sm->genB, nt = T > sm->genT ? T : sm->genT;
+    mixer_gen_destroy(&sm->genm);
+    int rc = mixer_gen_create(&sm->genm, sm->mixer, nb, nt, err, errlen);
+    if (rc) return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EARG;
+    sm->genB = nb;
+    sm->genT = nt;
+    return 0;
 }

@@ -76,6 +76,7 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
                  o->max_new, c->max_seq);
         return SAMPLER_EMISMATCH;
     }
+    if (sm->mixer) return sampler_generate_mixer(sm, prompt, P, o, res, err, errlen);
     const int n = o->n, M = o->max_new, NB = n < SAMPLER_MAX_BATCH ? n : SAMPLER_MAX_BATCH;
     const int ZS = P + M;
     if ((rc = cli_engine(sm, NB, P + M, err, errlen))) return rc;

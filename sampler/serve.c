@@ -360,6 +360,7 @@ static size_t model_bytes(const sampler_model_t *sm) {
     if (sm->llama) llama_memory(sm->llama, &mm);
     else if (sm->free) free_memory(sm->free, &mm);
     else if (sm->ltm) ltm_memory(sm->ltm, &mm);
+    else if (sm->mixer) mixers_memory(sm->mixer, &mm);
     return mm.params + mm.grads + mm.activations;
 }
 

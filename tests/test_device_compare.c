@@ -25,6 +25,7 @@
 #include "model/family.h"
 #include "model/free.h"
 #include "model/llama.h"
+#include "model/mixer_mix.h"
 #include "tests/check.h"
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +264,42 @@ static void test_ops(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dfree(all[i]);
 }
 
+/* The masked mixer: its element ops and the token mixing they and the products make up
+ * (mixer_mix.h), masked with heads and taps, and unmasked. Products: prod_rtol. */
+static void test_mixer_ops(void) {
+    enum { Bt = 2, T = 11, Tw = 13, D = 24, F = 5 };
+    char err[256];
+    for (int causal = 0; causal < 2; causal++) {
+        const mixer_mix_t s = {causal ? 3 : 1, causal ? 3 : 2, Tw, causal};
+        const size_t nw = mixer_mix_weight_floats(&s), n = (size_t)Bt * T * D;
+        dbuf_t x = dfloats(n, 1), w = dfloats(nw, 0.5f), bias = dfloats((size_t)s.h * Tw, 0.5f), y = dfloats(n, 1);
+        dbuf_t wm = dfloats(nw, 1), dws = dfloats(nw, 1), dy = dfloats(n, 1), dx = dfloats(n, 1);
+        dbuf_t dw = dfloats(nw, 1), db = dfloats((size_t)s.h * Tw, 1);
+        mixer_mix_forward(A, FA(y), FA(x), FA(w), FA(bias), FA(wm), Bt, T, D, &s);
+        mixer_mix_forward(B, FB(y), FB(x), FB(w), FB(bias), FB(wm), Bt, T, D, &s);
+        same(causal ? "token mixing forward, 3 heads k=3 masked" : "token mixing forward, k=2 unmasked", &y, 1e-5, prod_rtol);
+        mixer_mix_backward(A, FA(dx), FA(dw), FA(db), FA(dy), FA(x), FA(w), FA(wm), FA(dws), Bt, T, D, &s);
+        mixer_mix_backward(B, FB(dx), FB(dw), FB(db), FB(dy), FB(x), FB(w), FB(wm), FB(dws), Bt, T, D, &s);
+        same("token mixing backward dx", &dx, 1e-5, prod_rtol);
+        same("token mixing backward dw", &dw, 1e-5, prod_rtol);
+        same("token mixing backward dbias", &db, 1e-5, 1e-5);
+        DEV(A, mixer_tril, FA(wm), FA(w), s.h * s.k, Tw, 1);
+        DEV(B, mixer_tril, FB(wm), FB(w), s.h * s.k, Tw, 1);
+        same("mixer_tril", &wm, 0, 0);
+        dbuf_t *all[] = {&x, &w, &bias, &y, &wm, &dws, &dy, &dx, &dw, &db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dfree(all[i]);
+    }
+    dbuf_t e = dfloats(Bt * D, 1), win = dfloats((size_t)Bt * T * F, 1), de = dfloats(Bt * D, 1);
+    DEV(A, unroll_forward, FA(win), FA(e), Bt, T, D, F);
+    DEV(B, unroll_forward, FB(win), FB(e), Bt, T, D, F);
+    same("unroll_forward", &win, 0, 0);
+    DEV(A, unroll_backward, FA(de), FA(win), Bt, T, D, F);
+    DEV(B, unroll_backward, FB(de), FB(win), Bt, T, D, F);
+    same("unroll_backward", &de, 1e-6, 1e-6);
+    CHECK(DEV(A, sync, err, sizeof err) == 0 && DEV(B, sync, err, sizeof err) == 0, "no device fault: %s", err);
+    dfree(&e); dfree(&win); dfree(&de);
+}
+
 /* ---- whole families ---- */
 typedef struct {
     const model_family_t *f;
@@ -324,7 +361,8 @@ static void family_case(const char *family) {
     model_config_t c = {.kind = family_find(family)->kind, .vocab_size = 61,
                         .d_model = 48, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .d_ff = 96,
                         .max_seq = 32, .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1,
-                        .latent_bits = 6, .kappa_nats = 0.1f};
+                        .latent_bits = 6, .kappa_nats = 0.1f, .mixer_heads = 2, .mixer_kernel = 3,
+                        .encoder_layers = 2, .embed_dim = 16, .unroll = 1};
     if (c.kind == MODEL_LTM)   /* 2 inner steps, a window of 8, 4 latents per layer */
         c.sliding_window = 8, c.latent_vectors = 4, c.inner_steps = 2, c.fast_lr = 0.3f,
         c.fast_lr_end = 0.34f, c.fast_lr_steps = 50;
@@ -382,6 +420,10 @@ out:
 static void test_llama(void) { family_case("llama"); }
 static void test_free(void) { family_case("free"); }
 static void test_ltm(void) { family_case("ltm"); }
+static void test_mixers(void) {
+    const char *kinds[] = {"mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"};
+    for (int i = 0; i < 5; i++) family_case(kinds[i]);
+}
 
 int main(int argc, char **argv) {
     char err[256];
@@ -436,6 +478,8 @@ int main(int argc, char **argv) {
     RUN(test_llama);
     RUN(test_free);
     RUN(test_ltm);
+    RUN(test_mixer_ops);
+    RUN(test_mixers);
     device_close(&B);
     device_close(&A);
     return check_summary();

@@ -355,6 +355,38 @@ static void test_decode_rows(void) {
     free(v_k); free(v_c); free(kc); free(vc); free(o_k); free(o_c); free(d_k); free(d_c);
 }
 
+/* The masked mixer's element ops (ops_mixer.c): each item a copy, a mask or one in-order sum. */
+static void test_mixer(void) {
+    enum { M = 3, T = 7, B = 2, Tr = 5, D = 12, H = 3, Tb = 7, UT = 9, UD = 5, ND = 2 };
+    const size_t nw = (size_t)M * T * T, ny = (size_t)B * Tr * D;
+    float *w = rnd(nw, 1), *o_k = rnd(nw, 1), *o_c = dup_(o_k, nw);
+    mixer_tril(o_c, w, M, T, 1);
+    SHIM(nw, kb_mixer_tril(it, o_k, w, T, 1));
+    CHECK(!memcmp(o_k, o_c, sizeof(float) * nw), "mixer_tril accumulate");
+    mixer_tril(o_c, w, M, T, 0);
+    SHIM(nw, kb_mixer_tril(it, o_k, w, T, 0));
+    CHECK(!memcmp(o_k, o_c, sizeof(float) * nw), "mixer_tril");
+    float *bias = rnd(H * Tb, 1), *y_k = rnd(ny, 1), *y_c = dup_(y_k, ny);
+    mixer_bias_forward(y_c, bias, B, Tr, D, H, Tb);
+    SHIM(ny, kb_mixer_bias_fwd(it, y_k, bias, Tr, D, H, Tb));
+    CHECK(!memcmp(y_k, y_c, sizeof(float) * ny), "mixer_bias_forward");
+    float *db_k = rnd(H * Tb, 1), *db_c = dup_(db_k, H * Tb);
+    mixer_bias_backward(db_c, y_c, B, Tr, D, H, Tb);
+    SHIM((size_t)H * Tr, kb_mixer_bias_bwd(it, db_k, y_c, B, Tr, D, H, Tb));
+    CHECK(!memcmp(db_k, db_c, sizeof(float) * H * Tb), "mixer_bias_backward (rows, then columns, in order)");
+    const size_t nu = (size_t)B * UT * ND;
+    float *e = rnd(B * UD, 1), *u_k = rnd(nu, 1), *u_c = rnd(nu, 1);
+    unroll_forward(u_c, e, B, UT, UD, ND);
+    SHIM(nu, kb_unroll_fwd(it, u_k, e, UT, UD, ND));
+    CHECK(!memcmp(u_k, u_c, sizeof(float) * nu), "unroll_forward");
+    float *de_k = rnd(B * UD, 1), *de_c = dup_(de_k, B * UD);
+    unroll_backward(de_c, u_c, B, UT, UD, ND);
+    SHIM((size_t)B * UD, kb_unroll_bwd(it, de_k, u_c, UT, UD, ND));
+    CHECK(!memcmp(de_k, de_c, sizeof(float) * B * UD), "unroll_backward (positions in order)");
+    free(w); free(o_k); free(o_c); free(bias); free(y_k); free(y_c); free(db_k); free(db_c);
+    free(e); free(u_k); free(u_c); free(de_k); free(de_c);
+}
+
 int main(void) {
     rng_seed(&R, 42);
     RUN(test_launch_coverage);
@@ -367,5 +399,6 @@ int main(void) {
     RUN(test_latent);
     RUN(test_decode_rows);
     RUN(test_ltm_latent);
+    RUN(test_mixer);
     return check_summary();
 }

@@ -26,3 +26,10 @@ bf16-check: deps
 ltm: deps
 	@$(MAKE) --no-print-directory all data
 	@bash trainer/examples/ltm.sh
+
+# `make mixers`: seed 004's masked-mixer comparisons at this machine's scale (results/mixers.*);
+# MIXERS_STEPS sets the length (default 2000, about 40 min on 2 quiet cores).
+.PHONY: mixers
+mixers: deps
+	@$(MAKE) --no-print-directory all data
+	@bash trainer/examples/mixers.sh

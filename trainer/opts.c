@@ -7,6 +7,7 @@
 
 #include "model/family.h"
 #include "model/ltm.h"
+#include "model/mixer_config.h"
 #include "model/precision.h"
 
 int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
@@ -27,13 +28,14 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     o->seed = 1;
     o->latent_bits = 16, o->kappa = 0.5f, o->kappa_unit = "bits";
     o->latent_vectors = 8, o->inner_steps = 16, o->fast_lr = 0.3f, o->fast_lr_end = 0.34f;
+    o->mixer_heads = 1, o->mixer_kernel = 1;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->wd = 0.1f, o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f;
     o->clip = 1.0f, o->warmup = 100;
     int n = 0;
 #define F(name, kind, dst, help, lo, hi) f[n++] = (flag_t){name, kind, dst, help, lo, hi, 0}
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
     F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
-    F("model", FLAG_STR, &o->model, "model family: llama, free (the Free Transformer) or ltm (the Latent-Thought LM)", 0, 0);
+    F("model", FLAG_STR, &o->model, "model family: llama, free (the Free Transformer), ltm (the Latent-Thought LM), or the masked mixers' mixer, mixer-ae, llama-ae, mixer-mem, llama-mem", 0, 0);
     F("resume", FLAG_BOOL, &o->resume, "continue from the newest usable checkpoint in --run-dir (each damaged newer one is named)", 0, 0);
     F("allow-restart", FLAG_BOOL, &o->allow_restart, "with --resume: start from scratch when every checkpoint is damaged (else refused)", 0, 0);
     F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
@@ -73,6 +75,15 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("inner-steps", FLAG_INT, &o->inner_steps, "ltm: K, fast AdamW steps on the posterior per batch", 0, 100000);
     F("fast-lr", FLAG_FLOAT, &o->fast_lr, "ltm: the fast learning rate at step 0 (paper: 0.3)", 0, 100);
     F("fast-lr-end", FLAG_FLOAT, &o->fast_lr_end, "ltm: ... rising linearly to this at the last step (paper: 0.34)", 0, 100);
+    F("mixer-heads", FLAG_INT, &o->mixer_heads, "mixers: heads of the token mixing (1: flat; h > 1: in/out projections, h heads of d/h)", 1, 4096);
+    F("mixer-kernel", FLAG_INT, &o->mixer_kernel, "mixers: k, neighbouring embedding elements each output mixes (1: none)", 1, 4096);
+    F("no-mask", FLAG_BOOL, &o->no_mask, "autoencoders: unmasked (non-causal) token mixing in encoder and decoder", 0, 0);
+    F("no-mask-encoder", FLAG_BOOL, &o->no_mask_encoder, "autoencoders, memory models: unmasked token mixing in the encoder only", 0, 0);
+    F("encoder-layers", FLAG_INT, &o->encoder_layers, "autoencoders, memory models: encoder blocks (0: --layers)", 0, 1024);
+    F("embed-dim", FLAG_INT, &o->embed_dim, "autoencoders, memory models: d_e of the stored embedding, d -> d_e -> d (0: --d-model)", 0, 1 << 16);
+    F("unroll", FLAG_BOOL, &o->unroll, "autoencoders: unroll the embedding by sliding windows instead of repeating it", 0, 0);
+    F("encoder", FLAG_STR, &o->encoder, "memory models: take the encoder from this autoencoder checkpoint (or its run directory's newest)", 0, 0);
+    F("freeze-encoder", FLAG_BOOL, &o->freeze_encoder, "memory models: the encoder's weights get no updates", 0, 0);
     F("lr", FLAG_FLOAT, &o->lr, "peak learning rate", 0, 10);
     F("min-lr", FLAG_FLOAT, &o->min_lr, "learning rate at the end of the cosine decay", 0, 10);
     F("warmup", FLAG_INT, &o->warmup, "linear warm-up steps", 0, 1e9);
@@ -84,6 +95,31 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("clip", FLAG_FLOAT, &o->clip, "global gradient-norm clip (0: off)", 0, 1e6);
 #undef F
     return n;
+}
+
+/* The masked mixers' flags: shapes first, then combinations that have no meaning. */
+static int mixer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
+    const model_kind k = family_find(o->model)->kind;
+    const int mixer = mixer_kind_uses_mixer(k), enc = mixer_kind_has_encoder(k), mem = mixer_kind_is_memory(k);
+#define REFUSE(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+    if (!mixer_kind_is(k)) return 0;
+    if (mixer && o->d_model % o->mixer_heads)
+        REFUSE("--mixer-heads %d does not divide --d-model %d", o->mixer_heads, o->d_model);
+    if (mixer && o->mixer_kernel > o->d_model / o->mixer_heads)
+        REFUSE("--mixer-kernel %d is wider than a head (--d-model / --mixer-heads = %d)", o->mixer_kernel, o->d_model / o->mixer_heads);
+    if (k == MODEL_MIXER && o->no_mask)
+        REFUSE("--no-mask: a causal mixer language model with an unmasked mixing sees the tokens it predicts (it is for the autoencoders)");
+    if (mem && o->no_mask)
+        REFUSE("--no-mask: a memory model's decoder is causal (--no-mask-encoder unmasks its encoder)");
+    if (!enc && (o->no_mask_encoder || o->encoder_layers || o->embed_dim))
+        REFUSE("--model %s has no encoder (--no-mask-encoder, --encoder-layers and --embed-dim are for the autoencoders and memory models)", o->model);
+    if (o->embed_dim > o->d_model)
+        REFUSE("--embed-dim %d is larger than --d-model %d (it compresses d -> d_e -> d)", o->embed_dim, o->d_model);
+    if (o->unroll && !mixer_kind_is_autoencoder(k)) REFUSE("--unroll is for the autoencoders (mixer-ae, llama-ae)");
+    if ((o->encoder || o->freeze_encoder) && !mem)
+        REFUSE("--encoder and --freeze-encoder are for the memory models (mixer-mem, llama-mem)");
+#undef REFUSE
+    return 0;
 }
 
 int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
@@ -148,6 +184,7 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
         snprintf(err, errlen, "--warmup %d is longer than --steps %lld", o->warmup, o->steps);
         return -1;
     }
+    if (mixer_opts_check(o, err, errlen)) return -1;
     if (o->run[0] == 0 || strlen(o->run) >= 48 || strpbrk(o->run, "/ \t\n")) {
         snprintf(err, errlen, "--run '%s' must be 1..47 characters without '/' or spaces", o->run);
         return -1;
@@ -174,6 +211,15 @@ void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, mo
         c->latent_bits = o->latent_bits;
         c->kappa_nats = trainer_opts_kappa_nats(o);
     }
+    if (mixer_kind_uses_mixer(c->kind)) c->mixer_heads = o->mixer_heads, c->mixer_kernel = o->mixer_kernel;
+    if (mixer_kind_is(c->kind)) c->no_mask_decoder = o->no_mask;
+    if (mixer_kind_has_encoder(c->kind)) {
+        c->no_mask_encoder = o->no_mask || o->no_mask_encoder;
+        c->encoder_layers = o->encoder_layers ? o->encoder_layers : o->n_layers;
+        c->embed_dim = o->embed_dim ? o->embed_dim : o->d_model;
+    }
+    if (mixer_kind_is_autoencoder(c->kind)) c->unroll = o->unroll;
+    if (mixer_kind_is_memory(c->kind)) c->freeze_encoder = o->freeze_encoder;
     if (c->kind == MODEL_LTM) {
         c->sliding_window = o->attn_window;
         c->latent_vectors = o->latent_vectors;

@@ -44,12 +44,20 @@ typedef struct {
     int latent_vectors;        /* m per layer */
     int inner_steps;           /* K fast AdamW steps per batch */
     float fast_lr, fast_lr_end;/* the fast rate at the first step, rising linearly to the end one */
+    /* masked mixers (--model mixer, mixer-ae, llama-ae, mixer-mem, llama-mem; seed 004) */
+    int mixer_heads, mixer_kernel;
+    int no_mask, no_mask_encoder;
+    int encoder_layers;        /* 0: --layers */
+    int embed_dim;             /* 0: --d-model (no compression) */
+    int unroll;
+    const char *encoder;       /* memory models: the encoder's checkpoint (or its run dir) */
+    int freeze_encoder;
     /* optimizer */
     float lr, min_lr, wd, beta1, beta2, eps, clip;
     int warmup, decay_embeddings;
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 59
+#define TRAINER_NFLAGS 68
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);

@@ -236,6 +236,22 @@ static int alloc_views(run_t *r) {
     return 0;
 }
 
+/* --encoder: a memory model's encoder from another checkpoint (a checkpoint directory, or a
+ * run directory whose newest complete checkpoint is taken). A resumed run has it in its own
+ * checkpoint already. */
+static int load_encoder(run_t *r, char *err, size_t errlen) {
+    const char *src = r->o->encoder;
+    if (!r->fam->load_encoder)
+        return err_fail(err, errlen, TRAIN_ESETUP, "--encoder is for the memory models (mixer-mem, llama-mem)");
+    char dir[1200], warn[1024] = "", why[512];
+    int64_t step = 0;
+    if (ckpt_find_latest(src, dir, sizeof dir, &step, warn, sizeof warn, why, sizeof why) != 1)
+        snprintf(dir, sizeof dir, "%s", src);
+    if (r->fam->load_encoder(r->model, dir, err, errlen)) return TRAIN_ESETUP;
+    fprintf(stderr, "trainer: encoder from %s%s\n", dir, r->cfg.freeze_encoder ? " (frozen)" : "");
+    return 0;
+}
+
 /* Frees the model, its views and the optimizer (a failed checkpoint load leaves them half set). */
 static void release_model(run_t *r) {
     adamw_destroy(&r->opt);
@@ -254,6 +270,9 @@ static int build_model(run_t *r, char *err, size_t errlen) {
     ac.beta1 = o->beta1, ac.beta2 = o->beta2, ac.eps = o->eps, ac.weight_decay = o->wd;
     ac.decay_embeddings = o->decay_embeddings;
     if (adamw_create(&r->opt, r->params, r->np, &ac, err, errlen)) return TRAIN_EMODEL;
+    /* a frozen tensor gets no gradient; without decay its update is exactly zero */
+    for (int i = 0; r->fam->frozen && i < r->np; i++)
+        if (r->fam->frozen(r->model, i)) adamw_set_decay(r->opt, i, 0);
     adamw_moments(r->opt, 0, r->mom1, r->np);
     adamw_moments(r->opt, 1, r->mom2, r->np);
     return 0;
@@ -332,6 +351,9 @@ static int setup(run_t *r, char *err, size_t errlen) {
         r->fam = family_for_kind(r->cfg.kind);
         int rc = build_model(r, err, errlen);
         if (rc) return rc;
+        if (o->encoder && (rc = load_encoder(r, err, errlen))) return rc;
+    } else if (o->encoder) {
+        fprintf(stderr, "trainer: --encoder %s not read: the resumed checkpoint holds the encoder\n", o->encoder);
     }
     if (r->cfg.vocab_size != (int)info.id.vocab_size)
         return err_fail(err, errlen, TRAIN_ESETUP, "the model's vocabulary (%d) does not match the dataset's (%u tokens, tokenizer %s)",
