@@ -149,6 +149,13 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
                  "run; add --dp mpi (or --dp nccl)", launched);
         return -1;
     }
+    int gpu = !strncmp(o->device, "cuda", 4);
+    if ((dp == DP_MPI && gpu) || (dp == DP_NCCL && !gpu)) {
+        snprintf(err, errlen, dp == DP_MPI ? "--dp mpi sums CPU buffers; --device %s trains on a GPU: use --dp nccl"
+                                           : "--dp nccl sums GPU buffers; --device %s trains on the CPU: use --dp mpi",
+                 o->device);
+        return -1;
+    }
     if (o->world > 0 && o->rank >= o->world) {
         snprintf(err, errlen, "--rank %d is not below --world %d", o->rank, o->world);
         return -1;

@@ -54,10 +54,11 @@ typedef struct {
 } run_t;
 
 /* ---- train_dp.c: the data-parallel parts of a run ---------------------------------------------- */
-/* Forms the group (before the device is opened: a GPU rank takes the GPU of its local rank).
- * A no-op without --dp. */
+/* Forms the group (after the device opened, so a rank without its GPU fails before the
+ * others wait for it). A no-op without --dp. */
 int trainer_dp_open(run_t *r, char *err, size_t errlen);
-/* The device a rank trains on: "cuda" becomes "cuda:<local rank>" under mpirun. */
+/* The device a rank trains on: "cuda" becomes "cuda:<local rank>" under mpirun (the launcher's
+ * environment says it before MPI starts). */
 const char *trainer_dp_device(const run_t *r, char *buf, size_t cap);
 /* After rank 0 resumed (or not) and probed the loaders: every rank adopts rank 0's model config,
  * step, data position and dataset, and the others probe their loaders for that dataset. */
@@ -73,6 +74,9 @@ int trainer_dp_start(run_t *r, int resumed, char *err, size_t errlen);
 int trainer_dp_agree_step(run_t *r, int rc, double *loss, char *err, size_t errlen);
 /* Every --dp-check-every steps: the weights' checksums compared; a difference stops the run. */
 int trainer_dp_check(run_t *r, char *err, size_t errlen);
+/* "resume from <rank 0's newest checkpoint> with --resume (any world size)", for the line of a
+ * run that stops without saving. */
+const char *trainer_dp_resume_hint(const run_t *r, char *buf, size_t cap);
 /* The state.json record of the data-parallel layout and the resume rule for a checkpoint of
  * another world size: see train_dp.c. */
 int trainer_dp_restore_position(run_t *r, long long batch, long long world, long long accum, long long dstep,

@@ -213,6 +213,7 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
         return;
     }
     if (r->world > 1) {
+        wire_kv_add(mm->values, &mm->n, "rank_loss", r->rank_loss);
         wire_kv_add(mm->values, &mm->n, "world", r->world);
         wire_kv_add(mm->values, &mm->n, "global_batch", (double)r->o->B * r->world * r->o->accum);
     }
@@ -552,21 +553,20 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
 
 int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
     run_t r = {.o = o, .saved_step = -1, .world = 1};
-    int rc = 0;
+    int rc = 0, started = 0;
     *hard_exit = 0;
     bus_signals_install();
     fault_hooks(&r);
     r.zctx = zmq_ctx_new();
     if (!r.zctx) return err_fail(err, errlen, TRAIN_ESETUP, "zmq_ctx_new failed");
     char perr[256], spec[64];
-    /* the group first: a GPU rank's device is its local rank's GPU */
+    /* the device first: a run asked for a GPU that is not there fails at once, not after the
+     * ranks met or the loaders answered (a GPU rank's device is its local rank's GPU) */
+    if (device_open(&r.dev, trainer_dp_device(&r, spec, sizeof spec), PRECISION_FP32, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if ((rc = trainer_dp_open(&r, err, errlen))) goto done;
     r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
     if (!r.pub && r.rank == 0) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);
     else if (r.pub) bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
-    /* the device first: a run asked for a GPU that is not there fails at once, not after the
-     * loaders answered */
-    if (device_open(&r.dev, trainer_dp_device(&r, spec, sizeof spec), PRECISION_FP32, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if (r.dp && dp_attach(r.dp, r.dev, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
     trainer_data_set_rank(r.data, r.rank, r.world);
@@ -576,6 +576,7 @@ int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errle
     if ((rc = trainer_data_start(r.data, &r.data_id, r.start_epoch, r.start_dstep, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
     r.bound_epoch = r.start_epoch, r.bound_dstep = r.start_dstep;
     print_start(&r);
+    started = 1;
     if ((rc = train_loop(&r, err, errlen))) goto done;
     /* Final (or interrupted) checkpoint: the weights after the last finished step. */
     if (r.saved_step != r.step)
@@ -584,9 +585,10 @@ int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errle
         fprintf(stderr, "trainer: %s at step %lld; checkpoint %s\n", r.stop || bus_signal_received() ? "stopped by signal" : "done",
                 r.step, r.last_ckpt);
 done:
-    if (rc == TRAIN_EDP && !r.agreed) /* a lost or stuck rank: nothing more is written */
-        snprintf(err + strlen(err), errlen - strlen(err), "; resume with --resume (any world size) from %s",
-                 r.rank == 0 ? (r.last_ckpt[0] ? r.last_ckpt : "scratch: no checkpoint yet") : "rank 0's newest checkpoint");
+    if (rc == TRAIN_EDP && !r.agreed && started) { /* a lost or stuck rank: nothing more is written */
+        char where[4200];
+        snprintf(err + strlen(err), errlen - strlen(err), "; %s", trainer_dp_resume_hint(&r, where, sizeof where));
+    }
     if (rc && r.world > 1) { /* every line of a rank says which */
         char tmp[1024];
         snprintf(tmp, sizeof tmp, "rank %d: %s", r.rank, err);

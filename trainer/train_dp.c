@@ -67,7 +67,7 @@ int trainer_dp_open(run_t *r, char *err, size_t errlen) {
 
 const char *trainer_dp_device(const run_t *r, char *buf, size_t cap) {
     int local = dp_launcher_local_rank();
-    if (r->dp && !strcmp(r->o->device, "cuda") && local >= 0) { /* one GPU per rank of a machine */
+    if (strcmp(r->o->dp, "none") && !strcmp(r->o->device, "cuda") && local >= 0) { /* one GPU per rank of a machine */
         snprintf(buf, cap, "cuda:%d", local);
         return buf;
     }
@@ -255,12 +255,20 @@ int trainer_dp_check(run_t *r, char *err, size_t errlen) {
         for (int k = 0; k < r->world && strlen(list) < sizeof list - 40; k++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%srank %d %016" PRIx64, k ? ", " : "", k, all[k]);
         r->agreed = 1; /* every rank compared the same numbers */
+        char where[4200];
         rc = err_fail(err, errlen, TRAIN_EDP, "the weights differ across ranks after step %lld (checksums %s): a rank's "
-                      "device or memory is faulty, or a bug; stopped, nothing written after %s", r->step, list,
-                      r->rank == 0 && r->last_ckpt[0] ? r->last_ckpt : "rank 0's newest checkpoint");
+                      "device or memory is faulty, or a bug; stopped without saving; %s", r->step, list,
+                      trainer_dp_resume_hint(r, where, sizeof where));
     }
     free(all);
     return rc;
+}
+
+const char *trainer_dp_resume_hint(const run_t *r, char *buf, size_t cap) {
+    if (r->rank != 0) snprintf(buf, cap, "resume from rank 0's newest checkpoint with --resume (any world size)");
+    else if (r->last_ckpt[0]) snprintf(buf, cap, "resume from %s with --resume (any world size)", r->last_ckpt);
+    else snprintf(buf, cap, "no checkpoint was written yet");
+    return buf;
 }
 
 /* ---- resuming under another world size ------------------------------------------------------------ */
