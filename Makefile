@@ -16,7 +16,7 @@ CFLAGS     ?= $(OPT) -g -march=x86-64-v2
 CFLAGS     += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare \
               -fopenmp -I. -MMD -MP -D_GNU_SOURCE
 LDFLAGS    += -fopenmp
-LDLIBS     := -lzmq -lmsgpackc -llmdb -lopenblas -ljansson -lxxhash -lm -lpthread
+LDLIBS     := -lzmq -lmsgpackc -llmdb -ldnnl -lopenblas -ljansson -lxxhash -lm -lpthread
 SYSPYTHON  := /usr/bin/python3
 
 # Components in link order (a component may call the ones after it).
@@ -74,6 +74,8 @@ help:
 	@echo "make install  PREFIX=/usr/local: bin/* into PREFIX/bin, the tiktoken encodings into PREFIX/share/freetf"
 	@echo "make brown    baseline and Free Transformer on the Brown corpus (results/brown.*)"
 	@echo "make figure4  seed 000 Figure 4 reproduced and measured (results/figure4.*)"
+	@echo "make bf16-check  bf16 against fp32 training on Brown (results/bf16.*)"
+	@echo "make mixers   seed 004's masked mixers, autoencoders and memory models (results/mixers.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 
@@ -106,7 +108,7 @@ build/tests/%: build/tests/%.o $(LIBS)
 # Installed when run as root and missing; otherwise the exact apt-get line is printed.
 DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-utils \
               openmpi-bin libopenmpi-dev \
-              libopenblas-dev libjansson-dev libxxhash-dev jq
+              libopenblas-dev libdnnl-dev libjansson-dev libxxhash-dev jq
 DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
               gnuplot-nox clang libclang-rt-dev
 # node and npm (make data, the tiktoken comparison) count when on PATH, whoever installed them.

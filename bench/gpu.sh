@@ -4,7 +4,8 @@
 # 50257, B=8, T=1024), each in fp32, tf32 and bf16 (build/bench/train_step --device cuda
 # --precision P): tokens/s, model FLOP/s (6 x parameters + 12 x layers x d x T per token) and
 # the model FLOPs utilisation against the GPU's dense peak for that precision (table below,
-# from NVIDIA's data sheets). Merges gpu.{M,G}.{fp32,tf32,bf16} and the GPU's name into
+# from NVIDIA's data sheets), and the share of a step spent in cuBLAS (timed with events in a
+# separate pass). Merges gpu.{M,G}.{fp32,tf32,bf16} and the GPU's name into
 # bench/results.json. Without a GPU it says so and writes nothing.
 set -u
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ peak() {
 T=$(mktemp -d /tmp/bench_gpu.XXXXXX)
 trap 'rm -rf "$T"' EXIT INT TERM
 echo "bench-gpu: $gpu, $REPS repeats of $STEPS steps"
-printf '%-4s %-5s %12s %12s %8s\n' cfg prec tok/s TFLOP/s MFU
+printf '%-4s %-5s %12s %12s %8s %10s\n' cfg prec tok/s TFLOP/s MFU cuBLAS
 frag='{}'
 for c in M G; do
     seq=256; [ "$c" = G ] && seq=1024
@@ -46,10 +47,11 @@ for c in M G; do
         tf=$(jq -n "$tps * $fpt / 1e12")
         pk=$(peak "$gpu" "$p")
         mfu=$([ -n "$pk" ] && jq -n "$tf / $pk" || echo null)
-        printf '%-4s %-5s %12.0f %12.2f %8s\n' "$c" "$p" "$tps" "$tf" "$mfu"
+        share=$(jq -s 'map(.gemm_share) | sort | .[length/2|floor]' "$T/$c.$p")
+        printf '%-4s %-5s %12.0f %12.2f %8s %10s\n' "$c" "$p" "$tps" "$tf" "$mfu" "$share"
         frag=$(jq --arg c "$c" --arg p "$p" --argjson tps "$tps" --argjson tf "$tf" --argjson mfu "$mfu" \
-               --argjson pk "${pk:-null}" \
-               '.[$c][$p] = {tok_s: $tps, model_tflops: $tf, mfu: $mfu, peak_tflops: $pk}' <<<"$frag")
+               --argjson pk "${pk:-null}" --argjson sh "$share" \
+               '.[$c][$p] = {tok_s: $tps, model_tflops: $tf, mfu: $mfu, peak_tflops: $pk, cublas_share: $sh}' <<<"$frag")
     done
 done
 jq --arg gpu "$gpu" --arg date "$(date -u +%FT%TZ)" --argjson g "$frag" \

@@ -16,9 +16,20 @@
  * "flops_per_token" is the issue's rule, 6 x parameters + 12 x layers x d x T, for the
  * baseline; for the Free Transformer the encoder block counts as one more layer, its
  * parameters count except the post-sampler (a column gather, no product), and the Binary
- * Mapper's dense pass-through adds 2 x 2^H x d (dY = W_post^T dR). */
+ * Mapper's dense pass-through adds 2 x 2^H x d (dY = W_post^T dR).
+ * --model ltm (the Latent-thought LM: --latent-vectors m, --inner-steps K, --window W) also
+ * prints "tr_flops_per_token", seed 003 §2.4's count (3 (K + 1) forwards, model/ltm.h; for the
+ * baseline 3 forwards of the same count) and "exec_flops_per_token", what the implementation
+ * executes ((2 K + 3) forwards: an inner step's backward skips the weight gradients).
+ * For the masked mixers (--model mixer, ...; seed 004; n_ctx = T) the mixing weights are not
+ * applied per token like a Linear's but per embedding column: they are left out of the 6 x
+ * parameters, and each layer's mixing adds the products as run, 6 x k x T x d per token
+ * (forward 2 T d k, backward twice that; the masked half of each T x T product included, as
+ * the gemm computes it). */
 #include "model/adamw.h"
 #include "model/family.h"
+#include "model/ltm.h"
+#include "model/mixer_config.h"
 #include "common/rng.h"
 #include <omp.h>
 #include <stdio.h>
@@ -41,9 +52,17 @@ static model_config_t config_of(char name) {
     return c;
 }
 
-static double flops_per_token(const model_config_t *c, int64_t params, int64_t post_sampler, int T) {
+/* not_per_token: parameters not applied once per token (the post-sampler's gather, the
+ * mixers' mixing weights), left out of the 6 x parameters */
+static double flops_per_token(const model_config_t *c, int64_t params, int64_t not_per_token, int T) {
+    if (mixer_kind_is(c->kind)) {
+        const double blocks = c->n_layers + (mixer_kind_has_encoder(c->kind) ? c->encoder_layers : 0);
+        const double mix = mixer_kind_uses_mixer(c->kind) ? 6.0 * c->mixer_kernel * T * c->d_model
+                                                          : 12.0 * c->d_model * T;
+        return 6.0 * (double)(params - not_per_token) + blocks * mix;
+    }
     double layers = c->n_layers + (c->kind == MODEL_FREE ? 1 : 0);
-    double f = 6.0 * (double)(params - post_sampler) + 12.0 * layers * c->d_model * T;
+    double f = 6.0 * (double)(params - not_per_token) + 12.0 * layers * c->d_model * T;
     if (c->kind == MODEL_FREE) f += 2.0 * (double)(1 << c->latent_bits) * c->d_model;
     return f;
 }
@@ -55,7 +74,9 @@ static void sync_dev(void) {
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
-static int run(char name, const char *model, int H, int B, int T, int steps, int json) {
+static int ltm_m = 8, ltm_K = 4, ltm_W = 0;
+
+static int run(char name, const char *model, int H, int mh, int mk, int B, int T, int steps, int json) {
     model_config_t c = config_of(name);
     const model_family_t *fam = family_find(model);
     if (!fam) {
@@ -64,6 +85,13 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
     }
     c.kind = fam->kind;
     if (c.kind == MODEL_FREE) c.latent_bits = H, c.kappa_nats = 0.5f * 0.6931472f;
+    if (c.kind == MODEL_LTM)
+        c.latent_vectors = ltm_m, c.inner_steps = ltm_K, c.sliding_window = ltm_W, c.fast_lr = 0.3f,
+        c.fast_lr_end = 0.34f, c.fast_lr_steps = 1000;
+    if (mixer_kind_is(c.kind)) {   /* the mixing weights are n_ctx x n_ctx: n_ctx = T */
+        c.max_seq = T, c.mixer_heads = mh, c.mixer_kernel = mk;
+        c.encoder_layers = c.n_layers, c.embed_dim = c.d_model;
+    }
     char err[256];
     void *m = NULL;
     adamw_t *opt = NULL;
@@ -71,13 +99,17 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
         fprintf(stderr, "train_step: config %c: %s\n", name, err);
         return 1;
     }
-    tensor_view_t pv[160], gv[160];
-    int np = fam->params(m, pv, 160);
-    fam->grads(m, gv, 160);
-    int64_t nparams = 0, post_sampler = 0;
+    tensor_view_t pv[256], gv[256];
+    int np = fam->params(m, pv, 256);
+    fam->grads(m, gv, 256);
+    int64_t nparams = 0, not_per_token = 0;
     for (int i = 0; i < np; i++) {
+        const char *nm = pv[i].name;
+        const size_t n = strlen(nm);
         nparams += tensor_numel(&pv[i]);
-        if (!strcmp(pv[i].name, "free.post_sampler.weight")) post_sampler = tensor_numel(&pv[i]);
+        if (!strcmp(nm, "free.post_sampler.weight") || (n >= 12 && !strcmp(nm + n - 12, "mixer.weight")) ||
+            (n >= 10 && !strcmp(nm + n - 10, "mixer.bias")))
+            not_per_token += tensor_numel(&pv[i]);
     }
     adamw_config_t oc = adamw_config_default();
     if (adamw_create(&opt, pv, np, &oc, err, sizeof(err))) {
@@ -113,14 +145,33 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
         if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
+    /* cuBLAS' share, from a second pass with every product timed (it waits for each product,
+     * so it is not part of the throughput above) */
+    double gemm_share = -1;
+    if (!device_is_host(dev) && !rc) {
+        dev->profile_gemm = 1;
+        dev->gemm_seconds = 0;
+        double a = now();
+        for (int s = 0; s < steps && !rc; s++) {
+            fam->zero_grad(m);
+            rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
+            rc |= fam->backward(m, err, sizeof(err));
+            sync_dev();
+        }
+        gemm_share = dev->gemm_seconds / (now() - a);
+        dev->profile_gemm = 0;
+    }
     double total = now() - t0, tps = (double)B * T * steps / total;
-    double fpt = flops_per_token(&c, nparams, post_sampler, T);
+    double fpt = flops_per_token(&c, nparams, not_per_token, T);
     if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
-               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\"}\n",
+               "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"tr_flops_per_token\":%.0f,"
+               "\"exec_flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
+               "\"gemm_share\":%.4f}\n",
                name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
-               t_bwd / steps, t_opt / steps, tps, fpt, loss, dev->name, precision_name(dev->precision));
+               t_bwd / steps, t_opt / steps, tps, fpt, ltm_train_flops(&c, T), ltm_exec_flops(&c, T), loss, dev->name,
+               precision_name(dev->precision), gemm_share);
     else
         printf("C  config %c (%s): %lld params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
                "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
@@ -133,40 +184,47 @@ static int run(char name, const char *model, int H, int B, int T, int steps, int
 
 int main(int argc, char **argv) {
     const char *cfg = "both", *model = "llama", *device = "cpu", *prec = "fp32";
-    int steps = 3, B = 8, T = 256, json = 0, H = 8;
+    int steps = 3, B = 8, T = 256, json = 0, H = 8, mh = 1, mk = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: train_step [--config S|M|G|both] [--model llama|free] [--latent-bits H] [--steps N]\n"
+            printf("usage: train_step [--config S|M|G|both] [--model FAMILY] [--latent-bits H] [--steps N]\n"
+                   "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
-                   "                  [--json]\n"
-                   "Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
+                   "                  [--mixer-heads h] [--mixer-kernel k] [--json]\n"
+                   "FAMILY: %s\n", family_names());
+            printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--latent-bits") && i + 1 < argc) H = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--latent-vectors") && i + 1 < argc) ltm_m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--inner-steps") && i + 1 < argc) ltm_K = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--window") && i + 1 < argc) ltm_W = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) prec = argv[++i];
+        else if (!strcmp(argv[i], "--mixer-heads") && i + 1 < argc) mh = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mixer-kernel") && i + 1 < argc) mk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }
-    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 ||
+    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 || mh < 1 || mk < 1 ||
         (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "G") && strcmp(cfg, "both"))) {
         fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
         return 2;
     }
     char err[256];
-    int p = precision_parse(prec);
-    if (p < 0 || device_open(&dev, device, (precision_t)p, err, sizeof err)) {
-        fprintf(stderr, "train_step: %s\n", p < 0 ? "--precision: fp32, bf16 or tf32" : err);
+    precision_t p;
+    if (precision_parse(prec, &p, err, sizeof err) || device_open(&dev, device, p, err, sizeof err)) {
+        fprintf(stderr, "train_step: %s\n", err);
         return 2;
     }
     int rc = 0;
-    if (!strcmp(cfg, "G")) rc |= run('G', model, H, B, T, steps, json);
-    if (!strcmp(cfg, "S") || !strcmp(cfg, "both")) rc |= run('S', model, H, B, T, steps, json);
-    if (!strcmp(cfg, "M") || !strcmp(cfg, "both")) rc |= run('M', model, H, B, T, steps, json);
+    if (!strcmp(cfg, "G")) rc |= run('G', model, H, mh, mk, B, T, steps, json);
+    if (!strcmp(cfg, "S") || !strcmp(cfg, "both")) rc |= run('S', model, H, mh, mk, B, T, steps, json);
+    if (!strcmp(cfg, "M") || !strcmp(cfg, "both")) rc |= run('M', model, H, mh, mk, B, T, steps, json);
     device_close(&dev);
     return rc;
 }

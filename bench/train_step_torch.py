@@ -3,7 +3,11 @@
 (with clipping) of the same Llama decoder (the reference implementation of
 tests/ref/llama_ref.py) for configs S and M, and prints tokens/s.
 
-  /usr/bin/python3 bench/train_step_torch.py [--config S|M|both] [--steps N] [--batch B] [--seq T] [--json]
+  /usr/bin/python3 bench/train_step_torch.py [--config S|M|both] [--steps N] [--batch B] [--seq T]
+                                            [--bf16] [--json]
+
+--bf16 runs the forward and the loss under torch.autocast("cpu", dtype=torch.bfloat16): the
+mixed precision a PyTorch user picks (bf16 products, fp32 weights and optimizer).
 """
 import argparse
 import json
@@ -22,7 +26,7 @@ CONFIGS = {
 }
 
 
-def run(name, B, T, steps, as_json):
+def run(name, B, T, steps, as_json, bf16=False):
     c = dict(CONFIGS[name], max_seq=1024, rope_theta=10000.0, norm_eps=1e-5)
     g = torch.Generator().manual_seed(1)
     params = {}
@@ -39,7 +43,8 @@ def run(name, B, T, steps, as_json):
         if s == 0:
             t0 = a
         opt.zero_grad(set_to_none=False)
-        loss = llama_ref.loss_fn(llama_ref.forward(params, c, True, tokens), targets, mask)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = llama_ref.loss_fn(llama_ref.forward(params, c, True, tokens), targets, mask)
         b = time.perf_counter()
         loss.backward()
         c2 = time.perf_counter()
@@ -52,7 +57,7 @@ def run(name, B, T, steps, as_json):
     tps = B * T * steps / total
     nparams = sum(p.numel() for p in params.values())
     if as_json:
-        print(json.dumps(dict(impl="torch", config=name, params=nparams, B=B, T=T, steps=steps,
+        print(json.dumps(dict(impl="torch", config=name, params=nparams, B=B, T=T, steps=steps, bf16=bf16,
                               threads=torch.get_num_threads(), step_s=total / steps, fwd_s=tf / steps,
                               bwd_s=tb / steps, opt_s=to / steps, tokens_per_s=tps, loss=loss.item())))
     else:
@@ -68,6 +73,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast for forward and loss")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="intra-op threads (default: all cores, as the C side's OpenMP default; "
                          "0 leaves torch's own default, which is 1 here)")
@@ -76,7 +82,7 @@ def main():
         torch.set_num_threads(a.threads)
     for name in ("S", "M"):
         if a.config in (name, "both"):
-            run(name, a.batch, a.seq, a.steps, a.json)
+            run(name, a.batch, a.seq, a.steps, a.json, a.bf16)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,7 @@ static void jw_field(jw_t *w, const wire_field_t *f, const char *base) {
     case WF_F64: jw_double(w, *(const double *)p); break;
     case WF_LAYOUT: jw_puts(w, *(const uint8_t *)p == WIRE_PACK ? "\"pack\"" : "\"pad\""); break;
     case WF_SPLIT: jw_puts(w, *(const uint8_t *)p == WIRE_TRAIN ? "\"train\"" : "\"val\""); break;
+    case WF_BOOL: jw_puts(w, *(const uint8_t *)p ? "true" : "false"); break;
     case WF_STR: {
         const char *s = *(char *const *)p;
         if (s) jw_str(w, s, strlen(s));

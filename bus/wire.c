@@ -96,6 +96,10 @@ static int encode_field(msgpack_packer *pk, const wire_field_t *f, const char *b
         if (*(const uint8_t *)p > WIRE_VAL) return WIRE_ERR_ARG;
         PK(pack_key(pk, *(const uint8_t *)p == WIRE_TRAIN ? "train" : "val"));
         return 0;
+    case WF_BOOL:
+        if (*(const uint8_t *)p > 1) return WIRE_ERR_ARG;
+        PK(*(const uint8_t *)p ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
+        return 0;
     case WF_STR: {
         const char *str = *(char *const *)p;
         if (!str) {
@@ -383,6 +387,11 @@ static int dec_field(dec_t *dc, const wire_field_t *f, const msgpack_object *o, 
         return 0;
     case WF_LAYOUT: case WF_SPLIT:
         return dec_enum(dc, f, o, (uint8_t *)p);
+    case WF_BOOL:
+        if (t != MSGPACK_OBJECT_BOOLEAN)
+            return BAD(WIRE_ERR_MISTYPED, "%s: field \"%s\" must be true or false", dc->ctx, f->name);
+        *(uint8_t *)p = o->via.boolean ? 1 : 0;
+        return 0;
     case WF_NAME:
         return dec_name(dc, f->name, o, p);
     case WF_STR: {

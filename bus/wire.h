@@ -61,6 +61,8 @@ typedef enum {
     MSG_LOG,         /* bus event: "log" (a human-readable line from a program) */
     MSG_GEN_REQ,     /* client -> bin/sampler --serve: "gen_req" (added by the sampler) */
     MSG_GEN,         /* bin/sampler --serve -> client: "gen" */
+    MSG_GEN_PART,    /* bin/sampler --serve -> client: "gen_part" (streamed text so far) */
+    MSG_GEN_CANCEL,  /* client -> bin/sampler --serve: "gen_cancel" */
     MSG_DP_HELLO,    /* trainer rank -> rank 0's rendezvous: "dp_hello" (data parallelism) */
     MSG_DP_WELCOME,  /* rank 0 -> a rank that said hello: "dp_welcome" */
     MSG_DP_BEAT,     /* trainer ranks' heartbeat, both ways: "dp_beat" */
@@ -123,6 +125,7 @@ typedef struct {
     double time;               /* unix seconds */
     uint32_t n;                /* entries used in values */
     wire_kv_t values[WIRE_MAX_KV]; /* "values": map name -> float64 (loss, lr, grad_norm, tok_s...) */
+    char precision[WIRE_NAME_LEN]; /* optional: "fp32", "bf16", "tf32" (model/precision.h) */
 } msg_metrics_t;
 
 typedef struct {
@@ -175,6 +178,8 @@ typedef struct {
     uint32_t index;        /* which sample of the series (seeding: docs/sampler.md) */
     uint32_t group;        /* samples per shared-latent group, >= 1 */
     uint32_t flags;        /* bit 0: stop at end-of-text; bit 1: put end-of-text before the prompt */
+    uint32_t deadline_ms;  /* optional: give up this long after the server received it (0: never) */
+    uint8_t stream;        /* optional bool: gen_part messages before the final gen */
 } msg_gen_req_t;
 
 typedef struct {
@@ -213,6 +218,16 @@ typedef struct {
 } msg_dp_beat_t;
 
 typedef struct {
+    uint64_t req_id;
+    char *text;            /* the text so far (whole characters only) */
+    uint32_t n_tokens;     /* tokens generated so far */
+} msg_gen_part_t;
+
+typedef struct {
+    uint64_t req_id;       /* the request of this connection to drop */
+} msg_gen_cancel_t;
+
+typedef struct {
     msg_type type;
     union {
         msg_batch_req_t batch_req;
@@ -228,6 +243,8 @@ typedef struct {
         msg_log_t log;
         msg_gen_req_t gen_req;
         msg_gen_t gen;
+        msg_gen_part_t gen_part;
+        msg_gen_cancel_t gen_cancel;
         msg_dp_hello_t dp_hello;
         msg_dp_welcome_t dp_welcome;
         msg_dp_beat_t dp_beat;

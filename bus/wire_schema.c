@@ -46,6 +46,7 @@ static const wire_field_t error_fields[] = {
 static const wire_field_t metrics_fields[] = {
     F(msg_metrics_t, run, WF_NAME, 1), F(msg_metrics_t, step, WF_U64, 1),
     F(msg_metrics_t, time, WF_F64, 1), FN(msg_metrics_t, values, WF_VALUES, 1, n),
+    F(msg_metrics_t, precision, WF_NAME, 0),
 };
 static const wire_field_t ckpt_fields[] = {
     F(msg_ckpt_t, run, WF_NAME, 1), F(msg_ckpt_t, step, WF_U64, 1),
@@ -76,12 +77,20 @@ static const wire_field_t gen_req_fields[] = {
     F(msg_gen_req_t, top_k, WF_U32, 1),       F(msg_gen_req_t, top_p, WF_F64, 1),
     F(msg_gen_req_t, seed, WF_U64, 1),        F(msg_gen_req_t, latent, WF_STR, 1),
     F(msg_gen_req_t, index, WF_U32, 1),       F(msg_gen_req_t, group, WF_U32, 1),
-    F(msg_gen_req_t, flags, WF_U32, 1),
+    F(msg_gen_req_t, flags, WF_U32, 1),       F(msg_gen_req_t, deadline_ms, WF_U32, 0),
+    F(msg_gen_req_t, stream, WF_BOOL, 0),
 };
 static const wire_field_t gen_fields[] = {
     F(msg_gen_t, req_id, WF_U64, 1), F(msg_gen_t, text, WF_STR, 1),
     F(msg_gen_t, n_tokens, WF_U32, 1), F(msg_gen_t, stop, WF_STR, 1),
     F(msg_gen_t, ckpt, WF_STR, 1), F(msg_gen_t, step, WF_U64, 1),
+};
+static const wire_field_t gen_part_fields[] = {
+    F(msg_gen_part_t, req_id, WF_U64, 1), F(msg_gen_part_t, text, WF_STR, 1),
+    F(msg_gen_part_t, n_tokens, WF_U32, 1),
+};
+static const wire_field_t gen_cancel_fields[] = {
+    F(msg_gen_cancel_t, req_id, WF_U64, 1),
 };
 
 static const wire_field_t dp_hello_fields[] = {
@@ -114,6 +123,8 @@ static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_LOG] = S("log", log_fields),
     [MSG_GEN_REQ] = S("gen_req", gen_req_fields),
     [MSG_GEN] = S("gen", gen_fields),
+    [MSG_GEN_PART] = S("gen_part", gen_part_fields),
+    [MSG_GEN_CANCEL] = S("gen_cancel", gen_cancel_fields),
     [MSG_DP_HELLO] = S("dp_hello", dp_hello_fields),
     [MSG_DP_WELCOME] = S("dp_welcome", dp_welcome_fields),
     [MSG_DP_BEAT] = S("dp_beat", dp_beat_fields),
@@ -208,7 +219,7 @@ static int fields_equal(const wire_schema_t *s, const char *a, const char *b) {
         case WF_U32: case WF_I32:
             if (memcmp(pa, pb, 4)) return 0;
             break;
-        case WF_LAYOUT: case WF_SPLIT:
+        case WF_LAYOUT: case WF_SPLIT: case WF_BOOL:
             if (*pa != *pb) return 0;
             break;
         case WF_NAME:

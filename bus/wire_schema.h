@@ -23,6 +23,7 @@ typedef enum {
     WF_MASK,   /* uint8_t *: bin of B*T bytes, optional (msg_batch_t only) */
     WF_VALUES, /* wire_kv_t[WIRE_MAX_KV] + uint32_t count at off_n: map str -> float */
     WF_ITEMS,  /* msg_ckpt_t * + uint32_t count at off_n: array of ckpt maps */
+    WF_BOOL,   /* uint8_t 0/1: msgpack true/false */
 } wire_field_kind;
 
 typedef struct {

@@ -80,6 +80,11 @@ int wire_field_set(wire_msg_t *m, const char *key, const char *value, char *err,
         *(uint8_t *)p = strcmp(value, a) == 0 ? 0 : 1;
         return 0;
     }
+    case WF_BOOL:
+        if (strcmp(value, "true") && strcmp(value, "false"))
+            return err_fail(err, errlen, WIRE_ERR_MISTYPED, "%s: must be true or false", key);
+        *(uint8_t *)p = strcmp(value, "true") == 0;
+        return 0;
     case WF_NAME:
         if (strlen(value) > WIRE_NAME_LEN - 1)
             return err_fail(err, errlen, WIRE_ERR_OVERSIZE, "%s: longer than %d bytes", key,

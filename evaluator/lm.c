@@ -12,6 +12,7 @@
 #include "model/family.h"
 #include "model/generate.h"
 #include "model/llama.h"
+#include "model/mixer_config.h"
 
 double eval_logprob(const float *row, int V, uint32_t target) {
     float mx = row[0];
@@ -44,29 +45,61 @@ static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const
     return llama_logits(m);
 }
 
+/* lm->gen: the generator and the (Bmax, V) logits of gen_start's rows. */
+typedef struct {
+    gen_t *g;
+    float *logits;
+} llama_gen_t;
+
+/* Each prompt alone, cut as the sampler cuts it (gen_prefill_next), so a row's logits do not
+ * depend on the other rows and equal what bin/sampler computes for the same prompt. */
 static const float *llama_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, int n,
                                     const float *u, char *err, size_t errlen) {
     (void)u;
-    if (!lm->gen && gen_create((gen_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen)) return NULL;
-    gen_reset(lm->gen);
-    if (gen_step(lm->gen, prompt, B, n, NULL, err, errlen)) return NULL;
-    return gen_logits(lm->gen);
+    llama_gen_t *lg = lm->gen;
+    const int V = lm->cfg.vocab_size;
+    if (!lg) {
+        const int rows = lm->Bmax > GEN_PREFILL_CHUNK ? lm->Bmax : GEN_PREFILL_CHUNK;
+        if (!(lg = calloc(1, sizeof *lg)) || !(lg->logits = malloc(sizeof(float) * lm->Bmax * V))) {
+            if (lg) free(lg);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        lm->gen = lg;
+        if (gen_create_rows(&lg->g, lm->impl, lm->Bmax, lm->Tmax,
+                            rows < lm->Bmax * lm->Tmax ? rows : lm->Bmax * lm->Tmax, err, errlen))
+            return NULL;
+    }
+    if (!lg->g) { snprintf(err, errlen, "no generator"); return NULL; }
+    gen_reset(lg->g);
+    for (int b = 0; b < B; b++) {
+        int left;
+        while ((left = gen_prefill_next(lg->g, b, prompt + (size_t)b * n, n, err, errlen)) > 0) {}
+        if (left < 0) return NULL;
+        memcpy(lg->logits + (size_t)b * V, gen_logits(lg->g), sizeof(float) * V);
+    }
+    return lg->logits;
 }
 
 static const float *llama_gen_next(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
                                    char *err, size_t errlen) {
     (void)z;
-    if (!lm->gen) {
+    llama_gen_t *lg = lm->gen;
+    if (!lg || !lg->g) {
         snprintf(err, errlen, "gen_next before gen_start");
         return NULL;
     }
-    if (gen_step(lm->gen, tokens, B, 1, NULL, err, errlen)) return NULL;
-    return gen_logits(lm->gen);
+    if (gen_step(lg->g, tokens, B, 1, NULL, err, errlen)) return NULL;
+    return gen_logits(lg->g);
 }
 
 static void llama_lm_release(eval_lm_t *lm) {
-    gen_t *g = lm->gen;
-    gen_destroy(&g);
+    llama_gen_t *lg = lm->gen;
+    if (lg) {
+        gen_destroy(&lg->g);
+        free(lg->logits);
+        free(lg);
+    }
     lm->gen = NULL;
     llama_t *m = lm->impl;
     llama_destroy(&m);
@@ -80,6 +113,8 @@ int eval_lm_create(eval_lm_t **out, device_t *dev, const model_config_t *cfg, in
     if (Tmax <= 0 || Tmax > cfg->max_seq) Tmax = cfg->max_seq;
     if (!dev) dev = device_cpu_default();
     if (cfg->kind == MODEL_FREE) return eval_lm_create_free(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
+    if (cfg->kind == MODEL_LTM) return eval_lm_create_ltm(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
+    if (mixer_kind_is(cfg->kind)) return eval_lm_create_mixers(out, dev, cfg, Bmax, Tmax, seed, err, errlen);
     if (cfg->kind != MODEL_LLAMA)
         return err_fail(err, errlen, EVAL_EMODEL, "model kind %d is not supported by the evaluator",
                        (int)cfg->kind);

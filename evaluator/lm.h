@@ -57,7 +57,28 @@ struct eval_lm {
     const float *(*gen_next)(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
                              char *err, size_t errlen);
     void *gen;            /* the generator behind gen_start / gen_next (created on first use) */
+    /* Autoencoders and memory models (seed 004; NULL otherwise, and `logits` is then NULL:
+     * they are no next-token models): (B,T,V) logits where row t predicts token t of the
+     * chunk itself, from the stored embedding of the chunk (and, for a memory model, the
+     * tokens before t). n_embed: floats of that one embedding per chunk (n_p). */
+    const float *(*chunk_logits)(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
+                                 size_t errlen);
+    int n_embed;
     void (*release)(eval_lm_t *lm);
+    /* Latent-thought LMs only (NULL otherwise; evaluator/lm_ltm.c, model/ltm.h). Infers the
+     * posterior q(z|x) of rows (B,T) from their counted targets (mask NULL: all), the decoder
+     * fixed: for each ks[i] (ascending) an inference of exactly ks[i] fast steps from the same
+     * start (row b draws from the streams (key, row0 + b)), whose NELBO terms at the end (the
+     * batch's sums of -log p(target | z) and of KL, nats) go to ce[i] and kl[i] (may be NULL).
+     * Afterwards z = mu + sigma eps of the last inference: logits (its z argument ignored) and
+     * gen_start use it, for rows of the same B. The rate: the ltm_fast_lr peak. */
+    int (*ltm_infer)(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *targets,
+                     const uint8_t *mask, int B, int T, const int *ks, int nk, uint64_t key,
+                     uint64_t row0, double *ce, double *kl, char *err, size_t errlen);
+    /* z ~ N(0, I) for B rows (row b: the stream (key, row0 + b)): nothing to infer from. */
+    int (*ltm_prior)(eval_lm_t *lm, int B, uint64_t key, uint64_t row0, char *err, size_t errlen);
+    int ltm_steps;        /* the inference's steps for gen_start (default: the checkpoint's) */
+    float ltm_fast_lr;    /* its peak rate (default: the checkpoint's final fast rate) */
 };
 
 /* Loads the checkpoint in dir (config.json + model.safetensors; the MANIFEST is the caller's
@@ -73,6 +94,14 @@ int eval_lm_create(eval_lm_t **lm, device_t *dev, const model_config_t *cfg, int
  * kind MODEL_FREE. */
 int eval_lm_create_free(eval_lm_t **lm, device_t *dev, const model_config_t *cfg, int Bmax,
                         int Tmax, uint64_t seed, char *err, size_t errlen);
+/* The Latent-thought LM's (evaluator/lm_ltm.c), for kind MODEL_LTM. */
+int eval_lm_create_ltm(eval_lm_t **lm, device_t *dev, const model_config_t *cfg, int Bmax,
+                       int Tmax, uint64_t seed, char *err, size_t errlen);
+/* The masked mixers' eval_lm_t (evaluator/lm_mixers.c), for the kinds MODEL_MIXER ..
+ * MODEL_LLAMA_MEM: the causal mixer answers `logits` (and generates through its mixing-sum
+ * cache), the autoencoders and memory models `chunk_logits`. */
+int eval_lm_create_mixers(eval_lm_t **lm, device_t *dev, const model_config_t *cfg, int Bmax,
+                          int Tmax, uint64_t seed, char *err, size_t errlen);
 /* The underlying family model (llama_t* for the baseline, free_t* for the Free Transformer),
  * for tests that set weights. */
 void *eval_lm_model(eval_lm_t *lm);

@@ -6,6 +6,7 @@
  * tokens it is given and returns the bit logits. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "evaluator/lm.h"
 #include "model/free.h"
@@ -38,33 +39,62 @@ static const float *free_lm_encode(eval_lm_t *lm, const uint32_t *tokens, int B,
     return free_bit_logits(lm->impl);
 }
 
-/* The prompt chunk: gen_free_step's encoder reads the prompt only and draws its Z with u. */
+/* lm->gen: the generator and the (Bmax, V) logits of gen_start's rows. */
+typedef struct {
+    gen_free_t *g;
+    float *logits;
+} free_gen_t;
+
+/* The prompt chunk: gen_free_step's encoder reads the prompt only and draws its Z with u. Each
+ * prompt runs alone, as the sampler runs it, so a row's logits do not depend on the others. */
 static const float *free_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, int n,
                                    const float *u, char *err, size_t errlen) {
     if (!u) {
         snprintf(err, errlen, "the Free Transformer's prompt needs uniforms for its latents");
         return NULL;
     }
-    if (!lm->gen && gen_free_create((gen_free_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen))
-        return NULL;
-    gen_free_reset(lm->gen);
-    if (gen_free_step(lm->gen, prompt, B, n, NULL, u, NULL, err, errlen)) return NULL;
-    return gen_logits(gen_free_decoder(lm->gen));
+    free_gen_t *fg = lm->gen;
+    const int V = lm->cfg.vocab_size, H = lm->latent_bits;
+    if (!fg) {
+        if (!(fg = calloc(1, sizeof *fg)) || !(fg->logits = malloc(sizeof(float) * lm->Bmax * V))) {
+            if (fg) free(fg);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        lm->gen = fg;
+        /* chunks: Bmax decode rows, or one whole prompt */
+        const int rows = lm->Bmax > lm->Tmax ? lm->Bmax : lm->Tmax;
+        if (gen_free_create_rows(&fg->g, lm->impl, lm->Bmax, lm->Tmax, rows, err, errlen)) return NULL;
+    }
+    if (!fg->g) { snprintf(err, errlen, "no generator"); return NULL; }
+    gen_free_reset(fg->g);
+    for (int b = 0; b < B; b++) {
+        if (gen_free_step_slots(fg->g, &b, prompt + (size_t)b * n, 1, n, NULL, u + (size_t)b * n * H,
+                                NULL, err, errlen))
+            return NULL;
+        memcpy(fg->logits + (size_t)b * V, gen_logits(gen_free_decoder(fg->g)), sizeof(float) * V);
+    }
+    return fg->logits;
 }
 
 static const float *free_gen_next(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
                                   char *err, size_t errlen) {
-    if (!lm->gen) {
+    free_gen_t *fg = lm->gen;
+    if (!fg || !fg->g) {
         snprintf(err, errlen, "gen_next before gen_start");
         return NULL;
     }
-    if (gen_free_step(lm->gen, tokens, B, 1, z, NULL, NULL, err, errlen)) return NULL;
-    return gen_logits(gen_free_decoder(lm->gen));
+    if (gen_free_step(fg->g, tokens, B, 1, z, NULL, NULL, err, errlen)) return NULL;
+    return gen_logits(gen_free_decoder(fg->g));
 }
 
 static void free_lm_release(eval_lm_t *lm) {
-    gen_free_t *g = lm->gen;
-    gen_free_destroy(&g);
+    free_gen_t *fg = lm->gen;
+    if (fg) {
+        gen_free_destroy(&fg->g);
+        free(fg->logits);
+        free(fg);
+    }
     lm->gen = NULL;
     free_t *m = lm->impl;
     free_destroy(&m);

@@ -20,23 +20,28 @@ static void usage(FILE *f, const flag_t *flags, int n) {
             "eval/<run> on the bus. Start, kill or replace it at any time: the trainer never notices.\n"
             "\ntasks:\n"
             "  val  cross-entropy, perplexity, bits per byte on --data DIR (--val-docs N: its last N\n"
-            "       documents), --batches batches of --batch x --seq-len tokens in a fixed order\n"
+            "       documents), --batches batches of --batch x --seq-len tokens in a fixed order;\n"
+            "       autoencoders and memory models: the decoder's bits per byte plus the stored\n"
+            "       embedding's at --bits-per-param bits per float, and their total\n"
             "  mc   multiple choice from --file JSONL {\"context\",\"choices\",\"label\"} with --vocab V:\n"
             "       acc_completion, acc_char (seed 000 Appendix B)\n"
             "  em   exact match of the greedy (or --temperature) continuation, --file JSONL\n"
             "       {\"prompt\",\"answer\"[,\"stop\",\"max_tokens\"]} with --vocab V\n"
             "  synth  seed 000 Figure 4 measures on the synthetic sequences: valid fraction and target\n"
             "       position spread with independent / shared Z, over --limit groups (default 10)\n"
+            "Latent-thought LM checkpoints: val infers each row's posterior by K fast steps for each\n"
+            "K of --inner-steps-list and reports the NELBO bound on the NLL, perplexity and bits per\n"
+            "byte for each; mc and em infer it from the context (the question, the prompt) only.\n"
             "\noptions:\n");
     flags_usage(f, flags, n);
 }
 
 int main(int argc, char **argv) {
     const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL;
-    const char *device = "cpu";
+    const char *device = device_default_spec(), *precision = "fp32";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
-                         .iw_samples = 4, .draws = 4};
+                         .iw_samples = 4, .draws = 4, .bits_per_param = 8};
     bus_net_opts_t net = {0};
     flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
@@ -62,9 +67,14 @@ int main(int argc, char **argv) {
         {"temperature", FLAG_FLOAT, &tc.temperature, "em: 0 = greedy, else sampled with --seed; synth: sampling temperature (0: 1)", 0, 100, 0},
         {"eot-prefix", FLAG_BOOL, &tc.eot_prefix, "synth: put end-of-text before each prompt (models trained on rows that start with it)", 0, 0, 0},
         {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
-        {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging)", 1, 4096, 0},
+        {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging); LTM mc: posterior samples per question", 1, 4096, 0},
+        {"inner-steps-list", FLAG_STR, &tc.inner_steps_list, "LTM val: the NELBO bound after each of these inference steps, e.g. 0,4,16,64 (default: 0 and the checkpoint's K)", 0, 0, 0},
+        {"inner-steps", FLAG_INT, &tc.inner_steps, "LTM: fast steps inferring the posterior (mc, em: from the context; 0: the checkpoint's)", 0, 100000, 0},
+        {"fast-lr", FLAG_FLOAT, &tc.fast_lr, "LTM: the inference's peak rate (0: the checkpoint's final fast rate)", 0, 100, 0},
+        {"bits-per-param", FLAG_INT, &tc.bits_per_param, "autoencoders, memory models, val: bits b_p each float of the stored embedding takes (4, 8, 16 or 32)", 0, 64, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
-        {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
+        {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
+        {"precision", FLAG_STR, &precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
     };
     const int nbase = flags_count(fl, 40);
@@ -93,7 +103,8 @@ int main(int argc, char **argv) {
     }
     if (threads > 0) omp_set_num_threads(threads);
     device_t *dev = NULL;
-    if (device_open(&dev, device, PRECISION_FP32, err, sizeof err)) {
+    precision_t prec;
+    if (precision_parse(precision, &prec, err, sizeof err) || device_open(&dev, device, prec, err, sizeof err)) {
         fprintf(stderr, "evaluator: %s\n", err);
         return 2;
     }

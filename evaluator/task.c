@@ -1,5 +1,6 @@
 /* evaluator/task.c: dispatch to the task kinds (see task.h). */
 #include "evaluator/task.h"
+#include "model/mixer_config.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,7 +60,40 @@ void eval_task_shape(const eval_task_t *t, int *Bmax, int *Tmax) {
 int eval_task_run(eval_task_t *t, eval_lm_t *lm, eval_values_t *out, volatile int *stop,
                   char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
+    if (!lm->logits && t->ops != &eval_task_val) {
+        snprintf(err, errlen, "this checkpoint holds a %s, which predicts the chunk it has encoded, not the next "
+                 "token: only task val applies to it", mixer_kind_is(lm->cfg.kind) ? mixer_kind_name(lm->cfg.kind) : "model");
+        return EVAL_EMISMATCH;
+    }
     return t->ops->run(t->self, lm, out, stop, err, errlen);
+}
+
+int eval_parse_steps(const char *list, int *ks, char *err, size_t errlen) {
+    int n = 0;
+    const char *p = list;
+    while (p && *p) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || k < 0 || k > 100000 || (n && k <= ks[n - 1]) ||
+            n == EVAL_MAX_INNER_STEPS) {
+            snprintf(err, errlen, "--inner-steps-list '%s': want up to %d ascending step counts in 0..100000, "
+                     "comma-separated", list, EVAL_MAX_INNER_STEPS);
+            return EVAL_EARG;
+        }
+        ks[n++] = (int)k;
+        p = *end ? end + 1 : end;
+    }
+    if (!n) {
+        snprintf(err, errlen, "--inner-steps-list is empty");
+        return EVAL_EARG;
+    }
+    return n;
+}
+
+void eval_ltm_settings(eval_lm_t *lm, int inner_steps, float fast_lr) {
+    if (!lm->ltm_infer) return;
+    if (inner_steps > 0) lm->ltm_steps = inner_steps;
+    if (fast_lr > 0) lm->ltm_fast_lr = fast_lr;
 }
 
 int eval_values_add(eval_values_t *v, const char *name, double value) {

@@ -39,7 +39,20 @@ typedef struct {
     /* Free Transformer */
     int iw_samples;         /* val: K posterior samples per row (ELBO and importance-weighted bound) */
     int draws;              /* val: prior draws for ce_prior; mc: prior draws averaged per choice */
+    /* Latent-thought LM */
+    const char *inner_steps_list; /* val: "0,4,16,64": the bound after each K (NULL: 0 and K) */
+    int inner_steps;        /* K of the posterior's inference (0: the checkpoint's) */
+    float fast_lr;          /* its peak rate (0: the checkpoint's final fast rate) */
+    /* autoencoders and memory models (seed 004) */
+    int bits_per_param;     /* val: b_p, bits each float of the stored embedding takes (4, 8, 16, 32) */
 } eval_task_cfg_t;
+
+#define EVAL_MAX_INNER_STEPS 8   /* entries of --inner-steps-list */
+/* Parses "0,4,16,64" (ascending, each 0..100000, at most EVAL_MAX_INNER_STEPS) into ks; the
+ * count, or EVAL_EARG with one line in err. */
+int eval_parse_steps(const char *list, int *ks, char *err, size_t errlen);
+/* Applies a task's --inner-steps / --fast-lr to an LTM's eval_lm_t (others: nothing). */
+void eval_ltm_settings(eval_lm_t *lm, int inner_steps, float fast_lr);
 
 typedef struct eval_task eval_task_t;
 

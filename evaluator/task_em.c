@@ -40,6 +40,8 @@ typedef struct {
     int n, cap, batch;
     float temperature;
     uint64_t seed;
+    int inner_steps;        /* LTM: --inner-steps (0: the checkpoint's), inferring z from the prompt */
+    float fast_lr;
 } em_t;
 
 static void em_close(void **self) {
@@ -101,6 +103,8 @@ static int em_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t er
     m->batch = cfg->batch;
     m->temperature = cfg->temperature;
     m->seed = (uint64_t)cfg->seed;
+    m->inner_steps = cfg->inner_steps;
+    m->fast_lr = cfg->fast_lr;
     int rc = eval_tok_open(&m->tok, cfg->vocab, err, errlen);
     if (rc) {
         free(m);
@@ -225,6 +229,7 @@ static int em_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
     if (bpe_vocab_size(m->tok.vocab) > (uint32_t)lm->cfg.vocab_size)
         return snprintf(err, errlen, "the tokenizer's %u ids do not fit the model's vocabulary of %d",
                         bpe_vocab_size(m->tok.vocab), lm->cfg.vocab_size), EVAL_EMISMATCH;
+    eval_ltm_settings(lm, m->inner_steps, m->fast_lr);   /* the LTM's gen_start infers z from the prompt */
     if (lm->gen_start && lm->gen_next) return em_run_cached(m, lm, out, stop, err, errlen);
     const int V = lm->cfg.vocab_size, Tm = lm->Tmax, Bm = lm->Bmax;
     const uint32_t eot = (uint32_t)lm->cfg.eot_id;

@@ -16,7 +16,12 @@
  * score) and gives Z for those positions, drawn from q; the choice's positions take Z from
  * the uniform prior, as in generation. A choice's log-probability is the log of the mean
  * probability over `draws` such draws (log-mean-exp: a Monte Carlo estimate of
- * p(choice | context) with Z marginalised); the draws of a choice run as rows of one batch. */
+ * p(choice | context) with Z marginalised); the draws of a choice run as rows of one batch.
+ *
+ * Latent-thought LM: the posterior q(z | [eot] context) is inferred from the context's own
+ * tokens (never the choice's), `draws` times at once (rows of one batch, each from its own
+ * streams of the item's key); every choice is scored under those same draws and its
+ * log-probability is the log-mean-exp over them, as above. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +42,8 @@ typedef struct {
     eval_tok_t tok;
     mc_item_t *items;
     int n, cap, batch, draws;
+    int inner_steps;        /* LTM: --inner-steps (0: the checkpoint's) */
+    float fast_lr;
     uint64_t seed;
     uint32_t *rows;
     double *score;
@@ -116,6 +123,8 @@ static int mc_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t er
     if (!m) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     m->batch = cfg->batch;
     m->draws = cfg->draws > 0 ? cfg->draws : 4;
+    m->inner_steps = cfg->inner_steps;
+    m->fast_lr = cfg->fast_lr;
     m->seed = (uint64_t)cfg->seed;
     int rc = eval_tok_open(&m->tok, cfg->vocab, err, errlen);
     if (rc) {
@@ -257,6 +266,63 @@ out:
     return rc;
 }
 
+/* Latent-thought LM: scores of every choice of item `idx` (see the top of the file). */
+static int mc_score_item_ltm(mc_t *m, const mc_item_t *it, int idx, eval_lm_t *lm, char *err,
+                             size_t errlen) {
+    const int V = lm->cfg.vocab_size, Tm = lm->Tmax;
+    const int N = m->draws < lm->Bmax ? m->draws : lm->Bmax;
+    int maxch = 0;
+    for (int c = 0; c < it->nch; c++) maxch = it->chlen[c] > maxch ? it->chlen[c] : maxch;
+    if (maxch > Tm) {
+        snprintf(err, errlen, "a choice of %d tokens does not fit the model's %d positions", maxch, Tm);
+        return EVAL_EMISMATCH;
+    }
+    /* one context for all choices: as much of it as leaves room for the longest choice */
+    const int keep = it->nctx < Tm - maxch ? it->nctx : Tm - maxch, Lc = 1 + keep;
+    uint32_t *row = m->rows, *in = malloc(sizeof(uint32_t) * (size_t)N * Tm);
+    double *lp = malloc(sizeof(double) * N);
+    int rc = 0;
+    if (!in || !lp) {
+        rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
+        goto out;
+    }
+    row[0] = (uint32_t)lm->cfg.eot_id;
+    memcpy(row + 1, it->ctx + it->nctx - keep, sizeof(uint32_t) * keep);
+    const uint64_t key = rng_counter_key(m->seed ^ 0x3C3Cu, (uint64_t)idx);
+    const int steps = lm->ltm_steps;
+    if (Lc >= 2) {   /* the posterior from the context's targets: rows [eot] ctx, N times */
+        for (int b = 0; b < N; b++) memcpy(in + (size_t)b * (Lc - 1), row, sizeof(uint32_t) * (Lc - 1));
+        uint32_t *tg = malloc(sizeof(uint32_t) * (size_t)N * (Lc - 1));
+        if (!tg) { rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM); goto out; }
+        for (int b = 0; b < N; b++) memcpy(tg + (size_t)b * (Lc - 1), row + 1, sizeof(uint32_t) * (Lc - 1));
+        rc = lm->ltm_infer(lm, in, tg, NULL, N, Lc - 1, &steps, 1, key, 0, NULL, NULL, err, errlen);
+        free(tg);
+        if (rc) goto out;
+    } else if ((rc = lm->ltm_prior(lm, N, key, 0, err, errlen))) {   /* no context: the prior */
+        goto out;
+    }
+    for (int c = 0; c < it->nch; c++) {
+        const int nc = it->chlen[c], T = Lc - 1 + nc;   /* row: [eot] ctx choice, T + 1 tokens */
+        memcpy(row + Lc, it->ch[c], sizeof(uint32_t) * nc);
+        for (int b = 0; b < N; b++) memcpy(in + (size_t)b * T, row, sizeof(uint32_t) * T);
+        const float *lg = lm->logits(lm, in, NULL, N, T, err, errlen);
+        if (!lg) { rc = EVAL_EMODEL; goto out; }
+        for (int b = 0; b < N; b++) {
+            double s = 0;
+            for (int j = 0; j < nc; j++) {
+                const int p = keep + j;
+                s += eval_logprob(lg + ((size_t)b * T + p) * V, V, row[p + 1]);
+            }
+            lp[b] = s;
+        }
+        m->score[c] = eval_logmeanexp(lp, N);
+    }
+out:
+    free(in);
+    free(lp);
+    return rc;
+}
+
 static int best_of(const double *s, const int *norm, int n) {
     int best = 0;
     for (int i = 1; i < n; i++) {
@@ -283,11 +349,13 @@ static int mc_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
     m->score = malloc(sizeof(double) * maxch);
     if (!m->rows || !m->score) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     int ok_tok = 0, ok_char = 0, ok_sum = 0;
+    eval_ltm_settings(lm, m->inner_steps, m->fast_lr);
     for (int i = 0; i < m->n; i++) {
         if (stop && *stop) return snprintf(err, errlen, "interrupted"), EVAL_EINTR;
         const mc_item_t *it = &m->items[i];
         int rc = lm->latent_bits ? mc_score_item_free(m, it, i, lm, err, errlen)
-                                 : mc_score_item(m, it, lm, err, errlen);
+                 : lm->ltm_infer     ? mc_score_item_ltm(m, it, i, lm, err, errlen)
+                                     : mc_score_item(m, it, lm, err, errlen);
         if (rc) return rc;
         ok_tok += best_of(m->score, it->chlen, it->nch) == it->label;
         ok_char += best_of(m->score, it->chchars, it->nch) == it->label;

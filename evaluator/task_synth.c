@@ -12,6 +12,12 @@
  *                         with independent Z (and for the baseline, its plain samples)
  *   shared_pos_diff       the same inside groups sharing Z: small when Z carries the position,
  *                         which is what Figure 4 shows (Free Transformer only)
+ *   independent_noise_agree  mean over pairs of valid sequences of a group (independent Z) of
+ *                         the Jaccard agreement of their noise: |A n B| / |A u B| with A, B the
+ *                         positions of '!' in the 64 characters (pairs with no '!' at all are
+ *                         left out); independent noise at rate 1/16 gives about 0.03
+ *   shared_noise_agree    the same inside groups sharing Z: near 1 when Z carries the noise
+ *                         (Figure 4 at 1 bit), near the independent value when it does not
  * Decoding repeats a full forward per token (see task_em.c). */
 #include <math.h>
 #include <stdio.h>
@@ -88,6 +94,20 @@ static void pair_diffs(const int *start, int n, double *sum, long *pairs) {
             }
 }
 
+/* Mean Jaccard agreement of the '!' positions over pairs of valid rows into *sum, *pairs. */
+static void pair_noise(const char (*bang)[SYNTH_BODY_LEN], const int *start, int n, double *sum,
+                       long *pairs) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            if (start[i] < 0 || start[j] < 0) continue;
+            int both = 0, either = 0;
+            for (int k = 0; k < SYNTH_BODY_LEN; k++) both += bang[i][k] && bang[j][k], either += bang[i][k] || bang[j][k];
+            if (!either) continue;
+            *sum += (double)both / either;
+            (*pairs)++;
+        }
+}
+
 static int synth_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
                      size_t errlen) {
     synth_t *s = self;
@@ -98,8 +118,8 @@ static int synth_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int
                         bpe_vocab_size(s->tok.vocab), V), EVAL_EMISMATCH;
     if (lm->Bmax < rows) return snprintf(err, errlen, "the model takes %d rows, the task %d", lm->Bmax, rows), EVAL_EARG;
     int Tm = lm->Tmax, rc = 0, valid = 0, total = 0;
-    double sum_ind = 0, sum_sh = 0;
-    long n_ind = 0, n_sh = 0;
+    double sum_ind = 0, sum_sh = 0, noise_ind = 0, noise_sh = 0;
+    long n_ind = 0, n_sh = 0, nn_ind = 0, nn_sh = 0;
     uint32_t *tok = malloc(sizeof(uint32_t) * (size_t)rows * (Tm + 1));
     uint32_t *z = malloc(sizeof(uint32_t) * (size_t)rows * (Tm + 1));
     uint32_t *in = malloc(sizeof(uint32_t) * (size_t)rows * Tm);
@@ -170,22 +190,33 @@ static int synth_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int
                 tok[(size_t)b * (Tm + 1) + T] = sample_row(lg + ((size_t)b * T + T - 1) * V, V, s->temperature, &r);
         }
         int start[2 * GROUP];
+        char bang[2 * GROUP][SYNTH_BODY_LEN];
         for (int b = 0; b < rows; b++) {
             bpe_bytes_t text = {0};
             start[b] = -1;
+            memset(bang[b], 0, SYNTH_BODY_LEN);
             if (eval_tok_decode(&s->tok, tok + (size_t)b * (Tm + 1) + P, L - P, &text) == 0 &&
                 text.n >= SYNTH_BODY_LEN && synth_judge(prompt[0], (const char *)text.v, SYNTH_BODY_LEN, &start[b]) != 1)
                 start[b] = -1;
+            for (int k = 0; start[b] >= 0 && k < SYNTH_BODY_LEN; k++) bang[b][k] = text.v[k] == '!';
             bpe_bytes_free(&text);
             valid += start[b] >= 0;
             total++;
         }
         pair_diffs(start, GROUP, &sum_ind, &n_ind);
-        if (H) pair_diffs(start + GROUP, GROUP, &sum_sh, &n_sh);
+        pair_noise(bang, start, GROUP, &noise_ind, &nn_ind);
+        if (H) {
+            pair_diffs(start + GROUP, GROUP, &sum_sh, &n_sh);
+            pair_noise(bang + GROUP, start + GROUP, GROUP, &noise_sh, &nn_sh);
+        }
     }
     eval_values_add(out, "valid", (double)valid / total);
     eval_values_add(out, "independent_pos_diff", n_ind ? sum_ind / n_ind : NAN);
-    if (H) eval_values_add(out, "shared_pos_diff", n_sh ? sum_sh / n_sh : NAN);
+    eval_values_add(out, "independent_noise_agree", nn_ind ? noise_ind / nn_ind : NAN);
+    if (H) {
+        eval_values_add(out, "shared_pos_diff", n_sh ? sum_sh / n_sh : NAN);
+        eval_values_add(out, "shared_noise_agree", nn_sh ? noise_sh / nn_sh : NAN);
+    }
     eval_values_add(out, "n", total);
 out:
     free(tok);

@@ -21,7 +21,28 @@
  *   iw_prior -log mean_n p(x|z_n) per row, z_n from the prior: the same N draws as an
  *            importance-weighted bound whose proposal is the prior (tighter than ce_prior);
  *   nll_bound the smaller of iw_bound and iw_prior over the whole evaluation; ppl and bpb
- *            come from it. */
+ *            come from it.
+ *
+ * A Latent-thought LM (seed 003) has no single cross-entropy either: each row's posterior
+ * q(z|x) is inferred from the row's own targets by K fast steps (the decoder fixed, one z
+ * sample z = mu + sigma eps), and its negative ELBO, -log p(x|z) + KL(q || N(0, I)), is an upper
+ * bound on the row's -log p(x) (in expectation over eps). For each K of --inner-steps-list, an
+ * inference of exactly K steps from the same start (the same draws for every checkpoint):
+ *   ce_k<K>, kl_k<K>, elbo_k<K> per token (nats), ppl_k<K> = exp(elbo_k<K>), bpb_k<K>;
+ *   nll_bound the smallest elbo_k over the list (the tightest bound; inner_steps_best its K),
+ *            ppl and bpb from it.
+ *
+ * An autoencoder or memory model (seed 004; lm->chunk_logits) predicts each row's own T
+ * tokens from one stored embedding of n_p = lm->n_embed floats (and, for a memory model, the
+ * tokens before each), so its bits per byte have two terms (seed 004's formulas, L_t / L_b
+ * the split's tokens per byte, b_p = --bits-per-param):
+ *   ce             the decoder's cross-entropy per token (nats);
+ *   bpb_decoder    (L_t / L_b) ce / ln 2;
+ *   bpb_embedding  n_p b_p / (T L_b / L_t): the stored embedding amortised over the T tokens
+ *                  (the L_b / L_t T bytes) it encodes;
+ *   bpb            their sum, comparable with a causal model's bpb;
+ *   ce_total       ce + bpb_embedding ln 2 / (L_t / L_b): the same total as nats per token
+ *                  (seed 004's "normalized loss"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +63,10 @@ typedef struct {
     int T_open;             /* T the batches were checked for at open (seq_len or 0) */
     const char *data;
     int batches, K, N;
+    int ks[EVAL_MAX_INNER_STEPS], nks;  /* LTM: the bound after each of these inner steps */
+    int inner_steps;                    /* LTM: --inner-steps (0: the checkpoint's) */
+    float fast_lr;
+    int bits_per_param;
 } val_t;
 
 static void val_close(void **self) {
@@ -85,6 +110,19 @@ static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t e
     v->batches = cfg->batches;
     v->K = cfg->iw_samples > 0 ? cfg->iw_samples : 4;
     v->N = cfg->draws > 0 ? cfg->draws : 4;
+    v->inner_steps = cfg->inner_steps;
+    v->fast_lr = cfg->fast_lr;
+    if (cfg->inner_steps_list && (v->nks = eval_parse_steps(cfg->inner_steps_list, v->ks, err, errlen)) < 0) {
+        int rc = v->nks;
+        val_close((void **)&v);
+        return rc;
+    }
+    v->bits_per_param = cfg->bits_per_param ? cfg->bits_per_param : 8;
+    if (v->bits_per_param != 4 && v->bits_per_param != 8 && v->bits_per_param != 16 && v->bits_per_param != 32) {
+        snprintf(err, errlen, "--bits-per-param %d: the stored embedding's floats take 4, 8, 16 or 32 bits", v->bits_per_param);
+        val_close((void **)&v);
+        return EVAL_EARG;
+    }
     loader_src_split_info(v->src, v->p.split, &v->info);
     if (v->info.n_bytes == 0 || v->info.n_tokens == 0) {
         snprintf(err, errlen, "dataset %s: the evaluated split has no tokens or no byte count", cfg->data);
@@ -106,6 +144,14 @@ static double row_logp(const float *lg, const uint32_t *rows, int b, int T, int 
     double s = 0;
     for (int t = 0; t < T; t++)
         s += eval_logprob(lg + ((size_t)b * T + t) * V, V, rows[(size_t)b * (T + 1) + t + 1]);
+    return s;
+}
+
+/* Sum over row b of log p(token t) from logits (B,T,V) whose row t predicts token t itself. */
+static double chunk_logp(const float *lg, const uint32_t *tokens, int b, int T, int V) {
+    double s = 0;
+    for (int t = 0; t < T; t++)
+        s += eval_logprob(lg + ((size_t)b * T + t) * V, V, tokens[(size_t)b * T + t]);
     return s;
 }
 
@@ -170,9 +216,33 @@ out:
     return rc;
 }
 
+/* The LTM's bounds of one batch (see the top of the file): sums into ce, kl (per K). */
+static int val_ltm_batch(val_t *v, eval_lm_t *lm, int B, int T, const int *ks, int nk, double *ce,
+                         double *kl, char *err, size_t errlen) {
+    uint32_t *tgt = malloc(sizeof(uint32_t) * (size_t)B * T);
+    if (!tgt) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
+    for (int b = 0; b < B; b++) memcpy(tgt + (size_t)b * T, v->rows + (size_t)b * (T + 1) + 1, sizeof(uint32_t) * T);
+    double c[EVAL_MAX_INNER_STEPS], k[EVAL_MAX_INNER_STEPS];
+    /* row b of batch s draws from stream s * B + b: the same for every checkpoint */
+    int rc = lm->ltm_infer(lm, v->inputs, tgt, NULL, B, T, ks, nk, (uint64_t)v->p.seed ^ 0x17A7E7A1ull,
+                           v->p.step * (uint64_t)B, c, k, err, errlen);
+    free(tgt);
+    for (int i = 0; !rc && i < nk; i++) ce[i] += c[i], kl[i] += k[i];
+    return rc;
+}
+
 static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
                    size_t errlen) {
     val_t *v = self;
+    eval_ltm_settings(lm, v->inner_steps, v->fast_lr);
+    /* the LTM's list of K: given, else 0 and the checkpoint's (or --inner-steps') K */
+    int ks[EVAL_MAX_INNER_STEPS], nk = v->nks;
+    double lce[EVAL_MAX_INNER_STEPS] = {0}, lkl[EVAL_MAX_INNER_STEPS] = {0};
+    memcpy(ks, v->ks, sizeof ks);
+    if (lm->ltm_infer && !nk) {
+        ks[nk++] = 0;
+        if (lm->ltm_steps > 0) ks[nk++] = lm->ltm_steps;
+    }
     const dataset_meta_t *meta = loader_src_meta(v->src);
     if (meta->vocab_size > (uint32_t)lm->cfg.vocab_size || (int)meta->eot_id != lm->cfg.eot_id) {
         snprintf(err, errlen, "dataset %s (vocab %u, eot %u) does not match the model (vocab %d, eot %d)",
@@ -223,6 +293,17 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
             if (rc) return rc;
             continue;
         }
+        if (lm->ltm_infer) {
+            int rc = val_ltm_batch(v, lm, B, T, ks, nk, lce, lkl, err, errlen);
+            if (rc) return rc;
+            continue;
+        }
+        if (lm->chunk_logits) {
+            const float *lg = lm->chunk_logits(lm, v->inputs, B, T, err, errlen);
+            if (!lg) return EVAL_EMODEL;
+            for (int b = 0; b < B; b++) nll -= chunk_logp(lg, v->inputs, b, T, V);
+            continue;
+        }
         const float *lg = lm->logits(lm, v->inputs, NULL, B, T, err, errlen);
         if (!lg) return EVAL_EMODEL;
         for (int b = 0; b < B; b++) nll -= row_logp(lg, v->rows, b, T, V);
@@ -242,6 +323,35 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
         eval_values_add(out, "bpb", best * per_byte);
         eval_values_add(out, "iw_samples", v->K);
         eval_values_add(out, "draws", v->N);
+    } else if (lm->ltm_infer) {
+        double best = INFINITY;
+        int kbest = 0;
+        for (int i = 0; i < nk; i++) {
+            char name[32];
+            const double ce = lce[i] / count, kl = lkl[i] / count, e = ce + kl;
+            const struct { const char *f; double x; } kv[] = {
+                {"ce_k%d", ce}, {"kl_k%d", kl}, {"elbo_k%d", e}, {"ppl_k%d", exp(e)}, {"bpb_k%d", e * per_byte}};
+            for (size_t j = 0; j < sizeof kv / sizeof kv[0]; j++) {
+                snprintf(name, sizeof name, kv[j].f, ks[i]);
+                eval_values_add(out, name, kv[j].x);
+            }
+            if (e < best) best = e, kbest = ks[i];
+        }
+        eval_values_add(out, "nll_bound", best);
+        eval_values_add(out, "ppl", exp(best));
+        eval_values_add(out, "bpb", best * per_byte);
+        eval_values_add(out, "inner_steps_best", kbest);
+        eval_values_add(out, "fast_lr", lm->ltm_fast_lr);
+    } else if (lm->chunk_logits) {
+        const double ce = nll / (double)count, bpb_dec = ce * per_byte;
+        const double bpb_emb = (double)lm->n_embed * v->bits_per_param * v->info.n_tokens / ((double)T * v->info.n_bytes);
+        eval_values_add(out, "ce", ce);
+        eval_values_add(out, "bpb_decoder", bpb_dec);
+        eval_values_add(out, "embed_floats", lm->n_embed);
+        eval_values_add(out, "bits_per_param", v->bits_per_param);
+        eval_values_add(out, "bpb_embedding", bpb_emb);
+        eval_values_add(out, "bpb", bpb_dec + bpb_emb);
+        eval_values_add(out, "ce_total", ce + bpb_emb / per_byte);
     } else {
         double ce = nll / (double)count;
         eval_values_add(out, "ce", ce);

@@ -316,8 +316,10 @@ int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
             rc = (snprintf(err, errlen, "bus %s: %s", bus_endpoint_pub(c->bus_pub), e), EVAL_EIO);
             goto out;
         }
-        /* a one-shot run publishes one event: give the bus a moment to subscribe first */
-        if (c->once) bus_pub_wait(w.pub, 500);
+        /* give the bus a moment to subscribe first: a replacement evaluator may have its
+         * first results (a backlog) ready at once, and a PUB drops what it sends before the
+         * subscription arrives (seen: every eval event of a short-lived evaluator lost) */
+        bus_pub_wait(w.pub, 500);
     }
     rc = watch_loop(&w, err, errlen);
 out:

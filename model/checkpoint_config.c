@@ -10,6 +10,7 @@
 
 #include "common/errmsg.h"
 #include "model/checkpoint.h"
+#include "model/mixer_config.h"
 
 /* Sizes above this are certainly a corrupt or hostile file, and would overflow int products. */
 #define CKPT_DIM_MAX (1 << 24)
@@ -40,11 +41,23 @@ json_t *ckpt_config_to_json(const model_config_t *c) {
         "hidden_act", "silu", "torch_dtype", "float32",
         "bos_token_id", c->eot_id, "eos_token_id", c->eot_id,
         "attention_bias", 0, "mlp_bias", 0, "head_dim", head_dim,
-        "ft_model_kind", c->kind == MODEL_FREE ? "free" : "llama");
+        "ft_model_kind", c->kind == MODEL_FREE ? "free" : c->kind == MODEL_LTM ? "ltm" : mixer_kind_is(c->kind) ? mixer_kind_name(c->kind) : "llama");
     if (!j) return NULL;
+    if (mixer_kind_is(c->kind) && mixer_config_to_json(c, j)) {
+        json_decref(j);
+        return NULL;
+    }
     if (c->kind == MODEL_FREE) {
         json_object_set_new(j, "ft_latent_bits", json_integer(c->latent_bits));
         json_object_set_new(j, "ft_kappa_nats", cfg_real(c->kappa_nats));
+    }
+    if (c->sliding_window > 0) json_object_set_new(j, "sliding_window", json_integer(c->sliding_window));
+    if (c->kind == MODEL_LTM) {
+        json_object_set_new(j, "ft_latent_vectors", json_integer(c->latent_vectors));
+        json_object_set_new(j, "ft_inner_steps", json_integer(c->inner_steps));
+        json_object_set_new(j, "ft_fast_lr", cfg_real(c->fast_lr));
+        json_object_set_new(j, "ft_fast_lr_end", cfg_real(c->fast_lr_end));
+        json_object_set_new(j, "ft_fast_lr_steps", json_integer(c->fast_lr_steps));
     }
     return j;
 }
@@ -132,10 +145,21 @@ int ckpt_config_from_json(const json_t *j, model_config_t *c, char *err, size_t 
     const char *ks = kind ? json_string_value(kind) : "llama";
     if (strcmp(ks, "llama") == 0) t.kind = MODEL_LLAMA;
     else if (strcmp(ks, "free") == 0) t.kind = MODEL_FREE;
-    else return err_fail(err, errlen, CKPT_ECONFIG, "field \"ft_model_kind\" is \"%.40s\", expected \"llama\" or \"free\"", ks);
+    else if (strcmp(ks, "ltm") == 0) t.kind = MODEL_LTM;
+    else if (mixer_kind_parse(ks, &t.kind) == 0) {
+        if ((rc = mixer_config_from_json(j, &t, err, errlen))) return rc;
+    } else return err_fail(err, errlen, CKPT_ECONFIG, "field \"ft_model_kind\" is \"%.40s\", expected \"llama\", \"free\", \"ltm\" or a mixer kind", ks);
     if (t.kind == MODEL_FREE &&
         ((rc = cfg_int(j, "ft_latent_bits", 1, 0, &t.latent_bits, err, errlen)) ||
          (rc = cfg_float(j, "ft_kappa_nats", 1, 0, &t.kappa_nats, err, errlen))))
+        return rc;
+    if ((rc = cfg_int(j, "sliding_window", 0, 0, &t.sliding_window, err, errlen))) return rc;
+    if (t.kind == MODEL_LTM &&
+        ((rc = cfg_int(j, "ft_latent_vectors", 1, 0, &t.latent_vectors, err, errlen)) ||
+         (rc = cfg_int(j, "ft_inner_steps", 1, 0, &t.inner_steps, err, errlen)) ||
+         (rc = cfg_float(j, "ft_fast_lr", 1, 0, &t.fast_lr, err, errlen)) ||
+         (rc = cfg_float(j, "ft_fast_lr_end", 1, 0, &t.fast_lr_end, err, errlen)) ||
+         (rc = cfg_int(j, "ft_fast_lr_steps", 1, 0, &t.fast_lr_steps, err, errlen))))
         return rc;
     if ((rc = ckpt_config_validate(&t, err, errlen))) return rc;
     *c = t;
@@ -166,8 +190,25 @@ int ckpt_config_validate(const model_config_t *c, char *err, size_t errlen) {
         return err_fail(err, errlen, CKPT_ECONFIG, "rope_theta %g must be positive", (double)c->rope_theta);
     if (!isfinite(c->norm_eps) || c->norm_eps <= 0)
         return err_fail(err, errlen, CKPT_ECONFIG, "rms_norm_eps %g must be positive", (double)c->norm_eps);
-    if (c->kind != MODEL_LLAMA && c->kind != MODEL_FREE)
+    if (c->kind != MODEL_LLAMA && c->kind != MODEL_FREE && c->kind != MODEL_LTM && !mixer_kind_is(c->kind))
         return err_fail(err, errlen, CKPT_ECONFIG, "unknown model kind %d", (int)c->kind);
+    if (c->sliding_window < 0 || c->sliding_window > c->max_seq)
+        return err_fail(err, errlen, CKPT_ECONFIG, "sliding_window %d must be in 0..max_position_embeddings %d",
+                        c->sliding_window, c->max_seq);
+    if (c->kind == MODEL_LTM) {
+        /* each layer's m latents sit at RoPE positions below max_position_embeddings */
+        if (c->latent_vectors < 1 || c->latent_vectors > c->max_seq)
+            return err_fail(err, errlen, CKPT_ECONFIG, "ft_latent_vectors %d must be in 1..max_position_embeddings %d",
+                            c->latent_vectors, c->max_seq);
+        if (c->inner_steps < 0 || c->inner_steps > 100000)
+            return err_fail(err, errlen, CKPT_ECONFIG, "ft_inner_steps %d must be in 0..100000", c->inner_steps);
+        if (!isfinite(c->fast_lr) || c->fast_lr < 0 || !isfinite(c->fast_lr_end) || c->fast_lr_end < 0)
+            return err_fail(err, errlen, CKPT_ECONFIG, "ft_fast_lr %g and ft_fast_lr_end %g must be >= 0",
+                            (double)c->fast_lr, (double)c->fast_lr_end);
+        if (c->fast_lr_steps < 1)
+            return err_fail(err, errlen, CKPT_ECONFIG, "ft_fast_lr_steps %d must be >= 1", c->fast_lr_steps);
+    }
+    if (mixer_kind_is(c->kind)) return mixer_config_validate(c, err, errlen);
     if (c->kind == MODEL_FREE) {
         /* Z is one-hot over 2^H values; past 2^20 the latent projections dwarf the model. */
         if (c->latent_bits < 1 || c->latent_bits > 20)

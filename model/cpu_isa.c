@@ -9,6 +9,7 @@ static char isa_error[160];
 
 const char *cpu_isa_name(cpu_isa_t isa) {
     switch (isa) {
+    case CPU_ISA_V4_BF16: return "x86-64-v4-bf16";
     case CPU_ISA_V4: return "x86-64-v4";
     case CPU_ISA_V3: return "x86-64-v3";
     default: return "x86-64-v2";
@@ -25,7 +26,9 @@ cpu_isa_t cpu_isa_best(void) {
     int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512vl");
-    return v4 ? CPU_ISA_V4 : v3 ? CPU_ISA_V3 : CPU_ISA_V2;
+    /* what oneDNN calls avx512_core_bf16: AVX-512 VNNI and BF16 on top of v4 */
+    int v4bf16 = v4 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+    return v4bf16 ? CPU_ISA_V4_BF16 : v4 ? CPU_ISA_V4 : v3 ? CPU_ISA_V3 : CPU_ISA_V2;
 #else
     return CPU_ISA_V2;
 #endif
@@ -37,6 +40,7 @@ int cpu_isa_parse(const char *s) {
     if (!strcmp(s, "v2")) return CPU_ISA_V2;
     if (!strcmp(s, "v3")) return CPU_ISA_V3;
     if (!strcmp(s, "v4")) return CPU_ISA_V4;
+    if (!strcmp(s, "v4-bf16")) return CPU_ISA_V4_BF16;
     return -1;
 }
 
@@ -49,7 +53,7 @@ __attribute__((constructor)) static void cpu_isa_choose(void) {
     int want = cpu_isa_parse(env);
     if (want < 0)
         err_fail(isa_error, sizeof isa_error, -1,
-                 "FT_CPU_ISA=%s: unknown level (x86-64-v2, x86-64-v3, x86-64-v4 or native)", env);
+                 "FT_CPU_ISA=%s: unknown level (x86-64-v2, x86-64-v3, x86-64-v4, x86-64-v4-bf16 or native)", env);
     else if (want > (int)best)
         err_fail(isa_error, sizeof isa_error, -1,
                  "FT_CPU_ISA=%s: this CPU supports at most %s", env, cpu_isa_name(best));

@@ -33,6 +33,17 @@ int device_open(device_t **d, const char *spec, precision_t precision, char *err
     return err_fail(err, errlen, -1, "device '%s': expected cpu, cuda or cuda:N", spec);
 }
 
+int device_set_precision(device_t *d, precision_t p, char *err, size_t errlen) {
+    if (d->kind == DEVICE_CPU && precision_cpu_check(p, err, errlen)) return -1;
+    d->precision = p;
+    return 0;
+}
+
+const char *device_default_spec(void) {
+    const char *e = getenv("FT_DEVICE");
+    return e && *e ? e : "cpu";
+}
+
 void device_close(device_t **d) {
     if (!d || !*d) return;
     if (*d == device_cpu_default()) { *d = NULL; return; }

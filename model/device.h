@@ -139,11 +139,41 @@ typedef struct device_ops {
                                   const float *w, const uint32_t *idx, const float *prob, int N,
                                   int D, int H);
 
+    /* ---- the masked mixer (ops.h, ops_mixer.c; its products are gemm calls) ---- */
+    void (*mixer_tril)(device_t *d, float *out, const float *w, int M, int T, int accumulate);
+    void (*mixer_bias_forward)(device_t *d, float *y, const float *bias, int B, int T, int D,
+                               int h, int Tb);
+    void (*mixer_bias_backward)(device_t *d, float *dbias, const float *dy, int B, int T, int D,
+                                int h, int Tb);
+    void (*unroll_forward)(device_t *d, float *out, const float *e, int B, int T, int D, int nd);
+    void (*unroll_backward)(device_t *d, float *de, const float *dout, int B, int T, int D,
+                            int nd);
+
     /* ---- the optimizer (adamw.h) ---- */
     /* sum of x^2 in double, in an order fixed by n alone */
     double (*sumsq)(device_t *d, const float *x, size_t n);
     void (*adamw_update)(device_t *d, float *p, float *g, float *m, float *v, size_t n,
                          const adamw_scalars_t *s);
+
+    /* ---- sliding-window attention (ops.h; seed 003) ---- */
+    void (*attention_window_forward)(device_t *d, float *out, float *lse, const float *q,
+                                     const float *k, const float *v, int B, int Tq, int Tk, int H,
+                                     int Hkv, int hd, int causal, int window);
+    void (*attention_window_backward)(device_t *d, float *dq, float *dk, float *dv,
+                                      const float *dout, const float *out, const float *lse,
+                                      const float *q, const float *k, const float *v, int B,
+                                      int Tq, int Tk, int H, int Hkv, int hd, int causal,
+                                      int window);
+
+    /* ---- the LTM's Gaussian latents (ops.h, ltm.h) ---- */
+    void (*latent_normal)(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0,
+                          float mean, float std);
+    void (*latent_sample)(device_t *d, float *z, const float *mu, const float *ls,
+                          const float *eps, size_t n);
+    void (*latent_kl_rows)(device_t *d, float *kl, const float *mu, const float *ls, int L, int B,
+                           int n);
+    void (*latent_backward)(device_t *d, float *dmu, float *dls, const float *dz, const float *mu,
+                            const float *ls, const float *eps, float kl_scale, size_t n);
 } device_ops_t;
 
 struct device {
@@ -154,6 +184,9 @@ struct device {
     int threads;               /* CPU: OpenMP threads the ops use (0: OpenMP's default) */
     char name[128];            /* "cpu (x86-64-v3, 2 threads)", "cuda:0 (NVIDIA H100 ...)" */
     size_t allocated;          /* bytes held through alloc, for the memory report */
+    int profile_gemm;          /* set by a benchmark: the CUDA device times its products ... */
+    double gemm_seconds;       /* ... and adds their time here (events, each product waited
+                                  for, so only for measuring cuBLAS' share of a step) */
     void *impl;                /* the device's own state */
 };
 
@@ -170,6 +203,11 @@ typedef struct {
  * device, or the machine no GPU or driver, one line says so and the status is -1. */
 int device_open(device_t **d, const char *spec, precision_t precision, char *err, size_t errlen);
 void device_close(device_t **d);
+/* Changes the precision of an open device (a resumed run takes its checkpoint's): 0, or -1
+ * with one line when the device cannot compute at p (the CPU and tf32). */
+int device_set_precision(device_t *d, precision_t p, char *err, size_t errlen);
+/* The device programs use when --device is not given: $FT_DEVICE, else "cpu". */
+const char *device_default_spec(void);
 /* The process's CPU device at fp32 (tests, tools and the checkpoint code's host buffers). */
 device_t *device_cpu_default(void);
 /* 1 when device pointers of d are host pointers (the CPU device). */

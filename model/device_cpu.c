@@ -47,8 +47,8 @@ static void cpu_set_parallel(device_t *d, int on) {
 static void cpu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc) {
-    (void)d;
-    model_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    /* (profile_gemm: only the CUDA device times its products) */
+    model_gemm_prec(d->precision, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- the ops: one line each onto ops.h ---- */
@@ -56,15 +56,21 @@ static void cpu_embedding_forward(device_t *d, float *out, const uint32_t *token
 static void cpu_embedding_backward(device_t *d, float *dtable, const float *dout, const uint32_t *tokens, int N, int D) { (void)d; embedding_backward(dtable, dout, tokens, N, D); }
 static void cpu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) { (void)d; rmsnorm_forward(out, rstd, x, w, N, D, eps); }
 static void cpu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) { (void)d; rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D); }
-static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { (void)d; linear_forward(y, x, w, N, in, out); }
-static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { (void)d; linear_backward(dx, dw, dy, x, w, N, in, out); }
-static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { (void)d; linear_backward_set(dx, dw, dy, x, w, N, in, out); }
+static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_forward(y, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
+static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_backward(dx, dw, dy, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
+static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_backward_set(dx, dw, dy, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
 static void cpu_rope_forward(device_t *d, float *out, const float *x, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_forward(out, x, c, s, B, T, H, hd, pos0); }
 static void cpu_rope_backward(device_t *d, float *dx, const float *dout, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_backward(dx, dout, c, s, B, T, H, hd, pos0); }
 static void cpu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_split_rope(q, k, v, qkv, c, s, N, T, H, Hkv, hd, pos0); }
 static void cpu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_join_unrope(dqkv, dq, dk, dv, c, s, N, T, H, Hkv, hd, pos0); }
-static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { (void)d; attention_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); }
-static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { (void)d; attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); }
+static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
+static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
+static void cpu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { ops_product_precision = d->precision; attention_window_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window); ops_product_precision = PRECISION_FP32; }
+static void cpu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { ops_product_precision = d->precision; attention_window_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window); ops_product_precision = PRECISION_FP32; }
+static void cpu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) { (void)d; latent_normal(x, L, B, n, key, row0, mean, std); }
+static void cpu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { (void)d; latent_sample(z, mu, ls, eps, n); }
+static void cpu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { (void)d; latent_kl_rows(kl, mu, ls, L, B, n); }
+static void cpu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { (void)d; latent_backward(dmu, dls, dz, mu, ls, eps, kl_scale, n); }
 static void cpu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) { (void)d; swiglu_forward(out, gate, up, N, F); }
 static void cpu_swiglu_backward(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward(dgate, dup, dout, gate, up, N, F); }
 static void cpu_swiglu_backward_set(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward_set(dgate, dup, dout, gate, up, N, F); }
@@ -87,6 +93,11 @@ static void cpu_binmap_kl_rows(device_t *d, float *kl, const float *logits, int 
 static free_bits_sums_t cpu_free_bits_forward(device_t *d, const float *kl, const uint8_t *mask, int N, float kappa) { (void)d; return free_bits_forward(kl, mask, N, kappa); }
 static void cpu_free_bits_backward(device_t *d, float *dlogits, const float *logits, const float *kl, const uint8_t *mask, int N, int H, float kappa, float scale) { (void)d; free_bits_backward(dlogits, logits, kl, mask, N, H, kappa, scale); }
 static void cpu_post_sampler_forward(device_t *d, float *r, const float *w, const uint32_t *idx, int N, int D, int H) { (void)d; post_sampler_forward(r, w, idx, N, D, H); }
+static void cpu_mixer_tril(device_t *d, float *out, const float *w, int M, int T, int acc) { (void)d; mixer_tril(out, w, M, T, acc); }
+static void cpu_mixer_bias_forward(device_t *d, float *y, const float *bias, int B, int T, int D, int h, int Tb) { (void)d; mixer_bias_forward(y, bias, B, T, D, h, Tb); }
+static void cpu_mixer_bias_backward(device_t *d, float *dbias, const float *dy, int B, int T, int D, int h, int Tb) { (void)d; mixer_bias_backward(dbias, dy, B, T, D, h, Tb); }
+static void cpu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) { (void)d; unroll_forward(out, e, B, T, D, nd); }
+static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) { (void)d; unroll_backward(de, dout, B, T, D, nd); }
 static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
 static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) { (void)d; adamw_update(p, g, m, v, n, s); }
 
@@ -133,8 +144,15 @@ static const device_ops_t cpu_ops = {
     .binmap_kl_rows = cpu_binmap_kl_rows, .free_bits_forward = cpu_free_bits_forward,
     .free_bits_backward = cpu_free_bits_backward,
     .post_sampler_forward = cpu_post_sampler_forward,
-    .post_sampler_backward = cpu_post_sampler_backward, .sumsq = cpu_sumsq,
+    .post_sampler_backward = cpu_post_sampler_backward,
+    .mixer_tril = cpu_mixer_tril, .mixer_bias_forward = cpu_mixer_bias_forward,
+    .mixer_bias_backward = cpu_mixer_bias_backward, .unroll_forward = cpu_unroll_forward,
+    .unroll_backward = cpu_unroll_backward, .sumsq = cpu_sumsq,
     .adamw_update = cpu_adamw_update,
+    .attention_window_forward = cpu_attention_window_forward,
+    .attention_window_backward = cpu_attention_window_backward,
+    .latent_normal = cpu_latent_normal, .latent_sample = cpu_latent_sample,
+    .latent_kl_rows = cpu_latent_kl_rows, .latent_backward = cpu_latent_backward,
 };
 
 static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {
@@ -145,14 +163,13 @@ static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {
     d->impl = impl;
     impl->threads = omp_get_max_threads();
     d->threads = impl->threads;
-    snprintf(d->name, sizeof d->name, "cpu (%s, %d threads, %s)", cpu_isa_name(cpu_isa()),
-             omp_get_max_threads(), precision_name(precision));
+    snprintf(d->name, sizeof d->name, "cpu (%s, %d threads)", cpu_isa_name(cpu_isa()),
+             omp_get_max_threads());
 }
 
 int device_cpu_open(device_t **pd, precision_t precision, char *err, size_t errlen) {
-    if (precision != PRECISION_FP32)
-        return err_fail(err, errlen, -1, "precision %s: the CPU device computes in fp32 only",
-                        precision_name(precision));
+    if (precision_cpu_check(precision, err, errlen)) return -1;
+    if (model_gemm_check(err, errlen)) return -1;
     device_t *d = calloc(1, sizeof(*d));
     cpu_impl_t *impl = calloc(1, sizeof(*impl));
     if (!d || !impl) {

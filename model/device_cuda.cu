@@ -127,8 +127,32 @@ __global__ void g_to_bf16(size_t n, __nv_bfloat16 *out, const float *x) {
     FOR_ITEMS(n) out[it] = __float2bfloat16_rn(x[it]);
 }
 
+static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The product, timed with events when a benchmark asks (bench/gpu.sh: cuBLAS' share). */
 static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (!d->profile_gemm) {
+        gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, impl_of(d)->stream);
+    gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    cudaEventRecord(e1, impl_of(d)->stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    d->gemm_seconds += ms * 1e-3;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cuda_impl_t *c = impl_of(d);
     if (m <= 0 || n <= 0) return;
     const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -184,10 +208,10 @@ __global__ void g_rmsnorm_bwd_dw(size_t n, float *dw, const float *dout, const f
 __global__ void g_rope(size_t n, float *out, const float *x, const float *cs, const float *sn, int T, int H, int hd, int pos0, float sign, int acc) { FOR_ITEMS(n) kb_rope(it, out, x, cs, sn, T, H, hd, pos0, sign, acc); }
 __global__ void g_qkv_split(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_split(it, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0); }
 __global__ void g_qkv_join(size_t n, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_join(it, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0); }
-__global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal); }
+__global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_rowdot(size_t n, float *Drow, const float *dout, const float *out, int Tq, int H, int hd) { FOR_ITEMS(n) kb_att_bwd_rowdot(it, Drow, dout, out, Tq, H, hd); }
-__global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal); }
-__global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal); }
+__global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
+__global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_swiglu_fwd(size_t n, float *out, const float *gate, const float *up) { FOR_ITEMS(n) kb_swiglu_fwd(it, out, gate, up); }
 __global__ void g_swiglu_bwd(size_t n, float *dg, float *du, const float *dout, const float *gate, const float *up, int acc) { FOR_ITEMS(n) kb_swiglu_bwd(it, dg, du, dout, gate, up, acc); }
 __global__ void g_ce_fwd(size_t n, float *row_loss, float *dz, float *lse, const float *z, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_fwd(it, row_loss, dz, lse, z, tgt, mask, V, scale); }
@@ -210,7 +234,16 @@ __global__ void g_free_bits_bwd(size_t n, float *dl, const float *lg, const floa
 __global__ void g_post_fwd(size_t n, float *r, const float *w, const uint32_t *idx, int D, int H) { FOR_ITEMS(n) kb_post_fwd(it, r, w, idx, D, H); }
 __global__ void g_post_bwd_dw(size_t n, float *dw, const float *dr, const uint32_t *idx, int N, int D, int H) { FOR_ITEMS(n) kb_post_bwd_dw(it, dw, dr, idx, N, D, H); }
 __global__ void g_binmap_bwd(size_t n, float *dl, float *dz, const float *prob, int H) { FOR_ITEMS(n) kb_binmap_bwd(it, dl, dz, prob, H); }
+__global__ void g_mixer_tril(size_t n, float *out, const float *w, int T, int acc) { FOR_ITEMS(n) kb_mixer_tril(it, out, w, T, acc); }
+__global__ void g_mixer_bias_fwd(size_t n, float *y, const float *bias, int T, int D, int h, int Tb) { FOR_ITEMS(n) kb_mixer_bias_fwd(it, y, bias, T, D, h, Tb); }
+__global__ void g_mixer_bias_bwd(size_t n, float *db, const float *dy, int B, int T, int D, int h, int Tb) { FOR_ITEMS(n) kb_mixer_bias_bwd(it, db, dy, B, T, D, h, Tb); }
+__global__ void g_unroll_fwd(size_t n, float *out, const float *e, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_fwd(it, out, e, T, D, nd); }
+__global__ void g_unroll_bwd(size_t n, float *de, const float *dout, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_bwd(it, de, dout, T, D, nd); }
 __global__ void g_sumsq_chunk(size_t n, double *part, const float *x, size_t len) { FOR_ITEMS(n) kb_sumsq_chunk(it, part, x, len); }
+__global__ void g_latent_normal(size_t n, float *x, int B, int len, uint64_t key, uint64_t row0, float mean, float std) { FOR_ITEMS(n) kb_latent_normal(it, x, B, len, key, row0, mean, std); }
+__global__ void g_latent_sample(size_t n, float *z, const float *mu, const float *ls, const float *eps) { FOR_ITEMS(n) kb_latent_sample(it, z, mu, ls, eps); }
+__global__ void g_latent_kl(size_t n, float *kl, const float *mu, const float *ls, int L, int B, int len) { FOR_ITEMS(n) kb_latent_kl(it, kl, mu, ls, L, B, len); }
+__global__ void g_latent_bwd(size_t n, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale) { FOR_ITEMS(n) kb_latent_bwd(it, dmu, dls, dz, mu, ls, eps, kl_scale); }
 __global__ void g_adamw(size_t n, float *p, float *g, float *m, float *v, float clip, float dm, float b1, float b2, float eps, float ss, float bc2) { FOR_ITEMS(n) kb_adamw(it, p, g, m, v, clip, dm, b1, b2, eps, ss, bc2); }
 
 /* ---- the ops ---- */
@@ -231,7 +264,7 @@ static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float
 }
 static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
     if (dx) g_rmsnorm_bwd_dx<<<GRID((size_t)N)>>>((size_t)N, dx, dout, x, w, rstd, D);
-    g_rmsnorm_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dout, x, rstd, N, D);
+    if (dw) g_rmsnorm_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dout, x, rstd, N, D);
     LAUNCHED("rmsnorm_backward");
 }
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
@@ -259,21 +292,27 @@ static int att_head_dim_ok(device_t *d, int hd) {
     fault(d, "attention", why);
     return 0;
 }
-static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
     size_t n = (size_t)B * H * Tq;
-    g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal);
+    g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
     LAUNCHED("attention_forward");
 }
-static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+static void cu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
     size_t nq = (size_t)B * H * Tq, nk = (size_t)B * Hkv * Tk;
     float *Drow = (float *)work(d, sizeof(float) * nq);
     if (!Drow) return;
     g_att_rowdot<<<GRID(nq)>>>(nq, Drow, dout, out, Tq, H, hd);
-    g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal);
-    g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal);
+    g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+    g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
     LAUNCHED("attention_backward");
+}
+static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    cu_attention_window_forward(d, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
+}
+static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    cu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
 }
 static void cu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
@@ -416,6 +455,31 @@ static void cu_post_sampler_backward(device_t *d, float *dw, float *dl, const fl
         LAUNCHED("post_sampler_backward dlogits");
     }
 }
+static void cu_mixer_tril(device_t *d, float *out, const float *w, int M, int T, int acc) {
+    size_t n = (size_t)M * T * T;
+    g_mixer_tril<<<GRID(n)>>>(n, out, w, T, acc);
+    LAUNCHED("mixer_tril");
+}
+static void cu_mixer_bias_forward(device_t *d, float *y, const float *bias, int B, int T, int D, int h, int Tb) {
+    size_t n = (size_t)B * T * D;
+    g_mixer_bias_fwd<<<GRID(n)>>>(n, y, bias, T, D, h, Tb);
+    LAUNCHED("mixer_bias_forward");
+}
+static void cu_mixer_bias_backward(device_t *d, float *db, const float *dy, int B, int T, int D, int h, int Tb) {
+    size_t n = (size_t)h * T;
+    g_mixer_bias_bwd<<<GRID(n)>>>(n, db, dy, B, T, D, h, Tb);
+    LAUNCHED("mixer_bias_backward");
+}
+static void cu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) {
+    size_t n = (size_t)B * T * nd;
+    g_unroll_fwd<<<GRID(n)>>>(n, out, e, T, D, nd);
+    LAUNCHED("unroll_forward");
+}
+static void cu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) {
+    size_t n = (size_t)B * D;
+    g_unroll_bwd<<<GRID(n)>>>(n, de, dout, T, D, nd);
+    LAUNCHED("unroll_backward");
+}
 static double cu_sumsq(device_t *d, const float *x, size_t n) {
     const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     if (!nch) return 0.0;
@@ -429,6 +493,14 @@ static double cu_sumsq(device_t *d, const float *x, size_t n) {
     for (size_t c = 0; c < nch; c++) total += h[c];
     return total;
 }
+static void cu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) {
+    size_t total = (size_t)L * B * n;
+    g_latent_normal<<<GRID(total)>>>(total, x, B, n, key, row0, mean, std);
+    LAUNCHED("latent_normal");
+}
+static void cu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { g_latent_sample<<<GRID(n)>>>(n, z, mu, ls, eps); LAUNCHED("latent_sample"); }
+static void cu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { g_latent_kl<<<GRID((size_t)B)>>>((size_t)B, kl, mu, ls, L, B, n); LAUNCHED("latent_kl_rows"); }
+static void cu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { g_latent_bwd<<<GRID(n)>>>(n, dmu, dls, dz, mu, ls, eps, kl_scale); LAUNCHED("latent_backward"); }
 static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
     g_adamw<<<GRID(n)>>>(n, p, g, m, v, s->clip, s->decay_mul, s->beta1, s->beta2, s->eps, s->step_size, s->bc2_sqrt);
     LAUNCHED("adamw_update");
@@ -481,8 +553,19 @@ static const device_ops_t cuda_ops = {
     .free_bits_backward = cu_free_bits_backward,
     .post_sampler_forward = cu_post_sampler_forward,
     .post_sampler_backward = cu_post_sampler_backward,
+    .mixer_tril = cu_mixer_tril,
+    .mixer_bias_forward = cu_mixer_bias_forward,
+    .mixer_bias_backward = cu_mixer_bias_backward,
+    .unroll_forward = cu_unroll_forward,
+    .unroll_backward = cu_unroll_backward,
     .sumsq = cu_sumsq,
     .adamw_update = cu_adamw_update,
+    .attention_window_forward = cu_attention_window_forward,
+    .attention_window_backward = cu_attention_window_backward,
+    .latent_normal = cu_latent_normal,
+    .latent_sample = cu_latent_sample,
+    .latent_kl_rows = cu_latent_kl_rows,
+    .latent_backward = cu_latent_backward,
 };
 
 extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precision, char *err, size_t errlen) {
@@ -520,16 +603,17 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         return -1;
     }
     cublasSetStream(c->blas, c->stream);
-    /* fp32 means fp32: no TF32 unless asked for (cuBLAS' default math mode does not use it
-     * either; said explicitly so an environment override cannot change a run's meaning) */
-    cublasSetMathMode(c->blas, precision == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    /* fp32 means fp32: the default math mode (no TF32) for cublasSgemm, whatever the
+     * precision; tf32 and bf16 ask for their compute type per call (cublasGemmEx), so a
+     * precision changed after opening (device_set_precision) means what it says */
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     d->ops = &cuda_ops;
     d->kind = DEVICE_CUDA;
     d->ordinal = ordinal;
     d->precision = precision;
     d->impl = c;
-    snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d, %s)", ordinal, prop.name, prop.major,
-             prop.minor, precision_name(precision));
+    snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d)", ordinal, prop.name, prop.major,
+             prop.minor);
     *pd = d;
     return 0;
 }

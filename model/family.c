@@ -6,8 +6,13 @@
 
 extern const model_family_t family_llama;
 extern const model_family_t family_free;
+extern const model_family_t family_ltm;
+extern const model_family_t family_mixer, family_mixer_ae, family_llama_ae, family_mixer_mem,
+    family_llama_mem;
 
-static const model_family_t *const families[] = {&family_llama, &family_free};
+static const model_family_t *const families[] = {&family_llama, &family_free, &family_ltm,
+                                                 &family_mixer, &family_mixer_ae, &family_llama_ae,
+                                                 &family_mixer_mem, &family_llama_mem};
 #define N_FAMILIES (int)(sizeof families / sizeof families[0])
 
 const model_family_t *family_find(const char *name) {

@@ -52,6 +52,12 @@ typedef struct model_family {
     /* Bytes of each buffer kind (parameters, gradients, activations), for the report a
      * program prints at start. */
     void (*memory)(void *m, model_memory_t *out);
+    /* Loads part of the model (a memory model's encoder) from another checkpoint directory,
+     * refusing one of another shape with one line (may be NULL: the family has no such part). */
+    int (*load_encoder)(void *m, const char *dir, char *err, size_t errlen);
+    /* 1 when parameter view i is frozen: the family leaves its gradient at zero and the
+     * optimizer must not decay it (may be NULL: everything trains). */
+    int (*frozen)(void *m, int i);
 } model_family_t;
 
 /* The family called `name`, or NULL. */

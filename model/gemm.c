@@ -1,121 +1,192 @@
-/* model/gemm.c: model_gemm on the CPU via OpenBLAS (see gemm.h for the layout contract).
+/* model/gemm.c: the entry points of gemm.h: precision, degenerate shapes, bf16 operands, and
+ * which engine runs a product (gemm_impl.h).
  *
- * Threading: Debian's OpenBLAS runs its own pthread pool, whose idle threads spin after each
- * call while our OpenMP threads run the element-wise ops: on this 2-core machine the two pools
- * fight (measured: a training step of config S took 2x longer with 2 threads than with 1 when
- * the machine was busy). So BLAS is set single-threaded once, and large products are split
- * over OpenMP threads: one thread pool for the whole process. Products with a short k are
- * split by column blocks of C (each element one call's full-k sum); products with a long k by
- * ranges of k, whose partial sums are added in thread order. Either way the split depends on
- * the shape and the thread count only, so for a fixed thread count results are deterministic. */
-#include "model/gemm.h"
-#include <cblas.h>
+ * Engine. oneDNN (gemm_dnnl.c) runs every product it has a non-reference implementation for,
+ * except where OpenBLAS (gemm_blas.c) was measured faster (gemm_prefers_blas); OpenBLAS runs
+ * the rest, and everything when oneDNN failed to initialise. The choice depends on the ISA
+ * level and the shape alone (a failed shape is remembered), so a product always takes the
+ * same path and results stay deterministic.
+ *
+ * bf16. The operands are rounded once into per-thread buffers, compact (leading dimension =
+ * rows): as bf16 bit patterns when the CPU runs bf16 products natively (ISA level
+ * x86-64-v4-bf16), otherwise as fp32 values with the low 16 bits zero, multiplied by the fp32
+ * product. Either way each product of two elements is exact in fp32 (8 x 8 significant bits)
+ * and the accumulation is fp32: the two paths differ only in the order of the sums. Rounding
+ * here rather than in oneDNN's reorder keeps one rounding for both paths and the GPU's
+ * (ops_math.h); AVX512-BF16's conversion instruction would also flush subnormals to zero. */
+#include "model/gemm_impl.h"
+#include "model/cpu_isa.h"
+#include "model/ops_math.h"
 #include <omp.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
-static pthread_once_t gemm_once = PTHREAD_ONCE_INIT;
-static void gemm_blas_single(void) { openblas_set_num_threads(1); }
+/* ---- per-thread buffers ---------------------------------------------------------------- */
 
-/* Below this many multiply-adds a product is not worth a parallel region. */
-#define GEMM_PAR_MIN (1 << 20)
-/* Column blocks are multiples of this (keeps the micro-kernel's tiles whole) ... */
-#define GEMM_COL_ALIGN 16
-/* ... and at least this wide: each block packs op(A) again, and narrow blocks run the
- * micro-kernel below its speed. */
-#define GEMM_MIN_COLS 64
-/* Blocks per thread, handed out dynamically: on a machine shared with other work a thread
- * that loses its core for a while no longer holds the other at the join (with one static
- * block each, it did: the step took up to 2x the single-thread time under load). */
-#define GEMM_BLOCKS_PER_THREAD 4
-/* Products with a long k (the weight gradients, k = B*T; the tied head's input gradient,
- * k = V) are split over k instead (gemm_ksplit): a column block packs all of op(A) (k x m)
- * again, which there is about as much work as the block itself. Measured on S, CPU time per
- * step: 4 column blocks per thread 7184 / 7705 ms, one per thread ~5% less, k-split 6794 /
- * 7032 ms. The column split remains the fallback (buffer or lock unavailable). */
-#define GEMM_K_LONG 1024
+typedef struct {
+    void *p[GEMM_TLS_SLOTS];
+    size_t cap[GEMM_TLS_SLOTS];
+} gemm_tls;
 
-static void sgemm1(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
-                   int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    cblas_sgemm(CblasColMajor, ta == GEMM_T ? CblasTrans : CblasNoTrans,
-                tb == GEMM_T ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C,
-                ldc);
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static void tls_free(void *v) {
+    gemm_tls *t = v;
+    for (int i = 0; i < GEMM_TLS_SLOTS; i++) free(t->p[i]);
+    free(t);
+}
+static void tls_key_make(void) { pthread_key_create(&tls_key, tls_free); }
+
+void *gemm_tls_buffer(int slot, size_t bytes) {
+    pthread_once(&tls_once, tls_key_make);
+    gemm_tls *t = pthread_getspecific(tls_key);
+    if (!t) {
+        if (!(t = calloc(1, sizeof *t))) return NULL;
+        pthread_setspecific(tls_key, t);
+    }
+    if (t->cap[slot] < bytes) {
+        size_t cap = (bytes + 63) & ~(size_t)63;
+        void *p = aligned_alloc(64, cap);
+        if (!p) return NULL;
+        free(t->p[slot]);
+        t->p[slot] = p;
+        t->cap[slot] = cap;
+    }
+    return t->p[slot];
 }
 
-/* Partial products of the k-split, (nt - 1) x m x n floats, kept for the process (grown as
- * needed: a weight gradient calls this every step). One caller at a time uses it; a second
- * concurrent caller takes the column split instead. */
-static float *ksplit_buf;
-static size_t ksplit_cap;
-static pthread_mutex_t ksplit_mu = PTHREAD_MUTEX_INITIALIZER;
+/* ---- bf16 operands ---------------------------------------------------------------------- */
 
-/* C = alpha op(A) op(B) + beta C with k cut into one contiguous range per thread: thread 0
- * adds its range into C (with beta), the others write theirs into private partials, which are
- * then added in thread order. Every operand is packed exactly once. Deterministic for a fixed
- * thread count (the sum's association is fixed by it). Returns 0 when it could not run. */
-static int gemm_ksplit(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
-                       int lda, const float *B, int ldb, float beta, float *C, int ldc, int nt) {
-    const size_t mn = (size_t)m * n;
-    if (pthread_mutex_trylock(&ksplit_mu)) return 0;
-    if (ksplit_cap < (size_t)(nt - 1) * mn) {
-        float *p = realloc(ksplit_buf, sizeof(float) * (size_t)(nt - 1) * mn);
-        if (!p) { pthread_mutex_unlock(&ksplit_mu); return 0; }
-        ksplit_buf = p;
-        ksplit_cap = (size_t)(nt - 1) * mn;
+/* Below this many elements a conversion is not worth a parallel region. */
+#define GEMM_ROUND_PAR_MIN (1 << 16)
+
+/* The stored operand X (rows x cols column-major, leading dimension ld; nb matrices stride
+ * apart) rounded to bf16 into the thread's buffer `slot`, compact: leading dimension rows,
+ * matrices rows*cols apart. As bf16 bit patterns when native, else as fp32. NULL when out of
+ * memory. */
+static void *bf16_operand(int slot, int native, const float *X, int rows, int cols, int ld,
+                          long long stride, int nb) {
+    const size_t per = (size_t)rows * cols, total = per * nb;
+    void *buf = gemm_tls_buffer(slot, total * (native ? sizeof(uint16_t) : sizeof(float)));
+    if (!buf) return NULL;
+    const long ncol = (long)nb * cols;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && total >= GEMM_ROUND_PAR_MIN)
+    for (long c = 0; c < ncol; c++) {
+        const float *x = X + (c / cols) * stride + (c % cols) * (size_t)ld;
+        if (native) {
+            uint16_t *y = (uint16_t *)buf + (size_t)c * rows;
+            OPS_SIMD
+            for (int i = 0; i < rows; i++) y[i] = ops_bf16_from_float(x[i]);
+        } else {
+            float *y = (float *)buf + (size_t)c * rows;
+            OPS_SIMD
+            for (int i = 0; i < rows; i++) y[i] = ops_bf16_round(x[i]);
+        }
     }
-    float *buf = ksplit_buf;
-#pragma omp parallel num_threads(nt)
-    {
-        const int t = omp_get_thread_num(), nth = omp_get_num_threads();
-        const int k0 = (int)((long)k * t / nth), k1 = (int)((long)k * (t + 1) / nth);
-        const float *At = ta == GEMM_N ? A + (size_t)k0 * lda : A + k0;
-        const float *Bt = tb == GEMM_N ? B + k0 : B + (size_t)k0 * ldb;
-        if (t == 0)
-            sgemm1(ta, tb, m, n, k1 - k0, alpha, At, lda, Bt, ldb, beta, C, ldc);
-        else
-            sgemm1(ta, tb, m, n, k1 - k0, alpha, At, lda, Bt, ldb, 0.0f, buf + (t - 1) * mn, m);
-#pragma omp barrier
-#pragma omp for schedule(static)
+    return buf;
+}
+
+int model_gemm_bf16_native(void) { return cpu_isa() >= CPU_ISA_V4_BF16 && !gemm_dnnl_status(NULL, 0); }
+
+int model_gemm_check(char *err, size_t errlen) { return gemm_dnnl_status(err, errlen); }
+
+const char *model_gemm_describe(void) { return gemm_dnnl_describe(); }
+
+/* C = beta C for every matrix of the batch (k == 0 or alpha == 0: BLAS reads neither A nor B);
+ * beta == 0 writes zeros without reading C. */
+static void gemm_scale_only(int m, int n, float beta, float *C, int ldc, long long sc, int batch) {
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < n; j++) {
+            float *c = C + b * sc + (size_t)j * ldc;
+            if (beta == 0.0f) memset(c, 0, sizeof(float) * m);
+            else if (beta != 1.0f)
+                for (int i = 0; i < m; i++) c[i] *= beta;
+        }
+}
+
+/* Products OpenBLAS runs faster than oneDNN 2.6. Below AVX-512 oneDNN's matmul is its jit
+ * sgemm, which packs a transposed op(B) slowly: C = A B^T (the weight gradients dW += X^T dY,
+ * attention's dV and dK) measured 1.0-2.3x slower than OpenBLAS on Zen 3 (one thread, best of
+ * 6: m,n,k = 256,4096,2048 34 vs 78 GFLOP/s; 256,512,2048 55 vs 73; 512,8192,2048 77 vs 80;
+ * 64,256,128 52 vs 57), never faster; the other transpose pairs were equal within the noise
+ * (bench/NOTES.md, 2026-11-23). At x86-64-v4 and above oneDNN runs its AVX-512 kernels, which
+ * the issue measured well ahead of OpenBLAS (1024^3 on Zen 5); every product goes there. */
+static int gemm_prefers_blas(gemm_op ta, gemm_op tb) {
+    return cpu_isa() < CPU_ISA_V4 && ta == GEMM_N && tb == GEMM_T;
+}
+
+/* fp32 operands: oneDNN, else OpenBLAS. */
+static void gemm_f32(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
+                     int lda, long long sa, const float *B, int ldb, long long sb, float beta,
+                     float *C, int ldc, long long sc, int batch) {
+    if (gemm_prefers_blas(ta, tb) || gemm_dnnl(GEMM_IN_F32, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                  batch))
+        gemm_blas(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+}
+
+/* bf16: rounded operands (see the top of the file), natively where the CPU can. */
+static void gemm_bf16(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
+                      int lda, long long sa, const float *B, int ldb, long long sb, float beta,
+                      float *C, int ldc, long long sc, int batch) {
+    /* stored shapes: op(A) = A (m x k) or A^T (A is k x m); the same for B (k x n) */
+    const int ar = ta == GEMM_N ? m : k, ac = ta == GEMM_N ? k : m;
+    const int br = tb == GEMM_N ? k : n, bc = tb == GEMM_N ? n : k;
+    const int na = batch > 1 && sa ? batch : 1, nbb = batch > 1 && sb ? batch : 1;
+    const long long sa2 = na > 1 ? (long long)ar * ac : 0, sb2 = nbb > 1 ? (long long)br * bc : 0;
+    for (int native = model_gemm_bf16_native(); native >= 0; native--) {
+        const void *A2 = bf16_operand(GEMM_TLS_A, native, A, ar, ac, lda, sa, na);
+        const void *B2 = bf16_operand(GEMM_TLS_B, native, B, br, bc, ldb, sb, nbb);
+        if (!A2 || !B2) break;
+        if (!native) {
+            gemm_f32(ta, tb, m, n, k, alpha, A2, ar, sa2, B2, br, sb2, beta, C, ldc, sc, batch);
+            return;
+        }
+        if (!gemm_dnnl(GEMM_IN_BF16, ta, tb, m, n, k, alpha, A2, ar, sa2, B2, br, sb2, beta, C, ldc,
+                       sc, batch))
+            return;
+    }
+    /* no memory for the rounded copies: round element by element on the way (slow, rare) */
+    for (int b = 0; b < batch; b++)
         for (int j = 0; j < n; j++)
-            for (int s = 1; s < nth; s++) {
-                const float *p = buf + (s - 1) * mn + (size_t)j * m;
-                float *c = C + (size_t)j * ldc;
-#pragma omp simd
-                for (int i = 0; i < m; i++) c[i] += p[i];
+            for (int i = 0; i < m; i++) {
+                const float *a = A + b * sa, *bb = B + b * sb;
+                float s = 0.0f;
+                for (int p = 0; p < k; p++)
+                    s += ops_bf16_round(ta == GEMM_N ? a[i + (size_t)p * lda] : a[p + (size_t)i * lda]) *
+                         ops_bf16_round(tb == GEMM_N ? bb[p + (size_t)j * ldb] : bb[j + (size_t)p * ldb]);
+                float *c = C + b * sc + i + (size_t)j * ldc;
+                *c = alpha * s + (beta == 0.0f ? 0.0f : beta * *c);
             }
+}
+
+void model_gemm_batched_prec(precision_t p, gemm_op transa, gemm_op transb, int m, int n, int k,
+                             float alpha, const float *A, int lda, long long strideA,
+                             const float *B, int ldb, long long strideB, float beta, float *C,
+                             int ldc, long long strideC, int batch) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    if (k <= 0 || alpha == 0.0f) {
+        gemm_scale_only(m, n, beta, C, ldc, strideC, batch);
+        return;
     }
-    pthread_mutex_unlock(&ksplit_mu);
-    return 1;
+    if (batch == 1) strideA = strideB = strideC = 0;
+    if (p == PRECISION_BF16)
+        gemm_bf16(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+                  strideC, batch);
+    else
+        gemm_f32(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+                 strideC, batch);
+}
+
+void model_gemm_prec(precision_t p, gemm_op transa, gemm_op transb, int m, int n, int k,
+                     float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                     float *C, int ldc) {
+    model_gemm_batched_prec(p, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+                            0, 1);
 }
 
 void model_gemm(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha,
                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (m <= 0 || n <= 0) return;
-    pthread_once(&gemm_once, gemm_blas_single);
-    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (nt <= 1 || (double)m * n * k < GEMM_PAR_MIN || n < 2 * GEMM_MIN_COLS) {
-        sgemm1(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    if (k >= GEMM_K_LONG &&
-        gemm_ksplit(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, nt))
-        return;
-    /* The blocks depend on the shape and the thread count only, never on which thread runs
-     * one: every element of C is one call's full-k sum, so results are deterministic. */
-    int units = (n + GEMM_COL_ALIGN - 1) / GEMM_COL_ALIGN;
-    int blocks = nt * (k >= GEMM_K_LONG ? 1 : GEMM_BLOCKS_PER_THREAD), maxb = n / GEMM_MIN_COLS;
-    if (blocks > maxb) blocks = maxb;
-    if (blocks > units) blocks = units;
-    if (blocks < nt) nt = blocks;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int t = 0; t < blocks; t++) {
-        int j0 = (int)((long)units * t / blocks) * GEMM_COL_ALIGN;
-        int j1 = (int)((long)units * (t + 1) / blocks) * GEMM_COL_ALIGN;
-        if (j1 > n) j1 = n;
-        if (j1 <= j0) continue;
-        /* columns j0..j1 of op(B): for op = N they are columns of B, for op = T rows of B */
-        const float *Bj = transb == GEMM_N ? B + (size_t)j0 * ldb : B + j0;
-        sgemm1(transa, transb, m, j1 - j0, k, alpha, A, lda, Bj, ldb, beta, C + (size_t)j0 * ldc,
-               ldc);
-    }
+    model_gemm_prec(PRECISION_FP32, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -14,21 +14,25 @@ struct gen {
     double serial_macs;       /* chunks below this run without parallel machinery */
     model_config_t cfg;
     int Bmax, Tmax;           /* cache slots, positions per slot */
+    int max_rows;             /* rows (B*T) one chunk may hold: the chunk buffers' size */
+    size_t cache_bytes, bytes;/* the key/value cache; everything allocated on the device */
     int *pos;                 /* (Bmax) positions cached in each slot */
     int B, T, open;           /* the chunk in progress: B sequences of T tokens */
     int *seq_slot;            /* (Bmax) the slot of each sequence of the chunk */
-    int *row_host;            /* (4, Bmax*Tmax) host staging of the row arrays below */
+    int *row_host;            /* (4, max_rows) host staging of the row arrays below */
     int *row_pos, *row_cache, *row_base, *row_len; /* (N) per chunk row: its position, its cache
                                  row (slot * Tmax + pos), its slot's first cache row, keys it sees */
     const float *embed, *norm_f, *lm_head;
     void *mem;                /* one allocation: cache and chunk buffers (gen_layout) */
     float *kc, *vc;           /* (L, Bmax, Tmax, Dkv): rotated keys, values */
-    /* chunk buffers, (Bmax*Tmax) rows so a whole prompt fits in one chunk */
+    /* chunk buffers, max_rows rows */
     uint32_t *tokens;
     float *x, *xn, *xkv, *qkv, *q, *k, *v, *att, *lse, *branch, *gate, *up, *h;
     float *xf, *rstd, *logits; /* (Bmax,D), (N), (Bmax,V) */
     float *logits_host;       /* (Bmax,V) host copy when the device is not the host */
     float *all_dev;           /* (N,V) every position's logits, allocated on first request */
+    gen_mid_fn mid;           /* a family's sublayer between attention and MLP (or NULL) */
+    void *mid_ctx;
 };
 
 /* Chunks below this many multiply-adds run on one thread, and without entering any OpenMP
@@ -67,13 +71,14 @@ static void gen_layout(gen_t *g, dev_arena_t *ar) {
     const model_config_t *c = &g->cfg;
     const size_t L = c->n_layers, D = c->d_model, F = c->d_ff, V = c->vocab_size;
     const size_t hd = D / c->n_heads, Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
-    const size_t N = (size_t)g->Bmax * g->Tmax;
+    const size_t NC = (size_t)g->Bmax * g->Tmax, N = (size_t)g->max_rows;
+    g->kc = DEV_TAKE(ar, float, L * NC * Dkv);
+    g->vc = DEV_TAKE(ar, float, L * NC * Dkv);
+    g->cache_bytes = ar->used;
     g->row_pos = DEV_TAKE(ar, int, N);
     g->row_cache = DEV_TAKE(ar, int, N);
     g->row_base = DEV_TAKE(ar, int, N);
     g->row_len = DEV_TAKE(ar, int, N);
-    g->kc = DEV_TAKE(ar, float, L * N * Dkv);
-    g->vc = DEV_TAKE(ar, float, L * N * Dkv);
     g->tokens = DEV_TAKE(ar, uint32_t, N);
     g->x = DEV_TAKE(ar, float, N * D);
     g->xn = DEV_TAKE(ar, float, N * D);
@@ -107,11 +112,21 @@ void gen_destroy(gen_t **pg) {
 }
 
 int gen_create(gen_t **pg, llama_t *m, int Bmax, int Tmax, char *err, size_t errlen) {
+    return gen_create_rows(pg, m, Bmax, Tmax, Bmax * Tmax, err, errlen);
+}
+
+int gen_create_rows(gen_t **pg, llama_t *m, int Bmax, int Tmax, int max_rows, char *err,
+                    size_t errlen) {
     if (!pg || !m) { snprintf(err, errlen, "gen_create: NULL argument"); return LLAMA_EARG; }
     *pg = NULL;
     const model_config_t *c = llama_config(m);
     int rc = llama_config_check(c, Bmax, Tmax, err, errlen);
     if (rc) return rc;
+    if (max_rows < 1 || (long long)max_rows > (long long)Bmax * Tmax) {
+        snprintf(err, errlen, "gen_create: %d rows per chunk outside 1..%lld", max_rows,
+                 (long long)Bmax * Tmax);
+        return LLAMA_EARG;
+    }
     gen_t *g = calloc(1, sizeof(*g));
     if (!g) { snprintf(err, errlen, "gen_create: out of memory"); return LLAMA_ENOMEM; }
     g->m = m;
@@ -119,6 +134,7 @@ int gen_create(gen_t **pg, llama_t *m, int Bmax, int Tmax, char *err, size_t err
     g->cfg = *c;
     g->Bmax = Bmax;
     g->Tmax = Tmax;
+    g->max_rows = max_rows;
     find_views(g, m);
     if (!g->embed || !g->norm_f || !g->lm_head) {
         snprintf(err, errlen, "gen_create: the model lacks embedding, final norm or head views");
@@ -141,9 +157,10 @@ int gen_create(gen_t **pg, llama_t *m, int Bmax, int Tmax, char *err, size_t err
     ar.base = g->mem;
     ar.used = 0;
     gen_layout(g, &ar);
+    g->bytes = ar.used;
     g->pos = calloc(Bmax, sizeof(int));
     g->seq_slot = calloc(Bmax, sizeof(int));
-    g->row_host = calloc((size_t)4 * Bmax * Tmax, sizeof(int));
+    g->row_host = calloc((size_t)4 * max_rows, sizeof(int));
     if (!g->pos || !g->seq_slot || !g->row_host ||
         (!device_is_host(g->dev) && !(g->logits_host = malloc(sizeof(float) * Bmax * c->vocab_size)))) {
         snprintf(err, errlen, "gen_create: out of host memory");
@@ -180,6 +197,9 @@ int gen_pos(const gen_t *g) { return g->pos[0]; }
 int gen_slot_pos(const gen_t *g, int slot) { return slot >= 0 && slot < g->Bmax ? g->pos[slot] : -1; }
 int gen_slots(const gen_t *g) { return g->Bmax; }
 int gen_capacity(const gen_t *g) { return g->Tmax; }
+int gen_max_rows(const gen_t *g) { return g->max_rows; }
+size_t gen_cache_bytes(const gen_t *g) { return g->cache_bytes; }
+size_t gen_bytes(const gen_t *g) { return g->bytes; }
 const model_config_t *gen_config(const gen_t *g) { return &g->cfg; }
 float *gen_hidden(gen_t *g) { return g->x; }
 device_t *gen_device(const gen_t *g) { return g->dev; }
@@ -191,8 +211,9 @@ int gen_begin(gen_t *g, const uint32_t *tokens, int B, int T, char *err, size_t 
 
 int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, int T, char *err,
                     size_t errlen) {
-    if (!tokens || B <= 0 || T <= 0 || B > g->Bmax) {
-        snprintf(err, errlen, "gen: chunk of B=%d T=%d outside 1 <= B <= %d, T >= 1", B, T, g->Bmax);
+    if (!tokens || B <= 0 || T <= 0 || B > g->Bmax || (long long)B * T > g->max_rows) {
+        snprintf(err, errlen, "gen: chunk of B=%d T=%d outside 1 <= B <= %d, T >= 1, B*T <= %d",
+                 B, T, g->Bmax, g->max_rows);
         return LLAMA_EARG;
     }
     for (int b = 0; b < B; b++) {
@@ -230,8 +251,10 @@ int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, i
             const int n = b * T + t, s = g->seq_slot[b], p = g->pos[s] + t;
             rp[n] = p;
             rc[n] = s * g->Tmax + p;
-            rb[n] = s * g->Tmax;
-            rl[n] = p + 1;
+            /* a sliding window sees the newest W positions of its slot (seed 003) */
+            const int W = g->cfg.sliding_window, first = W > 0 && p + 1 > W ? p + 1 - W : 0;
+            rb[n] = s * g->Tmax + first;
+            rl[n] = p + 1 - first;
         }
     device_t *d = g->dev;
     DEV(d, upload, g->row_pos, rp, sizeof(int) * N);
@@ -245,11 +268,25 @@ int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, i
 
 /* The chunk's products: a decode chunk (one token per sequence) through linear_rows, whose
  * rows do not depend on each other, so a sequence decoded beside others gets the bits it gets
- * alone; a prefill chunk through the ordinary product. */
+ * alone; a prefill chunk of up to GEN_PREFILL_CHUNK rows too, because its tiles read each weight
+ * once for several rows where the CPU's few-row product (ops_linear.c, up to 16 rows) reads it
+ * once per 4 (a serving step with a 16-token prompt to prefill spent 18% of its time there,
+ * perf, config S, 32 rows); larger chunks through the ordinary product. */
 static void lin(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out) {
-    if (g->T == 1) DEV(g->dev, linear_rows, y, x, w, N, in, out);
+    if (g->T == 1 || N <= GEN_PREFILL_CHUNK) DEV(g->dev, linear_rows, y, x, w, N, in, out);
     else DEV(g->dev, linear_forward, y, x, w, N, in, out);
 }
+void gen_linear(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out) {
+    lin(g, y, x, w, N, in, out);
+}
+
+void gen_set_mid(gen_t *g, gen_mid_fn fn, void *ctx) {
+    g->mid = fn;
+    g->mid_ctx = ctx;
+}
+void gen_chunk(const gen_t *g, int *B, int *T) { *B = g->B, *T = g->T; }
+const int *gen_chunk_slots(const gen_t *g) { return g->seq_slot; }
+const int *gen_row_positions(const gen_t *g) { return g->row_pos; }
 
 /* One block on the chunk: x (B*T,D) updated in place; the rows' keys/values written into
  * their slots at their positions. The training block's arithmetic (llama_block.c) on the
@@ -297,14 +334,16 @@ static void block_step(gen_t *g, int l, const float *r) {
     } else {
         for (int b = 0; b < B; b++) {
             const size_t s = (size_t)g->seq_slot[b];
-            DEV(d, attention_forward, g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
+            DEV(d, attention_window_forward, g->att + (size_t)b * T * Dq, g->lse + (size_t)b * H * T,
                 g->q + (size_t)b * T * Dq, kc + s * seq_stride, vc + s * seq_stride, 1, T,
-                g->pos[s] + T, H, Hkv, hd, 1);
+                g->pos[s] + T, H, Hkv, hd, 1, c->sliding_window);
         }
     }
     // output projection and residual on the query stream
     lin(g, g->branch, g->att, w.wo, N, Dq, D);
     DEV(d, add_inplace, g->x, g->branch, (size_t)N * D);
+    // a family's own sublayer here (the LTM's cross-attention to its latents)
+    if (g->mid) g->mid(g->mid_ctx, g, l);
     // MLP: rmsnorm, SwiGLU, down projection, residual
     DEV(d, rmsnorm_forward, g->xn, g->rstd, g->x, w.mlp_norm, N, D, c->norm_eps);
     lin(g, g->gate, g->xn, w.wgate, N, D, F);
@@ -327,7 +366,7 @@ static int head(gen_t *g, float *all_logits) {
     if (all_logits) {
         float *out = all_logits;
         if (!device_is_host(d)) {
-            if (!g->all_dev && !(g->all_dev = DEV(d, alloc, sizeof(float) * g->Bmax * g->Tmax * V)))
+            if (!g->all_dev && !(g->all_dev = DEV(d, alloc, sizeof(float) * g->max_rows * V)))
                 return LLAMA_ENOMEM;
             out = g->all_dev;
         }
@@ -339,8 +378,7 @@ static int head(gen_t *g, float *all_logits) {
         // only each sequence's last row goes through the head (V x D per row is the big product)
         DEV(d, copy_rows, g->xn, D, g->x + (size_t)(T - 1) * D, T * D, B, D);
         DEV(d, rmsnorm_forward, g->xf, g->rstd, g->xn, g->norm_f, B, D, c->norm_eps);
-        if (T == 1) DEV(d, linear_rows, g->logits, g->xf, g->lm_head, B, D, V);
-        else DEV(d, linear_forward, g->logits, g->xf, g->lm_head, B, D, V);
+        lin(g, g->logits, g->xf, g->lm_head, B, D, V);
     }
     if (g->logits_host) DEV(d, download, g->logits_host, g->logits, sizeof(float) * B * V);
     return 0;
@@ -363,4 +401,24 @@ int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, 
     if (rc) return rc;
     gen_blocks(g, 0, g->cfg.n_layers, NULL);
     return gen_finish(g, all_logits, err, errlen);
+}
+
+int gen_prefill_next(gen_t *g, int slot, const uint32_t *prompt, int n, char *err, size_t errlen) {
+    const int pos = gen_slot_pos(g, slot);
+    if (pos < 0 || pos >= n) {
+        snprintf(err, errlen, "gen_prefill_next: slot %d holds %d of the prompt's %d positions", slot,
+                 pos, n);
+        return LLAMA_EARG;
+    }
+    const int end = gen_prefill_cut(pos, n);
+    int rc = gen_begin_slots(g, &slot, prompt + pos, 1, end - pos, err, errlen);
+    if (rc) return rc;
+    gen_blocks(g, 0, g->cfg.n_layers, NULL);
+    if ((rc = gen_finish(g, NULL, err, errlen))) return rc;
+    return n - end;
+}
+
+int gen_prefill_cut(int pos, int n) {
+    const int end = (pos / GEN_PREFILL_CHUNK + 1) * GEN_PREFILL_CHUNK;
+    return end < n ? end : n;
 }

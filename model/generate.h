@@ -13,7 +13,8 @@
  * (every decode step) run with the device's parallel machinery off (device.h set_parallel),
  * and the CPU multiplies few rows by matrix-vector loops instead of sgemm (ops_linear.c).
  * Summation orders differ from the full forward's: logits agree with llama_forward to float
- * rounding, not bit for bit.
+ * rounding, not bit for bit. A config with a sliding window (sliding_window W > 0) attends to
+ * the newest W cached positions of each slot, as the training forward does.
  *
  * For the Free Transformer the chunk is run in pieces, so the caller can compute R between
  * the lower and the upper half:
@@ -37,6 +38,12 @@ typedef struct gen gen_t;
  * max_seq). Each slot has its own position: sequences may start, grow and be reset
  * independently (a serving batch). */
 int gen_create(gen_t **g, llama_t *m, int Bmax, int Tmax, char *err, size_t errlen);
+/* The same with chunk buffers for at most max_rows rows (B*T) per chunk instead of Bmax*Tmax:
+ * a serving cache decodes Bmax rows at a time and prefills a prompt in chunks, so its work
+ * buffers need not grow with the cache (gen_create's would take ~5 KB per cached position of a
+ * small model, 25x the cache itself). */
+int gen_create_rows(gen_t **g, llama_t *m, int Bmax, int Tmax, int max_rows, char *err,
+                    size_t errlen);
 void gen_destroy(gen_t **g);
 /* Forgets every cached position (same capacity, same model). */
 void gen_reset(gen_t *g);
@@ -48,6 +55,10 @@ int gen_pos(const gen_t *g);
 int gen_slot_pos(const gen_t *g, int slot);
 int gen_slots(const gen_t *g);
 int gen_capacity(const gen_t *g);
+int gen_max_rows(const gen_t *g);
+/* Device bytes of the key/value cache, and of everything the generator allocated. */
+size_t gen_cache_bytes(const gen_t *g);
+size_t gen_bytes(const gen_t *g);
 const model_config_t *gen_config(const gen_t *g);
 
 /* Starts a chunk: tokens (B,T) of sequences in slots 0..B-1, each continuing at its slot's
@@ -81,9 +92,37 @@ int gen_threads(const gen_t *g, int rows);
  * 0 (every chunk parallel) or a huge value (every chunk serial). */
 void gen_set_serial_macs(gen_t *g, double macs);
 
+/* ---- a family's sublayer inside each block (the LTM's cross-attention, model/kv_ltm.c) ----
+ * fn(ctx, g, l) runs in block l between the self-attention's residual and the MLP, on the
+ * chunk's stream gen_hidden(g) (B*T rows of d_model, updated in place). It may read the chunk's
+ * shape, each sequence's slot (host) and each row's position (device), and multiply through
+ * the chunk's product (gen_linear: linear_rows for a decode chunk, so rows stay independent
+ * of each other). fn NULL: none. */
+typedef void (*gen_mid_fn)(void *ctx, gen_t *g, int l);
+void gen_set_mid(gen_t *g, gen_mid_fn fn, void *ctx);
+void gen_chunk(const gen_t *g, int *B, int *T);
+const int *gen_chunk_slots(const gen_t *g);        /* (B) host: the slot of each sequence */
+const int *gen_row_positions(const gen_t *g);      /* (B*T) device: each row's position */
+void gen_linear(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out);
+
 /* begin + all blocks + finish. */
 int gen_step(gen_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,
              size_t errlen);
+
+/* ---- prefill of one sequence, the same cut whatever else runs ----
+ * A prefill chunk (T > 1) runs the ordinary products, whose bits depend on the rows in the
+ * chunk; so a prompt is prefilled alone (B = 1), in chunks cut at the multiples of
+ * GEN_PREFILL_CHUNK positions: the chunks, hence the bits, are a function of the prompt alone.
+ * A serving batch runs one such chunk between decode steps, so a long prompt never holds the
+ * running sequences up for more than one chunk. The command-line sampler, the service and the
+ * evaluator's generation tasks all prefill this way. */
+#define GEN_PREFILL_CHUNK 64
+/* Runs the next chunk of prompt (n ids) in slot, from the slot's position: positions
+ * pos .. gen_prefill_cut(pos, n) - 1. Returns the positions still to run (0: the prompt is
+ * complete and gen_logits() row 0 holds its last position's logits), or a negative code. */
+int gen_prefill_next(gen_t *g, int slot, const uint32_t *prompt, int n, char *err, size_t errlen);
+/* The end of the chunk that starts at pos in a prompt of n positions. */
+int gen_prefill_cut(int pos, int n);
 
 /* ---- the Free Transformer (model/kv_free.c) ----
  * A gen_t over free_decoder(m) plus the latent path. Each chunk's positions get a latent
@@ -100,6 +139,12 @@ typedef struct free_model free_t;
 typedef struct gen_free gen_free_t;
 
 int gen_free_create(gen_free_t **g, free_t *m, int Bmax, int Tmax, char *err, size_t errlen);
+/* The same with chunk buffers for max_rows rows (gen_create_rows). The prompt is one chunk
+ * (the encoder reads all of it), so max_rows must cover the longest prompt. */
+int gen_free_create_rows(gen_free_t **g, free_t *m, int Bmax, int Tmax, int max_rows, char *err,
+                         size_t errlen);
+/* Device bytes of everything the generator allocated (the decoder's cache included). */
+size_t gen_free_bytes(const gen_free_t *g);
 void gen_free_destroy(gen_free_t **g);
 void gen_free_reset(gen_free_t *g);
 gen_t *gen_free_decoder(gen_free_t *g);   /* positions, config, logits */

@@ -70,38 +70,22 @@ OPS_FN void kb_qkv_split(size_t it, float *q, float *k, float *v, const float *q
                          const float *cos_t, const float *sin_t, int T, int H, int Hkv, int hd,
                          int pos0) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-    const float *row = qkv + it * ld;
     const size_t t = (size_t)(pos0 + (int)(it % T));
-    const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
-    if (q)
-        for (int h = 0; h < H; h++) ops_rope_rotate(q + it * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
-    if (k)
-        for (int h = 0; h < Hkv; h++)
-            ops_rope_rotate(k + it * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
-    if (v)
-        for (int i = 0; i < Dkv; i++) v[it * Dkv + i] = row[Dq + Dkv + i];
+    ops_qkv_split_row(q ? q + it * Dq : NULL, k ? k + it * Dkv : NULL, v ? v + it * Dkv : NULL,
+                      qkv + it * ld, cos_t + t * h2, sin_t + t * h2, H, Hkv, hd);
 }
 /* it < N: the backward (ops.h qkv_join_unrope), the fused row overwritten */
 OPS_FN void kb_qkv_join(size_t it, float *dqkv, const float *dq, const float *dk, const float *dv,
                         const float *cos_t, const float *sin_t, int T, int H, int Hkv, int hd,
                         int pos0) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-    float *row = dqkv + it * ld;
     const size_t t = (size_t)(pos0 + (int)(it % T));
-    const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
-    for (int h = 0; h < H; h++) ops_rope_rotate(row + h * hd, dq + it * Dq + h * hd, cs, sn, hd, -1.0f);
-    for (int h = 0; h < Hkv; h++)
-        ops_rope_rotate(row + Dq + h * hd, dk + it * Dkv + h * hd, cs, sn, hd, -1.0f);
-    for (int i = 0; i < Dkv; i++) row[Dq + Dkv + i] = dv[it * Dkv + i];
+    ops_qkv_join_row(dqkv + it * ld, dq + it * Dq, dk + it * Dkv, dv + it * Dkv, cos_t + t * h2,
+                     sin_t + t * h2, H, Hkv, hd);
 }
 
 /* ---- attention (ops.h: q (B,Tq,H,hd), k/v (B,Tk,Hkv,hd), lse (B,H,Tq)) ---- */
-/* Keys query row i sees: all (non-causal), else j <= i + (Tk - Tq). */
-OPS_FN int kb_att_visible(int i, int Tq, int Tk, int causal) {
-    if (!causal) return Tk;
-    int n = i + (Tk - Tq) + 1;
-    return n < 0 ? 0 : (n > Tk ? Tk : n);
-}
+/* Keys query row i sees: [lo, hi) of ops_math.h's ops_att_range (causal, sliding window). */
 OPS_FN float kb_dot(const float *a, const float *b, int n) {
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += a[i] * b[i];
@@ -109,16 +93,19 @@ OPS_FN float kb_dot(const float *a, const float *b, int n) {
 }
 /* it < B*H*Tq, as (b, h, i) with i fastest: one query row, online softmax over its keys. */
 OPS_FN void kb_att_fwd(size_t it, float *out, float *lse, const float *q, const float *k,
-                       const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+                       const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal,
+                       int window) {
     const int i = (int)(it % Tq), h = (int)((it / Tq) % H), b = (int)(it / ((size_t)Tq * H));
-    const int kh = h / (H / Hkv), nk = kb_att_visible(i, Tq, Tk, causal);
+    const int kh = h / (H / Hkv);
+    int lo, nk;
+    ops_att_range(i, Tq, Tk, causal, window, &lo, &nk);
     const float scale = 1.0f / sqrtf((float)hd);
     const float *qi = q + (((size_t)b * Tq + i) * H + h) * hd;
     float *oi = out + (((size_t)b * Tq + i) * H + h) * hd;
     float acc[KB_MAX_HEAD_DIM];
     float m = -INFINITY, l = 0.0f;
     for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-    for (int j = 0; j < nk; j++) {
+    for (int j = lo; j < nk; j++) {
         const float *kj = k + (((size_t)b * Tk + j) * Hkv + kh) * hd;
         const float *vj = v + (((size_t)b * Tk + j) * Hkv + kh) * hd;
         float s = kb_dot(qi, kj, hd) * scale;
@@ -155,12 +142,14 @@ OPS_FN void kb_att_pds(float *P, float *dS, const float *q, const float *k, cons
 /* it < B*H*Tq: dq_i += scale * sum_j dS_ij k_j, keys in order */
 OPS_FN void kb_att_bwd_dq(size_t it, float *dq, const float *q, const float *k, const float *v,
                           const float *dout, const float *lse, const float *Drow, int Tq, int Tk,
-                          int H, int Hkv, int hd, int causal) {
+                          int H, int Hkv, int hd, int causal, int window) {
     const int i = (int)(it % Tq), h = (int)((it / Tq) % H), b = (int)(it / ((size_t)Tq * H));
-    const int kh = h / (H / Hkv), nk = kb_att_visible(i, Tq, Tk, causal);
+    const int kh = h / (H / Hkv);
+    int lo, nk;
+    ops_att_range(i, Tq, Tk, causal, window, &lo, &nk);
     const float scale = 1.0f / sqrtf((float)hd);
     float *dqi = dq + (((size_t)b * Tq + i) * H + h) * hd;
-    for (int j = 0; j < nk; j++) {
+    for (int j = lo; j < nk; j++) {
         float P, dS;
         kb_att_pds(&P, &dS, q, k, v, dout, lse, Drow, b, h, i, j, Tq, Tk, H, Hkv, hd);
         const float *kj = k + (((size_t)b * Tk + j) * Hkv + kh) * hd;
@@ -171,7 +160,7 @@ OPS_FN void kb_att_bwd_dq(size_t it, float *dq, const float *q, const float *k, 
  * every query row that sees key j, in order (heads outer, rows inner). */
 OPS_FN void kb_att_bwd_dkv(size_t it, float *dk, float *dv, const float *q, const float *k,
                            const float *v, const float *dout, const float *lse, const float *Drow,
-                           int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+                           int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     const int j = (int)(it % Tk), kh = (int)((it / Tk) % Hkv), b = (int)(it / ((size_t)Tk * Hkv));
     const int rep = H / Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -182,6 +171,10 @@ OPS_FN void kb_att_bwd_dkv(size_t it, float *dk, float *dv, const float *q, cons
     if (i0 < 0) i0 = 0;
     for (int h = kh * rep; h < (kh + 1) * rep; h++)
         for (int i = i0; i < Tq; i++) {
+            int lo, hi;
+            ops_att_range(i, Tq, Tk, causal, window, &lo, &hi);
+            if (lo > j) break;   /* the windows of later rows start later still */
+            if (j >= hi) continue;
             float P, dS;
             kb_att_pds(&P, &dS, q, k, v, dout, lse, Drow, b, h, i, j, Tq, Tk, H, Hkv, hd);
             const size_t qo = (((size_t)b * Tq + i) * H + h) * hd;
@@ -240,15 +233,9 @@ OPS_FN void kb_qkv_split_rows(size_t it, float *q, float *k, float *v, const flo
                               const float *cos_t, const float *sin_t, int H, int Hkv, int hd,
                               const int *pos) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-    const float *row = qkv + it * ld;
-    const float *cs = cos_t + (size_t)pos[it] * h2, *sn = sin_t + (size_t)pos[it] * h2;
-    if (q)
-        for (int h = 0; h < H; h++) ops_rope_rotate(q + it * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f);
-    if (k)
-        for (int h = 0; h < Hkv; h++)
-            ops_rope_rotate(k + it * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
-    if (v)
-        for (int i = 0; i < Dkv; i++) v[it * Dkv + i] = row[Dq + Dkv + i];
+    ops_qkv_split_row(q ? q + it * Dq : NULL, k ? k + it * Dkv : NULL, v ? v + it * Dkv : NULL,
+                      qkv + it * ld, cos_t + (size_t)pos[it] * h2, sin_t + (size_t)pos[it] * h2, H,
+                      Hkv, hd);
 }
 /* it < N*H: head vector (n, h) rotated at position pos[n] */
 OPS_FN void kb_rope_rows(size_t it, float *out, const float *x, const float *cos_t,
@@ -345,6 +332,70 @@ OPS_FN void kb_post_bwd_dw(size_t it, float *dw, const float *dr, const uint32_t
  * dz * G), as ops_binmap.c's binmap_backward */
 OPS_FN void kb_binmap_bwd(size_t it, float *dlogits, float *dz, const float *prob, int H) {
     ops_binmap_backward_row(dlogits + it * H, dz + it * ((size_t)1 << H), prob + it * H, H);
+}
+
+/* ---- the masked mixer (ops_mixer.c) ---- */
+/* it < M*T*T: element (m, t, s) of the masked weight; acc adds into out */
+OPS_FN void kb_mixer_tril(size_t it, float *out, const float *w, int T, int acc) {
+    const int s = (int)(it % T), t = (int)((it / T) % T);
+    const float v = s <= t ? w[it] : 0.0f;
+    out[it] = acc ? out[it] + v : v;
+}
+/* it < B*T*D */
+OPS_FN void kb_mixer_bias_fwd(size_t it, float *y, const float *bias, int T, int D, int h, int Tb) {
+    const int c = (int)(it % D), t = (int)((it / D) % T);
+    y[it] += bias[(size_t)(c / (D / h)) * Tb + t];
+}
+/* it < h*T: (head i, position t), rows b in order, the head's columns in order */
+OPS_FN void kb_mixer_bias_bwd(size_t it, float *dbias, const float *dy, int B, int T, int D, int h,
+                              int Tb) {
+    const int i = (int)(it / T), t = (int)(it % T), dh = D / h;
+    float acc = dbias[(size_t)i * Tb + t];
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < dh; c++) acc += dy[((size_t)b * T + t) * D + (size_t)i * dh + c];
+    dbias[(size_t)i * Tb + t] = acc;
+}
+/* it < B*T*nd */
+OPS_FN void kb_unroll_fwd(size_t it, float *out, const float *e, int T, int D, int nd) {
+    const size_t r = it / nd;
+    const int j = (int)(it % nd), i = (int)(r % T);
+    out[it] = e[(r / T) * D + (i + j) % D];
+}
+/* it < B*D: element c of vector b, positions in order */
+OPS_FN void kb_unroll_bwd(size_t it, float *de, const float *dout, int T, int D, int nd) {
+    const int c = (int)(it % D);
+    const size_t b = it / D;
+    float acc = de[it];
+    for (int i = 0; i < T; i++) {
+        const int j = ((c - i) % D + D) % D;
+        if (j < nd) acc += dout[(b * T + i) * nd + j];
+    }
+    de[it] = acc;
+}
+/* ---- the LTM's Gaussian latents (ops.h ops_latent.c) ---- */
+/* it < L*B*n, as (l, b, i) with i fastest */
+OPS_FN void kb_latent_normal(size_t it, float *x, int B, int n, uint64_t key, uint64_t row0,
+                             float mean, float std) {
+    const size_t i = it % n, b = (it / n) % B, l = it / ((size_t)n * B);
+    x[it] = mean + std * ops_counter_normal(rng_counter_key(key, row0 + b), l * n + i);
+}
+/* it < n */
+OPS_FN void kb_latent_sample(size_t it, float *z, const float *mu, const float *ls, const float *eps) {
+    z[it] = mu[it] + expf(ls[it]) * eps[it];
+}
+/* it < B: sequence it's KL, layers then elements in order, in double */
+OPS_FN void kb_latent_kl(size_t it, float *kl, const float *mu, const float *ls, int L, int B, int n) {
+    double s = 0.0;
+    for (int l = 0; l < L; l++) {
+        const size_t o = ((size_t)l * B + it) * n;
+        for (int i = 0; i < n; i++) s += ops_latent_kl(mu[o + i], ls[o + i]);
+    }
+    kl[it] = (float)s;
+}
+/* it < n */
+OPS_FN void kb_latent_bwd(size_t it, float *dmu, float *dls, const float *dz, const float *mu,
+                          const float *ls, const float *eps, float kl_scale) {
+    ops_latent_grad(&dmu[it], &dls[it], dz[it], mu[it], ls[it], eps[it], kl_scale);
 }
 
 /* ---- AdamW ---- */

@@ -18,11 +18,12 @@ struct gen_free {
     int H, half, L, D;
     uint32_t K;          /* 2^H */
     void *mem;           /* one device allocation: z, prob, u, r */
-    uint32_t *z;         /* (Bmax*Tmax) latent indices of the last chunk (device) */
-    float *prob;         /* (Bmax*Tmax, H) bit probabilities of the prompt (device) */
-    float *u;            /* (Bmax*Tmax, H) the caller's uniforms (device) */
-    float *r;            /* (Bmax*Tmax, D) post-sampler output (device) */
-    uint32_t *z_host;    /* (Bmax*Tmax) host copy of z */
+    size_t mem_bytes;
+    uint32_t *z;         /* (max_rows) latent indices of the last chunk (device) */
+    float *prob;         /* (max_rows, H) bit probabilities of the prompt (device) */
+    float *u;            /* (max_rows, H) the caller's uniforms (device) */
+    float *r;            /* (max_rows, D) post-sampler output (device) */
+    uint32_t *z_host;    /* (max_rows) host copy of z */
 };
 
 void gen_free_destroy(gen_free_t **pg) {
@@ -36,11 +37,16 @@ void gen_free_destroy(gen_free_t **pg) {
 }
 
 int gen_free_create(gen_free_t **pg, free_t *m, int Bmax, int Tmax, char *err, size_t errlen) {
+    return gen_free_create_rows(pg, m, Bmax, Tmax, Bmax * Tmax, err, errlen);
+}
+
+int gen_free_create_rows(gen_free_t **pg, free_t *m, int Bmax, int Tmax, int max_rows, char *err,
+                         size_t errlen) {
     if (!pg || !m) { snprintf(err, errlen, "gen_free_create: NULL argument"); return LLAMA_EARG; }
     *pg = NULL;
     gen_free_t *g = calloc(1, sizeof(*g));
     if (!g) { snprintf(err, errlen, "gen_free_create: out of memory"); return LLAMA_ENOMEM; }
-    int rc = gen_create(&g->g, free_decoder(m), Bmax, Tmax, err, errlen);
+    int rc = gen_create_rows(&g->g, free_decoder(m), Bmax, Tmax, max_rows, err, errlen);
     if (rc) { free(g); return rc; }
     const model_config_t *c = free_config(m);
     g->m = m;
@@ -50,14 +56,14 @@ int gen_free_create(gen_free_t **pg, free_t *m, int Bmax, int Tmax, char *err, s
     g->L = c->n_layers;
     g->D = c->d_model;
     g->dev = free_device(m);
-    const size_t N = (size_t)Bmax * Tmax;
+    const size_t N = (size_t)max_rows;
     dev_arena_t ar = {0};
     for (int pass = 0; pass < 2; pass++) {
         g->z = DEV_TAKE(&ar, uint32_t, N);
         g->prob = DEV_TAKE(&ar, float, N * g->H);
         g->u = DEV_TAKE(&ar, float, N * g->H);
         g->r = DEV_TAKE(&ar, float, N * g->D);
-        if (pass == 0 && (ar.base = g->mem = DEV(g->dev, alloc, ar.used))) ar.used = 0;
+        if (pass == 0 && (ar.base = g->mem = DEV(g->dev, alloc, ar.used))) g->mem_bytes = ar.used, ar.used = 0;
         if (!ar.base) break;
     }
     g->z_host = malloc(sizeof(uint32_t) * N);
@@ -71,6 +77,7 @@ int gen_free_create(gen_free_t **pg, free_t *m, int Bmax, int Tmax, char *err, s
 }
 
 void gen_free_reset(gen_free_t *g) { gen_reset(g->g); }
+size_t gen_free_bytes(const gen_free_t *g) { return gen_bytes(g->g) + g->mem_bytes; }
 gen_t *gen_free_decoder(gen_free_t *g) { return g->g; }
 const uint32_t *gen_free_z(const gen_free_t *g) { return g->z_host; }
 uint32_t gen_free_n_latent(const gen_free_t *g) { return g->K; }

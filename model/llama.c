@@ -330,6 +330,7 @@ llama_block_w_t llama_block_grads(llama_t *m, int l) { return m->g[l]; }
 const float *llama_rope_cos(const llama_t *m) { return m->rope_cos; }
 const float *llama_rope_sin(const llama_t *m) { return m->rope_sin; }
 llama_block_scratch_t *llama_scratch(llama_t *m) { return &m->scratch; }
+llama_block_acts_t *llama_block_acts(llama_t *m, int l) { return &m->acts[l]; }
 
 static int check_ids(const uint32_t *ids, const uint8_t *mask, int N, int V, const char *what,
                      char *err, size_t errlen) {
@@ -402,18 +403,20 @@ int llama_forward(llama_t *m, const uint32_t *tokens, const uint32_t *targets,
     return llama_head_forward(m, targets, mask, loss, err, errlen);
 }
 
-void llama_head_backward(llama_t *m) {
+static void head_backward(llama_t *m, int weight_grads) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model;
     if (!m->dlogits_ready || m->dlogits_scale != m->grad_scale)
         DEV(m->dev, crossentropy_backward, m->dlogits, m->logits, m->lse, m->targets,
             m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
-    DEV(m->dev, linear_backward_set, m->dxf, m->dlm_head, m->dlogits, m->xf, m->lm_head, N, D,
-        c->vocab_size);
+    DEV(m->dev, linear_backward_set, m->dxf, weight_grads ? m->dlm_head : NULL, m->dlogits, m->xf,
+        m->lm_head, N, D, c->vocab_size);
     DEV(m->dev, zero, m->dstream, sizeof(float) * N * D);
-    DEV(m->dev, rmsnorm_backward, m->dstream, m->dnorm_f, m->dxf, llama_stream(m, c->n_layers),
-        m->norm_f, m->rstd_f, N, D);
+    DEV(m->dev, rmsnorm_backward, m->dstream, weight_grads ? m->dnorm_f : NULL, m->dxf,
+        llama_stream(m, c->n_layers), m->norm_f, m->rstd_f, N, D);
 }
+void llama_head_backward(llama_t *m) { head_backward(m, 1); }
+void llama_head_backward_input(llama_t *m) { head_backward(m, 0); }
 
 void llama_block_backward_kv(llama_t *m, int l, const float *x_kv, float *dx_kv) {
     const int N = m->B * m->T, D = m->cfg.d_model;

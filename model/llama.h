@@ -91,11 +91,13 @@ llama_block_w_t llama_block_grads(llama_t *m, int l);
 const float *llama_rope_cos(const llama_t *m);     /* (max_seq, hd/2) */
 const float *llama_rope_sin(const llama_t *m);
 llama_block_scratch_t *llama_scratch(llama_t *m);
+llama_block_acts_t *llama_block_acts(llama_t *m, int l); /* what block l's forward kept */
 int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen);
 void llama_blocks_forward(llama_t *m, int l0, int l1);    /* stream l0 -> stream l1 */
 int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask, float *loss,
                        char *err, size_t errlen);
 void llama_head_backward(llama_t *m);            /* sets dstream to d loss / d stream L */
+void llama_head_backward_input(llama_t *m);      /* the same without the head's weight gradients */
 void llama_blocks_backward(llama_t *m, int l1, int l0); /* dstream: d stream l1 -> d stream l0 */
 void llama_embed_backward(llama_t *m);
 /* Block l (stream l -> stream l+1) with keys/values read from x_kv (B,T,D) instead of stream l:

@@ -1,5 +1,6 @@
 /* model/llama_block.c: the decoder block, written step by step like the paper's figure. */
 #include "model/llama_block.h"
+#include "model/ptable.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +74,21 @@ size_t llama_block_numel(const model_config_t *c) {
     return D + Dq * D + 2 * Dkv * D + D * Dq + D + 2 * F * D + D * F;
 }
 
+void llama_block_layout(const model_config_t *c, const char *prefix, ptable_t *p,
+                        llama_block_w_t *w) {
+    const int64_t D = c->d_model, F = c->d_ff, hd = D / c->n_heads;
+    const int64_t Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads;
+    w->attn_norm = ptable_vec(p, prefix, "input_layernorm.weight", D);
+    w->wq = ptable_mat(p, prefix, "self_attn.q_proj.weight", Dq, D);
+    w->wk = ptable_mat(p, prefix, "self_attn.k_proj.weight", Dkv, D);
+    w->wv = ptable_mat(p, prefix, "self_attn.v_proj.weight", Dkv, D);
+    w->wo = ptable_mat(p, prefix, "self_attn.o_proj.weight", D, Dq);
+    w->mlp_norm = ptable_vec(p, prefix, "post_attention_layernorm.weight", D);
+    w->wgate = ptable_mat(p, prefix, "mlp.gate_proj.weight", F, D);
+    w->wup = ptable_mat(p, prefix, "mlp.up_proj.weight", F, D);
+    w->wdown = ptable_mat(p, prefix, "mlp.down_proj.weight", D, F);
+}
+
 /* q_proj, k_proj and v_proj lie back to back in the parameter (and gradient) buffer, in HF
  * order: then the three projections are ONE product with a (Dq + 2 Dkv, D) weight, which packs
  * the input once instead of three times and reads/writes the input gradient once instead of
@@ -81,11 +97,18 @@ static int qkv_contiguous(const llama_block_w_t *w, int D, int Dq, int Dkv) {
     return w->wk == w->wq + (size_t)Dq * D && w->wv == w->wk + (size_t)Dkv * D;
 }
 
-void llama_block_forward(device_t *d, float *x_out, llama_block_acts_t *a, const llama_block_w_t *w,
-                         const float *x_q, const float *x_kv, const model_config_t *c,
-                         const float *rope_cos, const float *rope_sin, int B, int T, int causal,
-                         llama_block_scratch_t *s) {
-    const int N = B * T, D = c->d_model, F = c->d_ff, H = c->n_heads, Hkv = c->n_kv_heads;
+/* A gradient table whose pointers are NULL asks for no weight gradients (the LTM's inner
+ * steps want the input gradient only); it takes the fused path like contiguous ones. */
+static int grads_fused(const llama_block_w_t *g, int D, int Dq, int Dkv) {
+    return !g->wq || qkv_contiguous(g, D, Dq, Dkv);
+}
+
+void llama_block_attn_forward(device_t *d, float *x_mid, llama_block_acts_t *a,
+                              const llama_block_w_t *w, const float *x_q, const float *x_kv,
+                              const model_config_t *c, const float *rope_cos,
+                              const float *rope_sin, int B, int T, int causal,
+                              llama_block_scratch_t *s) {
+    const int N = B * T, D = c->d_model, H = c->n_heads, Hkv = c->n_kv_heads;
     const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
     a->separate_kv = x_kv != x_q;
     // attention rmsnorm (of each input when queries and keys/values differ)
@@ -117,43 +140,68 @@ void llama_block_forward(device_t *d, float *x_out, llama_block_acts_t *a, const
         DEV(d, rope_forward, a->q, a->q, rope_cos, rope_sin, B, T, H, hd, 0);
         DEV(d, rope_forward, a->k, a->k, rope_cos, rope_sin, B, T, Hkv, hd, 0);
     }
-    // attention, output projection, residual on the query stream
-    DEV(d, attention_forward, a->att, a->lse, a->q, a->k, a->v, B, T, T, H, Hkv, hd, causal);
+    // attention (a sliding window when the config has one), output projection, residual on
+    // the query stream
+    DEV(d, attention_window_forward, a->att, a->lse, a->q, a->k, a->v, B, T, T, H, Hkv, hd, causal,
+        c->sliding_window);
     DEV(d, linear_forward, s->branch, a->att, w->wo, N, Dq, D);
-    DEV(d, add_forward, a->x_mid, x_q, s->branch, (size_t)N * D);
+    DEV(d, add_forward, x_mid, x_q, s->branch, (size_t)N * D);
+}
+
+void llama_block_mlp_forward(device_t *d, float *x_out, llama_block_acts_t *a,
+                             const llama_block_w_t *w, const float *x_in,
+                             const model_config_t *c, int B, int T, llama_block_scratch_t *s) {
+    const int N = B * T, D = c->d_model, F = c->d_ff;
     // MLP rmsnorm, SwiGLU, down projection, residual
-    DEV(d, rmsnorm_forward, a->xn2, a->rstd2, a->x_mid, w->mlp_norm, N, D, c->norm_eps);
+    DEV(d, rmsnorm_forward, a->xn2, a->rstd2, x_in, w->mlp_norm, N, D, c->norm_eps);
     DEV(d, linear_forward, a->gate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_forward, a->up, a->xn2, w->wup, N, D, F);
     DEV(d, swiglu_forward, a->h, a->gate, a->up, N, F);
     DEV(d, linear_forward, s->branch, a->h, w->wdown, N, F, D);
-    DEV(d, add_forward, x_out, a->x_mid, s->branch, (size_t)N * D);
+    DEV(d, add_forward, x_out, x_in, s->branch, (size_t)N * D);
 }
 
-void llama_block_backward(device_t *d, float *dx_q, float *dx_kv, const llama_block_w_t *g, const float *dout,
-                          const llama_block_acts_t *a, const llama_block_w_t *w,
-                          const float *x_q, const float *x_kv, const model_config_t *c,
-                          const float *rope_cos, const float *rope_sin, int B, int T, int causal,
-                          llama_block_scratch_t *s) {
-    const int N = B * T, D = c->d_model, F = c->d_ff, H = c->n_heads, Hkv = c->n_kv_heads;
-    const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
+void llama_block_forward(device_t *d, float *x_out, llama_block_acts_t *a, const llama_block_w_t *w,
+                         const float *x_q, const float *x_kv, const model_config_t *c,
+                         const float *rope_cos, const float *rope_sin, int B, int T, int causal,
+                         llama_block_scratch_t *s) {
+    llama_block_attn_forward(d, a->x_mid, a, w, x_q, x_kv, c, rope_cos, rope_sin, B, T, causal, s);
+    llama_block_mlp_forward(d, x_out, a, w, a->x_mid, c, B, T, s);
+}
+
+void llama_block_mlp_backward(device_t *d, float *dx_in, const llama_block_w_t *g,
+                              const float *dout, const llama_block_acts_t *a,
+                              const llama_block_w_t *w, const float *x_in,
+                              const model_config_t *c, int B, int T, llama_block_scratch_t *s) {
+    const int N = B * T, D = c->d_model, F = c->d_ff;
     const size_t ND = (size_t)N * D;
-    // MLP branch: x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
-    DEV(d, copy, s->dx_mid, dout, sizeof(float) * ND);
+    // MLP branch: x_out = x_in + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_in)
+    DEV(d, copy, dx_in, dout, sizeof(float) * ND);
     /* the first write into a scratch gradient overwrites (_set): no zeroing pass */
     DEV(d, linear_backward_set, s->dh, g->wdown, dout, a->h, w->wdown, N, F, D);
     DEV(d, swiglu_backward_set, s->dgate, s->dup, s->dh, a->gate, a->up, N, F);
     DEV(d, linear_backward_set, s->dxn, g->wgate, s->dgate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_backward, s->dxn, g->wup, s->dup, a->xn2, w->wup, N, D, F);
-    DEV(d, rmsnorm_backward, s->dx_mid, g->mlp_norm, s->dxn, a->x_mid, w->mlp_norm, a->rstd2, N, D);
+    DEV(d, rmsnorm_backward, dx_in, g->mlp_norm, s->dxn, x_in, w->mlp_norm, a->rstd2, N, D);
+}
+
+void llama_block_attn_backward(device_t *d, float *dx_q, float *dx_kv, const llama_block_w_t *g,
+                               const float *dx_mid, const llama_block_acts_t *a,
+                               const llama_block_w_t *w, const float *x_q, const float *x_kv,
+                               const model_config_t *c, const float *rope_cos,
+                               const float *rope_sin, int B, int T, int causal,
+                               llama_block_scratch_t *s) {
+    const int N = B * T, D = c->d_model, H = c->n_heads, Hkv = c->n_kv_heads;
+    const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
+    const size_t ND = (size_t)N * D;
     // attention branch: x_mid = x_q + o(attention(rope(q), rope(k), v))
-    DEV(d, linear_backward_set, s->datt, g->wo, s->dx_mid, a->att, w->wo, N, Dq, D);
+    DEV(d, linear_backward_set, s->datt, g->wo, dx_mid, a->att, w->wo, N, Dq, D);
     DEV(d, zero, s->dq, sizeof(float) * N * Dq);
     DEV(d, zero, s->dk, sizeof(float) * N * Dkv);
     DEV(d, zero, s->dv, sizeof(float) * N * Dkv);
-    DEV(d, attention_backward, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, B, T, T, H,
-                       Hkv, hd, causal);
-    if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv) && qkv_contiguous(g, D, Dq, Dkv)) {
+    DEV(d, attention_window_backward, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v,
+        B, T, T, H, Hkv, hd, causal, c->sliding_window);
+    if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv) && grads_fused(g, D, Dq, Dkv)) {
         DEV(d, qkv_join_unrope, s->dq0, s->dq, s->dk, s->dv, rope_cos, rope_sin, N, T, H, Hkv, hd, 0);
         DEV(d, linear_backward_set, s->dxn, g->wq, s->dq0, a->xn, w->wq, N, D, Dq + 2 * Dkv);
     } else {
@@ -173,5 +221,15 @@ void llama_block_backward(device_t *d, float *dx_q, float *dx_kv, const llama_bl
     }
     DEV(d, rmsnorm_backward, dx_q, g->attn_norm, s->dxn, x_q, w->attn_norm, a->rstd, N, D);
     // the residual path
-DEV(d, add_inplace, dx_q, s->dx_mid, ND);
+    DEV(d, add_inplace, dx_q, dx_mid, ND);
+}
+
+void llama_block_backward(device_t *d, float *dx_q, float *dx_kv, const llama_block_w_t *g, const float *dout,
+                          const llama_block_acts_t *a, const llama_block_w_t *w,
+                          const float *x_q, const float *x_kv, const model_config_t *c,
+                          const float *rope_cos, const float *rope_sin, int B, int T, int causal,
+                          llama_block_scratch_t *s) {
+    llama_block_mlp_backward(d, s->dx_mid, g, dout, a, w, a->x_mid, c, B, T, s);
+    llama_block_attn_backward(d, dx_q, dx_kv, g, s->dx_mid, a, w, x_q, x_kv, c, rope_cos, rope_sin,
+                              B, T, causal, s);
 }

@@ -66,6 +66,12 @@ void llama_block_scratch_free(llama_block_scratch_t *s);
 
 /* Parameters in HF order, counted in floats, for layout code. */
 size_t llama_block_numel(const model_config_t *c);
+/* Takes one block's 9 tensors from p (ptable.h) in HF order, named prefix + the HF suffix
+ * (input_layernorm.weight, self_attn.q_proj.weight, ...): q, k, v back to back, as the fused
+ * projection wants. For models built from blocks (model/mixers.c's transformer twins). */
+struct ptable;
+void llama_block_layout(const model_config_t *c, const char *prefix, struct ptable *p,
+                        llama_block_w_t *w);
 
 /* x_out = block(x_q, x_kv) on device d (every pointer is d's); pass x_kv == x_q for a plain
  * block. x_out must differ from both.
@@ -75,6 +81,34 @@ void llama_block_forward(device_t *d, float *x_out /* (B,T,D) */, llama_block_ac
                          const float *x_kv /* (B,T,D) */, const model_config_t *c,
                          const float *rope_cos, const float *rope_sin, int B, int T, int causal,
                          llama_block_scratch_t *s);
+/* The two sublayers apart, for a family that puts a sublayer between them (the LTM's
+ * cross-attention, model/ltm.h): llama_block_forward is
+ *     attn:  x_mid = x_q + o(attention(q of x_q, k/v of x_kv))   (a->x_mid in the whole block)
+ *     mlp:   x_out = x_in + down(swiglu(norm(x_in)))              (x_in = x_mid there)
+ * and the backward is mlp_backward then attn_backward. The attention is causal with the
+ * config's sliding_window (0: unlimited). mlp_backward OVERWRITES dx_in (= dout + the branch's
+ * gradient; it must not alias dout); attn_backward reads dx_mid (which must not be one of the
+ * scratch's buffers other than dx_mid) and accumulates into dx_q / dx_kv. A gradient table g
+ * whose pointers are NULL computes no weight gradients (input gradients only). */
+void llama_block_attn_forward(device_t *d, float *x_mid /* (B,T,D) */, llama_block_acts_t *a,
+                              const llama_block_w_t *w, const float *x_q, const float *x_kv,
+                              const model_config_t *c, const float *rope_cos,
+                              const float *rope_sin, int B, int T, int causal,
+                              llama_block_scratch_t *s);
+void llama_block_mlp_forward(device_t *d, float *x_out /* (B,T,D) */, llama_block_acts_t *a,
+                             const llama_block_w_t *w, const float *x_in /* (B,T,D) */,
+                             const model_config_t *c, int B, int T, llama_block_scratch_t *s);
+void llama_block_mlp_backward(device_t *d, float *dx_in /* (B,T,D) = */, const llama_block_w_t *g,
+                              const float *dout, const llama_block_acts_t *a,
+                              const llama_block_w_t *w, const float *x_in,
+                              const model_config_t *c, int B, int T, llama_block_scratch_t *s);
+void llama_block_attn_backward(device_t *d, float *dx_q /* += */, float *dx_kv /* += */,
+                               const llama_block_w_t *g, const float *dx_mid,
+                               const llama_block_acts_t *a, const llama_block_w_t *w,
+                               const float *x_q, const float *x_kv, const model_config_t *c,
+                               const float *rope_cos, const float *rope_sin, int B, int T,
+                               int causal, llama_block_scratch_t *s);
+
 /* Accumulates the input gradients into dx_q and dx_kv (dx_kv is ignored when the forward had
  * x_kv == x_q; it may equal dx_q otherwise) and the weight gradients into g. dout must not
  * alias dx_q / dx_kv. x_q / x_kv are the forward's inputs. */

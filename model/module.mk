@@ -1,10 +1,13 @@
 # model/module.mk: targets the model component owns.
-#   make fixtures            regenerate the PyTorch reference fixtures (tests/fixtures/llama_*, free_*)
+#   make fixtures            regenerate the PyTorch reference fixtures (tests/fixtures/llama_*, free_*, ltm_*,
+#                            and the masked mixers' mixer_*, llama_ae_*, llama_mem_*)
 #   make build/bench/train_step   the training-step timer (bench/train_step.c)
 
-fixtures: tests/ref/llama_ref.py tests/ref/free_ref.py
+fixtures: tests/ref/llama_ref.py tests/ref/free_ref.py tests/ref/ltm_ref.py tests/ref/mixer_ref.py
 	$(SYSPYTHON) tests/ref/llama_ref.py tests/fixtures
 	$(SYSPYTHON) tests/ref/free_ref.py tests/fixtures
+	$(SYSPYTHON) tests/ref/ltm_ref.py tests/fixtures
+	$(SYSPYTHON) tests/ref/mixer_ref.py tests/fixtures
 
 build/bench/train_step: build/bench/train_step.o $(LIBS)
 	@mkdir -p $(@D)

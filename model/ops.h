@@ -13,7 +13,14 @@
 #define MODEL_OPS_H
 #include <stddef.h>
 #include <stdint.h>
+#include "model/precision.h"
 #include "model/rope_table.h"
+
+/* The precision of the CPU ops' matrix products (Linear and attention; model/precision.h).
+ * The CPU device sets it from its own for each such op and back to fp32 after it (ops run
+ * one at a time from one host thread); it is fp32 unless set. The Binary Mapper's product and the decode step's row
+ * products (linear_rows) run in fp32 under every precision. */
+extern precision_t ops_product_precision;
 
 /* ---- embedding: out[n] = table[tokens[n]] ---- */
 void embedding_forward(float *out /* (N,D) */, const uint32_t *tokens /* (N) */,
@@ -24,7 +31,7 @@ void embedding_backward(float *dtable /* (V,D) += */, const float *dout /* (N,D)
 /* ---- RMSNorm: out = w * x / sqrt(mean(x^2) + eps) ---- */
 void rmsnorm_forward(float *out /* (N,D) */, float *rstd /* (N) saved for backward */,
                      const float *x /* (N,D) */, const float *w /* (D) */, int N, int D, float eps);
-void rmsnorm_backward(float *dx /* (N,D) += or NULL */, float *dw /* (D) += */,
+void rmsnorm_backward(float *dx /* (N,D) += or NULL */, float *dw /* (D) += or NULL */,
                       const float *dout /* (N,D) */, const float *x /* (N,D) */,
                       const float *w /* (D) */, const float *rstd /* (N) */, int N, int D);
 
@@ -65,6 +72,18 @@ void attention_backward(float *dq /* (B,Tq,H,hd) += */, float *dk /* (B,Tk,Hkv,h
                         const float *out /* (B,Tq,H,hd) */, const float *lse /* (B,H,Tq) */,
                         const float *q, const float *k, const float *v, int B, int Tq, int Tk,
                         int H, int Hkv, int hd, int causal);
+
+/* The same with a sliding window (seed 003): causal row i at position p = i + (Tk - Tq) sees
+ * keys p - window < j <= p only (ops_math.h ops_att_range); window <= 0: unlimited, the ops
+ * above (which are these with window 0). A window without causal is ignored. */
+void attention_window_forward(float *out /* (B,Tq,H,hd) */, float *lse /* (B,H,Tq) */,
+                              const float *q /* (B,Tq,H,hd) */, const float *k /* (B,Tk,Hkv,hd) */,
+                              const float *v /* (B,Tk,Hkv,hd) */, int B, int Tq, int Tk, int H,
+                              int Hkv, int hd, int causal, int window);
+void attention_window_backward(float *dq /* += */, float *dk /* += */, float *dv /* += */,
+                               const float *dout, const float *out, const float *lse,
+                               const float *q, const float *k, const float *v, int B, int Tq,
+                               int Tk, int H, int Hkv, int hd, int causal, int window);
 
 /* ---- SwiGLU: out = silu(gate) * up ---- */
 void swiglu_forward(float *out /* (N,F) */, const float *gate /* (N,F) */,
@@ -192,4 +211,53 @@ void free_bits_backward(float *dlogits /* (N,H) += */, const float *logits /* (N
 /* u[i] = rng_counter_f32(key, counter0 + i) (common/rng.h): the Binary Mapper's uniforms, the
  * same numbers on every device. */
 void uniform_fill(float *u /* (n) */, size_t n, uint64_t key, uint64_t counter0);
+/* ---- the LTM's Gaussian latents (model/ops_latent.c; seed 003, model/ltm.h) ----
+ * A latent tensor holds L layers x B sequences x n numbers, layer-major ((L, B, n): layer l's
+ * vectors of all sequences are one block of rows). Sequence b's draws come from the counter
+ * stream rng_counter_key(key, row0 + b), number l * n + i for element (l, b, i): what a
+ * sequence draws depends on its own index only, not on the batch around it, and every device
+ * draws the same numbers (ops_math.h ops_counter_normal). x = mean + std * N(0, 1). */
+void latent_normal(float *x /* (L,B,n) */, int L, int B, int n, uint64_t key, uint64_t row0,
+                   float mean, float std);
+/* z = mu + exp(ls) * eps, element-wise. */
+void latent_sample(float *z, const float *mu, const float *ls, const float *eps, size_t n);
+/* kl[b] = sum over l, i of KL(N(mu, exp(ls)^2) || N(0, 1)) for sequence b, in order of l then i,
+ * in double. */
+void latent_kl_rows(float *kl /* (B) */, const float *mu /* (L,B,n) */, const float *ls, int L,
+                    int B, int n);
+/* dmu, dls (OVERWRITTEN) = the gradients of (the loss whose dL/dz is dz) + kl_scale * KL. */
+void latent_backward(float *dmu, float *dls, const float *dz, const float *mu, const float *ls,
+                     const float *eps, float kl_scale, size_t n);
+/* ---- the masked mixer's token mixing (seed 004; model/ops_mixer.c) ----
+ * A mixing weight is M matrices (T, T) (per layer: h heads x k taps); the causal mask keeps
+ * entries s <= t of row t. The mixing's products are gemm calls (model/mixer_mix.c); these
+ * are its element parts. */
+/* out = tril(w) (accumulate 0), or out += tril(w) (accumulate 1): the mask on the weight in
+ * the forward, and on the gradient (dW = tril(dW_raw)) in the backward. */
+void mixer_tril(float *out /* (M,T,T) */, const float *w /* (M,T,T) */, int M, int T,
+                int accumulate);
+/* y[b,t,c] += bias[c / (D/h) * Tb + t]: one bias per head and position (Conv1d's per output
+ * channel, the channels being positions). */
+void mixer_bias_forward(float *y /* (B,T,D) += */, const float *bias /* (h*Tb) */, int B, int T,
+                        int D, int h, int Tb);
+/* dbias[i*Tb + t] += sum over b, then over head i's columns c, of dy[b,t,c], in that order. */
+void mixer_bias_backward(float *dbias /* (h*Tb) += */, const float *dy /* (B,T,D) */, int B,
+                         int T, int D, int h, int Tb);
+/* The autoencoder's sliding-window unroll (seed 004): out[b,i,j] = e[b, (i + j) mod D] for the
+ * T positions i and window elements j < nd (the window wraps around to the vector's start). */
+void unroll_forward(float *out /* (B,T,nd) */, const float *e /* (B,D) */, int B, int T, int D,
+                    int nd);
+/* de[b,c] += sum over positions i (in order) of dout[b,i,j] with (i + j) mod D = c, j < nd. */
+void unroll_backward(float *de /* (B,D) += */, const float *dout /* (B,T,nd) */, int B, int T,
+                     int D, int nd);
+/* The whole mixing by plain loops, the yardstick mixer_mix.c's products are tested against:
+ * y[b,t,c] = bias + sum over taps j and positions s (s <= t when causal, s < T) of
+ * w[i][j][t][s] x[b, s, c + j - (k-1)/2], i = c / (D/h), the shifted column inside head i
+ * (zero outside it). w is (h, k, Tw, Tw), bias (h*Tw), T <= Tw. */
+void token_mix_ref_forward(float *y /* (B,T,D) */, const float *x /* (B,T,D) */, const float *w,
+                           const float *bias, int B, int T, int D, int h, int k, int Tw,
+                           int causal);
+/* Its gradients: dx (B,T,D) +=, dw (h,k,Tw,Tw) +=, dbias (h*Tw) +=. */
+void token_mix_ref_backward(float *dx, float *dw, float *dbias, const float *dy, const float *x,
+                            const float *w, int B, int T, int D, int h, int k, int Tw, int causal);
 #endif

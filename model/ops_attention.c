@@ -11,7 +11,10 @@
  * ATT_BLOCK; backward one (query row, key block) at a time, key blocks outermost.
  * Both backwards split work over (batch, key/value head) so that every dk/dv row (and the dq
  * rows of that head's query group) is written by one thread in a fixed order (deterministic
- * without atomics). */
+ * without atomics).
+ * A sliding window (attention_window_*) narrows each row's keys to a range [lo, hi)
+ * (ops_math.h ops_att_range); a block's products then run over the keys its rows see, so a
+ * window W costs O(T W), not O(T^2). */
 #include "model/gemm.h"
 #include "model/ops.h"
 #include "model/ops_clones.h"
@@ -35,12 +38,6 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* Number of keys query row i may see. */
-static inline int att_visible(int i, int Tq, int Tk, int causal) {
-    if (!causal) return Tk;
-    int n = i + (Tk - Tq) + 1;
-    return n < 0 ? 0 : (n > Tk ? Tk : n);
-}
 
 /* The per-row and per-block kernels are built for AVX-512, AVX2+FMA and the baseline the
  * Makefile targets, the one level cpu_isa() chose running (ops_clones.h; 1.6x measured for
@@ -49,16 +46,18 @@ static inline int att_visible(int i, int Tq, int Tk, int causal) {
 /* Query row i of head h in batch b: online softmax over key blocks of ATT_BLOCK. */
 OPS_VARIANTS(void, att_row_forward, (float *out, float *lse, const float *q, const float *k, const float *v,
                             int b, int h, int i, int Tq, int Tk, int H, int Hkv, int hd,
-                            int causal),
-             (out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal)) {
-    const int kh = h / (H / Hkv), nk = att_visible(i, Tq, Tk, causal);
+                            int causal, int window),
+             (out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal, window)) {
+    const int kh = h / (H / Hkv);
+    int klo, nk;
+    ops_att_range(i, Tq, Tk, causal, window, &klo, &nk);
     const float scale = 1.0f / sqrtf((float)hd);
     const float *qi = q + (((size_t)b * Tq + i) * H + h) * hd;
     float *oi = out + (((size_t)b * Tq + i) * H + h) * hd;
     float acc[hd], s[ATT_BLOCK];
     float m = -INFINITY, l = 0.0f;
     memset(acc, 0, sizeof(acc));
-    for (int j0 = 0; j0 < nk; j0 += ATT_BLOCK) {
+    for (int j0 = klo; j0 < nk; j0 += ATT_BLOCK) {
         int nb = nk - j0 < ATT_BLOCK ? nk - j0 : ATT_BLOCK;
         float bmax = -INFINITY;
         for (int jj = 0; jj < nb; jj++) {
@@ -91,8 +90,8 @@ OPS_VARIANTS(void, att_row_forward, (float *out, float *lse, const float *q, con
 OPS_VARIANTS(void, att_group_backward, (float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k,
                                const float *v, int b, int kh, int Tq, int Tk, int H, int Hkv,
-                               int hd, int causal),
-             (dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv, hd, causal)) {
+                               int hd, int causal, int window),
+             (dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv, hd, causal, window)) {
     const int group = H / Hkv;
     const float scale = 1.0f / sqrtf((float)hd);
     float kt[hd][ATT_BWD_BLOCK], vt[hd][ATT_BWD_BLOCK];
@@ -111,7 +110,9 @@ OPS_VARIANTS(void, att_group_backward, (float *dq, float *dk, float *dv, const f
         const int i0 = causal && j0 - (Tk - Tq) > 0 ? j0 - (Tk - Tq) : 0;
         for (int h = kh * group; h < (kh + 1) * group; h++)
             for (int i = i0; i < Tq; i++) {
-                const int nk = att_visible(i, Tq, Tk, causal);
+                int lo, nk;
+                ops_att_range(i, Tq, Tk, causal, window, &lo, &nk);
+                if (lo >= j1) break;   /* later rows' windows start later still */
                 const int nb = (nk < j1 ? nk : j1) - j0;
                 if (nb <= 0) continue;
                 const size_t qo = (((size_t)b * Tq + i) * H + h) * hd;
@@ -136,7 +137,7 @@ OPS_VARIANTS(void, att_group_backward, (float *dq, float *dk, float *dv, const f
                     p[jj] = ops_expf(p[jj] * scale - L);
                     ds[jj] = p[jj] * (ds[jj] - Di) * scale;
                 }
-                for (int jj = 0; jj < nb; jj++) {
+                for (int jj = lo > j0 ? lo - j0 : 0; jj < nb; jj++) {
                     const size_t ko = (((size_t)b * Tk + j0 + jj) * Hkv + kh) * hd;
                     axpy(dv + ko, p[jj], doi, hd);
                     axpy(dk + ko, ds[jj], qi, hd);
@@ -181,7 +182,7 @@ static int att_block_positions(int group) {
 /* S (rows, nk) = scale * Qs K^T, Qs the stacked (rows, hd) copy. */
 static void att_scores(float *S, const float *qs, const float *k, int ldk, int rows, int nk,
                        int hd, int Tk, float scale) {
-    model_gemm(GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
+    model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
 }
 
 /* Row (head j of the group, position i0 + i) of batch b in a (B, Tq, H, hd) array. */
@@ -219,38 +220,53 @@ static void att_scatter(float *x, const float *xs, int add, int b, int kh, int g
         }
 }
 
-/* Softmax of the rows of S in place (keys at or beyond a row's visible count get 0); writes
- * each row's log-sum-exp (+inf when the row sees no key). */
-OPS_VARIANTS(void, att_block_softmax, (float *S, float *lse, int i0, int nq, int nk, int Tq, int Tk,
-                              int causal),
-             (S, lse, i0, nq, nk, Tq, Tk, causal)) {
+/* Softmax of the rows of S in place; S's columns are keys klo .. klo + nk - 1, and the keys a
+ * row does not see get 0. Writes each row's log-sum-exp (+inf when the row sees no key). */
+OPS_VARIANTS(void, att_block_softmax, (float *S, float *lse, int i0, int nq, int klo, int nk, int Tq,
+                              int Tk, int causal, int window),
+             (S, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
     for (int r = 0; r < nq; r++) {
         float *s = S + (size_t)r * Tk;
-        const int nv = att_visible(i0 + r, Tq, Tk, causal);
+        int lo, hi;
+        ops_att_range(i0 + r, Tq, Tk, causal, window, &lo, &hi);
+        lo -= klo, hi -= klo;
+        if (hi < lo) hi = lo;
         float mx = -INFINITY;
-        for (int j = 0; j < nv; j++) mx = s[j] > mx ? s[j] : mx;
+        for (int j = lo; j < hi; j++) mx = s[j] > mx ? s[j] : mx;
         float l = 0.0f;
 #pragma omp simd reduction(+ : l)
-        for (int j = 0; j < nv; j++) {
+        for (int j = lo; j < hi; j++) {
             s[j] = ops_expf(s[j] - mx);
             l += s[j];
         }
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma omp simd
-        for (int j = 0; j < nv; j++) s[j] *= inv;
-        for (int j = nv; j < nk; j++) s[j] = 0.0f;
+        for (int j = lo; j < hi; j++) s[j] *= inv;
+        for (int j = 0; j < lo; j++) s[j] = 0.0f;
+        for (int j = hi; j < nk; j++) s[j] = 0.0f;
         lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
     }
+}
+
+/* The keys [*klo, *khi) that rows [i0, i0 + n) see together (the first row's window starts
+ * first, the last row sees the newest key). */
+static void att_block_keys(int i0, int n, int Tq, int Tk, int causal, int window, int *klo, int *khi) {
+    int lo, hi;
+    ops_att_range(i0, Tq, Tk, causal, window, klo, &hi);
+    ops_att_range(i0 + n - 1, Tq, Tk, causal, window, &lo, khi);
 }
 
 /* The group of key/value head kh in batch b at positions [i0, i0 + np) (S: ATT_ROWS x Tk,
  * Qs: ATT_ROWS x hd scratch, both sized for group * np rows). */
 static void att_block_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, float *S, float *Qs, int b, int kh, int i0, int np,
-                              int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+                              int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     const int group = H / Hkv, rows = group * np, ldk = Hkv * hd;
-    const int nk = att_visible(i0 + np - 1, Tq, Tk, causal);   /* the block's last row sees most */
-    const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
+    int klo, khi;
+    att_block_keys(i0, np, Tq, Tk, causal, window, &klo, &khi);
+    const int nk = khi - klo;
+    /* the block's keys start at klo: the products and S's columns run over them only */
+    const size_t ko = (size_t)b * Tk * ldk + (size_t)klo * ldk + (size_t)kh * hd;
     if (nk <= 0) {
         memset(Qs, 0, sizeof(float) * rows * hd);
         att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
@@ -262,14 +278,15 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     att_scores(S, Qs, k + ko, ldk, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
         att_block_softmax(S + (size_t)j * np * Tk, lse + att_lse_at(b, kh, group, j, i0, Tq, H),
-                          i0, np, nk, Tq, Tk, causal);
+                          i0, np, klo, nk, Tq, Tk, causal, window);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
-    model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
+    model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
     att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+void attention_window_forward(float *out, float *lse, const float *q, const float *k,
+                              const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
+                              int causal, int window) {
     const int group = H / Hkv, np = att_block_positions(group), nqb = (Tq + np - 1) / np;
     const int rows = group * (Tq < np ? Tq : np);
 #pragma omp parallel
@@ -288,12 +305,12 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
                     const int i0 = qb * np, n = Tq - i0 < np ? Tq - i0 : np;
                     if (S && Qs && group * n >= ATT_QB_MIN)
                         att_block_forward(out, lse, q, k, v, S, Qs, b, kh, i0, n, Tq, Tk, H, Hkv,
-                                          hd, causal);
+                                          hd, causal, window);
                     else
                         for (int h = kh * group; h < (kh + 1) * group; h++)
                             for (int i = i0; i < i0 + n; i++)
                                 att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
-                                                causal);
+                                                causal, window);
                 }
         free(S);
         free(Qs);
@@ -303,18 +320,23 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
 /* Probabilities and score gradients of one head's np rows, in place: P <- exp(S - lse) (0
  * where masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row). */
 OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, const float *lrow, const float *Dr, int i0,
-                           int nq, int nk, int Tq, int Tk, int causal, float scale),
-             (P, dP, lrow, Dr, i0, nq, nk, Tq, Tk, causal, scale)) {
+                           int nq, int klo, int nk, int Tq, int Tk, int causal, int window,
+                           float scale),
+             (P, dP, lrow, Dr, i0, nq, klo, nk, Tq, Tk, causal, window, scale)) {
     for (int r = 0; r < nq; r++) {
         float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
-        const int nv = att_visible(i0 + r, Tq, Tk, causal);
+        int lo, hi;
+        ops_att_range(i0 + r, Tq, Tk, causal, window, &lo, &hi);
+        lo -= klo, hi -= klo;
+        if (hi < lo) hi = lo;
         const float L = lrow[r], Di = Dr[r];
 #pragma omp simd
-        for (int j = 0; j < nv; j++) {
+        for (int j = lo; j < hi; j++) {
             p[j] = ops_expf(p[j] - L);
             ds[j] = p[j] * (ds[j] - Di) * scale;
         }
-        for (int j = nv; j < nk; j++) p[j] = ds[j] = 0.0f;
+        for (int j = 0; j < lo; j++) p[j] = ds[j] = 0.0f;
+        for (int j = hi; j < nk; j++) p[j] = ds[j] = 0.0f;
     }
 }
 
@@ -331,14 +353,16 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
                                        const float *out, const float *lse, const float *q,
                                        const float *k, const float *v, att_bwd_scratch *w,
                                        int b, int kh, int Tq, int Tk, int H, int Hkv, int hd,
-                                       int causal) {
+                                       int causal, int window) {
     const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group);
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t ko = (size_t)b * Tk * ldk + (size_t)kh * hd;
     for (int i0 = 0; i0 < Tq; i0 += np) {
         const int n = Tq - i0 < np ? Tq - i0 : np, rows = group * n;
-        const int nk = att_visible(i0 + n - 1, Tq, Tk, causal);
+        int klo, khi;
+        att_block_keys(i0, n, Tq, Tk, causal, window, &klo, &khi);
+        const int nk = khi - klo;
         if (nk <= 0) continue;
+        const size_t ko = (size_t)b * Tk * ldk + (size_t)klo * ldk + (size_t)kh * hd;
         att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
         att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
         for (int j = 0; j < group; j++)
@@ -348,25 +372,26 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
             }
         att_scores(w->P, w->Qs, k + ko, ldk, rows, nk, hd, Tk, scale);
         /* dP = dO V^T */
-        model_gemm(GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
+        model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
         for (int j = 0; j < group; j++)
             att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
                            lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
-                           nk, Tq, Tk, causal, scale);
+                           klo, nk, Tq, Tk, causal, window, scale);
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K (through dO's copy, no longer needed) */
-        model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
-        model_gemm(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
+        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
+        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
         if (dq) {
-            model_gemm(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs,
+            model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs,
                        hd);
             att_scatter(dq, w->dOs, 1, b, kh, group, i0, n, Tq, H, hd);
         }
     }
 }
 
-void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                        const float *lse, const float *q, const float *k, const float *v, int B,
-                        int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+void attention_window_backward(float *dq, float *dk, float *dv, const float *dout,
+                               const float *out, const float *lse, const float *q, const float *k,
+                               const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
+                               int causal, int window) {
     const int group = H / Hkv, np = att_block_positions(group);
     const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
 #pragma omp parallel
@@ -381,10 +406,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
             for (int kh = 0; kh < Hkv; kh++) {
                 if (ok)
                     att_group_backward_blocked(dq, dk, dv, dout, out, lse, q, k, v, &w, b, kh, Tq,
-                                               Tk, H, Hkv, hd, causal);
+                                               Tk, H, Hkv, hd, causal, window);
                 else   /* no scratch: the key-block kernel, which needs none */
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H,
-                                       Hkv, hd, causal);
+                                       Hkv, hd, causal, window);
             }
         free(w.P);
         free(w.dP);
@@ -392,4 +417,15 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         free(w.dOs);
         free(w.D);
     }
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    attention_window_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
+}
+
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                        const float *lse, const float *q, const float *k, const float *v, int B,
+                        int Tq, int Tk, int H, int Hkv, int hd, int causal) {
+    attention_window_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
 }

@@ -9,7 +9,7 @@
 
 /* Output columns per parallel task of linear_rows (a task reads its 64 weight rows once per
  * pair of input rows). */
-#define ROWS_COLS_PER_TASK 64
+#define ROWS_COLS_PER_TASK 48
 
 /* Eight lanes as one value: GCC's vector extension keeps each accumulator in a register
  * (one AVX register, or two SSE ones at x86-64-v2; the lanes compute the same either way).
@@ -22,53 +22,94 @@ static inline __attribute__((always_inline)) v8f ld8(const float *p) {
     memcpy(&v, p, sizeof v);
     return v;
 }
-/* ops_dot8's combination of the lanes, then its tail. */
-static inline __attribute__((always_inline)) float finish8(v8f l, const float *w, const float *x,
-                                                          int i, int in) {
-    float s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-    for (; i < in; i++) s += w[i] * x[i];
-    return s;
+/* Lanes of a and b added in pairs, as vhaddps does: (a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7,
+ * b4+b5, b6+b7). */
+typedef int v8i __attribute__((vector_size(32)));
+static inline __attribute__((always_inline)) v8f hadd8(v8f a, v8f b) {
+    const v8i even = {0, 2, 8, 10, 4, 6, 12, 14}, odd = {1, 3, 9, 11, 5, 7, 13, 15};
+    return __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
 }
 
-/* 4 weight rows x R input rows (R = 2, or 1 for the last odd row): each of the dot products
- * keeps ops_dot8's 8 lanes (lane j: elements j, j + 8, ... in order) and combines them the
- * same way, so every element equals ops_dot8(w_o, x_n) bit for bit; 4 R independent
- * accumulators keep the FMA units busy, and the weights are read once per R input rows. */
+/* The lanes of four accumulators combined at once, each as ops_dot8 combines its own:
+ * hadd8(hadd8(a0, a1), hadd8(a2, a3)) holds (l0+l1)+(l2+l3) of a0..a3 in lanes 0..3 and
+ * (l4+l5)+(l6+l7) in lanes 4..7, so y[k] = lane k + lane k+4 is ops_dot8's sum of a_k's lanes,
+ * bit for bit, for a tenth of the instructions of four finish8; then each one's tail. */
+static inline __attribute__((always_inline)) void finish4(float *y, v8f a0, v8f a1, v8f a2, v8f a3,
+                                                         const float *w, size_t ldw, const float *x,
+                                                         int i, int in) {
+    const v8f h = hadd8(hadd8(a0, a1), hadd8(a2, a3));
+    for (int k = 0; k < 4; k++) {
+        float s = h[k] + h[k + 4]; /* (a lane of a3 that is a copy of a0 costs nothing) */
+        for (int t = i; t < in; t++) s += w[k * ldw + t] * x[t];
+        y[k] = s;
+    }
+}
+
+/* The tiles: 3 weight rows x 3 input rows (9 independent accumulators, and the 6 vectors they
+ * read, fill 15 of AVX2's 16 registers: each weight vector is loaded once per 3 input rows and
+ * each input vector once per 3 weight rows), and for the 1 or 2 input rows left over, 4 weight
+ * rows x 1 or 2 (4 or 8 accumulators, so that a single row, a batch of one, still keeps 4
+ * chains of FMAs in flight). Every dot product keeps ops_dot8's 8 lanes (lane j: elements j,
+ * j + 8, ... in order) and combines them the same way (finish4), so every element equals
+ * ops_dot8(w_o, x_n) bit for bit whichever tile computed it. */
+static inline __attribute__((always_inline)) void tile3x3(float *y, const float *w, const float *x,
+                                                         int n, int o, int in, int in8, int out) {
+    const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in;
+    const float *x0 = x + (size_t)n * in, *x1 = x0 + in, *x2 = x1 + in;
+    v8f a0 = {0}, a1 = {0}, a2 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, c0 = {0}, c1 = {0}, c2 = {0};
+    for (int i = 0; i < in8; i += 8) {
+        const v8f k0 = ld8(w0 + i), k1 = ld8(w1 + i), k2 = ld8(w2 + i);
+        const v8f u0 = ld8(x0 + i), u1 = ld8(x1 + i), u2 = ld8(x2 + i);
+        a0 += k0 * u0; a1 += k1 * u0; a2 += k2 * u0;
+        b0 += k0 * u1; b1 += k1 * u1; b2 += k2 * u1;
+        c0 += k0 * u2; c1 += k1 * u2; c2 += k2 * u2;
+    }
+    float t[4];
+    finish4(t, a0, a1, a2, a0, w0, in, x0, in8, in);
+    memcpy(y + (size_t)n * out + o, t, 3 * sizeof(float));
+    finish4(t, b0, b1, b2, b0, w0, in, x1, in8, in);
+    memcpy(y + (size_t)(n + 1) * out + o, t, 3 * sizeof(float));
+    finish4(t, c0, c1, c2, c0, w0, in, x2, in8, in);
+    memcpy(y + (size_t)(n + 2) * out + o, t, 3 * sizeof(float));
+}
+
+static inline __attribute__((always_inline)) void tile4xR(float *y, const float *w, const float *x,
+                                                         int n, int R, int o, int in, int in8, int out) {
+    const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+    const float *x0 = x + (size_t)n * in, *x1 = x0 + (R > 1 ? in : 0);
+    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+    if (R > 1) {
+        for (int i = 0; i < in8; i += 8) {
+            const v8f u0 = ld8(x0 + i), u1 = ld8(x1 + i);
+            const v8f c0 = ld8(w0 + i), c1 = ld8(w1 + i), c2 = ld8(w2 + i), c3 = ld8(w3 + i);
+            a0 += c0 * u0; a1 += c1 * u0; a2 += c2 * u0; a3 += c3 * u0;
+            b0 += c0 * u1; b1 += c1 * u1; b2 += c2 * u1; b3 += c3 * u1;
+        }
+        finish4(y + (size_t)(n + 1) * out + o, b0, b1, b2, b3, w0, in, x1, in8, in);
+    } else {
+        for (int i = 0; i < in8; i += 8) {
+            const v8f u0 = ld8(x0 + i);
+            a0 += ld8(w0 + i) * u0; a1 += ld8(w1 + i) * u0;
+            a2 += ld8(w2 + i) * u0; a3 += ld8(w3 + i) * u0;
+        }
+    }
+    finish4(y + (size_t)n * out + o, a0, a1, a2, a3, w0, in, x0, in8, in);
+}
+
+/* Output columns o0..o1 of rows n0..n1, in blocks of 12 weight rows (four 3x3 tiles or three
+ * 4xR tiles each) read from cache by every row of the batch. */
 OPS_VARIANTS(void, rows_tile, (float *y, const float *w, const float *x, int n0, int n1, int o0,
                                int o1, int in, int out),
              (y, w, x, n0, n1, o0, o1, in, out)) {
-    const int in8 = in / 8 * 8;
+    const int in8 = in / 8 * 8, n3 = n0 + (n1 - n0) / 3 * 3;
     int o = o0;
-    for (; o + 4 <= o1; o += 4) {
-        const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
-        int n = n0;
-        for (; n + 2 <= n1; n += 2) {
-            const float *x0 = x + (size_t)n * in, *x1 = x0 + in;
-            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
-            for (int i = 0; i < in8; i += 8) {
-                const v8f u0 = ld8(x0 + i), u1 = ld8(x1 + i);
-                const v8f c0 = ld8(w0 + i), c1 = ld8(w1 + i), c2 = ld8(w2 + i), c3 = ld8(w3 + i);
-                a0 += c0 * u0; a1 += c1 * u0; a2 += c2 * u0; a3 += c3 * u0;
-                b0 += c0 * u1; b1 += c1 * u1; b2 += c2 * u1; b3 += c3 * u1;
-            }
-            float *y0 = y + (size_t)n * out + o, *y1 = y0 + out;
-            y0[0] = finish8(a0, w0, x0, in8, in); y0[1] = finish8(a1, w1, x0, in8, in);
-            y0[2] = finish8(a2, w2, x0, in8, in); y0[3] = finish8(a3, w3, x0, in8, in);
-            y1[0] = finish8(b0, w0, x1, in8, in); y1[1] = finish8(b1, w1, x1, in8, in);
-            y1[2] = finish8(b2, w2, x1, in8, in); y1[3] = finish8(b3, w3, x1, in8, in);
-        }
-        for (; n < n1; n++) {
-            const float *x0 = x + (size_t)n * in;
-            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int i = 0; i < in8; i += 8) {
-                const v8f u0 = ld8(x0 + i);
-                a0 += ld8(w0 + i) * u0; a1 += ld8(w1 + i) * u0;
-                a2 += ld8(w2 + i) * u0; a3 += ld8(w3 + i) * u0;
-            }
-            float *y0 = y + (size_t)n * out + o;
-            y0[0] = finish8(a0, w0, x0, in8, in); y0[1] = finish8(a1, w1, x0, in8, in);
-            y0[2] = finish8(a2, w2, x0, in8, in); y0[3] = finish8(a3, w3, x0, in8, in);
-        }
+    for (; o + 12 <= o1; o += 12) {
+        for (int n = n0; n < n3; n += 3)
+            for (int k = 0; k < 12; k += 3) tile3x3(y, w, x, n, o + k, in, in8, out);
+        if (n3 + 2 == n1)
+            for (int k = 0; k < 12; k += 4) tile4xR(y, w, x, n3, 2, o + k, in, in8, out);
+        else if (n3 + 1 == n1)
+            for (int k = 0; k < 12; k += 4) tile4xR(y, w, x, n3, 1, o + k, in, in8, out);
     }
     for (; o < o1; o++)
         for (int n = n0; n < n1; n++) y[(size_t)n * out + o] = ops_dot8(w + (size_t)o * in, x + (size_t)n * in, in);
@@ -109,12 +150,38 @@ void rope_rows(float *out, const float *x, const float *cos_t, const float *sin_
         }
 }
 
-/* One query row of one head over len keys of its cache rows, online softmax. */
+/* One query row of one head over len keys of its cache rows, online softmax. The output row
+ * is kept in registers (8 lanes a vector, up to 256 dimensions): element by element the same
+ * operations as a loop over o[d] in memory, which the compiler left scalar (o may alias the
+ * cache), so the bits are the same and a decode step of 32 rows spends a third of the time it
+ * did here. */
+#define ATT_MAX_VEC 32
 OPS_VARIANTS(void, rows_att_head, (float *o, const float *q, const float *kc, const float *vc,
                                    int len, int ldk, int hd),
              (o, q, kc, vc, len, ldk, hd)) {
     const float scale = 1.0f / sqrtf((float)hd);
     float m = -INFINITY, l = 0.0f;
+    if (hd % 8 == 0 && hd / 8 <= ATT_MAX_VEC) {
+        const int nv = hd / 8;
+        v8f acc[ATT_MAX_VEC];
+        for (int i = 0; i < nv; i++) acc[i] = (v8f){0};
+        for (int j = 0; j < len; j++) {
+            const float *kj = kc + (size_t)j * ldk, *vj = vc + (size_t)j * ldk;
+            const float s = ops_dot8(q, kj, hd) * scale;
+            const float f = ops_online_softmax_rescale(&m, &l, s);
+            if (f != 1.0f)
+                for (int i = 0; i < nv; i++) acc[i] *= f;
+            const float p = ops_expf(s - m);
+            l += p;
+            for (int i = 0; i < nv; i++) acc[i] += p * ld8(vj + 8 * i);
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int i = 0; i < nv; i++) {
+            const v8f r = acc[i] * inv;
+            memcpy(o + 8 * i, &r, sizeof r);
+        }
+        return;
+    }
     for (int d = 0; d < hd; d++) o[d] = 0.0f;
     for (int j = 0; j < len; j++) {
         const float *kj = kc + (size_t)j * ldk, *vj = vc + (size_t)j * ldk;

@@ -3,6 +3,8 @@
 #include "model/gemm.h"
 #include "model/ops_clones.h"
 
+precision_t ops_product_precision = PRECISION_FP32;
+
 /* Up to this many rows (a decode step's) a Linear forward is done by the loop below instead
  * of through model_gemm: OpenBLAS's sgemm packs the whole weight matrix into a buffer on every call,
  * whatever n is (for a decode row that copy was 67% of the time, perf on config S), and its
@@ -71,18 +73,19 @@ OPS_VARIANTS(void, linear_matvec, (float *restrict y, const float *restrict w,
 
 
 void linear_forward(float *y, const float *x, const float *w, int N, int in, int out) {
-    if (N <= LINEAR_GEMV_ROWS) { linear_matvec(y, w, x, N, out, in); return; }
-    model_gemm(GEMM_T, GEMM_N, out, N, in, 1.0f, w, in, x, in, 0.0f, y, out);
+    /* (the loop is fp32: a bf16 run's few-row products go through the product too) */
+    if (N <= LINEAR_GEMV_ROWS && ops_product_precision == PRECISION_FP32) { linear_matvec(y, w, x, N, out, in); return; }
+    model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, out, N, in, 1.0f, w, in, x, in, 0.0f, y, out);
 }
 
 void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int N,
                      int in, int out) {
-    if (dx) model_gemm(GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
-    if (dw) model_gemm(GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
+    if (dx) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
+    if (dw) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
 }
 
 void linear_backward_set(float *dx, float *dw, const float *dy, const float *x, const float *w,
                          int N, int in, int out) {
-    if (dx) model_gemm(GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 0.0f, dx, in);
-    if (dw) model_gemm(GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
+    if (dx) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 0.0f, dx, in);
+    if (dw) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
 }

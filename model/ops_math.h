@@ -7,6 +7,9 @@
 #define MODEL_OPS_MATH_H
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "common/rng.h"
 
 #ifdef __CUDACC__
 #define OPS_FN static inline __host__ __device__
@@ -125,6 +128,18 @@ OPS_FN float ops_online_softmax_rescale(float *m, float *l, float new_max) {
     return f;
 }
 
+/* ---- Which keys a query row sees -----------------------------------------------------
+ * Queries are the LAST Tq positions of the Tk keys: row i sits at position p = i + (Tk - Tq).
+ * Non-causal: every key. Causal: keys j <= p. Causal with a sliding window W > 0 (seed 003's
+ * short context): only the W newest of those, p - W < j <= p. The row sees [*lo, *hi) (empty
+ * when *lo >= *hi); a window without causal is ignored. */
+OPS_FN void ops_att_range(int i, int Tq, int Tk, int causal, int window, int *lo, int *hi) {
+    if (!causal) { *lo = 0; *hi = Tk; return; }
+    int p = i + (Tk - Tq), h = p + 1, l = window > 0 ? p - window + 1 : 0;
+    *hi = h < 0 ? 0 : (h > Tk ? Tk : h);
+    *lo = l < 0 ? 0 : l;
+}
+
 /* ---- Cross-entropy of one row of logits -------------------------------------------------
  * Returns log-sum-exp of the row; the loss of target t is lse - z[t]. */
 OPS_FN float ops_logsumexp_row(const float *z, int v) {
@@ -206,6 +221,30 @@ OPS_FN void ops_binmap_backward_row(float *dlogits, float *c, const float *p, in
         dlogits[h] += (float)(sh - p[h] * s);
     }
 }
+/* ---- the LTM's Gaussian latents (seed 003 eq. 5), one element ----
+ * q(z) = N(mu, sigma^2) with sigma = exp(ls); z = mu + sigma eps (reparameterised). Its KL to
+ * N(0, 1): 0.5 (mu^2 + sigma^2 - 1) - ls, in double (summed per sequence). */
+OPS_FN double ops_latent_kl(float mu, float ls) {
+    const double m = mu, l = ls;
+    return 0.5 * (m * m + exp(2.0 * l) - 1.0) - l;
+}
+/* The gradients of (the decoder's loss with dz = dL/dz) + kl_scale * KL w.r.t. mu and ls:
+ * dmu = dz + kl_scale mu, dls = dz eps sigma + kl_scale (sigma^2 - 1). */
+OPS_FN void ops_latent_grad(float *dmu, float *dls, float dz, float mu, float ls, float eps,
+                            float kl_scale) {
+    const float sig = expf(ls);
+    *dmu = dz + kl_scale * mu;
+    *dls = dz * eps * sig + kl_scale * (sig * sig - 1.0f);
+}
+/* A standard normal from the counter draws 2i and 2i + 1 of a stream (Box-Muller in double,
+ * the cosine branch): a function of (key, i) alone, so every device draws the same number. */
+OPS_FN float ops_counter_normal(uint64_t key, uint64_t i) {
+    double u1 = (double)(rng_counter_u64(key, 2 * i) >> 11) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(rng_counter_u64(key, 2 * i + 1) >> 11) * (1.0 / 9007199254740992.0);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
 /* ---- a dot product whose association is fixed by n alone ----
  * 8 lane sums (lane j takes elements j, j + 8, ...) combined as
  * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the n % 8 tail in order. Whatever
@@ -221,4 +260,62 @@ OPS_FN float ops_dot8(const float *a, const float *b, int n) {
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
+/* ---- the fused q|k|v product's row (Dq + 2 Dkv floats) split into q, k rotated at the
+ * position whose cos/sin rows are cs/sn, and v copied; a NULL destination is skipped. The
+ * backward joins dq, dk rotated back and dv into the fused row (overwritten). ---- */
+OPS_FN void ops_qkv_split_row(float *q, float *k, float *v, const float *row, const float *cs,
+                              const float *sn, int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd;
+    if (q)
+        for (int h = 0; h < H; h++) ops_rope_rotate(q + h * hd, row + h * hd, cs, sn, hd, 1.0f);
+    if (k)
+        for (int h = 0; h < Hkv; h++) ops_rope_rotate(k + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f);
+    if (v)
+        for (int i = 0; i < Dkv; i++) v[i] = row[Dq + Dkv + i];
+}
+OPS_FN void ops_qkv_join_row(float *row, const float *dq, const float *dk, const float *dv,
+                             const float *cs, const float *sn, int H, int Hkv, int hd) {
+    const int Dq = H * hd, Dkv = Hkv * hd;
+    for (int h = 0; h < H; h++) ops_rope_rotate(row + h * hd, dq + h * hd, cs, sn, hd, -1.0f);
+    for (int h = 0; h < Hkv; h++) ops_rope_rotate(row + Dq + h * hd, dk + h * hd, cs, sn, hd, -1.0f);
+    for (int i = 0; i < Dkv; i++) row[Dq + Dkv + i] = dv[i];
+}
+
+/* ---- bf16: the rounding of precision bf16 (model/precision.h) ---------------------------
+ * bf16 is the top half of an fp32: sign, the same 8-bit exponent, 7 stored mantissa bits
+ * (8 significant). Rounding to nearest, ties to even, is done on the bit pattern: add
+ * 0x7fff plus the lowest kept bit, then cut the low 16 bits. The pattern is monotonic in the
+ * value, so this is exact for normal and subnormal numbers alike, carries into the exponent
+ * when the mantissa overflows, and turns values at or beyond max finite + half an ulp
+ * (0x7f7f8000 and up) into infinity. Infinity stays infinity (its low half is 0). A NaN would
+ * lose its payload (and could become infinity) by that addition, so it only gets its quiet bit
+ * set: NaN stays NaN, sign kept. The same text runs on the CPU and in CUDA kernels; it
+ * agrees with PyTorch's float -> bfloat16 conversion for every non-NaN input. */
+OPS_FN uint32_t ops_f32_bits(float x) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    union { float f; uint32_t u; } v;
+    v.f = x;
+    return v.u;
+#endif
+}
+OPS_FN float ops_f32_from_bits(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    union { uint32_t u; float f; } v;
+    v.u = u;
+    return v.f;
+#endif
+}
+OPS_FN uint16_t ops_bf16_from_float(float x) {
+    const uint32_t u = ops_f32_bits(x);
+    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u)
+                                                       : u + 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(r >> 16);
+}
+OPS_FN float ops_bf16_to_float(uint16_t h) { return ops_f32_from_bits((uint32_t)h << 16); }
+/* x rounded to the nearest bf16, as an fp32 (the low 16 bits zero). */
+OPS_FN float ops_bf16_round(float x) { return ops_bf16_to_float(ops_bf16_from_float(x)); }
 #endif

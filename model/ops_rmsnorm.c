@@ -54,7 +54,7 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
         }
         /* no barrier needed between the two: dw reads only dout, x and rstd */
 #pragma omp for schedule(static)
-        for (int c = 0; c < nch; c++)
+        for (int c = 0; c < (dw ? nch : 0); c++)
             rms_dw_cols(dw, dout, x, rstd, N, D, c * CH, c * CH + CH < D ? c * CH + CH : D);
     }
 }

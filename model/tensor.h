@@ -26,6 +26,18 @@ static inline int64_t tensor_numel(const tensor_view_t *t) {
     return n;
 }
 
+/* A view of data named name, shape (d0) or (d0, d1) (ndim 1 or 2), device unset. */
+static inline void tensor_view_set(tensor_view_t *v, const char *name, float *data, int ndim,
+                                   int64_t d0, int64_t d1) {
+    *v = (tensor_view_t){.ndim = ndim, .shape = {d0, d1}, .data = data};
+    for (int i = 0; name[i] && i < TENSOR_NAME_LEN - 1; i++) v->name[i] = name[i];
+}
+/* Copies up to cap of n views into views (NULL: none) and returns n: a model's view getter. */
+static inline int tensor_views_copy(const tensor_view_t *src, int n, tensor_view_t *views, int cap) {
+    for (int i = 0; views && i < n && i < cap; i++) views[i] = src[i];
+    return n;
+}
+
 /* Host copies of a view's elements (tensor_numel floats), whatever device holds them: the
  * checkpoint writer and reader cross to the host here (device.c). */
 void tensor_view_download(const tensor_view_t *t, float *dst_host);

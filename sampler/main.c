@@ -1,4 +1,4 @@
-/* bin/sampler: generates text from a checkpoint (baseline or Free Transformer).
+/* bin/sampler: generates text from a checkpoint (baseline, Free Transformer or LTM).
  * Parses flags, opens the vocabulary and the checkpoint, calls sampler_generate (sampler.h),
  * prints one sample per line (or JSON lines). Every failure is one line "sampler: ..." on
  * stderr: exit 2 for usage errors, 1 for everything else. */
@@ -16,6 +16,7 @@
 #include "common/errmsg.h"
 #include "common/flags.h"
 #include "model/checkpoint.h"
+#include "model/family.h"
 #include "sampler/sampler.h"
 #include "sampler/serve.h"
 #include "sampler/text.h"
@@ -26,9 +27,10 @@
 
 typedef struct {
     const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub;
-    const char *device;
-    int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet;
-    int max_prompt, max_new_limit, timeout_ms;
+    const char *device, *precision, *model, *z_from;
+    int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet, inner_steps;
+    float fast_lr;
+    int max_prompt, max_new_limit, timeout_ms, max_batch, max_queue, deadline_ms, stream;
     float temperature, top_p;
     long long seed;
 } opts_t;
@@ -45,9 +47,19 @@ static void usage(FILE *f, const flag_t *fl, int n) {
             "Free Transformer checkpoints: the prompt's latents come from the encoder, every new\n"
             "position's from the prior (uniform over 2^H); --latent shared gives each group of\n"
             "--group samples one draw of those (the paper's Figure 4).\n"
+            "Latent-thought LM checkpoints (seed 003): each sample's latent thought vectors z are\n"
+            "inferred from the prompt by --inner-steps fast steps (--z-from prompt), or drawn from\n"
+            "the prior N(0, I) (--z-from prior: unconditional); the tokens then decode with the KV\n"
+            "cache and the model's sliding window.\n"
+            "Masked mixer checkpoints (--model mixer) generate through a cache of their mixing\n"
+            "sums; autoencoders and memory models (they predict the chunk they encoded) are refused.\n"
             "Service: --serve ENDPOINT answers gen_req messages (docs/PROTOCOL.md) with the\n"
-            "checkpoint, reloading when the bus announces a newer one of --follow RUN;\n"
-            "--connect ENDPOINT asks such a server for --n samples instead of loading a model.\n"
+            "checkpoint, decoding up to --max-batch requests together (a request joins the batch\n"
+            "at the next step, a finished one leaves at once; --max-queue more wait, beyond that\n"
+            "the answer is error -6 busy), reloading when the bus announces a newer one of\n"
+            "--follow RUN (running requests finish on the model they started with).\n"
+            "--connect ENDPOINT asks such a server for --n samples instead of loading a model\n"
+            "(--deadline-ms, --stream; Ctrl-C cancels the requests on the server).\n"
             "\noptions:\n");
     flags_usage(f, fl, n);
 }
@@ -91,7 +103,22 @@ static void print_json(int i, const uint32_t *ids, int n, const char *text, size
     json_decref(j);
 }
 
-/* --connect: one gen_req per sample (index i), printed like local samples. */
+/* --stream: what a part adds to the text printed so far. */
+typedef struct {
+    size_t shown;
+} stream_t;
+static void print_part(void *ctx, const msg_gen_part_t *p) {
+    stream_t *st = ctx;
+    size_t n = p->text ? strlen(p->text) : 0;
+    if (n > st->shown) {
+        fwrite(p->text + st->shown, 1, n - st->shown, stdout);
+        fflush(stdout);
+        st->shown = n;
+    }
+}
+
+/* --connect: one gen_req per sample (index i), sent together so the server batches them,
+ * printed like local samples. */
 static int run_client(const opts_t *o) {
     char err[1024];
     size_t plen = 0;
@@ -103,12 +130,18 @@ static int run_client(const opts_t *o) {
         free(ptext);
         return fail(1, "--connect: the prompt is not valid UTF-8 (gen_req carries text)", NULL);
     }
-    int status = 0;
-    for (int i = 0; i < o->n && !status; i++) {
-        wire_msg_t req = {.type = MSG_GEN_REQ}, rep;
-        msg_gen_req_t *r = &req.u.gen_req;
+    wire_msg_t *req = calloc(o->n, sizeof *req), *rep = calloc(o->n, sizeof *rep);
+    if (!req || !rep) {
+        free(req);
+        free(rep);
+        free(ptext);
+        return fail(1, "out of memory", NULL);
+    }
+    for (int i = 0; i < o->n; i++) {
+        req[i].type = MSG_GEN_REQ;
+        msg_gen_req_t *r = &req[i].u.gen_req;
         r->req_id = (uint64_t)i + 1;
-        r->prompt = (char *)(o->prompt ? o->prompt : ptext);
+        r->prompt = (char *)prompt;
         r->max_new = (uint32_t)o->max_new;
         r->temperature = o->temperature;
         r->top_k = (uint32_t)o->top_k;
@@ -118,41 +151,55 @@ static int run_client(const opts_t *o) {
         r->index = (uint32_t)i;
         r->group = (uint32_t)o->group;
         r->flags = (o->stop_at_eot ? 1u : 0u) | (o->eot_prefix ? 2u : 0u);
-        if (sampler_client_request(o->connect, &req, &rep, o->timeout_ms, err, sizeof err)) {
+        r->deadline_ms = (uint32_t)o->deadline_ms;
+        r->stream = (uint8_t)o->stream;
+    }
+    stream_t st = {0};
+    int status = 0;
+    if (sampler_client_request(o->connect, req, o->n, rep, o->timeout_ms, o->stream ? print_part : NULL,
+                               &st, err, sizeof err))
+        status = fail(bus_signal_received() ? 130 : 1, err, NULL);
+    for (int i = 0; i < o->n && !status; i++) {
+        const msg_gen_req_t *r = &req[i].u.gen_req;
+        if (rep[i].type == MSG_ERROR) {
+            snprintf(err, sizeof err, "%s answered error %d: %s", o->connect, rep[i].u.error.code,
+                     rep[i].u.error.message ? rep[i].u.error.message : "");
             status = fail(1, err, NULL);
-            break;
-        }
-        if (rep.type == MSG_ERROR) {
-            snprintf(err, sizeof err, "%s answered error %d: %s", o->connect, rep.u.error.code,
-                     rep.u.error.message ? rep.u.error.message : "");
-            status = fail(1, err, NULL);
-        } else if (rep.type != MSG_GEN || rep.u.gen.req_id != r->req_id) {
+        } else if (rep[i].type != MSG_GEN || rep[i].u.gen.req_id != r->req_id) {
             snprintf(err, sizeof err, "%s answered a %s message (want gen %llu)", o->connect,
-                     wire_type_name(rep.type), (unsigned long long)r->req_id);
+                     wire_type_name(rep[i].type), (unsigned long long)r->req_id);
             status = fail(1, err, NULL);
         } else if (o->json) {
-            json_t *j = json_pack("{s:i,s:s?,s:i,s:s?,s:s?,s:I}", "i", i, "text", rep.u.gen.text,
-                                  "n_tokens", (int)rep.u.gen.n_tokens, "stop", rep.u.gen.stop,
-                                  "ckpt", rep.u.gen.ckpt, "step", (json_int_t)rep.u.gen.step);
+            json_t *j = json_pack("{s:i,s:s?,s:i,s:s?,s:s?,s:I}", "i", i, "text", rep[i].u.gen.text,
+                                  "n_tokens", (int)rep[i].u.gen.n_tokens, "stop", rep[i].u.gen.stop,
+                                  "ckpt", rep[i].u.gen.ckpt, "step", (json_int_t)rep[i].u.gen.step);
             char *js = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
             if (js) puts(js);
             free(js);
             json_decref(j);
+        } else if (o->stream) {
+            /* the parts showed the text; the rest of it, then the end of the line */
+            const char *t = rep[i].u.gen.text ? rep[i].u.gen.text : "";
+            if (strlen(t) > st.shown) fputs(t + st.shown, stdout);
+            putchar('\n');
         } else {
-            const char *t = rep.u.gen.text ? rep.u.gen.text : "";
+            const char *t = rep[i].u.gen.text ? rep[i].u.gen.text : "";
             sampler_text_print_line(stdout, t, strlen(t));
         }
-        wire_msg_free(&rep);
     }
+    for (int i = 0; i < o->n; i++) wire_msg_free(&rep[i]);
+    free(req);
+    free(rep);
     free(ptext);
     if (!status && (fflush(stdout) != 0 || ferror(stdout))) status = fail(1, "writing to stdout failed", NULL);
     return status;
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.vocab = "bytes", .device = "cpu", .latent = "independent", .n = 1, .max_new = 64, .group = 1,
+    opts_t o = {.vocab = "bytes", .device = device_default_spec(), .precision = "fp32", .latent = "independent",
+                .z_from = "prompt", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
-                .max_new_limit = 1024, .timeout_ms = 60000};
+                .max_new_limit = 1024, .timeout_ms = 60000, .max_batch = 32, .max_queue = 256};
     bus_net_opts_t net = {0};
     flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"ckpt", FLAG_STR, &o.ckpt, "checkpoint directory", 0, 0, 0},
@@ -167,19 +214,28 @@ int main(int argc, char **argv) {
         {"seed", FLAG_I64, &o.seed, "random seed (tokens and latents)", 0, 0, 0},
         {"latent", FLAG_STR, &o.latent, "Free Transformer: independent or shared latents", 0, 0, 0},
         {"group", FLAG_INT, &o.group, "samples per shared-latent group", 1, 1 << 20, 0},
+        {"model", FLAG_STR, &o.model, "the family the checkpoint must hold: llama, free or ltm (default: whatever it holds)", 0, 0, 0},
+        {"z-from", FLAG_STR, &o.z_from, "LTM: prompt (z inferred from it) or prior (unconditional)", 0, 0, 0},
+        {"inner-steps", FLAG_INT, &o.inner_steps, "LTM: fast steps inferring z from the prompt (0: the checkpoint's)", 0, 100000, 0},
+        {"fast-lr", FLAG_FLOAT, &o.fast_lr, "LTM: their peak rate (0: the checkpoint's final one)", 0, 100, 0},
         {"stop-at-eot", FLAG_BOOL, &o.stop_at_eot, "end a sample at the end-of-text token", 0, 0, 0},
         {"eot-prefix", FLAG_BOOL, &o.eot_prefix, "put the end-of-text token before the prompt", 0, 0, 0},
         {"json", FLAG_BOOL, &o.json, "JSON lines with ids, text, stop reason (and latents)", 0, 0, 0},
         {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
-        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default cpu)", 0, 0, 0},
+        {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
+        {"precision", FLAG_STR, &o.precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
         {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
         {"bus-sub", FLAG_STR, &o.bus_sub, "bus subscriber endpoint (default $FT_BUS_SUB or " BUS_DEFAULT_SUB ")", 0, 0, 0},
         {"max-prompt", FLAG_INT, &o.max_prompt, "with --serve: prompt tokens accepted per request", 1, 1 << 24, 0},
         {"max-new-limit", FLAG_INT, &o.max_new_limit, "with --serve: largest max_new accepted", 1, 1 << 24, 0},
+        {"max-batch", FLAG_INT, &o.max_batch, "with --serve: requests decoded together (rows of the batch)", 1, 4096, 0},
+        {"max-queue", FLAG_INT, &o.max_queue, "with --serve: requests waiting for a row; beyond: error 'busy'", 0, 1 << 20, 0},
         {"connect", FLAG_STR, &o.connect, "ask a --serve sampler at this endpoint instead of loading a model", 0, 0, 0},
-        {"timeout-ms", FLAG_INT, &o.timeout_ms, "with --connect: wait this long for each reply", 1, 1 << 30, 0},
+        {"timeout-ms", FLAG_INT, &o.timeout_ms, "with --connect: give up after this long without a reply", 1, 1 << 30, 0},
+        {"deadline-ms", FLAG_INT, &o.deadline_ms, "with --connect: the server drops a request not done this long after it arrived (0: none)", 0, 1 << 30, 0},
+        {"stream", FLAG_BOOL, &o.stream, "with --connect: print the text as it is generated (one sample)", 0, 0, 0},
     };
     const int nbase = flags_count(fl, 40);
     const int nfl = nbase + bus_net_flags(fl + nbase, &net, BUS_PEER_REQUESTS);
@@ -192,9 +248,21 @@ int main(int argc, char **argv) {
     if (!o.connect && !o.ckpt == !o.run_dir)
         return fail(2, "give exactly one of --ckpt DIR and --run-dir DIR", NULL);
     if (o.follow && !o.serve) return fail(2, "--follow goes with --serve", NULL);
+    if (o.stream && (!o.connect || o.n != 1 || o.json))
+        return fail(2, "--stream goes with --connect, one sample (--n 1) and no --json", NULL);
     sampler_opts_t so = {.n = o.n, .max_new = o.max_new, .seed = (uint64_t)o.seed, .group = o.group,
                          .stop_at_eot = o.stop_at_eot,
-                         .sample = {o.temperature, o.top_k, o.top_p}};
+                         .sample = {o.temperature, o.top_k, o.top_p},
+                         .ltm_prior = !strcmp(o.z_from, "prior"), .inner_steps = o.inner_steps,
+                         .fast_lr = o.fast_lr};
+    if (strcmp(o.z_from, "prompt") && strcmp(o.z_from, "prior")) {
+        snprintf(err, sizeof err, "--z-from: '%s' is not prompt or prior", o.z_from);
+        return fail(2, err, NULL);
+    }
+    if (o.model && !family_find(o.model)) {
+        snprintf(err, sizeof err, "--model '%s' is not a model family (%s)", o.model, family_names());
+        return fail(2, err, NULL);
+    }
     if (!strcmp(o.latent, "independent")) so.latent = SAMPLER_LATENT_INDEPENDENT;
     else if (!strcmp(o.latent, "shared")) so.latent = SAMPLER_LATENT_SHARED;
     else {
@@ -208,7 +276,9 @@ int main(int argc, char **argv) {
 
     int status = 1;
     device_t *dev = NULL;
-    if (device_open(&dev, o.device, PRECISION_FP32, err, sizeof err)) return fail(2, err, NULL);
+    precision_t prec;
+    if (precision_parse(o.precision, &prec, err, sizeof err) || device_open(&dev, o.device, prec, err, sizeof err))
+        return fail(2, err, NULL);
     char dir[4096];
     bpe_vocab_t *v = NULL;
     sampler_model_t *sm = NULL;
@@ -217,11 +287,27 @@ int main(int argc, char **argv) {
     sampler_result_t res = {0};
     if (load_model(&o, dev, &sm, dir, sizeof dir, err, sizeof err)) { fail(1, err, NULL); goto out; }
     const model_config_t *c = sampler_model_config(sm);
-    if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
-        fail(2, "--latent applies to Free Transformer checkpoints; this one is a baseline", NULL);
+    const char *family = family_for_kind(c->kind) ? family_for_kind(c->kind)->name : "?";
+    if (o.model && strcmp(o.model, family)) {
+        snprintf(err, sizeof err, "--model %s but the checkpoint %.900s holds a %s model", o.model, dir, family);
+        fail(2, err, NULL);
         status = 2;
         goto out;
     }
+    if (c->kind != MODEL_FREE && flags_find(fl, nfl, "latent")->seen) {
+        snprintf(err, sizeof err, "--latent applies to Free Transformer checkpoints; this one is a %s model", family);
+        fail(2, err, NULL);
+        status = 2;
+        goto out;
+    }
+    static const char *ltm_only[] = {"z-from", "inner-steps", "fast-lr"};
+    for (int i = 0; i < 3; i++)
+        if (c->kind != MODEL_LTM && flags_find(fl, nfl, ltm_only[i])->seen) {
+            snprintf(err, sizeof err, "--%s applies to LTM checkpoints; this one is a %s model", ltm_only[i], family);
+            fail(2, err, NULL);
+            status = 2;
+            goto out;
+        }
     if (bpe_vocab_open(&v, o.vocab, err, sizeof err) < 0) { fail(1, "--vocab", err); goto out; }
     if (bpe_vocab_size(v) != (uint32_t)c->vocab_size) {
         snprintf(err, sizeof err, "vocabulary '%.200s' has %u tokens but the model of %.600s has vocab_size %d",
@@ -241,8 +327,10 @@ int main(int argc, char **argv) {
                                    .run_dir = run_dir,
                                    .bus_sub = bus_endpoint_sub(o.bus_sub), .vocab = v,
                                    .max_prompt = o.max_prompt, .max_new = o.max_new_limit,
-                                   .quiet = o.quiet};
-        if (sampler_serve(&sm, &sv, err, sizeof err)) { fail(1, err, NULL); goto out; }
+                                   .max_batch = o.max_batch, .max_queue = o.max_queue, .quiet = o.quiet};
+        sampler_model_t *served = sm;
+        sm = NULL; /* the service owns it (and the models it reloads) */
+        if (sampler_serve(served, &sv, err, sizeof err)) { fail(1, err, NULL); goto out; }
         status = 0;
         goto out;
     }

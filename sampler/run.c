@@ -1,14 +1,14 @@
-/* sampler/run.c: batched generation with the KV cache (see sampler.h for the seeding rules). */
+/* sampler/run.c: the command line's samples through the engine (sampler/engine.h; seeding
+ * rules in sampler.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "common/rng.h"
 #include "sampler/model_impl.h"
 
 /* Sequences generated together: enough to amortise a step's matrix loads over several rows,
- * small enough that the cache stays modest (samples beyond it run in further batches). */
+ * small enough that the cache stays modest (samples beyond it join as rows free up). */
 #define SAMPLER_MAX_BATCH 16
 
 static double now_s(void) {
@@ -25,6 +25,10 @@ int sampler_opts_check(const sampler_opts_t *o, char *err, size_t errlen) {
         snprintf(err, errlen, "latent mode %d is neither independent nor shared", (int)o->latent);
         return SAMPLER_EARG;
     }
+    if (o->inner_steps < 0 || !(o->fast_lr >= 0)) {
+        snprintf(err, errlen, "inner steps %d and fast rate %g must not be negative", o->inner_steps, o->fast_lr);
+        return SAMPLER_EARG;
+    }
     if (sample_opts_check(&o->sample, err, errlen)) return SAMPLER_EARG;
     return 0;
 }
@@ -38,20 +42,23 @@ void sampler_result_free(sampler_result_t *r) {
     memset(r, 0, sizeof(*r));
 }
 
-/* One chunk through the right generator. Free Transformer: z (B,T) given, or the encoder
- * with uniforms u (B,T,H) when z is NULL. */
-static int step(sampler_model_t *sm, const uint32_t *tok, int B, int T, const uint32_t *z,
-                const float *u, char *err, size_t errlen) {
-    int rc = sm->genf ? gen_free_step(sm->genf, tok, B, T, z, u, NULL, err, errlen)
-                      : gen_step(sm->gen, tok, B, T, NULL, err, errlen);
-    return rc ? SAMPLER_EMODEL : 0;
+/* The engine kept in sm for the command line, with at least B rows of T positions. */
+static int cli_engine(sampler_model_t *sm, int B, int T, char *err, size_t errlen) {
+    engine_t *e = sm->cli;
+    if (e && engine_max_batch(e) >= B && engine_max_pos(e) >= T) return 0;
+    if (e) {
+        if (engine_max_batch(e) > B) B = engine_max_batch(e);
+        if (engine_max_pos(e) > T) T = engine_max_pos(e);
+        engine_destroy(&sm->cli);
+    }
+    return engine_create(&sm->cli, sm, B, T, err, errlen);
 }
 
 int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const sampler_opts_t *o,
                      sampler_result_t *res, char *err, size_t errlen) {
     memset(res, 0, sizeof(*res));
     const model_config_t *c = &sm->cfg;
-    const int V = c->vocab_size, H = c->kind == MODEL_FREE ? c->latent_bits : 0;
+    const int H = c->kind == MODEL_FREE ? c->latent_bits : 0;
     int rc = sampler_opts_check(o, err, errlen);
     if (rc) return rc;
     if (!prompt || P < 1) {
@@ -59,9 +66,9 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
         return SAMPLER_EARG;
     }
     for (int i = 0; i < P; i++)
-        if (prompt[i] >= (uint32_t)V) {
+        if (prompt[i] >= (uint32_t)c->vocab_size) {
             snprintf(err, errlen, "prompt token %u at position %d is outside the model's vocabulary "
-                                  "of %d", prompt[i], i, V);
+                                  "of %d", prompt[i], i, c->vocab_size);
             return SAMPLER_EMISMATCH;
         }
     if ((long)P + o->max_new > c->max_seq) {
@@ -69,77 +76,58 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
                  o->max_new, c->max_seq);
         return SAMPLER_EMISMATCH;
     }
+    if (sm->mixer) return sampler_generate_mixer(sm, prompt, P, o, res, err, errlen);
     const int n = o->n, M = o->max_new, NB = n < SAMPLER_MAX_BATCH ? n : SAMPLER_MAX_BATCH;
     const int ZS = P + M;
-    if ((rc = sampler_model_prepare(sm, NB, P, P + M, err, errlen))) return rc;
-    sample_t *smp = NULL;
-    if (sample_create(&smp, V, err, errlen)) return SAMPLER_ENOMEM;
+    if ((rc = cli_engine(sm, NB, P + M, err, errlen))) return rc;
+    engine_t *e = sm->cli;
     res->n = n;
     res->max_new = M;
     res->ids = calloc((size_t)n * M, sizeof(uint32_t));
     res->len = calloc(n, sizeof(int));
     res->stopped = calloc(n, sizeof(int));
     if (H) { res->z = calloc((size_t)n * ZS, sizeof(uint32_t)); res->z_stride = ZS; }
-    rng_t *tr = malloc(sizeof(rng_t) * NB), *zr = malloc(sizeof(rng_t) * NB);
-    uint32_t *chunk = malloc(sizeof(uint32_t) * NB * P), *next = malloc(sizeof(uint32_t) * NB);
-    uint32_t *zt = malloc(sizeof(uint32_t) * NB);
-    float *u = H ? malloc(sizeof(float) * NB * P * H) : NULL;
-    if (!res->ids || !res->len || !res->stopped || (H && (!res->z || !u)) || !tr || !zr || !chunk ||
-        !next || !zt) {
+    int *sample_of = malloc(sizeof(int) * engine_max_batch(e)); /* row -> sample, -1: none */
+    if (!res->ids || !res->len || !res->stopped || (H && !res->z) || !sample_of) {
         snprintf(err, errlen, "out of memory for %d samples of %d tokens", n, M);
-        rc = SAMPLER_ENOMEM;
-        goto out;
+        free(sample_of);
+        sampler_result_free(res);
+        return SAMPLER_ENOMEM;
     }
-    const uint32_t K = H ? 1u << H : 0;
+    for (int r = 0; r < engine_max_batch(e); r++) sample_of[r] = -1;
+    /* samples join as rows free up: each one's text is what it would be alone (engine.h) */
     double t0 = now_s();
-    for (int i0 = 0; i0 < n && !rc; i0 += NB) {
-        const int B = n - i0 < NB ? n - i0 : NB;
-        for (int b = 0; b < B; b++) {
-            uint64_t i = (uint64_t)o->first + (uint64_t)(i0 + b);
-            rng_seed2(&tr[b], o->seed ^ SAMPLER_TOKEN_SALT, i);
-            uint64_t key = o->latent == SAMPLER_LATENT_SHARED ? (1ull << 32) + i / o->group : i;
-            rng_seed2(&zr[b], o->seed ^ SAMPLER_LATENT_SALT, key);
-            memcpy(chunk + (size_t)b * P, prompt, sizeof(uint32_t) * P);
-            for (int j = 0; u && j < P * H; j++) u[(size_t)b * P * H + j] = rng_f32(&zr[b]);
+    int next = 0, done = 0;
+    while (done < n && !rc) {
+        for (; next < n && engine_free_rows(e) > 0; next++) {
+            engine_req_t r = {.prompt = prompt, .P = P, .max_new = M, .sample = o->sample,
+                              .seed = o->seed, .index = (uint64_t)o->first + (uint64_t)next,
+                              .latent = o->latent, .group = o->group, .stop_at_eot = o->stop_at_eot,
+                              .ltm_prior = o->ltm_prior, .inner_steps = o->inner_steps,
+                              .fast_lr = o->fast_lr};
+            int row = engine_add(e, &r, err, errlen);
+            if (row < 0) { rc = row; break; }
+            sample_of[row] = next;
         }
-        // prefill: the whole prompt in one chunk (the Free Transformer's encoder reads it)
-        if (sm->genf) gen_free_reset(sm->genf); else gen_reset(sm->gen);
-        if ((rc = step(sm, chunk, B, P, NULL, u, err, errlen))) break;
-        if (H)
-            for (int b = 0; b < B; b++)
-                memcpy(res->z + (size_t)(i0 + b) * ZS, gen_free_z(sm->genf) + (size_t)b * P,
-                       sizeof(uint32_t) * P);
-        int done = 0;
-        for (int s = 0; s < M; s++) {
-            const float *lg = gen_logits(sm->genf ? gen_free_decoder(sm->genf) : sm->gen);
-            for (int b = 0; b < B; b++) {
-                const int i = i0 + b;
-                /* every sequence draws at every step, finished or not: its stream of draws
-                 * must not depend on when the others finish */
-                uint32_t id = sample_pick(smp, lg + (size_t)b * V, &o->sample, &tr[b]);
-                next[b] = id;
-                if (res->stopped[i] || res->len[i] == M) continue;
-                if (o->stop_at_eot && id == (uint32_t)c->eot_id) {
-                    res->stopped[i] = 1;
-                    done++;
-                } else {
-                    res->ids[(size_t)i * M + res->len[i]++] = id;
-                }
-            }
-            if (done == B || s == M - 1) break;
-            if (H)
-                for (int b = 0; b < B; b++) {
-                    zt[b] = (uint32_t)rng_below(&zr[b], K);  /* prior: uniform over 2^H */
-                    res->z[(size_t)(i0 + b) * ZS + P + s] = zt[b];
-                }
-            if ((rc = step(sm, next, B, 1, H ? zt : NULL, NULL, err, errlen))) break;
-            res->new_tokens += B;
+        if (rc || (rc = engine_step(e, err, errlen))) break;
+        for (int row = 0; row < engine_max_batch(e); row++) {
+            const engine_row_t *w = engine_row(e, row);
+            if (sample_of[row] < 0 || w->state != ENGINE_DONE) continue;
+            const int i = sample_of[row];
+            memcpy(res->ids + (size_t)i * M, w->ids, sizeof(uint32_t) * w->len);
+            res->len[i] = w->len;
+            res->stopped[i] = w->stopped;
+            if (H) memcpy(res->z + (size_t)i * ZS, w->z, sizeof(uint32_t) * w->n_z);
+            res->new_tokens += w->len;
+            engine_release(e, row);
+            sample_of[row] = -1;
+            done++;
         }
     }
     res->seconds = now_s() - t0;
-out:
-    sample_destroy(&smp);
-    free(tr); free(zr); free(chunk); free(next); free(zt); free(u);
+    for (int row = 0; row < engine_max_batch(e); row++)
+        if (sample_of[row] >= 0) engine_release(e, row);
+    free(sample_of);
     if (rc) sampler_result_free(res);
     return rc;
 }

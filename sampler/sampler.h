@@ -15,6 +15,14 @@
  * only (bits drawn with the uniforms above); every generated position t gets Z_t uniform over
  * the 2^H one-hot vectors, index uniform in [0, 2^H).
  *
+ * Latent-thought LM (seed 003 §2.3): each sample's z is drawn once, before its first token:
+ * conditional (default), from the posterior q(z | prompt) that inner_steps fast AdamW steps
+ * infer from the prompt's tokens (the prompt's own next-token targets), z = mu + sigma eps;
+ * unconditional (ltm_prior), z ~ N(0, I). A one-token prompt has no target to infer from: its
+ * z comes from the prior. Sample i's draws (the posterior's start, eps, or the prior) are the
+ * counter streams (rng_counter_key(seed ^ SAMPLER_LATENT_SALT, 3), i), and each sample infers
+ * on its own, so its z does not depend on the batch it is generated in.
+ *
  * Status: 0, or a negative SAMPLER_E* code with one line in err. */
 #ifndef SAMPLER_SAMPLER_H
 #define SAMPLER_SAMPLER_H
@@ -69,6 +77,10 @@ typedef struct {
     int group;              /* sequences per shared-latent group (>= 1) */
     int stop_at_eot;        /* a sample ends at the model's eot_id (not included) */
     uint32_t first;         /* index of the first sample (the service's one-sample requests) */
+    /* Latent-thought LM only (seed 003 §2.3) */
+    int ltm_prior;          /* 1: z from the prior N(0, I); 0: inferred from the prompt */
+    int inner_steps;        /* the inference's fast steps (0: the checkpoint's inner_steps) */
+    float fast_lr;          /* its peak rate (0: the checkpoint's fast_lr_end) */
 } sampler_opts_t;
 
 typedef struct {

@@ -6,13 +6,18 @@
 #   trainer <- batches from whichever loader is alive (one is killed halfway)
 #   bus tap -> the events as JSON lines
 #   sampler -> a Figure-4-style grid: 5 samples with independent Z, 2 groups of 5 sharing one Z
-# The Free Transformer trains at kappa = DEMO_KAPPA bits (default 1/8) for DEMO_STEPS steps.
+# The Free Transformer trains at kappa = DEMO_KAPPA bits (default 1) for DEMO_STEPS steps. At 1
+# bit the paper's Figure 4 shows the latent carrying the target's position and the noise, and
+# this small model learns that within the demo's minutes (shared-Z groups: position difference
+# 1.7 against 7.2 for independent Z, noise agreement 0.70 against 0.24, 2026-11-23); at 1/8 bit
+# it needs far longer runs (README, "Figure 4 of the paper") and the demo's groups would not
+# visibly agree.
 # Every step prints what it runs, so the commands can be copied into a shell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${DEMO_DIR:-runs/demo}
 STEPS=${DEMO_STEPS:-1500}
-KAPPA=${DEMO_KAPPA:-0.125}
+KAPPA=${DEMO_KAPPA:-1}
 rm -rf "$W"; mkdir -p "$W"
 export FT_BUS_PUB=ipc://$PWD/$W/bus.pub FT_BUS_SUB=ipc://$PWD/$W/bus.sub
 pids=()
@@ -68,6 +73,10 @@ for g in 1 2; do
     echo "one Z shared by the group ($g):"
     run bin/sampler --run-dir "$W/run" --prompt "$p" --n 5 --group 5 --max-new 64 --latent shared --seed $((g + 1)) --quiet | sed "s/^/  $p/"
 done
-echo "the Figure-4 measures on 20 groups (bin/evaluator --task synth):"
+echo "what to look for: within a shared-Z group the block of target letters starts at (nearly) the"
+echo "same place and many '!' fall at the same places; across independent Z they do not."
+echo "the Figure-4 measures on 20 groups (bin/evaluator --task synth): shared_pos_diff against"
+echo "independent_pos_diff (mean distance of the target's start), shared_noise_agree against"
+echo "independent_noise_agree (the share of '!' positions two sequences have in common):"
 run bin/evaluator --run demo --run-dir "$W/run" --task synth --limit 20 --vocab bytes --once --no-bus --quiet | jq -c .values
 say "done: everything above ran as separate processes; see README.md for each program"

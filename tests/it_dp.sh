@@ -131,6 +131,19 @@ ok "Free Transformer: 2 ranks match one process (max |dw| $d, tolerance 1e-4)" "
 sleep 0.5
 ok "Free Transformer: its metrics (the ranks' mean) reach the bus" "event metrics/f2 10 '(.values.kl | type) == \"number\"'"
 
+# 3b. the other families: the Latent-Thought LM (its posterior inferred per row, on the rank that
+# holds the row) and a causal masked mixer train under data parallelism and match one process
+LTM="--model ltm --latent-vectors 4 --inner-steps 2 --window 16 --d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --warmup 5 --lr 3e-3 --threads 1"
+MIX="--model mixer --d-model 32 --layers 2 --seq-len 32 --warmup 5 --lr 3e-3 --threads 1"
+for fam in ltm mix; do
+    [ $fam = ltm ] && F=$LTM || F=$MIX
+    one --run ${fam}1 --run-dir "$W/${fam}1" --steps 6 $F --batch 4 2>"$W/${fam}1.log"
+    dp 2 --run ${fam}2 --run-dir "$W/${fam}2" --steps 6 $F --batch 2 --dp-check-every 1 2>"$W/${fam}2.log"
+    ok "$fam under data parallelism (rc $?)" "grep -q 'done at step 6' $W/${fam}2.log && grep -q 'done at step 6' $W/${fam}1.log"
+    d=$(diff_of "$W/${fam}1/ckpt-00000006/model.safetensors" "$W/${fam}2/ckpt-00000006/model.safetensors")
+    ok "$fam: 2 ranks match one process (max |dw| $d, tolerance 1e-5)" "within $d 1e-5"
+done
+
 # 4. resume with another world size
 FT_TRAINER_FAULT_KILL_AFTER_CKPT=10 dp 2 --run r21 --run-dir "$W/r21" --steps 20 --ckpt-every 10 $MODEL --batch 2 --dp-lost-after 5 2>"$W/r21a.log"
 ok "2 ranks: rank 0 killed after its step-10 checkpoint, rank 1 says so" \

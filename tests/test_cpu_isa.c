@@ -19,11 +19,12 @@
 static const char *self;
 
 static void test_names(void) {
-    for (int l = CPU_ISA_V2; l <= CPU_ISA_V4; l++) {
+    for (int l = CPU_ISA_V2; l <= CPU_ISA_V4_BF16; l++) {
         CHECK(cpu_isa_parse(cpu_isa_name((cpu_isa_t)l)) == l, "level %d round trip", l);
-        char shortname[4] = {'v', (char)('0' + l), 0};
-        CHECK(cpu_isa_parse(shortname) == l, "%s", shortname);
+        CHECK(cpu_isa_parse(cpu_isa_name((cpu_isa_t)l) + 7) == l, "%s without the prefix",
+              cpu_isa_name((cpu_isa_t)l));
     }
+    CHECK(!strcmp(cpu_isa_name(CPU_ISA_V4_BF16), "x86-64-v4-bf16"), "the bf16 level's name");
     CHECK(cpu_isa_parse("x86-64-v5") == -1 && cpu_isa_parse("") == -1 && cpu_isa_parse(NULL) == -1,
           "unknown names are refused");
     CHECK(cpu_isa() >= CPU_ISA_V2 && cpu_isa() <= cpu_isa_best(), "level in force %d, best %d",
@@ -64,9 +65,10 @@ static void test_environment(void) {
     }
     CHECK(child_report("x86-64-v9", out, sizeof out) == 1 && strstr(out, "FT_CPU_ISA=x86-64-v9") &&
               strstr(out, "unknown"), "unknown value reported: '%s'", out);
-    if (cpu_isa_best() < CPU_ISA_V4) {
-        CHECK(child_report("x86-64-v4", out, sizeof out) == 1 && strstr(out, "supports at most"),
-              "unsupported level reported: '%s'", out);
+    for (int l = cpu_isa_best() + 1; l <= CPU_ISA_V4_BF16; l++) {
+        CHECK(child_report(cpu_isa_name((cpu_isa_t)l), out, sizeof out) == 1 &&
+                  strstr(out, "supports at most"),
+              "unsupported level %s reported: '%s'", cpu_isa_name((cpu_isa_t)l), out);
         snprintf(want, sizeof want, "(running %s)", cpu_isa_name(cpu_isa_best()));
         CHECK(strstr(out, want) != NULL, "and the kernels run the best level instead: '%s'", out);
     }

@@ -552,6 +552,23 @@ static const float *line_logits(eval_lm_t *lm, const uint32_t *tokens, const uin
     return s->buf;
 }
 
+/* Lines with noise: '!' at body position 2 on every row, and at 40 + b on the rows of the
+ * independent group (b < 5) only, so inside that group a pair shares 1 of 3 '!' positions and
+ * inside the shared group (b >= 5, all '!' at {2, 40}) all of them. */
+static const float *noisy_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B, int T,
+                                 char *err, size_t errlen) {
+    stub_t *s = lm->impl;
+    memset(s->buf, 0, sizeof(float) * (size_t)B * T * s->V);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int body = t + 1 - 2;
+            uint32_t c = body >= 10 && body < 18 ? tokens[(size_t)b * T] : '_';
+            if (body == 2 || body == (b < 5 ? 40 + b : 40)) c = '!';
+            s->buf[((size_t)b * T + t) * s->V + c] = 30;
+        }
+    return s->buf;
+}
+
 static void test_synth(void) {
     for (int k = 0; k < 4; k++) { /* latent bits H in {0, 2} x eot prefix in {0, 1} */
         const int H = (k >> 1) * 2;
@@ -575,6 +592,22 @@ static void test_synth(void) {
         }
         eval_lm_free(&lm);
     }
+    /* noise agreement */
+    {
+        eval_lm_t *ln = stub_new(257, 256, 2, 10, 80);
+        ln->logits = noisy_logits;
+        eval_task_cfg_t cn = base_cfg("synth");
+        cn.limit = 2;
+        eval_values_t vn;
+        if (run_task(&cn, ln, &vn) == 0) {
+            CHECK(eval_values_get(&vn, "valid") == 1.0, "noisy lines valid: %g", eval_values_get(&vn, "valid"));
+            CHECK(fabs(eval_values_get(&vn, "independent_noise_agree") - 1.0 / 3) < 1e-12,
+                  "independent pairs share 1 of 3 '!' positions: %g", eval_values_get(&vn, "independent_noise_agree"));
+            CHECK(eval_values_get(&vn, "shared_noise_agree") == 1.0, "shared pairs share all: %g",
+                  eval_values_get(&vn, "shared_noise_agree"));
+        }
+        eval_lm_free(&ln);
+    }
     /* every line '_' only: nothing valid, no pairs */
     eval_lm_t *lm = stub_new(257, 256, 0, 10, 80);
     float row[257] = {0};
@@ -586,6 +619,7 @@ static void test_synth(void) {
     if (run_task(&c, lm, &v) == 0) {
         CHECK(eval_values_get(&v, "valid") == 0.0);
         CHECK(isnan(eval_values_get(&v, "independent_pos_diff")));
+        CHECK(isnan(eval_values_get(&v, "independent_noise_agree")), "no valid pairs, no noise agreement");
     }
     eval_lm_free(&lm);
 }

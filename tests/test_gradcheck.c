@@ -1,92 +1,15 @@
 /* tests/test_gradcheck.c: finite-difference checks of every op's backward, of the decoder
  * block (plain, separate Q/KV input, non-causal) and of the whole model's loss.
  *
- * Method: each op's output is reduced to a scalar by a fixed random projection,
- * loss = sum(w * out) (summed in double), so one backward with dout = w gives the gradient of
- * every input. For a sample of input entries the central difference (L(x+e) - L(x-e)) / 2e is
- * compared with the analytic gradient.
- *
- * The ops run in float, so e cannot be tiny: e = 1e-2 on inputs of size O(1). Truncation error
- * is O(e^2 * f''') ~ 1e-4 relative; float rounding of the outputs (~6e-8 relative each, random
- * sign) moves L by ~6e-8 * sqrt(#outputs) * |w*out|, i.e. ~1e-5 / 2e in the derivative. We
- * therefore compare the sampled gradient VECTORS by their relative error
- * ||num - ana|| / max(||num||, ||ana||) with tolerance 1e-2: two orders above the expected
- * noise, and a wrong backward (a sign, a missing term, a wrong index) gives errors of O(1). */
+ * Method and tolerances: tests/gradcheck.h. */
 #include "model/llama.h"
 #include "model/llama_block.h"
 #include "model/ops.h"
 #include "common/rng.h"
 #include "tests/check.h"
+#include "tests/gradcheck.h"
 #include <stdlib.h>
 #include <string.h>
-
-#define EPS 1e-2f
-#define TOL 1e-2
-#define SAMPLES 40
-
-static rng_t R;
-
-static float *rnd(size_t n, float scale) {
-    float *p = malloc(sizeof(float) * n);
-    for (size_t i = 0; i < n; i++) p[i] = scale * rng_normal(&R);
-    return p;
-}
-static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
-
-/* One checked input: its values and the analytic gradient the backward wrote. */
-typedef struct { const char *name; float *x; float *dx; size_t n; } gc_in_t;
-
-typedef struct gc_case gc_case_t;
-struct gc_case {
-    void (*forward)(gc_case_t *);   /* out <- f(inputs) */
-    void (*backward)(gc_case_t *);  /* inputs' dx += df/dx . dout (dout = w) */
-    float *out, *w;
-    size_t n_out;
-    gc_in_t in[8];
-    int n_in;
-    void *ctx;
-};
-
-static double gc_loss(gc_case_t *c) {
-    c->forward(c);
-    double s = 0.0;
-    for (size_t i = 0; i < c->n_out; i++) s += (double)c->w[i] * c->out[i];
-    return s;
-}
-
-/* Runs the check for every input of c; returns the worst relative error seen. */
-static double gc_run(const char *what, gc_case_t *c) {
-    for (int i = 0; i < c->n_in; i++) memset(c->in[i].dx, 0, sizeof(float) * c->in[i].n);
-    c->forward(c);
-    c->backward(c);
-    double worst = 0.0;
-    for (int i = 0; i < c->n_in; i++) {
-        gc_in_t *in = &c->in[i];
-        double dn = 0, nn = 0, na = 0;
-        int ns = in->n < SAMPLES ? (int)in->n : SAMPLES;
-        for (int s = 0; s < ns; s++) {
-            size_t j = in->n <= SAMPLES ? (size_t)s : rng_below(&R, in->n);
-            float x0 = in->x[j];
-            in->x[j] = x0 + EPS;
-            double lp = gc_loss(c);
-            in->x[j] = x0 - EPS;
-            double lm = gc_loss(c);
-            in->x[j] = x0;
-            double num = (lp - lm) / (2.0 * EPS), ana = in->dx[j];
-            dn += (num - ana) * (num - ana);
-            nn += num * num;
-            na += ana * ana;
-        }
-        double denom = sqrt(nn > na ? nn : na);
-        double rel = denom > 0 ? sqrt(dn) / denom : sqrt(dn);
-        CHECK(rel < TOL, "%s: d/d%s relative error %.3g (|num| %.3g, |ana| %.3g)", what, in->name,
-              rel, sqrt(nn), sqrt(na));
-        /* A gradient that is identically zero would pass trivially: require signal. */
-        CHECK(denom > 1e-6, "%s: d/d%s is zero, the check is vacuous", what, in->name);
-        if (rel > worst) worst = rel;
-    }
-    return worst;
-}
 
 /* ---------------------------------------------------------------- embedding */
 enum { EB_N = 7, EB_V = 5, EB_D = 6 };
@@ -113,6 +36,12 @@ static void test_rmsnorm(void) {
     c.in[0] = (gc_in_t){"x", rnd(RN_N * RN_D, 1), zeros(RN_N * RN_D), RN_N * RN_D};
     c.in[1] = (gc_in_t){"w", rnd(RN_D, 1), zeros(RN_D), RN_D};
     gc_run("rmsnorm", &c);
+    /* dw NULL (the LTM's inner steps want dx only): the same dx, nothing else written */
+    float *dx1 = zeros(RN_N * RN_D), *dx2 = zeros(RN_N * RN_D), *dw = zeros(RN_D);
+    rmsnorm_backward(dx1, dw, c.w, c.in[0].x, c.in[1].x, rn_rstd, RN_N, RN_D);
+    rmsnorm_backward(dx2, NULL, c.w, c.in[0].x, c.in[1].x, rn_rstd, RN_N, RN_D);
+    CHECK(!memcmp(dx1, dx2, sizeof(float) * RN_N * RN_D), "rmsnorm dx with dw NULL");
+    free(dx1); free(dx2); free(dw);
 }
 
 /* ---------------------------------------------------------------- linear */
@@ -146,19 +75,20 @@ static void test_rope(void) {
 }
 
 /* ---------------------------------------------------------------- attention */
-typedef struct { int B, Tq, Tk, H, Hkv, hd, causal; float *lse; } at_ctx_t;
+typedef struct { int B, Tq, Tk, H, Hkv, hd, causal, window; float *lse; } at_ctx_t;
 static void at_fwd(gc_case_t *c) {
     at_ctx_t *a = c->ctx;
-    attention_forward(c->out, a->lse, c->in[0].x, c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H,
-                      a->Hkv, a->hd, a->causal);
+    attention_window_forward(c->out, a->lse, c->in[0].x, c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk,
+                             a->H, a->Hkv, a->hd, a->causal, a->window);
 }
 static void at_bwd(gc_case_t *c) {
     at_ctx_t *a = c->ctx;
-    attention_backward(c->in[0].dx, c->in[1].dx, c->in[2].dx, c->w, c->out, a->lse, c->in[0].x,
-                       c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H, a->Hkv, a->hd, a->causal);
+    attention_window_backward(c->in[0].dx, c->in[1].dx, c->in[2].dx, c->w, c->out, a->lse,
+                              c->in[0].x, c->in[1].x, c->in[2].x, a->B, a->Tq, a->Tk, a->H,
+                              a->Hkv, a->hd, a->causal, a->window);
 }
-static void attention_case(const char *what, int Tq, int Tk, int H, int Hkv, int causal) {
-    at_ctx_t a = {2, Tq, Tk, H, Hkv, 8, causal, NULL};
+static void attention_case_w(const char *what, int Tq, int Tk, int H, int Hkv, int causal, int window) {
+    at_ctx_t a = {2, Tq, Tk, H, Hkv, 8, causal, window, NULL};
     size_t nq = (size_t)a.B * Tq * H * a.hd, nk = (size_t)a.B * Tk * Hkv * a.hd;
     a.lse = zeros((size_t)a.B * H * Tq);
     gc_case_t c = {at_fwd, at_bwd, zeros(nq), rnd(nq, 1), nq, {{0}}, 3, &a};
@@ -166,6 +96,16 @@ static void attention_case(const char *what, int Tq, int Tk, int H, int Hkv, int
     c.in[1] = (gc_in_t){"k", rnd(nk, 1), zeros(nk), nk};
     c.in[2] = (gc_in_t){"v", rnd(nk, 1), zeros(nk), nk};
     gc_run(what, &c);
+}
+static void attention_case(const char *what, int Tq, int Tk, int H, int Hkv, int causal) {
+    attention_case_w(what, Tq, Tk, H, Hkv, causal, 0);
+}
+/* The sliding window (seed 003): keys outside a row's window get no gradient from it. */
+static void test_attention_window(void) {
+    attention_case_w("attention window 3", 7, 7, 4, 2, 1, 3);
+    attention_case_w("attention window 2", 5, 5, 2, 2, 1, 2);
+    attention_case_w("attention window 4, Tq<Tk", 4, 9, 2, 1, 1, 4);
+    attention_case_w("attention window 20, 2 blocks, group 4", 70, 70, 8, 2, 1, 20);
 }
 static void test_attention_causal_gqa(void) { attention_case("attention causal GQA 4/2", 6, 6, 4, 2, 1); }
 static void test_attention_causal_mha(void) { attention_case("attention causal MHA", 5, 5, 2, 2, 1); }
@@ -184,6 +124,36 @@ static void test_attention_stacked_groups(void) {
     attention_case("attention causal group 4, 3 blocks", 70, 70, 8, 2, 1);
     attention_case("attention non-causal group 8, Tq<Tk", 40, 70, 8, 1, 0);
     attention_case("attention causal group 8, Tq<Tk", 37, 45, 8, 1, 1);
+}
+
+/* ---------------------------------------------------------------- the LTM's latent */
+/* z = mu + e^ls eps reduced by w, plus kl_scale * sum_b KL_b: the backward gives both terms. */
+enum { LT_L = 2, LT_B = 3, LT_N = 4 };
+static float lt_eps[LT_L * LT_B * LT_N];
+static void lt_fwd(gc_case_t *c) {
+    enum { n = LT_L * LT_B * LT_N };
+    float z[n], kl[LT_B];
+    latent_sample(z, c->in[0].x, c->in[1].x, lt_eps, n);
+    latent_kl_rows(kl, c->in[0].x, c->in[1].x, LT_L, LT_B, LT_N);
+    /* out = z, then the KL rows weighted by the last entries of w */
+    memcpy(c->out, z, sizeof z);
+    memcpy(c->out + n, kl, sizeof kl);
+}
+static void lt_bwd(gc_case_t *c) {
+    enum { n = LT_L * LT_B * LT_N };
+    /* one KL weight for all rows (the family uses one scale): w's KL entries are made equal */
+    float dmu[n], dls[n];
+    latent_backward(dmu, dls, c->w, c->in[0].x, c->in[1].x, lt_eps, c->w[n], n);
+    for (int i = 0; i < n; i++) c->in[0].dx[i] += dmu[i], c->in[1].dx[i] += dls[i];
+}
+static void test_latent(void) {
+    enum { n = LT_L * LT_B * LT_N };
+    for (int i = 0; i < n; i++) lt_eps[i] = rng_normal(&R);
+    gc_case_t c = {lt_fwd, lt_bwd, zeros(n + LT_B), rnd(n + LT_B, 1), n + LT_B, {{0}}, 2, 0};
+    for (int b = 1; b < LT_B; b++) c.w[n + b] = c.w[n];
+    c.in[0] = (gc_in_t){"mu", rnd(n, 1), zeros(n), n};
+    c.in[1] = (gc_in_t){"log sigma", rnd(n, 0.5f), zeros(n), n};
+    gc_run("LTM latent sample + KL", &c);
 }
 
 /* ---------------------------------------------------------------- swiglu */
@@ -384,6 +354,8 @@ int main(void) {
     RUN(test_attention_noncausal_q_kv_differ);
     RUN(test_attention_multiblock);
     RUN(test_attention_stacked_groups);
+    RUN(test_attention_window);
+    RUN(test_latent);
     RUN(test_swiglu);
     RUN(test_crossentropy);
     RUN(test_crossentropy_mask);

@@ -137,24 +137,25 @@ static void test_rope_qkv(void) {
 }
 
 /* Attention forward and backward against the CPU op: causal with Tq < Tk (a KV cache),
- * causal square, non-causal; grouped heads. */
-static void attention_case(int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
-    char what[96];
-    snprintf(what, sizeof what, "attention B%d Tq%d Tk%d H%d/%d hd%d causal%d", B, Tq, Tk, H, Hkv, hd, causal);
+ * causal square, non-causal; grouped heads; sliding windows (window > 0). */
+static void attention_case(int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
+    char what[112];
+    snprintf(what, sizeof what, "attention B%d Tq%d Tk%d H%d/%d hd%d causal%d window%d", B, Tq, Tk, H, Hkv, hd,
+             causal, window);
     const size_t nq = (size_t)B * Tq * H * hd, nk = (size_t)B * Tk * Hkv * hd, nl = (size_t)B * H * Tq;
     float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1);
     float *o_k = rnd(nq, 1), *o_c = rnd(nq, 1), *l_k = rnd(nl, 1), *l_c = rnd(nl, 1);
-    attention_forward(o_c, l_c, q, k, v, B, Tq, Tk, H, Hkv, hd, causal);
-    SHIM(nl, kb_att_fwd(it, o_k, l_k, q, k, v, Tq, Tk, H, Hkv, hd, causal));
+    attention_window_forward(o_c, l_c, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+    SHIM(nl, kb_att_fwd(it, o_k, l_k, q, k, v, Tq, Tk, H, Hkv, hd, causal, window));
     close_all(what, o_k, o_c, nq, ATOL, RTOL);
     close_all(what, l_k, l_c, nl, ATOL, RTOL);
     float *dout = rnd(nq, 1), *Drow = rnd(nl, 1);
     float *dq_k = rnd(nq, 1), *dk_k = rnd(nk, 1), *dv_k = rnd(nk, 1);
     float *dq_c = dup_(dq_k, nq), *dk_c = dup_(dk_k, nk), *dv_c = dup_(dv_k, nk);
-    attention_backward(dq_c, dk_c, dv_c, dout, o_c, l_c, q, k, v, B, Tq, Tk, H, Hkv, hd, causal);
+    attention_window_backward(dq_c, dk_c, dv_c, dout, o_c, l_c, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
     SHIM(nl, kb_att_bwd_rowdot(it, Drow, dout, o_c, Tq, H, hd));
-    SHIM(nl, kb_att_bwd_dq(it, dq_k, q, k, v, dout, l_c, Drow, Tq, Tk, H, Hkv, hd, causal));
-    SHIM((size_t)B * Hkv * Tk, kb_att_bwd_dkv(it, dk_k, dv_k, q, k, v, dout, l_c, Drow, Tq, Tk, H, Hkv, hd, causal));
+    SHIM(nl, kb_att_bwd_dq(it, dq_k, q, k, v, dout, l_c, Drow, Tq, Tk, H, Hkv, hd, causal, window));
+    SHIM((size_t)B * Hkv * Tk, kb_att_bwd_dkv(it, dk_k, dv_k, q, k, v, dout, l_c, Drow, Tq, Tk, H, Hkv, hd, causal, window));
     close_all(what, dq_k, dq_c, nq, 1e-5, 1e-4);
     close_all(what, dk_k, dk_c, nk, 1e-5, 1e-4);
     close_all(what, dv_k, dv_c, nk, 1e-5, 1e-4);
@@ -162,10 +163,15 @@ static void attention_case(int B, int Tq, int Tk, int H, int Hkv, int hd, int ca
     free(dq_k); free(dk_k); free(dv_k); free(dq_c); free(dk_c); free(dv_c);
 }
 static void test_attention(void) {
-    attention_case(2, 9, 9, 4, 2, 8, 1);
-    attention_case(1, 3, 11, 6, 3, 4, 1);
-    attention_case(2, 5, 7, 2, 1, 6, 0);
-    attention_case(1, 1, 1, 1, 1, 2, 1);
+    attention_case(2, 9, 9, 4, 2, 8, 1, 0);
+    attention_case(1, 3, 11, 6, 3, 4, 1, 0);
+    attention_case(2, 5, 7, 2, 1, 6, 0, 0);
+    attention_case(1, 1, 1, 1, 1, 2, 1, 0);
+    /* windows: narrower than T, one key, Tq < Tk, several of the CPU's position blocks */
+    attention_case(2, 9, 9, 4, 2, 8, 1, 3);
+    attention_case(1, 5, 5, 2, 2, 4, 1, 1);
+    attention_case(1, 3, 11, 6, 3, 4, 1, 4);
+    attention_case(1, 70, 70, 2, 1, 8, 1, 17);
 }
 
 static void test_swiglu_ce(void) {
@@ -291,6 +297,31 @@ static void test_latent(void) {
     free(r_k); free(r_c); free(dr); free(dw_k); free(dw_c); free(dlg_k); free(dlg_c); free(wbuf); free(dz);
 }
 
+/* The LTM's latent ops: the same counter-based normals, KL rows and gradients. */
+static void test_ltm_latent(void) {
+    enum { L = 3, B = 4, n = 11 };
+    const size_t N = (size_t)L * B * n;
+    float *x_k = rnd(N, 1), *x_c = rnd(N, 1);
+    latent_normal(x_c, L, B, n, 99, 5, 0.5f, 2.0f);
+    SHIM(N, kb_latent_normal(it, x_k, B, n, 99, 5, 0.5f, 2.0f));
+    CHECK(!memcmp(x_k, x_c, sizeof(float) * N), "latent normals: the same counter-based numbers");
+    float *mu = rnd(N, 1), *ls = rnd(N, 0.5f), *eps = rnd(N, 1), *z_k = rnd(N, 1), *z_c = rnd(N, 1);
+    latent_sample(z_c, mu, ls, eps, N);
+    SHIM(N, kb_latent_sample(it, z_k, mu, ls, eps));
+    close_all("latent sample", z_k, z_c, N, ATOL, RTOL);
+    float kl_k[B], kl_c[B];
+    latent_kl_rows(kl_c, mu, ls, L, B, n);
+    SHIM(B, kb_latent_kl(it, kl_k, mu, ls, L, B, n));
+    CHECK(!memcmp(kl_k, kl_c, sizeof kl_k), "latent KL rows (double sums in order)");
+    float *dmu_k = rnd(N, 1), *dls_k = rnd(N, 1), *dmu_c = rnd(N, 1), *dls_c = rnd(N, 1);
+    latent_backward(dmu_c, dls_c, z_c, mu, ls, eps, 0.7f, N);
+    SHIM(N, kb_latent_bwd(it, dmu_k, dls_k, z_c, mu, ls, eps, 0.7f));
+    close_all("latent backward dmu", dmu_k, dmu_c, N, ATOL, RTOL);
+    close_all("latent backward dls", dls_k, dls_c, N, ATOL, RTOL);
+    free(x_k); free(x_c); free(mu); free(ls); free(eps); free(z_k); free(z_c);
+    free(dmu_k); free(dls_k); free(dmu_c); free(dls_c);
+}
+
 static void test_decode_rows(void) {
     enum { N = 5, IN = 37, OUT = 21, H = 4, Hkv = 2, hd = 6, SL = 3, TM = 9, S = 16 };
     float *x = rnd(N * IN, 1), *w = rnd(OUT * IN, 1), *y_k = rnd(N * OUT, 1), *y_c = rnd(N * OUT, 1);
@@ -324,6 +355,38 @@ static void test_decode_rows(void) {
     free(v_k); free(v_c); free(kc); free(vc); free(o_k); free(o_c); free(d_k); free(d_c);
 }
 
+/* The masked mixer's element ops (ops_mixer.c): each item a copy, a mask or one in-order sum. */
+static void test_mixer(void) {
+    enum { M = 3, T = 7, B = 2, Tr = 5, D = 12, H = 3, Tb = 7, UT = 9, UD = 5, ND = 2 };
+    const size_t nw = (size_t)M * T * T, ny = (size_t)B * Tr * D;
+    float *w = rnd(nw, 1), *o_k = rnd(nw, 1), *o_c = dup_(o_k, nw);
+    mixer_tril(o_c, w, M, T, 1);
+    SHIM(nw, kb_mixer_tril(it, o_k, w, T, 1));
+    CHECK(!memcmp(o_k, o_c, sizeof(float) * nw), "mixer_tril accumulate");
+    mixer_tril(o_c, w, M, T, 0);
+    SHIM(nw, kb_mixer_tril(it, o_k, w, T, 0));
+    CHECK(!memcmp(o_k, o_c, sizeof(float) * nw), "mixer_tril");
+    float *bias = rnd(H * Tb, 1), *y_k = rnd(ny, 1), *y_c = dup_(y_k, ny);
+    mixer_bias_forward(y_c, bias, B, Tr, D, H, Tb);
+    SHIM(ny, kb_mixer_bias_fwd(it, y_k, bias, Tr, D, H, Tb));
+    CHECK(!memcmp(y_k, y_c, sizeof(float) * ny), "mixer_bias_forward");
+    float *db_k = rnd(H * Tb, 1), *db_c = dup_(db_k, H * Tb);
+    mixer_bias_backward(db_c, y_c, B, Tr, D, H, Tb);
+    SHIM((size_t)H * Tr, kb_mixer_bias_bwd(it, db_k, y_c, B, Tr, D, H, Tb));
+    CHECK(!memcmp(db_k, db_c, sizeof(float) * H * Tb), "mixer_bias_backward (rows, then columns, in order)");
+    const size_t nu = (size_t)B * UT * ND;
+    float *e = rnd(B * UD, 1), *u_k = rnd(nu, 1), *u_c = rnd(nu, 1);
+    unroll_forward(u_c, e, B, UT, UD, ND);
+    SHIM(nu, kb_unroll_fwd(it, u_k, e, UT, UD, ND));
+    CHECK(!memcmp(u_k, u_c, sizeof(float) * nu), "unroll_forward");
+    float *de_k = rnd(B * UD, 1), *de_c = dup_(de_k, B * UD);
+    unroll_backward(de_c, u_c, B, UT, UD, ND);
+    SHIM((size_t)B * UD, kb_unroll_bwd(it, de_k, u_c, UT, UD, ND));
+    CHECK(!memcmp(de_k, de_c, sizeof(float) * B * UD), "unroll_backward (positions in order)");
+    free(w); free(o_k); free(o_c); free(bias); free(y_k); free(y_c); free(db_k); free(db_c);
+    free(e); free(u_k); free(u_c); free(de_k); free(de_c);
+}
+
 int main(void) {
     rng_seed(&R, 42);
     RUN(test_launch_coverage);
@@ -335,5 +398,7 @@ int main(void) {
     RUN(test_rows_and_adamw);
     RUN(test_latent);
     RUN(test_decode_rows);
+    RUN(test_ltm_latent);
+    RUN(test_mixer);
     return check_summary();
 }

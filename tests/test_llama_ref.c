@@ -18,6 +18,7 @@
 #include "model/safetensors.h"
 #include "model/schedule.h"
 #include "tests/check.h"
+#include "tests/fixture_check.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,24 +27,6 @@
 #define TOL_GRAD 2e-5
 #define TOL_STEP 3e-4
 #define TOL_LOSS 1e-5   /* relative, on losses of ~2..5 */
-
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double md = 0, mb = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= md)) md = d;   /* NaN propagates as a failure */
-        if (fabs(b[i]) > mb) mb = fabs(b[i]);
-    }
-    return mb > 0 ? md / mb : md;
-}
-
-static const float *ref_get(st_file_t *f, const char *name, int64_t want) {
-    tensor_view_t v;
-    if (st_find(f, name, &v) != 0) { CHECK(0, "reference lacks %s", name); return NULL; }
-    CHECK(tensor_numel(&v) == want, "%s has %lld elements, want %lld", name,
-          (long long)tensor_numel(&v), (long long)want);
-    return tensor_numel(&v) == want ? v.data : NULL;
-}
 
 static int json_int(json_t *o, const char *k) { return (int)json_integer_value(json_object_get(o, k)); }
 static double json_num(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }

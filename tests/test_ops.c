@@ -60,30 +60,32 @@ static void test_linear_rowmajor(void) {
     free(x); free(W);
 }
 
-/* Attention against the textbook softmax(q k^T / sqrt(hd)) v with the full score matrix. */
-static void attention_vs_naive(int Tq, int Tk, int H, int Hkv, int causal) {
+/* Attention against the textbook softmax(q k^T / sqrt(hd)) v with the full score matrix; with
+ * window W > 0 (causal), the row at position p = i + Tk - Tq masks every key but p-W+1 .. p. */
+static void attention_vs_naive_w(int Tq, int Tk, int H, int Hkv, int causal, int window) {
     const int B = 2, hd = 8, group = H / Hkv;
     size_t nq = (size_t)B * Tq * H * hd, nk = (size_t)B * Tk * Hkv * hd;
     float *q = rnd(nq), *k = rnd(nk), *v = rnd(nk), *o = malloc(sizeof(float) * nq),
           *lse = malloc(sizeof(float) * B * H * Tq);
-    attention_forward(o, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal);
+    attention_window_forward(o, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
     double md = 0, ml = 0, *s = malloc(sizeof(double) * Tk);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < Tq; i++) {
                 double mx = -1e300, z = 0;
                 int nvis = causal ? i + (Tk - Tq) + 1 : Tk;
-                for (int j = 0; j < nvis; j++) {
+                int first = causal && window > 0 && nvis - window > 0 ? nvis - window : 0;
+                for (int j = first; j < nvis; j++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++)
                         d += (double)q[((b * Tq + i) * H + h) * hd + e] * k[((b * Tk + j) * Hkv + h / group) * hd + e];
                     s[j] = d / sqrt((double)hd);
                     mx = fmax(mx, s[j]);
                 }
-                for (int j = 0; j < nvis; j++) z += exp(s[j] - mx);
+                for (int j = first; j < nvis; j++) z += exp(s[j] - mx);
                 for (int e = 0; e < hd; e++) {
                     double acc = 0;
-                    for (int j = 0; j < nvis; j++)
+                    for (int j = first; j < nvis; j++)
                         acc += exp(s[j] - mx) / z * v[((b * Tk + j) * Hkv + h / group) * hd + e];
                     md = fmax(md, fabs(o[((b * Tq + i) * H + h) * hd + e] - acc));
                 }
@@ -91,9 +93,74 @@ static void attention_vs_naive(int Tq, int Tk, int H, int Hkv, int causal) {
             }
     /* float vs double on O(1) values with up to ~100 terms: 1e-5 is generous, a wrong mask or
      * head mapping gives O(0.1) */
-    CHECK(md < 1e-5 && ml < 1e-5, "Tq=%d Tk=%d H=%d Hkv=%d causal=%d: out diff %g lse diff %g",
-          Tq, Tk, H, Hkv, causal, md, ml);
+    CHECK(md < 1e-5 && ml < 1e-5, "Tq=%d Tk=%d H=%d Hkv=%d causal=%d window=%d: out diff %g lse diff %g",
+          Tq, Tk, H, Hkv, causal, window, md, ml);
     free(q); free(k); free(v); free(o); free(lse); free(s);
+}
+static void attention_vs_naive(int Tq, int Tk, int H, int Hkv, int causal) {
+    attention_vs_naive_w(Tq, Tk, H, Hkv, causal, 0);
+}
+
+/* The sliding window (seed 003) against the masked textbook attention: narrower than one of
+ * the CPU's position blocks and wider, one key only, a KV-cache chunk (Tq < Tk), stacked head
+ * groups; and a window of T or more is the unlimited op bit for bit. */
+static void test_attention_window_values(void) {
+    attention_vs_naive_w(9, 9, 4, 2, 1, 3);
+    attention_vs_naive_w(9, 9, 2, 2, 1, 1);
+    attention_vs_naive_w(100, 100, 2, 2, 1, 30);
+    attention_vs_naive_w(150, 150, 8, 2, 1, 40);
+    attention_vs_naive_w(37, 90, 8, 1, 1, 20);
+    attention_vs_naive_w(1, 257, 4, 1, 1, 64);
+    attention_vs_naive_w(130, 130, 4, 2, 1, 129);
+    const int B = 2, T = 70, H = 4, Hkv = 2, hd = 8;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * Hkv * hd, nl = (size_t)B * H * T;
+    float *q = rnd(nq), *k = rnd(nk), *v = rnd(nk);
+    float *o1 = malloc(sizeof(float) * nq), *o2 = malloc(sizeof(float) * nq);
+    float *l1 = malloc(sizeof(float) * nl), *l2 = malloc(sizeof(float) * nl);
+    attention_forward(o1, l1, q, k, v, B, T, T, H, Hkv, hd, 1);
+    attention_window_forward(o2, l2, q, k, v, B, T, T, H, Hkv, hd, 1, T);
+    CHECK(!memcmp(o1, o2, sizeof(float) * nq) && !memcmp(l1, l2, sizeof(float) * nl),
+          "window T is the unlimited causal attention bit for bit");
+    free(q); free(k); free(v); free(o1); free(o2); free(l1); free(l2);
+}
+
+/* The LTM's latent ops against their definitions: z = mu + e^ls eps; KL per sequence of the
+ * (L, B, n) layout; the normals: mean/std as asked, per-sequence streams independent of B. */
+static void test_ltm_latent_values(void) {
+    enum { L = 2, B = 3, n = 5 };
+    const size_t N = (size_t)L * B * n;
+    float *mu = rnd(N), *ls = rnd(N), *eps = rnd(N), z[N], kl[B];
+    latent_sample(z, mu, ls, eps, N);
+    double md = 0;
+    for (size_t i = 0; i < N; i++) md = fmax(md, fabs(z[i] - (mu[i] + exp((double)ls[i]) * eps[i])));
+    CHECK(md < 1e-5, "latent_sample diff %g", md);
+    latent_kl_rows(kl, mu, ls, L, B, n);
+    for (int b = 0; b < B; b++) {
+        double s = 0;
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < n; i++) {
+                double m = mu[(l * B + b) * n + i], sg = exp((double)ls[(l * B + b) * n + i]);
+                s += 0.5 * (m * m + sg * sg - 1.0) - log(sg);
+            }
+        CHECK_CLOSE(kl[b], s, 1e-5, 1e-6);
+    }
+    /* sequence b of a batch draws what it draws alone as row0 + b */
+    float *x3 = malloc(sizeof(float) * L * 3 * 1000), *x1 = malloc(sizeof(float) * L * 1000);
+    latent_normal(x3, L, 3, 1000, 42, 10, 0.0f, 1.0f);
+    latent_normal(x1, L, 1, 1000, 42, 12, 0.0f, 1.0f);
+    int same = 1;
+    for (int l = 0; l < L; l++) same &= !memcmp(x1 + l * 1000, x3 + (l * 3 + 2) * 1000, sizeof(float) * 1000);
+    CHECK(same, "sequence 12 draws the same numbers in a batch from 10 and alone");
+    double m1 = 0, m2 = 0;
+    for (int i = 0; i < L * 3000; i++) m1 += x3[i], m2 += (double)x3[i] * x3[i];
+    m1 /= L * 3000, m2 = m2 / (L * 3000) - m1 * m1;
+    /* 6000 draws: the mean's standard error is 0.013, the variance's 0.018 */
+    CHECK(fabs(m1) < 0.06 && fabs(m2 - 1.0) < 0.08, "normals: mean %g variance %g", m1, m2);
+    latent_normal(x1, L, 1, 1000, 42, 12, -2.5f, 0.05f);
+    double mm = 0;
+    for (int i = 0; i < L * 1000; i++) mm = fmax(mm, fabs(x1[i] - (-2.5 + 0.05 * x3[(i / 1000 * 3 + 2) * 1000 + i % 1000])));
+    CHECK(mm < 1e-6, "mean + std * the same normal (diff %g)", mm);
+    free(mu); free(ls); free(eps); free(x3); free(x1);
 }
 static void test_attention_values(void) {
     attention_vs_naive(9, 9, 4, 2, 1);
@@ -251,6 +318,8 @@ int main(void) {
     RUN(test_gemm_mapping);
     RUN(test_linear_rowmajor);
     RUN(test_attention_values);
+    RUN(test_attention_window_values);
+    RUN(test_ltm_latent_values);
     RUN(test_rope_properties);
     RUN(test_crossentropy_values);
     RUN(test_math_helpers);

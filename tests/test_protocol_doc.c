@@ -98,6 +98,7 @@ static constant_t CONSTS[] = {
     C(LOADER_EMALFORMED), C(LOADER_ETYPE), C(LOADER_EPARAM), C(LOADER_ERANGE), C(LOADER_EEMPTY),
     C(LOADER_EDATA), C(LOADER_ENOMEM), C(LOADER_EIO),
     C(SERVE_EMALFORMED), C(SERVE_ETYPE), C(SERVE_EPARAM), C(SERVE_ELIMIT), C(SERVE_EMODEL),
+    C(SERVE_EBUSY), C(SERVE_EDEADLINE), C(SERVE_ECANCELLED), C(SERVE_ESTOPPED),
     C(BUS_TIMEOUT), C(BUS_ERR_INTR), C(BUS_ERR_ZMQ), C(BUS_ERR_ARG), C(BUS_ERR_REFUSED),
 #undef C
 };
@@ -113,7 +114,7 @@ static int kind_of(const char *type, const char *key, const char *as_msg) {
                {"f64", WF_F64},       {"name", WF_NAME},   {"str", WF_STR},
                {"layout", WF_LAYOUT}, {"split", WF_SPLIT}, {"bin", WF_TOKENS},
                {"bin or nil", WF_MASK}, {"map name \xe2\x86\x92 f64", WF_VALUES},
-               {"array of maps", WF_ITEMS}};
+               {"array of maps", WF_ITEMS}, {"bool", WF_BOOL}};
     if (as_msg) {
         const wire_schema_t *s = wire_schema_get(wire_type_from_name(as_msg));
         for (int i = 0; s && i < s->n_fields; i++)

@@ -11,6 +11,7 @@
 
 #include "bus/utf8.h"
 #include "bus/wire.h"
+#include "bus/wire_schema.h"
 #include "tests/check.h"
 
 /* check.h's CHECK(cond) with no message expands to fprintf(stderr, ""), which -Wall flags */
@@ -147,6 +148,22 @@ static void sample(msg_type t, int variant, wire_msg_t *m) {
         m->u.loader.endpoint = str_of(variant, "tcp://127.0.0.1:5700");
         m->u.loader.dataset = str_of(variant, "/data/x.lmdb");
         m->u.loader.pid = u64_of(variant, 4242), m->u.loader.served = u64_of(variant, 17);
+        break;
+    case MSG_GEN_REQ: {
+        msg_gen_req_t *g = &m->u.gen_req;
+        g->req_id = u64_of(variant, 11), g->prompt = str_of(variant, "K>");
+        g->max_new = u32_of(variant, 64), g->temperature = 0.8, g->top_k = u32_of(variant, 40);
+        g->top_p = 0.9, g->seed = u64_of(variant, 7), g->latent = str_of(variant, "shared");
+        g->index = u32_of(variant, 3), g->group = u32_of(variant, 5), g->flags = u32_of(variant, 1);
+        g->deadline_ms = u32_of(variant, 250), g->stream = variant != V_EMPTY;
+        break;
+    }
+    case MSG_GEN_PART:
+        m->u.gen_part.req_id = u64_of(variant, 11), m->u.gen_part.text = str_of(variant, "so far");
+        m->u.gen_part.n_tokens = u32_of(variant, 6);
+        break;
+    case MSG_GEN_CANCEL:
+        m->u.gen_cancel.req_id = u64_of(variant, 11);
         break;
     case MSG_LOG:
         name_of(variant, m->u.log.program, "trainer");
@@ -426,7 +443,11 @@ static void test_missing_mistyped_duplicate_each_field(void) {
             const char *k = keys[i];
             char err[160], want[64];
             size_t n;
-            int optional = strcmp(k, "mask") == 0;
+            /* optional as the schema says (the sample sets every optional field too) */
+            int optional = 0;
+            const wire_schema_t *sc = wire_schema_get((msg_type)t);
+            for (int fi = 0; sc && fi < sc->n_fields; fi++)
+                if (!strcmp(sc->fields[fi].name, k)) optional = !sc->fields[fi].required;
             void *f = surgery(buf, len, k, OP_DROP, NULL, 0, &n);
             int rc = wire_decode(f, n, &d, err, sizeof err);
             if (optional) {
@@ -473,6 +494,16 @@ static void test_integer_ranges(void) {
     CHECK(decode_replaced(buf, len, "layout", mp_str("packed"), err, sizeof err) ==
           WIRE_ERR_MISTYPED);
     CHECK(decode_replaced(buf, len, "split", mp_str("val"), err, sizeof err) == 0);
+    free(buf);
+    wire_msg_free(&m);
+    /* a bool is true or false: neither 1 nor "true" */
+    sample(MSG_GEN_REQ, V_TYPICAL, &m);
+    CHECK(wire_encode(&m, &buf, &len) == 0);
+    mp_val_t f = {.b = {(char)0xc2}, .n = 1};
+    CHECK(decode_replaced(buf, len, "stream", f, err, sizeof err) == 0);
+    CHECK(decode_replaced(buf, len, "stream", mp_uint(1), err, sizeof err) == WIRE_ERR_MISTYPED);
+    CHECK(strstr(err, "true or false") != NULL, "%s", err);
+    CHECK(decode_replaced(buf, len, "stream", mp_str("true"), err, sizeof err) == WIRE_ERR_MISTYPED);
     free(buf);
     wire_msg_free(&m);
     sample(MSG_ERROR, V_TYPICAL, &m);

@@ -23,6 +23,7 @@ typedef struct {
     size_t idlen;
     int fd;          /* the connection its last message came on (ZMQ_SRCFD) */
     double seen;     /* when it was last heard from */
+    double closed_at; /* when its connection closed (0: open); a loss unless a bye follows */
     int joined, bye;
     char host[128];
     long long pid;
@@ -42,6 +43,7 @@ struct dp_link {
     int lost;
     char why[512];
     char farewell[512];     /* a rank that stops alone: why, sent as it leaves */
+    int refused;            /* rank 0 refused the group: its refusals must get out on close */
 };
 
 static double now_s(void) {
@@ -49,6 +51,10 @@ static double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+/* A closed connection is a loss only if no bye or farewell arrives within this long: the socket
+ * monitor can report the close before the socket hands over the last message that came on it. */
+#define CLOSE_GRACE_S 0.25
 
 static double beat_interval(const dp_link_t *l) {
     double ivl = l->cfg.lost_after_s / 5;
@@ -110,7 +116,7 @@ void dp_link_close(dp_link_t **lp, int orderly, const char *why) {
     if (l->mon) zmq_close(l->mon);
     if (l->sock) {
         /* the bye or the farewell must get out; a broken run must not wait */
-        int linger = orderly || l->farewell[0] ? 1000 : 0;
+        int linger = orderly || l->farewell[0] || l->refused ? 1000 : 0;
         zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
         zmq_close(l->sock);
     }
@@ -265,7 +271,10 @@ static int rendezvous_rank0(dp_link_t *l, char *err, size_t errlen) {
     }
     for (int r = 1; r < c->world; r++)
         if (l->peers[r].joined) send_welcome(l, &l->peers[r], fail[0] ? DP_ESETUP : 0, fail[0] ? fail : "");
-    if (fail[0]) rc = err_fail(err, errlen, DP_ESETUP, "rendezvous refused: %s", fail);
+    if (fail[0]) {
+        l->refused = 1;
+        rc = err_fail(err, errlen, DP_ESETUP, "rendezvous refused: %s", fail);
+    }
     return rc;
 }
 
@@ -410,14 +419,23 @@ static void read_events(dp_link_t *l) {
         }
         zmq_msg_close(&a), zmq_msg_close(&b);
         if (event != ZMQ_EVENT_DISCONNECTED) continue;
+        const double now = now_s();
         if (l->cfg.rank != 0) {
-            if (!l->peers[0].bye) set_lost(l, 0, "its connection closed (the process ended)");
+            if (!l->peers[0].closed_at) l->peers[0].closed_at = now;
             continue;
         }
         for (int r = 1; r < l->cfg.world; r++)
-            if (l->peers[r].joined && !l->peers[r].bye && l->peers[r].fd == (int)value) {
-                set_lost(l, r, "its connection closed (the process ended)");
-            }
+            if (l->peers[r].joined && l->peers[r].fd == (int)value && !l->peers[r].closed_at) l->peers[r].closed_at = now;
+    }
+}
+
+/* Closed connections whose bye did not follow within CLOSE_GRACE_S. */
+static void check_closed(dp_link_t *l, double now) {
+    const int rank0 = l->cfg.rank == 0;
+    for (int r = rank0 ? 1 : 0; r < (rank0 ? l->cfg.world : 1); r++) {
+        const peer_t *p = &l->peers[r];
+        if (p->closed_at && !p->bye && now - p->closed_at > CLOSE_GRACE_S)
+            set_lost(l, r, "its connection closed (the process ended)");
     }
 }
 
@@ -455,6 +473,7 @@ static void *heartbeat(void *arg) {
         zmq_poll(it, l->mon ? 2 : 1, wait_ms < 1 ? 1 : wait_ms > 100 ? 100 : wait_ms);
         read_beats(l);
         if (l->mon) read_events(l);
+        check_closed(l, now_s());
         int lost = dp_link_lost(l, NULL, 0);
         if (rank0 && lost >= 0 && told < 0) { /* tell everyone now, not at the next beat */
             told = lost;

@@ -11,8 +11,9 @@
  * Then a thread per rank keeps the heartbeat on the same sockets: every beat interval
  * (lost_after/5, within 50 ms .. 1 s) each rank sends `dp_beat` to rank 0 and rank 0 sends one
  * to each rank. A rank is lost when
- *   - its connection closes without a `bye` (the process ended: found at once, through a
- *     socket monitor; a closed connection is not waited out), or
+ *   - its connection closes without a `bye` (the process ended: found through a
+ *     socket monitor, within 0.25 s: a bye can reach the socket just after the monitor sees
+ *     the close), or
  *   - nothing came from it for lost_after_s (a machine lost, a process stopped).
  * Rank 0 judges the others and tells every rank the verdict in its next beats, sent at once;
  * the others judge rank 0 themselves. The first verdict stands (dp_link_lost). A rank that

@@ -6,13 +6,16 @@
 #include <string.h>
 
 #include "model/family.h"
+#include "model/ltm.h"
+#include "model/mixer_config.h"
+#include "model/precision.h"
 #include "trainer/dp.h"
 
 int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     memset(o, 0, sizeof *o);
     o->run = "run";
     o->model = "llama";
-    o->device = "cpu";
+    o->device = device_default_spec();
     o->steps = 1000;
     o->ckpt_every = 200;
     o->keep = 3;
@@ -25,6 +28,8 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     o->rope_theta = 10000.f, o->norm_eps = 1e-5f;
     o->seed = 1;
     o->latent_bits = 16, o->kappa = 0.5f, o->kappa_unit = "bits";
+    o->latent_vectors = 8, o->inner_steps = 16, o->fast_lr = 0.3f, o->fast_lr_end = 0.34f;
+    o->mixer_heads = 1, o->mixer_kernel = 1;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->wd = 0.1f, o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f;
     o->clip = 1.0f, o->warmup = 100;
     o->dp = "none", o->rank = -1, o->world = 0;
@@ -33,7 +38,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
 #define F(name, kind, dst, help, lo, hi) f[n++] = (flag_t){name, kind, dst, help, lo, hi, 0}
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
     F("run-dir", FLAG_STR, &o->run_dir, "checkpoint directory (default runs/<run>)", 0, 0);
-    F("model", FLAG_STR, &o->model, "model family: llama or free (the Free Transformer)", 0, 0);
+    F("model", FLAG_STR, &o->model, "model family: llama, free (the Free Transformer), ltm (the Latent-Thought LM), or the masked mixers' mixer, mixer-ae, llama-ae, mixer-mem, llama-mem", 0, 0);
     F("resume", FLAG_BOOL, &o->resume, "continue from the newest usable checkpoint in --run-dir (each damaged newer one is named)", 0, 0);
     F("allow-restart", FLAG_BOOL, &o->allow_restart, "with --resume: start from scratch when every checkpoint is damaged (else refused)", 0, 0);
     F("steps", FLAG_I64, &o->steps, "optimizer steps in total", 1, 1e12);
@@ -41,7 +46,8 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("keep", FLAG_INT, &o->keep, "complete checkpoints kept (0: all)", 0, 1e6);
     F("log-every", FLAG_INT, &o->log_every, "log line every N steps when stderr is not a terminal", 0, 1e9);
     F("threads", FLAG_INT, &o->threads, "OpenMP/BLAS threads (0: as set by the environment)", 0, 1024);
-    F("device", FLAG_STR, &o->device, "where the model trains: cpu, cuda or cuda:N (default cpu)", 0, 0);
+    F("device", FLAG_STR, &o->device, "where the model trains: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0);
+    F("precision", FLAG_STR, &o->precision, "products in fp32, bf16 or tf32 (the GPU's; docs/DEVICES.md); default fp32, or the checkpoint's with --resume", 0, 0);
     F("loaders", FLAG_STR, &o->loaders, "comma-separated loader endpoints (e.g. ipc:///tmp/l0)", 0, 0);
     F("discover", FLAG_BOOL, &o->discover, "also use loaders that announce themselves on the bus", 0, 0);
     F("layout", FLAG_STR, &o->layout, "batch layout: pack (documents joined by eot) or pad (one per row)", 0, 0);
@@ -49,7 +55,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("seq-len", FLAG_INT, &o->T, "tokens per row (T)", 1, 1 << 20);
     F("accum", FLAG_INT, &o->accum, "micro-batches accumulated per optimizer step", 1, 65536);
     F("data-seed", FLAG_I64, &o->data_seed, "seed of the loaders' per-epoch shuffle", 0, 0);
-    F("window", FLAG_INT, &o->window, "batch requests kept in flight", 1, 1024);
+    F("in-flight", FLAG_INT, &o->window, "batch requests kept in flight", 1, 1024);
     F("timeout-ms", FLAG_INT, &o->timeout_ms, "re-issue a batch request after this long", 10, 3.6e6);
     F("bus-pub", FLAG_STR, &o->bus_pub, "bus endpoint to publish on (default $FT_BUS_PUB or tcp://127.0.0.1:5710)", 0, 0);
     F("bus-sub", FLAG_STR, &o->bus_sub, "bus endpoint to subscribe to, for --discover", 0, 0);
@@ -67,6 +73,20 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("latent-bits", FLAG_INT, &o->latent_bits, "free: H, bits of the latent per token (Z is one-hot over 2^H)", 1, 20);
     F("kappa", FLAG_FLOAT, &o->kappa, "free: free-bits threshold per token, in --kappa-unit (paper: 0.5 bit)", 0, 1e6);
     F("kappa-unit", FLAG_STR, &o->kappa_unit, "free: unit of --kappa: bits or nats", 0, 0);
+    F("window", FLAG_INT, &o->attn_window, "ltm: sliding attention window W, at most --seq-len (0: unlimited; paper: 256 of 1024)", 0, 1 << 20);
+    F("latent-vectors", FLAG_INT, &o->latent_vectors, "ltm: m, latent thought vectors per layer", 1, 1 << 16);
+    F("inner-steps", FLAG_INT, &o->inner_steps, "ltm: K, fast AdamW steps on the posterior per batch", 0, 100000);
+    F("fast-lr", FLAG_FLOAT, &o->fast_lr, "ltm: the fast learning rate at step 0 (paper: 0.3)", 0, 100);
+    F("fast-lr-end", FLAG_FLOAT, &o->fast_lr_end, "ltm: ... rising linearly to this at the last step (paper: 0.34)", 0, 100);
+    F("mixer-heads", FLAG_INT, &o->mixer_heads, "mixers: heads of the token mixing (1: flat; h > 1: in/out projections, h heads of d/h)", 1, 4096);
+    F("mixer-kernel", FLAG_INT, &o->mixer_kernel, "mixers: k, neighbouring embedding elements each output mixes (1: none)", 1, 4096);
+    F("no-mask", FLAG_BOOL, &o->no_mask, "autoencoders: unmasked (non-causal) token mixing in encoder and decoder", 0, 0);
+    F("no-mask-encoder", FLAG_BOOL, &o->no_mask_encoder, "autoencoders, memory models: unmasked token mixing in the encoder only", 0, 0);
+    F("encoder-layers", FLAG_INT, &o->encoder_layers, "autoencoders, memory models: encoder blocks (0: --layers)", 0, 1024);
+    F("embed-dim", FLAG_INT, &o->embed_dim, "autoencoders, memory models: d_e of the stored embedding, d -> d_e -> d (0: --d-model)", 0, 1 << 16);
+    F("unroll", FLAG_BOOL, &o->unroll, "autoencoders: unroll the embedding by sliding windows instead of repeating it", 0, 0);
+    F("encoder", FLAG_STR, &o->encoder, "memory models: take the encoder from this autoencoder checkpoint (or its run directory's newest)", 0, 0);
+    F("freeze-encoder", FLAG_BOOL, &o->freeze_encoder, "memory models: the encoder's weights get no updates", 0, 0);
     F("lr", FLAG_FLOAT, &o->lr, "peak learning rate", 0, 10);
     F("min-lr", FLAG_FLOAT, &o->min_lr, "learning rate at the end of the cosine decay", 0, 10);
     F("warmup", FLAG_INT, &o->warmup, "linear warm-up steps", 0, 1e9);
@@ -88,12 +108,39 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     return n;
 }
 
+/* The masked mixers' flags: shapes first, then combinations that have no meaning. */
+static int mixer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
+    const model_kind k = family_find(o->model)->kind;
+    const int mixer = mixer_kind_uses_mixer(k), enc = mixer_kind_has_encoder(k), mem = mixer_kind_is_memory(k);
+#define REFUSE(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+    if (!mixer_kind_is(k)) return 0;
+    if (mixer && o->d_model % o->mixer_heads)
+        REFUSE("--mixer-heads %d does not divide --d-model %d", o->mixer_heads, o->d_model);
+    if (mixer && o->mixer_kernel > o->d_model / o->mixer_heads)
+        REFUSE("--mixer-kernel %d is wider than a head (--d-model / --mixer-heads = %d)", o->mixer_kernel, o->d_model / o->mixer_heads);
+    if (k == MODEL_MIXER && o->no_mask)
+        REFUSE("--no-mask: a causal mixer language model with an unmasked mixing sees the tokens it predicts (it is for the autoencoders)");
+    if (mem && o->no_mask)
+        REFUSE("--no-mask: a memory model's decoder is causal (--no-mask-encoder unmasks its encoder)");
+    if (!enc && (o->no_mask_encoder || o->encoder_layers || o->embed_dim))
+        REFUSE("--model %s has no encoder (--no-mask-encoder, --encoder-layers and --embed-dim are for the autoencoders and memory models)", o->model);
+    if (o->embed_dim > o->d_model)
+        REFUSE("--embed-dim %d is larger than --d-model %d (it compresses d -> d_e -> d)", o->embed_dim, o->d_model);
+    if (o->unroll && !mixer_kind_is_autoencoder(k)) REFUSE("--unroll is for the autoencoders (mixer-ae, llama-ae)");
+    if ((o->encoder || o->freeze_encoder) && !mem)
+        REFUSE("--encoder and --freeze-encoder are for the memory models (mixer-mem, llama-mem)");
+#undef REFUSE
+    return 0;
+}
+
 int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     int max_seq = o->max_seq ? o->max_seq : o->T;
     if (o->allow_restart && !o->resume) {
         snprintf(err, errlen, "--allow-restart goes with --resume");
         return -1;
     }
+    precision_t p;
+    if (o->precision && precision_parse(o->precision, &p, err, errlen)) return -1;
     if (!o->loaders && !o->discover) {
         snprintf(err, errlen, "no data: give --loaders EP[,EP...] and/or --discover");
         return -1;
@@ -112,6 +159,20 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     }
     if (o->T > max_seq) {
         snprintf(err, errlen, "--seq-len %d is longer than the RoPE table (--max-seq %d)", o->T, max_seq);
+        return -1;
+    }
+    if (o->attn_window && strcmp(o->model, "ltm")) {
+        snprintf(err, errlen, "--window %d: the attention window is the LTM's (--model ltm); the loaders' "
+                 "request window is --in-flight", o->attn_window);
+        return -1;
+    }
+    if (o->attn_window > o->T) {
+        snprintf(err, errlen, "--window %d is longer than --seq-len %d", o->attn_window, o->T);
+        return -1;
+    }
+    if (!strcmp(o->model, "ltm") && o->latent_vectors > max_seq) {
+        snprintf(err, errlen, "--latent-vectors %d exceeds the RoPE table (--max-seq %d), which places them",
+                 o->latent_vectors, max_seq);
         return -1;
     }
     if (o->d_model % o->n_heads) {
@@ -160,6 +221,7 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
         snprintf(err, errlen, "--rank %d is not below --world %d", o->rank, o->world);
         return -1;
     }
+    if (mixer_opts_check(o, err, errlen)) return -1;
     if (o->run[0] == 0 || strlen(o->run) >= 48 || strpbrk(o->run, "/ \t\n")) {
         snprintf(err, errlen, "--run '%s' must be 1..47 characters without '/' or spaces", o->run);
         return -1;
@@ -169,7 +231,8 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
 
 void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, model_config_t *c) {
     memset(c, 0, sizeof *c);
-    c->kind = strcmp(o->model, "free") == 0 ? MODEL_FREE : MODEL_LLAMA;
+    const model_family_t *f = family_find(o->model);
+    c->kind = f ? f->kind : MODEL_LLAMA;
     c->vocab_size = vocab_size;
     c->d_model = o->d_model;
     c->n_layers = o->n_layers;
@@ -185,6 +248,33 @@ void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, mo
         c->latent_bits = o->latent_bits;
         c->kappa_nats = trainer_opts_kappa_nats(o);
     }
+    if (mixer_kind_uses_mixer(c->kind)) c->mixer_heads = o->mixer_heads, c->mixer_kernel = o->mixer_kernel;
+    if (mixer_kind_is(c->kind)) c->no_mask_decoder = o->no_mask;
+    if (mixer_kind_has_encoder(c->kind)) {
+        c->no_mask_encoder = o->no_mask || o->no_mask_encoder;
+        c->encoder_layers = o->encoder_layers ? o->encoder_layers : o->n_layers;
+        c->embed_dim = o->embed_dim ? o->embed_dim : o->d_model;
+    }
+    if (mixer_kind_is_autoencoder(c->kind)) c->unroll = o->unroll;
+    if (mixer_kind_is_memory(c->kind)) c->freeze_encoder = o->freeze_encoder;
+    if (c->kind == MODEL_LTM) {
+        c->sliding_window = o->attn_window;
+        c->latent_vectors = o->latent_vectors;
+        c->inner_steps = o->inner_steps;
+        c->fast_lr = o->fast_lr;
+        c->fast_lr_end = o->fast_lr_end;
+        c->fast_lr_steps = o->steps > (1 << 30) ? 1 << 30 : (int)o->steps;
+    }
+}
+
+void trainer_opts_flops_line(const model_config_t *c, int T, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (c->kind == MODEL_LLAMA)
+        snprintf(buf, cap, "trFLOPs/token %.4g (seed 003 §2.4: 3 x the forward's %.4g)", ltm_train_flops(c, T),
+                 ltm_forward_flops(c, T));
+    else if (c->kind == MODEL_LTM)
+        snprintf(buf, cap, "trFLOPs/token %.4g (seed 003 §2.4: 3 (K + 1) = %d x the forward's %.4g)",
+                 ltm_train_flops(c, T), 3 * (c->inner_steps + 1), ltm_forward_flops(c, T));
 }
 
 float trainer_opts_kappa_nats(const trainer_opts_t *o) {

@@ -18,6 +18,8 @@
 #include "common/progress.h"
 #include "loader/batch.h"
 #include "loader/client.h"
+#include "model/gemm.h"
+#include "model/precision.h"
 #include "model/cpu_isa.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
@@ -178,6 +180,14 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
     long long world = json_is_integer(w) ? json_integer_value(w) : 1;
     if (!rc && world < 1) rc = err_fail(err, errlen, CKPT_EFORMAT, "%s/state.json: \"world\" is %lld", dir, world);
     if (!rc) rc = trainer_dp_restore_position(r, v[3], world, v[5], v[2], err, errlen);
+    const char *was = json_string_value(json_object_get(json_object_get(st, "compute"), "precision"));
+    precision_t wp;
+    if (!rc && was && !r->o->precision && precision_parse(was, &wp, NULL, 0) == 0 && wp != r->dev->precision) {
+        /* a resumed run keeps the checkpoint's precision unless --precision says otherwise */
+        char why[256];
+        if (device_set_precision(r->dev, wp, why, sizeof why))
+            rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s was trained at precision %s: %s (give --precision)", dir, was, why);
+    }
     if (!rc) {
         compare_compute(r, st, dir);
         r->step = v[0];
@@ -202,6 +212,7 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
     snprintf(mm->run, sizeof mm->run, "%s", r->o->run);
     mm->step = (uint64_t)r->step;
     mm->time = unix_now();
+    snprintf(mm->precision, sizeof mm->precision, "%s", precision_name(r->dev->precision));
     char topic[64];
     if (r->rank > 0) {
         wire_kv_add(mm->values, &mm->n, "rank", r->rank);
@@ -242,6 +253,22 @@ static int alloc_views(run_t *r) {
     return 0;
 }
 
+/* --encoder: a memory model's encoder from another checkpoint (a checkpoint directory, or a
+ * run directory whose newest complete checkpoint is taken). A resumed run has it in its own
+ * checkpoint already. */
+static int load_encoder(run_t *r, char *err, size_t errlen) {
+    const char *src = r->o->encoder;
+    if (!r->fam->load_encoder)
+        return err_fail(err, errlen, TRAIN_ESETUP, "--encoder is for the memory models (mixer-mem, llama-mem)");
+    char dir[1200], warn[1024] = "", why[512];
+    int64_t step = 0;
+    if (ckpt_find_latest(src, dir, sizeof dir, &step, warn, sizeof warn, why, sizeof why) != 1)
+        snprintf(dir, sizeof dir, "%s", src);
+    if (r->fam->load_encoder(r->model, dir, err, errlen)) return TRAIN_ESETUP;
+    fprintf(stderr, "trainer: encoder from %s%s\n", dir, r->cfg.freeze_encoder ? " (frozen)" : "");
+    return 0;
+}
+
 /* Frees the model, its views and the optimizer (a failed checkpoint load leaves them half set). */
 static void release_model(run_t *r) {
     adamw_destroy(&r->opt);
@@ -261,6 +288,10 @@ static int build_model(run_t *r, char *err, size_t errlen) {
     ac.beta1 = o->beta1, ac.beta2 = o->beta2, ac.eps = o->eps, ac.weight_decay = o->wd;
     ac.decay_embeddings = o->decay_embeddings;
     if (r->dp) { /* the optimizer spans the ranks; its moments in the parameters' layout for checkpoints */
+        for (int i = 0; r->fam->frozen && i < r->np; i++)
+            if (r->fam->frozen(r->model, i)) /* the sharded update has no per-tensor decay switch yet */
+                return err_fail(err, errlen, TRAIN_ESETUP, "--dp: a model with a frozen encoder (%s) is not supported yet; "
+                                "train it in one process", r->fam->name);
         if (dp_train_create(&r->dpt, r->dp, r->dev, r->params, r->grads, r->np, &ac, o->zero, err, errlen))
             return TRAIN_EMODEL;
         const tensor_view_t *m, *v;
@@ -270,6 +301,9 @@ static int build_model(run_t *r, char *err, size_t errlen) {
         return 0;
     }
     if (adamw_create(&r->opt, r->params, r->np, &ac, err, errlen)) return TRAIN_EMODEL;
+    /* a frozen tensor gets no gradient; without decay its update is exactly zero */
+    for (int i = 0; r->fam->frozen && i < r->np; i++)
+        if (r->fam->frozen(r->model, i)) adamw_set_decay(r->opt, i, 0);
     adamw_moments(r->opt, 0, r->mom1, r->np);
     adamw_moments(r->opt, 1, r->mom2, r->np);
     return 0;
@@ -359,6 +393,9 @@ static int setup(run_t *r, char *err, size_t errlen) {
                         o->vocab_size, info.id.vocab_size, info.id.tokenizer);
         r->fam = family_for_kind(r->cfg.kind);
         if ((rc = build_model(r, err, errlen))) return rc;
+        if (o->encoder && (rc = load_encoder(r, err, errlen))) return rc;
+    } else if (o->encoder && r->rank == 0) {
+        fprintf(stderr, "trainer: --encoder %s not read: the resumed checkpoint holds the encoder\n", o->encoder);
     }
     if (r->cfg.vocab_size != (int)info.id.vocab_size)
         return err_fail(err, errlen, TRAIN_ESETUP, "the model's vocabulary (%d) does not match the dataset's (%u tokens, tokenizer %s)",
@@ -481,8 +518,8 @@ static void print_start(run_t *r) {
         dp_train_memory(r->dpt, &dm);
         moments = dm.moments;
         snprintf(rank, sizeof rank, "rank %d: ", r->rank);
-        fprintf(stderr, "trainer: %sdevice %s: parameters %s, gradients %s, optimizer moments %s%s, data-parallel buffers "
-                "%s, activations %s\n", rank, r->dev->name, device_bytes_str(mm.params, a, sizeof a),
+        fprintf(stderr, "trainer: %sdevice %s, precision %s: parameters %s, gradients %s, optimizer moments %s%s, "
+                "data-parallel buffers %s, activations %s\n", rank, r->dev->name, precision_name(r->dev->precision), device_bytes_str(mm.params, a, sizeof a),
                 device_bytes_str(mm.grads, b, sizeof b), device_bytes_str(moments, c, sizeof c),
                 o->zero ? " (ZeRO-1: this rank's shard)" : "", device_bytes_str(dm.buffers, e, sizeof e),
                 device_bytes_str(mm.activations, d, sizeof d));
@@ -496,14 +533,27 @@ static void print_start(run_t *r) {
                 "%lld tokens per step\n", dp_kind_name(dp_get_kind(r->dp)), o->zero ? ", ZeRO-1" : "", r->world,
                 (long long)o->B * r->world * o->accum, o->B, r->world, o->accum, (long long)o->B * r->world * o->accum * o->T);
     else
-        fprintf(stderr, "trainer: device %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
-                r->dev->name, device_bytes_str(mm.params, a, sizeof a), device_bytes_str(mm.grads, b, sizeof b),
+        fprintf(stderr, "trainer: device %s, precision %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
+                r->dev->name, precision_name(r->dev->precision), device_bytes_str(mm.params, a, sizeof a), device_bytes_str(mm.grads, b, sizeof b),
                 device_bytes_str(moments, c, sizeof c), device_bytes_str(mm.activations, d, sizeof d));
     if (r->cfg.kind == MODEL_FREE)
         fprintf(stderr, "trainer: free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s\n",
                 r->cfg.latent_bits, o->kappa_unit, r->cfg.kappa_nats / M_LN2, r->cfg.kappa_nats,
                 fabsf(r->cfg.kappa_nats - trainer_opts_kappa_nats(o)) > 1e-6f * (1 + r->cfg.kappa_nats)
                     ? " (from the checkpoint; --kappa differs and is ignored)" : "");
+    if (r->dev->precision == PRECISION_BF16 && device_is_host(r->dev) && !model_gemm_bf16_native())
+        fprintf(stderr, "trainer: this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
+                        "operands, slower than fp32 (docs/DEVICES.md)\n");
+    if (r->cfg.kind == MODEL_LTM)
+        fprintf(stderr, "trainer: ltm, m=%d latent vectors per layer, window %d, K=%d inner steps, fast lr %g rising to "
+                "%g over %d steps%s\n", r->cfg.latent_vectors, r->cfg.sliding_window, r->cfg.inner_steps, r->cfg.fast_lr,
+                r->cfg.fast_lr_end, r->cfg.fast_lr_steps,
+                r->cfg.latent_vectors != o->latent_vectors || r->cfg.inner_steps != o->inner_steps ||
+                        r->cfg.sliding_window != o->attn_window || r->cfg.fast_lr != o->fast_lr || r->cfg.fast_lr_end != o->fast_lr_end
+                    ? " (from the checkpoint; the flags differ and are ignored)" : "");
+    char fl[160];
+    trainer_opts_flops_line(&r->cfg, o->T, fl, sizeof fl);
+    if (fl[0]) fprintf(stderr, "trainer: %s\n", fl);
 }
 
 /* The loop; rc of the first failure. */
@@ -562,7 +612,9 @@ int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errle
     char perr[256], spec[64];
     /* the device first: a run asked for a GPU that is not there fails at once, not after the
      * ranks met or the loaders answered (a GPU rank's device is its local rank's GPU) */
-    if (device_open(&r.dev, trainer_dp_device(&r, spec, sizeof spec), PRECISION_FP32, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
+    precision_t prec = PRECISION_FP32;
+    if (o->precision) precision_parse(o->precision, &prec, NULL, 0); /* checked by trainer_opts_check */
+    if (device_open(&r.dev, trainer_dp_device(&r, spec, sizeof spec), prec, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if ((rc = trainer_dp_open(&r, err, errlen))) goto done;
     r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
     if (!r.pub && r.rank == 0) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);

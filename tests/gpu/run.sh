@@ -5,15 +5,17 @@
 #      of each family (loss, every gradient, every updated weight), 50 steps of training
 #      (the loss curves) and a checkpoint swap, the GPU against the CPU; again with bf16 and
 #      tf32 products (looser tolerances, explained in the test);
-#   2. the integration scripts that take FT_TEST_DEVICE (training resumed bit-exactly after
-#      SIGKILL, the Free Transformer, the sampler, the evaluator) run on cuda.
+#   2. the integration scripts run with FT_TEST_DEVICE=cuda (every program then defaults to
+#      --device cuda): training resumed bit-exactly after SIGKILL, the Free Transformer, the
+#      sampler, the evaluator; and tests/gpu/it_swap.sh: checkpoints crossing CPU <-> GPU,
+#      evaluator and sampler outputs GPU against CPU.
 # Without a GPU nothing is run and nothing passes: the script says how many checks it did not
 # run and ends with "0 passed, 0 failed, N skipped".
 set -u
 cd "$(dirname "$0")/../.."
 export FT_TEST_TMP=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-gpu.XXXXXX)}
 COMPARES=("--precision fp32" "--precision bf16" "--precision tf32")
-SCRIPTS=(tests/it_trainer.sh tests/it_free_train.sh tests/it_sampler.sh tests/it_evaluator.sh)
+SCRIPTS=(tests/it_trainer.sh tests/it_free_train.sh tests/it_sampler.sh tests/it_evaluator.sh tests/gpu/it_swap.sh)
 n_checks=$(( ${#COMPARES[@]} + ${#SCRIPTS[@]} ))
 
 why=$(build/tests/test_device_compare --device cuda --probe 2>&1)

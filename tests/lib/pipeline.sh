@@ -15,6 +15,8 @@
 it_init() {
     W=${FT_TEST_TMP:-$(mktemp -d)}/$1; rm -rf "$W"; mkdir -p "$W"
     export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub FT_PROGRESS=0
+    # the device every program uses (make test-gpu runs these scripts with FT_TEST_DEVICE=cuda)
+    export FT_DEVICE=${FT_TEST_DEVICE:-cpu}
     export OMP_NUM_THREADS=${2:-2}
     pass=0; fail=0; pids=()
     trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null' EXIT

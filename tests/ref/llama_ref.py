@@ -93,33 +93,43 @@ def rope_tables(c, T):
     return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)             # (T, hd)
 
 
-def forward(P, c, tied, tokens):
-    Bn, Tn = tokens.shape
+def mlp_sublayer(P, p, x, c, norm="post_attention_layernorm.weight"):
+    """x + down(silu(gate(n)) * up(n)), n = RMSNorm(x): the block's second half (the masked
+    mixer's block ends with it too, under another norm name)."""
+    h = rms_norm(x, P[p + norm], c["norm_eps"])
+    g = h @ P[p + "mlp.gate_proj.weight"].T
+    u = h @ P[p + "mlp.up_proj.weight"].T
+    return x + (F.silu(g) * u) @ P[p + "mlp.down_proj.weight"].T
+
+
+def llama_block(P, p, x, c, causal=True):
+    """One pre-norm decoder block with prefix p on x (B, T, D); causal or not."""
+    Bn, Tn, _ = x.shape
     H, Hkv, D = c["n_heads"], c["n_kv_heads"], c["d_model"]
     hd = D // H
     cos, sin = rope_tables(c, Tn)
     cos, sin = cos[None, :, None, :], sin[None, :, None, :]
-    causal = torch.ones(Tn, Tn, dtype=torch.bool).tril()
+    h = rms_norm(x, P[p + "input_layernorm.weight"], c["norm_eps"])
+    q = (h @ P[p + "self_attn.q_proj.weight"].T).view(Bn, Tn, H, hd)
+    k = (h @ P[p + "self_attn.k_proj.weight"].T).view(Bn, Tn, Hkv, hd)
+    v = (h @ P[p + "self_attn.v_proj.weight"].T).view(Bn, Tn, Hkv, hd)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)   # (B, heads, T, hd)
+    k = k.repeat_interleave(H // Hkv, dim=1)   # query head i reads kv head i // (H/Hkv)
+    v = v.repeat_interleave(H // Hkv, dim=1)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+    if causal:
+        s = s.masked_fill(~torch.ones(Tn, Tn, dtype=torch.bool).tril(), float("-inf"))
+    a = (s.softmax(-1) @ v).transpose(1, 2).reshape(Bn, Tn, H * hd)
+    x = x + a @ P[p + "self_attn.o_proj.weight"].T
+    return mlp_sublayer(P, p, x, c)
+
+
+def forward(P, c, tied, tokens):
     x = P["model.embed_tokens.weight"][tokens]
     for l in range(c["n_layers"]):
-        p = f"model.layers.{l}."
-        h = rms_norm(x, P[p + "input_layernorm.weight"], c["norm_eps"])
-        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(Bn, Tn, H, hd)
-        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(Bn, Tn, Hkv, hd)
-        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(Bn, Tn, Hkv, hd)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)   # (B, heads, T, hd)
-        k = k.repeat_interleave(H // Hkv, dim=1)   # query head i reads kv head i // (H/Hkv)
-        v = v.repeat_interleave(H // Hkv, dim=1)
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-        s = s.masked_fill(~causal, float("-inf"))
-        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(Bn, Tn, H * hd)
-        x = x + a @ P[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], c["norm_eps"])
-        g = h @ P[p + "mlp.gate_proj.weight"].T
-        u = h @ P[p + "mlp.up_proj.weight"].T
-        x = x + (F.silu(g) * u) @ P[p + "mlp.down_proj.weight"].T
+        x = llama_block(P, f"model.layers.{l}.", x, c)
     x = rms_norm(x, P["model.norm.weight"], c["norm_eps"])
     head = P["model.embed_tokens.weight"] if tied else P["lm_head.weight"]
     return x @ head.T

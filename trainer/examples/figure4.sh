@@ -10,7 +10,9 @@
 #             (allowing '!' noise) in 64 characters (tokenizer/synth.h: synth_judge);
 #     kl_bits mean KL per token in bits, from the trainer's metrics over its last 5% of steps;
 #     shared_pos_diff / independent_pos_diff: mean |start_i - start_j| over pairs of valid
-#             sequences inside a group whose Z is shared / drawn independently.
+#             sequences inside a group whose Z is shared / drawn independently;
+#     shared_noise_agree / independent_noise_agree: mean Jaccard agreement of the '!' positions
+#             over the same pairs (independent noise at rate 1/16: about 0.03).
 # Writes results/figure4.md (grids + table) and results/figure4.json.
 # Knobs (environment): FIG4_STEPS, FIG4_H, FIG4_B, FIG4_LR, FIG4_D, FIG4_LAYERS, FIG4_GROUPS,
 # FIG4_KAPPAS ("1/64 1/8 1 8"), FIG4_DIR, FIG4_PARALLEL (trainings run at once, 1 thread each),
@@ -94,15 +96,17 @@ for k in $KAPPAS; do
     json=$(jq -n --argjson j "$json" --arg k "$k" --slurpfile e "$W/$n.synth.json" --argjson kl "$kl" \
         '$j * {kappa_bits: {($k): {valid: $e[0].values.valid, kl_bits: $kl,
                                      shared_pos_diff: $e[0].values.shared_pos_diff,
-                                     independent_pos_diff: $e[0].values.independent_pos_diff}}}')
+                                     independent_pos_diff: $e[0].values.independent_pos_diff,
+                                     shared_noise_agree: $e[0].values.shared_noise_agree,
+                                     independent_noise_agree: $e[0].values.independent_noise_agree}}}')
 done
 echo "$json" | jq . > "$OUT/figure4.json"
 secs=$(( $(date +%s) - t0 ))
 {
 echo; echo "## Measures"; echo
-echo "| kappa (bits) | valid | KL (bits/token) | shared-Z position diff | independent-Z position diff |"
-echo "| --- | --- | --- | --- | --- |"
-jq -r '.kappa_bits | to_entries[] | "| \(.key) | \(.value.valid) | \(.value.kl_bits) | \(.value.shared_pos_diff) | \(.value.independent_pos_diff) |"' "$OUT/figure4.json"
+echo "| kappa (bits) | valid | KL (bits/token) | shared-Z position diff | independent-Z position diff | shared-Z noise agreement | independent-Z noise agreement |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+jq -r '.kappa_bits | to_entries[] | "| \(.key) | \(.value.valid) | \(.value.kl_bits) | \(.value.shared_pos_diff) | \(.value.independent_pos_diff) | \(.value.shared_noise_agree) | \(.value.independent_noise_agree) |"' "$OUT/figure4.json"
 echo
 echo "Uniform independent starts in 0..56 would differ by 19 on average; a latent that fixes the"
 echo "position gives a shared-Z difference near 0. Training took ${t_train} s, everything ${secs} s."

@@ -1,0 +1,185 @@
+/* model/mixers_step.c: the forward and backward of the masked-mixer families (mixers.h). */
+#include "model/mixers_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errmsg.h"
+#include "model/llama.h"
+
+static int check_ids(const uint32_t *ids, int N, int V, const char *what, char *err, size_t errlen) {
+    for (int n = 0; n < N; n++)
+        if (ids[n] >= (uint32_t)V)
+            return err_fail(err, errlen, LLAMA_ETOKEN, "%s id %u at position %d is outside the vocabulary of %d", what,
+                            ids[n], n, V);
+    return 0;
+}
+
+/* encoder: embed -> blocks -> e = the last position -> m = down(e) (the stored embedding) */
+static void encode(mixers_t *m) {
+    const int B = m->B, T = m->T, D = m->cfg.d_model;
+    device_t *d = m->dev;
+    DEV(d, embedding_forward, blockstack_stream(&m->enc, 0), m->tokens, m->w.enc_embed, B * T, D);
+    blockstack_forward(&m->enc, &m->sh, d, B, T);
+    DEV(d, copy_rows, m->e, D, blockstack_stream(&m->enc, m->enc.L) + (size_t)(T - 1) * D, T * D, B, D);
+    if (m->w.down) DEV(d, linear_forward, m->m_emb, m->e, m->w.down, B, D, m->de);
+}
+
+/* The decoder's input stream, by kind. */
+static void decoder_input(mixers_t *m) {
+    const int B = m->B, T = m->T, D = m->cfg.d_model, N = B * T;
+    device_t *d = m->dev;
+    float *x = blockstack_stream(&m->dec, 0);
+    if (m->is_ae) {
+        // the embedding back to d, then repeated at every position or unrolled by windows
+        if (m->w.up) DEV(d, linear_forward, m->e_dec, m->m_emb, m->w.up, B, m->de, D);
+        if (m->cfg.unroll) {
+            DEV(d, unroll_forward, m->win, m->e_dec, B, T, D, m->nd);
+            DEV(d, linear_forward, x, m->win, m->w.unroll, N, m->nd, D);
+        } else {
+            for (int b = 0; b < B; b++)
+                DEV(d, repeat_rows, x + (size_t)b * T * D, m->e_dec + (size_t)b * D, T, D);
+        }
+    } else if (m->is_mem) {
+        // tokens 0..T-2 at positions 1..T-1, the projected memory at position 0
+        DEV(d, linear_forward, m->e_dec, m->m_emb, m->w.mem_proj, B, m->de, D);
+        DEV(d, embedding_forward, x, m->dec_tokens, m->w.dec_embed, N, D);
+        DEV(d, copy_rows, x, T * D, m->e_dec, D, B, D);
+    } else {
+        DEV(d, embedding_forward, x, m->tokens, m->w.dec_embed, N, D);
+    }
+}
+
+/* Uploads what a forward reads: the tokens, the decoder's shifted tokens (memory), and with
+ * targets the targets and mask of what this kind predicts. */
+static int upload_inputs(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
+                         const uint8_t *mask, char *err, size_t errlen) {
+    const int B = m->B, T = m->T, N = B * T, V = m->cfg.vocab_size;
+    int rc = check_ids(tokens, N, V, "token", err, errlen);
+    if (rc) return rc;
+    device_t *d = m->dev;
+    DEV(d, upload, m->tokens, tokens, sizeof(uint32_t) * N);
+    if (m->is_mem) {
+        for (int n = 0; n < N; n++) m->host_ids[n] = n % T ? tokens[n - 1] : 0;
+        DEV(d, upload, m->dec_tokens, m->host_ids, sizeof(uint32_t) * N);
+    }
+    m->has_targets = targets != NULL;
+    m->has_mask = mask != NULL;
+    if (!targets) return 0;
+    if (m->has_enc) {
+        /* the chunk itself: token t is real when t = 0 or target t-1 (= token t) is */
+        DEV(d, copy, m->targets, m->tokens, sizeof(uint32_t) * N);
+        if (mask) {
+            for (int n = 0; n < N; n++) m->host_mask[n] = n % T == 0 || mask[n - 1];
+            DEV(d, upload, m->mask, m->host_mask, N);
+        }
+        return 0;
+    }
+    for (int n = 0; n < N; n++) {
+        if ((!mask || mask[n]) && targets[n] >= (uint32_t)V) {
+            m->has_targets = 0;
+            return err_fail(err, errlen, LLAMA_ETOKEN, "target id %u at position %d is outside the vocabulary of %d",
+                            targets[n], n, V);
+        }
+        /* uncounted targets are read by the backward's row index: keep them in range */
+        m->host_ids[n] = mask && !mask[n] ? 0 : targets[n];
+    }
+    DEV(d, upload, m->targets, m->host_ids, sizeof(uint32_t) * N);
+    if (mask) DEV(d, upload, m->mask, mask, N);
+    return 0;
+}
+
+int mixers_forward(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
+                   const uint8_t *mask, float *loss, char *err, size_t errlen) {
+    const model_config_t *c = &m->cfg;
+    const int N = m->B * m->T, D = c->d_model, V = c->vocab_size;
+    device_t *d = m->dev;
+    m->has_targets = 0;
+    m->dlogits_ready = 0;
+    if (!tokens) return err_fail(err, errlen, LLAMA_EARG, "mixers_forward: no tokens");
+    int rc = upload_inputs(m, tokens, targets, mask, err, errlen);
+    if (rc) return rc;
+    if (m->has_enc) encode(m);
+    decoder_input(m);
+    blockstack_forward(&m->dec, &m->sh, d, m->B, m->T);
+    // final rmsnorm and the head
+    DEV(d, rmsnorm_forward, m->xf, m->rstd_f, blockstack_stream(&m->dec, m->dec.L), m->w.norm, N, D, c->norm_eps);
+    DEV(d, linear_forward, m->logits, m->xf, m->w.head, N, D, V);
+    if (m->has_targets) {
+        float l = DEV(d, crossentropy_forward, m->dlogits, m->lse, &m->count, m->logits, m->targets,
+                      m->has_mask ? m->mask : NULL, N, V, m->grad_scale);
+        m->dlogits_ready = 1;
+        m->dlogits_scale = m->grad_scale;
+        if (loss) *loss = l;
+    }
+    return DEV(d, sync, err, errlen) ? LLAMA_EARG : 0;
+}
+
+/* d loss / d stream(0) of the encoder (in sh.dA) from d loss / d m (the stored embedding),
+ * then through the encoder's blocks into its embedding table. */
+static void encoder_backward(mixers_t *m) {
+    const int B = m->B, T = m->T, D = m->cfg.d_model;
+    device_t *d = m->dev;
+    if (m->w.down) DEV(d, linear_backward_set, m->d_e, m->g.down, m->d_m, m->e, m->w.down, B, D, m->de);
+    DEV(d, zero, m->sh.dA, sizeof(float) * (size_t)B * T * D);
+    DEV(d, copy_rows, m->sh.dA + (size_t)(T - 1) * D, T * D, m->d_e, D, B, D);
+    blockstack_backward(&m->enc, &m->sh, d, B, T);
+    DEV(d, embedding_backward, m->g.enc_embed, m->sh.dA, m->tokens, B * T, D);
+}
+
+int mixers_backward(mixers_t *m, char *err, size_t errlen) {
+    if (!m->has_targets) return err_fail(err, errlen, LLAMA_EARG, "mixers_backward: the last forward had no targets");
+    const model_config_t *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, D = c->d_model, V = c->vocab_size;
+    device_t *d = m->dev;
+    // head and final norm
+    if (!m->dlogits_ready || m->dlogits_scale != m->grad_scale)
+        DEV(d, crossentropy_backward, m->dlogits, m->logits, m->lse, m->targets, m->has_mask ? m->mask : NULL, N, V,
+            m->grad_scale);
+    DEV(d, linear_backward_set, m->dxf, m->g.head, m->dlogits, m->xf, m->w.head, N, D, V);
+    DEV(d, zero, m->sh.dA, sizeof(float) * (size_t)N * D);
+    DEV(d, rmsnorm_backward, m->sh.dA, m->g.norm, m->dxf, blockstack_stream(&m->dec, m->dec.L), m->w.norm,
+        m->rstd_f, N, D);
+    blockstack_backward(&m->dec, &m->sh, d, B, T);
+    float *dx = m->sh.dA;   /* d loss / d decoder input */
+    if (m->is_ae) {
+        DEV(d, zero, m->d_dec, sizeof(float) * (size_t)B * D);
+        if (c->unroll) {
+            DEV(d, linear_backward_set, m->dwin, m->g.unroll, dx, m->win, m->w.unroll, N, m->nd, D);
+            DEV(d, unroll_backward, m->d_dec, m->dwin, B, T, D, m->nd);
+        } else {
+            for (int b = 0; b < B; b++) DEV(d, sum_rows, m->d_dec + (size_t)b * D, dx + (size_t)b * T * D, T, D);
+        }
+        if (m->w.up) DEV(d, linear_backward_set, m->d_m, m->g.up, m->d_dec, m->m_emb, m->w.up, B, m->de, D);
+        encoder_backward(m);
+    } else if (m->is_mem) {
+        // position 0 is the memory: its gradient goes to the projection, not to a token row
+        DEV(d, copy_rows, m->d_dec, D, dx, T * D, B, D);
+        DEV(d, copy_rows, dx, T * D, m->zeros, 0, B, D);
+        DEV(d, embedding_backward, m->g.dec_embed, dx, m->dec_tokens, N, D);
+        const int frozen = c->freeze_encoder;
+        DEV(d, linear_backward_set, frozen ? NULL : m->d_m, m->g.mem_proj, m->d_dec, m->m_emb, m->w.mem_proj, B,
+            m->de, D);
+        if (!frozen) encoder_backward(m);
+    } else {
+        DEV(d, embedding_backward, m->g.dec_embed, dx, m->tokens, N, D);
+    }
+    return DEV(d, sync, err, errlen) ? LLAMA_EARG : 0;
+}
+
+/* A device buffer's host copy (the buffer itself on the CPU device). */
+static const float *to_host(mixers_t *m, float **host, const float *src, size_t n_max, size_t n) {
+    if (device_is_host(m->dev)) return src;
+    if (!*host && !(*host = malloc(sizeof(float) * n_max))) return NULL;
+    DEV(m->dev, download, *host, src, sizeof(float) * n);
+    return *host;
+}
+const float *mixers_logits(mixers_t *m) {
+    const size_t V = m->cfg.vocab_size;
+    return to_host(m, &m->logits_host, m->logits, (size_t)m->Bmax * m->Tmax * V, (size_t)m->B * m->T * V);
+}
+const float *mixers_embedding(mixers_t *m) {
+    if (!m->has_enc) return NULL;
+    return to_host(m, &m->emb_host, m->m_emb, (size_t)m->Bmax * m->de, (size_t)m->B * m->de);
+}
