@@ -61,6 +61,9 @@ void dp_train_moment_views(dp_train_t *t, const tensor_view_t **m, const tensor_
 int dp_train_sync(dp_train_t *t, int moments, char *err, size_t errlen);
 /* Collective: under ZeRO-1 every shard's moments into rank 0's moment views (no-op when plain). */
 int dp_train_gather_moments(dp_train_t *t, char *err, size_t errlen);
+/* Wall seconds this rank spent in the steps' gradient collectives so far (the reduce-scatter and
+ * all-gather of dp_train_step, waits for slower ranks included): data parallelism's cost. */
+double dp_train_comm_seconds(const dp_train_t *t);
 /* AdamW's step count (a resume). */
 void dp_train_set_steps(dp_train_t *t, int64_t steps);
 /* A hash of this rank's parameters (every byte, XXH3-64), to compare across ranks. */

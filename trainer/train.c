@@ -563,8 +563,8 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
     progress_t prog;
     progress_init(&prog, "train", "step", (uint64_t)o->steps);
     if (r->rank != 0) prog.enabled = 0;
-    double t_last = progress_now();
-    long long s_last = r->step;
+    double t_last = progress_now(), t_begin = t_last;
+    long long s_last = r->step, s_begin = r->step;
     while (r->step < o->steps) {
         if (r->dp ? r->stop : bus_signal_received()) break; /* under --dp every rank stops after the same step */
         double loss = 0, gnorm = 0;
@@ -598,6 +598,15 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
             if ((rc = save_checkpoint(r, err, errlen))) return rc;
     }
     progress_finish(&prog, (uint64_t)r->step);
+    /* the run's pace, and under --dp what the collectives cost each rank (bench/bench_dp.sh) */
+    double all = progress_now() - t_begin;
+    if (r->dpt && r->step > s_begin) {
+        double comm = dp_train_comm_seconds(r->dpt);
+        fprintf(stderr, "trainer: rank %d: %lld steps in %.3f s, %.3f s of them in the gradient collectives (%.1f%%)\n",
+                r->rank, r->step - s_begin, all, comm, 100 * comm / (all + 1e-9));
+    } else if (r->rank == 0 && r->step > s_begin) {
+        fprintf(stderr, "trainer: %lld steps in %.3f s\n", r->step - s_begin, all);
+    }
     return 0;
 }
 
