@@ -107,6 +107,7 @@ build/tests/%: build/tests/%.o $(LIBS)
 # --- system packages ------------------------------------------------------------------
 # Installed when run as root and missing; otherwise the exact apt-get line is printed.
 DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-utils \
+              openmpi-bin libopenmpi-dev \
               libopenblas-dev libdnnl-dev libjansson-dev libxxhash-dev jq
 DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
               gnuplot-nox clang libclang-rt-dev

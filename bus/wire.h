@@ -63,6 +63,9 @@ typedef enum {
     MSG_GEN,         /* bin/sampler --serve -> client: "gen" */
     MSG_GEN_PART,    /* bin/sampler --serve -> client: "gen_part" (streamed text so far) */
     MSG_GEN_CANCEL,  /* client -> bin/sampler --serve: "gen_cancel" */
+    MSG_DP_HELLO,    /* trainer rank -> rank 0's rendezvous: "dp_hello" (data parallelism) */
+    MSG_DP_WELCOME,  /* rank 0 -> a rank that said hello: "dp_welcome" */
+    MSG_DP_BEAT,     /* trainer ranks' heartbeat, both ways: "dp_beat" */
     MSG_TYPE_COUNT
 } msg_type;
 
@@ -188,6 +191,32 @@ typedef struct {
     uint64_t step;         /* its training step (0 when unknown) */
 } msg_gen_t;
 
+/* Data-parallel training (docs/PROTOCOL.md §1.5, trainer/dp_link.h): every rank says hello
+ * at rank 0's rendezvous socket, rank 0 answers each with a welcome once all have come, and the
+ * same sockets then carry heartbeats. */
+typedef struct {
+    char run[WIRE_NAME_LEN];
+    uint32_t rank, world;
+    uint64_t pid;
+    char *host;            /* the sender's host name, for messages */
+    char *flags;           /* the options every rank must share, as text ("B=4 T=64 ...") */
+} msg_dp_hello_t;
+
+typedef struct {
+    int32_t code;          /* 0: joined; otherwise refused, message says why */
+    char *message;
+    uint32_t world;
+    char *nccl_id;         /* hex of the NCCL unique id; "" when the collectives are MPI's */
+} msg_dp_welcome_t;
+
+typedef struct {
+    uint32_t rank;         /* the sender */
+    uint64_t step;         /* optimizer steps the sender has done */
+    int32_t lost;          /* -1: no rank known lost; k: rank k is lost (rank 0 tells the others) */
+    char *why;             /* how rank `lost` was found lost ("" when none) */
+    uint32_t bye;          /* 1: the sender leaves in order (the run ended): not a loss */
+} msg_dp_beat_t;
+
 typedef struct {
     uint64_t req_id;
     char *text;            /* the text so far (whole characters only) */
@@ -216,6 +245,9 @@ typedef struct {
         msg_gen_t gen;
         msg_gen_part_t gen_part;
         msg_gen_cancel_t gen_cancel;
+        msg_dp_hello_t dp_hello;
+        msg_dp_welcome_t dp_welcome;
+        msg_dp_beat_t dp_beat;
     } u;
 } wire_msg_t;
 

@@ -93,6 +93,21 @@ static const wire_field_t gen_cancel_fields[] = {
     F(msg_gen_cancel_t, req_id, WF_U64, 1),
 };
 
+static const wire_field_t dp_hello_fields[] = {
+    F(msg_dp_hello_t, run, WF_NAME, 1),  F(msg_dp_hello_t, rank, WF_U32, 1),
+    F(msg_dp_hello_t, world, WF_U32, 1), F(msg_dp_hello_t, pid, WF_U64, 1),
+    F(msg_dp_hello_t, host, WF_STR, 1),  F(msg_dp_hello_t, flags, WF_STR, 1),
+};
+static const wire_field_t dp_welcome_fields[] = {
+    F(msg_dp_welcome_t, code, WF_I32, 1),  F(msg_dp_welcome_t, message, WF_STR, 1),
+    F(msg_dp_welcome_t, world, WF_U32, 1), F(msg_dp_welcome_t, nccl_id, WF_STR, 1),
+};
+static const wire_field_t dp_beat_fields[] = {
+    F(msg_dp_beat_t, rank, WF_U32, 1), F(msg_dp_beat_t, step, WF_U64, 1),
+    F(msg_dp_beat_t, lost, WF_I32, 1), F(msg_dp_beat_t, why, WF_STR, 1),
+    F(msg_dp_beat_t, bye, WF_U32, 1),
+};
+
 #define S(nm, arr) {nm, arr, (int)(sizeof arr / sizeof arr[0])}
 static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_BATCH_REQ] = S("batch_req", batch_req_fields),
@@ -110,6 +125,9 @@ static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_GEN] = S("gen", gen_fields),
     [MSG_GEN_PART] = S("gen_part", gen_part_fields),
     [MSG_GEN_CANCEL] = S("gen_cancel", gen_cancel_fields),
+    [MSG_DP_HELLO] = S("dp_hello", dp_hello_fields),
+    [MSG_DP_WELCOME] = S("dp_welcome", dp_welcome_fields),
+    [MSG_DP_BEAT] = S("dp_beat", dp_beat_fields),
 };
 _Static_assert(sizeof gen_req_fields / sizeof gen_req_fields[0] <= WIRE_SCHEMA_MAX_FIELDS,
                "decoder bookkeeping too small");

@@ -70,11 +70,15 @@ int adamw_create(adamw_t **po, const tensor_view_t *params, int n, const adamw_c
         o->v[i].data = o->vbuf + off;
         o->m[i].dev = o->v[i].dev = params[i].dev;
         off += (size_t)tensor_numel(&params[i]);
-        int is_embed = strcmp(params[i].name, "model.embed_tokens.weight") == 0;
-        o->decay[i] = params[i].ndim >= 2 && (!is_embed || cfg->decay_embeddings);
+        o->decay[i] = adamw_default_decay(&params[i], cfg);
     }
     *po = o;
     return 0;
+}
+
+int adamw_default_decay(const tensor_view_t *p, const adamw_config_t *cfg) {
+    int is_embed = strcmp(p->name, "model.embed_tokens.weight") == 0;
+    return p->ndim >= 2 && (!is_embed || cfg->decay_embeddings);
 }
 
 void adamw_set_decay(adamw_t *o, int i, int decay) { if (i >= 0 && i < o->n) o->decay[i] = !!decay; }
@@ -98,8 +102,8 @@ double adamw_grad_norm(const tensor_view_t *g, int n) {
     return sqrt(total);
 }
 
-int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float grad_scale,
-               float max_norm, double *norm_out, char *err, size_t errlen) {
+/* The gradients match the parameters: as many tensors, each of the same size. */
+static int check_grads(const adamw_t *o, const tensor_view_t *grads, int n, char *err, size_t errlen) {
     if (n != o->n) {
         snprintf(err, errlen, "adamw_step: %d gradient tensors for %d parameters", n, o->n);
         return -1;
@@ -110,11 +114,23 @@ int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float gr
                      grads[i].name);
             return -1;
         }
+    return 0;
+}
+
+int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float grad_scale,
+               float max_norm, double *norm_out, char *err, size_t errlen) {
+    if (check_grads(o, grads, n, err, errlen)) return -1;
     if (grad_scale != 1.0f)
         for (int i = 0; i < n; i++)
             DEV(o->dev, scale_inplace, grads[i].data, grad_scale, (size_t)tensor_numel(&grads[i]));
     double norm = adamw_grad_norm(grads, n);
     if (norm_out) *norm_out = norm;
+    return adamw_step_normed(o, grads, n, lr, max_norm, norm, err, errlen);
+}
+
+int adamw_step_normed(adamw_t *o, const tensor_view_t *grads, int n, float lr, float max_norm,
+                      double norm, char *err, size_t errlen) {
+    if (check_grads(o, grads, n, err, errlen)) return -1;
     if (!isfinite(norm)) {
         snprintf(err, errlen, "adamw_step: gradient norm is %g; step skipped", norm);
         return -2;

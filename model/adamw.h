@@ -33,6 +33,9 @@ int adamw_create(adamw_t **o, const tensor_view_t *params, int n, const adamw_co
                  char *err, size_t errlen);
 void adamw_destroy(adamw_t **o);
 
+/* The decay flag adamw_create gives a tensor (the rule above), e.g. for views of parts of the
+ * parameters (a data-parallel shard) that must decay like the tensors they are cut from. */
+int adamw_default_decay(const tensor_view_t *param, const adamw_config_t *cfg);
 void adamw_set_decay(adamw_t *o, int i, int decay);
 int adamw_get_decay(const adamw_t *o, int i);
 
@@ -47,6 +50,13 @@ double adamw_grad_norm(const tensor_view_t *grads, int n);
  * The grads are modified in place (scaled and clipped), as PyTorch does. */
 int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float grad_scale,
                float max_norm, double *norm_out, char *err, size_t errlen);
+
+/* adamw_step's update with the gradient norm given: grads are already scaled, and `norm` is
+ * the global L2 norm of all of them, computed by the caller (data parallelism: the optimizer
+ * holds one shard of the parameters, the norm spans every shard). Clips like adamw_step;
+ * -2 (step skipped) when norm is not finite. */
+int adamw_step_normed(adamw_t *o, const tensor_view_t *grads, int n, float lr, float max_norm,
+                      double norm, char *err, size_t errlen);
 
 /* Number of steps taken (t of the last step); settable for a resume. */
 int64_t adamw_steps(const adamw_t *o);

@@ -45,6 +45,10 @@ typedef struct model_family {
      * draws random numbers in its forward (the Free Transformer's latent) draws the same ones
      * after a resume (may be NULL: nothing to draw). */
     void (*set_step)(void *m, uint64_t step);
+    /* Data parallelism: the next forward's first row is row `row0` of the step's global batch
+     * (every rank's rows of every micro-batch, numbered as trainer/dp_train.h says), so a
+     * family that draws per row draws what one process would for that row (may be NULL). */
+    void (*set_row)(void *m, uint64_t row0);
     /* Bytes of each buffer kind (parameters, gradients, activations), for the report a
      * program prints at start. */
     void (*memory)(void *m, model_memory_t *out);

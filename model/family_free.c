@@ -22,6 +22,7 @@ static int params(void *m, tensor_view_t *v, int cap) { return free_params(m, v,
 static int grads(void *m, tensor_view_t *v, int cap) { return free_grads(m, v, cap); }
 static void metrics(void *m, family_metrics_t *out) { free_metrics(m, out); }
 static void set_step(void *m, uint64_t step) { free_set_step(m, step); }
+static void set_row(void *m, uint64_t row0) { free_set_row(m, row0); }
 
 const model_family_t family_free = {
     .name = "free",
@@ -38,4 +39,5 @@ const model_family_t family_free = {
     .grads = grads,
     .metrics = metrics,
     .set_step = set_step,
+    .set_row = set_row,
 };

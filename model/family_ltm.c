@@ -24,6 +24,7 @@ static int params(void *m, tensor_view_t *v, int cap) { return ltm_params(m, v, 
 static int grads(void *m, tensor_view_t *v, int cap) { return ltm_grads(m, v, cap); }
 static void metrics(void *m, family_metrics_t *out) { ltm_metrics(m, out); }
 static void set_step(void *m, uint64_t step) { ltm_set_step(m, step); }
+static void set_row(void *m, uint64_t row0) { ltm_set_row(m, row0); }
 
 const model_family_t family_ltm = {
     .name = "ltm",
@@ -40,4 +41,5 @@ const model_family_t family_ltm = {
     .grads = grads,
     .metrics = metrics,
     .set_step = set_step,
+    .set_row = set_row,
 };

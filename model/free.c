@@ -274,6 +274,7 @@ void free_set_step(free_t *m, uint64_t step) {
     m->u_key = rng_counter_key(m->seed ^ FREE_U_SALT, step);
     m->u_counter = 0;
 }
+void free_set_row(free_t *m, uint64_t row0) { m->u_counter = row0 * (uint64_t)m->T * m->H; }
 void free_set_uniforms(free_t *m, const float *u) {
     m->fixed_u = u != NULL;
     if (u) DEV(m->dev, upload, m->u_fixed, u, sizeof(float) * m->B * m->T * m->H);

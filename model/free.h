@@ -48,7 +48,9 @@
  * counter-based stream keyed by free_set_step(step) (rng_counter_key(seed ^ FREE_U_SALT,
  * step)); the micro-batches of a step take consecutive counters (u of micro-batch j, row n,
  * bit h is number j*N*H + n*H + h), so a resumed run draws what the uninterrupted run drew and
- * every device draws the same numbers. free_set_uniforms() fixes them instead (tests). */
+ * every device draws the same numbers. Under data parallelism free_set_row() places each
+ * rank's rows at their index in the global batch, so a step draws the same Z whatever the
+ * world size. free_set_uniforms() fixes them instead (tests). */
 #ifndef MODEL_FREE_H
 #define MODEL_FREE_H
 #include <stddef.h>
@@ -107,6 +109,11 @@ void free_set_grad_scale(free_t *m, float s);
  * each forward. */
 void free_set_step(free_t *m, uint64_t step);
 void free_set_uniforms(free_t *m, const float *u);
+/* Data parallelism: the next forward's first row is row `row0` of the step's global batch
+ * (rows numbered over every rank and micro-batch, trainer/dp_train.h), so its uniforms are the
+ * numbers that row would draw in one process: row r, position t, bit h takes counter
+ * (r*T + t)*H + h. Later forwards continue from there, as without this call. */
+void free_set_row(free_t *m, uint64_t row0);
 /* Test hook: r_off (B,T,D) is added to R in later forwards (copied; NULL: none). The
  * gradient check uses it to evaluate the estimator's surrogate R = W_post (onehot + G - G0)
  * by finite differences; the backward treats it as a constant. */

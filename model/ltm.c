@@ -316,6 +316,8 @@ void ltm_set_step(ltm_t *m, uint64_t step) {
     m->row0 = 0;
 }
 
+void ltm_set_row(ltm_t *m, uint64_t row0) { m->row0 = row0; }
+
 /* ---- the decoder with cross-attention to z -------------------------------------------------- */
 
 /* Layer l's cross-attention sublayer: x_cross = x_mid + o_c(attention(q_c, k_c(z_l), v_c(z_l))). */

@@ -113,6 +113,9 @@ void ltm_set_grad_scale(ltm_t *m, float s);
 /* The optimizer step whose micro-batches follow: picks the fast rate and the latent draws'
  * key (the micro-batches of a step take consecutive rows of the key's streams). */
 void ltm_set_step(ltm_t *m, uint64_t step);
+/* Data parallelism: the next forward's first row is row row0 of the step's global batch, so its
+ * posterior starts from the draws one process would make for that row (model/family.h). */
+void ltm_set_row(ltm_t *m, uint64_t row0);
 /* The fast rate of optimizer step `step` (the linear ramp above), and the rate of inner step k
  * of K from that peak (the cosine to a tenth). */
 float ltm_fast_lr(const model_config_t *cfg, uint64_t step);

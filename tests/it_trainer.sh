@@ -74,7 +74,7 @@ ok "seq-len beyond RoPE table refused" "[ $rc = 2 ] && [ \$(wc -l < $W/g.log) = 
 bin/trainer --loaders "ipc://$W/l0" --batch zero 2>"$W/h.log"; rc=$?
 ok "bad flag refused" "[ $rc = 2 ] && grep -q \"'zero' is not an integer\" $W/h.log"
 train --run i --run-dir "$W/b" --steps 50 --resume --batch 8 2>"$W/i.log"; rc=$?
-ok "resume with another batch size refused" "[ $rc = 2 ] && grep -q 'batch 8 differs' $W/i.log"
+ok "resume with another batch size refused" "[ $rc = 2 ] && grep -q 'global batch 8 (--batch 8 x 1 rank x --accum 1) differs from the checkpoint.s 4' $W/i.log"
 
 # 7. starts do not depend on connection timing: each of 6 starts in a row trains well within
 # --timeout-ms (the first request used to be refused by the not-yet-connected socket and re-sent

@@ -8,6 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export FT_TEST_TMP=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}
+mkdir -p "$FT_TEST_TMP" || { echo "tests/run.sh: cannot create FT_TEST_TMP=$FT_TEST_TMP"; exit 1; }
 total_pass=0; total_fail=0; failed_names=()
 run_one() {
     local name=$1 label=$2 suffix=$3; shift 3

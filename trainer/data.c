@@ -22,6 +22,7 @@ struct trainer_data {
     char foreign[MAX_LOADERS];/* the probe found another dataset there (already reported) */
     loader_client_t *client;
     uint64_t start_epoch, start_step;
+    uint32_t rank, world;
 };
 
 static int add_endpoint(trainer_data_t *d, const char *ep) {
@@ -37,6 +38,7 @@ int trainer_data_open(trainer_data_t **out, void *zctx, const trainer_opts_t *o,
     trainer_data_t *d = calloc(1, sizeof *d);
     if (!d) return snprintf(err, errlen, "out of memory"), -1;
     d->zctx = zctx, d->o = o;
+    d->world = 1;
     if (o->loaders) {
         char *list = strdup(o->loaders), *save = NULL;
         for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
@@ -58,6 +60,10 @@ int trainer_data_open(trainer_data_t **out, void *zctx, const trainer_opts_t *o,
     }
     *out = d;
     return 0;
+}
+
+void trainer_data_set_rank(trainer_data_t *d, int rank, int world) {
+    d->rank = (uint32_t)rank, d->world = (uint32_t)world;
 }
 
 void trainer_data_poll(trainer_data_t *d) {
@@ -95,7 +101,7 @@ int trainer_data_probe(trainer_data_t *d, const loader_identity_t *expect, train
                 return -1;
             }
             wire_msg_t req = {.type = MSG_INFO_REQ}, rep;
-            req.u.info_req = (msg_info_req_t){.req_id = 1, .world = 1, .B = (uint32_t)o->B, .T = (uint32_t)o->T,
+            req.u.info_req = (msg_info_req_t){.req_id = 1, .world = d->world, .B = (uint32_t)o->B, .T = (uint32_t)o->T,
                                               .layout = layout_of(o), .split = WIRE_TRAIN};
             char e[256];
             int rc = bus_request(s, &req, &rep, o->timeout_ms, e, sizeof e);
@@ -162,7 +168,7 @@ int trainer_data_start(trainer_data_t *d, const loader_identity_t *id, uint64_t 
                        size_t errlen) {
     const trainer_opts_t *o = d->o;
     loader_client_cfg_t cfg = {.seed = (uint64_t)o->data_seed, .B = (uint32_t)o->B, .T = (uint32_t)o->T,
-                               .rank = 0, .world = 1, .layout = layout_of(o), .split = WIRE_TRAIN,
+                               .rank = d->rank, .world = d->world, .layout = layout_of(o), .split = WIRE_TRAIN,
                                .window = (uint32_t)o->window, .timeout_ms = o->timeout_ms,
                                .start_epoch = epoch, .start_step = step, .stop = bus_signal_flag(),
                                .expect = id, .on_wait = d->sub ? poll_hook : NULL, .notice = notice_hook,

@@ -23,6 +23,8 @@ typedef struct {
 } trainer_data_info_t;
 
 int trainer_data_open(trainer_data_t **d, void *zctx, const trainer_opts_t *o, char *err, size_t errlen);
+/* Data parallelism: this rank asks for its own rows (loader/batch.h: rank, world); default 0 of 1. */
+void trainer_data_set_rank(trainer_data_t *d, int rank, int world);
 /* Asks a loader for the dataset's description (waits for a discovered loader if needed).
  * expect (NULL: any): the run's dataset, from its checkpoint; a --loaders endpoint serving
  * another is refused (-1, err names both), a discovered one is passed over with a line. */

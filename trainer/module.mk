@@ -33,3 +33,23 @@ ltm: deps
 mixers: deps
 	@$(MAKE) --no-print-directory all data
 	@bash trainer/examples/mixers.sh
+
+# Data-parallel training across processes (trainer/dp*.c): Open MPI (Debian's libopenmpi-dev,
+# in DEPS_BUILD) for the CPU ranks. Detected like nvcc: found, trainer/dp_mpi.c is built
+# against it; missing, --dp mpi says the build has none. Linked --as-needed, so a program
+# that does not use it (everything but bin/trainer and the DP tests) does not load libmpi.
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
+ifeq ($(MPI_LIBS),)
+  $(info [build] MPI: not found (make deps installs libopenmpi-dev); --dp mpi will say so)
+else
+  $(info [build] MPI: $(shell mpirun --version 2>/dev/null | head -1))
+  MPI_STAMP := build/.mpi-$(shell echo '$(MPI_CFLAGS) $(MPI_LIBS)' | md5sum | cut -c1-8)
+  $(MPI_STAMP):
+	@mkdir -p build
+	@rm -f build/.mpi-*
+	@touch $@
+  build/trainer/dp_mpi.o: CFLAGS += -DFT_HAVE_MPI $(MPI_CFLAGS)
+  build/trainer/dp_mpi.o: $(MPI_STAMP)
+  LDLIBS += -Wl,--push-state,--as-needed $(MPI_LIBS) -Wl,--pop-state
+endif

@@ -9,6 +9,7 @@
 #include "model/ltm.h"
 #include "model/mixer_config.h"
 #include "model/precision.h"
+#include "trainer/dp.h"
 
 int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     memset(o, 0, sizeof *o);
@@ -31,6 +32,8 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     o->mixer_heads = 1, o->mixer_kernel = 1;
     o->lr = 3e-3f, o->min_lr = 3e-4f, o->wd = 0.1f, o->beta1 = 0.9f, o->beta2 = 0.95f, o->eps = 1e-8f;
     o->clip = 1.0f, o->warmup = 100;
+    o->dp = "none", o->rank = -1, o->world = 0;
+    o->dp_check_every = 100, o->dp_timeout = 300, o->dp_lost_after = 10;
     int n = 0;
 #define F(name, kind, dst, help, lo, hi) f[n++] = (flag_t){name, kind, dst, help, lo, hi, 0}
     F("run", FLAG_STR, &o->run, "run name (bus topics metrics/<run>, ckpt/<run>)", 0, 0);
@@ -93,6 +96,14 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("beta2", FLAG_FLOAT, &o->beta2, "AdamW beta2", 0, 0.999999);
     F("eps", FLAG_FLOAT, &o->eps, "AdamW epsilon", 1e-12, 1);
     F("clip", FLAG_FLOAT, &o->clip, "global gradient-norm clip (0: off)", 0, 1e6);
+    F("dp", FLAG_STR, &o->dp, "data parallelism: none, mpi (CPU ranks under mpirun) or nccl (GPU ranks)", 0, 0);
+    F("rank", FLAG_INT, &o->rank, "this process's rank without mpirun (--dp nccl; -1: mpirun's)", -1, 65535);
+    F("world", FLAG_INT, &o->world, "ranks in the run without mpirun (--dp nccl; 0: mpirun's)", 0, 65536);
+    F("rendezvous", FLAG_STR, &o->rendezvous, "tcp://HOST:PORT where rank 0 meets the others (--dp nccl without mpirun)", 0, 0);
+    F("zero", FLAG_INT, &o->zero, "1: ZeRO-1, AdamW's moments sharded over the ranks (0: every rank holds them)", 0, 1);
+    F("dp-check-every", FLAG_INT, &o->dp_check_every, "compare a checksum of the weights across ranks every N steps (0: never)", 0, 1e9);
+    F("dp-timeout", FLAG_DOUBLE, &o->dp_timeout, "seconds a collective may take before the run stops", 0.1, 1e7);
+    F("dp-lost-after", FLAG_DOUBLE, &o->dp_lost_after, "seconds of heartbeat silence after which a rank counts as lost", 0.1, 1e6);
 #undef F
     return n;
 }
@@ -182,6 +193,32 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     }
     if (o->warmup > o->steps) {
         snprintf(err, errlen, "--warmup %d is longer than --steps %lld", o->warmup, o->steps);
+        return -1;
+    }
+    dp_kind dp;
+    if (dp_kind_parse(o->dp, &dp)) {
+        snprintf(err, errlen, "--dp must be none, mpi or nccl, not '%s'", o->dp);
+        return -1;
+    }
+    int launched = dp_launcher_world();
+    if (dp == DP_NONE && (o->zero || o->rank >= 0 || o->world > 0 || o->rendezvous)) {
+        snprintf(err, errlen, "--zero, --rank, --world and --rendezvous go with --dp mpi or --dp nccl");
+        return -1;
+    }
+    if (dp == DP_NONE && launched > 1) {
+        snprintf(err, errlen, "started by mpirun as one of %d processes without --dp: each would train alone on the same "
+                 "run; add --dp mpi (or --dp nccl)", launched);
+        return -1;
+    }
+    int gpu = !strncmp(o->device, "cuda", 4);
+    if ((dp == DP_MPI && gpu) || (dp == DP_NCCL && !gpu)) {
+        snprintf(err, errlen, dp == DP_MPI ? "--dp mpi sums CPU buffers; --device %s trains on a GPU: use --dp nccl"
+                                           : "--dp nccl sums GPU buffers; --device %s trains on the CPU: use --dp mpi",
+                 o->device);
+        return -1;
+    }
+    if (o->world > 0 && o->rank >= o->world) {
+        snprintf(err, errlen, "--rank %d is not below --world %d", o->rank, o->world);
         return -1;
     }
     if (mixer_opts_check(o, err, errlen)) return -1;

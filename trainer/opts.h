@@ -55,9 +55,16 @@ typedef struct {
     /* optimizer */
     float lr, min_lr, wd, beta1, beta2, eps, clip;
     int warmup, decay_embeddings;
+    /* data parallelism (trainer/dp.h, trainer/dp_train.h) */
+    const char *dp;            /* "none", "mpi" (CPU ranks under mpirun), "nccl" (GPU ranks) */
+    int rank, world;           /* -1 / 0: the launcher's (mpirun) */
+    const char *rendezvous;    /* tcp://HOST:PORT that rank 0 binds (--dp nccl without mpirun) */
+    int zero;                  /* 1: ZeRO-1, optimizer moments sharded over the ranks */
+    int dp_check_every;        /* compare a weight checksum across ranks every N steps (0: never) */
+    double dp_timeout, dp_lost_after; /* seconds: bound on a collective; heartbeat silence */
 } trainer_opts_t;
 
-#define TRAINER_NFLAGS 68
+#define TRAINER_NFLAGS 76
 /* Fills defaults and the flag table describing o (flags must hold TRAINER_NFLAGS). Returns the
  * number of flags. */
 int trainer_opts_init(trainer_opts_t *o, flag_t *flags);

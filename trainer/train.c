@@ -19,38 +19,15 @@
 #include "loader/batch.h"
 #include "loader/client.h"
 #include "model/gemm.h"
+#include "model/precision.h"
 #include "model/cpu_isa.h"
 #include "model/adamw.h"
 #include "model/checkpoint.h"
 #include "model/family.h"
 #include "model/schedule.h"
 #include "trainer/data.h"
+#include "trainer/run.h"
 
-typedef struct {
-    const trainer_opts_t *o;
-    void *zctx, *pub;
-    trainer_data_t *data;
-    const model_family_t *fam;
-    void *model;
-    model_config_t cfg;
-    adamw_t *opt;
-    device_t *dev;              /* where the model trains */
-    schedule_t sched;
-    int np;
-    tensor_view_t *params, *grads, *mom1, *mom2;
-    char run_dir[1024], last_ckpt[4096];
-    long long step;          /* optimizer steps done */
-    long long saved_step;    /* step of the newest checkpoint written or loaded, -1: none */
-    double tokens_seen;
-    uint64_t start_epoch, start_dstep; /* the data cursor to start from (a checkpoint's) */
-    loader_identity_t data_id;  /* the run's dataset: recorded in state.json, checked on resume */
-    int have_data_id;           /* a resumed checkpoint recorded it (older ones did not) */
-    uint32_t *inputs, *targets; /* (B,T) each, cut from the loader's (B,T+1) rows */
-    /* test hooks (README, "Fault injection"): $FT_TRAINER_FAULT_NAN_STEP makes that step's
-     * loss NaN; $FT_TRAINER_FAULT_KILL_AFTER_CKPT=S raises SIGKILL once checkpoint S is
-     * complete, so a test kills at an exact point instead of racing a poll */
-    long long fault_nan_step, fault_kill_ckpt;
-} run_t;
 
 static double unix_now(void) {
     struct timespec ts;
@@ -65,9 +42,16 @@ static double unix_now(void) {
 /* What the run computed on: a resume on other hardware or another kernel level continues the
  * run correctly but not bit-identically (docs/DEVICES.md), so it is recorded and compared. */
 static json_t *compute_json(const run_t *r) {
-    return json_pack("{s:s, s:s, s:s, s:i}", "device", r->dev->kind == DEVICE_CUDA ? "cuda" : "cpu",
-                     "precision", precision_name(r->dev->precision), "cpu_isa", cpu_isa_name(cpu_isa()),
-                     "threads", r->dev->threads);
+    json_t *c = json_pack("{s:s, s:s, s:s, s:i}", "device", r->dev->kind == DEVICE_CUDA ? "cuda" : "cpu",
+                          "precision", precision_name(r->dev->precision), "cpu_isa", cpu_isa_name(cpu_isa()),
+                          "threads", r->dev->threads);
+    /* the ranks' sum runs in an order fixed by the world size (trainer/dp.h): another one
+     * continues correctly, not bit for bit */
+    if (c && r->world > 1 && json_object_set_new(c, "world", json_integer(r->world))) {
+        json_decref(c);
+        return NULL;
+    }
+    return c;
 }
 
 static void compare_compute(const run_t *r, json_t *st, const char *dir) {
@@ -86,8 +70,7 @@ static void compare_compute(const run_t *r, json_t *st, const char *dir) {
 static json_t *state_json(const run_t *r) {
     const trainer_opts_t *o = r->o;
     const loader_identity_t *d = &r->data_id;
-    uint64_t epoch, dstep;
-    trainer_data_cursor(r->data, &epoch, &dstep);
+    uint64_t epoch = r->bound_epoch, dstep = r->bound_dstep; /* a step interrupted by a signal is not counted */
     json_t *st = json_pack("{s:I, s:I, s:I, s:f, s:s, s:i, s:i, s:i, s:I, s:I, s:s, s:s,"
                      " s:{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I}}",
                      "step", (json_int_t)r->step, "data_epoch", (json_int_t)epoch,
@@ -99,14 +82,27 @@ static json_t *state_json(const run_t *r) {
                      "vocab_size", (json_int_t)d->vocab_size, "eot_id", (json_int_t)d->eot_id,
                      "n_docs", (json_int_t)d->n_docs, "n_tokens", (json_int_t)d->n_tokens,
                      "n_bytes", (json_int_t)d->n_bytes);
-    if (st && json_object_set_new(st, "compute", compute_json(r))) {
+    /* data parallelism: the rows of a loader step are batch x world, of an optimizer step
+     * global_batch = batch x world x accum (a resume may change the world, not global_batch) */
+    if (st && (json_object_set_new(st, "compute", compute_json(r)) || json_object_set_new(st, "world", json_integer(r->world)) ||
+               json_object_set_new(st, "global_batch", json_integer((json_int_t)o->B * r->world * o->accum)))) {
         json_decref(st);
         return NULL;
     }
     return st;
 }
 
+/* Under data parallelism every rank calls it (ZeRO-1 gathers the moments to rank 0 first);
+ * rank 0 alone writes and announces. */
 static int save_checkpoint(run_t *r, char *err, size_t errlen) {
+    if (r->dpt) {
+        int rc = dp_train_gather_moments(r->dpt, err, errlen);
+        if (rc) return TRAIN_EDP;
+        if (r->rank != 0) {
+            r->saved_step = r->step;
+            return 0;
+        }
+    }
     json_t *st = state_json(r);
     if (!st) return err_fail(err, errlen, TRAIN_ECKPT, "out of memory building state.json");
     char path[1200];
@@ -175,11 +171,15 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
     const char *layout = json_string_value(json_object_get(st, "layout"));
     if (!rc && (!layout || strcmp(layout, r->o->layout)))
         rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: --layout %s differs from the checkpoint's %s", r->o->layout, layout ? layout : "?");
-    const long long want[4] = {r->o->B, r->o->T, r->o->accum, r->o->data_seed};
-    const char *flag[4] = {"--batch", "--seq-len", "--accum", "--data-seed"};
-    for (int i = 0; i < 4 && !rc; i++)
-        if (v[3 + i] != want[i])
-            rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s %lld differs from the checkpoint's %lld", flag[i], want[i], v[3 + i]);
+    const long long want[2] = {r->o->T, r->o->data_seed};
+    const char *flag[2] = {"--seq-len", "--data-seed"};
+    for (int i = 0; i < 2 && !rc; i++)
+        if (v[4 + 2 * i] != want[i])
+            rc = err_fail(err, errlen, CKPT_EREFUSED, "resume: %s %lld differs from the checkpoint's %lld", flag[i], want[i], v[4 + 2 * i]);
+    json_t *w = json_object_get(st, "world"); /* absent: one process wrote it */
+    long long world = json_is_integer(w) ? json_integer_value(w) : 1;
+    if (!rc && world < 1) rc = err_fail(err, errlen, CKPT_EFORMAT, "%s/state.json: \"world\" is %lld", dir, world);
+    if (!rc) rc = trainer_dp_restore_position(r, v[3], world, v[5], v[2], err, errlen);
     const char *was = json_string_value(json_object_get(json_object_get(st, "compute"), "precision"));
     precision_t wp;
     if (!rc && was && !r->o->precision && precision_parse(was, &wp, NULL, 0) == 0 && wp != r->dev->precision) {
@@ -192,7 +192,6 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
         compare_compute(r, st, dir);
         r->step = v[0];
         r->start_epoch = (uint64_t)v[1];
-        r->start_dstep = (uint64_t)v[2];
         json_t *tok = json_object_get(st, "tokens_seen");
         r->tokens_seen = json_is_number(tok) ? json_number_value(tok) : 0;
     }
@@ -202,6 +201,10 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
 
 /* ---- metrics ---------------------------------------------------------------------------- */
 
+/* metrics/<run>: the run's numbers (under data parallelism from rank 0: the loss and the
+ * family's metrics are means over the ranks, tok_s counts every rank). The other ranks publish
+ * their own on metrics/<run>/<rank>, with "rank_loss" instead of "loss" so that a reader of the
+ * run's loss curve does not take them for it. */
 static void publish_metrics(run_t *r, double loss, float lr, double gnorm, double tok_s, const family_metrics_t *fm) {
     if (!r->pub) return;
     wire_msg_t m = {.type = MSG_METRICS};
@@ -210,6 +213,21 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
     mm->step = (uint64_t)r->step;
     mm->time = unix_now();
     snprintf(mm->precision, sizeof mm->precision, "%s", precision_name(r->dev->precision));
+    char topic[64];
+    if (r->rank > 0) {
+        wire_kv_add(mm->values, &mm->n, "rank", r->rank);
+        wire_kv_add(mm->values, &mm->n, "rank_loss", r->rank_loss);
+        wire_kv_add(mm->values, &mm->n, "tok_s", tok_s / r->world);
+        wire_kv_add(mm->values, &mm->n, "tokens", r->tokens_seen);
+        snprintf(topic, sizeof topic, "metrics/%s/%d", r->o->run, r->rank);
+        bus_publish(r->pub, topic, &m);
+        return;
+    }
+    if (r->world > 1) {
+        wire_kv_add(mm->values, &mm->n, "rank_loss", r->rank_loss);
+        wire_kv_add(mm->values, &mm->n, "world", r->world);
+        wire_kv_add(mm->values, &mm->n, "global_batch", (double)r->o->B * r->world * r->o->accum);
+    }
     wire_kv_add(mm->values, &mm->n, "loss", loss);
     wire_kv_add(mm->values, &mm->n, "lr", lr);
     wire_kv_add(mm->values, &mm->n, "grad_norm", gnorm);
@@ -217,7 +235,6 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
     wire_kv_add(mm->values, &mm->n, "tokens", r->tokens_seen);
     for (int i = 0; fm && i < fm->n; i++) /* the family's own numbers, except what is already there */
         if (strcmp(fm->kv[i].name, "loss")) wire_kv_add(mm->values, &mm->n, fm->kv[i].name, fm->kv[i].value);
-    char topic[64];
     snprintf(topic, sizeof topic, "metrics/%s", r->o->run);
     bus_publish(r->pub, topic, &m);
 }
@@ -255,6 +272,7 @@ static int load_encoder(run_t *r, char *err, size_t errlen) {
 /* Frees the model, its views and the optimizer (a failed checkpoint load leaves them half set). */
 static void release_model(run_t *r) {
     adamw_destroy(&r->opt);
+    dp_train_destroy(&r->dpt);
     if (r->fam && r->model) r->fam->destroy(&r->model);
     free(r->params), free(r->grads), free(r->mom1), free(r->mom2);
     r->params = r->grads = r->mom1 = r->mom2 = NULL;
@@ -269,6 +287,19 @@ static int build_model(run_t *r, char *err, size_t errlen) {
     adamw_config_t ac = adamw_config_default();
     ac.beta1 = o->beta1, ac.beta2 = o->beta2, ac.eps = o->eps, ac.weight_decay = o->wd;
     ac.decay_embeddings = o->decay_embeddings;
+    if (r->dp) { /* the optimizer spans the ranks; its moments in the parameters' layout for checkpoints */
+        for (int i = 0; r->fam->frozen && i < r->np; i++)
+            if (r->fam->frozen(r->model, i)) /* the sharded update has no per-tensor decay switch yet */
+                return err_fail(err, errlen, TRAIN_ESETUP, "--dp: a model with a frozen encoder (%s) is not supported yet; "
+                                "train it in one process", r->fam->name);
+        if (dp_train_create(&r->dpt, r->dp, r->dev, r->params, r->grads, r->np, &ac, o->zero, err, errlen))
+            return TRAIN_EMODEL;
+        const tensor_view_t *m, *v;
+        dp_train_moment_views(r->dpt, &m, &v);
+        memcpy(r->mom1, m, r->np * sizeof *m);
+        memcpy(r->mom2, v, r->np * sizeof *v);
+        return 0;
+    }
     if (adamw_create(&r->opt, r->params, r->np, &ac, err, errlen)) return TRAIN_EMODEL;
     /* a frozen tensor gets no gradient; without decay its update is exactly zero */
     for (int i = 0; r->fam->frozen && i < r->np; i++)
@@ -318,7 +349,7 @@ static int resume(run_t *r, char *err, size_t errlen) {
     } else {
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", pick->path);
         r->saved_step = r->step;
-        adamw_set_steps(r->opt, r->step);
+        if (r->opt) adamw_set_steps(r->opt, r->step); /* under --dp: every rank, trainer_dp_start */
     }
     if (found <= 0) {
         release_model(r); /* a damaged checkpoint's half-made model, none of its records */
@@ -332,27 +363,38 @@ static int setup(run_t *r, char *err, size_t errlen) {
     const trainer_opts_t *o = r->o;
     if (o->run_dir) snprintf(r->run_dir, sizeof r->run_dir, "%s", o->run_dir);
     else snprintf(r->run_dir, sizeof r->run_dir, "runs/%s", o->run);
-    int resumed = 0;
-    if (o->resume && (resumed = resume(r, err, errlen)) < 0) return resumed;
+    int resumed = 0, rc;
+    /* under --dp rank 0 alone reads the run directory (the others may be on other machines) */
+    if (o->resume && r->rank == 0 && (resumed = resume(r, err, errlen)) < 0) return resumed;
 
     /* The dataset, from a loader, before a new model is built: its vocabulary sizes the model;
      * a resumed run takes only loaders of the dataset its checkpoint records. */
     trainer_data_info_t info;
-    if (trainer_data_probe(r->data, r->have_data_id ? &r->data_id : NULL, &info, err, errlen)) return TRAIN_ESETUP;
-    if (resumed && !r->have_data_id)
-        fprintf(stderr, "trainer: %s records no dataset (written by an older trainer): the loaders' is not checked\n",
-                r->last_ckpt);
+    if (r->rank == 0) {
+        if (trainer_data_probe(r->data, r->have_data_id ? &r->data_id : NULL, &info, err, errlen)) return TRAIN_ESETUP;
+        if (resumed && !r->have_data_id)
+            fprintf(stderr, "trainer: %s records no dataset (written by an older trainer): the loaders' is not checked\n",
+                    r->last_ckpt);
+        if (resumed && r->start_dstep >= info.steps_per_epoch) { /* a position converted to another world size */
+            r->start_epoch++;
+            r->start_dstep = 0;
+        }
+    }
+    if (r->dp && (rc = trainer_dp_agree_setup(r, &resumed, &info, err, errlen))) return rc;
     r->data_id = info.id;
+    if (resumed && r->rank != 0) { /* rank 0's model, whose weights come from rank 0 */
+        r->fam = family_for_kind(r->cfg.kind);
+        if ((rc = build_model(r, err, errlen))) return rc;
+    }
     if (!resumed) {
         trainer_opts_config(o, info.id.vocab_size, info.id.eot_id, &r->cfg);
         if (o->vocab_size && o->vocab_size != (int)info.id.vocab_size)
             return err_fail(err, errlen, TRAIN_ESETUP, "--vocab-size %d does not match the dataset's vocabulary of %u tokens (%s)",
                         o->vocab_size, info.id.vocab_size, info.id.tokenizer);
         r->fam = family_for_kind(r->cfg.kind);
-        int rc = build_model(r, err, errlen);
-        if (rc) return rc;
+        if ((rc = build_model(r, err, errlen))) return rc;
         if (o->encoder && (rc = load_encoder(r, err, errlen))) return rc;
-    } else if (o->encoder) {
+    } else if (o->encoder && r->rank == 0) {
         fprintf(stderr, "trainer: --encoder %s not read: the resumed checkpoint holds the encoder\n", o->encoder);
     }
     if (r->cfg.vocab_size != (int)info.id.vocab_size)
@@ -363,9 +405,9 @@ static int setup(run_t *r, char *err, size_t errlen) {
     /* before step 1 (and after every refusal, which leaves no directory behind): a run that
      * cannot save would lose every step up to its first checkpoint */
     char why[1200];
-    if (ckpt_run_dir_prepare(r->run_dir, why, sizeof why))
+    if (r->rank == 0 && ckpt_run_dir_prepare(r->run_dir, why, sizeof why))
         return err_fail(err, errlen, TRAIN_ESETUP, "run directory unusable: %s", why);
-    if (resumed)
+    if (resumed && r->rank == 0)
         fprintf(stderr, "trainer: resumed from %s (step %lld, data epoch %llu step %llu)\n", r->last_ckpt, r->step,
                 (unsigned long long)r->start_epoch, (unsigned long long)r->start_dstep);
     r->inputs = malloc(sizeof(uint32_t) * o->B * o->T);
@@ -376,140 +418,243 @@ static int setup(run_t *r, char *err, size_t errlen) {
 
 /* ---- the loop --------------------------------------------------------------------------- */
 
-/* One optimizer step over o->accum micro-batches; *loss receives their mean loss. */
+/* Micro-batch a of the step: fetch this rank's rows, forward, backward. *l: its loss. */
+static int micro_batch(run_t *r, int a, float *l, char *err, size_t errlen) {
+    const trainer_opts_t *o = r->o;
+    msg_batch_t b;
+    int rc = trainer_data_next(r->data, &b, err, errlen);
+    if (rc) return rc == LOADER_EIO && bus_signal_received() ? LOADER_EIO : TRAIN_EDATA; /* interrupted, or failed */
+    for (int i = 0; i < o->B; i++) { /* row (T+1) -> inputs [0,T), targets [1,T] */
+        memcpy(r->inputs + (size_t)i * o->T, b.tokens + (size_t)i * (o->T + 1), sizeof(uint32_t) * o->T);
+        memcpy(r->targets + (size_t)i * o->T, b.tokens + (size_t)i * (o->T + 1) + 1, sizeof(uint32_t) * o->T);
+    }
+    /* data parallelism: these rows' place in the step's global batch (trainer/dp_train.h) */
+    if (r->dp && r->fam->set_row) r->fam->set_row(r->model, ((uint64_t)a * r->world + r->rank) * o->B);
+    rc = r->fam->forward(r->model, r->inputs, r->targets, b.mask, l, err, errlen);
+    loader_batch_release(&b);
+    if (rc) return TRAIN_EMODEL;
+    if (r->fault_nan_step == r->step + 1) *l = NAN;
+    if (!isfinite(*l)) return err_fail(err, errlen, TRAIN_ENAN, "loss is %g at step %lld", *l, r->step + 1);
+    if (r->fam->backward(r->model, err, errlen)) return TRAIN_EMODEL;
+    r->tokens_seen += (double)o->B * o->T * r->world;
+    return 0;
+}
+
+/* One optimizer step over o->accum micro-batches; *loss receives their mean loss (under data
+ * parallelism the mean over the ranks too, which every rank agrees on before the update). */
 static int train_step(run_t *r, double *loss, float *lr, double *gnorm, char *err, size_t errlen) {
     const trainer_opts_t *o = r->o;
     r->fam->zero_grad(r->model);
     if (r->fam->set_step) r->fam->set_step(r->model, (uint64_t)r->step); /* same draws after a resume */
     double sum = 0;
-    for (int a = 0; a < o->accum; a++) {
-        msg_batch_t b;
-        int rc = trainer_data_next(r->data, &b, err, errlen);
-        if (rc) return rc;
-        for (int i = 0; i < o->B; i++) { /* row (T+1) -> inputs [0,T), targets [1,T] */
-            memcpy(r->inputs + (size_t)i * o->T, b.tokens + (size_t)i * (o->T + 1), sizeof(uint32_t) * o->T);
-            memcpy(r->targets + (size_t)i * o->T, b.tokens + (size_t)i * (o->T + 1) + 1, sizeof(uint32_t) * o->T);
-        }
+    int rc = 0;
+    for (int a = 0; a < o->accum && !rc; a++) {
         float l = 0;
-        rc = r->fam->forward(r->model, r->inputs, r->targets, b.mask, &l, err, errlen);
-        loader_batch_release(&b);
-        if (rc) return TRAIN_EMODEL;
-        if (r->fault_nan_step == r->step + 1) l = NAN;
-        if (!isfinite(l)) return err_fail(err, errlen, TRAIN_ENAN, "loss is %g at step %lld", l, r->step + 1);
-        if (r->fam->backward(r->model, err, errlen)) return TRAIN_EMODEL;
-        sum += l;
-        r->tokens_seen += (double)o->B * o->T;
+        if (!(rc = micro_batch(r, a, &l, err, errlen))) sum += l;
     }
     *loss = sum / o->accum;
+    if (r->dp) rc = trainer_dp_agree_step(r, rc, loss, err, errlen);
+    if (rc) return rc;
     *lr = schedule_lr(&r->sched, r->step);
-    if (adamw_step(r->opt, r->grads, r->np, *lr, 1.0f / o->accum, o->clip, gnorm, err, errlen)) return TRAIN_EMODEL;
+    if (r->dp) {
+        rc = dp_train_step(r->dpt, *lr, 1.0f / o->accum, o->clip, gnorm, err, errlen);
+        r->agreed = rc == -2; /* a norm that is not finite: every rank found the same */
+        if (rc) return rc == -2 ? TRAIN_ENAN : TRAIN_EDP;
+    } else if (adamw_step(r->opt, r->grads, r->np, *lr, 1.0f / o->accum, o->clip, gnorm, err, errlen)) {
+        return TRAIN_EMODEL;
+    }
     if (!isfinite(*gnorm)) return err_fail(err, errlen, TRAIN_ENAN, "gradient norm is %g at step %lld", *gnorm, r->step + 1);
     r->step++;
+    trainer_data_cursor(r->data, &r->bound_epoch, &r->bound_dstep);
+    if (r->dp) dp_set_step(r->dp, r->step);
     return 0;
 }
 
-static void teardown(run_t *r) {
+/* Releases everything. Returns 1 when the process must _exit (trainer/dp.h's dp_close). */
+static int teardown(run_t *r, int rc, const char *err) {
     release_model(r);
+    int hard = dp_close(&r->dp, rc && !r->agreed ? err : NULL); /* a failure of its own: the others learn why */
     device_close(&r->dev);
     trainer_data_close(&r->data);
     bus_close(&r->pub);
     if (r->zctx) zmq_ctx_term(r->zctx);
     free(r->inputs), free(r->targets);
+    return hard;
 }
 
-int trainer_run(const trainer_opts_t *o, char *err, size_t errlen) {
-    run_t r = {.o = o, .saved_step = -1};
-    int rc = 0;
-    bus_signals_install();
+/* "0x1234" -> rank and step of $FT_TRAINER_FAULT_DP_PERTURB=R:S */
+static void fault_hooks(run_t *r) {
     const char *fault = getenv("FT_TRAINER_FAULT_NAN_STEP");
-    r.fault_nan_step = fault ? atoll(fault) : 0;
+    r->fault_nan_step = fault ? atoll(fault) : 0;
     fault = getenv("FT_TRAINER_FAULT_KILL_AFTER_CKPT");
-    r.fault_kill_ckpt = fault ? atoll(fault) : 0;
-    r.zctx = zmq_ctx_new();
-    if (!r.zctx) return err_fail(err, errlen, TRAIN_ESETUP, "zmq_ctx_new failed");
-    char perr[256];
-    r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
-    if (!r.pub) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);
-    else bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
-    /* the device first: a run asked for a GPU that is not there fails at once, not after the
-     * loaders answered */
-    precision_t prec = PRECISION_FP32;
-    if (o->precision) precision_parse(o->precision, &prec, NULL, 0); /* checked by trainer_opts_check */
-    if (device_open(&r.dev, o->device, prec, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
-    if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
+    r->fault_kill_ckpt = fault ? atoll(fault) : 0;
+    fault = getenv("FT_TRAINER_FAULT_DP_PERTURB");
+    r->fault_perturb_rank = -1;
+    if (fault && sscanf(fault, "%d:%lld", &r->fault_perturb_rank, &r->fault_perturb_step) != 2) r->fault_perturb_rank = -1;
+}
 
-    if ((rc = setup(&r, err, errlen))) goto done;
-    if ((rc = trainer_data_start(r.data, &r.data_id, r.start_epoch, r.start_dstep, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
-    fprintf(stderr, "trainer: %s model, %lld parameters, vocab %d, B=%d T=%d accum %d, steps %lld..%lld, run dir %s\n",
-            r.fam->name, (long long)family_param_count(r.fam, r.model), r.cfg.vocab_size, o->B, o->T, o->accum,
-            r.step, o->steps, r.run_dir);
-    {
-        model_memory_t mm;
-        r.fam->memory(r.model, &mm);
-        char a[32], b[32], c[32], d[32];
-        fprintf(stderr, "trainer: device %s, precision %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
-                r.dev->name, precision_name(r.dev->precision), device_bytes_str(mm.params, a, sizeof a),
-                device_bytes_str(mm.grads, b, sizeof b), device_bytes_str(2 * mm.params, c, sizeof c),
+/* The test hook: one weight of this rank changed in its last bit, as a faulty device would. */
+static void perturb_weights(run_t *r) {
+    const tensor_view_t *v = &r->params[0];
+    float *host = malloc(sizeof(float) * (size_t)tensor_numel(v));
+    if (!host) return;
+    tensor_view_download(v, host);
+    uint32_t bits;
+    memcpy(&bits, host, 4);
+    bits ^= 1;
+    memcpy(host, &bits, 4);
+    tensor_view_upload(v, host);
+    free(host);
+}
+
+static void print_start(run_t *r) {
+    const trainer_opts_t *o = r->o;
+    model_memory_t mm;
+    r->fam->memory(r->model, &mm);
+    char a[32], b[32], c[32], d[32], e[32], rank[48] = "";
+    size_t moments = 2 * mm.params;
+    if (r->dpt) {
+        dp_train_memory_t dm;
+        dp_train_memory(r->dpt, &dm);
+        moments = dm.moments;
+        snprintf(rank, sizeof rank, "rank %d: ", r->rank);
+        fprintf(stderr, "trainer: %sdevice %s, precision %s: parameters %s, gradients %s, optimizer moments %s%s, "
+                "data-parallel buffers %s, activations %s\n", rank, r->dev->name, precision_name(r->dev->precision), device_bytes_str(mm.params, a, sizeof a),
+                device_bytes_str(mm.grads, b, sizeof b), device_bytes_str(moments, c, sizeof c),
+                o->zero ? " (ZeRO-1: this rank's shard)" : "", device_bytes_str(dm.buffers, e, sizeof e),
                 device_bytes_str(mm.activations, d, sizeof d));
-        if (r.dev->precision == PRECISION_BF16 && device_is_host(r.dev) && !model_gemm_bf16_native())
-            fprintf(stderr, "trainer: this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
-                            "operands, slower than fp32 (docs/DEVICES.md)\n");
     }
-    if (r.cfg.kind == MODEL_FREE)
+    if (r->rank != 0) return;
+    fprintf(stderr, "trainer: %s model, %lld parameters, vocab %d, B=%d T=%d accum %d, steps %lld..%lld, run dir %s\n",
+            r->fam->name, (long long)family_param_count(r->fam, r->model), r->cfg.vocab_size, o->B, o->T, o->accum,
+            r->step, o->steps, r->run_dir);
+    if (r->dp)
+        fprintf(stderr, "trainer: data parallel (%s%s): %d ranks, global batch %lld rows = --batch %d x %d ranks x --accum %d, "
+                "%lld tokens per step\n", dp_kind_name(dp_get_kind(r->dp)), o->zero ? ", ZeRO-1" : "", r->world,
+                (long long)o->B * r->world * o->accum, o->B, r->world, o->accum, (long long)o->B * r->world * o->accum * o->T);
+    else
+        fprintf(stderr, "trainer: device %s, precision %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
+                r->dev->name, precision_name(r->dev->precision), device_bytes_str(mm.params, a, sizeof a), device_bytes_str(mm.grads, b, sizeof b),
+                device_bytes_str(moments, c, sizeof c), device_bytes_str(mm.activations, d, sizeof d));
+    if (r->cfg.kind == MODEL_FREE)
         fprintf(stderr, "trainer: free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s\n",
-                r.cfg.latent_bits, o->kappa_unit, r.cfg.kappa_nats / M_LN2, r.cfg.kappa_nats,
-                fabsf(r.cfg.kappa_nats - trainer_opts_kappa_nats(o)) > 1e-6f * (1 + r.cfg.kappa_nats)
+                r->cfg.latent_bits, o->kappa_unit, r->cfg.kappa_nats / M_LN2, r->cfg.kappa_nats,
+                fabsf(r->cfg.kappa_nats - trainer_opts_kappa_nats(o)) > 1e-6f * (1 + r->cfg.kappa_nats)
                     ? " (from the checkpoint; --kappa differs and is ignored)" : "");
-    if (r.cfg.kind == MODEL_LTM)
+    if (r->dev->precision == PRECISION_BF16 && device_is_host(r->dev) && !model_gemm_bf16_native())
+        fprintf(stderr, "trainer: this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
+                        "operands, slower than fp32 (docs/DEVICES.md)\n");
+    if (r->cfg.kind == MODEL_LTM)
         fprintf(stderr, "trainer: ltm, m=%d latent vectors per layer, window %d, K=%d inner steps, fast lr %g rising to "
-                "%g over %d steps%s\n", r.cfg.latent_vectors, r.cfg.sliding_window, r.cfg.inner_steps, r.cfg.fast_lr,
-                r.cfg.fast_lr_end, r.cfg.fast_lr_steps,
-                r.cfg.latent_vectors != o->latent_vectors || r.cfg.inner_steps != o->inner_steps ||
-                        r.cfg.sliding_window != o->attn_window || r.cfg.fast_lr != o->fast_lr || r.cfg.fast_lr_end != o->fast_lr_end
+                "%g over %d steps%s\n", r->cfg.latent_vectors, r->cfg.sliding_window, r->cfg.inner_steps, r->cfg.fast_lr,
+                r->cfg.fast_lr_end, r->cfg.fast_lr_steps,
+                r->cfg.latent_vectors != o->latent_vectors || r->cfg.inner_steps != o->inner_steps ||
+                        r->cfg.sliding_window != o->attn_window || r->cfg.fast_lr != o->fast_lr || r->cfg.fast_lr_end != o->fast_lr_end
                     ? " (from the checkpoint; the flags differ and are ignored)" : "");
-    {
-        char fl[160];
-        trainer_opts_flops_line(&r.cfg, o->T, fl, sizeof fl);
-        if (fl[0]) fprintf(stderr, "trainer: %s\n", fl);
-    }
+    char fl[160];
+    trainer_opts_flops_line(&r->cfg, o->T, fl, sizeof fl);
+    if (fl[0]) fprintf(stderr, "trainer: %s\n", fl);
+}
 
+/* The loop; rc of the first failure. */
+static int train_loop(run_t *r, char *err, size_t errlen) {
+    const trainer_opts_t *o = r->o;
+    int rc = 0;
     progress_t prog;
     progress_init(&prog, "train", "step", (uint64_t)o->steps);
-    double t_last = progress_now();
-    long long s_last = r.step;
-    while (r.step < o->steps) {
-        if (bus_signal_received()) break;
+    if (r->rank != 0) prog.enabled = 0;
+    double t_last = progress_now(), t_begin = t_last;
+    long long s_last = r->step, s_begin = r->step;
+    while (r->step < o->steps) {
+        if (r->dp ? r->stop : bus_signal_received()) break; /* under --dp every rank stops after the same step */
         double loss = 0, gnorm = 0;
         float lr = 0;
-        rc = train_step(&r, &loss, &lr, &gnorm, err, errlen);
-        if (rc == LOADER_EIO && bus_signal_received()) { rc = 0; break; } /* interrupted while waiting for data */
+        rc = train_step(r, &loss, &lr, &gnorm, err, errlen);
+        if (rc == LOADER_EIO) return 0; /* interrupted while waiting for data (under --dp: on some rank) */
         if (rc) {
             if (rc == TRAIN_ENAN)
                 snprintf(err + strlen(err), errlen - strlen(err), "; stopped without saving, last good checkpoint: %s",
-                         r.last_ckpt[0] ? r.last_ckpt : "none");
-            else if (rc > 0 || rc < TRAIN_EMODEL)
+                         r->last_ckpt[0] ? r->last_ckpt : "none");
+            else if (rc > 0 || rc < TRAIN_EDP)
                 rc = TRAIN_EDATA;
-            goto done;
+            return rc;
         }
-        trainer_data_poll(r.data); /* pick up loaders announced on the bus */
-        double now = progress_now(), tok_s = (r.step - s_last) * (double)o->B * o->T * o->accum / (now - t_last + 1e-9);
+        if (r->fault_perturb_rank == r->rank && r->fault_perturb_step == r->step) perturb_weights(r);
+        if (r->dp && o->dp_check_every && r->step % o->dp_check_every == 0 && (rc = trainer_dp_check(r, err, errlen)))
+            return rc;
+        trainer_data_poll(r->data); /* pick up loaders announced on the bus */
+        double now = progress_now(), tok_s = (r->step - s_last) * (double)o->B * o->T * o->accum * r->world / (now - t_last + 1e-9);
         family_metrics_t fm = {0};
-        if (r.fam->metrics) r.fam->metrics(r.model, &fm);
-        publish_metrics(&r, loss, lr, gnorm, tok_s, &fm);
+        if (r->dp) fm = r->fm; /* the ranks' mean */
+        else if (r->fam->metrics) r->fam->metrics(r->model, &fm);
+        publish_metrics(r, loss, lr, gnorm, tok_s, &fm);
         snprintf(prog.extra, sizeof prog.extra, "loss %.4f lr %.2e gnorm %.3f %.0f tok/s", loss, lr, gnorm, tok_s);
-        progress_update(&prog, (uint64_t)r.step);
-        if (!prog.enabled && o->log_every && r.step % o->log_every == 0)
-            fprintf(stderr, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tok/s %.0f\n", r.step, o->steps, loss, lr, gnorm, tok_s);
-        t_last = now, s_last = r.step;
-        if (o->ckpt_every && r.step % o->ckpt_every == 0 && r.step < o->steps)
-            if ((rc = save_checkpoint(&r, err, errlen))) goto done;
+        progress_update(&prog, (uint64_t)r->step);
+        if (!prog.enabled && r->rank == 0 && o->log_every && r->step % o->log_every == 0)
+            fprintf(stderr, "step %lld/%lld loss %.4f lr %.3e grad_norm %.4f tok/s %.0f tokens %.0f\n", r->step, o->steps, loss,
+                    lr, gnorm, tok_s, r->tokens_seen);
+        t_last = now, s_last = r->step;
+        if (o->ckpt_every && r->step % o->ckpt_every == 0 && r->step < o->steps)
+            if ((rc = save_checkpoint(r, err, errlen))) return rc;
     }
-    progress_finish(&prog, (uint64_t)r.step);
+    progress_finish(&prog, (uint64_t)r->step);
+    /* the run's pace, and under --dp what the collectives cost each rank (bench/bench_dp.sh) */
+    double all = progress_now() - t_begin;
+    if (r->dpt && r->step > s_begin) {
+        double comm = dp_train_comm_seconds(r->dpt);
+        fprintf(stderr, "trainer: rank %d: %lld steps in %.3f s, %.3f s of them in the gradient collectives (%.1f%%)\n",
+                r->rank, r->step - s_begin, all, comm, 100 * comm / (all + 1e-9));
+    } else if (r->rank == 0 && r->step > s_begin) {
+        fprintf(stderr, "trainer: %lld steps in %.3f s\n", r->step - s_begin, all);
+    }
+    return 0;
+}
+
+int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
+    run_t r = {.o = o, .saved_step = -1, .world = 1};
+    int rc = 0, started = 0;
+    *hard_exit = 0;
+    bus_signals_install();
+    fault_hooks(&r);
+    r.zctx = zmq_ctx_new();
+    if (!r.zctx) return err_fail(err, errlen, TRAIN_ESETUP, "zmq_ctx_new failed");
+    char perr[256], spec[64];
+    /* the device first: a run asked for a GPU that is not there fails at once, not after the
+     * ranks met or the loaders answered (a GPU rank's device is its local rank's GPU) */
+    precision_t prec = PRECISION_FP32;
+    if (o->precision) precision_parse(o->precision, &prec, NULL, 0); /* checked by trainer_opts_check */
+    if (device_open(&r.dev, trainer_dp_device(&r, spec, sizeof spec), prec, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
+    if ((rc = trainer_dp_open(&r, err, errlen))) goto done;
+    r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
+    if (!r.pub && r.rank == 0) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);
+    else if (r.pub) bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
+    if (r.dp && dp_attach(r.dp, r.dev, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
+    if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
+    trainer_data_set_rank(r.data, r.rank, r.world);
+
+    if ((rc = setup(&r, err, errlen))) goto done;
+    if (r.dp && (rc = trainer_dp_start(&r, r.saved_step >= 0, err, errlen))) goto done;
+    if ((rc = trainer_data_start(r.data, &r.data_id, r.start_epoch, r.start_dstep, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
+    r.bound_epoch = r.start_epoch, r.bound_dstep = r.start_dstep;
+    print_start(&r);
+    started = 1;
+    if ((rc = train_loop(&r, err, errlen))) goto done;
     /* Final (or interrupted) checkpoint: the weights after the last finished step. */
     if (r.saved_step != r.step)
         if ((rc = save_checkpoint(&r, err, errlen))) goto done;
-    fprintf(stderr, "trainer: %s at step %lld; checkpoint %s\n", bus_signal_received() ? "stopped by signal" : "done", r.step, r.last_ckpt);
+    if (r.rank == 0)
+        fprintf(stderr, "trainer: %s at step %lld; checkpoint %s\n", r.stop || bus_signal_received() ? "stopped by signal" : "done",
+                r.step, r.last_ckpt);
 done:
-    teardown(&r);
+    if (rc == TRAIN_EDP && !r.agreed && started) { /* a lost or stuck rank: nothing more is written */
+        char where[4200];
+        snprintf(err + strlen(err), errlen - strlen(err), "; %s", trainer_dp_resume_hint(&r, where, sizeof where));
+    }
+    if (rc && r.world > 1) { /* every line of a rank says which */
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "rank %d: %s", r.rank, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
+    *hard_exit = teardown(&r, rc, err);
     return rc;
 }
