@@ -164,6 +164,14 @@ dp 2 --run r12 --run-dir "$W/r12" --steps 30 $MODEL --batch 4 --resume 2>"$W/r12
 ok "another global batch is refused, one line (rc $rc)" \
    "[ $rc != 0 ] && grep -q 'global batch 8 (--batch 4 x 2 ranks x --accum 1) differs from the checkpoint.s 4' $W/r12c.log && [ ! -d $W/r12/ckpt-00000030 ]"
 
+# 4b. a bf16 checkpoint resumed by 2 ranks without --precision: every rank takes rank 0's (the
+# checkpoint's) precision, not only rank 0
+one --run b1 --run-dir "$W/b1" --steps 6 $MODEL --batch 4 --precision bf16 2>"$W/b1a.log"
+dp 2 --run b1 --run-dir "$W/b1" --steps 8 $MODEL --batch 2 --resume 2>"$W/b1b.log"
+ok "bf16 checkpoint resumed by 2 ranks (rc $?)" "grep -q 'resumed from.*ckpt-00000006' $W/b1b.log && grep -q 'done at step 8' $W/b1b.log"
+ok "both ranks train at the checkpoint's precision" \
+   "grep -q '^trainer: rank 0: device .*, precision bf16' $W/b1b.log && grep -q '^trainer: rank 1: device .*, precision bf16' $W/b1b.log"
+
 # 5. a rank killed mid-run: found at once by its closed connection (the bound: --dp-lost-after
 # for a silent rank, one step for the others to reach a collective); a stopped rank by silence
 run_bg() { # NP LOG ARGS...: a long run in the background, $bg its launcher

@@ -19,6 +19,7 @@
 #include "common/errmsg.h"
 #include "loader/batch.h"
 #include "model/checkpoint.h"
+#include "model/precision.h"
 #include "trainer/run.h"
 #include "trainer/train.h"
 
@@ -105,9 +106,10 @@ static int identity_from_json(json_t *j, loader_identity_t *d) {
 }
 
 static int write_record(const run_t *r, int resumed, const trainer_data_info_t *info, char *buf) {
-    json_t *j = json_pack("{s:b, s:I, s:I, s:I, s:f, s:s, s:o}", "resumed", resumed, "step", (json_int_t)r->step,
+    json_t *j = json_pack("{s:b, s:I, s:I, s:I, s:f, s:s, s:o, s:s}", "resumed", resumed, "step", (json_int_t)r->step,
                           "epoch", (json_int_t)r->start_epoch, "dstep", (json_int_t)r->start_dstep, "tokens_seen",
-                          r->tokens_seen, "ckpt", r->last_ckpt, "dataset", identity_json(&info->id));
+                          r->tokens_seen, "ckpt", r->last_ckpt, "dataset", identity_json(&info->id), "precision",
+                          precision_name(r->dev->precision));
     if (j && resumed && json_object_set_new(j, "config", ckpt_config_to_json(&r->cfg))) json_decref(j), j = NULL;
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -123,13 +125,20 @@ static int read_record(run_t *r, const char *buf, int *resumed, loader_identity_
     int res = 0, rc = 0;
     json_int_t step, epoch, dstep;
     double tokens;
-    const char *ckpt;
-    if (!j || json_unpack(j, "{s:b, s:I, s:I, s:I, s:F, s:s, s:o, s?o}", "resumed", &res, "step", &step, "epoch", &epoch,
-                          "dstep", &dstep, "tokens_seen", &tokens, "ckpt", &ckpt, "dataset", &ds, "config", &cfg) ||
-        identity_from_json(ds, id))
+    const char *ckpt, *prec;
+    precision_t p;
+    char why[256];
+    if (!j || json_unpack(j, "{s:b, s:I, s:I, s:I, s:F, s:s, s:o, s:s, s?o}", "resumed", &res, "step", &step, "epoch", &epoch,
+                          "dstep", &dstep, "tokens_seen", &tokens, "ckpt", &ckpt, "dataset", &ds, "precision", &prec,
+                          "config", &cfg) ||
+        identity_from_json(ds, id) || precision_parse(prec, &p, NULL, 0))
         rc = err_fail(err, errlen, TRAIN_EDP, "rank 0's record of the run does not parse");
     else if (res && (!cfg || ckpt_config_from_json(cfg, &r->cfg, err, errlen)))
         rc = TRAIN_EDP;
+    /* rank 0's precision (a resume takes the checkpoint's unless --precision is given): every
+     * rank computes its rows as rank 0 does */
+    else if (p != r->dev->precision && device_set_precision(r->dev, p, why, sizeof why))
+        rc = err_fail(err, errlen, TRAIN_ESETUP, "rank 0 trains at precision %s, which this rank cannot: %s", prec, why);
     if (!rc) {
         *resumed = res;
         r->step = step, r->start_epoch = (uint64_t)epoch, r->start_dstep = (uint64_t)dstep, r->tokens_seen = tokens;
