@@ -7,13 +7,9 @@
 #include <time.h>
 
 #include "common/errmsg.h"
+#include "common/progress.h"
 #include "trainer/dp_impl.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int dp_kind_parse(const char *name, dp_kind *kind) {
     if (!name || !*name || !strcmp(name, "none")) *kind = DP_NONE;
@@ -166,7 +162,7 @@ int dp_close(dp_t **pdp, const char *alone) {
 /* ---- the bounded wait ------------------------------------------------------------------------- */
 
 int dp_wait(dp_t *dp, dp_test_fn test, void *arg, char *err, size_t errlen) {
-    const double deadline = now_s() + dp->o.timeout_s;
+    const double deadline = progress_now() + dp->o.timeout_s;
     long pause_ns = 0; /* polled back to back at first, then with pauses growing to 200 us */
     for (int polls = 0;; polls++) {
         int done = 0;
@@ -182,7 +178,7 @@ int dp_wait(dp_t *dp, dp_test_fn test, void *arg, char *err, size_t errlen) {
             dp->broken = 1;
             return err_fail(err, errlen, DP_ELOST, "rank %d lost during %s of step %lld: %s", lost, dp->what, dp->step + 1, why);
         }
-        if (now_s() > deadline) {
+        if (progress_now() > deadline) {
             dp->broken = 1;
             return err_fail(err, errlen, DP_ETIMEOUT,
                             "%s of step %lld did not complete within %.0f s (--dp-timeout)%s", dp->what, dp->step + 1,

@@ -14,6 +14,7 @@
 #include "bus/net.h"
 #include "bus/wire.h"
 #include "common/errmsg.h"
+#include "common/progress.h"
 #include "trainer/dp.h"
 
 #define ID_MAX 256 /* ZeroMQ routing ids are at most 255 bytes */
@@ -46,11 +47,6 @@ struct dp_link {
     int refused;            /* rank 0 refused the group: its refusals must get out on close */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* A closed connection is a loss only if no bye or farewell arrives within this long: the socket
  * monitor can report the close before the socket hands over the last message that came on it. */
@@ -209,12 +205,12 @@ static void send_welcome(dp_link_t *l, const peer_t *p, int code, const char *me
  * does not fit the group ends the rendezvous for every rank. */
 static int rendezvous_rank0(dp_link_t *l, char *err, size_t errlen) {
     const dp_link_cfg_t *c = &l->cfg;
-    double deadline = now_s() + c->timeout_s;
+    double deadline = progress_now() + c->timeout_s;
     int joined = 0, rc = 0;
     char fail[1024] = "";
     while (joined < c->world - 1 && !fail[0]) {
         if (c->stop && *c->stop) return err_fail(err, errlen, DP_ESETUP, "interrupted while the ranks met");
-        if (now_s() > deadline) {
+        if (progress_now() > deadline) {
             char missing[256] = "";
             for (int r = 1; r < c->world; r++)
                 if (!l->peers[r].joined)
@@ -262,7 +258,7 @@ static int rendezvous_rank0(dp_link_t *l, char *err, size_t errlen) {
             peer_t *q = &l->peers[h->rank];
             *q = p;
             q->joined = 1;
-            q->seen = now_s();
+            q->seen = progress_now();
             snprintf(q->host, sizeof q->host, "%s", h->host ? h->host : "?");
             q->pid = (long long)h->pid;
             joined++;
@@ -290,10 +286,10 @@ static int rendezvous_rank(dp_link_t *l, const char *endpoint, char *nccl_id, si
     m.u.dp_hello.pid = (uint64_t)getpid(), m.u.dp_hello.host = host, m.u.dp_hello.flags = l->flags;
     if (send_msg(l->sock, NULL, 0, &m, 0))
         return err_fail(err, errlen, DP_ESETUP, "rendezvous %s: cannot send hello (%s)", endpoint, zmq_strerror(zmq_errno()));
-    double deadline = now_s() + c->timeout_s;
+    double deadline = progress_now() + c->timeout_s;
     for (;;) {
         if (c->stop && *c->stop) return err_fail(err, errlen, DP_ESETUP, "interrupted while the ranks met");
-        if (now_s() > deadline)
+        if (progress_now() > deadline)
             return err_fail(err, errlen, DP_ETIMEOUT, "rendezvous %s: no welcome from rank 0 within %.0f s", endpoint,
                             c->timeout_s);
         zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
@@ -313,7 +309,7 @@ static int rendezvous_rank(dp_link_t *l, const char *endpoint, char *nccl_id, si
         else if (nccl_id)
             snprintf(nccl_id, cap, "%s", w.u.dp_welcome.nccl_id ? w.u.dp_welcome.nccl_id : "");
         wire_msg_free(&w);
-        l->peers[0].seen = now_s();
+        l->peers[0].seen = progress_now();
         return rc;
     }
 }
@@ -343,7 +339,7 @@ double dp_link_silence(dp_link_t *l, int r) {
     pthread_mutex_lock(&l->mu);
     double seen = l->peers[r].seen;
     pthread_mutex_unlock(&l->mu);
-    return seen > 0 ? now_s() - seen : -1;
+    return seen > 0 ? progress_now() - seen : -1;
 }
 
 void dp_link_set_step(dp_link_t *l, long long step) {
@@ -385,12 +381,12 @@ static void read_beats(dp_link_t *l) {
                 l->peers[b->rank].idlen == idlen && !memcmp(l->peers[b->rank].id, id, idlen)) {
                 pthread_mutex_lock(&l->mu);
                 peer_t *p = &l->peers[b->rank];
-                p->seen = now_s(), p->fd = fd, p->bye |= b->bye != 0;
+                p->seen = progress_now(), p->fd = fd, p->bye |= b->bye != 0;
                 pthread_mutex_unlock(&l->mu);
                 if (b->lost == (int32_t)b->rank) set_lost(l, (int)b->rank, b->why ? b->why : "it stopped");
             } else if (!rank0 && b->rank == 0) {
                 pthread_mutex_lock(&l->mu);
-                l->peers[0].seen = now_s();
+                l->peers[0].seen = progress_now();
                 l->peers[0].bye |= b->bye != 0;
                 pthread_mutex_unlock(&l->mu);
                 if (b->lost >= 0) set_lost(l, b->lost, b->why ? b->why : "?"); /* rank 0's verdict, as it found it */
@@ -419,7 +415,7 @@ static void read_events(dp_link_t *l) {
         }
         zmq_msg_close(&a), zmq_msg_close(&b);
         if (event != ZMQ_EVENT_DISCONNECTED) continue;
-        const double now = now_s();
+        const double now = progress_now();
         if (l->cfg.rank != 0) {
             if (!l->peers[0].closed_at) l->peers[0].closed_at = now;
             continue;
@@ -457,7 +453,7 @@ static void *heartbeat(void *arg) {
     double next = 0;
     int told = -1; /* rank 0: the verdict already sent at once */
     while (!atomic_load(&l->quit)) {
-        double now = now_s();
+        double now = progress_now();
         if (now >= next) {
             if (rank0) {
                 for (int r = 1; r < l->cfg.world; r++)
@@ -473,7 +469,7 @@ static void *heartbeat(void *arg) {
         zmq_poll(it, l->mon ? 2 : 1, wait_ms < 1 ? 1 : wait_ms > 100 ? 100 : wait_ms);
         read_beats(l);
         if (l->mon) read_events(l);
-        check_closed(l, now_s());
+        check_closed(l, progress_now());
         int lost = dp_link_lost(l, NULL, 0);
         if (rank0 && lost >= 0 && told < 0) { /* tell everyone now, not at the next beat */
             told = lost;
@@ -502,7 +498,7 @@ int dp_link_join(dp_link_t *l, const char *endpoint, char *nccl_id, size_t cap, 
         zmq_close(l->mon);
         l->mon = NULL; /* no monitor: losses are found by silence alone */
     }
-    double t = now_s();
+    double t = progress_now();
     for (int r = 0; r < l->cfg.world; r++) l->peers[r].seen = t;
     if (pthread_create(&l->thread, NULL, heartbeat, l))
         return err_fail(err, errlen, DP_ESETUP, "cannot start the heartbeat thread");

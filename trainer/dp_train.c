@@ -5,11 +5,11 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "common/errmsg.h"
+#include "common/progress.h"
 
 struct dp_train {
     dp_t *dp;
@@ -28,11 +28,6 @@ struct dp_train {
     double comm_s;                  /* wall seconds in the steps' gradient collectives */
 };
 
-static double wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 double dp_train_comm_seconds(const dp_train_t *t) { return t ? t->comm_s : 0; }
 
@@ -211,15 +206,15 @@ static int global_norm(dp_train_t *t, double *norm, char *err, size_t errlen) {
 int dp_train_step(dp_train_t *t, float lr, float grad_scale, float max_norm, double *norm, char *err,
                   size_t errlen) {
     pack(t, t->flat, t->grads);
-    double t0 = wall_s();
+    double t0 = progress_now();
     int rc = dp_reduce_scatter(t->dp, t->flat, t->scratch, t->S, err, errlen);
-    t->comm_s += wall_s() - t0;
+    t->comm_s += progress_now() - t0;
     if (rc) return rc;
     const float scale = (float)((double)grad_scale / t->W);
     if (scale != 1.0f) DEV(t->dev, scale_inplace, t->flat + (size_t)t->rank * t->S, scale, t->S);
-    t0 = wall_s();
+    t0 = progress_now();
     if (!t->zero) rc = dp_allgather(t->dp, t->flat, t->S, err, errlen);
-    t->comm_s += wall_s() - t0;
+    t->comm_s += progress_now() - t0;
     if (rc) return rc;
     double nrm = 0;
     if ((rc = global_norm(t, &nrm, err, errlen))) return rc;
@@ -231,9 +226,9 @@ int dp_train_step(dp_train_t *t, float lr, float grad_scale, float max_norm, dou
     /* ZeRO-1: this shard's new parameters into flat, then every shard to every rank */
     for (int k = 0; k < t->nopt; k++)
         DEV(t->dev, copy, t->flat + t->opt_off[k], t->opt_p[k].data, sizeof(float) * (size_t)tensor_numel(&t->opt_p[k]));
-    t0 = wall_s();
+    t0 = progress_now();
     rc = dp_allgather(t->dp, t->flat, t->S, err, errlen);
-    t->comm_s += wall_s() - t0;
+    t->comm_s += progress_now() - t0;
     if (rc) return rc;
     unpack(t, t->flat, t->params);
     return 0;
