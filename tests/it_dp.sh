@@ -52,7 +52,7 @@ dp() {
         mpirun --oversubscribe --bind-to none -np "$np" -x OMP_NUM_THREADS=1 "${x[@]}" \
             bin/trainer --dp mpi --loaders "ipc://$W/l0" "$@"
     else
-        local port=$((20000 + RANDOM % 20000)) r rc=0 ps=()
+        local port=$(it_port_base 1) r rc=0 ps=()
         for r in $(seq 0 $((np - 1))); do
             bin/trainer --dp nccl --device "cuda:$((r % NGPU))" --rank "$r" --world "$np" \
                 --rendezvous "tcp://127.0.0.1:$port" --loaders "ipc://$W/l0" "$@" & ps+=($!)

@@ -34,7 +34,7 @@ cp "$K/bus.key" "$W/open.key"; chmod 644 "$W/open.key"
 bin/bus --key "$W/open.key" --allow-any-client 2>"$W/e"; rc=$?
 ok "a secret key others may read is refused (rc=$rc)" "[ $rc = 2 ] && grep -q 'chmod 600' $W/e"
 
-P=$((20000 + RANDOM % 30000))
+P=$(it_port_base 12)
 BUSP=tcp://127.0.0.1:$P BUSS=tcp://127.0.0.1:$((P + 1)) LEP=tcp://127.0.0.1:$((P + 2)) SEP=tcp://127.0.0.1:$((P + 3))
 export FT_BUS_PUB=$BUSP FT_BUS_SUB=$BUSS
 key() { cut -d' ' -f1 "$K/$1.pub"; }

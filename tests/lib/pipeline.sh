@@ -9,6 +9,9 @@
 #   killed_run PROGRAM ARGS...  runs a program (not a shell function) that a fault hook kills
 #                               (FT_*_FAULT_KILL_*, README's "Fault injection") without bash's
 #                               "Killed" notice; its status (137)
+#   it_port_base N              a random first port of N consecutive TCP ports below the
+#                               kernel's ephemeral range (a port inside it can be taken at any
+#                               moment by a connection's own end, even one this test opened)
 #   it_done                     prints "N passed, M failed"; use as the script's last command
 # Background processes started by a script go into pids (`cmd & pids+=($!)`).
 
@@ -20,6 +23,12 @@ it_init() {
     export OMP_NUM_THREADS=${2:-2}
     pass=0; fail=0; pids=()
     trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null' EXIT
+}
+
+it_port_base() {
+    local low; low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null) || low=32768
+    [ "$low" -gt 12000 ] 2>/dev/null || low=32768
+    echo $((10000 + RANDOM % (low - 10000 - $1)))
 }
 
 ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
