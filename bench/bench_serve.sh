@@ -11,6 +11,7 @@
 # checkpoint is announced; the server's own account of its device memory and its RSS.
 # SERVE_BENCH_BEFORE=path/to/an/older/bin/sampler also measures that one at 1 client (the
 # one-at-a-time server this replaced, for the "one client's latency" comparison).
+# SERVE_BENCH_FLAGS adds flags to the measured server (e.g. "--parallel-rows 0").
 # Writes "$BENCH_OUT/serve.json" {"serve": {...}}.
 set -u
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 
 # The machine is shared and its load drifts within seconds: the concurrencies and the peer take
 # turns, ROUNDS times; each figure is the median over the rounds.
-serve bin/sampler serve.log --max-batch 32 --max-queue 256
+serve bin/sampler serve.log --max-batch 32 --max-queue 256 ${SERVE_BENCH_FLAGS:-}
 for r in $(seq "$ROUNDS"); do   # one JSON line per round in $D/<key>.jsonl
     load 1 16 >>"$D/c1.jsonl"; load 8 6 >>"$D/c8.jsonl"; load 32 3 >>"$D/c32.jsonl"
     OMP_NUM_THREADS=1 $PY bench/generate_torch.py --batch 32 --prompt 16 --new 64 --repeats 3 --threads 1 --json >>"$D/t1.jsonl"

@@ -12,6 +12,7 @@ struct gen {
     device_t *dev;            /* the model's: the cache and every chunk buffer live there */
     double macs_per_row;      /* multiply-adds of one position through every block and the head */
     double serial_macs;       /* chunks below this run without parallel machinery */
+    int parallel_rows;        /* chunks of at least this many rows run in parallel (0: off) */
     model_config_t cfg;
     int Bmax, Tmax;           /* cache slots, positions per slot */
     int max_rows;             /* rows (B*T) one chunk may hold: the chunk buffers' size */
@@ -172,9 +173,11 @@ int gen_create_rows(gen_t **pg, llama_t *m, int Bmax, int Tmax, int max_rows, ch
 }
 
 int gen_threads(const gen_t *g, int rows) {
+    if (g->parallel_rows > 0 && rows >= g->parallel_rows) return 0;
     return (double)rows * g->macs_per_row < g->serial_macs ? 1 : 0;
 }
 void gen_set_serial_macs(gen_t *g, double macs) { g->serial_macs = macs; }
+void gen_set_parallel_rows(gen_t *g, int rows) { g->parallel_rows = rows > 0 ? rows : 0; }
 
 /* Runs the enclosed ops with the device's parallel machinery on or off for a chunk of `rows`
  * positions (gen_threads), then back on. */

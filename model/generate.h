@@ -91,6 +91,11 @@ int gen_threads(const gen_t *g, int rows);
 /* The work threshold (multiply-adds per chunk) below which a chunk runs serially; tests set
  * 0 (every chunk parallel) or a huge value (every chunk serial). */
 void gen_set_serial_macs(gen_t *g, double macs);
+/* Chunks of at least `rows` rows run with the parallel machinery whatever their work (0: the
+ * work threshold alone). A server on a machine it has to itself sets it: there a many-row
+ * decode step gains from every core, while the serial rule above protects single sequences
+ * and shared machines. The rows' bits do not depend on it (rows are independent of threads). */
+void gen_set_parallel_rows(gen_t *g, int rows);
 
 /* ---- a family's sublayer inside each block (the LTM's cross-attention, model/kv_ltm.c) ----
  * fn(ctx, g, l) runs in block l between the self-attention's residual and the MLP, on the

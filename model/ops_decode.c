@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) void tile4xR(float *y, const float 
 }
 
 /* Output columns o0..o1 of rows n0..n1, in blocks of 12 weight rows (four 3x3 tiles or three
- * 4xR tiles each) read from cache by every row of the batch. */
+ * 4xR tiles each) read from cache by every row of the batch; then blocks of 4 (4xR tiles). */
 OPS_VARIANTS(void, rows_tile, (float *y, const float *w, const float *x, int n0, int n1, int o0,
                                int o1, int in, int out),
              (y, w, x, n0, n1, o0, o1, in, out)) {
@@ -111,15 +111,99 @@ OPS_VARIANTS(void, rows_tile, (float *y, const float *w, const float *x, int n0,
         else if (n3 + 1 == n1)
             for (int k = 0; k < 12; k += 4) tile4xR(y, w, x, n3, 1, o + k, in, in8, out);
     }
+    for (; o + 4 <= o1; o += 4) {
+        int n = n0;
+        for (; n + 2 <= n1; n += 2) tile4xR(y, w, x, n, 2, o, in, in8, out);
+        if (n < n1) tile4xR(y, w, x, n, 1, o, in, in8, out);
+    }
     for (; o < o1; o++)
         for (int n = n0; n < n1; n++) y[(size_t)n * out + o] = ops_dot8(w + (size_t)o * in, x + (size_t)n * in, in);
 }
 
+#ifdef OPS_TARGET_V4
+/* x86-64-v4: 16-lane FMAs, each holding one weight row's 8 lanes against two input rows (the
+ * weight chunk in both halves, the rows' chunks side by side), so every dot product keeps
+ * ops_dot8's 8 lanes and order and is finished by finish4 as above: the same bits as the
+ * 8-lane tiles at this level (test_decode_ops), at twice the width. 4 weight rows x P pairs of
+ * input rows (P <= 3: 12 accumulators, 4 weight and 1 row vectors of AVX-512's 32). */
+typedef float v16f __attribute__((vector_size(64)));
+static inline __attribute__((always_inline)) v16f pair16(const float *a, const float *b) {
+    const v8f lo = ld8(a), hi = ld8(b);
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+static inline __attribute__((always_inline)) v8f half8(v16f v, int hi) {
+    return hi ? __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
+              : __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+static inline __attribute__((always_inline)) void tile4xP(float *y, const float *w, const float *x,
+                                                         int n, int P, int o, int in, int in8, int out) {
+    const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+    const float *x0 = x + (size_t)n * in, *x1 = x0 + in, *x2 = x1 + in, *x3 = x2 + in;
+    const float *x4 = x3 + in, *x5 = x4 + in;
+    /* named accumulators, not an array: GCC kept an array's in memory */
+    v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+    v16f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+    for (int i = 0; i < in8; i += 8) {
+        const v16f k0 = pair16(w0 + i, w0 + i), k1 = pair16(w1 + i, w1 + i);
+        const v16f k2 = pair16(w2 + i, w2 + i), k3 = pair16(w3 + i, w3 + i);
+        const v16f u = pair16(x0 + i, x1 + i);
+        a0 += k0 * u; a1 += k1 * u; a2 += k2 * u; a3 += k3 * u;
+        if (P > 1) {
+            const v16f v = pair16(x2 + i, x3 + i);
+            b0 += k0 * v; b1 += k1 * v; b2 += k2 * v; b3 += k3 * v;
+        }
+        if (P > 2) {
+            const v16f t = pair16(x4 + i, x5 + i);
+            c0 += k0 * t; c1 += k1 * t; c2 += k2 * t; c3 += k3 * t;
+        }
+    }
+#define FINISH_PAIR(r, q0, q1, q2, q3, xa, xb)                                                    \
+    do {                                                                                           \
+        finish4(y + (size_t)(r) * out + o, half8(q0, 0), half8(q1, 0), half8(q2, 0), half8(q3, 0), \
+                w0, in, xa, in8, in);                                                              \
+        finish4(y + (size_t)((r) + 1) * out + o, half8(q0, 1), half8(q1, 1), half8(q2, 1),         \
+                half8(q3, 1), w0, in, xb, in8, in);                                                \
+    } while (0)
+    FINISH_PAIR(n, a0, a1, a2, a3, x0, x1);
+    if (P > 1) FINISH_PAIR(n + 2, b0, b1, b2, b3, x2, x3);
+    if (P > 2) FINISH_PAIR(n + 4, c0, c1, c2, c3, x4, x5);
+#undef FINISH_PAIR
+}
+static OPS_TARGET_V4 void rows_tile_wide(float *y, const float *w, const float *x, int n0, int n1,
+                                         int o0, int o1, int in, int out) {
+    const int in8 = in / 8 * 8, n6 = n0 + (n1 - n0) / 6 * 6, left = (n1 - n6) / 2;
+    int o = o0;
+    for (; o + 4 <= o1; o += 4) { /* blocks of 4 weight rows (12 KB at d = 768: in L1) */
+        for (int n = n0; n < n6; n += 6) tile4xP(y, w, x, n, 3, o, in, in8, out);
+        if (left == 2) tile4xP(y, w, x, n6, 2, o, in, in8, out);
+        else if (left == 1) tile4xP(y, w, x, n6, 1, o, in, in8, out);
+        if ((n1 - n6) % 2) tile4xR(y, w, x, n1 - 1, 1, o, in, in8, out);
+    }
+    for (; o < o1; o++)
+        for (int n = n0; n < n1; n++) y[(size_t)n * out + o] = ops_dot8(w + (size_t)o * in, x + (size_t)n * in, in);
+}
+#endif
+
 void linear_rows(float *y, const float *x, const float *w, int N, int in, int out) {
-    const int tasks = (out + ROWS_COLS_PER_TASK - 1) / ROWS_COLS_PER_TASK;
+#ifdef OPS_TARGET_V4
+    const int wide = N >= 2 && cpu_isa() >= CPU_ISA_V4;
+#else
+    const int wide = 0;
+#endif
+    /* the wide tiles go 4 weight rows at a time, so their tasks can be small: 16 columns split
+     * config S's 512- and 256-wide products evenly between two threads (48 left one thread
+     * 6 tasks against 5, and 3 against 3 of unequal width) */
+    const int cols = wide ? 16 : ROWS_COLS_PER_TASK, tasks = (out + cols - 1) / cols;
 #pragma omp parallel for schedule(static) if ((double)N * in * out >= (1 << 20))
     for (int t = 0; t < tasks; t++) {
-        const int o0 = t * ROWS_COLS_PER_TASK, o1 = o0 + ROWS_COLS_PER_TASK < out ? o0 + ROWS_COLS_PER_TASK : out;
+        const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
+#ifdef OPS_TARGET_V4
+        if (wide) {
+            rows_tile_wide(y, w, x, 0, N, o0, o1, in, out);
+            continue;
+        }
+#endif
+        (void)wide;
         rows_tile(y, w, x, 0, N, o0, o1, in, out);
     }
 }
@@ -200,7 +284,11 @@ OPS_VARIANTS(void, rows_att_head, (float *o, const float *q, const float *kc, co
 void attention_rows(float *out, const float *q, const float *kc, const float *vc, const int *base,
                     const int *len, int N, int H, int Hkv, int hd) {
     const int rep = H / Hkv, ldk = Hkv * hd;
-#pragma omp parallel for collapse(2) schedule(static) if ((double)N * H * hd * 64 >= (1 << 20))
+    /* parallel when the rows' keys are worth it (~0.1 ms of one core: 32 rows of config S at
+     * ~50 positions, not 8); the caller's thread count decides the rest (set_parallel) */
+    double keys = 0.0;
+    for (int n = 0; n < N; n++) keys += len[n];
+#pragma omp parallel for collapse(2) schedule(static) if (keys * H * hd >= (1 << 18))
     for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++) {
             const size_t off = ((size_t)n * H + h) * hd, kv = (size_t)base[n] * ldk + (size_t)(h / rep) * hd;

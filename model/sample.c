@@ -1,5 +1,7 @@
 /* model/sample.c: temperature, top-k and nucleus sampling (see sample.h). */
 #include "model/sample.h"
+#include "model/ops_clones.h"
+#include "model/ops_math.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,7 +9,7 @@
 
 struct sample {
     int V;
-    double *p;       /* (V) unnormalised probabilities exp((z - max) / temperature) */
+    float *p;        /* (V) unnormalised probabilities exp((z - max) / temperature) */
     uint32_t *idx;   /* (V) ids by decreasing probability (only when a filter is on) */
 };
 
@@ -15,7 +17,7 @@ int sample_create(sample_t **ps, int V, char *err, size_t errlen) {
     *ps = NULL;
     if (V <= 0) { snprintf(err, errlen, "sample_create: vocabulary size %d", V); return -1; }
     sample_t *s = calloc(1, sizeof(*s));
-    if (s) { s->p = malloc(sizeof(double) * V); s->idx = malloc(sizeof(uint32_t) * V); }
+    if (s) { s->p = malloc(sizeof(float) * V); s->idx = malloc(sizeof(uint32_t) * V); }
     if (!s || !s->p || !s->idx) {
         if (s) { free(s->p); free(s->idx); free(s); }
         snprintf(err, errlen, "sample_create: out of memory for V=%d", V);
@@ -55,20 +57,39 @@ uint32_t sample_argmax(const float *z, int V) {
 
 /* Decreasing probability, then increasing id: a total order, so the kept set is unique. */
 static int by_prob_desc(const void *a, const void *b, void *ctx) {
-    const double *p = ctx;
+    const float *p = ctx;
     uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
     if (p[i] != p[j]) return p[i] > p[j] ? -1 : 1;
     return i < j ? -1 : (i > j);
 }
+
+/* p[i] = exp((z[i] - max z) * inv_t) with ops_math.h's float exp, and their sum, each loop
+ * vectorised over the vocabulary (the exp within a few ulp of libm's): libm's double exp, 4096
+ * a token, and the scalar max and sum were a fifth of a 32-row serving step (bench/NOTES.md).
+ * GCC if-converts the compares, and so vectorises, only when float compares may be assumed not
+ * to trap (nothing here reads the FP exception flags). Built per instruction-set level like the
+ * ops (ops_clones.h), so the bits are those of the level cpu_isa() chose, as the logits' are. */
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+OPS_VARIANTS(double, exps, (float *p, const float *z, int V, float inv_t), (p, z, V, inv_t)) {
+    float mx = z[0];
+    OPS_SIMD_MAX(mx)
+    for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
+    OPS_SIMD
+    for (int i = 0; i < V; i++) p[i] = ops_expf((z[i] - mx) * inv_t);
+    double total = 0.0;
+    OPS_SIMD_SUM(total)
+    for (int i = 0; i < V; i++) total += p[i];
+    return total;
+}
+#pragma GCC pop_options
 
 /* Fills s->p; returns the kept count n and the kept mass in *mass. With a filter on, the kept
  * ids are s->idx[0..n); without, every id is kept (n == V) and s->idx is not used. */
 static int distribution(sample_t *s, const float *z, const sample_opts_t *o, double *mass,
                         int *filtered) {
     const int V = s->V;
-    float mx = z[sample_argmax(z, V)];
-    double inv_t = 1.0 / (double)o->temperature, total = 0.0;
-    for (int i = 0; i < V; i++) total += s->p[i] = exp(((double)z[i] - mx) * inv_t);
+    const double total = exps(s->p, z, V, 1.0f / o->temperature);
     int k = (o->top_k > 0 && o->top_k < V) ? o->top_k : V;
     *filtered = k < V || o->top_p < 1.0f;
     if (!*filtered) { *mass = total; return V; }
@@ -119,7 +140,9 @@ uint32_t sample_pick(sample_t *s, const float *z, const sample_opts_t *o, rng_t 
         cum += s->p[id];
         if (u < cum) return id;
     }
-    /* u rounded past the last partial sum: the last kept id with non-zero probability */
+    /* u past the last partial sum (rounding; and the total is summed in vector order, the
+     * running sum in index order, so they may differ in the last bits): the last kept id with
+     * non-zero probability */
     for (int i = n - 1; i >= 0; i--) {
         uint32_t id = filtered ? s->idx[i] : (uint32_t)i;
         if (s->p[id] > 0.0) return id;

@@ -102,6 +102,9 @@ void engine_release(engine_t *e, int i);
  * test can compare the bits a row gets in a batch with those it gets alone. NULL: none. */
 typedef void (*engine_observe_fn)(void *ctx, int row, const float *logits, int V);
 void engine_observe(engine_t *e, engine_observe_fn fn, void *ctx);
+/* Steps of at least `rows` rows use every thread (gen_set_parallel_rows; 0: the generator's
+ * own work threshold alone). A row's tokens are the same either way. */
+void engine_set_parallel_rows(engine_t *e, int rows);
 /* Rows neither free nor done; rows free for engine_add. */
 int engine_active(const engine_t *e);
 int engine_free_rows(const engine_t *e);

@@ -31,6 +31,7 @@ typedef struct {
     int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet, inner_steps;
     float fast_lr;
     int max_prompt, max_new_limit, timeout_ms, max_batch, max_queue, deadline_ms, stream;
+    int parallel_rows;
     float temperature, top_p;
     long long seed;
 } opts_t;
@@ -199,7 +200,8 @@ int main(int argc, char **argv) {
     opts_t o = {.vocab = "bytes", .device = device_default_spec(), .precision = "fp32", .latent = "independent",
                 .z_from = "prompt", .n = 1, .max_new = 64, .group = 1,
                 .temperature = 1.0f, .top_p = 1.0f, .seed = 1, .max_prompt = 1024,
-                .max_new_limit = 1024, .timeout_ms = 60000, .max_batch = 32, .max_queue = 256};
+                .max_new_limit = 1024, .timeout_ms = 60000, .max_batch = 32, .max_queue = 256,
+                .parallel_rows = 8};
     bus_net_opts_t net = {0};
     flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"ckpt", FLAG_STR, &o.ckpt, "checkpoint directory", 0, 0, 0},
@@ -231,6 +233,7 @@ int main(int argc, char **argv) {
         {"max-prompt", FLAG_INT, &o.max_prompt, "with --serve: prompt tokens accepted per request", 1, 1 << 24, 0},
         {"max-new-limit", FLAG_INT, &o.max_new_limit, "with --serve: largest max_new accepted", 1, 1 << 24, 0},
         {"max-batch", FLAG_INT, &o.max_batch, "with --serve: requests decoded together (rows of the batch)", 1, 4096, 0},
+        {"parallel-rows", FLAG_INT, &o.parallel_rows, "with --serve: decode steps of at least this many rows use every thread (0: only very large steps)", 0, 4096, 0},
         {"max-queue", FLAG_INT, &o.max_queue, "with --serve: requests waiting for a row; beyond: error 'busy'", 0, 1 << 20, 0},
         {"connect", FLAG_STR, &o.connect, "ask a --serve sampler at this endpoint instead of loading a model", 0, 0, 0},
         {"timeout-ms", FLAG_INT, &o.timeout_ms, "with --connect: give up after this long without a reply", 1, 1 << 30, 0},
@@ -327,7 +330,8 @@ int main(int argc, char **argv) {
                                    .run_dir = run_dir,
                                    .bus_sub = bus_endpoint_sub(o.bus_sub), .vocab = v,
                                    .max_prompt = o.max_prompt, .max_new = o.max_new_limit,
-                                   .max_batch = o.max_batch, .max_queue = o.max_queue, .quiet = o.quiet};
+                                   .max_batch = o.max_batch, .max_queue = o.max_queue, .parallel_rows = o.parallel_rows,
+                                   .quiet = o.quiet};
         sampler_model_t *served = sm;
         sm = NULL; /* the service owns it (and the models it reloads) */
         if (sampler_serve(served, &sv, err, sizeof err)) { fail(1, err, NULL); goto out; }

@@ -333,6 +333,7 @@ static int hold(sampler_server_t *s, held_t *h, sampler_model_t *sm, const char 
                 char *err, size_t errlen) {
     memset(h, 0, sizeof *h);
     int rc = engine_create(&h->eng, sm, s->o.max_batch, row_positions(s, sm), err, errlen);
+    if (!rc) engine_set_parallel_rows(h->eng, s->o.parallel_rows);
     if (!rc && !(h->on_row = calloc(s->o.max_batch, sizeof *h->on_row))) {
         engine_destroy(&h->eng);
         rc = SAMPLER_ENOMEM;

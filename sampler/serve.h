@@ -53,6 +53,8 @@ typedef struct {
     int max_new;               /* tokens generated per request at most */
     int max_batch;             /* rows decoded together (>= 1) */
     int max_queue;             /* requests waiting for a row (>= 0) */
+    int parallel_rows;         /* steps of at least this many rows use every thread (0: the
+                                  generator's work threshold alone; engine_set_parallel_rows) */
     int quiet;
 } sampler_serve_opts_t;
 

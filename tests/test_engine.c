@@ -7,6 +7,7 @@
  * latents inferred from each prompt alone, or drawn from the prior, and a sliding window). The
  * command line's samples (sampler_generate) are the same rows. */
 #include <stdlib.h>
+#include <omp.h>
 #include <string.h>
 
 #include "common/rng.h"
@@ -94,16 +95,21 @@ static void alone(sampler_model_t *sm, int k, int eot, out_t *o) {
 
 /* All requests through one engine of ROWS rows: they arrive over the first steps (request k
  * at step (k * 3) / 2 % 12), wait for a row when all are busy, and one more request that is
- * cancelled after 3 steps takes a row meanwhile. */
-static void batched(sampler_model_t *sm, int eot, out_t *out) {
+ * cancelled after 3 steps takes a row meanwhile. parallel: on two threads, steps of 2 or more
+ * rows in parallel (engine_set_parallel_rows: the products, attention and the picks), without
+ * the logits' observer (whose presence keeps the picks on one thread). */
+static void batched(sampler_model_t *sm, int eot, out_t *out, int parallel) {
     char err[256];
     engine_t *e = NULL;
+    const int threads = omp_get_max_threads();
+    if (parallel) omp_set_num_threads(2);
     CHECK(engine_create(&e, sm, ROWS, MAXPOS, err, sizeof err) == 0, "%s", err);
     if (!e) return;
     memset(out, 0, sizeof(out_t) * NREQ);
     watch_t w = {.out = out};
     for (int i = 0; i < 64; i++) w.row_req[i] = -1;
-    engine_observe(e, observe, &w);
+    if (parallel) engine_set_parallel_rows(e, 2);
+    else engine_observe(e, observe, &w);
     int next = 0, done = 0, victim = -1, max_active = 0;
     for (int s = 0; s < 400 && done < NREQ; s++) {
         if (s == 1) { /* a request that leaves before it is finished */
@@ -137,14 +143,20 @@ static void batched(sampler_model_t *sm, int eot, out_t *out) {
     CHECK(done == NREQ, "%d of %d requests finished", done, NREQ);
     CHECK(max_active == ROWS, "the batch was full at some step (max %d rows)", max_active);
     engine_destroy(&e);
+    omp_set_num_threads(threads);
 }
 
 static void compare(sampler_model_t *sm, const char *family) {
     const model_config_t *c = sampler_model_config(sm);
-    out_t solo[NREQ], batch[NREQ];
+    out_t solo[NREQ], batch[NREQ], par[NREQ];
     for (int k = 0; k < NREQ; k++) alone(sm, k, c->eot_id, &solo[k]);
-    batched(sm, c->eot_id, batch);
+    batched(sm, c->eot_id, batch, 0);
+    batched(sm, c->eot_id, par, 1);
     for (int k = 0; k < NREQ; k++) {
+        CHECK(solo[k].len == par[k].len && solo[k].stopped == par[k].stopped &&
+              !memcmp(solo[k].ids, par[k].ids, sizeof(uint32_t) * solo[k].len) &&
+              solo[k].n_z == par[k].n_z && !memcmp(solo[k].z, par[k].z, sizeof(uint32_t) * solo[k].n_z),
+              "%s request %d: the batch on two threads differs from the request alone", family, k);
         CHECK(solo[k].len == batch[k].len && solo[k].stopped == batch[k].stopped, "%s request %d: %d/%d tokens alone, %d/%d in the batch",
               family, k, solo[k].len, solo[k].stopped, batch[k].len, batch[k].stopped);
         CHECK(!memcmp(solo[k].ids, batch[k].ids, sizeof(uint32_t) * solo[k].len), "%s request %d: ids differ", family, k);
