@@ -12,6 +12,9 @@
 # SERVE_BENCH_BEFORE=path/to/an/older/bin/sampler also measures that one at 1 client (the
 # one-at-a-time server this replaced, for the "one client's latency" comparison).
 # SERVE_BENCH_FLAGS adds flags to the measured server (e.g. "--parallel-rows 0").
+# SERVE_BENCH_REQUESTS "R1 R8 R32": requests per client at 1, 8 and 32 clients (default
+# "48 16 8": about a second of decoding each, on a machine where one client gets ~3,500
+# tokens/s; the earlier 16 / 6 / 3 made rounds of ~0.3 s there, and p99 the maximum of 96).
 # Writes "$BENCH_OUT/serve.json" {"serve": {...}}.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,6 +22,9 @@ OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 TH=${BENCH_THREADS:-2}
 ROUNDS=${SERVE_BENCH_ROUNDS:-3}
+read -r R1 R8 R32 <<< "${SERVE_BENCH_REQUESTS:-48 16 8}"
+CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(grep -qw avx512_bf16 /proc/cpuinfo && echo AVX512_BF16 || { grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo AVX2; })"
+echo "serve bench: $CPU, load $(cut -d' ' -f1-3 /proc/loadavg)"
 make -s bin/sampler bin/bus bin/tokenizer build/bench/serve_ckpt >/dev/null || exit 1
 PY=/usr/bin/python3
 D=$(mktemp -d /tmp/bench_serve.XXXXXX)
@@ -28,6 +34,7 @@ trap cleanup EXIT
 
 build/bench/serve_ckpt --out "$D/run" --step 1 --seed 1 >/dev/null || exit 1
 build/bench/serve_ckpt --out "$D/run" --step 2 --seed 2 >/dev/null || exit 1
+[ -s data/brown.txt ] || { echo "bench_serve: data/brown.txt missing (run: make data)"; exit 1; }
 head -c 1000000 data/brown.txt >"$D/brown.txt"
 bin/tokenizer train --vocab-size 4096 --out "$D/vocab.json" "$D/brown.txt" 2>/dev/null || exit 1
 PROMPT="The jury further said in term-end presentments that the City Executive"
@@ -38,7 +45,10 @@ serve() { # sampler-binary log flags...: a server of checkpoint 1 on ipc://$D/s.
     local bin=$1 log=$2; shift 2
     rm -f "$D/s.sock"
     $bin --ckpt "$D/run/ckpt-00000001" --vocab "$D/vocab.json" --serve "ipc://$D/s.sock" "$@" 2>"$D/$log" & spid=$!
-    for _ in $(seq 100); do [ -S "$D/s.sock" ] && break; sleep 0.1; done
+    for _ in $(seq 100); do [ -S "$D/s.sock" ] && break; kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+    # a server that did not start would leave every client waiting out its 120 s time-out
+    [ -S "$D/s.sock" ] && kill -0 "$spid" 2>/dev/null \
+        || { echo "bench_serve: $bin did not start: $(tail -n 1 "$D/$log")"; spid=; exit 1; }
 }
 unserve() { kill -TERM "$spid"; wait "$spid" 2>/dev/null; spid=; }
 load() { # clients requests-per-client -> one JSON line
@@ -50,7 +60,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 # turns, ROUNDS times; each figure is the median over the rounds.
 serve bin/sampler serve.log --max-batch 32 --max-queue 256 ${SERVE_BENCH_FLAGS:-}
 for r in $(seq "$ROUNDS"); do   # one JSON line per round in $D/<key>.jsonl
-    load 1 16 >>"$D/c1.jsonl"; load 8 6 >>"$D/c8.jsonl"; load 32 3 >>"$D/c32.jsonl"
+    load 1 "$R1" >>"$D/c1.jsonl"; load 8 "$R8" >>"$D/c8.jsonl"; load 32 "$R32" >>"$D/c32.jsonl"
     OMP_NUM_THREADS=1 $PY bench/generate_torch.py --batch 32 --prompt 16 --new 64 --repeats 3 --threads 1 --json >>"$D/t1.jsonl"
     OMP_NUM_THREADS=$TH $PY bench/generate_torch.py --batch 32 --prompt 16 --new 64 --repeats 3 --threads "$TH" --json >>"$D/tn.jsonl"
 done
@@ -58,7 +68,7 @@ start_line=$(head -1 "$D/serve.log")
 unserve
 if [ -n "${SERVE_BENCH_BEFORE:-}" ]; then
     serve "$SERVE_BENCH_BEFORE" before.log
-    for r in $(seq "$ROUNDS"); do load 1 16 >>"$D/before.jsonl"; done
+    for r in $(seq "$ROUNDS"); do load 1 "$R1" >>"$D/before.jsonl"; done
     unserve
 fi
 pick() { # key field -> the median of that field over the rounds, or null
@@ -90,6 +100,7 @@ jq -n --arg start "$start_line" --arg reloaded "$reloaded" --argjson drained "$d
       --argjson t1 "$(pick t1 tok_s)" --argjson tn "$(pick tn tok_s)" --argjson th "$TH" \
       --argjson bt "$(pick before tok_s)" --argjson ba "$(pick before p50_ms)" --argjson bb "$(pick before p99_ms)" \
       --argjson errors "$errors" --argjson rounds "$ROUNDS" --argjson P "$P" \
+      --argjson r1 "$R1" --argjson r8 "$R8" --argjson r32 "$R32" --arg cpu "$CPU" \
       --argjson rb "$rss_before" --argjson rp "$rss_peak" --argjson ra "$rss_after" \
       --argjson per "$(for k in c1 c8 c32 t1; do jq -s --arg k "$k" '{($k): map(.tok_s * 10 | round / 10)}' "$D/$k.jsonl"; done | jq -s add)" '
   def r1: . * 10 | round / 10;
@@ -105,7 +116,7 @@ jq -n --arg start "$start_line" --arg reloaded "$reloaded" --argjson drained "$d
            reload: {server_line: $reloaded, old_model_freed: ($drained > 0),
                     rss_kb_before: $rb, rss_kb_peak: $rp, rss_kb_after: $ra},
            setup: {config: "S", model: "baseline", prompt: $P, new: 64, max_batch: 32, rounds: $rounds,
-                   requests_per_client: {c1: 16, c8: 6, c32: 3}, server_start: $start}}}' >"$OUT/serve.json" || exit 1
+                   requests_per_client: {c1: $r1, c8: $r8, c32: $r32}, server_start: $start, cpu: $cpu}}}' >"$OUT/serve.json" || exit 1
 jq -r '.serve | "clients   tok/s   p50 ms   p99 ms",
   (["c1", "c8", "c32"][] as $k | "\($k)\t\(.[$k].tok_s)\t\(.[$k].p50_ms)\t\(.[$k].p99_ms)"),
   "PyTorch static batch of 32: \(.pytorch_batch32.tok_s) tok/s",
