@@ -8,10 +8,27 @@
 #   each entry "llama", "free" (kappa 0.5 bit, the paper's choice) or "free:K" (kappa K bits),
 #   so a sweep is BROWN_MODELS="llama free:0.5 free:1 free:2". BROWN_OUT (default results):
 #   where brown.md, brown.png, brown_kl.png and the metrics go.
+#   BROWN_CORPUS: brown (default) or nlp (data/nlp-corpus.jsonl: 100,000 short documents, each
+#   ended by end-of-text; the files are then named nlp*, the run directory runs/nlp).
+#   BROWN_VOCAB: bpe4k (a 4096-token BPE learned from the corpus; Brown's default) or one of
+#   tiktoken's encodings (gpt2, the nlp corpus's default; cl100k_base, ...).
+#   BROWN_EVAL_EVERY: a checkpoint every N steps, all kept and all evaluated, so the bound is a
+#   curve over training (<name>_bound.png and a table); default: only the last (N = 200 kept 3).
+#   BROWN_VAL_DOCS: held-out documents, the corpus's last (default 25 for Brown, 2000 for nlp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-W=${BROWN_DIR:-runs/brown}; STEPS=${BROWN_STEPS:-600}; MODELS=${BROWN_MODELS:-llama free}
+CORPUS=${BROWN_CORPUS:-brown}
+case $CORPUS in
+    brown) TEXT=data/brown.txt; FORMAT=text; EOT=(); VOCAB=${BROWN_VOCAB:-bpe4k}; VAL_DOCS=${BROWN_VAL_DOCS:-25} ;;
+    nlp) TEXT=data/nlp-corpus.jsonl; FORMAT=jsonl; EOT=(--append-eot); VOCAB=${BROWN_VOCAB:-gpt2}; VAL_DOCS=${BROWN_VAL_DOCS:-2000} ;;
+    *) echo "brown.sh: BROWN_CORPUS must be brown or nlp, not '$CORPUS'" >&2; exit 2 ;;
+esac
+NAME=$CORPUS
+case $CORPUS in brown) TITLE="Brown corpus";; nlp) TITLE="nlp-corpus";; esac
+W=${BROWN_DIR:-runs/$CORPUS}; STEPS=${BROWN_STEPS:-600}; MODELS=${BROWN_MODELS:-llama free}
 OUT=${BROWN_OUT:-results}
+EVAL_EVERY=${BROWN_EVAL_EVERY:-0}
+if [ "$EVAL_EVERY" -gt 0 ]; then CKPT=(--ckpt-every "$EVAL_EVERY" --keep 0); ALL=(--all); else CKPT=(--ckpt-every 200); ALL=(); fi
 mkdir -p "$W" "$OUT"; W=$(cd "$W" && pwd)
 export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub
 pids=()
@@ -24,17 +41,24 @@ DECODER="--seq-len 128 --batch 16 --d-model 128 --layers 4 --heads 4 --kv-heads 
 label_of() { case $1 in free:*) echo "free-k${1#free:}";; *) echo "$1";; esac; }
 flags_of() { case $1 in llama) echo "--model llama";; free) echo "--model free --latent-bits 8 --kappa 0.5 --kappa-unit bits";;
              free:*) echo "--model free --latent-bits 8 --kappa ${1#free:} --kappa-unit bits";; esac; }
-VAL_DOCS=25
 
-[ -f data/brown.txt ] || run make data
-# 1. a 4096-token byte-level BPE vocabulary learned from Brown; the last 25 documents are held out
-[ -f "$W/brown4k.ftbpe" ] || run bin/tokenizer train --vocab-size 4096 --out "$W/brown4k.ftbpe" data/brown.txt
-[ -d "$W/data" ] || run bin/tokenizer encode --vocab "$W/brown4k.ftbpe" --out "$W/data" data/brown.txt
+[ -f "$TEXT" ] || run make data
+# 1. the vocabulary: a 4096-token byte-level BPE learned from the corpus, or tiktoken's; the last
+#    VAL_DOCS documents are held out
+if [ "$VOCAB" = bpe4k ]; then
+    V="$W/${CORPUS}4k.ftbpe"
+    [ -f "$V" ] || run bin/tokenizer train --vocab-size 4096 --out "$V" "$TEXT"
+    VOCAB_TEXT="a BPE vocabulary of 4096 learned from the corpus"
+else
+    V=$VOCAB
+    VOCAB_TEXT="tiktoken's $VOCAB vocabulary"
+fi
+[ -d "$W/data" ] || run bin/tokenizer encode --vocab "$V" --format "$FORMAT" "${EOT[@]}" --out "$W/data" "$TEXT"
 run bin/tokenizer info "$W/data"
 
 # 2. bus, two loaders serving the training split, a tap recording the metrics
 bgrun bin/bus --quiet
-for i in 0 1; do bgrun bin/loader --data "$W/data" --val-docs $VAL_DOCS --bind "ipc://$W/loader$i" --name "brown$i" --quiet; done
+for i in 0 1; do bgrun bin/loader --data "$W/data" --val-docs $VAL_DOCS --bind "ipc://$W/loader$i" --name "$NAME$i" --quiet; done
 bgrun bin/bus tap metrics log/brown > "$W/metrics.jsonl"
 for _ in $(seq 50); do bin/bus send log/brown log program=brown line=ping >/dev/null 2>&1; [ -s "$W/metrics.jsonl" ] && break; sleep 0.1; done
 
@@ -43,11 +67,12 @@ declare -A secs
 for spec in $MODELS; do
     m=$(label_of "$spec")
     start=$(date +%s)
-    run bin/trainer --discover --run "brown-$m" --run-dir "$W/$m" $(flags_of "$spec") --steps "$STEPS" $DECODER \
-        --lr 3e-3 --min-lr 3e-4 --warmup 50 --ckpt-every 200 --log-every 50 --resume 2> >(tee "$W/$m.log" >&2)
+    run bin/trainer --discover --run "$NAME-$m" --run-dir "$W/$m" $(flags_of "$spec") --steps "$STEPS" $DECODER \
+        --lr 3e-3 --min-lr 3e-4 --warmup 50 "${CKPT[@]}" --log-every 50 --resume 2> >(tee "$W/$m.log" >&2)
     secs[$m]=$(( $(date +%s) - start ))
-    run bin/evaluator --run "brown-$m" --run-dir "$W/$m" --task val --data "$W/data" --val-docs $VAL_DOCS \
-        --batches 0 --batch 8 --seq-len 128 --once --no-bus --quiet > "$W/eval_$m.json"
+    run bin/evaluator --run "$NAME-$m" --run-dir "$W/$m" --task val --data "$W/data" --val-docs $VAL_DOCS \
+        --batches 0 --batch 8 --seq-len 128 --once "${ALL[@]}" --no-bus --quiet > "$W/evals_$m.jsonl"
+    jq -s 'max_by(.step)' "$W/evals_$m.jsonl" > "$W/eval_$m.json"   # the table: the last checkpoint
 done
 LABELS=$(for spec in $MODELS; do label_of "$spec"; done)
 sleep 0.5
@@ -55,36 +80,52 @@ sleep 0.5
 # 4. curves and table
 plots=(); klplots=()
 for m in $LABELS; do
-    grep "\"metrics/brown-$m\"" "$W/metrics.jsonl" > "$OUT/brown_$m.jsonl" || true
-    jq -r '"\(.step) \(.values.ce // .values.loss)"' "$OUT/brown_$m.jsonl" > "$W/loss_$m.dat"
+    grep "\"metrics/$NAME-$m\"" "$W/metrics.jsonl" > "$OUT/${NAME}_$m.jsonl" || true
+    jq -r '"\(.step) \(.values.ce // .values.loss)"' "$OUT/${NAME}_$m.jsonl" > "$W/loss_$m.dat"
     plots+=("'$W/loss_$m.dat' using 1:2 smooth bezier lw 2 title '$m (training cross-entropy)'")
     if [ "${m%%-*}" = free ]; then
-        jq -r '"\(.step) \(.values.kl_bits)"' "$OUT/brown_$m.jsonl" > "$W/kl_$m.dat"
+        jq -r '"\(.step) \(.values.kl_bits)"' "$OUT/${NAME}_$m.jsonl" > "$W/kl_$m.dat"
         klplots+=("'$W/kl_$m.dat' using 1:2 smooth bezier lw 2 title '$m (KL, bits per token)'")
     fi
 done
 if [ ${#klplots[@]} -gt 0 ]; then
 gnuplot <<GP
 set terminal pngcairo size 800,480 noenhanced
-set output '$OUT/brown_kl.png'
-set title 'Brown corpus: the Free Transformer KL per token (training)'
+set output '$OUT/${NAME}_kl.png'
+set title '$TITLE: the Free Transformer KL per token (training)'
 set xlabel 'optimizer step (16 x 128 tokens)'
 set ylabel 'bits per token'
 set grid
 plot $(IFS=,; echo "${klplots[*]}")
 GP
 fi
+if [ "$EVAL_EVERY" -gt 0 ]; then
+bplots=()
+for m in $LABELS; do
+    jq -r '"\(.step) \(.values.ce // .values.nll_bound)"' "$W/evals_$m.jsonl" | sort -n > "$W/bound_$m.dat"
+    bplots+=("'$W/bound_$m.dat' using 1:2 with linespoints lw 2 title '$m (held-out NLL bound)'")
+done
 gnuplot <<GP
 set terminal pngcairo size 800,480 noenhanced
-set output '$OUT/brown.png'
-set title 'Brown corpus (BPE 4096), CPU, bin/trainer: same decoder, d=128, 4 layers'
+set output '$OUT/${NAME}_bound.png'
+set title '$TITLE: held-out NLL (the baseline) and likelihood bound (Free Transformer) over training'
+set xlabel 'optimizer step (16 x 128 tokens)'
+set ylabel 'nats per token'
+set grid
+plot $(IFS=,; echo "${bplots[*]}")
+GP
+fi
+gnuplot <<GP
+set terminal pngcairo size 800,480 noenhanced
+set output '$OUT/$NAME.png'
+set title '$TITLE ($VOCAB), CPU, bin/trainer: same decoder, d=128, 4 layers'
 set xlabel 'optimizer step (16 x 128 tokens)'
 set ylabel 'nats per token'
 set grid
 plot $(IFS=,; echo "${plots[*]}")
 GP
 {
-echo "Brown corpus (\`make brown\`, $(date -u +%F)): BPE vocabulary of 4096 learned from Brown; the last"
+echo "$TITLE (\`make brown\`, BROWN_CORPUS=$CORPUS, $(date -u +%F)): $VOCAB_TEXT; the last"
 echo "$VAL_DOCS documents held out. Decoder d=128, 4 layers, 4/2 heads, SwiGLU 384, T=128, B=16, $STEPS steps"
 echo "($((STEPS * 16 * 128)) tokens seen), AdamW 3e-3 cosine to 3e-4. Free Transformer: the same decoder plus its"
 echo "encoder block, H=8 latent bits, kappa = 0.5 bit (free) or K bits (free-kK). Validation on the whole held-out split (nats per token)."
@@ -98,10 +139,24 @@ for m in $LABELS; do
       .values as $v
       | "| \($m) | \($p) | \($v.tokens_seen) | \($s) s | \(($v.ce // $v.nll_bound) | f) | \($v.ce_enc | f) | \($v.kl | f) | \($v.elbo | f) | \($v.ce_prior | f) | \($v.bpb | f) |"' "$W/eval_$m.json"
 done
+if [ "$EVAL_EVERY" -gt 0 ]; then
+    echo
+    echo "The held-out NLL (baseline) and bound (Free Transformer) at each checkpoint (${NAME}_bound.png):"
+    echo
+    steps=$(cat "$W"/evals_*.jsonl | jq -s -r 'map(.step) | unique | map(tostring) | join(" ")')
+    echo "| model | $(echo $steps | sed 's/ / | /g') |"
+    echo "| --- |$(for _ in $steps; do printf ' --- |'; done)"
+    for m in $LABELS; do
+        jq -s -r --arg m "$m" --arg steps "$steps" '
+          (map({key: (.step | tostring), value: (.values.ce // .values.nll_bound)}) | from_entries) as $b
+          | "| \($m) | " + ($steps | split(" ") | map(($b[.] // null) | if . == null then "-" else (. * 1000 | round / 1000 | tostring) end) | join(" | ")) + " |"' \
+          "$W/evals_$m.jsonl"
+    done
+fi
 echo
 echo "Nats per token. The baseline's NLL is its cross-entropy. The Free Transformer's is the tightest"
 echo "of its upper bounds on -log p(x) that bin/evaluator computes (ELBO, importance-weighted bounds"
 echo "with K posterior or prior samples); the CE with Z from the encoder alone is not a likelihood (the"
 echo "encoder has read the tokens it predicts) and is shown only as the ELBO's first term."
-} > "$OUT/brown.md"
-cat "$OUT/brown.md"
+} > "$OUT/$NAME.md"
+cat "$OUT/$NAME.md"
