@@ -59,8 +59,13 @@ run bin/tokenizer info "$W/data"
 # 2. bus, two loaders serving the training split, a tap recording the metrics
 bgrun bin/bus --quiet
 for i in 0 1; do bgrun bin/loader --data "$W/data" --val-docs $VAL_DOCS --bind "ipc://$W/loader$i" --name "$NAME$i" --quiet; done
-bgrun bin/bus tap metrics log/brown > "$W/metrics.jsonl"
-for _ in $(seq 50); do bin/bus send log/brown log program=brown line=ping >/dev/null 2>&1; [ -s "$W/metrics.jsonl" ] && break; sleep 0.1; done
+# appended: a sweep run again (--resume) keeps the curves of the runs it does not redo
+touch "$W/metrics.jsonl"; lines0=$(wc -l < "$W/metrics.jsonl")
+bgrun bin/bus tap metrics log/brown >> "$W/metrics.jsonl"
+for _ in $(seq 50); do   # the tap is connected once it has written our ping
+    bin/bus send log/brown log program=brown line=ping >/dev/null 2>&1
+    [ "$(wc -l < "$W/metrics.jsonl")" -gt "$lines0" ] && break; sleep 0.1
+done
 
 # 3. train each model (--resume: a finished run is not redone), then evaluate it on the held-out split
 declare -A secs
@@ -80,7 +85,9 @@ sleep 0.5
 # 4. curves and table
 plots=(); klplots=()
 for m in $LABELS; do
-    grep "\"metrics/$NAME-$m\"" "$W/metrics.jsonl" > "$OUT/${NAME}_$m.jsonl" || true
+    # one line per step: a run resumed from a checkpoint repeats the steps after it (the last kept)
+    grep "\"metrics/$NAME-$m\"" "$W/metrics.jsonl" | jq -c -s 'group_by(.step) | map(.[-1]) | .[]' \
+        > "$OUT/${NAME}_$m.jsonl" || true
     jq -r '"\(.step) \(.values.ce // .values.loss)"' "$OUT/${NAME}_$m.jsonl" > "$W/loss_$m.dat"
     plots+=("'$W/loss_$m.dat' using 1:2 smooth bezier lw 2 title '$m (training cross-entropy)'")
     if [ "${m%%-*}" = free ]; then
