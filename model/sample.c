@@ -3,6 +3,7 @@
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +90,10 @@ OPS_VARIANTS(double, exps, (float *p, const float *z, int V, float inv_t), (p, z
 static int distribution(sample_t *s, const float *z, const sample_opts_t *o, double *mass,
                         int *filtered) {
     const int V = s->V;
-    const double total = exps(s->p, z, V, 1.0f / o->temperature);
+    /* a temperature below ~3e-39 has no float reciprocal: the largest float keeps (z - max) *
+     * inv_t at 0 for the maximum (not 0 * inf) and -inf for the rest, so the pick is greedy */
+    const float inv_t = isinf(1.0f / o->temperature) ? FLT_MAX : 1.0f / o->temperature;
+    const double total = exps(s->p, z, V, inv_t);
     int k = (o->top_k > 0 && o->top_k < V) ? o->top_k : V;
     *filtered = k < V || o->top_p < 1.0f;
     if (!*filtered) { *mass = total; return V; }

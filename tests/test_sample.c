@@ -34,6 +34,17 @@ static void test_greedy(void) {
     o = (sample_opts_t){1.0f, 1, 1.0f};
     for (int i = 0; i < 50; i++) CHECK(sample_pick(s, Z, &o, &r) == 1, "top-k 1 is the argmax");
     CHECK(sample_argmax(Z, V) == 1);
+    /* a temperature with no float reciprocal (1e-40: subnormal) is greedy over the tie, not NaN */
+    o = (sample_opts_t){1e-40f, 0, 1.0f};
+    float p[V];
+    sample_probs(s, Z, &o, p);
+    float rest = 0.0f;
+    for (int i = 0; i < V; i++) rest += (i == 1 || i == 5) ? 0.0f : p[i];
+    CHECK(p[1] == 0.5f && p[5] == 0.5f && rest == 0.0f, "tiny temperature: p[1] %g p[5] %g rest %g", p[1], p[5], rest);
+    for (int i = 0; i < 50; i++) {
+        uint32_t id = sample_pick(s, Z, &o, &r);
+        CHECK(id == 1 || id == 5, "tiny temperature picked %u", id);
+    }
     sample_destroy(&s);
     CHECK(s == NULL);
 }
