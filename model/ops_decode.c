@@ -138,8 +138,9 @@ static inline __attribute__((always_inline)) v8f half8(v16f v, int hi) {
 static inline __attribute__((always_inline)) void tile4xP(float *y, const float *w, const float *x,
                                                          int n, int P, int o, int in, int in8, int out) {
     const float *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
-    const float *x0 = x + (size_t)n * in, *x1 = x0 + in, *x2 = x1 + in, *x3 = x2 + in;
-    const float *x4 = x3 + in, *x5 = x4 + in;
+    /* rows past the P pairs are not read, nor pointed at (they may be past the array) */
+    const float *x0 = x + (size_t)n * in, *x1 = x0 + in, *x2 = P > 1 ? x1 + in : x1;
+    const float *x3 = P > 1 ? x2 + in : x1, *x4 = P > 2 ? x3 + in : x1, *x5 = P > 2 ? x4 + in : x1;
     /* named accumulators, not an array: GCC kept an array's in memory */
     v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
     v16f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
