@@ -92,7 +92,7 @@ static int distribution(sample_t *s, const float *z, const sample_opts_t *o, dou
     const int V = s->V;
     /* a temperature below ~3e-39 has no float reciprocal: the largest float keeps (z - max) *
      * inv_t at 0 for the maximum (not 0 * inf) and -inf for the rest, so the pick is greedy */
-    const float inv_t = isinf(1.0f / o->temperature) ? FLT_MAX : 1.0f / o->temperature;
+    const float r = 1.0f / o->temperature, inv_t = isinf(r) ? FLT_MAX : r;
     const double total = exps(s->p, z, V, inv_t);
     int k = (o->top_k > 0 && o->top_k < V) ? o->top_k : V;
     *filtered = k < V || o->top_p < 1.0f;

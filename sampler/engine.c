@@ -33,7 +33,6 @@ struct engine {
     uint32_t *tok, *zt;    /* (max_batch) its tokens and latents */
     sample_t **smp;        /* (nsmp) a sampler's scratch per thread */
     int nsmp;
-    int parallel_rows;     /* decode steps of at least this many rows pick in parallel (0: never) */
     uint32_t *pick;        /* (max_batch) the step's picked ids */
     uint64_t seq;
     size_t enc_bytes;
@@ -133,10 +132,7 @@ void engine_observe(engine_t *e, engine_observe_fn fn, void *ctx) {
     e->observe_ctx = ctx;
 }
 
-void engine_set_parallel_rows(engine_t *e, int rows) {
-    e->parallel_rows = rows > 0 ? rows : 0;
-    gen_set_parallel_rows(e->gen, rows);
-}
+void engine_set_parallel_rows(engine_t *e, int rows) { gen_set_parallel_rows(e->gen, rows); }
 
 int engine_max_batch(const engine_t *e) { return e->max_batch; }
 int engine_max_pos(const engine_t *e) { return e->max_pos; }
@@ -307,10 +303,10 @@ int engine_step(engine_t *e, char *err, size_t errlen) {
     }
     if (rc) return SAMPLER_EMODEL;
     const float *lg = gen_logits(e->gen);
-    if (!e->observe && e->nsmp > 1 && e->parallel_rows > 0 && nd >= e->parallel_rows) {
-        /* many rows: their picks on every thread (a fifth of a 32-row step on one), each on
-         * its row's own stream, so a row picks the same id on any thread; then appended in
-         * order */
+    if (!e->observe && e->nsmp > 1 && !gen_threads(e->gen, nd)) {
+        /* a step that ran in parallel (gen_threads): its picks too (a fifth of a 32-row step
+         * on one thread), each on its row's own stream, so a row picks the same id on any
+         * thread; then appended in order */
 #pragma omp parallel for schedule(dynamic, 2) num_threads(e->nsmp)
         for (int b = 0; b < nd; b++) {
             row_t *w = &e->rows[e->slots[b]];

@@ -139,9 +139,7 @@ check "send bad number: exit 2" test $rc -eq 2 -a "$(wc -l <"$TMP/e3")" -eq 1
 bin/bus send --pub "ipc://$TMP/nobody" --wait-ms 300 log/x log line=x 2>"$TMP/e4"; rc=$?
 check "send with no bus: exit 1" test $rc -eq 1 -a "$(wc -l <"$TMP/e4")" -eq 1
 # a second bus on tcp ports already taken fails with one line
-# (below the kernel's ephemeral range, where no connection's own end can take it meanwhile)
-low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null); [ "${low:-0}" -gt 12000 ] 2>/dev/null || low=32768
-port=$((10000 + RANDOM % (low - 10002)))
+port=$(. tests/lib/pipeline.sh && it_port_base 2)
 bin/bus --pub tcp://127.0.0.1:$port --sub tcp://127.0.0.1:$((port + 1)) 2>/dev/null &
 B2=$!; pids+=("$B2")
 sleep 0.5
