@@ -108,20 +108,28 @@ stop
 # 5. reload under load: two clients keep asking while the run goes on to step 40 and announces
 #    it; every reply is the text of the checkpoint it names
 serve srv4.log --follow base --max-batch 8 --max-queue 64
-load() { # client-number seconds: batches of 12, one line "index|step|text" per answer
+load() { # client-number seconds: batches of 12, one line "index|step|text" per answer; the next
+    # batch is sent before the previous one's answers are read, so the server always has rows
+    # decoding (with one batch in flight it could be idle between batches, and a reload that
+    # falls there has no rows on the old model to drain)
     $PY - "$SRV" "$2" >"$W/load$1.txt" 2>&1 <<'PY'
 import json, sys, time, zmq, msgpack
 s = zmq.Context().socket(zmq.DEALER); s.setsockopt(zmq.RCVTIMEO, 20000); s.connect(sys.argv[1])
 end = time.time() + float(sys.argv[2]); rid = 0
-while time.time() < end:
-    rid += 1
+def send_batch(rid):
     for i in range(12):
         s.send_multipart([b"", msgpack.packb({"v": 1, "type": "gen_req", "req_id": rid * 100 + i, "prompt": "K>",
             "max_new": 40, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 7, "latent": "independent",
             "index": i, "group": 1, "flags": 0})])
+def read_batch():
     for _ in range(12):
         r = msgpack.unpackb(s.recv_multipart()[-1], raw=False)
         print("%d|%d|%s" % (r["req_id"] % 100, r.get("step", -1), json.dumps(r.get("text", "error %s" % r.get("code")))))
+rid += 1; send_batch(rid)
+while time.time() < end:
+    rid += 1; send_batch(rid)
+    read_batch()
+read_batch()
 PY
 }
 rss() { awk '/VmRSS/ {print $2}' /proc/$spid/status; }
