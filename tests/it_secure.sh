@@ -70,8 +70,15 @@ ctx = zmq.Context()
 ev = lambda line: b"log/sync\x00" + msgpack.packb({"v": 1, "type": "log", "program": "py", "line": line})
 pub = ctx.socket(zmq.PUB); pub.setsockopt(zmq.LINGER, 0); pub.connect(busp)
 sub = ctx.socket(zmq.SUB); sub.setsockopt(zmq.LINGER, 0); sub.setsockopt(zmq.SUBSCRIBE, b""); sub.connect(buss)
-req = ctx.socket(zmq.REQ); req.setsockopt(zmq.LINGER, 0); req.setsockopt(zmq.RCVTIMEO, 3000); req.connect(lep)
-stranger = ctx.socket(zmq.REQ); stranger.setsockopt(zmq.LINGER, 0); stranger.setsockopt(zmq.RCVTIMEO, 3000)
+# SNDTIMEO as well as RCVTIMEO: once the server has refused the handshake, libzmq may drop the
+# connection's pipe, and a REQ socket without a peer blocks in send forever (seen: a CI run hung)
+def req_socket():
+    s = ctx.socket(zmq.REQ)
+    for opt in (zmq.LINGER, 0), (zmq.RCVTIMEO, 3000), (zmq.SNDTIMEO, 3000):
+        s.setsockopt(*opt)
+    return s
+req = req_socket(); req.connect(lep)
+stranger = req_socket()
 pk, sk = zmq.curve_keypair()
 stranger.curve_serverkey = loader_key.encode(); stranger.curve_publickey = pk; stranger.curve_secretkey = sk
 stranger.connect(lep)
@@ -82,9 +89,8 @@ for _ in range(5):
     pub.send(ev("plaintext-publisher"))
     time.sleep(0.1)
 for name, s in (("plain", req), ("stranger", stranger)):
-    s.send(info)
-    try:
-        s.recv(); print(name, "loader answered")
+    try:  # a request that cannot even be sent gets no answer either
+        s.send(info); s.recv(); print(name, "loader answered")
     except zmq.Again:
         print(name, "loader silent")
 try:
@@ -112,12 +118,14 @@ C --prompt 'K>' --max-new 4 >"$W/gen.json"
 ok "sampler --connect with a key: served by step 10" "[ \"\$(jq -r .step $W/gen.json)\" = 10 ]"
 $PY - "$SEP" >"$W/splain.out" <<'PYEOF'
 import sys, zmq, msgpack
-s = zmq.Context().socket(zmq.REQ); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 3000)
+s = zmq.Context().socket(zmq.REQ)
+for opt in (zmq.LINGER, 0), (zmq.RCVTIMEO, 3000), (zmq.SNDTIMEO, 3000):  # see the loader's check above
+    s.setsockopt(*opt)
 s.connect(sys.argv[1])
-s.send(msgpack.packb({"v": 1, "type": "gen_req", "req_id": 1, "prompt": "K>", "max_new": 2, "temperature": 1.0,
-                      "top_k": 0, "top_p": 1.0, "seed": 1, "latent": "independent", "index": 0, "group": 1, "flags": 0}))
+msg = msgpack.packb({"v": 1, "type": "gen_req", "req_id": 1, "prompt": "K>", "max_new": 2, "temperature": 1.0,
+                      "top_k": 0, "top_p": 1.0, "seed": 1, "latent": "independent", "index": 0, "group": 1, "flags": 0})
 try:
-    s.recv(); print("answered")
+    s.send(msg); s.recv(); print("answered")
 except zmq.Again:
     print("silent")
 PYEOF

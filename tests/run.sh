@@ -5,15 +5,20 @@
 # The unit tests run once per instruction-set level the CPU supports (FT_CPU_ISA, see
 # model/cpu_isa.h), so a machine proves every kernel variant it can run; the integration
 # scripts run at the default level (the highest).
+# Each one runs under a time limit, FT_TEST_TIMEOUT seconds (default 600; the slowest takes
+# about a minute): one that hangs is killed with every process it started (timeout signals its
+# whole process group) and counts as one failure, so a hang costs minutes, not the CI's budget.
 set -u
 cd "$(dirname "$0")/.."
 export FT_TEST_TMP=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}
 mkdir -p "$FT_TEST_TMP" || { echo "tests/run.sh: cannot create FT_TEST_TMP=$FT_TEST_TMP"; exit 1; }
+limit=${FT_TEST_TIMEOUT:-600}
 total_pass=0; total_fail=0; failed_names=()
 run_one() {
     local name=$1 label=$2 suffix=$3; shift 3
     local log="$FT_TEST_TMP/$(basename "$name")$suffix.log" start=$SECONDS
-    "$@" >"$log" 2>&1; local rc=$?
+    timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null; local rc=$?
+    [ $rc = 124 ] && echo "  (killed: still running after $limit s, FT_TEST_TIMEOUT)" >>"$log"
     local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     local p=0 f=0
     if [ -n "$line" ]; then p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}; fi
