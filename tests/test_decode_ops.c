@@ -93,10 +93,36 @@ static void test_attention_rows(void) {
     free(kc); free(vc); free(q);
 }
 
+/* Two query heads of one key/value head go through one pass over the keys at x86-64-v4
+ * (rows_att_pair): each head's output must be the bits it gets alone (H = Hkv = 1), for the
+ * head sizes with an unrolled body (64, 128) and one without (24); at the other levels both
+ * calls take the one-head path. */
+static void test_attention_pairs(void) {
+    enum { N = 3, TMAX = 40 };
+    const int hds[3] = {64, 128, 24}, len[N] = {1, 40, 17}, base[N] = {TMAX, 0, 2 * TMAX};
+    for (int c = 0; c < 3; c++) {
+        const int hd = hds[c];
+        float *kc = rnd(3 * TMAX * hd), *vc = rnd(3 * TMAX * hd), *q = rnd(N * 2 * hd);
+        float *pair = malloc(sizeof(float) * N * 2 * hd), *qh = malloc(sizeof(float) * N * hd);
+        float *one = malloc(sizeof(float) * N * hd);
+        for (int i = 0; i < N * 2 * hd; i++) q[i] *= 4.0f; /* scores of a few units: rescales happen */
+        attention_rows(pair, q, kc, vc, base, len, N, 2, 1, hd);
+        for (int h = 0; h < 2; h++) {
+            for (int n = 0; n < N; n++) memcpy(qh + n * hd, q + (n * 2 + h) * hd, sizeof(float) * hd);
+            attention_rows(one, qh, kc, vc, base, len, N, 1, 1, hd);
+            for (int n = 0; n < N; n++)
+                CHECK(!memcmp(pair + (n * 2 + h) * hd, one + n * hd, sizeof(float) * hd),
+                      "hd %d, head %d of a pair, row %d (%d keys): the bits of the head alone", hd, h, n, len[n]);
+        }
+        free(kc); free(vc); free(q); free(pair); free(qh); free(one);
+    }
+}
+
 int main(void) {
     rng_seed(&R, 7);
     RUN(test_linear_rows);
     RUN(test_positions);
     RUN(test_attention_rows);
+    RUN(test_attention_pairs);
     return check_summary();
 }
