@@ -5,8 +5,8 @@
 # The unit tests run once per instruction-set level the CPU supports (FT_CPU_ISA, see
 # model/cpu_isa.h), so a machine proves every kernel variant it can run; the integration
 # scripts run at the default level (the highest).
-# Each one runs under a time limit, FT_TEST_TIMEOUT seconds (default 600; the slowest takes
-# about a minute): one that hangs is killed with every process it started (timeout signals its
+# Each one runs under a time limit, FT_TEST_TIMEOUT seconds (default 600; the slowest takes 20 s
+# on a quiet machine): one that hangs is killed with every process it started (timeout signals its
 # whole process group) and counts as one failure, so a hang costs minutes, not the CI's budget.
 set -u
 cd "$(dirname "$0")/.."
