@@ -365,10 +365,12 @@ static OPS_TARGET_V4 void rows_att_pair(float *o, const float *q, const float *k
 void attention_rows(float *out, const float *q, const float *kc, const float *vc, const int *base,
                     const int *len, int N, int H, int Hkv, int hd) {
     const int rep = H / Hkv, ldk = Hkv * hd;
+    /* parallel when the rows' keys are worth it (~0.1 ms of one core: 32 rows of config S at
+     * ~50 positions, not 8); the caller's thread count decides the rest (set_parallel) */
+    double keys = 0.0;
+    for (int n = 0; n < N; n++) keys += len[n];
 #ifdef OPS_TARGET_V4
     if (rep % 2 == 0 && hd % 8 == 0 && hd / 8 <= ATT_PAIR_MAX_VEC && cpu_isa() >= CPU_ISA_V4) {
-        double keys = 0.0;
-        for (int n = 0; n < N; n++) keys += len[n];
         const int H2 = H / 2;
 #pragma omp parallel for collapse(2) schedule(static) if (keys * H * hd >= (1 << 18))
         for (int n = 0; n < N; n++)
@@ -380,10 +382,6 @@ void attention_rows(float *out, const float *q, const float *kc, const float *vc
         return;
     }
 #endif
-    /* parallel when the rows' keys are worth it (~0.1 ms of one core: 32 rows of config S at
-     * ~50 positions, not 8); the caller's thread count decides the rest (set_parallel) */
-    double keys = 0.0;
-    for (int n = 0; n < N; n++) keys += len[n];
 #pragma omp parallel for collapse(2) schedule(static) if (keys * H * hd >= (1 << 18))
     for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++) {
