@@ -92,9 +92,10 @@ build/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# -MMD: the object depends on the headers it includes (kernels.h, ops_math.h), as the C ones do
 build/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 bin/%: build/%/main.o $(LIBS)
 	@mkdir -p $(@D)

@@ -249,23 +249,7 @@ OPS_FN void kb_attention_rows(size_t it, float *out, const float *q, const float
                               int hd) {
     const size_t n = it / H, h = it % H, ldk = (size_t)Hkv * hd;
     const size_t kv = (size_t)base[n] * ldk + (h / (H / Hkv)) * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *o = out + it * hd;
-    const float *qi = q + it * hd;
-    float m = -INFINITY, l = 0.0f;
-    for (int d = 0; d < hd; d++) o[d] = 0.0f;
-    for (int j = 0; j < len[n]; j++) {
-        const float *kj = kc + kv + (size_t)j * ldk, *vj = vc + kv + (size_t)j * ldk;
-        const float s = ops_dot8(qi, kj, hd) * scale;
-        const float f = ops_online_softmax_rescale(&m, &l, s);
-        if (f != 1.0f)
-            for (int d = 0; d < hd; d++) o[d] *= f;
-        const float p = ops_expf(s - m);
-        l += p;
-        for (int d = 0; d < hd; d++) o[d] += p * vj[d];
-    }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = 0; d < hd; d++) o[d] *= inv;
+    ops_attention_row(out + it * hd, q + it * hd, kc + kv, vc + kv, len[n], ldk, hd);
 }
 /* it < N*D */
 OPS_FN void kb_scatter_rows(size_t it, float *dst, int ld_dst, const int *dst_row, const float *src,

@@ -244,7 +244,8 @@ void rope_rows(float *out, const float *x, const float *cos_t, const float *sin_
         }
 }
 
-/* One query row of one head over len keys of its cache rows, online softmax. The output row
+/* One query row of one head over len keys of its cache rows (ops_math.h ops_attention_row, the
+ * GPU kernel's body too), online softmax. For hd % 8 == 0 the output row
  * is kept in registers (8 lanes a vector, up to 256 dimensions): element by element the same
  * operations as a loop over o[d] in memory, which the compiler left scalar (o may alias the
  * cache), so the bits are the same and a decode step of 32 rows spends a third of the time it
@@ -253,9 +254,9 @@ void rope_rows(float *out, const float *x, const float *cos_t, const float *sin_
 OPS_VARIANTS(void, rows_att_head, (float *o, const float *q, const float *kc, const float *vc,
                                    int len, int ldk, int hd),
              (o, q, kc, vc, len, ldk, hd)) {
-    const float scale = 1.0f / sqrtf((float)hd);
-    float m = -INFINITY, l = 0.0f;
     if (hd % 8 == 0 && hd / 8 <= ATT_MAX_VEC) {
+        const float scale = 1.0f / sqrtf((float)hd);
+        float m = -INFINITY, l = 0.0f;
         const int nv = hd / 8;
         v8f acc[ATT_MAX_VEC];
         for (int i = 0; i < nv; i++) acc[i] = (v8f){0};
@@ -276,19 +277,7 @@ OPS_VARIANTS(void, rows_att_head, (float *o, const float *q, const float *kc, co
         }
         return;
     }
-    for (int d = 0; d < hd; d++) o[d] = 0.0f;
-    for (int j = 0; j < len; j++) {
-        const float *kj = kc + (size_t)j * ldk, *vj = vc + (size_t)j * ldk;
-        const float s = ops_dot8(q, kj, hd) * scale;
-        const float f = ops_online_softmax_rescale(&m, &l, s);
-        if (f != 1.0f)
-            for (int d = 0; d < hd; d++) o[d] *= f;
-        const float p = ops_expf(s - m);
-        l += p;
-        for (int d = 0; d < hd; d++) o[d] += p * vj[d];
-    }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = 0; d < hd; d++) o[d] *= inv;
+    ops_attention_row(o, q, kc, vc, len, (size_t)ldk, hd);
 }
 
 #ifdef OPS_TARGET_V4

@@ -260,6 +260,30 @@ OPS_FN float ops_dot8(const float *a, const float *b, int n) {
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
+/* ---- One query row of one head over len cached keys (the decode step's attention) ----
+ * Key/value rows j at kc/vc + j * ldk; online softmax over the keys in order; o (hd) is
+ * overwritten, o = 0 when len = 0. kb_attention_rows runs it on a GPU, attention_rows
+ * (ops_decode.c) on a CPU, whose vector paths for hd % 8 == 0 do these operations in this
+ * order (the same bits at one level, test_decode_ops). */
+OPS_FN void ops_attention_row(float *o, const float *q, const float *kc, const float *vc, int len,
+                              size_t ldk, int hd) {
+    const float scale = 1.0f / sqrtf((float)hd);
+    float m = -INFINITY, l = 0.0f;
+    for (int d = 0; d < hd; d++) o[d] = 0.0f;
+    for (int j = 0; j < len; j++) {
+        const float *kj = kc + (size_t)j * ldk, *vj = vc + (size_t)j * ldk;
+        const float s = ops_dot8(q, kj, hd) * scale;
+        const float f = ops_online_softmax_rescale(&m, &l, s);
+        if (f != 1.0f)
+            for (int d = 0; d < hd; d++) o[d] *= f;
+        const float p = ops_expf(s - m);
+        l += p;
+        for (int d = 0; d < hd; d++) o[d] += p * vj[d];
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < hd; d++) o[d] *= inv;
+}
+
 /* ---- the fused q|k|v product's row (Dq + 2 Dkv floats) split into q, k rotated at the
  * position whose cos/sin rows are cs/sn, and v copied; a NULL destination is skipped. The
  * backward joins dq, dk rotated back and dv into the fused row (overwritten). ---- */
