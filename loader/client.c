@@ -430,13 +430,20 @@ static int pump(loader_client_t *c, int ms, char *err, size_t errlen) {
 int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t errlen) {
     if (!c || !out) return LOADER_EPARAM;
     memset(out, 0, sizeof *out);
+    /* The time the caller spent away (a training step, which may outlast give_up_ms on a CPU,
+     * or a process stopped and continued) is not the loaders' silence: the replies that came
+     * meanwhile are taken first, and only the time waited here counts toward give_up_ms. */
+    int rc0 = pump(c, 0, err, errlen);
+    if (rc0) return rc0;
+    const double wait_from = progress_now();
     for (;;) {
         double now = progress_now();
         if (c->cfg.stop && *c->cfg.stop) {
             err_fail(err, errlen, 0, "interrupted");
             return LOADER_EIO;
         }
-        if ((now - c->last_answer) * 1000 > c->cfg.give_up_ms) {
+        const double quiet_from = c->last_answer > wait_from ? c->last_answer : wait_from;
+        if ((now - quiet_from) * 1000 > c->cfg.give_up_ms) {
             int foreign = 0;
             char also[64] = "";
             for (int i = 0; i < c->npeers; i++) foreign += c->peers[i].state == PEER_FOREIGN;

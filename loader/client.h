@@ -45,7 +45,8 @@ typedef struct {
     uint8_t layout, split;       /* WIRE_PACK/WIRE_PAD, WIRE_TRAIN/WIRE_VAL */
     uint32_t window;             /* requests in flight (default 8 when 0) */
     int timeout_ms;              /* re-issue a request after this long (default 2000 when 0) */
-    int give_up_ms;              /* fail when no loader answered for this long (default 60000) */
+    int give_up_ms;              /* fail when no loader answered for this long while next()
+                                    waited (default 60000; time between calls does not count) */
     uint64_t start_epoch, start_step; /* the first batch delivered */
     volatile sig_atomic_t *stop; /* optional: next() returns LOADER_EIO soon after *stop != 0 */
     const loader_identity_t *expect; /* optional: the only dataset accepted (copied at open) */

@@ -184,6 +184,47 @@ static void test_first_request_fast(void) {
     fprintf(stderr, "  10 fresh clients: slowest first batch %.3f s\n", worst);
 }
 
+/* The time the caller spends away from the client (a training step longer than give_up_ms: a
+ * large model on a CPU, or a trainer stopped with SIGSTOP and continued) is not time the loaders
+ * failed to answer: after steps of 1.5 s with give_up_ms 1000, next() must still deliver, in
+ * order. Before the fix it failed at once with "no loader answered", batches ready in its window. */
+static void test_long_steps(void) {
+    loader_client_cfg_t cc = client_cfg();
+    cc.give_up_ms = 1000;
+    const char *eps[1] = {ep[1]};
+    char err[256] = "";
+    loader_client_t *c = NULL;
+    CHECK(loader_client_open(&c, zctx, eps, 1, &cc, err, sizeof err) == 0, "%s", err);
+    if (!c) return;
+    uint32_t *want = malloc((size_t)cc.B * (cc.T + 1) * sizeof *want);
+    int bad = 0, got = 0;
+    for (int k = 0; k < 3; k++) {
+        msg_batch_t b;
+        int rc = loader_client_next(c, &b, err, sizeof err);
+        if (rc) { CHECK(rc == 0, "batch %d after a 1.5 s step: %s", k, err); break; }
+        bad += !batch_ok(src, &cc, &b, 0, (uint64_t)k, want);
+        got++;
+        loader_batch_release(&b);
+        usleep(1500 * 1000);
+    }
+    CHECK(got == 3 && bad == 0, "%d of %d batches wrong", bad, got);
+    loader_client_close(&c);
+    /* and a loader that is gone is still given up on: give_up_ms of waiting inside next() */
+    cc.give_up_ms = 500;
+    const char *none[1] = {"ipc:///nonexistent/ft-test-no-loader"};
+    CHECK(loader_client_open(&c, zctx, none, 1, &cc, err, sizeof err) == 0, "%s", err);
+    if (c) {
+        msg_batch_t b;
+        double t0 = progress_now();
+        int rc = loader_client_next(c, &b, err, sizeof err);
+        double dt = progress_now() - t0;
+        CHECK(rc != 0 && strstr(err, "no loader answered") && dt >= 0.45 && dt < 10,
+              "no loader: rc %d after %.2f s: %s", rc, dt, err);
+        loader_client_close(&c);
+    }
+    free(want);
+}
+
 /* The on_wait hook runs while next() waits, so a loader added there is used at once: the only
  * known endpoint has no loader behind it, the hook adds a live one after a few passes. */
 typedef struct {
@@ -412,6 +453,7 @@ int main(void) {
         RUN(test_error_replies);
         RUN(test_error_codes_and_text);
         RUN(test_add_while_waiting);
+        RUN(test_long_steps);
         RUN(test_foreign_loader);
     }
     zmq_ctx_term(zctx);
