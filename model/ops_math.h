@@ -264,7 +264,7 @@ OPS_FN float ops_dot8(const float *a, const float *b, int n) {
  * Key/value rows j at kc/vc + j * ldk; online softmax over the keys in order; o (hd) is
  * overwritten, o = 0 when len = 0. kb_attention_rows runs it on a GPU, attention_rows
  * (ops_decode.c) on a CPU, whose vector paths for hd % 8 == 0 do these operations in this
- * order (the same bits at one level, test_decode_ops). */
+ * order with the output row in registers. */
 OPS_FN void ops_attention_row(float *o, const float *q, const float *kc, const float *vc, int len,
                               size_t ldk, int hd) {
     const float scale = 1.0f / sqrtf((float)hd);
