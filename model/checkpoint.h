@@ -130,5 +130,8 @@ int ckpt_load_state(const char *dir, json_t **state, char *err, size_t errlen);
 json_t *ckpt_config_to_json(const model_config_t *cfg);
 int ckpt_config_from_json(const json_t *j, model_config_t *cfg, char *err, size_t errlen);
 int ckpt_config_validate(const model_config_t *cfg, char *err, size_t errlen);
+/* A float as the shortest decimal that reads back as the same float (1e-5f is written
+ * "1e-05"), so config.json reads like one a person wrote. NULL on out-of-memory. */
+json_t *ckpt_json_real(float x);
 
 #endif

@@ -17,7 +17,7 @@
 
 /* The shortest decimal that reads back as the same float, as a double: 1e-5f is written
  * "1e-05", not "9.99999974737875e-06", so the file reads like one a person wrote. */
-static json_t *cfg_real(float x) {
+json_t *ckpt_json_real(float x) {
     char buf[32];
     for (int prec = 1; prec <= 9; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
@@ -36,8 +36,8 @@ json_t *ckpt_config_to_json(const model_config_t *c) {
         "hidden_size", c->d_model, "intermediate_size", c->d_ff,
         "num_attention_heads", c->n_heads, "num_hidden_layers", c->n_layers,
         "num_key_value_heads", c->n_kv_heads, "vocab_size", c->vocab_size,
-        "max_position_embeddings", c->max_seq, "rms_norm_eps", cfg_real(c->norm_eps),
-        "rope_theta", cfg_real(c->rope_theta), "tie_word_embeddings", c->tied != 0,
+        "max_position_embeddings", c->max_seq, "rms_norm_eps", ckpt_json_real(c->norm_eps),
+        "rope_theta", ckpt_json_real(c->rope_theta), "tie_word_embeddings", c->tied != 0,
         "hidden_act", "silu", "torch_dtype", "float32",
         "bos_token_id", c->eot_id, "eos_token_id", c->eot_id,
         "attention_bias", 0, "mlp_bias", 0, "head_dim", head_dim,
@@ -49,14 +49,14 @@ json_t *ckpt_config_to_json(const model_config_t *c) {
     }
     if (c->kind == MODEL_FREE) {
         json_object_set_new(j, "ft_latent_bits", json_integer(c->latent_bits));
-        json_object_set_new(j, "ft_kappa_nats", cfg_real(c->kappa_nats));
+        json_object_set_new(j, "ft_kappa_nats", ckpt_json_real(c->kappa_nats));
     }
     if (c->sliding_window > 0) json_object_set_new(j, "sliding_window", json_integer(c->sliding_window));
     if (c->kind == MODEL_LTM) {
         json_object_set_new(j, "ft_latent_vectors", json_integer(c->latent_vectors));
         json_object_set_new(j, "ft_inner_steps", json_integer(c->inner_steps));
-        json_object_set_new(j, "ft_fast_lr", cfg_real(c->fast_lr));
-        json_object_set_new(j, "ft_fast_lr_end", cfg_real(c->fast_lr_end));
+        json_object_set_new(j, "ft_fast_lr", ckpt_json_real(c->fast_lr));
+        json_object_set_new(j, "ft_fast_lr_end", ckpt_json_real(c->fast_lr_end));
         json_object_set_new(j, "ft_fast_lr_steps", json_integer(c->fast_lr_steps));
     }
     return j;

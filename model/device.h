@@ -148,6 +148,10 @@ typedef struct device_ops {
     void (*unroll_forward)(device_t *d, float *out, const float *e, int B, int T, int D, int nd);
     void (*unroll_backward)(device_t *d, float *de, const float *dout, int B, int T, int D,
                             int nd);
+    void (*embed_code_forward)(device_t *d, float *y, const float *x, const float *u, size_t n,
+                               float range, int qbits, int nbits);
+    void (*embed_code_backward)(device_t *d, float *dx, const float *dy, const float *x, size_t n,
+                                float range);
 
     /* ---- the optimizer (adamw.h) ---- */
     /* sum of x^2 in double, in an order fixed by n alone */

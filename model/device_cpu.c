@@ -98,6 +98,8 @@ static void cpu_mixer_bias_forward(device_t *d, float *y, const float *bias, int
 static void cpu_mixer_bias_backward(device_t *d, float *dbias, const float *dy, int B, int T, int D, int h, int Tb) { (void)d; mixer_bias_backward(dbias, dy, B, T, D, h, Tb); }
 static void cpu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) { (void)d; unroll_forward(out, e, B, T, D, nd); }
 static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) { (void)d; unroll_backward(de, dout, B, T, D, nd); }
+static void cpu_embed_code_forward(device_t *d, float *y, const float *x, const float *u, size_t n, float range, int qbits, int nbits) { (void)d; embed_code_forward(y, x, u, n, range, qbits, nbits); }
+static void cpu_embed_code_backward(device_t *d, float *dx, const float *dy, const float *x, size_t n, float range) { (void)d; embed_code_backward(dx, dy, x, n, range); }
 static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
 static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) { (void)d; adamw_update(p, g, m, v, n, s); }
 
@@ -147,7 +149,8 @@ static const device_ops_t cpu_ops = {
     .post_sampler_backward = cpu_post_sampler_backward,
     .mixer_tril = cpu_mixer_tril, .mixer_bias_forward = cpu_mixer_bias_forward,
     .mixer_bias_backward = cpu_mixer_bias_backward, .unroll_forward = cpu_unroll_forward,
-    .unroll_backward = cpu_unroll_backward, .sumsq = cpu_sumsq,
+    .unroll_backward = cpu_unroll_backward, .embed_code_forward = cpu_embed_code_forward,
+    .embed_code_backward = cpu_embed_code_backward, .sumsq = cpu_sumsq,
     .adamw_update = cpu_adamw_update,
     .attention_window_forward = cpu_attention_window_forward,
     .attention_window_backward = cpu_attention_window_backward,

@@ -239,6 +239,8 @@ __global__ void g_mixer_bias_fwd(size_t n, float *y, const float *bias, int T, i
 __global__ void g_mixer_bias_bwd(size_t n, float *db, const float *dy, int B, int T, int D, int h, int Tb) { FOR_ITEMS(n) kb_mixer_bias_bwd(it, db, dy, B, T, D, h, Tb); }
 __global__ void g_unroll_fwd(size_t n, float *out, const float *e, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_fwd(it, out, e, T, D, nd); }
 __global__ void g_unroll_bwd(size_t n, float *de, const float *dout, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_bwd(it, de, dout, T, D, nd); }
+__global__ void g_embed_code_fwd(size_t n, float *y, const float *x, const float *u, float range, int qbits, int nbits) { FOR_ITEMS(n) kb_embed_code_fwd(it, y, x, u, range, qbits, nbits); }
+__global__ void g_embed_code_bwd(size_t n, float *dx, const float *dy, const float *x, float range) { FOR_ITEMS(n) kb_embed_code_bwd(it, dx, dy, x, range); }
 __global__ void g_sumsq_chunk(size_t n, double *part, const float *x, size_t len) { FOR_ITEMS(n) kb_sumsq_chunk(it, part, x, len); }
 __global__ void g_latent_normal(size_t n, float *x, int B, int len, uint64_t key, uint64_t row0, float mean, float std) { FOR_ITEMS(n) kb_latent_normal(it, x, B, len, key, row0, mean, std); }
 __global__ void g_latent_sample(size_t n, float *z, const float *mu, const float *ls, const float *eps) { FOR_ITEMS(n) kb_latent_sample(it, z, mu, ls, eps); }
@@ -480,6 +482,16 @@ static void cu_unroll_backward(device_t *d, float *de, const float *dout, int B,
     g_unroll_bwd<<<GRID(n)>>>(n, de, dout, T, D, nd);
     LAUNCHED("unroll_backward");
 }
+static void cu_embed_code_forward(device_t *d, float *y, const float *x, const float *u, size_t n, float range, int qbits, int nbits) {
+    if (!n) return;
+    g_embed_code_fwd<<<GRID(n)>>>(n, y, x, u, range, qbits, nbits);
+    LAUNCHED("embed_code_forward");
+}
+static void cu_embed_code_backward(device_t *d, float *dx, const float *dy, const float *x, size_t n, float range) {
+    if (!n) return;
+    g_embed_code_bwd<<<GRID(n)>>>(n, dx, dy, x, range);
+    LAUNCHED("embed_code_backward");
+}
 static double cu_sumsq(device_t *d, const float *x, size_t n) {
     const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     if (!nch) return 0.0;
@@ -558,6 +570,8 @@ static const device_ops_t cuda_ops = {
     .mixer_bias_backward = cu_mixer_bias_backward,
     .unroll_forward = cu_unroll_forward,
     .unroll_backward = cu_unroll_backward,
+    .embed_code_forward = cu_embed_code_forward,
+    .embed_code_backward = cu_embed_code_backward,
     .sumsq = cu_sumsq,
     .adamw_update = cu_adamw_update,
     .attention_window_forward = cu_attention_window_forward,

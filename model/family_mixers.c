@@ -25,6 +25,8 @@ static int load_encoder(void *m, const char *dir, char *err, size_t errlen) {
     return mixers_load_encoder(m, dir, err, errlen);
 }
 static int frozen(void *m, int i) { return mixers_frozen(m, i); }
+static void set_step(void *m, uint64_t step) { mixers_set_step(m, step); }
+static void set_row(void *m, uint64_t row0) { mixers_set_row(m, row0); }
 
 #define MIXER_FAMILY(var, nm, kd, enc)                                                         \
     const model_family_t var = {.name = nm, .kind = kd, .create = create, .memory = memory,   \
@@ -32,6 +34,7 @@ static int frozen(void *m, int i) { return mixers_frozen(m, i); }
                                 .forward = forward, .backward = backward,                     \
                                 .zero_grad = zero_grad, .set_grad_scale = set_grad_scale,     \
                                 .params = params, .grads = grads, .metrics = NULL,            \
+                                .set_step = set_step, .set_row = set_row,                     \
                                 .load_encoder = enc, .frozen = frozen}
 MIXER_FAMILY(family_mixer, "mixer", MODEL_MIXER, NULL);
 MIXER_FAMILY(family_mixer_ae, "mixer-ae", MODEL_MIXER_AE, NULL);

@@ -356,6 +356,14 @@ OPS_FN void kb_unroll_bwd(size_t it, float *de, const float *dout, int T, int D,
     }
     de[it] = acc;
 }
+/* it < n: the stored embedding's codec, one element (ops_math.h) */
+OPS_FN void kb_embed_code_fwd(size_t it, float *y, const float *x, const float *u, float range,
+                              int qbits, int nbits) {
+    y[it] = ops_embed_code(x[it], range, qbits, u ? u[it] : 0.5f, u ? nbits : 0);
+}
+OPS_FN void kb_embed_code_bwd(size_t it, float *dx, const float *dy, const float *x, float range) {
+    dx[it] = dy[it] * ops_embed_code_grad(x[it], range);
+}
 /* ---- the LTM's Gaussian latents (ops.h ops_latent.c) ---- */
 /* it < L*B*n, as (l, b, i) with i fastest */
 OPS_FN void kb_latent_normal(size_t it, float *x, int B, int n, uint64_t key, uint64_t row0,

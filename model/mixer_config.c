@@ -53,6 +53,10 @@ int mixer_config_to_json(const model_config_t *c, json_t *j) {
     }
     if (mixer_kind_is_autoencoder(c->kind)) SET("ft_unroll", json_boolean(c->unroll));
     if (mixer_kind_is_memory(c->kind)) SET("ft_freeze_encoder", json_boolean(c->freeze_encoder));
+    if (mixer_kind_has_encoder(c->kind)) {
+        SET("ft_embed_range", ckpt_json_real(c->embed_range));
+        SET("ft_embed_noise_bits", json_integer(c->embed_noise_bits));
+    }
 #undef SET
     return rc ? -1 : 0;
 }
@@ -87,6 +91,17 @@ int mixer_config_from_json(const json_t *j, model_config_t *c, char *err, size_t
     if (mixer_kind_is_autoencoder(c->kind) && (rc = get_bool(j, "ft_unroll", &c->unroll, err, errlen))) return rc;
     if (mixer_kind_is_memory(c->kind) && (rc = get_bool(j, "ft_freeze_encoder", &c->freeze_encoder, err, errlen)))
         return rc;
+    /* the embedding's codec: absent in checkpoints written before it existed (unbounded) */
+    c->embed_range = 0;
+    c->embed_noise_bits = 0;
+    if (mixer_kind_has_encoder(c->kind)) {
+        json_t *r = json_object_get(j, "ft_embed_range");
+        if (r && !json_is_number(r)) return err_fail(err, errlen, CKPT_ECONFIG, "field \"ft_embed_range\": expected a number");
+        if (r) c->embed_range = (float)json_number_value(r);
+        if (json_object_get(j, "ft_embed_noise_bits") &&
+            (rc = get_int(j, "ft_embed_noise_bits", &c->embed_noise_bits, err, errlen)))
+            return rc;
+    }
     return 0;
 }
 
@@ -105,6 +120,17 @@ int mixer_config_validate(const model_config_t *c, char *err, size_t errlen) {
         if (c->embed_dim < 0 || c->embed_dim > D)
             return err_fail(err, errlen, CKPT_ECONFIG, "embedding dimension %d must be in 1..d_model %d", c->embed_dim, D);
     }
+    if (!(c->embed_range >= 0 && c->embed_range <= MIXER_EMBED_RANGE_MAX))
+        return err_fail(err, errlen, CKPT_ECONFIG, "embedding range %g must be in 0..%g (0: unbounded)", (double)c->embed_range,
+                        (double)MIXER_EMBED_RANGE_MAX);
+    if (c->embed_noise_bits < 0 || c->embed_noise_bits > MIXER_EMBED_BITS_MAX)
+        return err_fail(err, errlen, CKPT_ECONFIG, "embedding noise bits %d must be in 0..%d", c->embed_noise_bits,
+                        MIXER_EMBED_BITS_MAX);
+    if (c->embed_noise_bits && !(c->embed_range > 0))
+        return err_fail(err, errlen, CKPT_ECONFIG, "the rounding noise of %d bits needs a bounded embedding (an embedding range > 0)",
+                        c->embed_noise_bits);
+    if (!mixer_kind_has_encoder(c->kind) && (c->embed_range != 0 || c->embed_noise_bits))
+        return err_fail(err, errlen, CKPT_ECONFIG, "a causal mixer has no stored embedding (embedding range and noise bits must be 0)");
     if (mixer_kind_is_autoencoder(c->kind) && c->unroll && D < 2)
         return err_fail(err, errlen, CKPT_ECONFIG, "the unrolled embedding needs d_model >= 2 (windows of d_model / 2)");
     const int flags[] = {c->no_mask_encoder, c->no_mask_decoder, c->unroll, c->freeze_encoder};

@@ -9,6 +9,9 @@
  *   ft_encoder_layers    encoder blocks (autoencoders, memory models)
  *   ft_embed_dim         d_e of the stored embedding (autoencoders, memory models)
  *   ft_unroll            bool (autoencoders)      ft_freeze_encoder   bool (memory models)
+ *   ft_embed_range       R > 0: the stored embedding clamped to [-R, R] (autoencoders, memory
+ *                        models; absent or 0: unbounded, as checkpoints before it)
+ *   ft_embed_noise_bits  b: trained with the noise of rounding to b bits (absent or 0: none)
  * All return 0 or a negative CKPT_ECONFIG with one line in err naming the field. */
 #ifndef MODEL_MIXER_CONFIG_H
 #define MODEL_MIXER_CONFIG_H
@@ -16,6 +19,11 @@
 #include <stddef.h>
 
 #include "model/config.h"
+
+/* Bounds of the stored embedding's codec (model/mixers.h): its range, and the bits of a
+ * rounded code (beyond 24 a float holds no more levels; 32 means the float itself). */
+#define MIXER_EMBED_RANGE_MAX 1e6f
+#define MIXER_EMBED_BITS_MAX 24
 
 /* 1 for the kinds of this file. */
 int mixer_kind_is(model_kind k);

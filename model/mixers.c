@@ -59,11 +59,15 @@ static void act_layout(mixers_t *m, dev_arena_t *ar) {
     blockstack_acts_layout(&m->dec, ar, m->Bmax, m->Tmax);
     if (m->has_enc) {
         m->e = DEV_TAKE(ar, float, B * D);
-        m->m_emb = m->de < (int)D ? DEV_TAKE(ar, float, B * m->de) : m->e;
+        m->m_raw = m->de < (int)D ? DEV_TAKE(ar, float, B * m->de) : m->e;
+        m->m_emb = DEV_TAKE(ar, float, B * m->de);
+        m->u = DEV_TAKE(ar, float, B * m->de);
         m->e_dec = (m->is_mem || m->de < (int)D) ? DEV_TAKE(ar, float, B * D) : m->m_emb;
         m->d_e = DEV_TAKE(ar, float, B * D);
-        m->d_m = m->de < (int)D ? DEV_TAKE(ar, float, B * m->de) : m->d_e;
+        m->d_raw = m->de < (int)D ? DEV_TAKE(ar, float, B * m->de) : m->d_e;
+        m->d_m = DEV_TAKE(ar, float, B * m->de);
         m->d_dec = (m->is_mem || m->de < (int)D) ? DEV_TAKE(ar, float, B * D) : m->d_m;
+        m->enc_tokens = DEV_TAKE(ar, uint32_t, N);
     }
     if (m->is_ae && c->unroll) {
         m->win = DEV_TAKE(ar, float, N * m->nd);
@@ -112,6 +116,8 @@ int mixers_create_on(mixers_t **pm, device_t *dev, const model_config_t *cfg, in
     m->Bmax = m->B = Bmax;
     m->Tmax = m->T = Tmax;
     m->grad_scale = 1.0f;
+    m->seed = seed;
+    mixers_set_step(m, 0);
     const model_config_t *c = &m->cfg;
     m->has_enc = mixer_kind_has_encoder(c->kind);
     m->is_ae = mixer_kind_is_autoencoder(c->kind);
@@ -205,6 +211,27 @@ int mixers_params(mixers_t *m, tensor_view_t *v, int cap) { return ptable_copy_v
 int mixers_grads(mixers_t *m, tensor_view_t *v, int cap) { return ptable_copy_views(m->gv, m->nv, v, cap); }
 void mixers_zero_grad(mixers_t *m) { DEV(m->dev, zero, m->grads, sizeof(float) * m->n_params); }
 void mixers_set_grad_scale(mixers_t *m, float s) { m->grad_scale = s; }
+
+/* The noise's draws: key (seed, step), element i of row r at counter r d_e + i. */
+#define MIXERS_U_SALT 0x5eed004e3bull
+void mixers_set_step(mixers_t *m, uint64_t step) {
+    m->u_key = rng_counter_key(m->seed ^ MIXERS_U_SALT, step);
+    m->u_counter = 0;
+}
+void mixers_set_row(mixers_t *m, uint64_t row0) { m->u_counter = row0 * (uint64_t)m->de; }
+
+int mixers_set_embed_eval(mixers_t *m, int bits, int zero, char *err, size_t errlen) {
+    if (!m->has_enc) return err_fail(err, errlen, LLAMA_EARG, "the causal mixer has no stored embedding");
+    if (bits != 0 && bits != 32 && (bits < 1 || bits > MIXER_EMBED_BITS_MAX))
+        return err_fail(err, errlen, LLAMA_EARG, "a stored float takes 1..%d bits (a rounded code) or 32 (the float itself), not %d",
+                        MIXER_EMBED_BITS_MAX, bits);
+    if (bits && bits < 32 && !(m->cfg.embed_range > 0))
+        return err_fail(err, errlen, LLAMA_EARG, "the stored embedding is unbounded (trained without --embed-range): "
+                        "no %d-bit code of it exists, only its 32-bit floats", bits);
+    m->emb_bits = bits;
+    m->emb_zero = zero != 0;
+    return 0;
+}
 
 int mixers_frozen(const mixers_t *m, int i) {
     return m->is_mem && m->cfg.freeze_encoder && i >= 0 && i < m->n_enc_views;

@@ -21,6 +21,15 @@
  * The stored embedding is n_p = d_e floats per chunk of T tokens (mixers_embed_floats): the
  * evaluator charges its bits per byte (seed 004: n_p b_p / (T L_b / L_t)).
  *
+ * The embedding's codec, so the bits charged are the bits the decoder uses: with
+ * cfg.embed_range R > 0 every float of down(e) is clamped to [-R, R], and an evaluation at
+ * b bits (mixers_set_embed_eval) rounds it to the nearest of 2^b evenly spaced levels over
+ * [-R, R] before the decoder (or the memory projection) reads it: the decoder reads exactly
+ * what a b-bit code stores (ops_math.h ops_embed_code). Training with cfg.embed_noise_bits b
+ * adds uniform noise of half a b-bit step instead (seed 004's quantization-aware training,
+ * x + U(-q, q)); the gradient passes the noise and the rounding straight through and is 0
+ * where the clamp cut. R = 0 (checkpoints before the codec): unbounded, 32 bits only.
+ *
  * Masks: the encoder's blocks are causal unless cfg.no_mask_encoder, the decoder's unless
  * cfg.no_mask_decoder (a masked mixing multiplies by tril(W) and masks W's gradient; a Llama
  * block's attention is causal). The memory model's decoder must stay causal.
@@ -77,7 +86,22 @@ void mixers_set_grad_scale(mixers_t *m, float s);
  * predicts) into *loss. Ids outside the vocabulary are refused. */
 int mixers_forward(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
                    const uint8_t *mask, float *loss, char *err, size_t errlen);
+/* The same with the encoder reading enc_tokens (B,T) instead of tokens (NULL: tokens): the
+ * decoder then reads the embedding of other rows (the evaluator's shuffled control). */
+int mixers_forward_enc(mixers_t *m, const uint32_t *tokens, const uint32_t *enc_tokens,
+                       const uint32_t *targets, const uint8_t *mask, float *loss, char *err,
+                       size_t errlen);
 int mixers_backward(mixers_t *m, char *err, size_t errlen);
+/* The training noise's draws (embed_noise_bits): keyed by (seed, optimizer step); the next
+ * forward's first row is row row0 of the step's global batch (family.h set_step/set_row). */
+void mixers_set_step(mixers_t *m, uint64_t step);
+void mixers_set_row(mixers_t *m, uint64_t row0);
+/* What the decoder reads from the next forwards on (autoencoders and memory models): bits 0
+ * (the default) is training: the clamped embedding plus, with embed_noise_bits, its noise;
+ * bits 1..24: the clamped embedding rounded to the 2^bits levels of its range, the code an
+ * evaluation charges (a bounded embedding only: embed_range > 0); 32: the clamped float
+ * itself. zero 1: the decoder reads zeros instead (a control). 0, or LLAMA_EARG with one line. */
+int mixers_set_embed_eval(mixers_t *m, int bits, int zero, char *err, size_t errlen);
 /* (B,T,V) logits of the last forward on the HOST (NULL: no host memory): row t predicts token
  * t+1 (mixer) or token t itself (autoencoders, memory models). */
 const float *mixers_logits(mixers_t *m);

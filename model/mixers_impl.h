@@ -37,21 +37,32 @@ struct mixers {
     size_t act_bytes;
     blockstack_shared_t sh;
     float *e;                      /* (B,D) the encoder's last position */
-    float *m_emb;                  /* (B,d_e) the stored embedding (== e when d_e == D) */
+    float *m_raw;                  /* (B,d_e) down(e), before the codec (== e when d_e == D) */
+    float *m_emb;                  /* (B,d_e) the stored embedding: code(m_raw), what the
+                                      decoder reads */
+    float *u;                      /* (B,d_e) uniforms of the training noise */
     float *e_dec;                  /* (B,D) what the decoder receives (up / memory proj) */
     float *win;                    /* (B*T,nd) the unrolled windows */
     float *xf, *rstd_f;            /* (N,D), (N): final norm */
     float *logits, *dlogits, *lse; /* (N,V), (N,V), (N) */
     float *dxf;                    /* (N,D) */
     float *d_dec, *d_m, *d_e;      /* (B,D), (B,d_e), (B,D): gradients of e_dec, m_emb, e */
+    float *d_raw;                  /* (B,d_e) gradient of m_raw (== d_e when d_e == D) */
     float *dwin;                   /* (B*T,nd) */
     float *zeros;                  /* (D) a zero row (clears strided rows) */
     uint32_t *tokens, *dec_tokens, *targets; /* (N) */
+    uint32_t *enc_tokens;          /* (N) what the encoder reads when not the tokens */
+    const uint32_t *enc_read;      /* tokens or enc_tokens: the last forward's encoder input */
     uint8_t *mask;                 /* (N) */
     /* host side */
     uint32_t *host_ids;            /* (N) targets or shifted tokens being prepared */
     uint8_t *host_mask;            /* (N) */
     float *logits_host, *emb_host;
+    /* the embedding's codec: emb_bits 0 = training (the noise of cfg.embed_noise_bits, if
+     * any), else the bits of the code the decoder reads (32: the float itself); emb_zero:
+     * the decoder reads zeros (the evaluator's control) */
+    int emb_bits, emb_zero;
+    uint64_t seed, u_key, u_counter;  /* the noise's counter-based draws: (seed, step), row */
     int has_targets, has_mask, count, dlogits_ready;
     float dlogits_scale;
 };

@@ -16,14 +16,26 @@ static int check_ids(const uint32_t *ids, int N, int V, const char *what, char *
     return 0;
 }
 
-/* encoder: embed -> blocks -> e = the last position -> m = down(e) (the stored embedding) */
+/* encoder: embed -> blocks -> e = the last position -> down(e) -> m = code(down(e)), the
+ * stored embedding the decoder reads (mixers.h: clamped, rounded at evaluation, noised in
+ * training; zeros for the evaluator's control) */
 static void encode(mixers_t *m) {
     const int B = m->B, T = m->T, D = m->cfg.d_model;
+    const size_t n = (size_t)B * m->de;
+    const model_config_t *c = &m->cfg;
     device_t *d = m->dev;
-    DEV(d, embedding_forward, blockstack_stream(&m->enc, 0), m->tokens, m->w.enc_embed, B * T, D);
+    DEV(d, embedding_forward, blockstack_stream(&m->enc, 0), m->enc_read, m->w.enc_embed, B * T, D);
     blockstack_forward(&m->enc, &m->sh, d, B, T);
     DEV(d, copy_rows, m->e, D, blockstack_stream(&m->enc, m->enc.L) + (size_t)(T - 1) * D, T * D, B, D);
-    if (m->w.down) DEV(d, linear_forward, m->m_emb, m->e, m->w.down, B, D, m->de);
+    if (m->w.down) DEV(d, linear_forward, m->m_raw, m->e, m->w.down, B, D, m->de);
+    if (m->emb_zero) {
+        DEV(d, zero, m->m_emb, sizeof(float) * n);
+        return;
+    }
+    const int noise = m->emb_bits == 0 && c->embed_noise_bits > 0;
+    if (noise) DEV(d, uniform_fill, m->u, n, m->u_key, m->u_counter);
+    DEV(d, embed_code_forward, m->m_emb, m->m_raw, noise ? m->u : NULL, n, c->embed_range,
+        m->emb_bits < 32 ? m->emb_bits : 0, noise ? c->embed_noise_bits : 0);
 }
 
 /* The decoder's input stream, by kind. */
@@ -53,13 +65,19 @@ static void decoder_input(mixers_t *m) {
 
 /* Uploads what a forward reads: the tokens, the decoder's shifted tokens (memory), and with
  * targets the targets and mask of what this kind predicts. */
-static int upload_inputs(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
-                         const uint8_t *mask, char *err, size_t errlen) {
+static int upload_inputs(mixers_t *m, const uint32_t *tokens, const uint32_t *enc_tokens,
+                         const uint32_t *targets, const uint8_t *mask, char *err, size_t errlen) {
     const int B = m->B, T = m->T, N = B * T, V = m->cfg.vocab_size;
     int rc = check_ids(tokens, N, V, "token", err, errlen);
+    if (!rc && enc_tokens) rc = check_ids(enc_tokens, N, V, "encoder token", err, errlen);
     if (rc) return rc;
     device_t *d = m->dev;
     DEV(d, upload, m->tokens, tokens, sizeof(uint32_t) * N);
+    m->enc_read = m->tokens;
+    if (enc_tokens && m->has_enc) {
+        DEV(d, upload, m->enc_tokens, enc_tokens, sizeof(uint32_t) * N);
+        m->enc_read = m->enc_tokens;
+    }
     if (m->is_mem) {
         for (int n = 0; n < N; n++) m->host_ids[n] = n % T ? tokens[n - 1] : 0;
         DEV(d, upload, m->dec_tokens, m->host_ids, sizeof(uint32_t) * N);
@@ -92,13 +110,19 @@ static int upload_inputs(mixers_t *m, const uint32_t *tokens, const uint32_t *ta
 
 int mixers_forward(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
                    const uint8_t *mask, float *loss, char *err, size_t errlen) {
+    return mixers_forward_enc(m, tokens, NULL, targets, mask, loss, err, errlen);
+}
+
+int mixers_forward_enc(mixers_t *m, const uint32_t *tokens, const uint32_t *enc_tokens,
+                       const uint32_t *targets, const uint8_t *mask, float *loss, char *err,
+                       size_t errlen) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model, V = c->vocab_size;
     device_t *d = m->dev;
     m->has_targets = 0;
     m->dlogits_ready = 0;
     if (!tokens) return err_fail(err, errlen, LLAMA_EARG, "mixers_forward: no tokens");
-    int rc = upload_inputs(m, tokens, targets, mask, err, errlen);
+    int rc = upload_inputs(m, tokens, enc_tokens, targets, mask, err, errlen);
     if (rc) return rc;
     if (m->has_enc) encode(m);
     decoder_input(m);
@@ -116,16 +140,20 @@ int mixers_forward(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
     return DEV(d, sync, err, errlen) ? LLAMA_EARG : 0;
 }
 
-/* d loss / d stream(0) of the encoder (in sh.dA) from d loss / d m (the stored embedding),
- * then through the encoder's blocks into its embedding table. */
+/* d loss / d stream(0) of the encoder (in sh.dA) from d loss / d m (the stored embedding):
+ * through the codec (the clamp's gradient; the rounding and the noise pass it straight
+ * through) and down, then through the encoder's blocks into its embedding table. */
 static void encoder_backward(mixers_t *m) {
     const int B = m->B, T = m->T, D = m->cfg.d_model;
+    const size_t n = (size_t)B * m->de;
     device_t *d = m->dev;
-    if (m->w.down) DEV(d, linear_backward_set, m->d_e, m->g.down, m->d_m, m->e, m->w.down, B, D, m->de);
+    if (m->emb_zero) DEV(d, zero, m->d_raw, sizeof(float) * n);
+    else DEV(d, embed_code_backward, m->d_raw, m->d_m, m->m_raw, n, m->cfg.embed_range);
+    if (m->w.down) DEV(d, linear_backward_set, m->d_e, m->g.down, m->d_raw, m->e, m->w.down, B, D, m->de);
     DEV(d, zero, m->sh.dA, sizeof(float) * (size_t)B * T * D);
     DEV(d, copy_rows, m->sh.dA + (size_t)(T - 1) * D, T * D, m->d_e, D, B, D);
     blockstack_backward(&m->enc, &m->sh, d, B, T);
-    DEV(d, embedding_backward, m->g.enc_embed, m->sh.dA, m->tokens, B * T, D);
+    DEV(d, embedding_backward, m->g.enc_embed, m->sh.dA, m->enc_read, B * T, D);
 }
 
 int mixers_backward(mixers_t *m, char *err, size_t errlen) {

@@ -250,6 +250,13 @@ void unroll_forward(float *out /* (B,T,nd) */, const float *e /* (B,D) */, int B
 /* de[b,c] += sum over positions i (in order) of dout[b,i,j] with (i + j) mod D = c, j < nd. */
 void unroll_backward(float *de /* (B,D) += */, const float *dout /* (B,T,nd) */, int B, int T,
                      int D, int nd);
+/* The stored embedding's codec (ops_math.h ops_embed_code), n elements: y = code(x), with
+ * the uniforms u (n; NULL: no noise) for the training noise of nbits. y may be x. */
+void embed_code_forward(float *y /* (n) */, const float *x /* (n) */, const float *u, size_t n,
+                        float range, int qbits, int nbits);
+/* dx (OVERWRITTEN) = dy where x was inside [-range, range], else 0. */
+void embed_code_backward(float *dx /* (n) */, const float *dy /* (n) */, const float *x,
+                         size_t n, float range);
 /* The whole mixing by plain loops, the yardstick mixer_mix.c's products are tested against:
  * y[b,t,c] = bias + sum over taps j and positions s (s <= t when causal, s < T) of
  * w[i][j][t][s] x[b, s, c + j - (k-1)/2], i = c / (D/h), the shifted column inside head i

@@ -245,6 +245,33 @@ OPS_FN float ops_counter_normal(uint64_t key, uint64_t i) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+/* ---- the stored embedding's codec (seed 004; model/mixers.h), one element ----
+ * x clamped to [-range, range] (range 0: not bounded); with qbits in 1..24 rounded to the
+ * nearest of the 2^qbits evenly spaced levels -range + k step, k = 0 .. 2^qbits - 1 (what a
+ * qbits-bit code stores: the value read is a function of k alone); with u (a uniform in
+ * [0, 1)) and nbits > 0, the noise (u - 1/2) step(nbits) added: seed 004's quantization-aware
+ * training, U(-q, q) with q half the spacing of the levels the evaluation will round to.
+ * A NaN stays NaN (comparisons, not fminf, so a diverged run is not hidden). */
+OPS_FN float ops_embed_step(float range, int bits) {
+    return 2.0f * range / (float)((1u << bits) - 1u);
+}
+OPS_FN float ops_embed_code(float x, float range, int qbits, float u, int nbits) {
+    if (range > 0.0f) {
+        x = x < -range ? -range : x > range ? range : x;
+        if (qbits > 0 && qbits <= 24) {
+            const float step = ops_embed_step(range, qbits);
+            x = -range + rintf((x + range) / step) * step;
+        }
+        if (nbits > 0) x += (u - 0.5f) * ops_embed_step(range, nbits);
+    }
+    return x;
+}
+/* d code / d x: 1 inside the clamp's range (the rounding passes the gradient straight
+ * through), 0 where x was clamped. */
+OPS_FN float ops_embed_code_grad(float x, float range) {
+    return range <= 0.0f || (x > -range && x < range) ? 1.0f : 0.0f;
+}
+
 /* ---- a dot product whose association is fixed by n alone ----
  * 8 lane sums (lane j takes elements j, j + 8, ...) combined as
  * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the n % 8 tail in order. Whatever

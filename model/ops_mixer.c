@@ -3,6 +3,7 @@
  * thread count changes no bit. */
 #include "model/ops.h"
 #include "model/mixer_taps.h"
+#include "model/ops_math.h"
 
 #include <string.h>
 
@@ -66,6 +67,15 @@ void unroll_backward(float *de, const float *dout, int B, int T, int D, int nd) 
         }
         de[r] = acc;
     }
+}
+
+void embed_code_forward(float *y, const float *x, const float *u, size_t n, float range, int qbits,
+                        int nbits) {
+    for (size_t i = 0; i < n; i++) y[i] = ops_embed_code(x[i], range, qbits, u ? u[i] : 0.5f, u ? nbits : 0);
+}
+
+void embed_code_backward(float *dx, const float *dy, const float *x, size_t n, float range) {
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * ops_embed_code_grad(x[i], range);
 }
 
 /* Calls visit(b, t, s, y offset, x offset, w offset) for every product term of the mixing,

@@ -25,6 +25,7 @@
 #include "model/family.h"
 #include "model/free.h"
 #include "model/llama.h"
+#include "model/mixer_config.h"
 #include "model/mixer_mix.h"
 #include "tests/check.h"
 #include <stdlib.h>
@@ -296,6 +297,20 @@ static void test_mixer_ops(void) {
     DEV(A, unroll_backward, FA(de), FA(win), Bt, T, D, F);
     DEV(B, unroll_backward, FB(de), FB(win), Bt, T, D, F);
     same("unroll_backward", &de, 1e-6, 1e-6);
+    dbuf_t ex = dfloats(Bt * D, 3), eu = dfloats(Bt * D, 0.5f), ey = dfloats(Bt * D, 1), edx = dfloats(Bt * D, 1);
+    for (size_t i = 0; i < (size_t)Bt * D; i++) ((float *)eu.host)[i] += 0.5f;   /* uniforms in [0, 1) */
+    dbuf_put(&eu);
+    /* a level is -R + k step: the GPU may fuse that into one fma, so the last bit may differ */
+    DEV(A, embed_code_forward, FA(ey), FA(ex), NULL, (size_t)Bt * D, 2.0f, 8, 0);
+    DEV(B, embed_code_forward, FB(ey), FB(ex), NULL, (size_t)Bt * D, 2.0f, 8, 0);
+    same("embed_code_forward, 8 bits", &ey, 1e-6, 1e-6);
+    DEV(A, embed_code_forward, FA(ey), FA(ex), FA(eu), (size_t)Bt * D, 2.0f, 0, 8);
+    DEV(B, embed_code_forward, FB(ey), FB(ex), FB(eu), (size_t)Bt * D, 2.0f, 0, 8);
+    same("embed_code_forward, 8-bit noise", &ey, 1e-6, 1e-6);
+    DEV(A, embed_code_backward, FA(edx), FA(ey), FA(ex), (size_t)Bt * D, 2.0f);
+    DEV(B, embed_code_backward, FB(edx), FB(ey), FB(ex), (size_t)Bt * D, 2.0f);
+    same("embed_code_backward", &edx, 0, 0);
+    dfree(&ex); dfree(&eu); dfree(&ey); dfree(&edx);
     CHECK(DEV(A, sync, err, sizeof err) == 0 && DEV(B, sync, err, sizeof err) == 0, "no device fault: %s", err);
     dfree(&e); dfree(&win); dfree(&de);
 }
@@ -363,6 +378,8 @@ static void family_case(const char *family) {
                         .max_seq = 32, .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1,
                         .latent_bits = 6, .kappa_nats = 0.1f, .mixer_heads = 2, .mixer_kernel = 3,
                         .encoder_layers = 2, .embed_dim = 16, .unroll = 1};
+    if (mixer_kind_has_encoder(c.kind))   /* the embedding clamped, trained with 8-bit noise */
+        c.embed_range = 3.0f, c.embed_noise_bits = 8;
     if (c.kind == MODEL_LTM)   /* 2 inner steps, a window of 8, 4 latents per layer */
         c.sliding_window = 8, c.latent_vectors = 4, c.inner_steps = 2, c.fast_lr = 0.3f,
         c.fast_lr_end = 0.34f, c.fast_lr_steps = 50;

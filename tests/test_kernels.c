@@ -383,8 +383,22 @@ static void test_mixer(void) {
     unroll_backward(de_c, u_c, B, UT, UD, ND);
     SHIM((size_t)B * UD, kb_unroll_bwd(it, de_k, u_c, UT, UD, ND));
     CHECK(!memcmp(de_k, de_c, sizeof(float) * B * UD), "unroll_backward (positions in order)");
+    enum { NE = 301 };
+    float *ex = rnd(NE, 3), *eu = rnd(NE, 1), *ey_k = rnd(NE, 1), *ey_c = rnd(NE, 1), *edy = rnd(NE, 1);
+    for (int i = 0; i < NE; i++) eu[i] = 0.5f + 0.5f * eu[i];
+    const struct { int q, n, noise; } codes[] = {{4, 0, 0}, {8, 0, 0}, {16, 0, 0}, {0, 8, 1}, {0, 0, 0}};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        const float *uu = codes[i].noise ? eu : NULL;
+        embed_code_forward(ey_c, ex, uu, NE, 2.0f, codes[i].q, codes[i].n);
+        SHIM(NE, kb_embed_code_fwd(it, ey_k, ex, uu, 2.0f, codes[i].q, codes[i].n));
+        CHECK(!memcmp(ey_k, ey_c, sizeof(float) * NE), "embed_code_forward (%d bits, noise of %d)", codes[i].q, codes[i].n);
+    }
+    embed_code_backward(ey_c, edy, ex, NE, 2.0f);
+    SHIM(NE, kb_embed_code_bwd(it, ey_k, edy, ex, 2.0f));
+    CHECK(!memcmp(ey_k, ey_c, sizeof(float) * NE), "embed_code_backward");
     free(w); free(o_k); free(o_c); free(bias); free(y_k); free(y_c); free(db_k); free(db_c);
     free(e); free(u_k); free(u_c); free(de_k); free(de_c);
+    free(ex); free(eu); free(ey_k); free(ey_c); free(edy);
 }
 
 int main(void) {

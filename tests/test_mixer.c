@@ -17,6 +17,7 @@
  * 1e-5 relative; the shorter-sequence logits pass products of other shapes: 1e-5 too; the
  * decoder's sums add the same products one position at a time through two layers and the
  * head: 1e-4 (measured ~1e-6). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -91,6 +92,57 @@ static void test_element_ops(void) {
     for (int i = 0; i < UB * UD; i++) rhs += (double)e[i] * de[i];
     CHECK_CLOSE(lhs, rhs, 1e-6, 1e-6);
     free(w); free(e); free(g);
+}
+
+/* The embedding's codec (ops_math.h ops_embed_code) against its definition. */
+static void test_embed_code(void) {
+    enum { N = 4000 };
+    const float R2 = 2.0f;
+    float *x = rnd(N, 3.0f), *u = malloc(sizeof(float) * N), y[N], dy[N], dx[N];
+    for (int i = 0; i < N; i++) u[i] = rng_f32(&R), dy[i] = 1.0f + rng_f32(&R);
+    /* 3 bits: every value one of the 8 levels -2 + k 4/7, the nearest to the clamped x */
+    embed_code_forward(y, x, NULL, N, R2, 3, 0);
+    const float step = 4.0f / 7.0f;
+    int on_grid = 1, nearest = 1, clamped = 1, seen[8] = {0}, levels = 0;
+    for (int i = 0; i < N; i++) {
+        const float cx = x[i] < -R2 ? -R2 : x[i] > R2 ? R2 : x[i];
+        const double k = (y[i] + R2) / step;
+        const int ki = (int)lrint(k);
+        on_grid &= fabs(k - ki) < 1e-5 && ki >= 0 && ki <= 7;
+        if (ki >= 0 && ki <= 7) seen[ki] = 1;
+        nearest &= fabs(y[i] - cx) <= step / 2 + 1e-6;
+        if (x[i] > R2) clamped &= y[i] == R2;
+        if (x[i] < -R2) clamped &= y[i] == -R2;
+    }
+    for (int k = 0; k < 8; k++) levels += seen[k];
+    CHECK(on_grid && levels == 8, "3 bits: every value on the 8 levels over [-2, 2] (%d levels seen)", levels);
+    CHECK(nearest, "3 bits: each value within half a step of the clamped input");
+    CHECK(clamped, "beyond the range: the range's ends");
+    /* training noise of 4 bits: within half a 4-bit step of the clamped value, mean ~0 */
+    embed_code_forward(y, x, u, N, R2, 0, 4);
+    const float s4 = 4.0f / 15.0f;
+    int within = 1;
+    double mean = 0;
+    for (int i = 0; i < N; i++) {
+        const float cx = x[i] < -R2 ? -R2 : x[i] > R2 ? R2 : x[i];
+        within &= fabs(y[i] - cx) <= s4 / 2 + 1e-6;
+        mean += (y[i] - cx) / N;
+    }
+    /* the mean of N uniform noises of sd s4/sqrt(12): 4 standard errors */
+    CHECK(within && fabs(mean) < 4 * s4 / sqrt(12.0 * N), "4-bit noise within +-half a step, mean %.2g", mean);
+    /* range 0: unbounded, the identity whatever else is asked */
+    embed_code_forward(y, x, u, N, 0.0f, 3, 4);
+    CHECK(!memcmp(y, x, sizeof y), "range 0: the floats themselves");
+    const float nan_in = NAN;
+    embed_code_forward(y, &nan_in, NULL, 1, R2, 3, 0);
+    CHECK(isnan(y[0]), "a NaN stays NaN (a diverged encoder is not hidden by the clamp)");
+    /* backward: the gradient inside the range, zero where the clamp cut */
+    embed_code_backward(dx, dy, x, N, R2);
+    int grad_ok = 1;
+    for (int i = 0; i < N; i++) grad_ok &= dx[i] == (fabsf(x[i]) < R2 ? dy[i] : 0.0f);
+    CHECK(grad_ok, "backward: dy inside (-R, R), 0 outside");
+    free(x);
+    free(u);
 }
 
 static void mix_case(const char *what, int B, int T, int D, int h, int k, int Tw, int causal) {
@@ -193,6 +245,76 @@ static void test_shorter_sequence(void) {
     free(s);
 }
 
+/* The decoder reads exactly the b-bit code: an autoencoder with a 1-bit, 2-float code has 4
+ * possible embeddings, so of 9 rows some share a code, and rows that share a code get the same
+ * logits bit for bit (the decoder reads nothing else), rows that do not, different ones. The
+ * zero control gives every row the same logits; an encoder reading other rows gives those
+ * rows' logits. */
+static void test_codec_in_model(void) {
+    model_config_t c = cfg_of(MODEL_MIXER_AE);
+    c.embed_dim = 2, c.embed_range = 0.05f, c.embed_noise_bits = 1;
+    enum { B = 9, T = 8 };
+    mixers_t *m = NULL;
+    char err[256];
+    uint32_t tok[B * T], perm[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (uint32_t)rng_below(&R, c.vocab_size);
+    for (int b = 0; b < B; b++) memcpy(perm + b * T, tok + ((b + 4) % B) * T, sizeof(uint32_t) * T);
+    if (mixers_create_on(&m, device_cpu_default(), &c, B, T, 5, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        return;
+    }
+    tensor_view_t v[64];
+    const int nv = mixers_params(m, v, 64);
+    for (int i = 0; i < nv; i++)   /* weights ~ 0.3: embeddings that differ across rows */
+        if (v[i].ndim >= 2)
+            for (int64_t j = 0; j < tensor_numel(&v[i]); j++) v[i].data[j] = 0.3f * rng_normal(&R);
+    const size_t V = c.vocab_size, rowb = sizeof(float) * T * V;
+    float *lg = malloc(rowb * B), *lp = malloc(rowb * B);
+    float emb[B * 2];
+    CHECK(mixers_set_embed_eval(m, 1, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(mixers_forward(m, tok, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    memcpy(lg, mixers_logits(m), rowb * B);
+    memcpy(emb, mixers_embedding(m), sizeof emb);
+    int codes_ok = 1, pairs = 0, same_ok = 1, diff_ok = 1;
+    for (int i = 0; i < B * 2; i++) codes_ok &= emb[i] == c.embed_range || emb[i] == -c.embed_range;
+    CHECK(codes_ok, "1 bit: every float of the embedding read is +-R");
+    for (int a = 0; a < B; a++)
+        for (int b = a + 1; b < B; b++) {
+            const int same_code = emb[2 * a] == emb[2 * b] && emb[2 * a + 1] == emb[2 * b + 1];
+            const int same_logits = !memcmp(lg + a * T * V, lg + b * T * V, rowb);
+            pairs += same_code;
+            if (same_code) same_ok &= same_logits;
+            else diff_ok &= !same_logits;
+        }
+    CHECK(pairs > 0 && same_ok, "rows sharing a code (%d pairs) get the same logits bit for bit", pairs);
+    CHECK(pairs < B * (B - 1) / 2, "the rows do not all share one code");
+    CHECK(diff_ok, "rows with different codes get different logits");
+    /* the encoder reading other rows: the decoder's logits follow the embedding */
+    CHECK(mixers_forward_enc(m, tok, perm, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    int follows = 1;
+    for (int b = 0; b < B; b++) follows &= !memcmp(mixers_logits(m) + b * T * V, lg + ((b + 4) % B) * T * V, rowb);
+    CHECK(follows, "an encoder reading row b+4 gives row b the logits of row b+4");
+    /* the zero control: one embedding (zeros) for every row */
+    CHECK(mixers_set_embed_eval(m, 1, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(mixers_forward(m, tok, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    memcpy(lp, mixers_logits(m), rowb * B);
+    int zeros = 1;
+    for (int b = 1; b < B; b++) zeros &= !memcmp(lp, lp + b * T * V, rowb);
+    for (int i = 0; i < B * 2; i++) zeros &= mixers_embedding(m)[i] == 0.0f;
+    CHECK(zeros, "zero control: the embedding read is 0 and every row's logits are the same");
+    /* 32 bits: the clamped floats; an unbounded model has no 8-bit code */
+    CHECK(mixers_set_embed_eval(m, 32, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(mixers_set_embed_eval(m, 25, 0, err, sizeof err) != 0 && strstr(err, "1..24"), "25 bits refused: %s", err);
+    mixers_destroy(&m);
+    c.embed_range = 0, c.embed_noise_bits = 0;
+    CHECK(mixers_create_on(&m, device_cpu_default(), &c, B, T, 5, err, sizeof err) == 0, "%s", err);
+    CHECK(m && mixers_set_embed_eval(m, 8, 0, err, sizeof err) != 0 && strstr(err, "unbounded") && !strchr(err, '\n'),
+          "an unbounded embedding has no 8-bit code: %s", err);
+    mixers_destroy(&m);
+    free(lg);
+    free(lp);
+}
+
 static void test_config(void) {
     const model_kind kinds[] = {MODEL_MIXER, MODEL_MIXER_AE, MODEL_LLAMA_AE, MODEL_MIXER_MEM, MODEL_LLAMA_MEM};
     const char *names[] = {"mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"};
@@ -202,6 +324,7 @@ static void test_config(void) {
         if (!mixer_kind_has_encoder(kinds[i])) c.encoder_layers = c.embed_dim = 0;
         if (!mixer_kind_uses_mixer(kinds[i])) c.mixer_heads = c.mixer_kernel = 0;
         if (mixer_kind_is_autoencoder(kinds[i])) c.unroll = 1, c.no_mask_encoder = 1, c.embed_dim = 4;
+        if (mixer_kind_has_encoder(kinds[i])) c.embed_range = 2.5f, c.embed_noise_bits = 6;
         if (mixer_kind_is_memory(kinds[i])) c.freeze_encoder = 1;
         json_t *j = ckpt_config_to_json(&c);
         CHECK(j && !strcmp(json_string_value(json_object_get(j, "ft_model_kind")), names[i]), "%s: kind name", names[i]);
@@ -218,6 +341,29 @@ static void test_config(void) {
         {"kernel wider than a head", 4, 5, 16, "mixer kernel 5 must be in 1..4"},
         {"embedding wider than d", 1, 1, 17, "embedding dimension 17 must be in 1..d_model 16"},
     };
+    {   /* the codec's fields */
+        model_config_t c = cfg_of(MODEL_MIXER_AE);
+        c.embed_noise_bits = 8;
+        mixers_t *m = NULL;
+        CHECK(mixers_create_on(&m, device_cpu_default(), &c, 1, 8, 1, err, sizeof err) != 0 && strstr(err, "bounded"),
+              "noise without a range refused: %s", err);
+        c.embed_range = -1, c.embed_noise_bits = 0;
+        CHECK(mixers_create_on(&m, device_cpu_default(), &c, 1, 8, 1, err, sizeof err) != 0 && strstr(err, "range"),
+              "a negative range refused: %s", err);
+        c = cfg_of(MODEL_MIXER);
+        c.encoder_layers = c.embed_dim = 0, c.embed_range = 1;
+        CHECK(mixers_create_on(&m, device_cpu_default(), &c, 1, 8, 1, err, sizeof err) != 0 && strstr(err, "no stored embedding"),
+              "a causal mixer with a range refused: %s", err);
+        /* a config.json written before the codec: unbounded */
+        c = cfg_of(MODEL_MIXER_MEM);
+        json_t *j = ckpt_config_to_json(&c);
+        json_object_del(j, "ft_embed_range");
+        json_object_del(j, "ft_embed_noise_bits");
+        model_config_t d;
+        CHECK(j && ckpt_config_from_json(j, &d, err, sizeof err) == 0 && d.embed_range == 0 && d.embed_noise_bits == 0,
+              "an older config.json reads as unbounded: %s", err);
+        json_decref(j);
+    }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         model_config_t c = cfg_of(MODEL_MIXER_AE);
         c.mixer_heads = bad[i].heads, c.mixer_kernel = bad[i].kernel, c.embed_dim = bad[i].embed;
@@ -337,9 +483,11 @@ int main(void) {
         return 1;
     }
     RUN(test_element_ops);
+    RUN(test_embed_code);
     RUN(test_mix_matches_reference);
     RUN(test_causality);
     RUN(test_shorter_sequence);
+    RUN(test_codec_in_model);
     RUN(test_config);
     RUN(test_load_encoder);
     RUN(test_generation);

@@ -205,6 +205,12 @@ static void model_case(const char *what, model_config_t cfg) {
             for (int64_t e = 0; e < tensor_numel(&gv[j]); e++) nonzero += gv[j].data[e] != 0.0f;
         }
     if (cfg.freeze_encoder) CHECK(frozen > 0 && nonzero == 0, "%s: %d frozen tensors, %d non-zero gradient entries", what, frozen, nonzero);
+    if (cfg.embed_range > 0) {   /* the clamp did cut somewhere, and not everywhere */
+        const float *e = mixers_embedding(k.m);
+        int cut = 0, n = B * mixer_embed_dim(&cfg);
+        for (int i = 0; i < n; i++) cut += fabsf(e[i]) >= cfg.embed_range * (1 - 1e-6f) - (cfg.embed_noise_bits ? cfg.embed_range / 15 : 0);
+        CHECK(cut > 0 && cut < n, "%s: %d of %d floats at the clamp", what, cut, n);
+    }
     free(k.tok); free(k.tgt); free(k.mask); free(c.w);
     mixers_destroy(&k.m);
 }
@@ -230,6 +236,14 @@ static void test_model_memory(void) {
     c.freeze_encoder = 1;
     model_case("mixer-mem, frozen encoder", c);
     model_case("llama-mem", small(MODEL_LLAMA_MEM));
+    /* the codec: some floats clamped (their gradient 0), the rest with 4-bit noise (the same
+     * draws in every forward: no set_step between them) */
+    c = small(MODEL_MIXER_MEM);
+    c.embed_dim = 5, c.embed_range = 0.4f, c.embed_noise_bits = 4;
+    model_case("mixer-mem, d_e 5, clamped at 0.4, 4-bit noise", c);
+    c = small(MODEL_MIXER_AE);
+    c.embed_dim = 4, c.embed_range = 0.6f;
+    model_case("mixer-ae, d_e 4, clamped at 0.6", c);
 }
 
 int main(void) {

@@ -87,6 +87,8 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("unroll", FLAG_BOOL, &o->unroll, "autoencoders: unroll the embedding by sliding windows instead of repeating it", 0, 0);
     F("encoder", FLAG_STR, &o->encoder, "memory models: take the encoder from this autoencoder checkpoint (or its run directory's newest)", 0, 0);
     F("freeze-encoder", FLAG_BOOL, &o->freeze_encoder, "memory models: the encoder's weights get no updates", 0, 0);
+    F("embed-range", FLAG_FLOAT, &o->embed_range, "autoencoders, memory models: clamp the stored embedding to [-R, R], so a b-bit code of it exists (0: unbounded, charged 32 bits)", 0, 1e6);
+    F("embed-noise-bits", FLAG_INT, &o->embed_noise_bits, "autoencoders, memory models: train with the noise of rounding the embedding to b bits (seed 004's quantization-aware training; needs --embed-range)", 0, 24);
     F("lr", FLAG_FLOAT, &o->lr, "peak learning rate", 0, 10);
     F("min-lr", FLAG_FLOAT, &o->min_lr, "learning rate at the end of the cosine decay", 0, 10);
     F("warmup", FLAG_INT, &o->warmup, "linear warm-up steps", 0, 1e9);
@@ -127,6 +129,11 @@ static int mixer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     if (o->embed_dim > o->d_model)
         REFUSE("--embed-dim %d is larger than --d-model %d (it compresses d -> d_e -> d)", o->embed_dim, o->d_model);
     if (o->unroll && !mixer_kind_is_autoencoder(k)) REFUSE("--unroll is for the autoencoders (mixer-ae, llama-ae)");
+    if (!enc && (o->embed_range > 0 || o->embed_noise_bits))
+        REFUSE("--model %s has no stored embedding (--embed-range and --embed-noise-bits are for the autoencoders and memory models)", o->model);
+    if (o->embed_noise_bits && !(o->embed_range > 0))
+        REFUSE("--embed-noise-bits %d needs --embed-range: the noise of rounding to %d bits is half the spacing of 2^%d levels over [-R, R]",
+               o->embed_noise_bits, o->embed_noise_bits, o->embed_noise_bits);
     if ((o->encoder || o->freeze_encoder) && !mem)
         REFUSE("--encoder and --freeze-encoder are for the memory models (mixer-mem, llama-mem)");
 #undef REFUSE
@@ -254,6 +261,8 @@ void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, mo
         c->no_mask_encoder = o->no_mask || o->no_mask_encoder;
         c->encoder_layers = o->encoder_layers ? o->encoder_layers : o->n_layers;
         c->embed_dim = o->embed_dim ? o->embed_dim : o->d_model;
+        c->embed_range = o->embed_range;
+        c->embed_noise_bits = o->embed_noise_bits;
     }
     if (mixer_kind_is_autoencoder(c->kind)) c->unroll = o->unroll;
     if (mixer_kind_is_memory(c->kind)) c->freeze_encoder = o->freeze_encoder;

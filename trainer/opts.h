@@ -52,6 +52,8 @@ typedef struct {
     int unroll;
     const char *encoder;       /* memory models: the encoder's checkpoint (or its run dir) */
     int freeze_encoder;
+    float embed_range;         /* the stored embedding clamped to [-R, R] (0: unbounded) */
+    int embed_noise_bits;      /* trained with the noise of rounding to b bits (0: none) */
     /* optimizer */
     float lr, min_lr, wd, beta1, beta2, eps, clip;
     int warmup, decay_embeddings;
