@@ -33,7 +33,10 @@ static void encode(mixers_t *m) {
         return;
     }
     const int noise = m->emb_bits == 0 && c->embed_noise_bits > 0;
-    if (noise) DEV(d, uniform_fill, m->u, n, m->u_key, m->u_counter);
+    if (noise) {
+        DEV(d, uniform_fill, m->u, n, m->u_key, m->u_counter);
+        m->u_counter += n;   /* the next micro-batch's rows draw their own */
+    }
     DEV(d, embed_code_forward, m->m_emb, m->m_raw, noise ? m->u : NULL, n, c->embed_range,
         m->emb_bits < 32 ? m->emb_bits : 0, noise ? c->embed_noise_bits : 0);
 }
