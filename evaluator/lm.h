@@ -60,10 +60,15 @@ struct eval_lm {
     /* Autoencoders and memory models (seed 004; NULL otherwise, and `logits` is then NULL:
      * they are no next-token models): (B,T,V) logits where row t predicts token t of the
      * chunk itself, from the stored embedding of the chunk (and, for a memory model, the
-     * tokens before t). n_embed: floats of that one embedding per chunk (n_p). */
-    const float *(*chunk_logits)(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
-                                 size_t errlen);
+     * tokens before t). The embedding the decoder reads is the b-bit code of the encoder's
+     * (bits 1..24; 32: its floats; model/mixers.h), the encoder reading enc_tokens (B,T)
+     * (NULL: tokens; another chunk's: a control), or zeros (zero 1: a control).
+     * n_embed: floats of that one embedding per chunk (n_p); embed_range: > 0 when the
+     * embedding is bounded (codes of 1..24 bits exist), 0 when only 32 bits can be charged. */
+    const float *(*chunk_logits)(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *enc_tokens,
+                                 int bits, int zero, int B, int T, char *err, size_t errlen);
     int n_embed;
+    float embed_range;
     void (*release)(eval_lm_t *lm);
     /* Latent-thought LMs only (NULL otherwise; evaluator/lm_ltm.c, model/ltm.h). Infers the
      * posterior q(z|x) of rows (B,T) from their counted targets (mask NULL: all), the decoder

@@ -11,21 +11,29 @@
 #include "model/mixer_gen.h"
 #include "model/mixers.h"
 
-static const float *forward(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err, size_t errlen) {
+/* The forward of (B,T) tokens, the encoder reading enc_tokens (NULL: tokens); the host logits. */
+static const float *forward(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *enc_tokens, int B, int T,
+                            char *err, size_t errlen) {
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
         snprintf(err, errlen, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax, lm->Tmax);
         return NULL;
     }
     if (mixers_set_shape(lm->impl, B, T, err, errlen) ||
-        mixers_forward(lm->impl, tokens, NULL, NULL, NULL, err, errlen))
+        mixers_forward_enc(lm->impl, tokens, enc_tokens, NULL, NULL, NULL, err, errlen))
         return NULL;
     return mixers_logits(lm->impl);
+}
+
+static const float *chunk_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *enc_tokens, int bits,
+                                 int zero, int B, int T, char *err, size_t errlen) {
+    if (mixers_set_embed_eval(lm->impl, bits, zero, err, errlen)) return NULL;
+    return forward(lm, tokens, enc_tokens, B, T, err, errlen);
 }
 
 static const float *mixer_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B, int T,
                                     char *err, size_t errlen) {
     (void)z;
-    return forward(lm, tokens, B, T, err, errlen);
+    return forward(lm, tokens, NULL, B, T, err, errlen);
 }
 
 static const float *mixer_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, int n, const float *u,
@@ -78,8 +86,9 @@ int eval_lm_create_mixers(eval_lm_t **out, device_t *dev, const model_config_t *
         lm->gen_start = mixer_gen_start;
         lm->gen_next = mixer_gen_next;
     } else {
-        lm->chunk_logits = forward;
+        lm->chunk_logits = chunk_logits;
         lm->n_embed = mixers_embed_floats(m);
+        lm->embed_range = cfg->embed_range;
     }
     *out = lm;
     return 0;

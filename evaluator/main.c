@@ -13,7 +13,7 @@
 
 static void usage(FILE *f, const flag_t *flags, int n) {
     fprintf(f,
-            "usage: evaluator --run NAME --run-dir DIR --task val|mc|em [task options] [options]\n"
+            "usage: evaluator --run NAME --run-dir DIR --task val|mc|em|synth|latent [task options] [options]\n"
             "Follows a training run: evaluates its newest checkpoint, then every new one once (the\n"
             "bus's ckpt/<run> announcements say when to look; the directory is the source of truth).\n"
             "Results: one JSON line per checkpoint on stdout and appended to --out, and an event\n"
@@ -22,13 +22,16 @@ static void usage(FILE *f, const flag_t *flags, int n) {
             "  val  cross-entropy, perplexity, bits per byte on --data DIR (--val-docs N: its last N\n"
             "       documents), --batches batches of --batch x --seq-len tokens in a fixed order;\n"
             "       autoencoders and memory models: the decoder's bits per byte plus the stored\n"
-            "       embedding's at --bits-per-param bits per float, and their total\n"
+            "       embedding's at --bits-per-param bits per float (the code the decoder reads),\n"
+            "       their total, and controls: the embedding zeroed, another row's, a unigram\n"
             "  mc   multiple choice from --file JSONL {\"context\",\"choices\",\"label\"} with --vocab V:\n"
             "       acc_completion, acc_char (seed 000 Appendix B)\n"
             "  em   exact match of the greedy (or --temperature) continuation, --file JSONL\n"
             "       {\"prompt\",\"answer\"[,\"stop\",\"max_tokens\"]} with --vocab V\n"
             "  synth  seed 000 Figure 4 measures on the synthetic sequences: valid fraction and target\n"
-            "       position spread with independent / shared Z, over --limit groups (default 10)\n"
+            "       position spread with independent / shared Z, over --limit groups (default 10)\n"            "  latent  what a Free Transformer's Z carries on --limit held-out synthetic sequences\n"
+            "       (default 4000, --seed): KL per sequence against kappa x T, and the bits of the\n"
+            "       target's position a linear probe reads from Z\n"
             "Latent-thought LM checkpoints: val infers each row's posterior by K fast steps for each\n"
             "K of --inner-steps-list and reports the NELBO bound on the NLL, perplexity and bits per\n"
             "byte for each; mc and em infer it from the context (the question, the prompt) only.\n"
@@ -41,12 +44,12 @@ int main(int argc, char **argv) {
     const char *device = device_default_spec(), *precision = "fp32";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
-                         .iw_samples = 4, .draws = 4, .bits_per_param = 8};
+                         .iw_samples = 4, .draws = 4, .bits_per_param = 0};
     bus_net_opts_t net = {0};
     flag_t fl[40 + BUS_NET_NFLAGS] = {
         {"run", FLAG_STR, &run, "run name (topics ckpt/<run>, eval/<run>)", 0, 0, 0},
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
-        {"task", FLAG_STR, &tc.task, "val, mc, em or synth", 0, 0, 0},
+        {"task", FLAG_STR, &tc.task, "val, mc, em, synth or latent", 0, 0, 0},
         {"tag", FLAG_STR, &tag, "task name in results and events (default: the task)", 0, 0, 0},
         {"out", FLAG_STR, &out, "results file: one JSON line appended (fsynced) per evaluation", 0, 0, 0},
         {"once", FLAG_BOOL, &once, "evaluate the newest checkpoint (with --all: every one on disk) and exit", 0, 0, 0},
@@ -60,10 +63,10 @@ int main(int argc, char **argv) {
         {"batches", FLAG_INT, &tc.batches, "val: batches evaluated (0: the whole split)", 0, 1e9, 0},
         {"batch", FLAG_INT, &tc.batch, "rows per forward", 1, 65536, 0},
         {"seq-len", FLAG_INT, &tc.seq_len, "val: tokens per row (0: the model's max_position_embeddings)", 0, 1 << 20, 0},
-        {"seed", FLAG_I64, &tc.seed, "val: document order; em: sampling", 0, 0, 0},
+        {"seed", FLAG_I64, &tc.seed, "val: document order; em: sampling; synth: prompts and sampling; latent: which synthetic sequences", 0, 0, 0},
         {"file", FLAG_STR, &tc.file, "mc, em: the JSONL task file", 0, 0, 0},
         {"vocab", FLAG_STR, &tc.vocab, "mc, em: the run's tokenizer (bytes, gpt2, cl100k_base, a file)", 0, 0, 0},
-        {"limit", FLAG_INT, &tc.limit, "mc, em: first N items only (0: all); synth: groups of 5 (0: 10)", 0, 1e9, 0},
+        {"limit", FLAG_INT, &tc.limit, "mc, em: first N items only (0: all); synth: groups of 5 (0: 10); latent: sequences (0: 4000)", 0, 1e9, 0},
         {"temperature", FLAG_FLOAT, &tc.temperature, "em: 0 = greedy, else sampled with --seed; synth: sampling temperature (0: 1)", 0, 100, 0},
         {"eot-prefix", FLAG_BOOL, &tc.eot_prefix, "synth: put end-of-text before each prompt (models trained on rows that start with it)", 0, 0, 0},
         {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
@@ -71,7 +74,8 @@ int main(int argc, char **argv) {
         {"inner-steps-list", FLAG_STR, &tc.inner_steps_list, "LTM val: the NELBO bound after each of these inference steps, e.g. 0,4,16,64 (default: 0 and the checkpoint's K)", 0, 0, 0},
         {"inner-steps", FLAG_INT, &tc.inner_steps, "LTM: fast steps inferring the posterior (mc, em: from the context; 0: the checkpoint's)", 0, 100000, 0},
         {"fast-lr", FLAG_FLOAT, &tc.fast_lr, "LTM: the inference's peak rate (0: the checkpoint's final fast rate)", 0, 100, 0},
-        {"bits-per-param", FLAG_INT, &tc.bits_per_param, "autoencoders, memory models, val: bits b_p each float of the stored embedding takes (4, 8, 16 or 32)", 0, 64, 0},
+        {"bits-per-param", FLAG_INT, &tc.bits_per_param, "autoencoders, memory models, val: bits b_p each float of the stored embedding takes, the code the decoder reads (4, 8, 16 or 32; 0: 8, or 32 for an unbounded embedding)", 0, 64, 0},
+        {"bits-list", FLAG_STR, &tc.bits_list, "autoencoders, memory models, val: also the CE and bits per byte with the embedding at each of these bits (default 4,8,16,32)", 0, 0, 0},
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
         {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
         {"precision", FLAG_STR, &precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},

@@ -22,9 +22,10 @@ int eval_task_open(eval_task_t **t, const eval_task_cfg_t *cfg, char *err, size_
                                  : !strcmp(cfg->task, "mc") ? &eval_task_mc
                                  : !strcmp(cfg->task, "em") ? &eval_task_em
                                  : !strcmp(cfg->task, "synth") ? &eval_task_synth
+                                 : !strcmp(cfg->task, "latent") ? &eval_task_latent
                                                             : NULL;
     if (!ops) {
-        snprintf(err, errlen, "unknown task '%s' (val, mc, em, synth)", cfg->task);
+        snprintf(err, errlen, "unknown task '%s' (val, mc, em, synth, latent)", cfg->task);
         return EVAL_EARG;
     }
     if (cfg->batch < 1) {
@@ -60,7 +61,7 @@ void eval_task_shape(const eval_task_t *t, int *Bmax, int *Tmax) {
 int eval_task_run(eval_task_t *t, eval_lm_t *lm, eval_values_t *out, volatile int *stop,
                   char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (!lm->logits && t->ops != &eval_task_val) {
+    if (!lm->logits && t->ops != &eval_task_val && t->ops != &eval_task_latent) {   /* latent reads the encoder */
         snprintf(err, errlen, "this checkpoint holds a %s, which predicts the chunk it has encoded, not the next "
                  "token: only task val applies to it", mixer_kind_is(lm->cfg.kind) ? mixer_kind_name(lm->cfg.kind) : "model");
         return EVAL_EMISMATCH;

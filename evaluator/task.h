@@ -4,7 +4,8 @@
  * file fails before any checkpoint is touched), then run on each checkpoint's model. Each
  * kind lives in its own file: task_val.c (held-out cross-entropy, perplexity, bits per byte),
  * task_mc.c (multiple choice), task_em.c (generative exact match), task_synth.c (the Figure 4
- * measures on the synthetic sequences). The numbers go into a
+ * measures on the synthetic sequences), task_latent.c (what the Free Transformer's Z carries
+ * there: its KL per sequence and a linear probe of the target's position). The numbers go into a
  * values map, the same one the MSG_EVAL event and the results file carry.
  * Formats and definitions: docs/evaluator.md. */
 #ifndef EVALUATOR_TASK_H
@@ -21,7 +22,7 @@ typedef struct {
 } eval_values_t;
 
 typedef struct {
-    const char *task;       /* "val", "mc", "em" or "synth" */
+    const char *task;       /* "val", "mc", "em", "synth" or "latent" */
     /* val */
     const char *data;       /* dataset directory */
     long long val_docs;     /* > 0: the last N documents of data (the loader's val split);
@@ -44,7 +45,9 @@ typedef struct {
     int inner_steps;        /* K of the posterior's inference (0: the checkpoint's) */
     float fast_lr;          /* its peak rate (0: the checkpoint's final fast rate) */
     /* autoencoders and memory models (seed 004) */
-    int bits_per_param;     /* val: b_p, bits each float of the stored embedding takes (4, 8, 16, 32) */
+    int bits_per_param;     /* val: b_p, bits each float of the stored embedding takes (4, 8, 16,
+                               32; 0: 8 for a bounded embedding, 32 for an unbounded one) */
+    const char *bits_list;  /* val: "4,8,16,32": the CE and bpb at each (NULL: those) */
 } eval_task_cfg_t;
 
 #define EVAL_MAX_INNER_STEPS 8   /* entries of --inner-steps-list */
@@ -78,5 +81,5 @@ typedef struct {
     int (*run)(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *stop, char *err,
                size_t errlen);
 } eval_task_ops_t;
-extern const eval_task_ops_t eval_task_val, eval_task_mc, eval_task_em, eval_task_synth;
+extern const eval_task_ops_t eval_task_val, eval_task_mc, eval_task_em, eval_task_synth, eval_task_latent;
 #endif

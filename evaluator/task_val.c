@@ -33,16 +33,9 @@
  *            ppl and bpb from it.
  *
  * An autoencoder or memory model (seed 004; lm->chunk_logits) predicts each row's own T
- * tokens from one stored embedding of n_p = lm->n_embed floats (and, for a memory model, the
- * tokens before each), so its bits per byte have two terms (seed 004's formulas, L_t / L_b
- * the split's tokens per byte, b_p = --bits-per-param):
- *   ce             the decoder's cross-entropy per token (nats);
- *   bpb_decoder    (L_t / L_b) ce / ln 2;
- *   bpb_embedding  n_p b_p / (T L_b / L_t): the stored embedding amortised over the T tokens
- *                  (the L_b / L_t T bytes) it encodes;
- *   bpb            their sum, comparable with a causal model's bpb;
- *   ce_total       ce + bpb_embedding ln 2 / (L_t / L_b): the same total as nats per token
- *                  (seed 004's "normalized loss"). */
+ * tokens from one stored embedding: its bits per byte add the embedding's, at the bits its
+ * decoder reads, beside controls with the embedding zeroed, shuffled across rows and a
+ * unigram (evaluator/val_chunk.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +43,7 @@
 
 #include "evaluator/latent.h"
 #include "evaluator/task.h"
+#include "evaluator/val_chunk.h"
 #include "loader/batch.h"
 
 typedef struct {
@@ -66,13 +60,16 @@ typedef struct {
     int ks[EVAL_MAX_INNER_STEPS], nks;  /* LTM: the bound after each of these inner steps */
     int inner_steps;                    /* LTM: --inner-steps (0: the checkpoint's) */
     float fast_lr;
-    int bits_per_param;
+    val_chunk_t *chunk;                 /* autoencoders and memory models */
+    uint32_t *other;                    /* (B, T+1) the shuffled control's batch */
 } val_t;
 
 static void val_close(void **self) {
     val_t *v = *self;
     if (!v) return;
     loader_src_close(&v->src);
+    val_chunk_close(&v->chunk);
+    free(v->other);
     free(v->rows);
     free(v->inputs);
     free(v);
@@ -117,11 +114,9 @@ static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t e
         val_close((void **)&v);
         return rc;
     }
-    v->bits_per_param = cfg->bits_per_param ? cfg->bits_per_param : 8;
-    if (v->bits_per_param != 4 && v->bits_per_param != 8 && v->bits_per_param != 16 && v->bits_per_param != 32) {
-        snprintf(err, errlen, "--bits-per-param %d: the stored embedding's floats take 4, 8, 16 or 32 bits", v->bits_per_param);
+    if ((rc = val_chunk_open(&v->chunk, cfg->bits_list, cfg->bits_per_param, err, errlen))) {
         val_close((void **)&v);
-        return EVAL_EARG;
+        return rc;
     }
     loader_src_split_info(v->src, v->p.split, &v->info);
     if (v->info.n_bytes == 0 || v->info.n_tokens == 0) {
@@ -144,14 +139,6 @@ static double row_logp(const float *lg, const uint32_t *rows, int b, int T, int 
     double s = 0;
     for (int t = 0; t < T; t++)
         s += eval_logprob(lg + ((size_t)b * T + t) * V, V, rows[(size_t)b * (T + 1) + t + 1]);
-    return s;
-}
-
-/* Sum over row b of log p(token t) from logits (B,T,V) whose row t predicts token t itself. */
-static double chunk_logp(const float *lg, const uint32_t *tokens, int b, int T, int V) {
-    double s = 0;
-    for (int t = 0; t < T; t++)
-        s += eval_logprob(lg + ((size_t)b * T + t) * V, V, tokens[(size_t)b * T + t]);
     return s;
 }
 
@@ -266,11 +253,17 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
     uint64_t steps = v->batches > 0 && (uint64_t)v->batches < spe ? (uint64_t)v->batches : spe;
     free(v->rows);
     free(v->inputs);
+    free(v->other);
     v->rows = malloc(sizeof(uint32_t) * (size_t)B * (T + 1));
     v->inputs = malloc(sizeof(uint32_t) * (size_t)B * T);
-    if (!v->rows || !v->inputs) {
+    v->other = malloc(sizeof(uint32_t) * (size_t)B * (T + 1));
+    if (!v->rows || !v->inputs || !v->other) {
         snprintf(err, errlen, "out of memory");
         return EVAL_ENOMEM;
+    }
+    if (lm->chunk_logits) {
+        int rc = val_chunk_begin(v->chunk, lm, v->src, &v->p, B, T, err, errlen);
+        if (rc) return rc;
     }
     const int V = lm->cfg.vocab_size;
     double nll = 0;
@@ -299,9 +292,15 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
             continue;
         }
         if (lm->chunk_logits) {
-            const float *lg = lm->chunk_logits(lm, v->inputs, B, T, err, errlen);
-            if (!lg) return EVAL_EMODEL;
-            for (int b = 0; b < B; b++) nll -= chunk_logp(lg, v->inputs, b, T, V);
+            /* the shuffled control's embeddings: batch (s + S/2) mod S (rows shifted there) */
+            loader_params_t q = v->p;
+            q.step = (s + steps / 2) % steps;
+            if (loader_batch_make(v->src, &q, v->other, NULL, NULL, why, sizeof why)) {
+                snprintf(err, errlen, "dataset %s: batch %llu: %s", v->data, (unsigned long long)q.step, why);
+                return EVAL_EFORMAT;
+            }
+            int rc = val_chunk_batch(v->chunk, lm, v->rows, steps > 1 || B > 1 ? v->other : NULL, B, T, err, errlen);
+            if (rc) return rc;
             continue;
         }
         const float *lg = lm->logits(lm, v->inputs, NULL, B, T, err, errlen);
@@ -343,15 +342,7 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
         eval_values_add(out, "inner_steps_best", kbest);
         eval_values_add(out, "fast_lr", lm->ltm_fast_lr);
     } else if (lm->chunk_logits) {
-        const double ce = nll / (double)count, bpb_dec = ce * per_byte;
-        const double bpb_emb = (double)lm->n_embed * v->bits_per_param * v->info.n_tokens / ((double)T * v->info.n_bytes);
-        eval_values_add(out, "ce", ce);
-        eval_values_add(out, "bpb_decoder", bpb_dec);
-        eval_values_add(out, "embed_floats", lm->n_embed);
-        eval_values_add(out, "bits_per_param", v->bits_per_param);
-        eval_values_add(out, "bpb_embedding", bpb_emb);
-        eval_values_add(out, "bpb", bpb_dec + bpb_emb);
-        eval_values_add(out, "ce_total", ce + bpb_emb / per_byte);
+        val_chunk_values(v->chunk, lm, T, (double)v->info.n_tokens / (double)v->info.n_bytes, out);
     } else {
         double ce = nll / (double)count;
         eval_values_add(out, "ce", ce);

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Integration test of the masked-mixer families (seed 004) through the pipeline (bus, loader,
 # trainer, evaluator, sampler) on the synthetic data. For each of mixer (2 heads, k = 3),
-# mixer-ae (d_e 8, unroll, unmasked encoder), llama-ae, mixer-mem (the mixer-ae's encoder,
-# frozen) and llama-mem: the loss falls; a run killed with SIGKILL and resumed ends
+# mixer-ae (d_e 8, unroll, unmasked encoder, its embedding clamped and trained with 8-bit
+# noise), llama-ae, mixer-mem (the mixer-ae's encoder, frozen) and llama-mem (trained jointly):
+# the loss falls; a run killed with SIGKILL and resumed ends
 # bit-identical to one never interrupted; the checkpoint holds the documented tensors and
 # config. Then: the frozen encoder is still the autoencoder's, bit for bit; bin/evaluator val
 # gives bits per byte (for the autoencoders and memory models the decoder's plus the stored
-# embedding's, n_p b_p / (T L_b / L_t), at --bits-per-param), mc and em run on the causal
+# embedding's, n_p b_p / (T L_b / L_t), at --bits-per-param, 32 only for an unbounded one) and
+# the controls (the embedding zeroed, shuffled, a unigram), mc and em run on the causal
 # mixer and are refused for an autoencoder; bin/sampler generates from the causal mixer and
 # refuses an autoencoder; bad flags and an encoder of the wrong shape or kind get one line.
 set -u
@@ -59,14 +61,14 @@ straight_and_resumed mixer --model mixer --mixer-heads 2 --mixer-kernel 3
 describe "$(last "$W/mixer" 40)" >"$W/mixer.names"
 ok "mixer: checkpoint tensors" "grep -q '^model.layers.1.mixer.weight \[2, 3, 32, 32\]' $W/mixer.names && grep -q '^model.layers.0.mixer.bias \[64\]' $W/mixer.names && grep -q '^model.layers.0.mixer.in_proj.weight \[32, 32\]' $W/mixer.names && grep -q '^model.layers.0.post_mixer_layernorm.weight \[32\]' $W/mixer.names"
 ok "mixer: config" "grep -q '^config mixer FtMaskedMixerForCausalLM ft_mixer_heads=2 ft_mixer_kernel=3 ft_no_mask_decoder=False' $W/mixer.names"
-straight_and_resumed ae --model mixer-ae --embed-dim 8 --unroll --no-mask-encoder
+straight_and_resumed ae --model mixer-ae --embed-dim 8 --unroll --no-mask-encoder --embed-range 2 --embed-noise-bits 8
 describe "$(last "$W/ae" 40)" >"$W/ae.names"
 ok "mixer-ae: checkpoint tensors" "grep -q '^encoder.down.weight \[8, 32\]' $W/ae.names && grep -q '^decoder.up.weight \[32, 8\]' $W/ae.names && grep -q '^decoder.unroll.weight \[32, 16\]' $W/ae.names && grep -q '^encoder.layers.1.mixer.weight \[1, 1, 32, 32\]' $W/ae.names && grep -q '^decoder.norm.weight' $W/ae.names"
-ok "mixer-ae: config" "grep -q 'ft_embed_dim=8 ft_encoder_layers=2 ft_mixer_heads=1 ft_mixer_kernel=1 ft_no_mask_decoder=False ft_no_mask_encoder=True ft_unroll=True' $W/ae.names"
+ok "mixer-ae: config" "grep -q 'ft_embed_dim=8 ft_embed_noise_bits=8 ft_embed_range=2.0 ft_encoder_layers=2 ft_mixer_heads=1 ft_mixer_kernel=1 ft_no_mask_decoder=False ft_no_mask_encoder=True ft_unroll=True' $W/ae.names"
 straight_and_resumed lae --model llama-ae
 describe "$(last "$W/lae" 40)" >"$W/lae.names"
 ok "llama-ae: Llama blocks" "grep -q '^encoder.layers.0.self_attn.q_proj.weight \[32, 32\]' $W/lae.names && grep -q '^decoder.layers.1.mlp.down_proj.weight' $W/lae.names"
-straight_and_resumed mem --model mixer-mem --embed-dim 8 --no-mask-encoder --encoder "$W/ae" --freeze-encoder
+straight_and_resumed mem --model mixer-mem --embed-dim 8 --no-mask-encoder --embed-range 2 --embed-noise-bits 8 --encoder "$W/ae" --freeze-encoder
 ok "mixer-mem: the encoder came from the autoencoder, frozen" "grep -q 'encoder from .*ae/ckpt-00000040 (frozen)' $W/mem.log"
 describe "$(last "$W/mem" 40)" >"$W/mem.names"
 ok "mixer-mem: checkpoint tensors" "grep -q '^memory.proj.weight \[32, 8\]' $W/mem.names && grep -q '^model.embed_tokens.weight' $W/mem.names && grep -q '^encoder.down.weight \[8, 32\]' $W/mem.names"
@@ -105,6 +107,10 @@ EV mem $VAL --bits-per-param 4 >"$W/val_mem4.json" 2>/dev/null
 ok "--bits-per-param 4 halves the embedding's share" "jq -s -e '((.[0].values.bpb_embedding / .[1].values.bpb_embedding) - 2 | fabs) < 1e-9' $W/val_mem.json $W/val_mem4.json >/dev/null"
 EV mem $VAL --bits-per-param 7 >/dev/null 2>"$W/bp7.err"; rc=$?
 ok "--bits-per-param 7 refused with one line" "[ $rc = 2 ] && [ \$(wc -l < $W/bp7.err) = 1 ] && grep -q '4, 8, 16 or 32' $W/bp7.err"
+ok "the embedding at 4, 8, 16 and 32 bits, and the controls" "jq -e '.values as \$v | [\$v.ce_b4, \$v.ce_b8, \$v.ce_b16, \$v.ce_b32, \$v.ce_zero, \$v.ce_shuffle, \$v.ce_unigram, \$v.gain_shuffle_se] | all(. != null and . > 0) and (\$v.beats_controls == 0 or \$v.beats_controls == 1) and \$v.ce == \$v.ce_b8' $W/val_mem.json >/dev/null"
+ok "an unbounded embedding is charged 32 bits, with no code below" "jq -e '.values.bits_per_param == 32 and .values.ce_b8 == null and .values.ce_b32 > 0' $W/val_lmem.json >/dev/null"
+EV lmem $VAL --bits-per-param 8 >/dev/null 2>"$W/bp8.err"; rc=$?
+ok "--bits-per-param 8 on an unbounded embedding refused with one line" "[ $rc = 2 ] && [ \$(wc -l < $W/bp8.err) = 1 ] && grep -q 'unbounded' $W/bp8.err"
 MC="--task mc --file evaluator/tasks/synth_mc.jsonl --vocab bytes --limit 6 --batch 4"
 EV mixer $MC >"$W/mc_mixer.json" 2>"$W/mc_mixer.err"
 ok "mc on the causal mixer" "jq -e '.values.n == 6 and .values.acc_char >= 0' $W/mc_mixer.json >/dev/null"
@@ -135,6 +141,8 @@ refused "--mixer-kernel 0" "--mixer-kernel: 0 is outside" --model mixer --mixer-
 refused "a kernel wider than a head" "wider than a head" --model mixer --mixer-heads 8 --mixer-kernel 5
 refused "an unmasked causal mixer" "sees the tokens it predicts" --model mixer --no-mask
 refused "--encoder for a model without one" "for the memory models" --model mixer-ae --encoder "$W/ae"
+refused "rounding noise without a range" "needs --embed-range" --model mixer-ae --embed-noise-bits 8
+refused "a range for a model without a stored embedding" "has no stored embedding" --model mixer --embed-range 4
 refused "an encoder of another shape" "its embedding dimension d_e is 8, the memory model.s is 16" --model mixer-mem --embed-dim 16 --no-mask-encoder --encoder "$W/ae"
 refused "an encoder of another kind" "holds a llama-ae model" --model mixer-mem --encoder "$W/lae"
 refused "an encoder that is no checkpoint" "--encoder $W/nothing" --model mixer-mem --encoder "$W/nothing"
