@@ -12,16 +12,23 @@
 #     shared_pos_diff / independent_pos_diff: mean |start_i - start_j| over pairs of valid
 #             sequences inside a group whose Z is shared / drawn independently;
 #     shared_noise_agree / independent_noise_agree: mean Jaccard agreement of the '!' positions
-#             over the same pairs (independent noise at rate 1/16: about 0.03).
-# Writes results/figure4.md (grids + table) and results/figure4.json.
+#             over the same pairs (independent noise at rate 1/16: about 0.03);
+#   - what Z carries, measured on the encoder (bin/evaluator --task latent, FIG4_PROBE held-out
+#     sequences of seed 7): the KL per sequence against kappa x T (what the free bits let Z
+#     carry for nothing), where on the sequence it sits, and the bits of the target's start
+#     (log2 57 = 5.83) a linear probe reads from Z, from the encoder's bit probabilities, and
+#     from Z drawn from the prior (the probe's floor).
+# Writes results/figure4.md (grids + tables), results/figure4.json, and beside them
+# figure4_latent_<kappa>.json (the latent task's output as is).
 # Knobs (environment): FIG4_STEPS, FIG4_H, FIG4_B, FIG4_LR, FIG4_D, FIG4_LAYERS, FIG4_GROUPS,
 # FIG4_KAPPAS ("1/64 1/8 1 8"), FIG4_DIR, FIG4_PARALLEL (trainings run at once, 1 thread each),
+# FIG4_PROBE (sequences the latent task reads, default 4000),
 # FIG4_OUT (where figure4.md and figure4.json go; default results/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=${FIG4_DIR:-runs/figure4}
 STEPS=${FIG4_STEPS:-4000}; H=${FIG4_H:-8}; B=${FIG4_B:-32}; LR=${FIG4_LR:-3e-3}
-D=${FIG4_D:-64}; LAYERS=${FIG4_LAYERS:-4}; NGROUPS=${FIG4_GROUPS:-50}
+D=${FIG4_D:-64}; LAYERS=${FIG4_LAYERS:-4}; NGROUPS=${FIG4_GROUPS:-50}; NPROBE=${FIG4_PROBE:-4000}
 KAPPAS=${FIG4_KAPPAS:-"1/64 1/8 1 8"}; PAR=${FIG4_PARALLEL:-2}
 OUT=${FIG4_OUT:-results}
 mkdir -p "$W" "$OUT"; W=$(cd "$W" && pwd)   # absolute: ipc:// endpoints live there
@@ -93,12 +100,20 @@ for k in $KAPPAS; do
     # the measures: bin/evaluator's synth task, NGROUPS groups of 5 independent + 5 shared
     bin/evaluator --run "fig4-$n" --run-dir "$rd" --task synth --limit "$NGROUPS" --seed 7 --vocab bytes \
         --once --no-bus --quiet > "$W/$n.synth.json"
-    json=$(jq -n --argjson j "$json" --arg k "$k" --slurpfile e "$W/$n.synth.json" --argjson kl "$kl" \
+    # what Z carries: bin/evaluator's latent task on NPROBE held-out sequences
+    bin/evaluator --run "fig4-$n" --run-dir "$rd" --task latent --limit "$NPROBE" --seed 7 --vocab bytes --batch 64 \
+        --once --no-bus --quiet > "$W/$n.latent.json"
+    cp "$W/$n.latent.json" "$OUT/figure4_latent_$n.json"
+    json=$(jq -n --argjson j "$json" --arg k "$k" --slurpfile e "$W/$n.synth.json" --slurpfile l "$W/$n.latent.json" --argjson kl "$kl" \
         '$j * {kappa_bits: {($k): {valid: $e[0].values.valid, kl_bits: $kl,
                                      shared_pos_diff: $e[0].values.shared_pos_diff,
                                      independent_pos_diff: $e[0].values.independent_pos_diff,
                                      shared_noise_agree: $e[0].values.shared_noise_agree,
-                                     independent_noise_agree: $e[0].values.independent_noise_agree}}}')
+                                     independent_noise_agree: $e[0].values.independent_noise_agree,
+                                     latent: ($l[0].values | {kl_seq_bits, kl_seq_bits_sd, kappa_T_bits, kl_paid_seq_bits,
+                                              kl_prompt_bits, kl_target_bits, kl_rest_bits, above_kappa, position_bits,
+                                              probe_z_bits, probe_z_acc, probe_z_acc2, probe_z_mae, probe_q_bits,
+                                              probe_q_acc2, probe_prior_bits})}}}')
 done
 echo "$json" | jq . > "$OUT/figure4.json"
 secs=$(( $(date +%s) - t0 ))
@@ -109,6 +124,19 @@ echo "| --- | --- | --- | --- | --- | --- | --- |"
 jq -r '.kappa_bits | to_entries[] | "| \(.key) | \(.value.valid) | \(.value.kl_bits) | \(.value.shared_pos_diff) | \(.value.independent_pos_diff) | \(.value.shared_noise_agree) | \(.value.independent_noise_agree) |"' "$OUT/figure4.json"
 echo
 echo "Uniform independent starts in 0..56 would differ by 19 on average; a latent that fixes the"
-echo "position gives a shared-Z difference near 0. Training took ${t_train} s, everything ${secs} s."
+echo "position gives a shared-Z difference near 0."
+echo
+echo "## What Z carries (bin/evaluator --task latent, $NPROBE held-out sequences of seed 7)"
+echo
+echo "KL in bits per sequence of 66 tokens (mean ± sd over sequences); kappa x T is what the free bits let Z carry"
+echo "for nothing. The probe: softmax regression on the 66 x $H bits of Z (or on the encoder's bit probabilities, or on"
+echo "Z drawn from the prior), fitted on 3/4 of the sequences, scored on the other 1/4: the bits of the target's start"
+echo "it reads, out of log2 57 = 5.83, and the fraction of starts it finds within 2 positions."
+echo
+echo "| kappa (bits) | KL per sequence | kappa x T | KL paid | KL on the prompt / target / rest | probe on Z: bits (within 2) | on the probabilities | on prior Z |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+jq -r '.kappa_bits | to_entries[] | .key as $k | .value.latent as $l | "| \($k) | \($l.kl_seq_bits * 100 | round / 100) ± \($l.kl_seq_bits_sd * 100 | round / 100) | \($l.kappa_T_bits * 100 | round / 100) | \($l.kl_paid_seq_bits * 100 | round / 100) | \($l.kl_prompt_bits * 100 | round / 100) / \($l.kl_target_bits * 100 | round / 100) / \($l.kl_rest_bits * 100 | round / 100) | \($l.probe_z_bits * 100 | round / 100) (\($l.probe_z_acc2 * 1000 | round / 1000)) | \($l.probe_q_bits * 100 | round / 100) (\($l.probe_q_acc2 * 1000 | round / 1000)) | \($l.probe_prior_bits * 100 | round / 100) |"' "$OUT/figure4.json"
+echo
+echo "Training took ${t_train} s, everything ${secs} s."
 } >> "$OUT/figure4.md"
 cat "$OUT/figure4.md"

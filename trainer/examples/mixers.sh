@@ -5,35 +5,53 @@
 # held-out split:
 #   (1) mixer autoencoder vs transformer autoencoder of the same shape (d 128, 2 + 2 blocks,
 #       the embedding uncompressed and repeated): seed 004 finds mixers autoencode far better;
-#   (2) masked vs unmasked mixer encoder: seed 004 finds masking trains more efficiently;
+#   (2) masked vs unmasked mixer encoder: seed 004 finds masking trains more efficiently; and
+#       the unmasked checkpoint evaluated with its encoder masked (what its look-ahead
+#       weights carry);
 #   (3) causal mixer vs the causal baseline (d 128, 4 blocks);
-#   (4) a memory model (mixer, 4 decoder blocks) whose frozen encoder is a compressed mixer
-#       autoencoder's (d_e = MIXERS_DE floats per chunk of 128 tokens), against the plain
-#       causal mixer, in bits per byte including the stored embedding at 4 and 8 bits per
-#       float: seed 004 finds the embedding-augmented model overtakes the causal one once
-#       trained long enough.
-# Writes results/mixers.md (table and, per comparison, whether the numbers agree with seed
-# 004), results/mixers.png (curves from the metrics the bus carried) and
-# results/mixers_<run>.jsonl (those metrics).
-#   MIXERS_STEPS   optimizer steps of every run (default 2000, 4.1M tokens: about 40 min on 2
-#                  quiet cores, 0.12-0.18 s a step measured here, plus ~30 s per evaluation)
-#   MIXERS_DE      the memory encoder's stored floats (default 16)
+#   (4) memory models (mixer, 2 encoder + 4 decoder blocks, d_e = MIXERS_DE floats per chunk
+#       of 128 tokens) trained as seed 004 does, encoder and decoder jointly, against the
+#       plain causal mixer in bits per byte including the stored embedding: seed 004 finds
+#       the embedding-augmented model overtakes the causal one once trained long enough;
+#   (5) the embedding's quantization: every autoencoder and memory model clamps its
+#       embedding to [-R, R] (R = MIXERS_RANGE), and the evaluator charges b bits per float
+#       only where the decoder read the b-bit code (model/mixers.h), at 4, 8, 16 and 32 bits;
+#       trained with seed 004's noise for 8 bits (QAT), for 4 bits, with none (post-training
+#       quantization), and the previous setup (the encoder of the d_e autoencoder, frozen).
+# Every evaluation carries the controls of evaluator/val_chunk.c (the embedding zeroed,
+# another chunk's, a unigram of the train split): a result counts only if it beats them all.
+# Writes results/mixers.md (tables, and per comparison what the numbers say against seed
+# 004, computed from them), results/mixers.png (curves from the metrics the bus carried) and
+# MIXERS_OUT/ (default results/mixers/): eval_<run>.json (bin/evaluator's output as is),
+# train_<run>.jsonl (the run's metrics) and commands.txt (every command that made them).
+#   MIXERS_STEPS   optimizer steps of every run (default 2000, 4.1M tokens; 1000 steps took
+#                  3-6 minutes a run here on one thread, plus under a minute per evaluation)
+#   MIXERS_DE      the memory models' stored floats (default 16)
+#   MIXERS_RANGE   R of the embeddings' clamp (default 4)
+#   MIXERS_PARALLEL  trainings at once (default 1; give each one thread: OMP_NUM_THREADS=1)
 #   MIXERS_DIR     work directory (default runs/mixers); finished runs are not redone (--resume)
+#   MIXERS_OUT, MIXERS_MD, MIXERS_PNG  where the evidence, the tables and the curves go
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-W=${MIXERS_DIR:-runs/mixers}; STEPS=${MIXERS_STEPS:-2000}; DE=${MIXERS_DE:-16}
-mkdir -p "$W" results; W=$(cd "$W" && pwd)
+W=${MIXERS_DIR:-runs/mixers}; STEPS=${MIXERS_STEPS:-2000}; DE=${MIXERS_DE:-16}; RANGE=${MIXERS_RANGE:-4}
+PAR=${MIXERS_PARALLEL:-1}
+OUT=${MIXERS_OUT:-results/mixers}; MD=${MIXERS_MD:-results/mixers.md}; PNG=${MIXERS_PNG:-results/mixers.png}
+mkdir -p "$W" "$OUT"; W=$(cd "$W" && pwd)
 export FT_BUS_PUB=ipc://$W/bus.pub FT_BUS_SUB=ipc://$W/bus.sub
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-run() { printf '$ %s\n' "$*" >&2; "$@"; }
+CMDS="$W/commands.txt"
+run() { printf '$ %s\n' "$*" | tee -a "$CMDS" >&2; "$@"; }
 bgrun() { printf '$ %s &\n' "$*" >&2; "$@" & pids+=($!); }
+: > "$CMDS"
 VAL_DOCS=25
 SHAPE="--d-model 128 --heads 4 --kv-heads 2 --d-ff 384 --seq-len 128 --batch 16"
 OPT="--lr 3e-3 --min-lr 3e-4 --warmup $(( STEPS < 500 ? STEPS / 10 : 50 )) --steps $STEPS --ckpt-every 200 --log-every 50"
 CAUSAL="--layers 4"
 AE="--layers 2 --encoder-layers 2"
+MEM="--model mixer-mem $CAUSAL --encoder-layers 2 --embed-dim $DE"
+QAT8="--embed-range $RANGE --embed-noise-bits 8"
 
 [ -f data/brown.txt ] || run make data
 [ -f "$W/brown4k.ftbpe" ] || run bin/tokenizer train --vocab-size 4096 --out "$W/brown4k.ftbpe" data/brown.txt
@@ -44,35 +62,66 @@ for i in 0 1; do bgrun bin/loader --data "$W/data" --val-docs $VAL_DOCS --bind "
 bgrun bin/bus tap metrics log/mixers >> "$W/metrics.jsonl"   # kept across sessions: resumed runs' curves
 for _ in $(seq 50); do bin/bus send log/mixers log program=mixers line=ping-$$ >/dev/null 2>&1; grep -q "ping-$$" "$W/metrics.jsonl" && break; sleep 0.1; done
 
-# name | flags
+# name | the headline bits per stored float | flags
 RUNS=(
-    "mixer|--model mixer $CAUSAL"
-    "llama|--model llama $CAUSAL"
-    "mixer-ae|--model mixer-ae $AE"
-    "llama-ae|--model llama-ae $AE"
-    "mixer-ae-unmasked|--model mixer-ae $AE --no-mask-encoder"
-    "mixer-ae-de$DE|--model mixer-ae $AE --embed-dim $DE"
-    "mixer-mem|--model mixer-mem $CAUSAL --encoder-layers 2 --embed-dim $DE --encoder $W/mixer-ae-de$DE --freeze-encoder"
+    "mixer|-|--model mixer $CAUSAL"
+    "llama|-|--model llama $CAUSAL"
+    "mixer-ae|8|--model mixer-ae $AE $QAT8"
+    "llama-ae|8|--model llama-ae $AE $QAT8"
+    "mixer-ae-unmasked|8|--model mixer-ae $AE $QAT8 --no-mask-encoder"
+    "mixer-ae-de$DE|8|--model mixer-ae $AE --embed-dim $DE $QAT8"
+    "mixer-mem|8|$MEM $QAT8"
+    "mixer-mem-qat4|4|$MEM --embed-range $RANGE --embed-noise-bits 4"
+    "mixer-mem-ptq|8|$MEM --embed-range $RANGE"
+    "mixer-mem-frozen|8|$MEM $QAT8 --encoder $W/mixer-ae-de$DE --freeze-encoder"
 )
+# training: PAR runs at once (each its own log, $W/<run>.log); a run that reads another's
+# encoder starts once every earlier one has finished
+running=0
 for r in "${RUNS[@]}"; do
-    name=${r%%|*}; flags=${r#*|}
-    run bin/trainer --discover --run "mixers-$name" --run-dir "$W/$name" $flags $SHAPE $OPT --resume 2> >(tee "$W/$name.log" >&2)
-    # at 8 bits per stored float; the 4-bit figures below halve the embedding's share (it is
-    # linear in b_p), which spares a second pass over the held-out split. An evaluation newer
-    # than the run's checkpoints is kept.
-    [ -s "$W/eval_$name.json" ] && [ -z "$(find "$W/$name" -maxdepth 1 -name 'ckpt-*' -newer "$W/eval_$name.json")" ] && continue
-    run bin/evaluator --run "mixers-$name" --run-dir "$W/$name" --task val --data "$W/data" --val-docs $VAL_DOCS \
-        --batches 0 --batch 8 --seq-len 128 --bits-per-param 8 --once --no-bus --quiet > "$W/eval_$name.json"
+    name=${r%%|*}; rest=${r#*|}; flags=${rest#*|}
+    case "$flags " in *"--encoder "*) while [ $running -gt 0 ]; do wait -n || true; running=$((running - 1)); done;; esac
+    run bin/trainer --discover --run "mixers-$name" --run-dir "$W/$name" $flags $SHAPE $OPT --resume 2>"$W/$name.log" &
+    running=$((running + 1))
+    if [ $running -ge "$PAR" ]; then wait -n || true; running=$((running - 1)); fi
 done
+while [ $running -gt 0 ]; do wait -n || true; running=$((running - 1)); done
+for r in "${RUNS[@]}"; do
+    name=${r%%|*}
+    grep -q "done at step $STEPS" "$W/$name.log" ||
+        { echo "mixers: run $name did not finish; $W/$name.log says:" >&2; tail -n 5 "$W/$name.log" >&2; exit 1; }
+done
+EVAL="--task val --data $W/data --val-docs $VAL_DOCS --batches 0 --batch 8 --seq-len 128 --once --no-bus --quiet"
+# An evaluation newer than the checkpoints it read is kept.
+fresh() { [ -s "$1" ] && [ -z "$(find "$2" -maxdepth 1 -name 'ckpt-*' -newer "$1")" ]; }
+for r in "${RUNS[@]}"; do
+    name=${r%%|*}; rest=${r#*|}; bits=${rest%%|*}
+    fresh "$W/eval_$name.json" "$W/$name" && continue
+    run bin/evaluator --run "mixers-$name" --run-dir "$W/$name" $EVAL $([ "$bits" = - ] || echo "--bits-per-param $bits") > "$W/eval_$name.json"
+done
+# (2): the unmasked encoder's checkpoint evaluated with its encoder masked: the same weights,
+# the look-ahead half of its first mixing dropped (config.json edited, MANIFEST rewritten)
+flip=$W/mixer-ae-unmasked-as-masked
+src=$(ls -d "$W/mixer-ae-unmasked"/ckpt-* | tail -n 1)
+if ! fresh "$W/eval_mixer-ae-unmasked-as-masked.json" "$W/mixer-ae-unmasked"; then
+    rm -rf "$flip"; mkdir -p "$flip"; cp -r "$src" "$flip/"
+    sed -i 's/"ft_no_mask_encoder": true/"ft_no_mask_encoder": false/' "$flip/$(basename "$src")/config.json"
+    cc -O2 -o "$W/remanifest" tests/lib/remanifest.c -lxxhash
+    run "$W/remanifest" "$flip/$(basename "$src")"
+    run bin/evaluator --run "mixers-mixer-ae-unmasked-as-masked" --run-dir "$flip" $EVAL --bits-per-param 8 > "$W/eval_mixer-ae-unmasked-as-masked.json"
+fi
 sleep 0.5
+
+# the committed evidence: evaluations, metrics, commands
+NAMES=()
+for r in "${RUNS[@]}"; do NAMES+=("${r%%|*}"); done
+for name in "${NAMES[@]}" mixer-ae-unmasked-as-masked; do cp "$W/eval_$name.json" "$OUT/eval_$name.json"; done
+for name in "${NAMES[@]}"; do grep "\"metrics/mixers-$name\"" "$W/metrics.jsonl" > "$OUT/train_$name.jsonl" || true; done
+cp "$CMDS" "$OUT/commands.txt"
 
 # curves: the training loss of each run; the memory model's also with its embedding's share
 # added (seed 004's "normalized loss": ce + L_o, L_o = bpb_embedding ln 2 / (L_t / L_b))
-for r in "${RUNS[@]}"; do
-    name=${r%%|*}
-    grep "\"metrics/mixers-$name\"" "$W/metrics.jsonl" > "results/mixers_$name.jsonl" || true
-    jq -r '"\(.step) \(.values.loss)"' "results/mixers_$name.jsonl" > "$W/loss_$name.dat"
-done
+for name in "${NAMES[@]}"; do jq -r '"\(.step) \(.values.loss)"' "$OUT/train_$name.jsonl" > "$W/loss_$name.dat"; done
 for bp in 4 8; do
     off=$(jq --argjson bp $bp '(.values.ce_total - .values.ce) * $bp / .values.bits_per_param' "$W/eval_mixer-mem.json")
     awk -v o="$off" '{print $1, $2 + o}' "$W/loss_mixer-mem.dat" > "$W/loss_mixer-mem_norm$bp.dat"
@@ -80,7 +129,7 @@ done
 line() { echo "'$W/loss_$1.dat' using 1:2 smooth bezier lw 2 title '$2'"; }
 gnuplot <<GP
 set terminal pngcairo size 1200,900 noenhanced
-set output 'results/mixers.png'
+set output '$PNG'
 set multiplot layout 2,2 title 'seed 004 at small scale: Brown (BPE 4096), d=128, T=128, B=16, $STEPS steps, CPU'
 set grid; set xlabel 'optimizer step'; set ylabel 'training cross-entropy (nats/token)'
 set title '(1) autoencoders: mixer vs transformer (d_e = d)'
@@ -89,70 +138,102 @@ set title '(2) mixer autoencoder: masked vs unmasked encoder'
 plot $(line mixer-ae 'masked encoder'), $(line mixer-ae-unmasked 'unmasked encoder')
 set title '(3) causal: mixer vs transformer baseline'
 plot $(line mixer 'mixer'), $(line llama 'llama')
-set title '(4) memory model (frozen d_e=$DE encoder) vs causal mixer'
+set title '(4) memory model (joint, d_e=$DE, 8-bit noise) vs causal mixer'
 set ylabel 'cross-entropy + embedding share (nats/token)'
 plot $(line mixer 'causal mixer'), $(line mixer-mem 'memory model, decoder only'), $(line mixer-mem_norm4 'memory model + embedding at 4 bits'), $(line mixer-mem_norm8 'memory model + embedding at 8 bits')
 unset multiplot
 GP
 
-# the table, and per comparison whether the numbers agree with seed 004
-# v RUN FIELD [4]: a value of RUN's evaluation; with 4, at 4 bits per stored float
-v() {
-    jq -r --arg f "$2" --argjson bp "${3:-8}" '.values as $v | ($v.bpb_embedding // null) as $e
-        | if $e == null then ($v[$f] // empty)
-          elif $f == "bpb_embedding" then $e * $bp / $v.bits_per_param
-          elif $f == "bpb" then $v.bpb_decoder + $e * $bp / $v.bits_per_param
-          else ($v[$f] // empty) end' "$W/eval_$1.json"
-}
-f3() { awk -v x="$1" 'BEGIN { if (x == "") print "-"; else printf "%.3f", x }'; }
-# lt A B TOL: A below B by more than TOL (differences within TOL are not read as an outcome:
-# 0.02 nats of CE, 0.01 bit per byte; at small scale runs of the same model differ that much)
+# the tables, and per comparison what the numbers say against seed 004
+v() { jq -r --arg f "$2" '.values[$f] // empty' "$W/eval_$1.json"; }
+f4() { awk -v x="$1" 'BEGIN { if (x == "") print "-"; else printf "%.4f", x }'; }
+f2() { awk -v x="$1" 'BEGIN { if (x == "") print "-"; else printf "%.2f", x }'; }
+pm() { echo "$(f4 "$(v "$1" "$2")") ± $(f4 "$(v "$1" "$2_se")")"; }
+# lt A B TOL: A below B by more than TOL; near A B TOL: within TOL
 lt() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { exit !(a < b - t) }'; }
 near() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; exit !(d <= t && d >= -t) }'; }
+sub4() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.4f", a - b }'; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f%%", 100 * (a - b) / b }'; }
+counts() { [ "$(v "$1" beats_controls)" = 1 ] && echo yes || echo "**no**"; }
+# the paired difference of two runs' training losses over the second half (same batches)
+paired() {
+    paste <(jq -r '"\(.step) \(.values.loss)"' "$OUT/train_$1.jsonl") <(jq -r '"\(.step) \(.values.loss)"' "$OUT/train_$2.jsonl") |
+        awk -v h=$((STEPS / 2)) '$1 == $3 && $1 > h { d = $2 - $4; n++; s += d; s2 += d * d }
+            END { if (n < 2) print "- -"; else { m = s / n; printf "%.4f %.4f %d\n", m, sqrt((s2 / n - m * m) / (n - 1)), n } }'
+}
 {
-echo "Masked mixers at small scale (\`make mixers\`, $(date -u +%F), MIXERS_STEPS=$STEPS): Brown corpus, BPE 4096"
+echo "Masked mixers at small scale (\`MIXERS_STEPS=$STEPS make mixers\`, $(date -u +%F)): Brown corpus, BPE 4096"
 echo "learned from it, the last $VAL_DOCS documents held out; d=128, SwiGLU 384, T=128 (the mixers' n_ctx), B=16,"
 echo "$STEPS steps ($((STEPS * 16 * 128)) tokens) for every run, AdamW 3e-3 cosine to 3e-4. Causal models: 4 blocks;"
 echo "autoencoders: 2 encoder + 2 decoder blocks, the last position's vector as the one embedding, repeated at"
-echo "every decoder position. Mixers flat (1 head, k = 1). Validation on the whole held-out split; bits per"
-echo "byte per seed 004: (L_t / L_b) CE / ln 2, plus n_p b_p / (T L_b / L_t) for the stored embedding."
-echo "Train time: first to last metric on the bus, wall clock on a machine shared with other jobs."
-[ "$STEPS" -lt 1000 ] && echo "At $STEPS steps every model is still close to the unigram loss: these rows prove the pipeline, not seed 004's claims; the full run is 'make mixers' (MIXERS_STEPS=2000)."
+echo "every decoder position; memory models: 2 encoder + 4 decoder blocks, the embedding ($DE floats) at the"
+echo "decoder's position 0, encoder and decoder trained together (but the frozen row). Mixers flat (1 head, k = 1)."
+echo "Every stored embedding is clamped to [-$RANGE, $RANGE]; at b bits per float the decoder reads its b-bit code"
+echo "(2^b levels over the range). Validation on the whole held-out split. Evaluations: [mixers/](mixers/)eval_<run>.json,"
+echo "the commands that made them: [mixers/commands.txt](mixers/commands.txt). Train time: first to last metric on"
+echo "the bus, wall clock on a machine shared with other jobs."
 echo
-echo "| run | parameters | train time | val CE (nats/token) | decoder bpb | embedding floats | embedding bpb at 8 / 4 bits | total bpb at 8 / 4 bits |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-for r in "${RUNS[@]}"; do
-    name=${r%%|*}
-    p=$(v "$name" params)
-    # training time from the metrics the bus carried (a run finished before this session: -)
-    secs=$(jq -s 'if length > 1 then (.[-1].time - .[0].time) | round | tostring + " s" else "-" end' "results/mixers_$name.jsonl" | tr -d '"')
+echo "CE in nats per token, bits per byte (bpb) per seed 004: (L_t / L_b) CE / ln 2, plus n_p b_p / (T L_b / L_t)"
+echo "for the stored embedding of n_p floats at b_p bits."
+echo
+echo "| run | parameters | train time | val CE | decoder bpb | floats x bits | embedding bpb | total bpb | CE, embedding zeroed | CE, another chunk's | CE, unigram | beats all three |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for name in "${NAMES[@]}"; do
+    secs=$(jq -s 'if length > 1 then (.[-1].time - .[0].time) | round | tostring + " s" else "-" end' "$OUT/train_$name.jsonl" | tr -d '"')
     if [ -n "$(v "$name" embed_floats)" ]; then
-        echo "| $name | ${p:--} | $secs | $(f3 "$(v "$name" ce)") | $(f3 "$(v "$name" bpb_decoder)") | $(v "$name" embed_floats) | $(f3 "$(v "$name" bpb_embedding)") / $(f3 "$(v "$name" bpb_embedding 4)") | $(f3 "$(v "$name" bpb)") / $(f3 "$(v "$name" bpb 4)") |"
+        echo "| $name | $(v "$name" params) | $secs | $(f4 "$(v "$name" ce)") | $(f4 "$(v "$name" bpb_decoder)") | $(v "$name" embed_floats) x $(v "$name" bits_per_param) | $(f4 "$(v "$name" bpb_embedding)") | $(f4 "$(v "$name" bpb)") | $(f4 "$(v "$name" ce_zero)") | $(f4 "$(v "$name" ce_shuffle)") | $(f4 "$(v "$name" ce_unigram)") | $(counts "$name") |"
     else
-        echo "| $name | ${p:--} | $secs | $(f3 "$(v "$name" ce)") | $(f3 "$(v "$name" bpb)") | - | - | $(f3 "$(v "$name" bpb)") |"
+        echo "| $name | $(v "$name" params) | $secs | $(f4 "$(v "$name" ce)") | $(f4 "$(v "$name" bpb)") | - | - | $(f4 "$(v "$name" bpb)") | - | - | - | - |"
     fi
 done
 echo
-echo "Against seed 004 (the verdicts are computed from the numbers above):"
+echo "Gains over the controls (nats per token, mean over the held-out rows ± its standard error):"
+echo
+echo "| run | over the zeroed embedding | over another chunk's | over the unigram |"
+echo "| --- | --- | --- | --- |"
+for name in "${NAMES[@]}"; do
+    [ -n "$(v "$name" embed_floats)" ] || continue
+    echo "| $name | $(pm "$name" gain_zero) | $(pm "$name" gain_shuffle) | $(pm "$name" gain_unigram) |"
+done
+echo
+echo "The embedding at b bits per float (the decoder reading the b-bit code): CE (nats per token) / total bits per byte:"
+echo
+echo "| run | trained with | 4 bits | 8 bits | 16 bits | 32 bits |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for name in "${NAMES[@]}"; do
+    [ -n "$(v "$name" embed_floats)" ] || continue
+    case $name in *qat4) how="noise of 4 bits";; *ptq) how="no noise (post-training quantization)";; *frozen) how="noise of 8 bits, encoder frozen";; *) how="noise of 8 bits";; esac
+    row="| $name | $how"
+    for b in 4 8 16 32; do row="$row | $(f4 "$(v "$name" ce_b$b)") / $(f4 "$(v "$name" bpb_b$b)")"; done
+    echo "$row |"
+done
+echo
+echo "Against seed 004 (every verdict computed from the numbers above; differences within 0.02 nats of CE or"
+echo "0.01 bit per byte are not read as an outcome):"
 a=$(v mixer-ae ce); b=$(v llama-ae ce)
-if lt "$a" "$b" 0.02; then w="agrees: the mixer autoencodes better"
+if lt "$a" "$b" 0.02; then w="agrees: the mixer autoencodes better, by $(sub4 "$b" "$a") nats per token"
+elif near "$a" "$b" 0.02; then w="no difference at this length"
+else w="does not agree: the transformer autoencodes better, by $(sub4 "$a" "$b") nats per token"; fi
+echo "- (1) mixer vs transformer autoencoder, val CE $(f4 "$a") vs $(f4 "$b"): $w (seed 004: mixers far better). Both count: $(counts mixer-ae), $(counts llama-ae)."
+a=$(v mixer-ae ce); b=$(v mixer-ae-unmasked ce); fl=$(v mixer-ae-unmasked-as-masked ce)
+read -r pd pse pn <<<"$(paired mixer-ae mixer-ae-unmasked)"
+if lt "$a" "$b" 0.02; then w="agrees: the masked encoder reaches a lower loss"
 elif near "$a" "$b" 0.02; then w="no difference at this length (within 0.02 nats)"
-else w="does not agree: the transformer autoencodes better"; fi
-echo "- (1) mixer vs transformer autoencoder, val CE $(f3 "$a") vs $(f3 "$b"): $w (seed 004: mixers far better)."
-a=$(v mixer-ae ce); b=$(v mixer-ae-unmasked ce)
-if lt "$a" "$b" 0.02; then w="agrees: the masked encoder trains to a lower loss"
-elif near "$a" "$b" 0.02; then w="no difference at this length (within 0.02 nats)"
-else w="does not agree: the unmasked encoder trains to a lower loss"; fi
-echo "- (2) masked vs unmasked mixer encoder, val CE $(f3 "$a") vs $(f3 "$b"): $w (seed 004: masking trains more efficiently)."
+else w="does not agree: the unmasked encoder reaches a lower loss"; fi
+echo "- (2) masked vs unmasked mixer encoder, val CE $(f4 "$a") vs $(f4 "$b") (difference $(sub4 "$a" "$b")): $w (seed 004: masking trains more efficiently). Over the second half of training, on the same batches, the masked run's loss minus the unmasked one's is $(f4 "$pd") ± $(f4 "$pse") nats ($pn steps). Each encoder is scored as trained: the unmasked checkpoint evaluated with its encoder masked reads $(f4 "$fl") ($(sub4 "$fl" "$b")), so its look-ahead weights carry that much, yet the two reach the same loss: the embedding is read at the last position, which sees every token through either mask."
 a=$(v mixer ce); b=$(v llama ce)
-if lt "$a" "$b" 0.02; then w="the mixer is ahead"
-elif near "$a" "$b" 0.02; then w="no difference at this length (within 0.02 nats)"
-else w="the transformer is ahead"; fi
-echo "- (3) causal mixer vs transformer, val CE $(f3 "$a") vs $(f3 "$b"): $w (the masked-mixer papers: a mixer learns causal language somewhat less efficiently than an optimised transformer, about as well as an early one)."
-a=$(v mixer bpb); b8=$(v mixer-mem bpb); b4=$(v mixer-mem bpb 4); d=$(v mixer-mem bpb_decoder)
-if lt "$b4" "$a" 0.01; then w="agrees: with the embedding stored at 4 bits the memory model compresses better"
-elif lt "$d" "$a" 0.01; then w="does not agree yet: the embedding helps the decoder (its own bpb is lower) but not by more than it costs to store"
-else w="does not agree: the frozen embedding does not help the decoder measurably (within 0.01 bit per byte), so its storage is pure cost"; fi
-echo "- (4) memory model (frozen $DE-float encoder) vs causal mixer, total bpb $(f3 "$b4") (4 bits) / $(f3 "$b8") (8 bits), decoder alone $(f3 "$d"), vs $(f3 "$a"): $w (seed 004: at d_e = 64 and n_ctx = 1024 the embedding-augmented mixer ends with the lowest total bpb after long training; it starts higher and overtakes later)."
-} > results/mixers.md
-cat results/mixers.md
+if lt "$a" "$b" 0.02; then w="the mixer is ahead by $(sub4 "$b" "$a") nats"
+elif near "$a" "$b" 0.02; then w="no difference at this length"
+else w="the transformer is ahead by $(sub4 "$a" "$b") nats per token"; fi
+echo "- (3) causal mixer vs transformer, val CE $(f4 "$a") vs $(f4 "$b"): $w (the masked-mixer papers: a mixer learns causal language somewhat less efficiently than an optimised transformer, about as well as an early one)."
+a=$(v mixer bpb); d=$(v mixer-mem bpb_decoder); b8=$(v mixer-mem bpb_b8); b4=$(v mixer-mem-qat4 bpb_b4); d4=$(v mixer-mem-qat4 bpb_decoder)
+if [ "$(v mixer-mem beats_controls)" != 1 ]; then w="does not count: the memory model does not beat its controls"
+elif lt "$b4" "$a" 0.01 || lt "$b8" "$a" 0.01; then w="agrees: with the embedding stored the memory model compresses better"
+elif lt "$d" "$a" 0.01; then w="does not agree yet: the embedding helps the decoder (its own bpb is $(sub4 "$d" "$a") against the causal mixer) but by less than it costs to store"
+else w="does not agree: the embedding does not help the decoder measurably, so its storage is pure cost"; fi
+echo "- (4) memory model (joint, $DE floats) vs causal mixer, total bpb $(f4 "$b8") at 8 bits ($(sub4 "$b8" "$a")), $(f4 "$b4") for the model trained for 4 bits ($(sub4 "$b4" "$a")), decoder alone $(f4 "$d") / $(f4 "$d4"), vs $(f4 "$a"): $w (seed 004: at d_e = 64 and n_ctx = 1024 the embedding-augmented mixer ends with the lowest total bpb after long training; it starts higher and overtakes later). The frozen encoder of the previous setup: decoder bpb $(f4 "$(v mixer-mem-frozen bpb_decoder)"), total $(f4 "$(v mixer-mem-frozen bpb_b8)") at 8 bits."
+q32=$(v mixer-mem ce_b32); q8=$(v mixer-mem ce_b8); q4=$(v mixer-mem ce_b4)
+p32=$(v mixer-mem-ptq ce_b32); p8=$(v mixer-mem-ptq ce_b8); p4=$(v mixer-mem-ptq ce_b4)
+echo "- (5) quantizing the embedding: trained with 8-bit noise, the CE goes $(f4 "$q32") at 32 bits -> $(f4 "$q8") at 8 ($(pct "$q8" "$q32")) -> $(f4 "$q4") at 4 ($(pct "$q4" "$q32")); trained without noise $(f4 "$p32") -> $(f4 "$p8") ($(pct "$p8" "$p32")) -> $(f4 "$p4") ($(pct "$p4" "$p32")). Seed 004's numbers (FineWeb, d_e = 64, 200k steps): without noise, float16 2.26 -> float8 E4M3 4.86 (+115%); with noise, float16 2.424 -> int8 2.437 (+0.5%) -> E4M3 2.672 (+10%)."
+} > "$MD"
+cat "$MD"
