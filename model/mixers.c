@@ -60,6 +60,10 @@ static void act_layout(mixers_t *m, dev_arena_t *ar) {
     if (m->has_enc) {
         m->e = DEV_TAKE(ar, float, B * D);
         m->m_raw = m->de < (int)D ? DEV_TAKE(ar, float, B * m->de) : m->e;
+        m->m_unit = DEV_TAKE(ar, float, B * m->de);
+        m->rstd_m = DEV_TAKE(ar, float, B);
+        m->ones = DEV_TAKE(ar, float, m->de);
+        m->d_unit = DEV_TAKE(ar, float, B * m->de);
         m->m_emb = DEV_TAKE(ar, float, B * m->de);
         m->u = DEV_TAKE(ar, float, B * m->de);
         m->e_dec = (m->is_mem || m->de < (int)D) ? DEV_TAKE(ar, float, B * D) : m->m_emb;
@@ -154,6 +158,13 @@ int mixers_create_on(mixers_t **pm, device_t *dev, const model_config_t *cfg, in
     ar = (dev_arena_t){.base = m->act_mem};
     act_layout(m, &ar);
     if (blockstack_shared_init(&m->sh, dev, c) || mixers_init(m, seed)) goto oom;
+    if (m->has_enc) {
+        float *one = malloc(sizeof(float) * m->de);
+        if (!one) goto oom;
+        for (int i = 0; i < m->de; i++) one[i] = 1.0f;
+        DEV(dev, upload, m->ones, one, sizeof(float) * m->de);
+        free(one);
+    }
     *pm = m;
     return 0;
 oom:

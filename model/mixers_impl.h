@@ -38,6 +38,8 @@ struct mixers {
     blockstack_shared_t sh;
     float *e;                      /* (B,D) the encoder's last position */
     float *m_raw;                  /* (B,d_e) down(e), before the codec (== e when d_e == D) */
+    float *m_unit, *rstd_m;        /* (B,d_e), (B): m_raw at unit RMS (a bounded codec's input) */
+    float *ones;                   /* (d_e) the weight of that weightless RMS norm */
     float *m_emb;                  /* (B,d_e) the stored embedding: code(m_raw), what the
                                       decoder reads */
     float *u;                      /* (B,d_e) uniforms of the training noise */
@@ -48,6 +50,7 @@ struct mixers {
     float *dxf;                    /* (N,D) */
     float *d_dec, *d_m, *d_e;      /* (B,D), (B,d_e), (B,D): gradients of e_dec, m_emb, e */
     float *d_raw;                  /* (B,d_e) gradient of m_raw (== d_e when d_e == D) */
+    float *d_unit;                 /* (B,d_e) gradient of m_unit */
     float *dwin;                   /* (B*T,nd) */
     float *zeros;                  /* (D) a zero row (clears strided rows) */
     uint32_t *tokens, *dec_tokens, *targets; /* (N) */

@@ -17,8 +17,8 @@ static int check_ids(const uint32_t *ids, int N, int V, const char *what, char *
 }
 
 /* encoder: embed -> blocks -> e = the last position -> down(e) -> m = code(down(e)), the
- * stored embedding the decoder reads (mixers.h: clamped, rounded at evaluation, noised in
- * training; zeros for the evaluator's control) */
+ * stored embedding the decoder reads (mixers.h: at unit RMS and clamped, rounded at
+ * evaluation, noised in training; zeros for the evaluator's control) */
 static void encode(mixers_t *m) {
     const int B = m->B, T = m->T, D = m->cfg.d_model;
     const size_t n = (size_t)B * m->de;
@@ -37,7 +37,13 @@ static void encode(mixers_t *m) {
         DEV(d, uniform_fill, m->u, n, m->u_key, m->u_counter);
         m->u_counter += n;   /* the next micro-batch's rows draw their own */
     }
-    DEV(d, embed_code_forward, m->m_emb, m->m_raw, noise ? m->u : NULL, n, c->embed_range,
+    /* a bounded embedding is first brought to unit RMS (its range is in those units) */
+    const float *in = m->m_raw;
+    if (c->embed_range > 0) {
+        DEV(d, rmsnorm_forward, m->m_unit, m->rstd_m, m->m_raw, m->ones, B, m->de, c->norm_eps);
+        in = m->m_unit;
+    }
+    DEV(d, embed_code_forward, m->m_emb, in, noise ? m->u : NULL, n, c->embed_range,
         m->emb_bits < 32 ? m->emb_bits : 0, noise ? c->embed_noise_bits : 0);
 }
 
@@ -150,8 +156,15 @@ static void encoder_backward(mixers_t *m) {
     const int B = m->B, T = m->T, D = m->cfg.d_model;
     const size_t n = (size_t)B * m->de;
     device_t *d = m->dev;
-    if (m->emb_zero) DEV(d, zero, m->d_raw, sizeof(float) * n);
-    else DEV(d, embed_code_backward, m->d_raw, m->d_m, m->m_raw, n, m->cfg.embed_range);
+    if (m->emb_zero) {
+        DEV(d, zero, m->d_raw, sizeof(float) * n);
+    } else if (m->cfg.embed_range > 0) {
+        DEV(d, embed_code_backward, m->d_unit, m->d_m, m->m_unit, n, m->cfg.embed_range);
+        DEV(d, zero, m->d_raw, sizeof(float) * n);
+        DEV(d, rmsnorm_backward, m->d_raw, NULL, m->d_unit, m->m_raw, m->ones, m->rstd_m, B, m->de);
+    } else {
+        DEV(d, embed_code_backward, m->d_raw, m->d_m, m->m_raw, n, 0.0f);
+    }
     if (m->w.down) DEV(d, linear_backward_set, m->d_e, m->g.down, m->d_raw, m->e, m->w.down, B, D, m->de);
     DEV(d, zero, m->sh.dA, sizeof(float) * (size_t)B * T * D);
     DEV(d, copy_rows, m->sh.dA + (size_t)(T - 1) * D, T * D, m->d_e, D, B, D);

@@ -304,6 +304,25 @@ static void test_codec_in_model(void) {
     CHECK(zeros, "zero control: the embedding read is 0 and every row's logits are the same");
     /* 32 bits: the clamped floats; an unbounded model has no 8-bit code */
     CHECK(mixers_set_embed_eval(m, 32, 0, err, sizeof err) == 0, "%s", err);
+    mixers_destroy(&m);
+    /* a range of 4: the embedding read is each row's down(e) at unit RMS (nothing beyond 4 sd
+     * in 2 floats: the clamp does not cut) */
+    c.embed_range = 4.0f;
+    CHECK(mixers_create_on(&m, device_cpu_default(), &c, B, T, 5, err, sizeof err) == 0, "%s", err);
+    if (m) {
+        mixers_params(m, v, 64);
+        for (int i = 0; i < nv; i++)
+            if (v[i].ndim >= 2)
+                for (int64_t j = 0; j < tensor_numel(&v[i]); j++) v[i].data[j] = 0.3f * rng_normal(&R);
+    }
+    CHECK(m && mixers_set_embed_eval(m, 32, 0, err, sizeof err) == 0 &&
+          mixers_forward(m, tok, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    int unit = m != NULL;
+    for (int b = 0; unit && b < B; b++) {
+        const float *e = mixers_embedding(m) + 2 * b;
+        unit &= fabs(sqrt((e[0] * e[0] + e[1] * e[1]) / 2.0) - 1.0) < 1e-4;
+    }
+    CHECK(unit, "a bounded embedding is read at unit RMS");
     CHECK(mixers_set_embed_eval(m, 25, 0, err, sizeof err) != 0 && strstr(err, "1..24"), "25 bits refused: %s", err);
     mixers_destroy(&m);
     c.embed_range = 0, c.embed_noise_bits = 0;

@@ -237,13 +237,14 @@ static void test_model_memory(void) {
     c.freeze_encoder = 1;
     model_case("mixer-mem, frozen encoder", c);
     model_case("llama-mem", small(MODEL_LLAMA_MEM));
-    /* the codec: some floats clamped (their gradient 0), the rest with 4-bit noise */
+    /* the codec: the embedding at unit RMS, some floats clamped beyond 1.2 (their gradient
+     * 0), the rest with 4-bit noise */
     c = small(MODEL_MIXER_MEM);
-    c.embed_dim = 5, c.embed_range = 0.4f, c.embed_noise_bits = 4;
-    model_case("mixer-mem, d_e 5, clamped at 0.4, 4-bit noise", c);
+    c.embed_dim = 5, c.embed_range = 1.2f, c.embed_noise_bits = 4;
+    model_case("mixer-mem, d_e 5, clamped at 1.2, 4-bit noise", c);
     c = small(MODEL_MIXER_AE);
-    c.embed_dim = 4, c.embed_range = 0.6f;
-    model_case("mixer-ae, d_e 4, clamped at 0.6", c);
+    c.embed_dim = 4, c.embed_range = 1.2f;
+    model_case("mixer-ae, d_e 4, clamped at 1.2", c);
 }
 
 int main(void) {

@@ -53,9 +53,11 @@ AE="--layers 2 --encoder-layers 2"
 MEM="--model mixer-mem $CAUSAL --encoder-layers 2 --embed-dim $DE"
 QAT8="--embed-range $RANGE --embed-noise-bits 8"
 
+# kept: a command that makes something kept across sessions, recorded in FILE beside it
+kept() { local f=$1; shift; printf '$ %s\n' "$*" | tee -a "$f" >&2; "$@"; }
 [ -f data/brown.txt ] || run make data
-[ -f "$W/brown4k.ftbpe" ] || run bin/tokenizer train --vocab-size 4096 --out "$W/brown4k.ftbpe" data/brown.txt
-[ -d "$W/data" ] || run bin/tokenizer encode --vocab "$W/brown4k.ftbpe" --out "$W/data" data/brown.txt
+[ -f "$W/brown4k.ftbpe" ] || { : > "$W/data.cmd"; kept "$W/data.cmd" bin/tokenizer train --vocab-size 4096 --out "$W/brown4k.ftbpe" data/brown.txt; }
+[ -d "$W/data" ] || kept "$W/data.cmd" bin/tokenizer encode --vocab "$W/brown4k.ftbpe" --out "$W/data" data/brown.txt
 
 bgrun bin/bus --quiet
 for i in 0 1; do bgrun bin/loader --data "$W/data" --val-docs $VAL_DOCS --bind "ipc://$W/loader$i" --name "mixers$i" --quiet; done
@@ -94,22 +96,30 @@ done
 EVAL="--task val --data $W/data --val-docs $VAL_DOCS --batches 0 --batch 8 --seq-len 128 --once --no-bus --quiet"
 # An evaluation newer than the checkpoints it read is kept.
 fresh() { [ -s "$1" ] && [ -z "$(find "$2" -maxdepth 1 -name 'ckpt-*' -newer "$1")" ]; }
+# evaluate NAME DIR [flags]: bin/evaluator's val into eval_NAME.json, its command line beside it
+evaluate() {
+    local name=$1 dir=$2; shift 2
+    fresh "$W/eval_$name.json" "$dir" && [ -s "$W/eval_$name.cmd" ] && return 0
+    printf '$ %s\n' "bin/evaluator --run mixers-$name --run-dir $dir $EVAL $*" > "$W/eval_$name.cmd"
+    cat "$W/eval_$name.cmd" >&2
+    bin/evaluator --run "mixers-$name" --run-dir "$dir" $EVAL "$@" > "$W/eval_$name.json"
+}
 for r in "${RUNS[@]}"; do
     name=${r%%|*}; rest=${r#*|}; bits=${rest%%|*}
-    fresh "$W/eval_$name.json" "$W/$name" && continue
-    run bin/evaluator --run "mixers-$name" --run-dir "$W/$name" $EVAL $([ "$bits" = - ] || echo "--bits-per-param $bits") > "$W/eval_$name.json"
+    evaluate "$name" "$W/$name" $([ "$bits" = - ] || echo "--bits-per-param $bits")
 done
 # (2): the unmasked encoder's checkpoint evaluated with its encoder masked: the same weights,
 # the look-ahead half of its first mixing dropped (config.json edited, MANIFEST rewritten)
 flip=$W/mixer-ae-unmasked-as-masked
 src=$(ls -d "$W/mixer-ae-unmasked"/ckpt-* | tail -n 1)
 if ! fresh "$W/eval_mixer-ae-unmasked-as-masked.json" "$W/mixer-ae-unmasked"; then
-    rm -rf "$flip"; mkdir -p "$flip"; cp -r "$src" "$flip/"
-    sed -i 's/"ft_no_mask_encoder": true/"ft_no_mask_encoder": false/' "$flip/$(basename "$src")/config.json"
-    cc -O2 -o "$W/remanifest" tests/lib/remanifest.c -lxxhash
-    run "$W/remanifest" "$flip/$(basename "$src")"
-    run bin/evaluator --run "mixers-mixer-ae-unmasked-as-masked" --run-dir "$flip" $EVAL --bits-per-param 8 > "$W/eval_mixer-ae-unmasked-as-masked.json"
+    : > "$W/flip.cmd"
+    kept "$W/flip.cmd" rm -rf "$flip"; kept "$W/flip.cmd" mkdir -p "$flip"; kept "$W/flip.cmd" cp -r "$src" "$flip/"
+    kept "$W/flip.cmd" sed -i 's/"ft_no_mask_encoder": true/"ft_no_mask_encoder": false/' "$flip/$(basename "$src")/config.json"
+    kept "$W/flip.cmd" cc -O2 -o "$W/remanifest" tests/lib/remanifest.c -lxxhash
+    kept "$W/flip.cmd" "$W/remanifest" "$flip/$(basename "$src")"
 fi
+evaluate mixer-ae-unmasked-as-masked "$flip" --bits-per-param 8
 sleep 0.5
 
 # the committed evidence: evaluations, metrics, commands
@@ -117,7 +127,7 @@ NAMES=()
 for r in "${RUNS[@]}"; do NAMES+=("${r%%|*}"); done
 for name in "${NAMES[@]}" mixer-ae-unmasked-as-masked; do cp "$W/eval_$name.json" "$OUT/eval_$name.json"; done
 for name in "${NAMES[@]}"; do grep "\"metrics/mixers-$name\"" "$W/metrics.jsonl" > "$OUT/train_$name.jsonl" || true; done
-cp "$CMDS" "$OUT/commands.txt"
+{ cat "$W/data.cmd" "$CMDS" "$W/flip.cmd"; for name in "${NAMES[@]}" mixer-ae-unmasked-as-masked; do cat "$W/eval_$name.cmd"; done; } > "$OUT/commands.txt"
 
 # curves: the training loss of each run; the memory model's also with its embedding's share
 # added (seed 004's "normalized loss": ce + L_o, L_o = bpb_embedding ln 2 / (L_t / L_b))
