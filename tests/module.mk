@@ -5,3 +5,6 @@
 test-gpu: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/gpu/run.sh
+
+# the execution-model emulator and its binaries (make all builds them; tests/it_emu*.sh run them)
+include tests/emu/module.mk
