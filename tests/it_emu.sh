@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA device (model/device_cuda.cu) run by the execution-model emulator (tests/emu,
 # docs/DEVICES.md "The emulator"), on the CPU, under AddressSanitizer:
+#  0. test_emu: the emulator's own tests -- each feature against the host's answer, and broken
+#     kernels (a missing __syncthreads, out-of-bounds reads of device and shared memory, a
+#     divergent shuffle, a host pointer, block races, a stream race, ...) each reported;
 #  1. test_device_compare --device cuda against the CPU device: every op forward and backward,
 #     one training step of every family (loss, every gradient, every updated weight), the loss
 #     curves over --steps steps and a checkpoint swap; fp32 with the grid-stride launches capped
@@ -33,5 +36,6 @@ if [ ! -x $EMU/test_device_compare ]; then
     echo "FAIL: build/emu is not built (clang++ missing? make deps installs it)"
     echo "0 passed, 1 failed"; exit 1
 fi
+run_bin "emulator self-tests" $EMU/test_emu
 run_bin "device_compare fp32, grid cap 7" env FT_EMU_MAX_GRID=7 $EMU/test_device_compare --device cuda --steps 5
 it_done

@@ -175,7 +175,9 @@ EMU_HOT void check_access(const op_t *op, alloc_t *a, const void *p, size_t n, i
                     return;
                 }
             } else if (same_w) {
-                if (kernel && w.wt != thread && w.wt != NO_THREAD && (w.wmask & mask) && !(atomic && w.watom) &&
+                /* a plain read of what an atomic wrote is the CAS loop's first guess (the CUDA
+                 * guide's own pattern): not reported */
+                if (kernel && w.wt != thread && w.wt != NO_THREAD && (w.wmask & mask) && !w.watom &&
                     !block_ordered(w.wt, w.wep)) {
                     fail("%s reads %p, which thread %u of block %u wrote in the same launch with no barrier "
                          "between (a race: the result depends on the order of blocks or warps)",

@@ -10,8 +10,8 @@
  * left, a barrier that every live thread reached opens; one that some threads reached after
  * others exited is an error too (undefined on a GPU).
  *
- * Every load and store of the emulated .cu file calls in here (clang's
- * -fsanitize-coverage=trace-loads,trace-stores), which classifies the address: the running
+ * Every load and store of the emulated .cu file calls in here (AddressSanitizer's callbacks,
+ * renamed: see the end of this file), which classifies the address: the running
  * block's shared memory (the .emu_shared section for __shared__ variables, the launch's buffer
  * for extern __shared__), the thread's own stack (local memory), the launch's parameters,
  * static data (__device__/__constant__ variables), or a device allocation. Shared memory is
@@ -482,13 +482,13 @@ EMU_HOT static void shared_access(thread_t *t, sbyte *sh, size_t off, unsigned s
         sbyte &b = sh[off + i];
         if (flags & EMU_LOAD) {
             if (b.wblk != bs) {
-                fail("%s reads %u byte(s) of shared memory at %p that no thread of this block has written",
-                     where(wb, sizeof wb), size, addr);
+                fail("%s reads %u byte(s) of shared memory at %p that no thread of this block has written "
+                     "(yet: is a __syncthreads() missing between the write and this read?)", where(wb, sizeof wb), size, addr);
                 return;
             }
-            if (b.wt != me && b.wep == E && !(atomic && b.watom) && !warp_ordered(b.wt, me, b.wgen)) {
-                fail("%s reads shared memory at %p that thread %u wrote with no __syncthreads() between (a race)",
-                     where(wb, sizeof wb), addr, (unsigned)b.wt);
+            if (b.wt != me && b.wep == E && !b.watom && !warp_ordered(b.wt, me, b.wgen)) {
+                fail("%s reads shared memory at %p that thread %u wrote with no barrier between (a race: "
+                     "__syncthreads() missing?)", where(wb, sizeof wb), addr, (unsigned)b.wt);
                 return;
             }
             if (b.rblk == bs && b.rep == E) {
@@ -501,7 +501,8 @@ EMU_HOT static void shared_access(thread_t *t, sbyte *sh, size_t off, unsigned s
         }
         if (flags & EMU_STORE) {
             if (b.wblk == bs && b.wep == E && b.wt != me && !(atomic && b.watom) && !warp_ordered(b.wt, me, b.wgen)) {
-                fail("%s writes shared memory at %p that thread %u also wrote, with no __syncthreads() between (a race)",
+                fail("%s writes shared memory at %p that thread %u also wrote, with no barrier between (a race: "
+                     "__syncthreads() missing?)",
                      where(wb, sizeof wb), addr, (unsigned)b.wt);
                 return;
             }
@@ -510,7 +511,8 @@ EMU_HOT static void shared_access(thread_t *t, sbyte *sh, size_t off, unsigned s
                 int ordered = b.rmany ? (b.rwarp == t->warp && H->warps[t->warp].full_gen > b.rgen)
                                       : warp_ordered(b.rt, me, b.rgen);
                 if (other && !ordered) {
-                    fail("%s writes shared memory at %p that thread %u read, with no __syncthreads() between (a race)",
+                    fail("%s writes shared memory at %p that thread %u read, with no barrier between (a race: "
+                         "__syncthreads() missing?)",
                          where(wb, sizeof wb), addr, (unsigned)b.rt);
                     return;
                 }
@@ -528,11 +530,25 @@ EMU_HOT static void on_access(const void *addr, unsigned size, unsigned flags, c
     const uintptr_t a = (uintptr_t)addr;
     unsigned space;
     if (a - (uintptr_t)g_sh_lo < g_sh_len) {
+#ifdef EMU_ASAN
+        if (__asan_region_is_poisoned((void *)addr, size)) {
+            char wb[160];
+            fail("%s %s %u byte(s) at %p: out of bounds of a __shared__ array", where(wb, sizeof wb),
+                 flags & EMU_STORE ? "writes" : "reads", size, addr);
+            return;
+        }
+#endif
         if (a + size > (uintptr_t)g_sh_lo + g_sh_len) size = (unsigned)((uintptr_t)g_sh_lo + g_sh_len - a);
         shared_access(t, g_sh_shadow, a - (uintptr_t)g_sh_lo, size, flags, addr);
         space = EMU_SHARED;
-    } else if (L->dyn && a - (uintptr_t)L->dyn < L->smem) {
-        unsigned n = a + size > (uintptr_t)L->dyn + L->smem ? (unsigned)((uintptr_t)L->dyn + L->smem - a) : size;
+    } else if (L->dyn && a - (uintptr_t)L->dyn < L->smem + 256) {
+        if (a + size > (uintptr_t)L->dyn + L->smem) {
+            char wb[160];
+            fail("%s %s %u byte(s) at %p: past the end of the launch's %zu bytes of dynamic shared memory",
+                 where(wb, sizeof wb), flags & EMU_STORE ? "writes" : "reads", size, addr, L->smem);
+            return;
+        }
+        unsigned n = size;
         shared_access(t, L->dyn_shadow, a - (uintptr_t)L->dyn, n, flags, addr);
         space = EMU_SHARED;
     } else if (a - (uintptr_t)t->stack_lo < STACK) {
@@ -959,22 +975,59 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
 
 } // namespace emu
 
-/* ---- the compiler's load/store callbacks (only the emulated .cu files are instrumented) ---- */
-#define EMU_COV(n)                                                                                 \
-    extern "C" void __sanitizer_cov_load##n(void *p) {                                             \
-        if (__builtin_expect(emu::cur_thread != NULL, 0)) emu::on_access(p, n, EMU_LOAD, __builtin_return_address(0)); \
-    }                                                                                              \
-    extern "C" void __sanitizer_cov_store##n(void *p) {                                            \
-        if (__builtin_expect(emu::cur_thread != NULL, 0)) emu::on_access(p, n, EMU_STORE, __builtin_return_address(0)); \
+/* ---- the access callbacks of the emulated .cu files ----
+ * They are compiled with AddressSanitizer in callback mode under the prefix __emu_ (module.mk:
+ * -asan-instrumentation-with-call-threshold=0 -asan-memory-access-callback-prefix=__emu_
+ * -asan-opt=0): every load, store and memory intrinsic calls here; the emulator looks at it
+ * (inside a kernel), then AddressSanitizer's own check runs as it would have inline. */
+extern "C" {
+void __asan_load1(uintptr_t), __asan_load2(uintptr_t), __asan_load4(uintptr_t), __asan_load8(uintptr_t), __asan_load16(uintptr_t);
+void __asan_store1(uintptr_t), __asan_store2(uintptr_t), __asan_store4(uintptr_t), __asan_store8(uintptr_t), __asan_store16(uintptr_t);
+void __asan_loadN(uintptr_t, size_t), __asan_storeN(uintptr_t, size_t);
+void *__asan_memcpy(void *, const void *, size_t), *__asan_memmove(void *, const void *, size_t), *__asan_memset(void *, int, size_t);
+}
+#define EMU_CB(n)                                                                                  \
+    extern "C" EMU_HOT void __emu_load##n(uintptr_t p) {                                            \
+        if (__builtin_expect(emu::cur_thread != NULL, 0)) emu::on_access((const void *)p, n, EMU_LOAD, __builtin_return_address(0)); \
+        __asan_load##n(p);                                                                          \
+    }                                                                                               \
+    extern "C" EMU_HOT void __emu_store##n(uintptr_t p) {                                           \
+        if (__builtin_expect(emu::cur_thread != NULL, 0)) emu::on_access((const void *)p, n, EMU_STORE, __builtin_return_address(0)); \
+        __asan_store##n(p);                                                                         \
     }
-EMU_COV(1)
-EMU_COV(2)
-EMU_COV(4)
-EMU_COV(8)
-EMU_COV(16)
-#undef EMU_COV
-/* the coverage mode the load/store tracing rides on (inline-bool-flag): nothing to record */
-extern "C" void __sanitizer_cov_bool_flag_init(bool *, bool *) {}
+EMU_CB(1)
+EMU_CB(2)
+EMU_CB(4)
+EMU_CB(8)
+EMU_CB(16)
+#undef EMU_CB
+extern "C" EMU_HOT void __emu_loadN(uintptr_t p, size_t n) {
+    if (emu::cur_thread && n) emu::on_access((const void *)p, (unsigned)n, EMU_LOAD, __builtin_return_address(0));
+    __asan_loadN(p, n);
+}
+extern "C" EMU_HOT void __emu_storeN(uintptr_t p, size_t n) {
+    if (emu::cur_thread && n) emu::on_access((const void *)p, (unsigned)n, EMU_STORE, __builtin_return_address(0));
+    __asan_storeN(p, n);
+}
+/* a struct copy (a float4 assigned, a parameter block) is a memcpy: a load and a store */
+extern "C" EMU_HOT void *__emu_memcpy(void *d, const void *s, size_t n) {
+    if (emu::cur_thread && n) {
+        emu::on_access(s, (unsigned)n, EMU_LOAD, __builtin_return_address(0));
+        emu::on_access(d, (unsigned)n, EMU_STORE, __builtin_return_address(0));
+    }
+    return __asan_memcpy(d, s, n);
+}
+extern "C" EMU_HOT void *__emu_memmove(void *d, const void *s, size_t n) {
+    if (emu::cur_thread && n) {
+        emu::on_access(s, (unsigned)n, EMU_LOAD, __builtin_return_address(0));
+        emu::on_access(d, (unsigned)n, EMU_STORE, __builtin_return_address(0));
+    }
+    return __asan_memmove(d, s, n);
+}
+extern "C" EMU_HOT void *__emu_memset(void *d, int c, size_t n) {
+    if (emu::cur_thread && n) emu::on_access(d, (unsigned)n, EMU_STORE, __builtin_return_address(0));
+    return __asan_memset(d, c, n);
+}
 
 extern "C" {
 unsigned long long emu_seed(void) { return emu::seed(); }

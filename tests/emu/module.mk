@@ -17,15 +17,17 @@ ifeq ($(EMU_CXX),)
 else
 EMU_SAN      := -fsanitize=address -fno-omit-frame-pointer
 EMU_CXXFLAGS := -g -std=c++20 -Wall -Wno-unused-function -I. -Itests/emu/include $(EMU_SAN) -MMD -MP
-# every load and store of the emulated .cu files calls the emulator; no vector code, so a thread's
-# accesses are the ones its source makes
-EMU_COV      := -fsanitize-coverage=inline-bool-flag,trace-loads,trace-stores -fno-vectorize -fno-slp-vectorize
+# every load, store and memcpy of the emulated .cu files calls the emulator: AddressSanitizer's
+# checks as calls, renamed __emu_* (emu_sched.cc passes each on to the real check), none left out
+# as provably safe; no vector code, so a thread's accesses are the ones its source makes
+EMU_COV      := -mllvm -asan-instrumentation-with-call-threshold=0 -mllvm -asan-memory-access-callback-prefix=__emu_ \
+                -mllvm -asan-opt=0 -fno-vectorize -fno-slp-vectorize
 EMU_HDRS     := $(wildcard tests/emu/*.h tests/emu/include/*.h)
 EMU_RT_OBJS  := $(patsubst tests/emu/%.cc,build/emu/rt/%.o,$(wildcard tests/emu/emu_*.cc))
 EMU_LDLIBS   := $(filter-out -lcublas -lcudart -lnccl,$(LDLIBS)) -lgomp
 EMU_DEVICE   := build/emu/model/device_cuda.cu.o
 EMU_NCCL     := build/emu/trainer/dp_nccl.o
-EMU_BINS     := build/emu/tests/test_device_compare
+EMU_BINS     := build/emu/tests/test_device_compare build/emu/tests/test_emu
 $(info [build] emulated CUDA device: $(EMU_CXX) ($(shell $(EMU_CXX) --version | head -1)))
 
 build/emu/rt/%.o: tests/emu/%.cc $(EMU_HDRS) $(FLAGS_STAMP)

@@ -12,8 +12,8 @@
  *   - warp shuffles and votes wait until every lane of their mask has arrived at the same
  *     intrinsic with the same mask, then exchange, as 32 lanes in lockstep; a lane of the mask
  *     that has exited, waits elsewhere, or does not exist is an error naming the kernel;
- *   - every load and store of the compiled .cu is observed (clang's -fsanitize-coverage=
- *     trace-loads,trace-stores): races on shared memory across a missing __syncthreads,
+ *   - every load and store of the compiled .cu is observed (AddressSanitizer's checks as
+ *     callbacks into the emulator, tests/emu/module.mk): races on shared memory across a missing __syncthreads,
  *     accesses outside device allocations, and the stream-order checks of emu_runtime.cc.
  * Device-side arithmetic is the host's: no FMA contraction unless written, the host libm. */
 #ifndef EMU_DEVICE_H
@@ -103,7 +103,7 @@ template <class... P> struct kernel_call {
     void (*k)(P...);
     std::tuple<std::decay_t<P>...> a;
     /* not observed: the copy of the parameters into each thread is not an access of the kernel */
-    __attribute__((no_sanitize("coverage"))) static void run(void *self) {
+    __attribute__((no_sanitize("address"))) static void run(void *self) {
         kernel_call *c = static_cast<kernel_call *>(self);
         std::apply(c->k, c->a);
     }

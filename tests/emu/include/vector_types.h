@@ -7,10 +7,19 @@
 #define EMU_VECTOR_TYPES_H
 #include <stdint.h>
 
-#define EMU_VEC1(T, N, A) typedef struct __attribute__((aligned(A))) { T x; } N##1;
+#if defined(__cplusplus) && defined(__clang__)
+/* 2- and 4-element types as clang vectors (.x .y .z .w, aligned as CUDA's): a copy of a float4
+ * is then one 16-byte load and store, as the GPU's 128-bit access, where a struct copy would be
+ * a memcpy or two 8-byte halves. (CUDA's are structs without arithmetic: do not use the vector
+ * operators these happen to have, nvcc would refuse them.) */
+#define EMU_VEC2(T, N, A) typedef T N##2 __attribute__((ext_vector_type(2)));
+#define EMU_VEC4(T, N, A) typedef T N##4 __attribute__((ext_vector_type(4)));
+#else
 #define EMU_VEC2(T, N, A) typedef struct __attribute__((aligned(A))) { T x, y; } N##2;
-#define EMU_VEC3(T, N) typedef struct { T x, y, z; } N##3;
 #define EMU_VEC4(T, N, A) typedef struct __attribute__((aligned(A))) { T x, y, z, w; } N##4;
+#endif
+#define EMU_VEC1(T, N, A) typedef struct __attribute__((aligned(A))) { T x; } N##1;
+#define EMU_VEC3(T, N) typedef struct { T x, y, z; } N##3;
 #define EMU_VECS(T, N, A1, A2, A4) EMU_VEC1(T, N, A1) EMU_VEC2(T, N, A2) EMU_VEC3(T, N) EMU_VEC4(T, N, A4)
 EMU_VECS(signed char, char, 1, 2, 4)
 EMU_VECS(unsigned char, uchar, 1, 2, 4)
