@@ -82,6 +82,7 @@ static cublasStatus_t gemm(cublasContext *h, cublasOperation_t ta, cublasOperati
                            cudaDataType_t ct, int ldc, long long sC, int batch, round_t r, const char *name) {
     guard g;
     if (!g_handles.count(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (injected(name)) return CUBLAS_STATUS_INTERNAL_ERROR;
     if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T && ta != CUBLAS_OP_C) ||
         (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T && tb != CUBLAS_OP_C) || m < 0 || n < 0 || k < 0 || batch < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -169,6 +170,7 @@ using namespace emu;
 extern "C" {
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
     guard g;
+    if (injected("cublasCreate")) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!h) return CUBLAS_STATUS_INVALID_VALUE;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -188,6 +190,7 @@ cublasStatus_t cublasDestroy(cublasHandle_t h) {
 }
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
     guard g;
+    if (injected("cublasSetStream")) return CUBLAS_STATUS_INTERNAL_ERROR;
     if (!g_handles.count(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
     cudaError_t e = cudaSuccess;
     if (!resolve_stream(s, &e)) {
@@ -206,6 +209,7 @@ cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) {
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
     guard g;
+    if (injected("cublasSetMathMode")) return CUBLAS_STATUS_INTERNAL_ERROR;
     if (!g_handles.count(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
     const int base = m & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
     if (base != CUBLAS_DEFAULT_MATH && base != CUBLAS_TENSOR_OP_MATH && base != CUBLAS_PEDANTIC_MATH &&

@@ -28,6 +28,8 @@ void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vfail(const char *fmt, va_list ap);
 uint64_t seed();
 uint64_t mix64(uint64_t x);
+/* 1 when this call of name is one emu_fail_call / $FT_EMU_FAIL asked to fail (and counts it). */
+int injected(const char *name);
 /* The process-wide lock: every API call, every kernel (one block of one kernel runs at a time
  * in the process, so the .emu_shared section is the running block's). Released while an NCCL
  * operation waits for its peers. */

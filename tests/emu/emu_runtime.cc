@@ -48,7 +48,7 @@ struct gword {
 static int g_ndev = -1;
 static size_t g_mem_budget;
 static int g_checks = 1, g_uninit = 1;
-static std::vector<size_t> g_used;
+static std::vector<size_t> g_used, g_limits; /* per device: bytes held, the limit when set */
 static std::vector<alloc_t *> g_allocs;   /* sorted by base */
 static thread_local alloc_t *t_last;
 static uint64_t g_alloc_serial, g_alloc_gen;
@@ -380,6 +380,7 @@ static int is_pinned(const void *p, size_t n) {
 
 using namespace emu;
 #define LOCK guard lock_; init()
+#define INJECT(name) if (injected(name)) return ret(cudaErrorUnknown)
 
 extern "C" {
 
@@ -391,6 +392,7 @@ cudaError_t cudaGetDeviceCount(int *count) {
 }
 cudaError_t cudaSetDevice(int d) {
     LOCK;
+    INJECT("cudaSetDevice");
     if (d < 0 || d >= g_ndev) return ret(cudaErrorInvalidDevice);
     t_device = d;
     return cudaSuccess;
@@ -403,6 +405,7 @@ cudaError_t cudaGetDevice(int *d) {
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     LOCK;
+    INJECT("cudaGetDeviceProperties");
     if (!p) return ret(cudaErrorInvalidValue);
     if (d < 0 || d >= g_ndev) return ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
@@ -494,11 +497,13 @@ const char *cudaGetErrorString(cudaError_t e) {
 /* ---- memory ---- */
 cudaError_t cudaMalloc(void **p, size_t size) {
     LOCK;
+    INJECT("cudaMalloc");
     if (!p) return ret(cudaErrorInvalidValue);
     if (!g_ndev) return ret(cudaErrorNoDevice);
     *p = NULL;
     if (!size) return cudaSuccess;
-    if (size > g_mem_budget - g_used[t_device] || g_used[t_device] > g_mem_budget) return ret(cudaErrorMemoryAllocation);
+    const size_t limit = g_limits.empty() ? g_mem_budget : g_limits[t_device];
+    if (g_used[t_device] > limit || size > limit - g_used[t_device]) return ret(cudaErrorMemoryAllocation);
     void *m = NULL;
     if (posix_memalign(&m, 256, size)) return ret(cudaErrorMemoryAllocation);
     gword *sh = g_checks ? (gword *)calloc((size + 3) / 4, sizeof(gword)) : NULL;
@@ -515,6 +520,7 @@ cudaError_t cudaMalloc(void **p, size_t size) {
 }
 cudaError_t cudaFree(void *p) {
     LOCK;
+    INJECT("cudaFree");
     if (!p) return cudaSuccess;
     auto it = std::find_if(g_allocs.begin(), g_allocs.end(), [&](const alloc_t *a) { return a->base == (char *)p; });
     if (it == g_allocs.end()) {
@@ -617,10 +623,12 @@ static cudaError_t memcpy_op(void *dst, const void *src, size_t n, cudaMemcpyKin
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
     LOCK;
+    INJECT("cudaMemcpy");
     return memcpy_op(dst, src, n, kind, NULL, 1);
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
     LOCK;
+    INJECT("cudaMemcpyAsync");
     return memcpy_op(dst, src, n, kind, s, 0);
 }
 static cudaError_t memset_op(void *p, int v, size_t n, cudaStream_t sh, const char *what) {
@@ -645,12 +653,14 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     LOCK;
+    INJECT("cudaMemsetAsync");
     return memset_op(p, v, n, s, "cudaMemsetAsync");
 }
 
 /* ---- streams and events ---- */
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *p, unsigned flags) {
     LOCK;
+    INJECT("cudaStreamCreate");
     if (!p || (flags & ~1u)) return ret(cudaErrorInvalidValue);
     if (!g_ndev) return ret(cudaErrorNoDevice);
     *p = (cudaStream_t)new_stream(t_device, flags, false);
@@ -674,6 +684,7 @@ static stream_t *any_stream(cudaStream_t h, cudaError_t *e) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t h) {
     LOCK;
+    INJECT("cudaStreamSynchronize");
     cudaError_t e = cudaSuccess;
     stream_t *s = any_stream(h, &e);
     if (!s) return ret(e);
@@ -683,6 +694,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
 }
 cudaError_t cudaStreamQuery(cudaStream_t h) {
     LOCK;
+    INJECT("cudaStreamQuery");
     cudaError_t e = cudaSuccess;
     stream_t *s = any_stream(h, &e);
     if (!s) return ret(e);
@@ -707,6 +719,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t ev, unsigned int) {
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *p, unsigned flags) {
     LOCK;
+    INJECT("cudaEventCreate");
     if (!p) return ret(cudaErrorInvalidValue);
     CUevent_st *E = new CUevent_st();
     E->alive = true;
@@ -727,6 +740,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h) {
     LOCK;
+    INJECT("cudaEventRecord");
     CUevent_st *E = live_event(ev);
     if (!E) return ret(cudaErrorInvalidResourceHandle);
     cudaError_t e = cudaSuccess;
@@ -741,6 +755,7 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     LOCK;
+    INJECT("cudaEventSynchronize");
     CUevent_st *E = live_event(ev);
     if (!E) return ret(cudaErrorInvalidResourceHandle);
     if (!E->recorded) {
@@ -761,6 +776,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     LOCK;
+    INJECT("cudaEventElapsedTime");
     CUevent_st *A = live_event(a), *B = live_event(b);
     if (!ms || !A || !B) return ret(cudaErrorInvalidValue);
     if (!A->recorded || !B->recorded || (A->flags & cudaEventDisableTiming) || (B->flags & cudaEventDisableTiming))
@@ -787,5 +803,12 @@ cudaError_t cudaMemcpyFromSymbol(void *dst, const void *sym, size_t n, size_t of
     cudaDeviceSynchronize();
     memcpy(dst, (const char *)sym + off, n);
     return cudaSuccess;
+}
+void emu_set_memory_limit(int dev, size_t bytes) {
+    LOCK;
+    if (dev < 0 || dev >= g_ndev) return;
+    /* one budget for every device: the limit is given per device, the others keep theirs */
+    if (g_limits.empty()) g_limits.assign(g_ndev, g_mem_budget);
+    g_limits[dev] = bytes;
 }
 } /* extern "C" */

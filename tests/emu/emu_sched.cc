@@ -201,6 +201,37 @@ void fail(const char *fmt, ...) {
     va_end(ap);
 }
 
+/* ---- fault injection ---- */
+static std::map<std::string, int> g_inject; /* name -> calls to go before the failing one */
+static void inject_env() {
+    static int done;
+    if (done) return;
+    done = 1;
+    const char *e = getenv("FT_EMU_FAIL");
+    if (!e) return;
+    std::string all(e);
+    size_t at = 0;
+    while (at < all.size()) {
+        size_t comma = all.find(',', at);
+        std::string item = all.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        size_t colon = item.find(':');
+        int nth = colon == std::string::npos ? 1 : atoi(item.c_str() + colon + 1);
+        g_inject[item.substr(0, colon)] = nth > 0 ? nth : 1;
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+}
+int injected(const char *name) {
+    guard g;
+    inject_env();
+    auto it = g_inject.find(name);
+    if (it == g_inject.end()) return 0;
+    if (--it->second > 0) return 0;
+    g_inject.erase(it);
+    fprintf(stderr, "emu: %s fails as asked (fault injection)\n", name);
+    return 1;
+}
+
 /* ---- where __shared__ variables and static data are ---- */
 static int phdr_cb(struct dl_phdr_info *info, size_t, void *data) {
     /* the first object is the executable */
@@ -896,6 +927,10 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
     }
     cudaError_t e = cudaSuccess;
     stream_t *st = resolve_stream(s, &e);
+    if (st && injected(name)) {
+        set_last_error(cudaErrorLaunchFailure);
+        return;
+    }
     const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
     if (!st) {
         set_last_error(e);
@@ -1035,6 +1070,11 @@ void emu_set_launch_hook(emu_launch_hook_fn fn, void *user) { emu::g_launch_hook
 void emu_set_access_hook(emu_access_hook_fn fn, void *user) { emu::g_access_hook = fn, emu::g_access_user = user; }
 void emu_set_warp_access_hook(emu_warp_access_hook_fn fn, void *user) { emu::g_warp_hook = fn, emu::g_warp_user = user; }
 unsigned long long emu_error_count(void) { return emu::g_errors; }
+void emu_fail_call(const char *name, int nth) {
+    emu::guard g;
+    emu::inject_env();
+    emu::g_inject[name] = nth > 0 ? nth : 1;
+}
 unsigned emu_env_unsigned(const char *name, unsigned dflt) {
     const char *e = getenv(name);
     char *end;

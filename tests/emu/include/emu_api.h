@@ -68,6 +68,16 @@ void emu_set_warp_access_hook(emu_warp_access_hook_fn fn, void *user);
  * the caller; for settings an emulated build overrides, e.g. LAUNCH_MAX_GRID). */
 unsigned emu_env_unsigned(const char *name, unsigned dflt);
 
+/* Fault injection: the nth next call (1: the next) of name fails as the GPU's would -- name is an
+ * API function the emulator implements (cudaStreamSynchronize, cublasSetStream, ncclAllGather,
+ * ...; it returns its error code: cudaErrorUnknown, CUBLAS_STATUS_INTERNAL_ERROR,
+ * ncclUnhandledCudaError) or a kernel's name at its launch site (the launch sets
+ * cudaErrorLaunchFailure and runs nothing). $FT_EMU_FAIL="name[:nth],..." does the same from
+ * the start of a program. */
+void emu_fail_call(const char *name, int nth);
+/* Device dev's memory from now on: bytes in all (cudaMalloc beyond it fails). */
+void emu_set_memory_limit(int dev, size_t bytes);
+
 /* Counts of what the checks found and let pass (FT_EMU_ON_ERROR=count): 0 in a clean run. */
 unsigned long long emu_error_count(void);
 #ifdef __cplusplus
