@@ -133,6 +133,19 @@ static void test_ops(void) {
     DEV(A, linear_backward_set, FA(dx), FA(dW), FA(dylin), FA(x), FA(W), N, D, F);
     DEV(B, linear_backward_set, FB(dx), FB(dW), FB(dylin), FB(x), FB(W), N, D, F);
     same("linear_backward_set dx", &dx, 1e-5, prod_rtol);
+    /* a product on a strided view that ends where its buffer ends (mixer_mix.c's shifted views
+     * of x): the device must read the view's elements only, ld * (cols - 1) + rows of them */
+    {
+        const int off = 5, rows = D - off, n = 7;
+        dbuf_t xs = dfloats(N * D, 1), bm = dfloats(N * n, 1), cm = dfloats(rows * n, 1);
+        DEV(A, gemm, GEMM_N, GEMM_N, rows, n, N, 1.0f, FA(xs) + off, D, FA(bm), N, 0.0f, FA(cm), rows);
+        DEV(B, gemm, GEMM_N, GEMM_N, rows, n, N, 1.0f, FB(xs) + off, D, FB(bm), N, 0.0f, FB(cm), rows);
+        same("gemm on a strided view at the end of its buffer", &cm, 1e-5, prod_rtol);
+        DEV(A, gemm, GEMM_T, GEMM_T, n, rows, N, 1.0f, FA(bm), N, FA(xs) + off, D, 0.0f, FA(cm), n);
+        DEV(B, gemm, GEMM_T, GEMM_T, n, rows, N, 1.0f, FB(bm), N, FB(xs) + off, D, 0.0f, FB(cm), n);
+        same("gemm with the view as B^T's operand", &cm, 1e-5, prod_rtol);
+        dfree(&xs); dfree(&bm); dfree(&cm);
+    }
     /* rope and the fused q|k|v rows */
     const int S = 32, Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv;
     dbuf_t cs = dbuf(S * hd / 2, sizeof(float)), sn = dbuf(S * hd / 2, sizeof(float));

@@ -27,7 +27,7 @@ EMU_RT_OBJS  := $(patsubst tests/emu/%.cc,build/emu/rt/%.o,$(wildcard tests/emu/
 EMU_LDLIBS   := $(filter-out -lcublas -lcudart -lnccl,$(LDLIBS)) -lgomp
 EMU_DEVICE   := build/emu/model/device_cuda.cu.o
 EMU_NCCL     := build/emu/trainer/dp_nccl.o
-EMU_BINS     := build/emu/tests/test_device_compare build/emu/tests/test_emu
+EMU_BINS     := build/emu/tests/test_device_compare build/emu/tests/test_emu build/emu/tests/test_cuda_device
 $(info [build] emulated CUDA device: $(EMU_CXX) ($(shell $(EMU_CXX) --version | head -1)))
 
 build/emu/rt/%.o: tests/emu/%.cc $(EMU_HDRS) $(FLAGS_STAMP)
@@ -53,6 +53,12 @@ $(EMU_NCCL): trainer/dp_nccl.c $(EMU_HDRS) $(FLAGS_STAMP)
 	$(CC) -Itests/emu/include $(filter-out -I$(CUDA_HOME)/include,$(CFLAGS)) -DFT_HAVE_CUDA -c $< -o $@
 
 build/emu/tests/test_device_compare: build/tests/test_device_compare.o $(EMU_DEVICE) build/emu/libemu.a $(LIBS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_SAN) -o $@ $< $(EMU_DEVICE) build/emu/libemu.a -Wl,--start-group $(LIBS) -Wl,--end-group $(EMU_LDLIBS)
+build/emu/tests/test_cuda_device.o: tests/emu/test_cuda_device.c $(EMU_HDRS) $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -Itests/emu/include $(filter-out -I$(CUDA_HOME)/include,$(CFLAGS)) -c $< -o $@
+build/emu/tests/test_cuda_device: build/emu/tests/test_cuda_device.o $(EMU_DEVICE) build/emu/libemu.a $(LIBS)
 	@mkdir -p $(@D)
 	$(EMU_CXX) $(EMU_SAN) -o $@ $< $(EMU_DEVICE) build/emu/libemu.a -Wl,--start-group $(LIBS) -Wl,--end-group $(EMU_LDLIBS)
 build/emu/tests/test_emu: build/emu/tests/test_emu.cu.o build/emu/libemu.a $(LIBS)
