@@ -24,10 +24,10 @@ EMU_COV      := -mllvm -asan-instrumentation-with-call-threshold=0 -mllvm -asan-
                 -mllvm -asan-opt=0 -fno-vectorize -fno-slp-vectorize
 EMU_HDRS     := $(wildcard tests/emu/*.h tests/emu/include/*.h)
 EMU_RT_OBJS  := $(patsubst tests/emu/%.cc,build/emu/rt/%.o,$(wildcard tests/emu/emu_*.cc))
-EMU_LDLIBS   := $(filter-out -lcublas -lcudart -lnccl,$(LDLIBS)) -lgomp
+EMU_LDLIBS    = $(filter-out -lcublas -lcudart -lnccl,$(LDLIBS)) -lgomp
 EMU_DEVICE   := build/emu/model/device_cuda.cu.o
 EMU_NCCL     := build/emu/trainer/dp_nccl.o
-EMU_BINS     := build/emu/tests/test_device_compare build/emu/tests/test_emu build/emu/tests/test_cuda_device
+EMU_BINS     := build/emu/tests/test_device_compare build/emu/tests/test_emu build/emu/tests/test_cuda_device build/emu/bin/trainer
 $(info [build] emulated CUDA device: $(EMU_CXX) ($(shell $(EMU_CXX) --version | head -1)))
 
 build/emu/rt/%.o: tests/emu/%.cc $(EMU_HDRS) $(FLAGS_STAMP)
