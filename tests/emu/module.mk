@@ -8,7 +8,8 @@
 #   build/emu/trainer/dp_nccl.o        dp_nccl.c against the shim's cuda_runtime_api.h and nccl.h
 #   build/emu/tests/test_*             test binaries linked with them (run by tests/it_emu*.sh,
 #                                      once each, not once per ISA level)
-#   build/emu/bin/trainer              bin/trainer with the emulated CUDA device and NCCL
+#   build/emu/bin/trainer, sampler     bin/trainer (with the emulated NCCL) and bin/sampler on the
+#                                      emulated CUDA device
 # Needs clang++ (DEPS_TEST: clang, libclang-rt-dev), not nvcc: a clean clone without the CUDA
 # toolkit builds and runs it too.
 EMU_CXX ?= $(shell command -v clang++ 2>/dev/null)
@@ -27,7 +28,7 @@ EMU_RT_OBJS  := $(patsubst tests/emu/%.cc,build/emu/rt/%.o,$(wildcard tests/emu/
 EMU_LDLIBS    = $(filter-out -lcublas -lcudart -lnccl,$(LDLIBS)) -lgomp
 EMU_DEVICE   := build/emu/model/device_cuda.cu.o
 EMU_NCCL     := build/emu/trainer/dp_nccl.o
-EMU_BINS     := build/emu/tests/test_device_compare build/emu/tests/test_emu build/emu/tests/test_cuda_device build/emu/bin/trainer
+EMU_BINS     := build/emu/tests/test_device_compare build/emu/tests/test_emu build/emu/tests/test_cuda_device build/emu/bin/trainer build/emu/bin/sampler
 $(info [build] emulated CUDA device: $(EMU_CXX) ($(shell $(EMU_CXX) --version | head -1)))
 
 build/emu/rt/%.o: tests/emu/%.cc $(EMU_HDRS) $(FLAGS_STAMP)
@@ -67,6 +68,9 @@ build/emu/tests/test_emu: build/emu/tests/test_emu.cu.o build/emu/libemu.a $(LIB
 build/emu/bin/trainer: build/trainer/main.o $(EMU_DEVICE) $(EMU_NCCL) build/emu/libemu.a $(LIBS)
 	@mkdir -p $(@D)
 	$(EMU_CXX) $(EMU_SAN) -o $@ $< $(EMU_DEVICE) $(EMU_NCCL) build/emu/libemu.a -Wl,--start-group $(LIBS) -Wl,--end-group $(EMU_LDLIBS)
+build/emu/bin/sampler: build/sampler/main.o $(EMU_DEVICE) build/emu/libemu.a $(LIBS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_SAN) -o $@ $< $(EMU_DEVICE) build/emu/libemu.a -Wl,--start-group $(LIBS) -Wl,--end-group $(EMU_LDLIBS)
 
 .PRECIOUS: build/emu/%.cu.cc
 .PHONY: emu
