@@ -399,7 +399,7 @@ static void family_case(const char *family) {
         c.fast_lr_end = 0.34f, c.fast_lr_steps = 50;
     enum { Bt = 3, T = 17 };
     /* 50 steps against a GPU; the CPU-against-CPU run in make test proves the harness in 10;
-     * --steps sets it (the emulated GPU runs 6: the same kernels every step, 200x slower) */
+     * --steps sets it (the emulated GPU runs 5, tests/it_emu.sh: the same kernels every step, ~100x slower) */
     const int STEPS = n_steps > 0 ? n_steps : device_is_host(B) ? 10 : 50;
     fam_run_t ra, rb, rc;
     memset(&rc, 0, sizeof rc);
