@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "bus/utf8.h"
-#include "model/checkpoint.h"
 
 #define SCAN_BUDGET 20000 /* directory entries looked at per scan */
 
@@ -294,39 +293,40 @@ static void tail(live_disk_t *d, tail_t *f) {
     close(fd);
 }
 
-/* The run directory's newest complete checkpoint (manifest and sizes checked, not hashes). */
+/* The run directory's newest checkpoint: the highest ckpt-<digits> entry holding a MANIFEST
+ * (written last, docs/FORMATS.md §3; a save in progress is a ckpt-*.tmp). Only its name, its
+ * MANIFEST's time and state.json's "run" and "model" are read: this is for showing, not
+ * loading (model/checkpoint.h's full rule would also link the whole model library in). */
 static void newest_ckpt(live_disk_t *d, rundir_t *rd) {
-    DIR *dd = opendir(rd->path); /* a look at the names first: the listing below reads manifests */
+    DIR *dd = opendir(rd->path);
     if (!dd) return;
     long long top = -1;
     struct dirent *e;
-    while ((e = readdir(dd)))
-        if (!strncmp(e->d_name, "ckpt-", 5) && e->d_name[5] && strspn(e->d_name + 5, "0123456789") == strlen(e->d_name + 5))
-            top = atoll(e->d_name + 5) > top ? atoll(e->d_name + 5) : top;
-    closedir(dd);
-    if (top <= rd->ckpt_step) return;
-    int64_t *steps = NULL;
-    int n = 0;
-    char err[512], warn[2048];
-    if (ckpt_list(rd->path, 0, &steps, &n, warn, sizeof warn, err, sizeof err) || n == 0) {
-        free(steps);
-        return;
+    char man[PATH_MAX + 96];
+    struct stat sb;
+    while ((e = readdir(dd))) {
+        const char *digits = e->d_name + 5;
+        if (strncmp(e->d_name, "ckpt-", 5) || !*digits || strspn(digits, "0123456789") != strlen(digits) ||
+            strlen(digits) > 18)
+            continue;
+        long long step = atoll(digits);
+        if (step <= top || step <= rd->ckpt_step) continue;
+        snprintf(man, sizeof man, "%s/%s/MANIFEST", rd->path, e->d_name);
+        if (!stat(man, &sb)) top = step;
     }
-    int64_t step = steps[n - 1];
-    free(steps);
-    if (step <= rd->ckpt_step) return;
-    rd->ckpt_step = step;
-    char dir[PATH_MAX + 64];
-    ckpt_dir_name(dir, sizeof dir, rd->path, step);
-    json_t *st = NULL;
-    if (ckpt_load_state(dir, &st, err, sizeof err)) return;
+    closedir(dd);
+    if (top < 0) return;
+    rd->ckpt_step = top;
+    char dir[PATH_MAX + 64], state[PATH_MAX + 96];
+    snprintf(dir, sizeof dir, "%s/ckpt-%08lld", rd->path, top);
+    snprintf(man, sizeof man, "%s/MANIFEST", dir);
+    snprintf(state, sizeof state, "%s/state.json", dir);
+    if (stat(man, &sb)) return;
+    json_t *st = json_load_file(state, 0, NULL);
     const char *run = json_string_value(json_object_get(st, "run"));
     const char *model = json_string_value(json_object_get(st, "model"));
-    struct stat sb;
-    char man[PATH_MAX + 80];
-    snprintf(man, sizeof man, "%s/MANIFEST", dir);
-    double t = stat(man, &sb) ? NAN : (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9;
-    if (valid_name(run)) live_store_ckpt(d->s, run, (uint64_t)step, t, dir, valid_name(model) ? model : "");
+    double t = (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9;
+    if (valid_name(run)) live_store_ckpt(d->s, run, (uint64_t)top, t, dir, valid_name(model) ? model : "");
     json_decref(st);
 }
 

@@ -9,6 +9,7 @@
 
 #include "bus/bus.h"
 #include "common/progress.h"
+#include "live/assets.h"
 #include "live/disk.h"
 #include "live/http.h"
 #include "live/sample.h"
@@ -109,6 +110,9 @@ int live_run(const live_opts_t *o, char *err, size_t errlen) {
         fprintf(stderr, "live: %d run director%s followed under %d root%s; %s\n", live_disk_dirs(d),
                 live_disk_dirs(d) == 1 ? "y" : "ies", o->nroots ? o->nroots : 1, o->nroots > 1 ? "s" : "",
                 o->no_bus ? "no bus (--no-bus)" : bus_endpoint_sub(o->bus_sub));
+        if (!live_have_uplot)
+            fprintf(stderr, "live: built without uPlot (npm was unreachable): the page shows tables, not curves; "
+                            "make live-vendor\n");
         if (token[0])
             fprintf(stderr, "live: every request needs the token (the URL above carries it)%s\n",
                     any ? "; from another machine use this machine's name or address in place of the one above" : "");
@@ -133,6 +137,7 @@ int live_run(const live_opts_t *o, char *err, size_t errlen) {
             int r = bus_recv(sub, 0, topic, sizeof topic, &m, why, sizeof why);
             if (r == BUS_TIMEOUT || r == BUS_ERR_INTR) break;
             if (r) continue; /* a malformed event: the bus drops those, a direct publisher may not */
+            live_store_count_event(s);
             on_event(s, d, topic, &m, now);
             wire_msg_free(&m);
             news = 1;

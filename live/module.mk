@@ -19,7 +19,7 @@ build/npm/uplot.state: live/module.mk
 	    && rm -rf build/npm/uplot && mkdir -p build/npm/uplot \
 	    && tar xzf build/npm/uplot-$(UPLOT_VERSION).tgz -C build/npm/uplot && [ -f $(word 1,$(UPLOT_FILES)) ]; then \
 	    echo ok > $@; echo "[build] uPlot $(UPLOT_VERSION): vendored from npm into build/npm/uplot"; \
-	else echo missing > $@; \
+	else rm -rf build/npm/uplot; echo missing > $@; \
 	    echo "[build] uPlot: npm unreachable, so bin/live's page shows tables instead of curves (make live-vendor tries again)"; fi
 
 live-vendor:
@@ -38,6 +38,8 @@ build/live/assets.o: build/live/assets.c $(LIVE_PAGE) $(FLAGS_STAMP)
 
 build/liblive.a: build/live/assets.o
 bin/live: LDLIBS += -lmicrohttpd
+# only the libraries it calls: the BLAS, CUDA and MPI ones others need would cost it ~100 MB of memory
+bin/live: LDFLAGS += -Wl,--as-needed
 
 # playwright-core for the browser test (no dependencies of its own; never `npx playwright install`:
 # the browser is Debian's chromium)
@@ -47,3 +49,8 @@ build/npm/playwright-core/package/package.json:
 	@rm -rf build/npm/playwright-core && mkdir -p build/npm/playwright-core
 	tar xzf build/npm/playwright-core-$(PLAYWRIGHT_VERSION).tgz -C build/npm/playwright-core
 data: build/npm/playwright-core/package/package.json
+
+# bench/bench_live.sh's page clients
+build/bench/live_clients: bench/live_clients.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -Wall -o $@ $<

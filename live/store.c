@@ -67,6 +67,7 @@ struct live_store {
     int head, count; /* oldest entry's slot, entries held */
     size_t ring_bytes;
     uint64_t seq;
+    uint64_t bus_events; /* events taken in from the bus */
     char boot[24];   /* this process's id: a page that reconnects to another one reloads */
 };
 
@@ -603,9 +604,16 @@ json_t *live_store_state(live_store_t *s, const char *const *runs, int n_runs, i
     return o;
 }
 
+void live_store_count_event(live_store_t *s) {
+    pthread_mutex_lock(&s->mu);
+    s->bus_events++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 json_t *live_store_health(live_store_t *s, double mono) {
     pthread_mutex_lock(&s->mu);
-    json_t *o = json_pack("{s:I,s:o}", "seq", (json_int_t)s->seq, "stages", stages_json(s, mono));
+    json_t *o = json_pack("{s:s,s:I,s:I,s:o}", "boot", s->boot, "seq", (json_int_t)s->seq, "bus_events",
+                          (json_int_t)s->bus_events, "stages", stages_json(s, mono));
     pthread_mutex_unlock(&s->mu);
     return o;
 }

@@ -104,6 +104,8 @@ const char *live_store_boot(const live_store_t *s);
 long live_store_sse_locked(live_store_t *s, uint64_t from, char *buf, size_t cap, uint64_t *next, size_t *need);
 void live_store_lock(live_store_t *s);
 void live_store_unlock(live_store_t *s);
+/* One more event taken in from the bus (counted for /api/health's "bus_events"). */
+void live_store_count_event(live_store_t *s);
 /* Memory held by points, stages and the ring, in bytes (for the load test and /api/health). */
 size_t live_store_bytes(live_store_t *s);
 
