@@ -62,14 +62,14 @@ say "5. train a small Free Transformer (H=8 latent bits, kappa=$KAPPA bit); the 
 bgrun bin/trainer --discover --run demo --run-dir "$W/run" --steps "$STEPS" --seq-len 66 --batch 32 \
     --layout pad --model free --latent-bits 8 --kappa "$KAPPA" --kappa-unit bits \
     --d-model 64 --layers 4 --heads 4 --kv-heads 2 --d-ff 192 --lr 3e-3 --min-lr 3e-4 --warmup 100 \
-    --ckpt-every 500 --log-every 100
+    --ckpt-every $((STEPS / 3)) --log-every 100
 tpid=$!
 sleep 15
 say "   killing loader l0 (SIGKILL) while training runs: its requests go to l1 (the page shows l0 gone)"
 kill -9 "$lpid"
-# the first checkpoint is at step 500: then an evaluator (the Figure-4 measures of each
+# at the first checkpoint (a third of the way) an evaluator (the Figure-4 measures of each
 # checkpoint) and a sampler service (the page's samples box) join the running pipeline
-while [ ! -d "$W/run/ckpt-00000500" ] && kill -0 "$tpid" 2>/dev/null; do sleep 1; done
+while [ -z "$(ls -d "$W"/run/ckpt-* 2>/dev/null)" ] && kill -0 "$tpid" 2>/dev/null; do sleep 1; done
 if kill -0 "$tpid" 2>/dev/null; then
     say "   an evaluator and a sampler service join mid-run; the page shows their points and samples"
     bgrun nice -n 10 bin/evaluator --run demo --run-dir "$W/run" --task synth --limit 4 --vocab bytes --threads 1 \
