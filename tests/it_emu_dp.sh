@@ -42,6 +42,8 @@ dp() {
             --loaders "ipc://$W/l0" --run "$name" --run-dir "$W/$name" "$@" 2>"$W/$name.$r.log" & ps+=($!)
     done
     for r in "${ps[@]}"; do wait "$r" || rc=$?; done
+    # a rank that died leaves the emulated communicator's files (named after rank 0's pid)
+    rm -f /dev/shm/ftemu-nccl-"${ps[0]}"-*
     return $rc
 }
 report() { grep -h -m3 -E 'emu: ERROR|AddressSanitizer|^trainer: .*(error|failed)' "$@" | sed 's/^/    /'; seed_of "$@" | sed 's/^/    emulator /'; }

@@ -1,7 +1,8 @@
 /* tests/emu/emu_nccl.cc: the NCCL subset of nccl.h between emulated devices, for the
  * execution-model emulator (docs/DEVICES.md).
  *
- * Ranks meet in shared memory named by the unique id (/dev/shm/ftemu-nccl-<id>, a control block
+ * Ranks meet in shared memory named by the unique id (/dev/shm/ftemu-nccl-<pid>-<random>, made
+ * by the process that called ncclGetUniqueId, and removed by the last rank out; a control block
  * with one slot per rank, and one growable data file per rank), so they may be threads of one
  * process or processes on one machine (started by hand or by mpirun). Every operation (a
  * collective, or a group of sends and receives) gets the next sequence number k of its
@@ -472,7 +473,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     }
     memset(id->internal, 0, sizeof id->internal);
     char *p = id->internal;
-    p += snprintf(p, 32, "ftemu-nccl-");
+    /* the creating process in the name: a test can remove what a crashed run left */
+    p += snprintf(p, 32, "ftemu-nccl-%d-", (int)getpid());
     for (size_t i = 0; i < sizeof rnd; i++) p += snprintf(p, 3, "%02x", rnd[i]);
     return ncclSuccess;
 }

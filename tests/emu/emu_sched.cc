@@ -272,6 +272,9 @@ static void find_shared_section() {
 }
 
 /* ---- fibers ---- */
+#ifndef __x86_64__
+#error "the emulator's fibers switch with x86-64 code (emu_switch below): add a switch for this architecture (ucontext would do, slower)"
+#endif
 extern "C" void emu_switch(void **save_sp, void *to_sp);
 extern "C" void emu_fiber_entry();
 /* Saves the callee-saved registers, MXCSR and the x87 control word on the current stack,

@@ -5,15 +5,19 @@
  *   - kernels that use a feature correctly (3-D grids and blocks, shared-memory reductions with
  *     __syncthreads, every warp shuffle and vote, atomics on global and shared memory, dynamic
  *     shared memory with float4, bf16 conversions, the runtime's and cuBLAS's contracts, the
- *     warp access hook), checked against the host's answer;
+ *     warp access hook, NCCL between two emulated GPUs of this process), checked against the
+ *     host's answer;
  *   - deliberately broken ones -- a missing __syncthreads, an out-of-bounds read of device and
  *     of shared memory, a host pointer in a kernel, a divergent shuffle, a barrier some threads
  *     skipped, two blocks writing one element, a stream race, an event waited for but never
- *     recorded, a read of memory never written -- each run in a child process that must die
+ *     recorded, a read of memory never written, ranks issuing different collectives -- each run
+ *     in a child process that must die
  *     with the emulator's (or AddressSanitizer's) report naming the fault. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +338,74 @@ static void test_warp_hook(void) {
     cudaFree(out);
 }
 
+/* ---- NCCL between two emulated GPUs of this process, one thread each ---- */
+struct nccl_rank {
+    ncclUniqueId id;
+    int rank, ok[5];
+    int mismatch; /* the broken case: rank 1 broadcasts where rank 0 gathers */
+};
+static void *nccl_thread(void *arg) {
+    nccl_rank *r = (nccl_rank *)arg;
+    enum { N = 10 };
+    cudaSetDevice(r->rank);
+    ncclComm_t c;
+    if (ncclCommInitRank(&c, 2, r->id, r->rank) != ncclSuccess) return NULL;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    float h[2 * N], g[2 * N];
+    for (int i = 0; i < 2 * N; i++) h[i] = (float)(r->rank * 100 + i);
+    float *a, *b;
+    cudaMalloc(&a, sizeof h);
+    cudaMalloc(&b, sizeof h);
+    cudaMemcpyAsync(a, h, sizeof h, cudaMemcpyHostToDevice, s);
+    if (r->mismatch && r->rank == 1) ncclBroadcast(a, a, N, ncclFloat, 0, c, s);
+    else ncclAllReduce(a, b, 2 * N, ncclFloat, ncclSum, c, s);
+    cudaMemcpyAsync(g, b, sizeof g, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    r->ok[0] = 1;
+    for (int i = 0; i < 2 * N; i++) r->ok[0] &= g[i] == (float)(100 + 2 * i);
+    /* all-gather in place: rank r's N floats at offset r*N */
+    ncclAllGather(a + r->rank * N, a, N, ncclFloat, c, s);
+    cudaMemcpyAsync(g, a, sizeof g, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    r->ok[1] = 1;
+    for (int i = 0; i < 2 * N; i++) r->ok[1] &= g[i] == (float)((i / N) * 100 + i);
+    /* broadcast from rank 1 */
+    cudaMemcpyAsync(a, h, sizeof h, cudaMemcpyHostToDevice, s);
+    ncclBroadcast(a, a, 2 * N, ncclFloat, 1, c, s);
+    cudaMemcpyAsync(g, a, sizeof g, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    r->ok[2] = 1;
+    for (int i = 0; i < 2 * N; i++) r->ok[2] &= g[i] == (float)(100 + i);
+    /* grouped send/recv: swap halves */
+    cudaMemcpyAsync(a, h, sizeof h, cudaMemcpyHostToDevice, s);
+    ncclGroupStart();
+    ncclSend(a, N, ncclFloat, 1 - r->rank, c, s);
+    ncclRecv(b, N, ncclFloat, 1 - r->rank, c, s);
+    ncclGroupEnd();
+    cudaMemcpyAsync(g, b, N * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    r->ok[3] = 1;
+    for (int i = 0; i < N; i++) r->ok[3] &= g[i] == (float)((1 - r->rank) * 100 + i);
+    r->ok[4] = ncclCommDestroy(c) == ncclSuccess;
+    cudaFree(a);
+    cudaFree(b);
+    cudaStreamDestroy(s);
+    return NULL;
+}
+static void test_nccl_threads(void) {
+    nccl_rank r[2];
+    memset(r, 0, sizeof r);
+    CHECK(ncclGetUniqueId(&r[0].id) == ncclSuccess, "ncclGetUniqueId");
+    r[1].id = r[0].id;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) r[i].rank = i, pthread_create(&t[i], NULL, nccl_thread, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    const char *what[] = {"ncclAllReduce (sum)", "ncclAllGather in place", "ncclBroadcast from rank 1",
+                          "grouped ncclSend/ncclRecv", "ncclCommDestroy"};
+    for (int k = 0; k < 5; k++) CHECK(r[0].ok[k] && r[1].ok[k], "%s between two emulated GPUs (threads)", what[k]);
+}
+
 /* ---- broken kernels: each must be reported ---- */
 
 __global__ void k_missing_sync(float *out, const float *in) {
@@ -432,6 +504,15 @@ static void broken_event_never_recorded(void) {
     cudaEventCreate(&e);
     cudaStreamWaitEvent(s, e, 0);
 }
+static void broken_nccl_mismatch(void) {
+    nccl_rank r[2];
+    memset(r, 0, sizeof r);
+    ncclGetUniqueId(&r[0].id);
+    r[1].id = r[0].id;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) r[i].rank = i, r[i].mismatch = 1, pthread_create(&t[i], NULL, nccl_thread, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+}
 static void broken_uninitialised(void) {
     float *in, *out = dev_floats(NULL, 32);
     cudaMalloc(&in, 32 * sizeof(float));
@@ -462,6 +543,9 @@ static void expect_report(const char *what, void (*fn)(void), const char *want) 
     close(fd[0]);
     int st = 0;
     waitpid(pid, &st, 0);
+    char rm[96]; /* what an emulated NCCL communicator of the dead child left in /dev/shm */
+    snprintf(rm, sizeof rm, "rm -f /dev/shm/ftemu-nccl-%d-*", (int)pid);
+    if (system(rm)) {}
     const int died = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0);
     const int named = strstr(buf, want) != NULL;
     CHECK(died && named, "%s: the child %s and %s \"%s\"", what, died ? "died" : "returned normally",
@@ -487,6 +571,7 @@ static void test_broken_kernels(void) {
     expect_report("a pageable copy read on a non-blocking stream", broken_stream_race, "stream race");
     expect_report("waiting for an event never recorded", broken_event_never_recorded, "never recorded");
     expect_report("reading memory never written", broken_uninitialised, "nothing has written since cudaMalloc");
+    expect_report("ranks issuing different collectives", broken_nccl_mismatch, "the ranks must issue the same collectives");
 }
 
 int main(void) {
@@ -501,6 +586,7 @@ int main(void) {
     RUN(test_cublas);
     RUN(test_runtime_contracts);
     RUN(test_warp_hook);
+    RUN(test_nccl_threads);
     RUN(test_broken_kernels);
     return check_summary();
 }
