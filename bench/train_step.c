@@ -30,6 +30,7 @@
 #include "model/family.h"
 #include "model/ltm.h"
 #include "model/mixer_config.h"
+#include "model/prof.h"
 #include "common/rng.h"
 #include <omp.h>
 #include <stdio.h>
@@ -74,7 +75,51 @@ static void sync_dev(void) {
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
-static int ltm_m = 8, ltm_K = 4, ltm_W = 0;
+static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0;
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median_of(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --profile: each op's time per step (model/prof.h), the median over the timed steps, as a
+ * table on stderr, largest first (at one thread by the thread's CPU clock, which other
+ * processes on the core do not inflate; else by the wall clock); the product's lines (inside the Linear and attention ops)
+ * are shown apart. per[s][i] is line i's seconds in step s, step[s] the step's wall time. */
+#define PROF_MAX_STEPS 64
+static prof_line_t prof_names[PROF_LINES];
+static double prof_per[PROF_MAX_STEPS][PROF_LINES], prof_calls[PROF_LINES];
+static void profile_report(int nsteps, int nlines, const double *step_s) {
+    double v[PROF_MAX_STEPS], med[PROF_LINES], step_med, ops = 0;
+    int order[PROF_LINES];
+    for (int s = 0; s < nsteps; s++) v[s] = step_s[s];
+    step_med = median_of(v, nsteps);
+    for (int i = 0; i < nlines; i++) {
+        for (int s = 0; s < nsteps; s++) v[s] = prof_per[s][i];
+        med[i] = median_of(v, nsteps);
+        order[i] = i;
+        if (strncmp(prof_names[i].name, "gemm.", 5)) ops += med[i];
+    }
+    for (int i = 1; i < nlines; i++)   /* largest first */
+        for (int j = i; j > 0 && med[order[j]] > med[order[j - 1]]; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    fprintf(stderr, "profile (%s clock): median of %d steps, step %.2f ms (ops %.2f ms, outside ops %.2f ms)\n",
+            omp_get_max_threads() == 1 ? "thread CPU" : "wall", nsteps, step_med * 1e3, ops * 1e3, (step_med - ops) * 1e3);
+    fprintf(stderr, "  %-50s %9s %7s %9s\n", "op", "ms/step", "share", "calls");
+    for (int k = 0; k < nlines; k++) {
+        const int i = order[k];
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s%s%s", prof_names[i].name, prof_names[i].in ? " in " : "",
+                 prof_names[i].in ? prof_names[i].in : "");
+        fprintf(stderr, "  %-50s %9.3f %6.1f%% %9.0f\n", nm, med[i] * 1e3,
+                100.0 * med[i] / step_med, prof_calls[i] / nsteps);
+    }
+}
 
 static int run(char name, const char *model, int H, int mh, int mk, int B, int T, int steps, int json) {
     model_config_t c = config_of(name);
@@ -124,12 +169,18 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     uint32_t *in = malloc(sizeof(uint32_t) * B * T), *tg = malloc(sizeof(uint32_t) * B * T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) { in[b * T + t] = tok[b * (T + 1) + t]; tg[b * T + t] = tok[b * (T + 1) + t + 1]; }
-    double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0;
+    double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0, step_s[PROF_MAX_STEPS];
+    prof_line_t prev[PROF_LINES];
+    int nprof = 0, nprev = 0;
     float loss = 0;
     int rc = 0;
     for (int s = -1; s < steps && !rc; s++) {   /* s = -1: warm-up, not timed */
         double a = now();
-        if (s == 0) t0 = a;
+        if (s == 0) {
+            t0 = a;
+            if (profile) prof_start(omp_get_max_threads() == 1);
+        }
+        const double a_prof = prof_now();
         if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
         fam->zero_grad(m);
         rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
@@ -143,6 +194,23 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         sync_dev();
         double d = now();
         if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
+        if (profile && s >= 0 && s < PROF_MAX_STEPS) {   /* this step's share of every line */
+            prof_line_t now_l[PROF_LINES];
+            nprof = prof_snapshot(now_l, PROF_LINES);
+            for (int i = 0; i < nprof; i++) {
+                const int had = i < nprev;
+                prof_names[i] = now_l[i];
+                prof_per[s][i] = now_l[i].seconds - (had ? prev[i].seconds : 0.0);
+                prof_calls[i] += now_l[i].calls - (had ? prev[i].calls : 0);
+            }
+            memcpy(prev, now_l, sizeof(prof_line_t) * nprof);
+            nprev = nprof;
+            step_s[s] = prof_now() - a_prof;
+        }
+    }
+    if (profile) {
+        prof_stop();
+        if (!rc && steps > 0) profile_report(steps < PROF_MAX_STEPS ? steps : PROF_MAX_STEPS, nprof, step_s);
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
     /* cuBLAS' share, from a second pass with every product timed (it waits for each product,
@@ -190,9 +258,10 @@ int main(int argc, char **argv) {
             printf("usage: train_step [--config S|M|G|both] [--model FAMILY] [--latent-bits H] [--steps N]\n"
                    "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
-                   "                  [--mixer-heads h] [--mixer-kernel k] [--json]\n"
+                   "                  [--mixer-heads h] [--mixer-kernel k] [--json] [--profile]\n"
                    "FAMILY: %s\n", family_names());
-            printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
+            printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n"
+                   "--profile: each op's median time per step on stderr (model/prof.h).\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -208,6 +277,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mixer-heads") && i + 1 < argc) mh = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mixer-kernel") && i + 1 < argc) mk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--profile")) profile = 1;
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }
     if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 || mh < 1 || mk < 1 ||
