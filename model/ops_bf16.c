@@ -103,10 +103,14 @@ void ops_bf16_shadow_check(int on) { checking = !!on; }
 long ops_bf16_shadow_stale(void) { return stale; }
 long ops_bf16_shadow_hits(void) { return hits; }
 
+int ops_bf16_native(void) {
+    return ops_product_precision == PRECISION_BF16 && model_gemm_bf16_native();
+}
+
 int ops_bf16_shadows(void) {
-    if (ops_product_precision != PRECISION_BF16) return 0;
+    if (!ops_bf16_native()) return 0;
     if (enabled < 0) enabled = env_flag("FT_BF16_SHADOWS", 1);
-    return enabled && model_gemm_bf16_native();
+    return enabled;
 }
 
 static shadow_t *lookup(const float *x) {

@@ -59,6 +59,9 @@ static inline __attribute__((always_inline)) void ops_bf16_pack_row(uint16_t *re
     for (size_t i = 0; i < n; i++) y[i] = ops_bf16_from_float(x[i]);
 }
 
+/* 1 when the op now running computes its products at bf16 natively (ops_product_precision is
+ * bf16 and model_gemm_bf16_native): it may take bf16 operands (model_gemm_bf16) of its own. */
+int ops_bf16_native(void);
 /* 1 when the op now running should use and write shadows: the CPU device runs it at bf16,
  * natively, and shadows are on. */
 int ops_bf16_shadows(void);
