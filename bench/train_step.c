@@ -421,7 +421,8 @@ int main(int argc, char **argv) {
     }
     char err[256];
     precision_t p;
-    if (precision_parse(prec, &p, err, sizeof err) || device_open(&dev, device, p, err, sizeof err)) {
+    if (cpu_isa_check(err, sizeof err) || precision_parse(prec, &p, err, sizeof err) ||
+        device_open(&dev, device, p, err, sizeof err)) {
         fprintf(stderr, "train_step: %s\n", err);
         return 2;
     }
