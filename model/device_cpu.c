@@ -139,7 +139,14 @@ static void cpu_mixer_bias_backward(device_t *d, float *dbias, const float *dy, 
 static void cpu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) { (void)d; OUT(out, (size_t)B * T * nd); unroll_forward(out, e, B, T, D, nd); }
 static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) { (void)d; OUT(de, (size_t)B * D); unroll_backward(de, dout, B, T, D, nd); }
 static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
-static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) { (void)d; OUT(p, n); OUT(g, n); OUT(m, n); OUT(v, n); adamw_update(p, g, m, v, n, s); }
+/* A weight with a bf16 shadow gets it refreshed in the update's own pass (ops_bf16.h). */
+static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
+    (void)d;
+    uint16_t *p16 = ops_bf16_shadow_slice(p, n);
+    if (!p16) OUT(p, n);
+    OUT(g, n); OUT(m, n); OUT(v, n);
+    ops_bf16_adamw_update(p, p16, g, m, v, n, s);
+}
 
 /* The pass-through gradient needs chunk buffers, one per thread: the device keeps them. */
 static void cpu_post_sampler_backward(device_t *d, float *dw, float *dlogits, const float *dr,

@@ -188,6 +188,21 @@ static int overlaps(const shadow_t *s, const char *lo, const char *hi) {
     return s->src && a < hi && lo < b;
 }
 
+uint16_t *ops_bf16_shadow_slice(const float *x, size_t n) {
+    if (!ntab || !x || !n) return NULL;
+    uint16_t *r = NULL;
+    int keep = -1;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < ntab && keep < 0; i++)
+        if (tab[i].valid && tab[i].src && x >= tab[i].src && x + n <= tab[i].src + tab[i].n)
+            keep = i, r = tab[i].data + (x - tab[i].src);
+    const char *lo = (const char *)x, *hi = (const char *)(x + n);
+    for (int i = 0; r && i < ntab; i++)   /* any other view of those bytes is stale now */
+        if (i != keep && tab[i].valid && overlaps(&tab[i], lo, hi)) tab[i].valid = 0;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
 void ops_bf16_clobber(const void *p, size_t bytes) {
     if (!ntab || !p || !bytes) return;   /* (an unlocked read: a stale 0 means no shadows yet) */
     const char *lo = p, *hi = lo + bytes;

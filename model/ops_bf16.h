@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include "model/ops_math.h"
 
+struct adamw_scalars;
+
 /* y[i] = bf16 of x[i] (ties to even), n elements; over the process's threads when large and
  * called outside a parallel region. */
 void ops_bf16_pack(uint16_t *y, const float *x, size_t n);
@@ -74,6 +76,16 @@ uint16_t *ops_bf16_shadow_take(const float *x, size_t n);
 /* The shadow of a weight: found, or made now by rounding w (and kept). NULL when out of
  * memory (the caller rounds as without shadows). */
 const uint16_t *ops_bf16_shadow_weight(const float *w, size_t n);
+/* The slice of a valid shadow that holds x[0 .. n) (the shadow may be longer), for an op that
+ * is about to write x and writes the slice afresh in the same pass (the optimizer: a weight's
+ * shadow refreshed by the step that changes it); the shadow stays valid, and every other
+ * shadow overlapping x[0 .. n) is invalidated. NULL when no valid shadow holds the whole range
+ * (then the caller clobbers as usual). */
+uint16_t *ops_bf16_shadow_slice(const float *x, size_t n);
+/* AdamW's update (ops.h adamw_update, the same bits) also writing p16[j] = bf16 of the new
+ * p[j] (p16 may be NULL: adamw_update). */
+void ops_bf16_adamw_update(float *p, uint16_t *p16, float *g, float *m, float *v, size_t n,
+                           const struct adamw_scalars *s);
 /* bytes at p are about to be written: every shadow overlapping them becomes invalid. */
 void ops_bf16_clobber(const void *p, size_t bytes);
 /* The buffer p of `bytes` is freed: the shadows inside it are dropped with their storage. */

@@ -2,7 +2,8 @@
  *
  * - the table: a shadow is found while its tensor is unwritten, is invalid after a write that
  *   overlaps it (and only then), and is dropped with its buffer;
- * - a weight written through the device (an upload, the optimizer) is rounded afresh;
+ * - a weight written through the device (an upload, the optimizer) is rounded afresh, the
+ *   optimizer's step refreshing its shadow in its own pass (the shadow stays valid);
  * - every family, a few training steps at bf16 with the shadows in checking mode: no product
  *   ever read a stale shadow, and the losses and the trained weights are bit for bit those of
  *   the same run without shadows (a shadow holds exactly what the product would have rounded).
@@ -64,6 +65,37 @@ static void test_weight_rewritten(void) {
     DEV(d, free, w);
     DEV(d, free, x);
     DEV(d, free, y);
+    device_close(&d);
+}
+
+/* The optimizer's step refreshes a weight's shadow: still there after it, holding the new values. */
+static void test_optimizer_refresh(void) {
+    char err[256];
+    device_t *d = NULL;
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { N = 2, IN = 64, OUT = 16 };
+    float *w = DEV(d, alloc, sizeof(float) * OUT * IN), *x = DEV(d, alloc, sizeof(float) * N * IN);
+    float *y = DEV(d, alloc, sizeof(float) * N * OUT), *g = DEV(d, alloc, sizeof(float) * OUT * IN);
+    float *m = DEV(d, alloc, sizeof(float) * OUT * IN), *v = DEV(d, alloc, sizeof(float) * OUT * IN);
+    float hw[OUT * IN];
+    for (int i = 0; i < OUT * IN; i++) hw[i] = 0.01f * (float)(i % 13) - 0.05f;
+    DEV(d, upload, w, hw, sizeof hw);
+    DEV(d, upload, g, hw, sizeof hw);
+    DEV(d, linear_forward, y, x, w, N, IN, OUT);   /* makes the weight's shadow */
+    const adamw_scalars_t sc = {.clip = 1.0f, .decay_mul = 0.99f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                .eps = 1e-8f, .step_size = 0.1f, .bc2_sqrt = 0.2f};
+    DEV(d, adamw_update, w, g, m, v, (size_t)OUT * IN, &sc);
+    const uint16_t *sh = ops_bf16_shadow_find(w, (size_t)OUT * IN);
+    if (native) {
+        CHECK(sh != NULL, "the shadow survives the step");
+        int bad = 0;
+        for (int i = 0; sh && i < OUT * IN; i++) bad += sh[i] != ops_bf16_from_float(w[i]);
+        CHECK(bad == 0, "and holds the new weights (%d stale)", bad);
+    } else {
+        CHECK(sh == NULL, "no shadows where bf16 is not native");
+    }
+    float *bufs[] = {w, x, y, g, m, v};
+    for (int i = 0; i < 6; i++) DEV(d, free, bufs[i]);
     device_close(&d);
 }
 
@@ -156,6 +188,7 @@ int main(void) {
     fprintf(stderr, "bf16 products %s: shadows %s\n", native ? "native" : "emulated", native ? "on" : "off");
     RUN(test_table);
     RUN(test_weight_rewritten);
+    RUN(test_optimizer_refresh);
     RUN(test_families);
     return check_summary();
 }
