@@ -26,3 +26,6 @@ $(patsubst %.c,build/%.o,$(wildcard model/ops_*.c)): CFLAGS += -fno-trapping-mat
 # bits: no FMA contraction in that file, and sqrtf as the instruction (libm's call sets errno
 # for a negative argument, which the loop never has; the values are the same).
 build/model/ops_adamw.o: CFLAGS += -ffp-contract=off -fno-math-errno
+
+# The q|k|v split and join (ops_qkv.c) likewise: built per level, the baseline's bits.
+build/model/ops_qkv.o: CFLAGS += -ffp-contract=off

@@ -8,7 +8,7 @@
  *   ever read a stale shadow, and the losses and the trained weights are bit for bit those of
  *   the same run without shadows (a shadow holds exactly what the product would have rounded).
  * Shadows are used only where bf16 products are native (x86-64-v4-bf16 and up); below, the
- * tests check that they stay off, and the family runs still compare (trivially equal). */
+ * tests check that they stay off (one family's run, trivially equal). */
 #include "model/adamw.h"
 #include "model/device.h"
 #include "model/family.h"
@@ -160,7 +160,10 @@ out:
 static void test_families(void) {
     const char *families[] = {"llama", "free", "ltm", "mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"};
     ops_bf16_shadow_check(1);
-    for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
+    /* where bf16 is not native one family shows that the shadows stay off (each level runs
+     * this test: tests/run.sh) */
+    const size_t nfam = native ? sizeof families / sizeof *families : 1;
+    for (size_t i = 0; i < nfam; i++) {
         enum { STEPS = 3 };
         run_t on, off;
         memset(&on, 0, sizeof on);
