@@ -16,6 +16,14 @@
  *     ::1, localhost), ipc:// and inproc:// endpoints, unless `insecure` is set: otherwise
  *     bind and connect refuse with one line saying what to give.
  *
+ * Heartbeats: every socket sends a ZMTP PING every BUS_HEARTBEAT_IVL_MS on each of its
+ * connections (tcp and ipc) and drops a connection that has carried nothing for
+ * BUS_HEARTBEAT_TIMEOUT_MS after a ping (ZMQ_HEARTBEAT_IVL, _TIMEOUT; _TTL the same time-out,
+ * asked of the peer). So a half-open connection (the peer's machine cut off, or gone without a
+ * FIN) is noticed within IVL + TIMEOUT, 5 s by default, and a connecting socket reconnects
+ * (every 100 ms, libzmq's default) until the peer is back. FT_HEARTBEAT_IVL_MS (0: off) and
+ * FT_HEARTBEAT_TIMEOUT_MS change them (docs/NETWORK.md).
+ *
  * The configuration is process-wide: a program's main calls bus_net_setup once, before its
  * first socket, with its flags (bus_net_flags); unset values come from the environment
  * (FT_KEY, FT_TRUST, FT_AUTHORIZED, FT_ALLOW_ANY_CLIENT=1, FT_INSECURE=1,
@@ -44,6 +52,11 @@ typedef enum {
 #define BUS_MAX_SUB_BYTES (64ll << 20)
 #define BUS_MAX_REQUESTS_BYTES (64ll << 10)
 #define BUS_MAX_REPLIES_BYTES (256ll << 20)
+
+/* Heartbeats of every socket, in ms (above). The time-out must outlast a loaded machine's
+ * stalls and a slow link's round trip (a ping answered 200 ms each way): 4 s does both. */
+#define BUS_HEARTBEAT_IVL_MS 1000
+#define BUS_HEARTBEAT_TIMEOUT_MS 4000
 
 typedef struct {
     const char *key;        /* own key pair file (PREFIX.key) */
