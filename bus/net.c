@@ -138,6 +138,7 @@ long long bus_net_max_bytes(bus_peer_kind kind) {
 }
 
 unsigned long long bus_net_refused(void) { return bus_zap_refused(); }
+int bus_net_refusal(unsigned event, unsigned value, const char *ep) { return bus_zap_refusal(event, value, ep); }
 
 void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t errlen) {
     if (!zctx || (int)kind < 0 || kind >= BUS_PEER_KINDS) {
@@ -241,9 +242,10 @@ int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) 
                 return rc;
         }
     }
+    /* logs refused clients; watched before the bind, whose event opens the monitor's pipe */
+    if (g.has_key && !has_prefix(ep, "inproc://")) bus_zap_watch(zctx, s, ep);
     if (zmq_bind(s, ep) != 0)
         return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
-    if (g.has_key && !has_prefix(ep, "inproc://")) bus_zap_watch(zctx, s, ep); /* logs refused clients */
     return 0;
 }
 

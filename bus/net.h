@@ -32,6 +32,7 @@
 #ifndef BUS_NET_H
 #define BUS_NET_H
 #include <stddef.h>
+#include <zmq.h>
 
 #include "bus/bus.h"
 #include "common/flags.h"
@@ -90,6 +91,14 @@ int bus_net_connect(void *s, const char *endpoint, char *err, size_t errlen);
 long long bus_net_max_bytes(bus_peer_kind kind);
 /* 1 for ipc://, inproc:// and tcp:// to 127.0.0.0/8, ::1 or localhost. */
 int bus_net_endpoint_local(const char *endpoint);
-/* Handshakes refused so far by the client-key check of this process's servers. */
+/* Handshakes refused so far by this process's servers (clear text, a wrong server key, a key
+ * not authorized); each is also logged, one line per reason and client then every 10 s. */
 unsigned long long bus_net_refused(void);
+/* A server bound with CURVE has its refusals watched through a socket monitor. libzmq gives a
+ * socket one monitor: a program that monitors its server socket itself (the sampler service,
+ * rank 0's rendezvous) replaces that one, so it adds BUS_NET_REFUSAL_EVENTS to its own events
+ * and passes each event it reads to bus_net_refusal, which logs and counts the refusals and
+ * returns 1 for them (0: an event for the caller). ep: the endpoint the socket is bound to. */
+#define BUS_NET_REFUSAL_EVENTS (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+int bus_net_refusal(unsigned event, unsigned value, const char *ep);
 #endif

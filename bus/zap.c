@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/net.h"
 #include "common/errmsg.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
@@ -41,7 +42,6 @@ typedef struct {
     pthread_mutex_t mu;       /* guards pending (the thread adopts them) */
     watch_t pending[ZAP_MAX_WATCH], watch[ZAP_MAX_WATCH];
     int n_pending, n_watch;
-    refusal_t said[REFUSAL_SLOTS]; /* what was logged when (refusal_line) */
 } zap_t;
 
 /* The handlers of the process, one per context. */
@@ -50,18 +50,24 @@ static zap_t *g_zaps[8];
 
 /* One line on stderr for a refused client: the first time for each reason and client (or
  * endpoint), then at most every REFUSAL_QUIET_S seconds with the count since, since a refused
- * ZeroMQ client retries every 100 ms, forever. */
+ * ZeroMQ client retries every 100 ms, forever. Called from the handler threads and from the
+ * programs that read their server socket's monitor themselves (bus_zap_refusal). */
 #define REFUSAL_QUIET_S 10
-static void refusal_line(zap_t *z, const char *key, const char *fmt, ...) {
+static pthread_mutex_t g_said_mu = PTHREAD_MUTEX_INITIALIZER;
+static refusal_t g_said[REFUSAL_SLOTS];
+
+static void refusal_line(const char *key, const char *fmt, ...) {
     atomic_fetch_add(&g_refused, 1);
     time_t now = time(NULL);
-    refusal_t *r = NULL, *oldest = &z->said[0];
+    pthread_mutex_lock(&g_said_mu);
+    refusal_t *r = NULL, *oldest = &g_said[0];
     for (int i = 0; i < REFUSAL_SLOTS && !r; i++) {
-        if (!strcmp(z->said[i].key, key)) r = &z->said[i];
-        else if (z->said[i].last < oldest->last) oldest = &z->said[i];
+        if (!strcmp(g_said[i].key, key)) r = &g_said[i];
+        else if (g_said[i].last < oldest->last) oldest = &g_said[i];
     }
     if (r && now - r->last < REFUSAL_QUIET_S) {
         r->unsaid++;
+        pthread_mutex_unlock(&g_said_mu);
         return;
     }
     if (!r) {
@@ -81,6 +87,24 @@ static void refusal_line(zap_t *z, const char *key, const char *fmt, ...) {
         fprintf(stderr, "%s: %s\n", program_invocation_short_name, line);
     r->last = now;
     r->unsaid = 0;
+    pthread_mutex_unlock(&g_said_mu);
+}
+
+int bus_zap_refusal(unsigned event, unsigned value, const char *ep) {
+    /* libzmq names our own endpoint here, not the client's address: the log names the socket */
+    char what[160];
+    snprintf(what, sizeof what, "hs %u %x %s", event, value, ep);
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        refusal_line(what, "refused a client on %s: it does not speak CURVE (clear text?)", ep);
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+        refusal_line(what, "refused a client on %s: its CURVE handshake failed (protocol error 0x%x: a wrong "
+                     "server key in its trust file?)", ep, value);
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+        refusal_line(what, "refused a client on %s: it broke off its handshake (%s: a client in clear text "
+                     "does so when it sees our CURVE greeting first)", ep, zmq_strerror((int)value));
+    else
+        return 0;
+    return 1;
 }
 
 static void frame_text(zmq_msg_t *f, char *out, size_t cap) {
@@ -125,7 +149,7 @@ static void reply(void *s, zmq_msg_t *request_id, int ok) {
 /* One event of a watched socket's monitor: [u16 event, u32 value][peer address]. A refusal by
  * the key check is logged by the handler itself (it knows the key), so only the handshakes
  * that never reach it are logged here: clear text, or CURVE with a wrong server key. */
-static int read_event(zap_t *z, watch_t *w) {
+static int read_event(watch_t *w) {
     zmq_msg_t ev, addr;
     zmq_msg_init(&ev);
     zmq_msg_init(&addr);
@@ -139,15 +163,7 @@ static int read_event(zap_t *z, watch_t *w) {
         uint32_t value;
         memcpy(&event, zmq_msg_data(&ev), 2);
         memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
-        /* libzmq names our own endpoint here, not the client's address: the log names the socket */
-        char what[160];
-        snprintf(what, sizeof what, "hs %u %x %s", event, value, w->ep);
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-            refusal_line(z, what, "refused a client on %s: it does not speak CURVE (clear text?)", w->ep);
-        else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
-            refusal_line(z, what, "refused a client on %s: its CURVE handshake failed (protocol error 0x%x: a wrong "
-                         "server key in its trust file?)", w->ep, value);
-
+        bus_zap_refusal(event, value, w->ep);
     }
     zmq_msg_close(&ev);
     zmq_msg_close(&addr);
@@ -170,7 +186,7 @@ static void *zap_main(void *arg) {
         }
         int dead = 0;
         for (int i = 0; i < z->n_watch; i++)
-            if ((it[1 + i].revents & ZMQ_POLLIN) && read_event(z, &z->watch[i]) < 0) dead = 1;
+            if ((it[1 + i].revents & ZMQ_POLLIN) && read_event(&z->watch[i]) < 0) dead = 1;
         if (dead) break;
         if (!(it[0].revents & ZMQ_POLLIN)) continue;
         zmq_msg_t f[ZAP_FRAMES];
@@ -186,7 +202,7 @@ static void *zap_main(void *arg) {
             if (curve) zmq_z85_encode(key, (const uint8_t *)zmq_msg_data(&f[6]), 32);
             char what[160];
             snprintf(what, sizeof what, "key %s %s", addr, key);
-            refusal_line(z, what, "refused a client from %s: its key %s is not in --authorized", addr, key);
+            refusal_line(what, "refused a client from %s: its key %s is not in --authorized", addr, key);
         }
         if (n >= 2) reply(z->sock, &f[1], ok);
         for (int i = 0; i < n && i < ZAP_FRAMES; i++) zmq_msg_close(&f[i]);
@@ -253,13 +269,16 @@ int bus_zap_ensure(void *zctx, bus_zap_allow_fn allow, char *err, size_t errlen)
     return 0;
 }
 
-int bus_zap_watch(void *zctx, void *server, const char *endpoint) {
+int bus_zap_watch(void *zctx, void *server, const char *endpoint) { /* before the bind: see below */
     static atomic_int seq;
     char mon[64];
     snprintf(mon, sizeof mon, "inproc://ft-refusals-%d", atomic_fetch_add(&seq, 1));
-    /* not HANDSHAKE_FAILED_NO_DETAIL: a client gone in the middle of its handshake (EPIPE,
-     * ECONNRESET) is no refusal */
-    if (zmq_socket_monitor(server, mon, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+    /* A client in clear text fails with a mechanism mismatch when we read its greeting first,
+     * and with NO_DETAIL (EPIPE, ECONNRESET) when it read ours first and hung up: both are
+     * logged. LISTENING, which the caller's bind sends next, is there for the pipe: libzmq
+     * attaches the PAIR connected below only when the monitor sends its next event, and drops
+     * the event it sends before that. */
+    if (zmq_socket_monitor(server, mon, BUS_NET_REFUSAL_EVENTS | ZMQ_EVENT_LISTENING) != 0)
         return -1;
     void *pair = zmq_socket(zctx, ZMQ_PAIR);
     int zero = 0;

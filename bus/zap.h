@@ -18,7 +18,9 @@ int bus_zap_ensure(void *zctx, bus_zap_allow_fn allow, char *err, size_t errlen)
  * Every refusal, these and the key check's, is one line on stderr ("<program>: refused a
  * client on EP from ADDR: why"), at most one a second, and counted. 0, or -1 when the socket
  * cannot be watched (refusals then only go uncounted). */
-int bus_zap_watch(void *zctx, void *server, const char *endpoint);
+int bus_zap_watch(void *zctx, void *server, const char *endpoint); /* call before zmq_bind */
+/* bus_net_refusal (net.h): logs and counts a monitor event of a refused client. */
+int bus_zap_refusal(unsigned event, unsigned value, const char *ep);
 /* Handshakes refused so far, over every handler of the process. */
 unsigned long long bus_zap_refused(void);
 #endif

@@ -35,6 +35,7 @@ struct dp_link {
     char run[WIRE_NAME_LEN], *flags, *nccl_id;
     void *sock, *mon;
     char mon_ep[64];
+    char bound[DP_LINK_EP_LEN]; /* rank 0: where its ROUTER is bound, for refusal lines */
     peer_t *peers;          /* rank 0: one per rank (index = rank); others: [0] is rank 0 */
     pthread_t thread;
     int thread_up;
@@ -167,6 +168,7 @@ int dp_link_create(dp_link_t **out, const dp_link_cfg_t *cfg, const char *endpoi
         char last[DP_LINK_EP_LEN] = "";
         size_t n = sizeof last;
         zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, last, &n);
+        snprintf(l->bound, sizeof l->bound, "%s", last);
         if (bound) advertised(last, bound, cap);
     }
     *out = l;
@@ -414,6 +416,7 @@ static void read_events(dp_link_t *l) {
             memcpy(&value, (char *)zmq_msg_data(&a) + 2, 4);
         }
         zmq_msg_close(&a), zmq_msg_close(&b);
+        if (bus_net_refusal(event, value, l->bound)) continue; /* a refused client: logged */
         if (event != ZMQ_EVENT_DISCONNECTED) continue;
         const double now = progress_now();
         if (l->cfg.rank != 0) {
@@ -493,7 +496,8 @@ int dp_link_join(dp_link_t *l, const char *endpoint, char *nccl_id, size_t cap, 
     if (rc) return rc;
     if (l->cfg.rank == 0 && nccl_id) snprintf(nccl_id, cap, "%s", l->nccl_id);
     snprintf(l->mon_ep, sizeof l->mon_ep, "inproc://dp-link-monitor-%p", (void *)l);
-    if (zmq_socket_monitor(l->sock, l->mon_ep, ZMQ_EVENT_DISCONNECTED) == 0 &&
+    /* on rank 0 this replaces the monitor bus_net_bind gave a CURVE server: refusals too */
+    if (zmq_socket_monitor(l->sock, l->mon_ep, ZMQ_EVENT_DISCONNECTED | BUS_NET_REFUSAL_EVENTS) == 0 &&
         (l->mon = zmq_socket(l->cfg.zctx, ZMQ_PAIR)) && zmq_connect(l->mon, l->mon_ep)) {
         zmq_close(l->mon);
         l->mon = NULL; /* no monitor: losses are found by silence alone */
