@@ -157,9 +157,10 @@ void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t
      * machine cut off or gone) is dropped after at most ivl + timeout instead of the kernel's
      * hours, and a connecting socket then reconnects by itself; the TTL asks the peer to do
      * the same when our pings stop, for peers that send none of their own */
-    int ivl = g.hb_ivl_ms, hto = g.hb_timeout_ms;
+    int ivl = g.hb_ivl_ms, hto = g.hb_timeout_ms, cto = BUS_CONNECT_TIMEOUT_MS;
     if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max) ||
+        zmq_setsockopt(s, ZMQ_CONNECT_TIMEOUT, &cto, sizeof cto) ||
         (ivl > 0 && (zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl) ||
                      zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &hto, sizeof hto) ||
                      zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &hto, sizeof hto)))) {

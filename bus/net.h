@@ -21,7 +21,8 @@
  * BUS_HEARTBEAT_TIMEOUT_MS after a ping (ZMQ_HEARTBEAT_IVL, _TIMEOUT; _TTL the same time-out,
  * asked of the peer). So a half-open connection (the peer's machine cut off, or gone without a
  * FIN) is noticed within IVL + TIMEOUT, 5 s by default, and a connecting socket reconnects
- * (every 100 ms, libzmq's default) until the peer is back. FT_HEARTBEAT_IVL_MS (0: off) and
+ * (every 100 ms, libzmq's default) until the peer is back, each attempt given up after
+ * BUS_CONNECT_TIMEOUT_MS. FT_HEARTBEAT_IVL_MS (0: off) and
  * FT_HEARTBEAT_TIMEOUT_MS change them (docs/NETWORK.md).
  *
  * The configuration is process-wide: a program's main calls bus_net_setup once, before its
@@ -58,6 +59,10 @@ typedef enum {
  * stalls and a slow link's round trip (a ping answered 200 ms each way): 4 s does both. */
 #define BUS_HEARTBEAT_IVL_MS 1000
 #define BUS_HEARTBEAT_TIMEOUT_MS 4000
+/* A TCP connect that has not completed after this long is abandoned and tried again (every
+ * 100 ms, libzmq's reconnect interval): a peer back from a partition is reached within about a
+ * second instead of at the kernel's next SYN retry (1, 3, 7, 15 ... s after the first). */
+#define BUS_CONNECT_TIMEOUT_MS 1000
 
 typedef struct {
     const char *key;        /* own key pair file (PREFIX.key) */

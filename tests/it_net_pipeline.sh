@@ -37,10 +37,7 @@ for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; pids=()
 
 # --- 2. keys, as README says -------------------------------------------------------------------
 K=$W/keys
-mkdir -p "$K"
-for n in bus loader trainer evaluator sampler me; do bin/bus keygen --out "$K/$n" >/dev/null; done
-cat "$K"/*.pub >"$K/authorized"
-key() { cut -d' ' -f1 "$K/$1.pub"; }
+hosts_keys "$K" bus loader trainer evaluator sampler me
 { echo "tcp://$A:5710 $(key bus)"; echo "tcp://$A:5711 $(key bus)"
   echo "tcp://$B:*    $(key loader)"; echo "tcp://$C:5600 $(key loader)"; echo "tcp://$C:5800 $(key sampler)"; } >"$K/trust"
 export FT_BUS_PUB=tcp://$A:5710 FT_BUS_SUB=tcp://$A:5711 FT_TRUST=$K/trust

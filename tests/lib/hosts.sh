@@ -26,6 +26,9 @@
 #                          HOST:PORT to TARGET (IP:PORT) that delays every byte DELAY_MS each
 #                          way and loses LOSS of the segments (0.05: 5%) as TCP sees a loss: the
 #                          segment and all behind it come a retransmission time-out late.
+#   hosts_keys DIR NAME... a CURVE key pair per NAME made and handed out as README tells a user:
+#                          DIR/NAME.key and .pub (bin/bus keygen), DIR/authorized (every .pub);
+#                          the test writes DIR/trust, and key NAME prints a public key.
 #   hosts_teardown         kills every process on the hosts and deletes the namespaces. The
 #                          EXIT trap of it_init calls it (through hosts_init's trap), and a
 #                          reaper started by hosts_init does it when this shell dies any other
@@ -135,6 +138,15 @@ relay_bg() {
     on_bg "$h" "$log" /usr/bin/python3 "$HOSTS_LIB/relay.py" --listen "${HOSTS_IP[$h]}:$port" \
         --to "$target" --delay-ms "$delay" --loss "$loss"
 }
+
+hosts_keys() {
+    local dir=$1 n; shift
+    mkdir -p "$dir"
+    for n in "$@"; do bin/bus keygen --out "$dir/$n" >/dev/null || return 1; done
+    cat "$dir"/*.pub >"$dir/authorized"
+    HOSTS_KEYS=$dir
+}
+key() { cut -d' ' -f1 "$HOSTS_KEYS/$1.pub"; }
 
 hosts_teardown() {
     [ -n "${HOSTS_PREFIX:-}" ] || return 0
