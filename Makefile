@@ -77,6 +77,7 @@ help:
 	@echo "make bf16-check  bf16 against fp32 training on Brown (results/bf16.*)"
 	@echo "make mixers   seed 004's masked mixers, autoencoders and memory models (results/mixers.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
+	@echo "make stress   bin/bus stopped by SIGTERM at random moments under load, 200 times"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 
 # Objects depend on a stamp named after the flags and the CUDA sources, so a build configured
