@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "bus/keys.h"
@@ -248,6 +249,25 @@ int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) 
     if (zmq_bind(s, ep) != 0)
         return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
     return 0;
+}
+
+void bus_net_advertised(void *s, const char *bound_as, char *out, size_t cap) {
+    char last[512] = "";
+    size_t n = sizeof last;
+    if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &n) != 0 || !last[0]) {
+        snprintf(out, cap, "%s", bound_as ? bound_as : "");
+        return;
+    }
+    const char *wild[] = {"tcp://0.0.0.0:", "tcp://[::]:", "tcp://*:"};
+    for (int i = 0; i < 3; i++)
+        if (has_prefix(last, wild[i])) {
+            char host[256] = "localhost";
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = 0;
+            snprintf(out, cap, "tcp://%s:%s", host, last + strlen(wild[i]));
+            return;
+        }
+    snprintf(out, cap, "%s", last);
 }
 
 int bus_net_connect(void *s, const char *ep, char *err, size_t errlen) {

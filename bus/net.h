@@ -90,6 +90,11 @@ void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t
 /* Binds s as a server (CURVE when this program has a key pair); zctx is s's context, where
  * the handler that checks client keys runs. 0, BUS_ERR_REFUSED or BUS_ERR_ZMQ, err set. */
 int bus_net_bind(void *zctx, void *s, const char *endpoint, char *err, size_t errlen);
+/* The endpoint others should connect to for a socket bound as bound_as: the address actually
+ * bound (an interface name or a wildcard port resolved), with a wildcard address (a star,
+ * 0.0.0.0, [::]) replaced by this host's name, which the others must resolve. For loaders'
+ * announcements and rank 0's rendezvous. */
+void bus_net_advertised(void *s, const char *bound_as, char *out, size_t cap);
 /* Connects s as a client (CURVE when the trust file names endpoint's server). */
 int bus_net_connect(void *s, const char *endpoint, char *err, size_t errlen);
 /* The size limit for kind, as configured. */

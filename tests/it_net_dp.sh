@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/it_net_dp.sh: data parallelism across two hosts (tests/lib/hosts.sh): 2 MPI ranks, rank
 # 0 on host A and rank 1 on host B, Open MPI over TCP on the hosts' interface
-# (--mca btl_tcp_if_include ft0), started by mpirun on A with a hostfile, the way README's
-# multi-host section starts them (there over ssh; here tests/lib/netns_rsh.sh is the remote
-# shell); the ranks' rendezvous and the loader under CURVE.
+# (btl_tcp_if_include ft0), started on A by trainer/examples/mpirun_hosts.sh with a hostfile and
+# trainer/examples/multihost.env, as README's multi-host section starts them (there over ssh;
+# here tests/lib/netns_rsh.sh is the remote shell); the ranks' rendezvous and the loader under
+# CURVE.
 #   1. the run equals the one-host 2-rank run of tests/it_dp.sh's kind (this machine, ipc, no
 #      keys): every checkpoint file byte for byte (the sum runs in rank order either way);
 #   2. host B cut off mid-run (no FIN): rank 0 exits with one line naming rank 1 and its last
@@ -36,21 +37,20 @@ within() { awk -v d="$1" -v t="$2" 'BEGIN{exit !(d <= t)}'; }
 # --- keys and the loader on A --------------------------------------------------------------------
 K=$W/keys
 hosts_keys "$K" trainer loader
-# rank 0 advertises its rendezvous by host name (tcp://A:PORT, a port of its choosing)
-{ echo "tcp://A:* $(key trainer)"; echo "tcp://$A:5600 $(key loader)"; } >"$K/trust"
+# rank 0's rendezvous: port 5730 of any host (multihost.env), as docs/NETWORK.md's trust file
+{ echo "tcp://*:5730 $(key trainer)"; echo "tcp://$A:5600 $(key loader)"; } >"$K/trust"
 on_bg A "$W/loader.log" env FT_KEY="$K/loader.key" bin/loader --data "$W/ds" --bind "tcp://$A:5600" --authorized "$K/authorized"
 
-# mpirun on A over the hosts of a hostfile, as README; the remote shell is the harness's
+# trainer/examples/mpirun_hosts.sh, README's launcher, with its environment
+# (trainer/examples/multihost.env) on the hosts' interface; the remote shell is the harness's
 printf 'A slots=1\nB slots=1\n' >"$W/hostfile"
 export FT_HOSTS_PREFIX=$HOSTS_PREFIX
-MPI=(--hostfile "$W/hostfile" -np 2 --mca plm_rsh_agent "$PWD/tests/lib/netns_rsh.sh"
-     --mca btl tcp,self --mca btl_tcp_if_include ft0 --mca oob_tcp_if_include ft0
-     --mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3
-     -x OMP_NUM_THREADS=1 -x FT_KEY="$K/trainer.key" -x FT_TRUST="$K/trust" -x FT_AUTHORIZED="$K/authorized")
-# two [-x VAR=VALUE] TRAINER-ARGS...: 2 ranks on A and B
+LAUNCH=(env FT_NET_IF=ft0 OMPI_MCA_plm_rsh_agent="$PWD/tests/lib/netns_rsh.sh"
+        FT_KEY="$K/trainer.key" FT_TRUST="$K/trust" FT_AUTHORIZED="$K/authorized")
+# two [VAR=VALUE] TRAINER-ARGS...: 2 ranks, on A and B
 two() {
-    local x=(); [ "$1" = -x ] && { x=(-x "$2"); shift 2; }
-    on A mpirun "${MPI[@]}" "${x[@]}" bin/trainer --dp mpi --loaders "tcp://$A:5600" "$@"
+    local v=(); case $1 in FT_*=*) v=("$1"); shift;; esac
+    on A "${LAUNCH[@]}" "${v[@]}" trainer/examples/mpirun_hosts.sh "$W/hostfile" 2 --loaders "tcp://$A:5600" "$@"
 }
 
 # --- 1. two hosts against one --------------------------------------------------------------------
@@ -66,8 +66,8 @@ for s in 10 20; do
 done
 
 # --- 2. host B cut off in the middle of a run --------------------------------------------------------
-on_bg A "$W/k.log" mpirun "${MPI[@]}" bin/trainer --dp mpi --loaders "tcp://$A:5600" --run k --run-dir "$W/k" \
-    --steps 100000 --ckpt-every 20 $MODEL --batch 2 --dp-lost-after 3 --log-every 10
+on_bg A "$W/k.log" "${LAUNCH[@]}" trainer/examples/mpirun_hosts.sh "$W/hostfile" 2 --loaders "tcp://$A:5600" --run k \
+    --run-dir "$W/k" --steps 100000 --ckpt-every 20 $MODEL --batch 2 --dp-lost-after 3 --log-every 10
 launcher=$!
 wait_for "[ -d $W/k/ckpt-00000040 ]" 60
 t0=$(date +%s%N)
@@ -94,7 +94,7 @@ FT_TRAINER_FAULT_KILL_AFTER_CKPT=$end killed_run on A env FT_KEY="$K/trainer.key
     --loaders "tcp://$A:5600" --run k --run-dir "$W/k1" --steps 100000 --ckpt-every 10 $MODEL --batch 2 --accum 2 --resume \
     2>"$W/k1.log" >/dev/null
 ok "resumed by 1 rank (--accum 2) from step $last to $end" "grep -q 'resumed from.*ckpt-$L' $W/k1.log && [ -d $W/k1/ckpt-$E ]"
-two -x FT_TRAINER_FAULT_KILL_AFTER_CKPT=$end --run k --run-dir "$W/k" --steps 100000 --ckpt-every 10 $MODEL --batch 2 \
+two FT_TRAINER_FAULT_KILL_AFTER_CKPT=$end --run k --run-dir "$W/k" --steps 100000 --ckpt-every 10 $MODEL --batch 2 \
     --dp-lost-after 3 --resume 2>"$W/k2.log" >/dev/null
 ok "resumed by 2 ranks across the hosts from step $last to $end" "grep -q 'resumed from.*ckpt-$L' $W/k2.log && [ -d $W/k/ckpt-$E ]"
 d=$($DIFF "$W/k1/ckpt-$E/model.safetensors" "$W/k/ckpt-$E/model.safetensors" | awk '{print $2}')

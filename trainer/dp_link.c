@@ -123,19 +123,6 @@ void dp_link_close(dp_link_t **lp, int orderly, const char *why) {
     *lp = NULL;
 }
 
-/* "tcp://0.0.0.0:PORT" (a wildcard bind) -> "tcp://<host name>:PORT" for the others. */
-static void advertised(const char *last, char *out, size_t cap) {
-    const char *wild[] = {"tcp://0.0.0.0:", "tcp://*:"};
-    for (int i = 0; i < 2; i++)
-        if (!strncmp(last, wild[i], strlen(wild[i]))) {
-            char host[256] = "localhost";
-            gethostname(host, sizeof host - 1);
-            snprintf(out, cap, "tcp://%s:%s", host, last + strlen(wild[i]));
-            return;
-        }
-    snprintf(out, cap, "%s", last);
-}
-
 int dp_link_create(dp_link_t **out, const dp_link_cfg_t *cfg, const char *endpoint, char *bound, size_t cap,
                    char *err, size_t errlen) {
     *out = NULL;
@@ -165,11 +152,9 @@ int dp_link_create(dp_link_t **out, const dp_link_cfg_t *cfg, const char *endpoi
             dp_link_close(&l, 0, NULL);
             return err_fail(err, errlen, DP_ESETUP, "rendezvous %s: %s", endpoint, why);
         }
-        char last[DP_LINK_EP_LEN] = "";
-        size_t n = sizeof last;
-        zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, last, &n);
-        snprintf(l->bound, sizeof l->bound, "%s", last);
-        if (bound) advertised(last, bound, cap);
+        size_t n = sizeof l->bound;
+        zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, l->bound, &n);
+        if (bound) bus_net_advertised(l->sock, endpoint, bound, cap); /* a wildcard named by host name */
     }
     *out = l;
     return 0;
