@@ -169,6 +169,15 @@ static void sample(msg_type t, int variant, wire_msg_t *m) {
         name_of(variant, m->u.log.program, "trainer");
         m->u.log.line = str_of(variant, "step 10 loss 3.2 \"quoted\" \\ and \t tab");
         break;
+    case MSG_STAGE:
+        name_of(variant, m->u.stage.program, "evaluator");
+        name_of(variant, m->u.stage.name, "val-4242");
+        name_of(variant, m->u.stage.run, "brown1");
+        m->u.stage.pid = u64_of(variant, 4242), m->u.stage.done = u64_of(variant, 3);
+        m->u.stage.endpoint = str_of(variant, "ipc:///tmp/s0");
+        m->u.stage.state = str_of(variant, "evaluating ckpt-00000400");
+        m->u.stage.bye = variant == V_MAX;
+        break;
     default: break;
     }
 }
