@@ -8,8 +8,8 @@
 #   - bin/bus tap under a flood of events; bin/loader serving a client that keeps 16 requests
 #     in flight; bin/trainer training, and waiting for a batch no loader will send; bin/evaluator
 #     in the middle of a long evaluation; bin/sampler --serve decoding for 8 clients;
-#     bin/tokenizer encoding a long input from a pipe; the test relay (tests/lib/relay.py)
-#     carrying a stream.
+#     bin/tokenizer encoding a long input from a pipe; bin/live streaming to 8 pages; the test
+#     relay (tests/lib/relay.py) carrying a stream.
 # Each stop is timed from the signal to the process's end, and each program's own clean end is
 # checked where it has one (the stop line, a checkpoint, exit status 0), or, for the tokenizer,
 # that what it left is refused as incomplete. The programs under test run at nice -10 when the
@@ -102,6 +102,15 @@ tok=$(pgrep -f "tokenizer encode --vocab gpt2 --out $W/big.ds" | head -n 1)
 ok "(the tokenizer is still encoding)" "[ -n '$tok' ]"
 stop_ok "bin/tokenizer encode, on a long input" "${tok:-0}"
 ok "and what it left is refused as an incomplete dataset" "! bin/tokenizer info $W/big.ds >/dev/null 2>&1"
+
+# bin/live, streaming the bus's flood (still running) to 8 pages while others ask for its state
+"${HI[@]}" bin/live --runs "$W" --port 0 >"$W/live.url" 2>"$W/live.log" & lv=$!; pids+=($lv)
+wait_for "grep -q '^live: http' $W/live.url" 20
+url=$(sed -n 's/^live: //p' "$W/live.url")
+for i in 1 2 3 4 5 6 7 8; do curl -sN "${url}api/events?since=0" >/dev/null 2>&1 & pids+=($!); done
+(while :; do curl -s "${url}api/state" >/dev/null 2>&1; done) & pids+=($!)
+sleep 1
+stop_ok "bin/live, streaming to 8 pages" $lv
 
 # the relay of the multi-host tests, carrying a stream
 port=$(it_port_base 2)
