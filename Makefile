@@ -77,6 +77,7 @@ help:
 	@echo "make bf16-check  bf16 against fp32 training on Brown (results/bf16.*)"
 	@echo "make mixers   seed 004's masked mixers, autoencoders and memory models (results/mixers.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
+	@echo "make stress   bin/bus stopped by SIGTERM at random moments under load, 200 times"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 
 # Objects depend on a stamp named after the flags and the CUDA sources, so a build configured
@@ -111,7 +112,7 @@ DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-ut
               openmpi-bin libopenmpi-dev \
               libopenblas-dev libdnnl-dev libjansson-dev libxxhash-dev jq libmicrohttpd-dev
 DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
-              gnuplot-nox clang libclang-rt-dev chromium
+              gnuplot-nox clang libclang-rt-dev chromium iproute2 nftables
 # node and npm (make data, the tiktoken comparison) count when on PATH, whoever installed them.
 deps:
 	@missing=$$(for p in $(DEPS_BUILD) $(DEPS_TEST); do \

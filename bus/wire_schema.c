@@ -291,3 +291,9 @@ int wire_kv_add(wire_kv_t *kv, uint32_t *n, const char *name, double value) {
     (*n)++;
     return WIRE_OK;
 }
+
+int wire_field_present(const wire_field_t *f, const char *base) {
+    if (f->kind == WF_MASK) return *(void *const *)(base + f->off) != NULL;
+    if (f->kind == WF_NAME && !f->required) return *(base + f->off) != 0;
+    return 1;
+}

@@ -88,6 +88,7 @@ static void drain_monitor(loop_t *l) {
             zmq_msg_recv(&addr, l->monitor, 0);
             zmq_msg_close(&addr);
         }
+        if (bus_net_refusal(event, fd, l->o->bind)) continue; /* a refused client: logged */
         uint32_t *g = event == ZMQ_EVENT_DISCONNECTED ? fd_slot(l, (int)fd) : NULL;
         if (!g) continue;
         sampler_server_disconnect(l->s, conn_of(l, (int)fd));
@@ -218,7 +219,8 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
         rc = SAMPLER_EARG;
         goto out;
     }
-    if (zmq_socket_monitor(l.router, SERVE_MONITOR, ZMQ_EVENT_DISCONNECTED) != 0 ||
+    /* this monitor replaces the one bus_net_bind gave a CURVE server: it watches refusals too */
+    if (zmq_socket_monitor(l.router, SERVE_MONITOR, ZMQ_EVENT_DISCONNECTED | BUS_NET_REFUSAL_EVENTS) != 0 ||
         !(l.monitor = zmq_socket(ctx, ZMQ_PAIR)) || zmq_connect(l.monitor, SERVE_MONITOR) != 0) {
         snprintf(err, errlen, "--serve %s: socket monitor: %s", o->bind, zmq_strerror(zmq_errno()));
         rc = SAMPLER_EARG;

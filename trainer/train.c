@@ -644,6 +644,17 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
     return 0;
 }
 
+/* What the loaders' links cost (docs/NETWORK.md): a re-issue is a request that waited
+ * --timeout-ms (a loader down, or a link slower than that). */
+static void print_loader_stats(const run_t *r) {
+    uint64_t sent, reissued, dropped;
+    trainer_data_stats(r->data, &sent, &reissued, &dropped);
+    char who[32] = "";
+    if (r->world > 1) snprintf(who, sizeof who, "rank %d: ", r->rank);
+    fprintf(stderr, "trainer: %sloaders: %llu batch requests, %llu re-issued after --timeout-ms, %llu replies dropped (late or twice)\n",
+            who, (unsigned long long)sent, (unsigned long long)reissued, (unsigned long long)dropped);
+}
+
 int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
     run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1};
     int rc = 0, started = 0;
@@ -679,6 +690,7 @@ int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errle
     if (r.rank == 0)
         fprintf(stderr, "trainer: %s at step %lld; checkpoint %s\n", r.stop || bus_signal_received() ? "stopped by signal" : "done",
                 r.step, r.last_ckpt);
+    print_loader_stats(&r);
 done:
     if (rc == TRAIN_EDP && !r.agreed && started) { /* a lost or stuck rank: nothing more is written */
         char where[4200];
