@@ -109,7 +109,8 @@ void mixers_set_row(mixers_t *m, uint64_t row0);
  * itself. zero 1: the decoder reads zeros instead (a control). 0, or LLAMA_EARG with one line. */
 int mixers_set_embed_eval(mixers_t *m, int bits, int zero, char *err, size_t errlen);
 /* (B,T,V) logits of the last forward on the HOST (NULL: no host memory): row t predicts token
- * t+1 (mixer) or token t itself (autoencoders, memory models). */
+ * t+1 (mixer) or token t itself (autoencoders, memory models). A forward with targets writes
+ * dlogits over the logits; this computes them again (the same bits). */
 const float *mixers_logits(mixers_t *m);
 /* Floats of the one stored embedding per chunk (d_e), 0 for the causal mixer. */
 int mixers_embed_floats(const mixers_t *m);

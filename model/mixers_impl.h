@@ -46,7 +46,7 @@ struct mixers {
     float *e_dec;                  /* (B,D) what the decoder receives (up / memory proj) */
     float *win;                    /* (B*T,nd) the unrolled windows */
     float *xf, *rstd_f;            /* (N,D), (N): final norm */
-    float *logits, *dlogits, *lse; /* (N,V), (N,V), (N) */
+    float *logits, *lse;           /* (N,V), (N): dlogits overwrite the logits (llama.c's reasons) */
     float *dxf;                    /* (N,D) */
     float *d_dec, *d_m, *d_e;      /* (B,D), (B,d_e), (B,D): gradients of e_dec, m_emb, e */
     float *d_raw;                  /* (B,d_e) gradient of m_raw (== d_e when d_e == D) */
@@ -66,7 +66,7 @@ struct mixers {
      * the decoder reads zeros (the evaluator's control) */
     int emb_bits, emb_zero;
     uint64_t seed, u_key, u_counter;  /* the noise's counter-based draws: (seed, step), row */
-    int has_targets, has_mask, count, dlogits_ready;
+    int has_targets, has_mask, count, logits_are_grad; /* the buffer holds dlogits at dlogits_scale */
     float dlogits_scale;
 };
 #endif
