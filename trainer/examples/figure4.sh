@@ -43,8 +43,8 @@ say "data: 200000 synthetic sequences, byte-level"
 [ -d "$W/data" ] || { bin/tokenizer synth --n 200000 --seed 1 > "$W/synth.txt"; bin/tokenizer encode --vocab bytes --out "$W/data" "$W/synth.txt"; }
 bin/bus --quiet & pids+=($!)
 for i in 0 1; do bin/loader --data "$W/data" --bind "ipc://$W/loader$i" --name "fig4-$i" --quiet & pids+=($!); done
-bin/bus tap metrics log/fig4 > "$W/metrics.jsonl" & pids+=($!)
-for _ in $(seq 50); do bin/bus send log/fig4 log program=fig4 line=ping >/dev/null 2>&1; [ -s "$W/metrics.jsonl" ] && break; sleep 0.1; done
+bin/bus tap metrics log/fig4 >> "$W/metrics.jsonl" & pids+=($!)   # kept across sessions: a resumed run's KL
+for _ in $(seq 50); do bin/bus send log/fig4 log program=fig4 line=ping-$$ >/dev/null 2>&1; grep -q "ping-$$" "$W/metrics.jsonl" && break; sleep 0.1; done
 
 name_of() { echo "k$(echo "$1" | tr '/' '_')"; }
 train_one() { # kappa
@@ -75,6 +75,7 @@ sample() { # run-dir seed latent n group prompt -> lines "prompt+generation"
     bin/sampler --run-dir "$1" --seed "$2" --latent "$3" --n "$4" --group "$5" --prompt "$6" \
         --max-new 64 --quiet | sed "s/^/$6/"
 }
+fresh() { [ -s "$1" ] && [ -z "$(find "$2" -maxdepth 1 -name 'ckpt-*' -newer "$1")" ]; }
 letter() { printf "\\x$(printf %x $((65 + $1 % 26)))"; }
 json="{}"
 {
@@ -98,9 +99,12 @@ for k in $KAPPAS; do
         echo '```'
     } >> "$OUT/figure4.md"
     # the measures: bin/evaluator's synth task, NGROUPS groups of 5 independent + 5 shared
+    # (an evaluation newer than the checkpoints it read is kept: an interrupted run goes on)
+    fresh "$W/$n.synth.json" "$rd" ||
     bin/evaluator --run "fig4-$n" --run-dir "$rd" --task synth --limit "$NGROUPS" --seed 7 --vocab bytes \
         --once --no-bus --quiet > "$W/$n.synth.json"
     # what Z carries: bin/evaluator's latent task on NPROBE held-out sequences
+    fresh "$W/$n.latent.json" "$rd" ||
     bin/evaluator --run "fig4-$n" --run-dir "$rd" --task latent --limit "$NPROBE" --seed 7 --vocab bytes --batch 64 \
         --once --no-bus --quiet > "$W/$n.latent.json"
     cp "$W/$n.latent.json" "$OUT/figure4_latent_$n.json"
@@ -137,6 +141,6 @@ echo "| kappa (bits) | KL per sequence | kappa x T | KL paid | KL on the prompt 
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 jq -r '.kappa_bits | to_entries[] | .key as $k | .value.latent as $l | "| \($k) | \($l.kl_seq_bits * 100 | round / 100) ± \($l.kl_seq_bits_sd * 100 | round / 100) | \($l.kappa_T_bits * 100 | round / 100) | \($l.kl_paid_seq_bits * 100 | round / 100) | \($l.kl_prompt_bits * 100 | round / 100) / \($l.kl_target_bits * 100 | round / 100) / \($l.kl_rest_bits * 100 | round / 100) | \($l.probe_z_bits * 100 | round / 100) (\($l.probe_z_acc2 * 1000 | round / 1000)) | \($l.probe_q_bits * 100 | round / 100) (\($l.probe_q_acc2 * 1000 | round / 1000)) | \($l.probe_prior_bits * 100 | round / 100) |"' "$OUT/figure4.json"
 echo
-echo "Training took ${t_train} s, everything ${secs} s."
+echo "This invocation: training ${t_train} s, everything ${secs} s (trainings and evaluations already finished are not redone)."
 } >> "$OUT/figure4.md"
 cat "$OUT/figure4.md"
