@@ -46,7 +46,8 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 CMDS="$W/commands.txt"
-run() { printf '$ %s\n' "$*" | tee -a "$CMDS" >&2; "$@"; }
+show() { local a l='$'; for a in "$@"; do l+=" $(printf '%q' "$a")"; done; echo "$l"; }   # a line the shell reads back
+run() { show "$@" | tee -a "$CMDS" >&2; "$@"; }
 bgrun() { printf '$ %s &\n' "$*" >&2; "$@" & pids+=($!); }
 : > "$CMDS"
 VAL_DOCS=25
@@ -58,7 +59,7 @@ MEM="--model mixer-mem $CAUSAL --encoder-layers 2 --embed-dim $DE"
 QAT8="--embed-range $RANGE --embed-noise-bits 8"
 
 # kept: a command that makes something kept across sessions, recorded in FILE beside it
-kept() { local f=$1; shift; printf '$ %s\n' "$*" | tee -a "$f" >&2; "$@"; }
+kept() { local f=$1; shift; show "$@" | tee -a "$f" >&2; "$@"; }
 [ -f data/brown.txt ] || run make data
 [ -f "$W/brown4k.ftbpe" ] || { : > "$W/data.cmd"; kept "$W/data.cmd" bin/tokenizer train --vocab-size 4096 --out "$W/brown4k.ftbpe" data/brown.txt; }
 [ -d "$W/data" ] || kept "$W/data.cmd" bin/tokenizer encode --vocab "$W/brown4k.ftbpe" --out "$W/data" data/brown.txt
