@@ -187,14 +187,14 @@ static void sandbox_progress(void *ctx, int done, int n) {
 }
 
 /* One line per sample into samples_out (written whole to a temporary file, then renamed). */
-static int write_samples(const code_t *m, char *const *comp, const sandbox_result_t *res, char *err, size_t errlen) {
+static int write_samples(const code_t *m, int n, char *const *comp, const sandbox_result_t *res, char *err, size_t errlen) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", m->samples_out, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return snprintf(err, errlen, "%s: cannot write", tmp), EVAL_EIO;
     for (int p = 0; p < m->set.n; p++)
-        for (int j = 0; j < m->n; j++) {
-            const size_t i = (size_t)p * m->n + j;
+        for (int j = 0; j < n; j++) {
+            const size_t i = (size_t)p * n + j;
             const sandbox_result_t *r = &res[i];
             const size_t tail = r->err_len > 2000 ? r->err_len - 2000 : 0;
             json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:f, s:f, s:s}", "task_id", m->set.p[p].task_id,
@@ -292,7 +292,7 @@ static int code_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int 
         }
         eval_values_add(out, "gen_s", gen_s);
         eval_values_add(out, "exec_s", exec_s);
-        if (m->samples_out) rc = write_samples(m, comp, res, err, errlen);
+        if (m->samples_out) rc = write_samples(m, n, comp, res, err, errlen);
     }
     for (size_t i = 0; comp && i < N; i++) free(comp[i]);
     for (size_t i = 0; prog && i < N; i++) free(prog[i]);
