@@ -23,6 +23,9 @@
 /* NS: user ids of the programs, one per job slot of each evaluator process: far above any
  * account's (they own no file and no process), distinct between processes by the pid */
 #define SANDBOX_UID_BASE 0x40000000u
+/* NS run by another user: the program's id inside its user namespace (mapped to the caller's);
+ * not 0, so the program's execve leaves it without capabilities there */
+#define SANDBOX_USERNS_ID 1000u
 
 static const char *const end_names[SANDBOX_NEND] = {"passed", "failed", "wall", "cpu", "memory", "disk",
                                                     "procs", "files", "output", "signal", "error"};
@@ -37,6 +40,7 @@ struct sandbox {
     char env_buf[4][600];
     char tmpdir[512];      /* NONE: parent directory of the working directories */
     char describe[600];
+    int userns;            /* NS without root: user namespaces too */
 };
 
 typedef struct {
@@ -204,6 +208,19 @@ static void remove_tree(const char *path) {
     nftw(path, remove_one, 16, FTW_PHYS | FTW_DEPTH);
 }
 
+/* Writes text to /proc/<pid>/<file>; 0 or -1 (errno set). */
+static int write_proc(pid_t pid, const char *file, const char *text) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
 /* Starts program idx in slot s (slot number k); 0, or -1 when it could not be started (the
  * slot then holds a finished SANDBOX_ERROR with the reason in info). */
 static int start(sandbox_t *sb, slot_t *s, int k, const char *program, int idx) {
@@ -212,11 +229,11 @@ static int start(sandbox_t *sb, slot_t *s, int k, const char *program, int idx) 
     s->idx = idx;
     s->out_fd = s->err_fd = s->info_fd = -1;
     s->t0 = now_s();
-    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pi[2] = {-1, -1};
-    const int ns = sb->cfg.isolation == SANDBOX_ISOLATE_NS;
-    const uid_t uid = SANDBOX_UID_BASE + (((uid_t)getpid() & 0x3fffffu) << 8) + (uid_t)k;
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}, pi[2] = {-1, -1}, ps[2] = {-1, -1};
+    const int ns = sb->cfg.isolation == SANDBOX_ISOLATE_NS, userns = ns && sb->userns;
+    const uid_t uid = userns ? SANDBOX_USERNS_ID : SANDBOX_UID_BASE + (((uid_t)getpid() & 0x3fffffu) << 8) + (uid_t)k;
     char why[300] = "";
-    if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(pi, O_CLOEXEC)) {
+    if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || pipe2(pi, O_CLOEXEC) || (userns && pipe2(ps, O_CLOEXEC))) {
         snprintf(why, sizeof why, "pipe: %s", strerror(errno));
         goto fail;
     }
@@ -238,20 +255,43 @@ static int start(sandbox_t *sb, slot_t *s, int k, const char *program, int idx) 
     }
     sandbox_child_t c = {
         .isolation = sb->cfg.isolation, .workdir = s->workdir, .tmpfs_opts = s->tmpfs_opts, .uid = uid,
-        .set_uid = ns || geteuid() == 0,
+        .set_uid = ns ? !userns : geteuid() == 0, .userns = userns, .sync_fd = ps[0],
         .program = program, .program_len = strlen(program), .out_fd = po[1], .err_fd = pe[1],
         .info_fd = pi[1], .cfg = &sb->cfg, .argv = sb->argv, .envp = sb->envp,
     };
     /* a raw clone, like fork without the atfork handlers (OpenBLAS's would stop its threads
      * on every program); NS: the child is the first process of its own namespaces */
-    const long flags = SIGCHLD | (ns ? CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS : 0);
+    const long flags = SIGCHLD | (ns ? CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS : 0) |
+                       (userns ? CLONE_NEWUSER : 0);
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, NULL);
     if (pid == 0) sandbox_child(&c);
     if (pid < 0) {
-        snprintf(why, sizeof why, "clone%s: %s", ns ? " with new namespaces" : "", strerror(errno));
+        snprintf(why, sizeof why, "clone%s: %s", ns ? userns ? " with new user and other namespaces" : " with new namespaces" : "",
+                 strerror(errno));
         goto fail;
     }
     s->pid = pid;
+    if (userns) {
+        /* the program's id inside is SANDBOX_USERNS_ID, the caller's outside; no groups */
+        char map[64];
+        const char *step = "setgroups";
+        int bad = write_proc(pid, "setgroups", "deny");
+        snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_USERNS_ID, (unsigned)geteuid());
+        if (!bad && (step = "uid_map", bad = write_proc(pid, "uid_map", map)) == 0) {
+            snprintf(map, sizeof map, "%u %u 1\n", SANDBOX_USERNS_ID, (unsigned)getegid());
+            step = "gid_map";
+            bad = write_proc(pid, "gid_map", map);
+        }
+        if (bad || write(ps[1], "x", 1) != 1) {
+            snprintf(why, sizeof why, "writing the user namespace's %s: %s", step, strerror(errno));
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            goto fail;
+        }
+        close(ps[0]);
+        close(ps[1]);
+        ps[0] = ps[1] = -1;
+    }
     close(po[1]);
     close(pe[1]);
     close(pi[1]);
@@ -267,6 +307,7 @@ fail:
         if (po[i] >= 0) close(po[i]);
         if (pe[i] >= 0) close(pe[i]);
         if (pi[i] >= 0) close(pi[i]);
+        if (ps[i] >= 0) close(ps[i]);
     }
     s->reaped = 1;
     s->pid = -1;
@@ -497,26 +538,35 @@ int sandbox_open(sandbox_t **psb, const sandbox_cfg_t *cfg, char *err, size_t er
         return rc;
     }
     const sandbox_cfg_t *c = &sb->cfg;
+    sb->userns = c->isolation == SANDBOX_ISOLATE_NS && geteuid() != 0;
+    /* the probe: an empty program must run and exit 0. Root inside a user namespace (a rootless
+     * container) cannot take the per-slot user ids: then a user namespace of our own instead */
+    const char *empty = "";
+    sandbox_result_t r;
+    for (;;) {
+        rc = sandbox_run(sb, &empty, 1, &r, NULL, NULL, NULL, err, errlen);
+        if (rc) {
+            sandbox_close(&sb);
+            return rc;
+        }
+        if (r.end != SANDBOX_ERROR || c->isolation != SANDBOX_ISOLATE_NS || sb->userns) break;
+        sandbox_result_free(&r);
+        sb->userns = 1;
+    }
     snprintf(sb->describe, sizeof sb->describe,
              "%s; %s; wall %.3g s, cpu %.3g s, memory %zu MiB, disk %zu KiB, %d processes, %d files, output %zu KiB, %d job(s)",
              sb->argv[0],
-             c->isolation == SANDBOX_ISOLATE_NS ? "namespaces: pid, mount (read-only, tmpfs /tmp), net (no interface up), ipc, uts; own uid"
+             c->isolation == SANDBOX_ISOLATE_NS ? sb->userns ? "namespaces: user (uid 1000 inside, no capabilities), pid, mount (read-only, tmpfs /tmp), net (no interface up), ipc, uts"
+                                                             : "namespaces: pid, mount (read-only, tmpfs /tmp), net (no interface up), ipc, uts; own uid"
                                                 : geteuid() == 0 ? "NO isolation: rlimits, a process group, own uid"
                                                                  : "NO isolation: rlimits and a process group only",
              c->wall_s, c->cpu_s, c->mem_bytes >> 20, c->disk_bytes >> 10, c->nproc, c->nofile, c->out_bytes >> 10, c->jobs);
-    /* the probe: an empty program must run and exit 0 */
-    const char *empty = "";
-    sandbox_result_t r;
-    rc = sandbox_run(sb, &empty, 1, &r, NULL, NULL, NULL, err, errlen);
-    if (rc) {
-        sandbox_close(&sb);
-        return rc;
-    }
     if (r.end != SANDBOX_PASSED) {
-        const int denied = r.end == SANDBOX_ERROR && (strstr(r.err, "Operation not permitted") || strstr(r.err, "namespaces"));
+        const int denied = r.end == SANDBOX_ERROR && (strstr(r.err, "Operation not permitted") || strstr(r.err, "namespace"));
         if (denied && c->isolation == SANDBOX_ISOLATE_NS)
-            snprintf(err, errlen, "cannot isolate programs here (%s): the sandbox needs root (CAP_SYS_ADMIN) for its "
-                     "namespaces; --sandbox none runs them with rlimits only (no network or filesystem isolation: trusted code only)", r.err);
+            snprintf(err, errlen, "cannot isolate programs here (%s): the sandbox needs root, or unprivileged user namespaces "
+                     "(kernel.unprivileged_userns_clone, user.max_user_namespaces), for its namespaces; --sandbox none runs them "
+                     "with rlimits only (no network or filesystem isolation: trusted code only)", r.err);
         else
             snprintf(err, errlen, "interpreter '%s' does not run an empty program (%s, status %d): %.300s", c->interpreter,
                      sandbox_end_name(r.end), r.code, r.err);

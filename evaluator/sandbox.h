@@ -9,8 +9,9 @@
  * stalled or crashed caller. docs/evaluator.md ("The sandbox") says what each limit protects
  * against.
  *
- * Isolation (SANDBOX_ISOLATE_NS, the default; needs root, i.e. CAP_SYS_ADMIN): each program is
- * the first process of new PID, mount, network, IPC and UTS namespaces, created by clone(2):
+ * Isolation (SANDBOX_ISOLATE_NS, the default): each program is the first process of new PID,
+ * mount, network, IPC and UTS namespaces, created by clone(2), where a small init (PID 1) runs
+ * the program as PID 2 and reaps what it orphans:
  *   - network: a new network namespace holds only a loopback interface that is down, so every
  *     connect() fails (ENETUNREACH), to the internet and to this machine's own services alike;
  *   - filesystem: every mount is made read-only and nosuid (mount_setattr, Linux >= 5.12), and
@@ -19,9 +20,13 @@
  *   - processes: the program runs as a user id of its own (one per job slot, owning no file and
  *     no other process), so RLIMIT_NPROC counts its processes alone and it can signal no
  *     process outside; it cannot see them either (its own PID namespace, a fresh /proc). When
- *     the program (PID 1 of its namespace) ends, or is killed at a limit, the kernel kills
- *     every process left in the namespace: nothing it forked survives it.
- * SANDBOX_ISOLATE_NONE (asked for explicitly, e.g. where the caller is not root): the same
+ *     the program ends, or is killed at a limit, its namespace's init exits and the kernel
+ *     kills every process left in the namespace: nothing it forked survives it.
+ * Root makes these directly. Another caller (or root in a user namespace that cannot take the
+ * per-slot ids, e.g. a rootless container) gets a user namespace too: the program is uid 1000
+ * inside it (mapped to the caller's uid), without capabilities after its execve, so it cannot
+ * undo the read-only mounts; RLIMIT_NPROC counts that namespace's processes alone.
+ * SANDBOX_ISOLATE_NONE (asked for explicitly, where no namespace can be made): the same
  * rlimits, a fresh working directory under the system's temporary directory (removed after),
  * the program in a process group of its own that is killed at the limits; but no network or
  * filesystem isolation, RLIMIT_NPROC counts every process of the calling user, and a program
@@ -38,7 +43,7 @@ enum {
     SANDBOX_ESYS = -2,       /* a system call the sandbox itself needs failed */
     SANDBOX_ENOMEM = -3,
     SANDBOX_EINTR = -4,      /* stopped by the caller's flag */
-    SANDBOX_EISOLATION = -5, /* the namespaces cannot be created here (not root?) */
+    SANDBOX_EISOLATION = -5, /* no namespace can be created here (no root, no user namespaces) */
     SANDBOX_EINTERP = -6,    /* the interpreter does not run an empty program */
 };
 

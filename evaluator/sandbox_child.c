@@ -71,7 +71,11 @@ static void mounts(const sandbox_child_t *c) {
                 die(c, "mounting a tmpfs over a shared scratch directory");
     }
     if (mount("sandbox", c->workdir, "tmpfs", MS_NOSUID | MS_NODEV, c->tmpfs_opts)) die(c, "mounting the working tmpfs");
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)) die(c, "mounting /proc");
+    /* a user namespace may be refused a new /proc where the caller's own is partly masked (a
+     * container): the old one then stays, read-only, showing the outer processes, whose private
+     * files stay closed to a process of another user namespace */
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) && !(c->userns && errno == EPERM))
+        die(c, "mounting /proc");
 }
 
 /* "S<status>" to the parent: the program's wait status, as the namespace's init saw it. */
@@ -133,6 +137,13 @@ void sandbox_child(const sandbox_child_t *c) {
     dfl.sa_handler = SIG_DFL;
     for (int s = 1; s < NSIG; s++) sigaction(s, &dfl, NULL); /* SIGKILL/SIGSTOP refuse: fine */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL)) die(c, "prctl PDEATHSIG"); /* the caller dies: so do we */
+    if (c->sync_fd >= 0) { /* a user namespace: nothing works before its id maps exist */
+        char b;
+        ssize_t r;
+        while ((r = read(c->sync_fd, &b, 1)) < 0 && errno == EINTR) {}
+        if (r != 1) die(c, "waiting for the user namespace's id maps");
+        close(c->sync_fd);
+    }
     /* a session of its own: the terminal's signals and kill(0, ...) stay out of the caller's group */
     if (setsid() < 0) die(c, "setsid");
     if (c->isolation == SANDBOX_ISOLATE_NS) mounts(c);

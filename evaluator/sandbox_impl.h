@@ -16,7 +16,10 @@ typedef struct {
     const char *workdir;        /* NS: "/tmp" (the fresh tmpfs); NONE: a fresh directory */
     const char *tmpfs_opts;     /* NS: "size=...,nr_inodes=...,mode=0700,uid=U,gid=U" */
     uid_t uid;                  /* the program's user and group id ... */
-    int set_uid;                /* ... taken when 1 (NS, or NONE run by root) */
+    int set_uid;                /* ... taken when 1 (NS run by root, or NONE run by root) */
+    int userns;                 /* NS run by another user: a user namespace too (sandbox.h) */
+    int sync_fd;                /* userns: read end the parent writes one byte to once it has
+                                   written the id maps (-1: none) */
     const char *program;        /* source text, written to workdir/main.py */
     size_t program_len;
     int out_fd, err_fd, info_fd;/* write ends: stdout, stderr, and the setup-failure channel

@@ -5,8 +5,9 @@
 # escape attempts (writing outside its directory, killing its parent, killing every process it
 # can see, leaving an orphan behind) each score 0 beside one right answer that still passes, and
 # leave the evaluator, the free disk and the process table as they were; pass@k of that problem
-# (c = 1 of n = 12) is k/12; where the namespaces cannot be made (not root) the evaluator says
-# so and --sandbox none runs trusted code. Then end to end: a tiny model trained on the toy
+# (c = 1 of n = 12) is k/12; another user than root gets the same isolation through a user
+# namespace, and where no namespace can be made the evaluator says so in one line and
+# --sandbox none runs trusted code. Then end to end: a tiny model trained on the toy
 # language of small Python functions (bin/tokenizer pyfuncs) reaches pass@1 > 0 on held-out
 # problems of it, through a live evaluator following the run, and a Free Transformer's samples
 # (one latent per sample) go through the same path; the paper's table prints both.
@@ -24,7 +25,9 @@ for f in example_humaneval example_mbpp; do
     ok "$f: canonical solutions score pass@1 = 1" "[ \"\$(val $W/$f.json pass@1)\" = 1 ] && [ \"\$(val $W/$f.json end_passed)\" = 5 ]"
 done
 
-# 2. hostile completions of one problem (identity), the right one last
+# 2. hostile completions of one problem (identity), the right one last. The wall-clock limit
+# (20 s) is far above the CPU limit (1 s), so that on a loaded machine the busy loop still
+# reaches its CPU limit first and the fork bomb its process limit; only the sleeper meets the wall.
 port=$(($(it_port_base 1)))
 $PY - "$port" "$W/net.log" <<'PYEOF' 2>/dev/null & pids+=($!)
 import socket, sys
@@ -66,7 +69,7 @@ PYEOF
 sandbox_procs() { ps -eo uid= | awk '$1 >= 1073741824' | wc -l; }
 avail() { df -Pk "$1" | awk 'NR == 2 {print $4}'; }
 root0=$(avail /); tmp0=$(avail /tmp)
-ev --task code --file "$W/h.jsonl" --completions "$W/hc.jsonl" --timeout 3 --cpu-limit 1 --jobs 2 \
+ev --task code --file "$W/h.jsonl" --completions "$W/hc.jsonl" --timeout 20 --cpu-limit 1 --jobs 2 \
     --samples-out "$W/hs.jsonl" --out "$W/results.jsonl" --run hostile >"$W/h.json" 2>"$W/h.log"; rc=$?
 ok "the evaluator survives the hostile programs (exit $rc) and scores them" "[ $rc = 0 ] && [ \"\$(val $W/h.json samples)\" = 12 ]"
 end_of() { jq -r "select(.sample == $1) | .end" "$W/hs.jsonl"; }
@@ -94,16 +97,85 @@ root1=$(avail /); tmp1=$(avail /tmp)
 ok "free disk as it was (/: $root0 -> $root1 KiB, /tmp: $tmp0 -> $tmp1 KiB)" \
    "[ $root1 -gt \$(($root0 - 262144)) ] && [ $tmp1 -gt \$(($tmp0 - 262144)) ]"
 
-# 3. where the namespaces cannot be made (an unprivileged user): one line naming the way out
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
-    (cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups "$OLDPWD/bin/evaluator" --task code \
-        --file "$OLDPWD/evaluator/tasks/example_humaneval.jsonl" --canonical --quiet) >"$W/nr.json" 2>"$W/nr.log"; rc=$?
-    ok "not root: refused (exit $rc) in one line that names --sandbox none" \
-       "[ $rc = 2 ] && [ \$(wc -l < $W/nr.log) = 1 ] && grep -q 'needs root.*--sandbox none' $W/nr.log"
-    (cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups "$OLDPWD/bin/evaluator" --task code \
-        --file "$OLDPWD/evaluator/tasks/example_humaneval.jsonl" --canonical --quiet --sandbox none) >"$W/nr2.json" 2>&1
-    ok "not root, --sandbox none: trusted code runs" "[ \"\$(val $W/nr2.json pass@1)\" = 1 ]"
+# 3. another user than root: the same isolation through a user namespace (the program is uid
+# 1000 inside it, without capabilities); where no namespace can be made at all (a user namespace
+# whose max_user_namespaces is 0), one line naming --sandbox none, which runs trusted code
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && command -v unshare >/dev/null; then
+    NR=$(mktemp -d /tmp/it_code_nobody.XXXXXX); chmod 777 "$NR"
+    cp evaluator/tasks/example_humaneval.jsonl "$W/h.jsonl" "$NR/"
+    $PY - "$NR" "$port" >"$NR/c.jsonl" <<'PYEOF'
+import json, sys
+NR, port = sys.argv[1], sys.argv[2]
+for body in ["    open('%s/escaped', 'w').write('x')\n    return x\n" % NR,
+             "    import socket\n    socket.create_connection(('127.0.0.1', %s), timeout=2).sendall(b'x')\n    return x\n" % port,
+             "    import os, signal\n    os.kill(os.getppid(), signal.SIGKILL)\n    return x\n",
+             "    return x\n"]:
+    print(json.dumps({"task_id": "H/0", "completion": body}))
+PYEOF
+    chmod 644 "$NR"/*
+    nobody() { (cd "$NR" && setpriv --reuid=65534 --regid=65534 --clear-groups "$OLDPWD/bin/evaluator" "$@"); }
+    nobody --task code --file "$NR/example_humaneval.jsonl" --canonical --quiet >"$W/nr.json" 2>"$W/nr.log"
+    ok "not root: canonical solutions pass in the user-namespace sandbox" "[ \"\$(val $W/nr.json pass@1)\" = 1 ]"
+    nobody --task code --file "$NR/h.jsonl" --completions "$NR/c.jsonl" --jobs 2 --samples-out "$NR/s.jsonl" --quiet >"$W/nr1.json" 2>"$W/nr1.log"
+    ok "not root: writing outside, the network and killing the parent score 0 beside a right answer" \
+       "[ \"\$(jq -r .passed $NR/s.jsonl | tr '\n' ,)\" = 'false,false,false,true,' ] && [ ! -e $NR/escaped ] && ! grep -q connected $W/net.log"
+    unshare -U -r sh -c "echo 0 >/proc/sys/user/max_user_namespaces && exec bin/evaluator --task code --file evaluator/tasks/example_humaneval.jsonl --canonical --quiet" \
+        >"$W/nons.json" 2>"$W/nons.log"; rc=$?
+    ok "no namespace possible: refused (exit $rc) in one line that names --sandbox none" \
+       "[ $rc = 2 ] && [ \$(wc -l < $W/nons.log) = 1 ] && grep -q 'cannot isolate programs here.*--sandbox none' $W/nons.log"
+    nobody --task code --file "$NR/example_humaneval.jsonl" --canonical --quiet --sandbox none >"$W/nr2.json" 2>&1
+    ok "--sandbox none: trusted code runs without namespaces" "[ \"\$(val $W/nr2.json pass@1)\" = 1 ]"
+    rm -rf "$NR"
 fi
+# 4. end to end: the toy language of small Python functions; a baseline and a Free Transformer
+# trained through the pipeline while the paper's table follows them live
+bin/tokenizer pyfuncs --n 6000 --seed 1 >"$W/pf_train.jsonl"
+bin/tokenizer encode --vocab bytes --format jsonl --out "$W/pf" "$W/pf_train.jsonl" 2>/dev/null
+bin/tokenizer pyfuncs --n 20 --seed 2 --split test --format humaneval >"$W/pf_test.jsonl"
+# a problem's combination: name, argument, operation, constant
+combo() { jq -r "$1"' | capture("def (?<n>[a-z_]+)[(](?<a>[a-z])[)]:\n +\"\"\"Return [a-z] (?<o>[a-z]+) (?<k>[a-z]+)") | "\(.n) \(.a) \(.o) \(.k)"' "$2" | sort -u; }
+combo .prompt "$W/pf_test.jsonl" >"$W/test_combos"; combo .text "$W/pf_train.jsonl" >"$W/train_combos"
+ok "held-out problems ($(wc -l <"$W/test_combos") combinations) share none with the training text ($(wc -l <"$W/train_combos"))" \
+   "[ \$(wc -l <$W/test_combos) -ge 10 ] && [ \$(wc -l <$W/train_combos) -ge 900 ] && [ -z \"\$(comm -12 $W/test_combos $W/train_combos)\" ]"
+printf '%s\n' "[Generative code]" \
+    "pyfuncs pass@1 code --file $W/pf_test.jsonl --vocab bytes --max-new 40 --timeout 5 --jobs 2" \
+    "[Multi-choice]" "mmlu macro_avg/acc_char mc --file evaluator/tasks/example_mmlu.jsonl --vocab bytes" >"$W/tasks.txt"
+it_pipeline "$W/pf"
+evaluator/paper_table.sh --live --every 1 --tasks "$W/tasks.txt" --out "$W/table.jsonl" Baseline="$W/base" "1 bit"="$W/free" \
+    >"$W/live.log" 2>&1 & lt=$!; pids+=($lt)
+# seq-len 80 holds a document; --max-seq 128 leaves room for a prompt and 40 new tokens
+PF="--seq-len 80 --max-seq 128 --batch 16 --d-model 64 --layers 2 --heads 4 --kv-heads 2 --d-ff 192 --lr 6e-3 --warmup 20"
+t0=$SECONDS
+bin/trainer --loaders "ipc://$W/l0" $PF --run base --run-dir "$W/base" --steps 400 --ckpt-every 200 2>"$W/base.log"
+ok "baseline trained (400 steps, $((SECONDS - t0)) s)" "[ -d $W/base/ckpt-00000400 ]"
+t0=$SECONDS
+bin/trainer --loaders "ipc://$W/l0" $PF --model free --latent-bits 4 --kappa 1 --run free --run-dir "$W/free" \
+    --steps 100 --ckpt-every 50 2>"$W/free.log"
+ok "Free Transformer trained (100 steps, $((SECONDS - t0)) s)" "[ -d $W/free/ckpt-00000100 ]"
+have() { jq -e --arg r "$1" --arg t "$2" --argjson s "$3" 'select(.run == $r and .task == $t and .step == $s)' "$W/table.jsonl" >/dev/null 2>&1; }
+wait_for "have base pyfuncs 400 && have base mmlu 400 && have free pyfuncs 100 && have free mmlu 100 && have base pyfuncs 200 && have free pyfuncs 50" 300
+sleep 2 # the table's next print
+kill -TERM $lt; wait $lt 2>/dev/null
+p1=$(jq -r 'select(.run == "base" and .task == "pyfuncs" and .step == 400) | .values["pass@1"]' "$W/table.jsonl")
+ok "the baseline solves held-out problems: pass@1 $p1 > 0" "awk -v p='$p1' 'BEGIN {exit !(p > 0)}'"
+followed=$(jq -r 'select(.task == "pyfuncs") | "\(.run) \(.step)"' "$W/table.jsonl" | sort -u | tr '\n' ,)
+ok "the live evaluators followed every checkpoint ($followed)" "[ '$followed' = 'base 200,base 400,free 100,free 50,' ]"
+ok "the live table shows the final steps of both" "grep -q '^| step | 400 | 100 | |$' $W/live.log"
+ok "the table holds both rows, the Free Transformer's value with its change" \
+   "grep -Eq '^\| pyfuncs \(pass@1\) \| [0-9.]+ \| [0-9.]+ \| ([+-][0-9.]+%|-) \|$' $W/live.log && grep -q '^| mmlu (macro_avg/acc_char) |' $W/live.log"
+ok "the Free Transformer's column names its kappa" "grep -q '1 bit (kappa 1 bit)' $W/live.log"
+evaluator/paper_table.sh --tasks "$W/tasks.txt" --out "$W/table.jsonl" Baseline="$W/base" "1 bit"="$W/free" >"$W/once.md" 2>"$W/once.log"
+ok "after the fact: nothing redone, the same table" \
+   "[ \"\$(grep -c . $W/table.jsonl)\" = 8 ] && diff <(grep '^| pyfuncs' $W/once.md) <(grep '^| pyfuncs' $W/live.log | tail -1) >/dev/null"
+cat "$W/once.md"
+# the Free Transformer's latent-per-sample path: 4 greedy samples per problem, each with its own latents
+ev --run free --run-dir "$W/free" --task code --file "$W/pf_test.jsonl" --limit 10 --vocab bytes --samples 4 --max-new 40 \
+    --once --no-bus --quiet --samples-out "$W/free_samples.jsonl" >"$W/free.json" 2>"$W/free_ev.log"
+ok "Free Transformer: 4 samples of each of 10 problems generated and run" \
+   "[ \"\$(val $W/free.json samples)\" = 4 ] && [ \"\$(grep -c . $W/free_samples.jsonl)\" = 40 ] && jq -e '.values.gen_s > 0 and .values.end_error == 0' $W/free.json >/dev/null"
+echo "Free Transformer, 4 samples of 10 problems: pass@1 $(val "$W/free.json" pass@1), pass@4 $(val "$W/free.json" pass@4)," \
+     "$(jq -r '.task_id + " " + .completion' "$W/free_samples.jsonl" | sort -u | wc -l) distinct (problem, completion) of 40"
+
 ev --task code --file evaluator/tasks/example_mbpp.jsonl --completions /dev/null --quiet 2>"$W/bad.log"; rc=$?
 ok "an empty completions file is refused in one line" "[ $rc = 2 ] && [ \$(wc -l < $W/bad.log) = 1 ] && grep -q 'same number' $W/bad.log"
 ev --task code --file evaluator/tasks/example_mbpp.jsonl --canonical --interpreter /no/python 2>"$W/bad2.log"; rc=$?
