@@ -67,8 +67,10 @@ static int score_given(const eval_task_cfg_t *tc, const char *run, const char *t
         return rc == EVAL_EINTR ? 0 : 1;
     }
     eval_values_add(&vals, "eval_s", progress_now() - t0);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     eval_record_t r = {run ? run : "given", tag ? tag : tc->task, tc->completions ? tc->completions : "canonical", 0,
-                       (double)time(NULL), &vals};
+                       now.tv_sec + now.tv_nsec * 1e-9, &vals};
     if (out && eval_results_append(out, &r, err, sizeof err)) {
         fprintf(stderr, "evaluator: %s\n", err);
         return 1;
@@ -111,11 +113,11 @@ int main(int argc, char **argv) {
         {"batches", FLAG_INT, &tc.batches, "val: batches evaluated (0: the whole split)", 0, 1e9, 0},
         {"batch", FLAG_INT, &tc.batch, "rows per forward", 1, 65536, 0},
         {"seq-len", FLAG_INT, &tc.seq_len, "val: tokens per row (0: the model's max_position_embeddings)", 0, 1 << 20, 0},
-        {"seed", FLAG_I64, &tc.seed, "val: document order; em: sampling", 0, 0, 0},
-        {"file", FLAG_STR, &tc.file, "mc, em: the JSONL task file", 0, 0, 0},
-        {"vocab", FLAG_STR, &tc.vocab, "mc, em: the run's tokenizer (bytes, gpt2, cl100k_base, a file)", 0, 0, 0},
-        {"limit", FLAG_INT, &tc.limit, "mc, em: first N items only (0: all); synth: groups of 5 (0: 10)", 0, 1e9, 0},
-        {"temperature", FLAG_FLOAT, &tc.temperature, "em: 0 = greedy, else sampled with --seed; synth: sampling temperature (0: 1)", 0, 100, 0},
+        {"seed", FLAG_I64, &tc.seed, "val: document order; em, code: sampling", 0, 0, 0},
+        {"file", FLAG_STR, &tc.file, "mc, em, code: the JSONL task file (code: HumanEval or MBPP problems)", 0, 0, 0},
+        {"vocab", FLAG_STR, &tc.vocab, "mc, em, code: the run's tokenizer (bytes, gpt2, cl100k_base, a file)", 0, 0, 0},
+        {"limit", FLAG_INT, &tc.limit, "mc, em, code: first N items only (0: all); synth: groups of 5 (0: 10)", 0, 1e9, 0},
+        {"temperature", FLAG_FLOAT, &tc.temperature, "em, code: 0 = greedy, else sampled with --seed; synth: sampling temperature (0: 1)", 0, 100, 0},
         {"eot-prefix", FLAG_BOOL, &tc.eot_prefix, "synth: put end-of-text before each prompt (models trained on rows that start with it)", 0, 0, 0},
         {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
         {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging); LTM mc: posterior samples per question", 1, 4096, 0},

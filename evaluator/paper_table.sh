@@ -119,10 +119,10 @@ if [ $print = 1 ]; then print_table; exit; fi
 
 # one evaluator per run and task row
 ev_pids=()
-start_ev() { # spec tag task options once
+start_ev() { # spec tag task options once; exec: in the background the job IS the evaluator
     local spec=$1 tag=$2 task=$3 opts=$4 once=$5
     # shellcheck disable=SC2086 # the row's options are words
-    "$bin" --run "$(run_name "$spec")" --run-dir "$(run_dir "$spec")" --task "$task" --tag "$tag" --out "$out" \
+    exec "$bin" --run "$(run_name "$spec")" --run-dir "$(run_dir "$spec")" --task "$task" --tag "$tag" --out "$out" \
         $once $opts $eval_opts
 }
 cleanup() { for p in "${ev_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait 2>/dev/null; }
@@ -131,7 +131,7 @@ if [ $live = 0 ]; then
     while IFS=$'\t' read -r kind tag metric task opts; do
         [ "$kind" = R ] || continue
         for spec in "${runs[@]}"; do
-            start_ev "$spec" "$tag" "$task" "$opts" "--once --no-bus --quiet" >/dev/null || {
+            (start_ev "$spec" "$tag" "$task" "$opts" "--once --no-bus --quiet" >/dev/null) || {
                 echo "paper_table.sh: evaluating $tag on $(run_dir "$spec") failed" >&2; rc=1; }
         done
     done <<<"$rows"
@@ -147,10 +147,10 @@ while IFS=$'\t' read -r kind tag metric task opts; do
         start_ev "$spec" "$tag" "$task" "$opts" "--quiet" >/dev/null & ev_pids+=($!)
     done
 done <<<"$rows"
-last=""
+last=0
 while :; do
     sleep "$every" & wait $!
-    cur=$(cat "$out" 2>/dev/null | wc -l)
+    cur=$(cat "$out" 2>/dev/null | wc -l); cur=${cur:-0}
     if [ "$cur" != "$last" ]; then
         last=$cur
         echo "== $(date '+%H:%M:%S'), $cur result(s) in $out"

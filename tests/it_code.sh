@@ -87,7 +87,7 @@ ok "pass@k = k/12 for c = 1 of n = 12 (k = 1, 5, 12)" \
    "jq -e '.values | (.\"pass@1\" - 1/12 | fabs) < 1e-12 and (.\"pass@5\" - 5/12 | fabs) < 1e-12 and .\"pass@12\" == 1' $W/h.json >/dev/null"
 ok "the ends are counted by limit" \
    "jq -e '.values | .end_passed == 1 and .end_failed == 5 and .end_cpu == 1 and .end_wall == 1 and .end_procs == 1 and .end_memory == 1 and .end_disk == 1 and .end_signal == 1' $W/h.json >/dev/null"
-ok "the result went to --out with the run name" "jq -e 'select(.run == \"hostile\" and .task == \"code\")' $W/results.jsonl >/dev/null"
+ok "the result went to --out with the run name" "jq -s -e 'any(.[]; .run == \"hostile\" and .task == \"code\")' $W/results.jsonl >/dev/null"
 ok "nothing was written outside the working directory" "[ ! -e $W/escaped ]"
 ok "no connection reached this machine's listener" "! grep -q connected $W/net.log"
 ok "no sandboxed process is left (fork bomb, orphan)" "[ \$(sandbox_procs) = 0 ]"
@@ -117,8 +117,11 @@ PYEOF
     nobody --task code --file "$NR/example_humaneval.jsonl" --canonical --quiet >"$W/nr.json" 2>"$W/nr.log"
     ok "not root: canonical solutions pass in the user-namespace sandbox" "[ \"\$(val $W/nr.json pass@1)\" = 1 ]"
     nobody --task code --file "$NR/h.jsonl" --completions "$NR/c.jsonl" --jobs 2 --samples-out "$NR/s.jsonl" --quiet >"$W/nr1.json" 2>"$W/nr1.log"
-    ok "not root: writing outside, the network and killing the parent score 0 beside a right answer" \
-       "[ \"\$(jq -r .passed $NR/s.jsonl | tr '\n' ,)\" = 'false,false,false,true,' ] && [ ! -e $NR/escaped ] && ! grep -q connected $W/net.log"
+    # (kill(getppid()) reaches the namespace's init, of the same user id here, which ignores
+    # it: the evaluator never sees it, and the sample's answer counts)
+    ok "not root: writing outside and the network score 0 beside a right answer, the evaluator unharmed by a kill of its parent" \
+       "[ \"\$(jq -r .passed $NR/s.jsonl | sed -n '1p;2p;4p' | tr '\n' ,)\" = 'false,false,true,' ] && [ ! -e $NR/escaped ] && \
+        ! grep -q connected $W/net.log && [ \"\$(val $W/nr1.json samples)\" = 4 ]"
     unshare -U -r sh -c "echo 0 >/proc/sys/user/max_user_namespaces && exec bin/evaluator --task code --file evaluator/tasks/example_humaneval.jsonl --canonical --quiet" \
         >"$W/nons.json" 2>"$W/nons.log"; rc=$?
     ok "no namespace possible: refused (exit $rc) in one line that names --sandbox none" \
@@ -152,14 +155,17 @@ t0=$SECONDS
 bin/trainer --loaders "ipc://$W/l0" $PF --model free --latent-bits 4 --kappa 1 --run free --run-dir "$W/free" \
     --steps 100 --ckpt-every 50 2>"$W/free.log"
 ok "Free Transformer trained (100 steps, $((SECONDS - t0)) s)" "[ -d $W/free/ckpt-00000100 ]"
-have() { jq -e --arg r "$1" --arg t "$2" --argjson s "$3" 'select(.run == $r and .task == $t and .step == $s)' "$W/table.jsonl" >/dev/null 2>&1; }
-wait_for "have base pyfuncs 400 && have base mmlu 400 && have free pyfuncs 100 && have free mmlu 100 && have base pyfuncs 200 && have free pyfuncs 50" 300
+# every result the live table must collect, one "run task step" per line
+want_results() { printf '%s\n' "base mmlu 200" "base mmlu 400" "base pyfuncs 200" "base pyfuncs 400" \
+                                "free mmlu 100" "free mmlu 50" "free pyfuncs 100" "free pyfuncs 50"; }
+got_results() { jq -r '"\(.run) \(.task) \(.step)"' "$W/table.jsonl" 2>/dev/null | LC_ALL=C sort -u; }
+wait_for "[ \"\$(got_results)\" = \"\$(want_results)\" ]" 600
 sleep 2 # the table's next print
 kill -TERM $lt; wait $lt 2>/dev/null
 p1=$(jq -r 'select(.run == "base" and .task == "pyfuncs" and .step == 400) | .values["pass@1"]' "$W/table.jsonl")
 ok "the baseline solves held-out problems: pass@1 $p1 > 0" "awk -v p='$p1' 'BEGIN {exit !(p > 0)}'"
-followed=$(jq -r 'select(.task == "pyfuncs") | "\(.run) \(.step)"' "$W/table.jsonl" | sort -u | tr '\n' ,)
-ok "the live evaluators followed every checkpoint ($followed)" "[ '$followed' = 'base 200,base 400,free 100,free 50,' ]"
+ok "the live evaluators evaluated every checkpoint of both runs, each once" \
+   "[ \"\$(got_results)\" = \"\$(want_results)\" ] && [ \$(grep -c . $W/table.jsonl) = 8 ]"
 ok "the live table shows the final steps of both" "grep -q '^| step | 400 | 100 | |$' $W/live.log"
 ok "the table holds both rows, the Free Transformer's value with its change" \
    "grep -Eq '^\| pyfuncs \(pass@1\) \| [0-9.]+ \| [0-9.]+ \| ([+-][0-9.]+%|-) \|$' $W/live.log && grep -q '^| mmlu (macro_avg/acc_char) |' $W/live.log"
