@@ -160,7 +160,8 @@ want_results() { printf '%s\n' "base mmlu 200" "base mmlu 400" "base pyfuncs 200
                                 "free mmlu 100" "free mmlu 50" "free pyfuncs 100" "free pyfuncs 50"; }
 got_results() { jq -r '"\(.run) \(.task) \(.step)"' "$W/table.jsonl" 2>/dev/null | LC_ALL=C sort -u; }
 wait_for "[ \"\$(got_results)\" = \"\$(want_results)\" ]" 600
-sleep 2 # the table's next print
+# the table printed once more with every result (jq on a loaded machine takes its time)
+wait_for "grep -q '^| step | 400 | 100 | |\$' $W/live.log && [ \"\$(tail -1 $W/live.log | cut -c1-6)\" = '| mmlu' ]" 120
 kill -TERM $lt; wait $lt 2>/dev/null
 p1=$(jq -r 'select(.run == "base" and .task == "pyfuncs" and .step == 400) | .values["pass@1"]' "$W/table.jsonl")
 ok "the baseline solves held-out problems: pass@1 $p1 > 0" "awk -v p='$p1' 'BEGIN {exit !(p > 0)}'"
