@@ -227,6 +227,55 @@ static void test_task_passk(void) {
     CHECK(lines == 20 && passed == 4, "%d lines, %d passed", lines, passed);
 }
 
+/* Every family that generates goes through the code task's generation (the sampler's path):
+ * a model of random weights (baseline, Free Transformer, latent-thought LM, causal mixer) writes
+ * 3 completions of a problem at temperature 1; each is at most --max-new bytes long, cut before
+ * the stop sequence, and run (junk fails, nothing errs). */
+static void test_generate_families(void) {
+    write_file(tmp_path("gen.jsonl"),
+               "{\"task_id\": \"G/0\", \"prompt\": \"def f(x):\\n\", \"entry_point\": \"f\", \"test\": \"def check(c):\\n    assert c(1) == 1\\n\"}\n");
+    const model_kind kinds[] = {MODEL_LLAMA, MODEL_FREE, MODEL_LTM, MODEL_MIXER};
+    for (int i = 0; i < 4; i++) {
+        model_config_t cfg = {.kind = kinds[i], .vocab_size = 257, .eot_id = 256, .d_model = 16, .n_layers = 2, .n_heads = 2,
+                              .n_kv_heads = 1, .d_ff = 32, .max_seq = 48, .rope_theta = 1e4f, .norm_eps = 1e-5f, .tied = 1,
+                              .latent_bits = 4, .kappa_nats = 0.5f, .latent_vectors = 2, .inner_steps = 2, .fast_lr = 0.3f,
+                              .fast_lr_end = 0.3f, .fast_lr_steps = 1, .mixer_heads = 1, .mixer_kernel = 1};
+        if (kinds[i] != MODEL_FREE) cfg.latent_bits = 0;
+        eval_lm_t *lm = NULL;
+        char err[1024];
+        CHECK(eval_lm_create(&lm, NULL, &cfg, 1, 1, 7, err, sizeof err) == 0, "kind %d: %s", (int)kinds[i], err);
+        if (!lm) continue;
+        eval_task_cfg_t c = {.task = "code", .batch = 1, .file = tmp_path("gen.jsonl"), .vocab = "bytes", .samples = 3,
+                             .max_new = 12, .temperature = 1, .top_p = 1, .seed = 5, .stop_words = "[\"e\"]",
+                             .samples_out = tmp_path("gen_samples.jsonl"), .sandbox = {.wall_s = 10, .cpu_s = 5, .jobs = 2}};
+        eval_task_t *t = NULL;
+        eval_values_t v;
+        int rc = eval_task_open(&t, &c, err, sizeof err);
+        CHECK(rc == 0, "%s", err);
+        if (!rc) rc = eval_task_run(t, lm, &v, NULL, err, sizeof err);
+        CHECK(rc == 0, "kind %d: %s", (int)kinds[i], err);
+        eval_task_close(&t);
+        eval_lm_free(&lm);
+        if (rc) continue;
+        CHECK(eval_values_get(&v, "samples") == 3 && eval_values_get(&v, "problems") == 1);
+        CHECK(eval_values_get(&v, "end_error") == 0 && eval_values_get(&v, "end_passed") + eval_values_get(&v, "end_failed") == 3,
+              "kind %d: passed %g failed %g", (int)kinds[i], eval_values_get(&v, "end_passed"), eval_values_get(&v, "end_failed"));
+        /* the completions: at most 12 bytes, none holding the stop sequence "e" (json-escaped
+         * text is longer; read the "completion" field's escaped form only for the letter) */
+        FILE *f = fopen(tmp_path("gen_samples.jsonl"), "r");
+        char line[16384];
+        int lines = 0, bad = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            lines++;
+            const char *a = strstr(line, "\"completion\":\""), *b = a ? strstr(a, "\",\"end\"") : NULL;
+            if (!a || !b) continue; /* a completion that is not UTF-8 is left out of the line */
+            for (const char *p = a + 14; p < b; p++) bad += *p == 'e' && p[-1] != '\\';
+        }
+        if (f) fclose(f);
+        CHECK(lines == 3 && bad == 0, "kind %d: %d lines, %d stop letters left", (int)kinds[i], lines, bad);
+    }
+}
+
 /* The sandbox on quick programs: exit status, captured output, the output bound, a setup
  * error for a missing interpreter, and the configuration checks. */
 static void test_sandbox_basics(void) {
@@ -271,6 +320,7 @@ int main(void) {
     RUN(test_stop_cut);
     RUN(test_given_completions);
     RUN(test_task_passk);
+    RUN(test_generate_families);
     RUN(test_sandbox_basics);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
