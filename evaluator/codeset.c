@@ -60,6 +60,60 @@ static void set_stops(code_set_t *s, const char *const *v, int n) {
         if ((s->stop[s->nstop] = strdup(v[i]))) s->nstop++;
 }
 
+/* A JSON value as a Python literal (a JSON string's escapes are a subset of Python's: \" \\ \/
+ * \n \t \r \b \f \uXXXX; the text is kept as UTF-8), malloc'd; NULL on out-of-memory. */
+static char *py_str(const char *text) {
+    json_t *j = json_string(text);
+    char *out = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    return out;
+}
+
+/* HumanEval+ as evalplus distributes it (base_input, plus_input, atol beside the HumanEval
+ * fields): the tests are evalplus's differential ones, every input of base_input + plus_input
+ * given to the candidate and to the canonical solution (its own namespace), the outputs equal,
+ * or for floats (a float, or a non-empty list of floats) within atol (1e-6 when atol is 0) +
+ * 1e-7 |expected|, of the same type and length. malloc'd text of the program's tail; NULL on
+ * out-of-memory. */
+static char *plus_tests(const char *prompt, const char *canon, const char *entry, json_t *base, json_t *plus, double atol) {
+    json_t *all = json_array();
+    if (!all) return NULL;
+    if (json_is_array(base)) json_array_extend(all, base);
+    if (json_is_array(plus)) json_array_extend(all, plus);
+    char *inputs = json_dumps(all, JSON_COMPACT | JSON_ENCODE_ANY), *ref = cat(prompt, canon, NULL);
+    json_decref(all);
+    char *inputs_py = inputs ? py_str(inputs) : NULL, *ref_py = ref ? py_str(ref) : NULL, *entry_py = py_str(entry);
+    char tol[64];
+    snprintf(tol, sizeof tol, "%.17g", atol);
+    char *out = NULL;
+    if (inputs_py && ref_py && entry_py)
+        out = cat("\n\ndef _ft_floats(x):\n"
+                  "    return isinstance(x, float) or (isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(i, float) for i in x))\n"
+                  "\ndef _ft_close(o, e, tol):\n"
+                  "    if type(o) != type(e):\n        return False\n"
+                  "    if isinstance(e, (list, tuple)):\n"
+                  "        return len(o) == len(e) and all(_ft_close(a, b, tol) for a, b in zip(o, e))\n"
+                  "    return abs(o - e) <= tol + 1e-7 * abs(e)\n"
+                  "\ndef _ft_plus():\n"
+                  "    import copy, json\n"
+                  "    ns = {}\n"
+                  "    exec(", ref_py, ", ns)\n"
+                  "    ref, cand = ns[", entry_py, "], globals()[", entry_py, "]\n"
+                  "    for args in json.loads(", inputs_py, "):\n"
+                  "        exp = ref(*copy.deepcopy(args))\n"
+                  "        out = cand(*copy.deepcopy(args))\n"
+                  "        if out == exp:\n            continue\n"
+                  "        tol = ", tol, " or (1e-6 if _ft_floats(exp) else 0)\n"
+                  "        assert tol and _ft_close(out, exp, tol), 'input %r: %r, expected %r' % (args, out, exp)\n"
+                  "\n_ft_plus()\n", NULL);
+    free(inputs);
+    free(ref);
+    free(inputs_py);
+    free(ref_py);
+    free(entry_py);
+    return out;
+}
+
 static int problem_line(json_t *o, int line, void *ctx, char *why, size_t whylen) {
     code_set_t *s = ctx;
     (void)line;
@@ -90,9 +144,15 @@ static int problem_line(json_t *o, int line, void *ctx, char *why, size_t whylen
     if (f == CODE_HUMANEVAL) {
         const char *prompt = str_field(o, "prompt"), *test = str_field(o, "test"), *entry = str_field(o, "entry_point");
         const char *canon = str_field(o, "canonical_solution");
-        if (!prompt || !test || !entry) return snprintf(why, whylen, "\"prompt\", \"test\" and \"entry_point\" must be strings"), -1;
+        json_t *base = json_object_get(o, "base_input"), *plus = json_object_get(o, "plus_input"), *atol = json_object_get(o, "atol");
+        const int is_plus = json_is_array(base) || json_is_array(plus); /* then "test" is not run */
+        if (!prompt || (!test && !is_plus) || !entry)
+            return snprintf(why, whylen, "\"prompt\", \"test\" and \"entry_point\" must be strings"), -1;
+        if (is_plus && !canon) return snprintf(why, whylen, "HumanEval+ inputs (base_input, plus_input) need a \"canonical_solution\""), -1;
+        if (atol && !json_is_number(atol)) return snprintf(why, whylen, "\"atol\" must be a number"), -1;
         p->prompt = strdup(prompt);
-        p->tests = cat("\n", test, "\n", "check(", entry, ")\n", NULL);
+        p->tests = is_plus ? plus_tests(prompt, canon, entry, base, plus, atol ? json_number_value(atol) : 0)
+                           : cat("\n", test, "\n", "check(", entry, ")\n", NULL);
         p->canonical = canon ? strdup(canon) : NULL;
         if (!p->prompt || !p->tests || (canon && !p->canonical)) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
         return 0;

@@ -6,6 +6,8 @@
  *   HumanEval, HumanEval+ (openai/human-eval, evalplus): task_id, prompt, entry_point, test,
  *     canonical_solution. The model continues `prompt`; the program is, as human-eval's
  *     execution.py builds it, prompt + completion + "\n" + test + "\n" + "check(<entry_point>)".
+ *     A HumanEval+ line (evalplus: base_input and/or plus_input, atol) is tested as evalplus
+ *     tests it, every input against the canonical solution's output (floats within atol).
  *     Stop sequences: Chen et al. (2021)'s "\nclass", "\ndef", "\n#", "\nif", "\nprint".
  *   MBPP (google-research mbpp, as on the Hugging Face hub): task_id, text, code, test_list
  *     [, test_setup_code]. The prompt is bigcode-evaluation-harness's (InCoder style): a

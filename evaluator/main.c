@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
         {"output-kb", FLAG_DOUBLE, &out_kb, "code: stdout and stderr kept per program, KiB; more: killed", 0.0625, 1 << 20, 0},
         {"fewshot", FLAG_STR, &tc.fewshot, "em: GSM8K lines put before every question as worked examples", 0, 0, 0},
         {"shots", FLAG_INT, &tc.shots, "em: the first N lines of --fewshot (0: all)", 0, 1000, 0},
-        {"sandbox", FLAG_STR, &isolation, "code: ns (namespaces: no network, read-only files; needs root) or none (rlimits only: trusted code)", 0, 0, 0},
+        {"sandbox", FLAG_STR, &isolation, "code: ns (namespaces: no network, read-only files; root or a user namespace) or none (rlimits only: trusted code)", 0, 0, 0},
     };
     const int nbase = flags_count(fl, 64);
     const int nf = nbase + bus_net_flags(fl + nbase, &net, -1);

@@ -20,9 +20,35 @@ ev() { timeout -k 5 300 bin/evaluator "$@"; }
 val() { jq -r ".values[\"$2\"]" "$1"; }
 
 # 1. the shipped problem sets: their canonical solutions pass
-for f in example_humaneval example_mbpp; do
+for f in example_humaneval example_humanevalplus example_mbpp; do
     ev --task code --file evaluator/tasks/$f.jsonl --canonical --quiet >"$W/$f.json" 2>"$W/$f.log"
-    ok "$f: canonical solutions score pass@1 = 1" "[ \"\$(val $W/$f.json pass@1)\" = 1 ] && [ \"\$(val $W/$f.json end_passed)\" = 5 ]"
+    ok "$f: canonical solutions score pass@1 = 1" "[ \"\$(val $W/$f.json pass@1)\" = 1 ] && [ \"\$(val $W/$f.json end_passed)\" = \$(grep -c . evaluator/tasks/$f.jsonl) ]"
+done
+
+# given completions with known answers: each line's "expect" says whether it passes (right,
+# subtly wrong, a syntax error, an exception, infinite recursion, a busy loop, text after a stop
+# sequence, right on HumanEval's test but not on HumanEval+'s inputs); every sample must end
+# so, and pass@k be what math.comb gives from those answers
+for f in example_humaneval example_humanevalplus example_mbpp; do
+    ev --task code --file evaluator/tasks/$f.jsonl --completions evaluator/tasks/${f}_samples.jsonl --cpu-limit 1 --jobs 2 \
+        --samples-out "$W/$f.s.jsonl" --quiet >"$W/$f.given.json" 2>"$W/$f.given.log"
+    ok "$f: each given completion passes or fails as its expect field says" \
+       "[ \"\$(jq -r .passed $W/$f.s.jsonl | tr '\n' ' ')\" = \"\$(jq -r .expect evaluator/tasks/${f}_samples.jsonl | tr '\n' ' ')\" ]"
+    ok "$f: pass@1..n of the given completions as math.comb computes them from the expected answers" \
+       "$PY - evaluator/tasks/${f}_samples.jsonl $W/$f.given.json <<'PYEOF'
+import json, math, sys
+c, n = {}, {}
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    n[r['task_id']] = n.get(r['task_id'], 0) + 1
+    c[r['task_id']] = c.get(r['task_id'], 0) + r['expect']
+got = json.load(open(sys.argv[2]))['values']
+assert len(set(n.values())) == 1 and got['samples'] == min(n.values())
+for k in range(1, min(n.values()) + 1):
+    want = sum(1 - math.comb(n[t] - c[t], k) / math.comb(n[t], k) for t in n) / len(n)
+    assert abs(got['pass@%d' % k] - want) < 1e-12, (k, got['pass@%d' % k], want)
+assert got['pass@1'] < 1 and got['end_failed'] + got['end_cpu'] > 0
+PYEOF"
 done
 
 # 2. hostile completions of one problem (identity), the right one last. The wall-clock limit
@@ -171,9 +197,19 @@ ok "the live table shows the final steps of both" "grep -q '^| step | 400 | 100 
 ok "the table holds both rows, the Free Transformer's value with its change" \
    "grep -Eq '^\| pyfuncs \(pass@1\) \| [0-9.]+ \| [0-9.]+ \| ([+-][0-9.]+%|-) \|$' $W/live.log && grep -q '^| mmlu (macro_avg/acc_char) |' $W/live.log"
 ok "the Free Transformer's column names its kappa" "grep -q '1 bit (kappa 1 bit)' $W/live.log"
-evaluator/paper_table.sh --tasks "$W/tasks.txt" --out "$W/table.jsonl" Baseline="$W/base" "1 bit"="$W/free" >"$W/once.md" 2>"$W/once.log"
-ok "after the fact: nothing redone, the same table" \
-   "[ \"\$(grep -c . $W/table.jsonl)\" = 8 ] && diff <(grep '^| pyfuncs' $W/once.md) <(grep '^| pyfuncs' $W/live.log | tail -1) >/dev/null"
+# after the fact, with a second Free Transformer (kappa 1/2 bit, 30 steps: a column, not a model): one column per kappa
+t0=$SECONDS
+bin/trainer --loaders "ipc://$W/l0" $PF --model free --latent-bits 4 --kappa 0.5 --run free05 --run-dir "$W/free05" \
+    --steps 30 --ckpt-every 30 2>"$W/free05.log"
+ok "Free Transformer at kappa 1/2 bit trained (30 steps, $((SECONDS - t0)) s)" "[ -d $W/free05/ckpt-00000030 ]"
+evaluator/paper_table.sh --tasks "$W/tasks.txt" --out "$W/table.jsonl" Baseline="$W/base" "1 bit"="$W/free" "1/2 bit"="$W/free05" \
+    >"$W/once.md" 2>"$W/once.log"
+ok "after the fact: only the new run evaluated, the first columns as live" \
+   "[ \"\$(grep -c . $W/table.jsonl)\" = 10 ] && \
+    diff <(grep '^| pyfuncs' $W/once.md | cut -d'|' -f1-5) <(grep '^| pyfuncs' $W/live.log | tail -1 | cut -d'|' -f1-5) >/dev/null"
+ok "one column per kappa, each with its value and change" \
+   "grep -q '1 bit (kappa 1 bit) | | 1/2 bit (kappa 0.5 bit) |' $W/once.md && \
+    grep -Eq '^\| pyfuncs \(pass@1\) \| [0-9.]+ \| [0-9.]+ \| ([+-][0-9.]+%|-) \| [0-9.]+ \| ([+-][0-9.]+%|-) \|$' $W/once.md"
 cat "$W/once.md"
 # the Free Transformer's latent-per-sample path: 4 greedy samples per problem, each with its own latents
 ev --run free --run-dir "$W/free" --task code --file "$W/pf_test.jsonl" --limit 10 --vocab bytes --samples 4 --max-new 40 \
@@ -182,6 +218,17 @@ ok "Free Transformer: 4 samples of each of 10 problems generated and run" \
    "[ \"\$(val $W/free.json samples)\" = 4 ] && [ \"\$(grep -c . $W/free_samples.jsonl)\" = 40 ] && jq -e '.values.gen_s > 0 and .values.end_error == 0' $W/free.json >/dev/null"
 echo "Free Transformer, 4 samples of 10 problems: pass@1 $(val "$W/free.json" pass@1), pass@4 $(val "$W/free.json" pass@4)," \
      "$(jq -r '.task_id + " " + .completion' "$W/free_samples.jsonl" | sort -u | wc -l) distinct (problem, completion) of 40"
+
+# the other published formats through the trained baseline's checkpoint: the shipped MBPP
+# problems (bigcode's prompt) generated and run, the shipped GSM8K lines (one worked example
+# before each) scored by their final number (test_eval's test_em_gsm8k checks the judging)
+ev --run base --run-dir "$W/base" --task code --file evaluator/tasks/example_mbpp.jsonl --vocab bytes --max-new 40 --timeout 5 \
+    --jobs 2 --once --no-bus --quiet >"$W/mbpp_gen.json" 2>"$W/mbpp_gen.log"
+ok "MBPP: the baseline's completions of the 5 problems generated and each run to an end" \
+   "jq -e '.values | .problems == 5 and .samples == 1 and .gen_s > 0 and .end_error == 0 and ([to_entries[] | select(.key | startswith(\"end_\")) | .value] | add) == 5' $W/mbpp_gen.json >/dev/null"
+ev --run base --run-dir "$W/base" --task em --file evaluator/tasks/example_gsm8k.jsonl --fewshot evaluator/tasks/example_gsm8k.jsonl \
+    --shots 1 --vocab bytes --max-new 16 --once --no-bus --quiet >"$W/gsm.json" 2>"$W/gsm.log"
+ok "GSM8K: the 5 shipped lines scored" "jq -e '.values | .n == 5 and .em >= 0 and .em <= 1' $W/gsm.json >/dev/null"
 
 ev --task code --file evaluator/tasks/example_mbpp.jsonl --completions /dev/null --quiet 2>"$W/bad.log"; rc=$?
 ok "an empty completions file is refused in one line" "[ $rc = 2 ] && [ \$(wc -l < $W/bad.log) = 1 ] && grep -q 'same number' $W/bad.log"

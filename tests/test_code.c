@@ -103,6 +103,36 @@ static void test_humaneval_format(void) {
     code_set_free(&s);
 }
 
+static void expect_read_fails(const char *text, const char *want);
+
+/* HumanEval+ as evalplus distributes it: base_input + plus_input run against the canonical
+ * solution (no "test" field needed). The prompt holds quotes, a backslash and UTF-8, which the
+ * reference's source must survive as a Python literal. A completion right on the base input
+ * only fails; the canonical one passes. */
+static void test_humanevalplus_format(void) {
+    write_file(tmp_path("hep.jsonl"),
+               "{\"task_id\": \"P/0\", \"prompt\": \"def f(x):\\n    \\\"\\\"\\\"|x|: 'a' \\\\\\\\ \\u00e9\\\"\\\"\\\"\\n\", \"entry_point\": \"f\","
+               " \"canonical_solution\": \"    return abs(x)\\n\", \"base_input\": [[1], [2]], \"plus_input\": [[-3]], \"atol\": 0}\n");
+    write_file(tmp_path("hep_c.jsonl"), "{\"task_id\": \"P/0\", \"completion\": \"    return abs(x)\\n\"}\n"
+                                        "{\"task_id\": \"P/0\", \"completion\": \"    return x\\n\"}\n");
+    eval_task_cfg_t c = {.task = "code", .batch = 1, .file = tmp_path("hep.jsonl"), .completions = tmp_path("hep_c.jsonl"),
+                         .top_p = 1, .sandbox = {.wall_s = 10, .cpu_s = 5, .jobs = 2}};
+    eval_task_t *t = NULL;
+    char err[1024];
+    int rc = eval_task_open(&t, &c, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    eval_values_t v;
+    rc = eval_task_run(t, NULL, &v, NULL, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    eval_task_close(&t);
+    if (!rc) CHECK(eval_values_get(&v, "end_passed") == 1 && eval_values_get(&v, "end_failed") == 1 && eval_values_get(&v, "pass@1") == 0.5,
+                   "passed %g failed %g", eval_values_get(&v, "end_passed"), eval_values_get(&v, "end_failed"));
+    expect_read_fails("{\"task_id\": \"a\", \"prompt\": \"x\", \"entry_point\": \"f\", \"plus_input\": [[1]]}\n", "need a \"canonical_solution\"");
+    expect_read_fails("{\"task_id\": \"a\", \"prompt\": \"x\", \"entry_point\": \"f\", \"canonical_solution\": \"y\", \"plus_input\": [[1]],"
+                      " \"atol\": \"0\"}\n", "\"atol\" must be a number");
+}
+
 /* bigcode's MBPP prompt: a docstring with the text and the first test; the program adds the
  * setup code and every test. task_id integers become text. */
 static void test_mbpp_format(void) {
@@ -227,53 +257,66 @@ static void test_task_passk(void) {
     CHECK(lines == 20 && passed == 4, "%d lines, %d passed", lines, passed);
 }
 
-/* Every family that generates goes through the code task's generation (the sampler's path):
- * a model of random weights (baseline, Free Transformer, latent-thought LM, causal mixer) writes
- * 3 completions of a problem at temperature 1; each is at most --max-new bytes long, cut before
- * the stop sequence, and run (junk fails, nothing errs). */
+/* One model generates 3 completions of the problem in `file` through the code task's generation
+ * (the sampler's path) at temperature 1; each is at most --max-new bytes long, cut before the
+ * stop sequence "e", and run (junk fails, nothing errs). */
+static void generate_case(model_kind kind, const char *file) {
+    model_config_t cfg = {.kind = kind, .vocab_size = 257, .eot_id = 256, .d_model = 16, .n_layers = 2, .n_heads = 2,
+                          .n_kv_heads = 1, .d_ff = 32, .max_seq = 48, .rope_theta = 1e4f, .norm_eps = 1e-5f, .tied = 1,
+                          .latent_bits = 4, .kappa_nats = 0.5f, .latent_vectors = 2, .inner_steps = 2, .fast_lr = 0.3f,
+                          .fast_lr_end = 0.3f, .fast_lr_steps = 1, .mixer_heads = 1, .mixer_kernel = 1};
+    if (kind != MODEL_FREE) cfg.latent_bits = 0;
+    eval_lm_t *lm = NULL;
+    char err[1024];
+    CHECK(eval_lm_create(&lm, NULL, &cfg, 1, 1, 7, err, sizeof err) == 0, "kind %d: %s", (int)kind, err);
+    if (!lm) return;
+    eval_task_cfg_t c = {.task = "code", .batch = 1, .file = file, .vocab = "bytes", .samples = 3,
+                         .max_new = 12, .temperature = 1, .top_p = 1, .seed = 5, .stop_words = "[\"e\"]",
+                         .samples_out = tmp_path("gen_samples.jsonl"), .sandbox = {.wall_s = 10, .cpu_s = 5, .jobs = 2}};
+    eval_task_t *t = NULL;
+    eval_values_t v;
+    int rc = eval_task_open(&t, &c, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (!rc) rc = eval_task_run(t, lm, &v, NULL, err, sizeof err);
+    CHECK(rc == 0, "kind %d: %s", (int)kind, err);
+    eval_task_close(&t);
+    eval_lm_free(&lm);
+    if (rc) return;
+    CHECK(eval_values_get(&v, "samples") == 3 && eval_values_get(&v, "problems") == 1);
+    CHECK(eval_values_get(&v, "end_error") == 0 && eval_values_get(&v, "end_passed") + eval_values_get(&v, "end_failed") == 3,
+          "kind %d: passed %g failed %g", (int)kind, eval_values_get(&v, "end_passed"), eval_values_get(&v, "end_failed"));
+    /* the completions: at most 12 bytes, none holding the stop sequence "e" (json-escaped
+     * text is longer; read the "completion" field's escaped form only for the letter) */
+    FILE *f = fopen(tmp_path("gen_samples.jsonl"), "r");
+    char line[16384];
+    int lines = 0, bad = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        const char *a = strstr(line, "\"completion\":\""), *b = a ? strstr(a, "\",\"end\"") : NULL;
+        if (!a || !b) continue; /* a completion that is not UTF-8 is left out of the line */
+        for (const char *p = a + 14; p < b; p++) bad += *p == 'e' && p[-1] != '\\';
+    }
+    if (f) fclose(f);
+    CHECK(lines == 3 && bad == 0, "kind %d: %d lines, %d stop letters left", (int)kind, lines, bad);
+}
+
+/* Every family that generates (baseline, Free Transformer, latent-thought LM, causal mixer;
+ * random weights) writes completions of a HumanEval problem through the code task's path. */
 static void test_generate_families(void) {
     write_file(tmp_path("gen.jsonl"),
                "{\"task_id\": \"G/0\", \"prompt\": \"def f(x):\\n\", \"entry_point\": \"f\", \"test\": \"def check(c):\\n    assert c(1) == 1\\n\"}\n");
     const model_kind kinds[] = {MODEL_LLAMA, MODEL_FREE, MODEL_LTM, MODEL_MIXER};
-    for (int i = 0; i < 4; i++) {
-        model_config_t cfg = {.kind = kinds[i], .vocab_size = 257, .eot_id = 256, .d_model = 16, .n_layers = 2, .n_heads = 2,
-                              .n_kv_heads = 1, .d_ff = 32, .max_seq = 48, .rope_theta = 1e4f, .norm_eps = 1e-5f, .tied = 1,
-                              .latent_bits = 4, .kappa_nats = 0.5f, .latent_vectors = 2, .inner_steps = 2, .fast_lr = 0.3f,
-                              .fast_lr_end = 0.3f, .fast_lr_steps = 1, .mixer_heads = 1, .mixer_kernel = 1};
-        if (kinds[i] != MODEL_FREE) cfg.latent_bits = 0;
-        eval_lm_t *lm = NULL;
-        char err[1024];
-        CHECK(eval_lm_create(&lm, NULL, &cfg, 1, 1, 7, err, sizeof err) == 0, "kind %d: %s", (int)kinds[i], err);
-        if (!lm) continue;
-        eval_task_cfg_t c = {.task = "code", .batch = 1, .file = tmp_path("gen.jsonl"), .vocab = "bytes", .samples = 3,
-                             .max_new = 12, .temperature = 1, .top_p = 1, .seed = 5, .stop_words = "[\"e\"]",
-                             .samples_out = tmp_path("gen_samples.jsonl"), .sandbox = {.wall_s = 10, .cpu_s = 5, .jobs = 2}};
-        eval_task_t *t = NULL;
-        eval_values_t v;
-        int rc = eval_task_open(&t, &c, err, sizeof err);
-        CHECK(rc == 0, "%s", err);
-        if (!rc) rc = eval_task_run(t, lm, &v, NULL, err, sizeof err);
-        CHECK(rc == 0, "kind %d: %s", (int)kinds[i], err);
-        eval_task_close(&t);
-        eval_lm_free(&lm);
-        if (rc) continue;
-        CHECK(eval_values_get(&v, "samples") == 3 && eval_values_get(&v, "problems") == 1);
-        CHECK(eval_values_get(&v, "end_error") == 0 && eval_values_get(&v, "end_passed") + eval_values_get(&v, "end_failed") == 3,
-              "kind %d: passed %g failed %g", (int)kinds[i], eval_values_get(&v, "end_passed"), eval_values_get(&v, "end_failed"));
-        /* the completions: at most 12 bytes, none holding the stop sequence "e" (json-escaped
-         * text is longer; read the "completion" field's escaped form only for the letter) */
-        FILE *f = fopen(tmp_path("gen_samples.jsonl"), "r");
-        char line[16384];
-        int lines = 0, bad = 0;
-        while (f && fgets(line, sizeof line, f)) {
-            lines++;
-            const char *a = strstr(line, "\"completion\":\""), *b = a ? strstr(a, "\",\"end\"") : NULL;
-            if (!a || !b) continue; /* a completion that is not UTF-8 is left out of the line */
-            for (const char *p = a + 14; p < b; p++) bad += *p == 'e' && p[-1] != '\\';
-        }
-        if (f) fclose(f);
-        CHECK(lines == 3 && bad == 0, "kind %d: %d lines, %d stop letters left", (int)kinds[i], lines, bad);
-    }
+    for (int i = 0; i < 4; i++) generate_case(kinds[i], tmp_path("gen.jsonl"));
+}
+
+/* Generated completions of an MBPP problem (the prompt built from text and the first test):
+ * the baseline and the Free Transformer. */
+static void test_generate_mbpp(void) {
+    write_file(tmp_path("gen_mbpp.jsonl"),
+               "{\"task_id\": 7, \"text\": \"Write f.\", \"code\": \"def f(x):\\n    return x\", "
+               "\"test_list\": [\"assert f(1) == 1\"]}\n");
+    generate_case(MODEL_LLAMA, tmp_path("gen_mbpp.jsonl"));
+    generate_case(MODEL_FREE, tmp_path("gen_mbpp.jsonl"));
 }
 
 /* The sandbox on quick programs: exit status, captured output, the output bound, a setup
@@ -315,12 +358,14 @@ int main(void) {
     RUN(test_passk_large_n);
     RUN(test_passk_unbiased);
     RUN(test_humaneval_format);
+    RUN(test_humanevalplus_format);
     RUN(test_mbpp_format);
     RUN(test_bad_problem_files);
     RUN(test_stop_cut);
     RUN(test_given_completions);
     RUN(test_task_passk);
     RUN(test_generate_families);
+    RUN(test_generate_mbpp);
     RUN(test_sandbox_basics);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
