@@ -103,6 +103,22 @@ static void test_humaneval_format(void) {
     code_set_free(&s);
 }
 
+/* Scores the completions of file `completions` for the problems of `problems` through the code
+ * task (the sandbox, 2 jobs); 0 with v filled, else the task's status (a CHECK failed). */
+static int score_given(const char *problems, const char *completions, const char *samples_out, eval_values_t *v) {
+    eval_task_cfg_t c = {.task = "code", .batch = 1, .file = problems, .completions = completions, .top_p = 1,
+                         .samples_out = samples_out, .sandbox = {.wall_s = 10, .cpu_s = 5, .jobs = 2}};
+    eval_task_t *t = NULL;
+    char err[1024];
+    int rc = eval_task_open(&t, &c, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return rc;
+    rc = eval_task_run(t, NULL, v, NULL, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    eval_task_close(&t);
+    return rc;
+}
+
 static void expect_read_fails(const char *text, const char *want);
 
 /* HumanEval+ as evalplus distributes it: base_input + plus_input run against the canonical
@@ -115,18 +131,8 @@ static void test_humanevalplus_format(void) {
                " \"canonical_solution\": \"    return abs(x)\\n\", \"base_input\": [[1], [2]], \"plus_input\": [[-3]], \"atol\": 0}\n");
     write_file(tmp_path("hep_c.jsonl"), "{\"task_id\": \"P/0\", \"completion\": \"    return abs(x)\\n\"}\n"
                                         "{\"task_id\": \"P/0\", \"completion\": \"    return x\\n\"}\n");
-    eval_task_cfg_t c = {.task = "code", .batch = 1, .file = tmp_path("hep.jsonl"), .completions = tmp_path("hep_c.jsonl"),
-                         .top_p = 1, .sandbox = {.wall_s = 10, .cpu_s = 5, .jobs = 2}};
-    eval_task_t *t = NULL;
-    char err[1024];
-    int rc = eval_task_open(&t, &c, err, sizeof err);
-    CHECK(rc == 0, "%s", err);
-    if (rc) return;
     eval_values_t v;
-    rc = eval_task_run(t, NULL, &v, NULL, err, sizeof err);
-    CHECK(rc == 0, "%s", err);
-    eval_task_close(&t);
-    if (!rc) CHECK(eval_values_get(&v, "end_passed") == 1 && eval_values_get(&v, "end_failed") == 1 && eval_values_get(&v, "pass@1") == 0.5,
+    if (score_given(tmp_path("hep.jsonl"), tmp_path("hep_c.jsonl"), NULL, &v) == 0) CHECK(eval_values_get(&v, "end_passed") == 1 && eval_values_get(&v, "end_failed") == 1 && eval_values_get(&v, "pass@1") == 0.5,
                    "passed %g failed %g", eval_values_get(&v, "end_passed"), eval_values_get(&v, "end_failed"));
     expect_read_fails("{\"task_id\": \"a\", \"prompt\": \"x\", \"entry_point\": \"f\", \"plus_input\": [[1]]}\n", "need a \"canonical_solution\"");
     expect_read_fails("{\"task_id\": \"a\", \"prompt\": \"x\", \"entry_point\": \"f\", \"canonical_solution\": \"y\", \"plus_input\": [[1]],"
@@ -222,19 +228,8 @@ static void test_task_passk(void) {
         fprintf(f, "{\"task_id\": \"B\", \"completion\": \"    return x\\n\"}\n");
     }
     fclose(f);
-    eval_task_cfg_t c = {.task = "code", .batch = 1, .file = tmp_path("t_prob.jsonl"), .completions = tmp_path("t_comp.jsonl"),
-                         .top_p = 1, .samples_out = tmp_path("t_samples.jsonl"),
-                         .sandbox = {.wall_s = 10, .cpu_s = 5, .jobs = 2}};
-    eval_task_t *t = NULL;
-    char err[1024];
-    int rc = eval_task_open(&t, &c, err, sizeof err);
-    CHECK(rc == 0, "%s", err);
-    if (rc) return;
     eval_values_t v;
-    rc = eval_task_run(t, NULL, &v, NULL, err, sizeof err);
-    CHECK(rc == 0, "%s", err);
-    eval_task_close(&t);
-    if (rc) return;
+    if (score_given(tmp_path("t_prob.jsonl"), tmp_path("t_comp.jsonl"), tmp_path("t_samples.jsonl"), &v)) return;
     for (int k = 1; k <= 10; k++) {
         char name[16];
         snprintf(name, sizeof name, "pass@%d", k);
