@@ -25,7 +25,8 @@
 # MIXERS_OUT/ (default results/mixers/): eval_<run>.json (bin/evaluator's output as is),
 # train_<run>.jsonl (the run's metrics) and commands.txt (every command that made them).
 #   MIXERS_STEPS   optimizer steps of every run (default 2000, 4.1M tokens; 1000 steps took
-#                  3-6 minutes a run here on one thread, plus under a minute per evaluation)
+#                  3-6 minutes a run on one quiet thread on 2026-11-24; 19-24 minutes on 2026-11-26 with
+#                  about seven jobs on the two cores; an evaluation 1-3 minutes)
 #   MIXERS_DE      the memory models' stored floats (default 16)
 #   MIXERS_RANGE   R of the embeddings' clamp (default 4)
 #   MIXERS_PARALLEL  trainings at once (default 1; give each one thread: OMP_NUM_THREADS=1)
