@@ -244,7 +244,7 @@ int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) 
                 return rc;
         }
     }
-    /* logs refused clients; watched before the bind, whose event opens the monitor's pipe */
+    /* logs refused clients; watched before the bind, so that no client comes first */
     if (g.has_key && !has_prefix(ep, "inproc://")) bus_zap_watch(zctx, s, ep);
     if (zmq_bind(s, ep) != 0)
         return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
