@@ -7,6 +7,9 @@ test-gpu: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/gpu/run.sh
 
+# the execution-model emulator and its binaries (make all builds them; tests/it_emu*.sh run them)
+include tests/emu/module.mk
+
 # make stress: bin/bus stopped by SIGTERM at random moments under publish/subscribe load, 200
 # times (tests/lib/bus_stress.py; make test runs 12 of them in tests/it_sigterm.sh, FT_STRESS_N
 # changes either count). Every stop must take under 2 s, with status 0 and the stop line.
