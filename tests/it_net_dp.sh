@@ -16,10 +16,12 @@
 #   4. the NCCL path's rendezvous across the hosts under the GPU emulator (build/emu/bin/trainer,
 #      tests/it_emu_dp.sh): rank 0 on A binds --rendezvous tcp://A:5730 under CURVE and hands the
 #      NCCL unique id to rank 1 on B; 10 steps equal, byte for byte, the same 2 emulated ranks
-#      on one host (rendezvous on 127.0.0.1). The emulated NCCL itself moves the data through
-#      this machine's shared memory (/dev/shm, which the namespaces share), not the network: what
-#      crosses the hosts is the rendezvous, the id and the ranks' heartbeat. A real NCCL between
-#      hosts opens its own sockets (NCCL_SOCKET_IFNAME, README "The GPU"): not run here.
+#      on one host (rendezvous on 127.0.0.1); and the same under mpirun on A and B (MPI hands
+#      out rank 0's rendezvous, rank 1 fetches the id there). The emulated NCCL itself moves
+#      the data through this machine's shared memory (/dev/shm, which the namespaces share), not
+#      the network: what crosses the hosts is the rendezvous, the id and the ranks' heartbeat. A
+#      real NCCL between hosts opens its own sockets (NCCL_SOCKET_IFNAME, README "The GPU"): not
+#      run here.
 # Needs root (network namespaces) and Open MPI; skips with one line otherwise.
 set -u
 cd "$(dirname "$0")/.."
@@ -135,5 +137,15 @@ else
     ok "no finding of the emulator in either rank" "! grep -q 'emu: ERROR' $W/n2.0.log $W/n2.1.log"
     ok "checkpoint 10 across the hosts equals the one-host run's, every file byte for byte" \
        "diff -r $W/n1/ckpt-00000010 $W/n2/ckpt-00000010 >/dev/null"
+    # the same under mpirun across the hosts: MPI hands rank 0's rendezvous to rank 1, which
+    # fetches the NCCL id there; --device cuda is cuda:<local rank> (trainer/examples/multihost.env)
+    on A "${LAUNCH[@]}" bash -c '. trainer/examples/multihost.env && exec mpirun --hostfile "$0" -np 2 -x OMP_NUM_THREADS \
+        -x FT_KEY -x FT_TRUST -x FT_AUTHORIZED "$@"' "$W/hostfile" $T --dp nccl --device cuda --rendezvous "tcp://*:5730" \
+        --loaders "tcp://$A:5600" --run n --run-dir "$W/n3" --steps 10 --ckpt-every 10 $MODEL --batch 2 --dp-check-every 1 \
+        --dp-timeout 60 2>"$W/n3.log" >/dev/null; rc=$?
+    p0=$(sed -n 's/^trainer: rank 0 of 2 (nccl): pid \([0-9]*\) .*/\1/p' "$W/n3.log"); [ -n "$p0" ] && rm -f /dev/shm/ftemu-nccl-"$p0"-*
+    ok "under mpirun on A and B: the NCCL id through rank 0's rendezvous, 10 steps (rc $rc)" \
+       "[ $rc = 0 ] && grep -q 'done at step 10' $W/n3.log && grep -q '^trainer: rank 1 of 2 (nccl): pid [0-9]* on B$' $W/n3.log"
+    ok "and its checkpoint 10 equals the one-host run's byte for byte" "diff -r $W/n1/ckpt-00000010 $W/n3/ckpt-00000010 >/dev/null"
 fi
 it_done
