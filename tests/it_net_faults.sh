@@ -95,9 +95,12 @@ t_heal=$(date +%s%N)
 b_before=$(served l1)
 wait_for "[ \$(served l1) -gt $b_before ]" 20; back=$?
 ok "healed: B serves again within 10 s ($(ms_since $t_heal) ms; it had served $b_before)" "[ $back = 0 ] && [ $(ms_since $t_heal) -lt 10000 ]"
-p_after=$(pace 3)
-ok "the pace follows the fast loader: $p_both steps/s with B and C, $p_slow with C alone, $p_after after the heal" \
-   "awk -v b=$p_both -v s=$p_slow -v a=$p_after 'BEGIN{exit !(b > 2 * s && a > 2 * s)}'"
+# B's round trip, long while it was cut, halves every 2 s it is not measured (docs/NETWORK.md
+# §3), so B takes back its share within seconds of serving again: the pace over 3 s, up to 4 times
+fast() { awk -v s=$p_slow -v a=$1 'BEGIN{exit !(a > 2 * s)}'; }
+for i in 1 2 3 4; do p_after=$(pace 3); fast "$p_after" && break; done
+ok "the pace follows the fast loader: $p_both steps/s with B and C, $p_slow with C alone, $p_after after the heal (in the 3 s from $(((i - 1) * 3)) s after B served again)" \
+   "awk -v b=$p_both -v s=$p_slow 'BEGIN{exit !(b > 2 * s)}' && fast $p_after"
 
 # E stays cut off FT_NET_EVAL_CUT_S seconds in all (8 by default; 60 as the "a minute")
 sleep $((EVAL_CUT - $(ms_since $t0) / 1000 > 0 ? EVAL_CUT - $(ms_since $t0) / 1000 : 0))
