@@ -28,14 +28,20 @@ extern "C" {
 /* Rows of dZ = dR W_post computed per product in the Binary Mapper's backward (bounds the
  * work buffer to about 64 MiB at H = 16). */
 #define CUDA_BINMAP_CHUNK_FLOATS (16u << 20)
+/* The bf16 operands of one product chunk (the two converted operands of a k-slice): 64 MiB. */
+#define CUDA_BF16_WORK_BYTES ((size_t)64 << 20)
+/* The work buffer reserved at open: its bounded users (bf16 operand chunks, dZ chunks) fit. */
+#define CUDA_WORK_RESERVE (CUDA_BF16_WORK_BYTES > sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS ? CUDA_BF16_WORK_BYTES : sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS)
 
 typedef struct {
     int ordinal;
     cudaStream_t stream;
     cublasHandle_t blas;
-    char fault[256];          /* sticky: the first error; sync reports it */
+    char fault[256];          /* the first error since the last sync; sync reports it once */
     void *work;               /* scratch for attention's row terms, bf16 operands, dZ chunks */
     size_t work_bytes;
+    struct cuda_alloc { void *p; size_t bytes; } *allocs; /* what alloc handed out, for free's count */
+    size_t n_allocs, cap_allocs;
     float *host_rows;         /* host scratch for per-row results summed on the host */
     size_t host_rows_bytes;
 } cuda_impl_t;
@@ -53,7 +59,12 @@ static void check_launch(device_t *d, const char *what) {
 static void *work(device_t *d, size_t bytes) {
     cuda_impl_t *c = impl_of(d);
     if (bytes <= c->work_bytes) return c->work;
-    cudaStreamSynchronize(c->stream); /* the old buffer may still be read by queued kernels */
+    /* the old buffer may still be read by queued kernels */
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        fault(d, "work buffer: cudaStreamSynchronize", cudaGetErrorString(e));
+        return NULL;
+    }
     if (c->work) cudaFree(c->work);
     c->work = NULL;
     c->work_bytes = 0;
@@ -81,15 +92,37 @@ static void *host_rows(device_t *d, size_t bytes) {
 
 /* ---- memory ---- */
 static void *cu_alloc(device_t *d, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
     void *p = NULL;
+    if (c->n_allocs == c->cap_allocs) {
+        size_t cap = c->cap_allocs ? 2 * c->cap_allocs : 16;
+        void *a = realloc(c->allocs, cap * sizeof *c->allocs);
+        if (!a) return NULL;
+        c->allocs = (struct cuda_impl_t::cuda_alloc *)a;
+        c->cap_allocs = cap;
+    }
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) { cudaGetLastError(); return NULL; }
-    if (cudaMemset(p, 0, bytes ? bytes : 1) != cudaSuccess) { cudaFree(p); cudaGetLastError(); return NULL; }
+    /* zeroed on the device's stream, where every later use of the buffer is ordered after it */
+    if (cudaMemsetAsync(p, 0, bytes ? bytes : 1, c->stream) != cudaSuccess) { cudaFree(p); cudaGetLastError(); return NULL; }
+    c->allocs[c->n_allocs].p = p;
+    c->allocs[c->n_allocs++].bytes = bytes;
     d->allocated += bytes;
     return p;
 }
 static void cu_free(device_t *d, void *p) {
-    cudaStreamSynchronize(impl_of(d)->stream);
-    cudaFree(p);
+    cuda_impl_t *c = impl_of(d);
+    if (!p) return;
+    size_t i = c->n_allocs;
+    while (i > 0 && c->allocs[i - 1].p != p) i--;
+    if (i == 0) {
+        fault(d, "free", "not a buffer this device allocated");
+        return;
+    }
+    d->allocated -= c->allocs[i - 1].bytes;
+    c->allocs[i - 1] = c->allocs[--c->n_allocs];
+    cudaError_t e = cudaStreamSynchronize(c->stream); /* queued kernels may still use it */
+    if (e == cudaSuccess) e = cudaFree(p);
+    if (e != cudaSuccess) fault(d, "free", cudaGetErrorString(e));
 }
 static void cu_upload(device_t *d, void *dst, const void *src, size_t bytes) {
     if (bytes && cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_of(d)->stream) != cudaSuccess)
@@ -111,20 +144,28 @@ static void cu_zero(device_t *d, void *p, size_t bytes) {
     if (bytes && cudaMemsetAsync(p, 0, bytes, impl_of(d)->stream) != cudaSuccess)
         fault(d, "zero", cudaGetErrorString(cudaGetLastError()));
 }
+/* Reports the first fault since the last sync once, then forgets it: a caller that handled it
+ * (a request refused, a smaller batch tried) goes on with a device that works. A GPU error that
+ * leaves the context unusable makes every later call fail anyway, and so every later sync. */
 static int cu_sync(device_t *d, char *err, size_t errlen) {
     cuda_impl_t *c = impl_of(d);
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) fault(d, "sync", cudaGetErrorString(e));
     if (!c->fault[0]) return 0;
     snprintf(err, errlen, "%s", c->fault);
+    c->fault[0] = 0;
     return -1;
 }
 static void cu_set_parallel(device_t *d, int on) { (void)d; (void)on; }
 
 /* ---- products ---- */
-__global__ void g_to_bf16(size_t n, __nv_bfloat16 *out, const float *x) {
-    /* round to nearest even, as ops_math.h's rounding: the CPU device's bf16 semantics */
-    FOR_ITEMS(n) out[it] = __float2bfloat16_rn(x[it]);
+/* The operand view (rows x cols, column stride ld) as a compact bf16 matrix (column stride
+ * rows): only the view's own elements are read. A strided view ends at ld * (cols - 1) + rows,
+ * not at ld * cols: converting ld * cols elements read past the end of a view at the end of its
+ * buffer (mixer_mix.c's shifted views into x; found by the emulator, tests/it_emu.sh). Rounds to
+ * nearest even, as ops_math.h's rounding: the CPU device's bf16 semantics. it < rows * cols. */
+__global__ void g_to_bf16(size_t n, __nv_bfloat16 *out, const float *x, int rows, int ld) {
+    FOR_ITEMS(n) out[it] = __float2bfloat16_rn(x[(it / rows) * (size_t)ld + it % rows]);
 }
 
 static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
@@ -137,18 +178,19 @@ static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, fl
         gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaEventRecord(e0, impl_of(d)->stream);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaError_t e = cudaEventCreate(&e0);
+    if (e == cudaSuccess) e = cudaEventCreate(&e1);
+    if (e == cudaSuccess) e = cudaEventRecord(e0, impl_of(d)->stream);
     gemm_run(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-    cudaEventRecord(e1, impl_of(d)->stream);
-    cudaEventSynchronize(e1);
     float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    d->gemm_seconds += ms * 1e-3;
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    if (e == cudaSuccess) e = cudaEventRecord(e1, impl_of(d)->stream);
+    if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, e0, e1);
+    if (e == cudaSuccess) d->gemm_seconds += ms * 1e-3;
+    else fault(d, "gemm timing (events)", cudaGetErrorString(e));
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
 }
 
 static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
@@ -159,15 +201,30 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
     const cublasOperation_t ob = tb == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st;
     if (d->precision == PRECISION_BF16 && k > 0) {
-        /* operands rounded to bf16 (their stored extent: ld x columns), fp32 accumulate/out */
-        const size_t na = (size_t)lda * (ta == GEMM_N ? k : m), nb = (size_t)ldb * (tb == GEMM_N ? n : k);
-        __nv_bfloat16 *w = (__nv_bfloat16 *)work(d, sizeof(__nv_bfloat16) * (na + nb));
-        if (!w) return;
-        g_to_bf16<<<GRID(na)>>>(na, w, A);
-        g_to_bf16<<<GRID(nb)>>>(nb, w + na, B);
-        check_launch(d, "gemm bf16 operands");
-        st = cublasGemmEx(c->blas, oa, ob, m, n, k, &alpha, w, CUDA_R_16BF, lda, w + na, CUDA_R_16BF,
-                          ldb, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        /* operands rounded to bf16 into the work buffer, fp32 accumulate and result; along k in
+         * chunks whose two operands fit CUDA_BF16_WORK_BYTES (a chunk after the first adds into C:
+         * beta 1), so the buffer never grows past what device_cuda_open reserved */
+        const int ra = ta == GEMM_N ? m : k, rb = tb == GEMM_N ? k : n;
+        size_t kc = CUDA_BF16_WORK_BYTES / (sizeof(__nv_bfloat16) * ((size_t)m + n));
+        if (kc < 1) kc = 1;
+        for (int k0 = 0; k0 < k; k0 += (int)kc) {
+            const int kn = k - k0 < (int)kc ? k - k0 : (int)kc;
+            /* the chunk's views: op(A) columns k0.., op(B) rows k0.. */
+            const float *Ac = ta == GEMM_N ? A + (size_t)k0 * lda : A + k0;
+            const float *Bc = tb == GEMM_N ? B + k0 : B + (size_t)k0 * ldb;
+            const int rac = ta == GEMM_N ? ra : kn, cac = ta == GEMM_N ? kn : m;
+            const int rbc = tb == GEMM_N ? kn : rb, cbc = tb == GEMM_N ? n : kn;
+            const size_t na = (size_t)rac * cac, nb = (size_t)rbc * cbc;
+            __nv_bfloat16 *w = (__nv_bfloat16 *)work(d, sizeof(__nv_bfloat16) * (na + nb));
+            if (!w) return;
+            g_to_bf16<<<GRID(na)>>>(na, w, Ac, rac, lda);
+            g_to_bf16<<<GRID(nb)>>>(nb, w + na, Bc, rbc, ldb);
+            check_launch(d, "gemm bf16 operands");
+            const float b = k0 == 0 ? beta : 1.0f;
+            st = cublasGemmEx(c->blas, oa, ob, m, n, kn, &alpha, w, CUDA_R_16BF, rac, w + na, CUDA_R_16BF, rbc, &b,
+                              C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS) break;
+        }
     } else if (d->precision == PRECISION_TF32) {
         st = cublasGemmEx(c->blas, oa, ob, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb,
                           &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
@@ -568,6 +625,7 @@ static const device_ops_t cuda_ops = {
     .latent_backward = cu_latent_backward,
 };
 
+extern "C" void device_cuda_close(device_t *d);
 extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precision, char *err, size_t errlen) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -586,7 +644,11 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         return -1;
     }
     cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, ordinal);
+    if ((e = cudaGetDeviceProperties(&prop, ordinal)) != cudaSuccess) {
+        snprintf(err, errlen, "device cuda:%d: cudaGetDeviceProperties: %s", ordinal, cudaGetErrorString(e));
+        cudaGetLastError();
+        return -1;
+    }
     device_t *d = (device_t *)calloc(1, sizeof(*d));
     cuda_impl_t *c = (cuda_impl_t *)calloc(1, sizeof(*c));
     if (!d || !c) {
@@ -596,17 +658,6 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         return -1;
     }
     c->ordinal = ordinal;
-    if (cudaStreamCreate(&c->stream) != cudaSuccess || cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "device cuda:%d: cannot create a stream and a cuBLAS handle", ordinal);
-        free(d);
-        free(c);
-        return -1;
-    }
-    cublasSetStream(c->blas, c->stream);
-    /* fp32 means fp32: the default math mode (no TF32) for cublasSgemm, whatever the
-     * precision; tf32 and bf16 ask for their compute type per call (cublasGemmEx), so a
-     * precision changed after opening (device_set_precision) means what it says */
-    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     d->ops = &cuda_ops;
     d->kind = DEVICE_CUDA;
     d->ordinal = ordinal;
@@ -614,17 +665,40 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
     d->impl = c;
     snprintf(d->name, sizeof d->name, "cuda:%d (%.80s, sm_%d%d)", ordinal, prop.name, prop.major,
              prop.minor);
+    const char *what = NULL, *why = "";
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if ((e = cudaStreamCreate(&c->stream)) != cudaSuccess) what = "cudaStreamCreate", why = cudaGetErrorString(e);
+    else if ((st = cublasCreate(&c->blas)) != CUBLAS_STATUS_SUCCESS) what = "cublasCreate";
+    else if ((st = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS) what = "cublasSetStream";
+    /* fp32 means fp32: the default math mode (no TF32) for cublasSgemm, whatever the
+     * precision; tf32 and bf16 ask for their compute type per call (cublasGemmEx), so a
+     * precision changed after opening (device_set_precision) means what it says */
+    else if ((st = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) what = "cublasSetMathMode";
+    /* the work buffer's bounded users fit it: reserved now, so what a model's "largest batch
+     * that fits" probe finds free stays free for the first step */
+    else if (!work(d, CUDA_WORK_RESERVE)) what = "the work buffer", why = "out of device memory";
+    if (what) {
+        char code[64] = "";
+        if (st != CUBLAS_STATUS_SUCCESS) snprintf(code, sizeof code, "cuBLAS status %d", (int)st);
+        snprintf(err, errlen, "device cuda:%d: %s: %s", ordinal, what, st != CUBLAS_STATUS_SUCCESS ? code : why);
+        cudaGetLastError();
+        device_cuda_close(d);
+        return -1;
+    }
     *pd = d;
     return 0;
 }
 
+/* Also for a device whose open stopped half way (NULL handles skipped). Errors here have no one
+ * left to tell. */
 extern "C" void device_cuda_close(device_t *d) {
     cuda_impl_t *c = impl_of(d);
     if (c) {
-        cudaStreamSynchronize(c->stream);
+        if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->work) cudaFree(c->work);
-        cublasDestroy(c->blas);
-        cudaStreamDestroy(c->stream);
+        if (c->blas) cublasDestroy(c->blas);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c->allocs);
         free(c->host_rows);
         free(c);
     }
