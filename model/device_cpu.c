@@ -99,6 +99,8 @@ static void cpu_mixer_bias_backward(device_t *d, float *dbias, const float *dy, 
 static void cpu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) { (void)d; unroll_forward(out, e, B, T, D, nd); }
 static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) { (void)d; unroll_backward(de, dout, B, T, D, nd); }
 static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
+static double cpu_sumsq_multi(device_t *d, const float *const *x, const size_t *n, int count) { (void)d; return sumsq_multi(x, n, count); }
+static void cpu_adamw_update_multi(device_t *d, const adamw_tensor_t *t, int count, const adamw_scalars_t *s) { (void)d; adamw_update_multi(t, count, s); }
 static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) { (void)d; adamw_update(p, g, m, v, n, s); }
 
 /* The pass-through gradient needs chunk buffers, one per thread: the device keeps them. */
@@ -153,6 +155,7 @@ static const device_ops_t cpu_ops = {
     .attention_window_backward = cpu_attention_window_backward,
     .latent_normal = cpu_latent_normal, .latent_sample = cpu_latent_sample,
     .latent_kl_rows = cpu_latent_kl_rows, .latent_backward = cpu_latent_backward,
+    .sumsq_multi = cpu_sumsq_multi, .adamw_update_multi = cpu_adamw_update_multi,
 };
 
 static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {

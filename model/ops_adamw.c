@@ -28,3 +28,17 @@ double sumsq(const float *x, size_t n) {
     if (part != stack_part) free(part);
     return total;
 }
+
+void adamw_update_multi(const adamw_tensor_t *t, int count, const adamw_scalars_t *s) {
+    for (int i = 0; i < count; i++) {
+        adamw_scalars_t si = *s;
+        if (!t[i].decay) si.decay_mul = 1.0f;
+        adamw_update(t[i].p, t[i].g, t[i].m, t[i].v, t[i].n, &si);
+    }
+}
+
+double sumsq_multi(const float *const *x, const size_t *n, int count) {
+    double total = 0.0;
+    for (int i = 0; i < count; i++) total += sumsq(x[i], n[i]);
+    return total;
+}
