@@ -20,7 +20,7 @@ LDLIBS     := -lzmq -lmsgpackc -llmdb -ldnnl -lopenblas -ljansson -lxxhash -lm -
 SYSPYTHON  := /usr/bin/python3
 
 # Components in link order (a component may call the ones after it).
-COMPONENTS := trainer evaluator sampler loader model tokenizer bus common
+COMPONENTS := live trainer evaluator sampler loader model tokenizer bus common
 
 # --- optional GPU backend -------------------------------------------------------------
 NVCC := $(shell command -v nvcc 2>/dev/null)
@@ -77,6 +77,7 @@ help:
 	@echo "make bf16-check  bf16 against fp32 training on Brown (results/bf16.*)"
 	@echo "make mixers   seed 004's masked mixers, autoencoders and memory models (results/mixers.*)"
 	@echo "make fuzz     run the wire-decoder fuzzer"
+	@echo "make stress   bin/bus stopped by SIGTERM at random moments under load, 200 times"
 	@echo "make fixtures regenerate the PyTorch reference fixtures in tests/fixtures"
 
 # Objects depend on a stamp named after the flags and the CUDA sources, so a build configured
@@ -109,9 +110,9 @@ build/tests/%: build/tests/%.o $(LIBS)
 # Installed when run as root and missing; otherwise the exact apt-get line is printed.
 DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-utils \
               openmpi-bin libopenmpi-dev \
-              libopenblas-dev libdnnl-dev libjansson-dev libxxhash-dev jq
+              libopenblas-dev libdnnl-dev libjansson-dev libxxhash-dev jq libmicrohttpd-dev
 DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
-              gnuplot-nox clang libclang-rt-dev
+              gnuplot-nox clang libclang-rt-dev chromium iproute2 nftables
 # node and npm (make data, the tiktoken comparison) count when on PATH, whoever installed them.
 deps:
 	@missing=$$(for p in $(DEPS_BUILD) $(DEPS_TEST); do \
@@ -144,4 +145,14 @@ clean:
 	rm -rf build bin
 
 -include $(wildcard */module.mk)
+
+# tests/test_device_kernels on the emulated CUDA device (model/cuda/'s kernel families against
+# the CPU device; tests/it_emu_kernels.sh runs it), linked as tests/emu/module.mk links
+# test_device_compare
+ifneq ($(EMU_CXX),)
+build/emu/tests/test_device_kernels: build/tests/test_device_kernels.o $(EMU_DEVICE) build/emu/libemu.a $(LIBS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_SAN) -o $@ $< $(EMU_DEVICE) build/emu/libemu.a -Wl,--start-group $(LIBS) -Wl,--end-group $(EMU_LDLIBS)
+emu: build/emu/tests/test_device_kernels
+endif
 -include $(shell find build -name '*.d' 2>/dev/null)

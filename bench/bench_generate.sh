@@ -7,6 +7,11 @@
 # 2) threads; the faster of the two is the reference (on this loaded 2-core machine one
 # thread is often faster for batch-1 decoding, for PyTorch as for us). Writes
 # "$BENCH_OUT/generate.json" {"generate": {"baseline": {...}, "free": {...}}}.
+# bf16 (issue 26): ours with --precision bf16 (the decode rows on bf16 weights where the CPU has
+# AVX512-BF16), and PyTorch with the model in bfloat16 (--bf16) at both thread counts, in the
+# same rounds; PyTorch's best mode is the fastest of its four (fp32/bf16 x 1/N threads). Each
+# entry gains ours_bf16_tok_s, pytorch_bf16_tok_s, pytorch_best_tok_s, bf16_over_best_pytorch
+# and bf16_over_ours_fp32. GENERATE_BENCH_BF16=0 skips the bf16 runs.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${BENCH_OUT:-build/bench-out}
@@ -20,27 +25,44 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 # The machine is shared and its load drifts within seconds: the programs take turns, ROUNDS
 # times, each reporting its median of REP repeats; the figure kept is the median over rounds.
 ROUNDS=${GENERATE_BENCH_ROUNDS:-3}
-one() {  # model -> "ours torch1 torchN" tokens/s
-    local m=$1 o=() a=() b=() x
+BF16=${GENERATE_BENCH_BF16:-1}
+one() {  # model -> "ours torch1 torchN ours_bf16 torch_bf16_1 torch_bf16_N" tokens/s (0: not run)
+    local m=$1 o=() a=() b=() ob=(0) ab=(0) bb=(0) x
+    [ "$BF16" = 1 ] && ob=() ab=() bb=()
     for _ in $(seq "$ROUNDS"); do
         x=$(OMP_NUM_THREADS=$TH build/bench/generate --model "$m" --repeats "$REP" --json | jq .tok_s) || return 1; o+=("$x")
         x=$(OMP_NUM_THREADS=1 $PY bench/generate_torch.py --model "$m" --repeats "$REP" --threads 1 --json | jq .tok_s) || return 1; a+=("$x")
         x=$(OMP_NUM_THREADS=$TH $PY bench/generate_torch.py --model "$m" --repeats "$REP" --threads "$TH" --json | jq .tok_s) || return 1; b+=("$x")
+        [ "$BF16" = 1 ] || continue
+        x=$(OMP_NUM_THREADS=$TH build/bench/generate --model "$m" --repeats "$REP" --precision bf16 --json | jq .tok_s) || return 1; ob+=("$x")
+        x=$(OMP_NUM_THREADS=1 $PY bench/generate_torch.py --model "$m" --repeats "$REP" --threads 1 --bf16 --json | jq .tok_s) || return 1; ab+=("$x")
+        x=$(OMP_NUM_THREADS=$TH $PY bench/generate_torch.py --model "$m" --repeats "$REP" --threads "$TH" --bf16 --json | jq .tok_s) || return 1; bb+=("$x")
+        echo "  round ($m): ours ${o[-1]} (bf16 ${ob[-1]}), PyTorch 1/$TH threads ${a[-1]}/${b[-1]} (bf16 ${ab[-1]}/${bb[-1]}) tok/s, load $(cut -d' ' -f1 /proc/loadavg)" >&2
     done
-    echo "$(median "${o[@]}") $(median "${a[@]}") $(median "${b[@]}")"
+    echo "$(median "${o[@]}") $(median "${a[@]}") $(median "${b[@]}") $(median "${ob[@]}") $(median "${ab[@]}") $(median "${bb[@]}")"
 }
-read -r b_ours b_t1 b_tn < <(one llama) || exit 1
-read -r f_ours f_t1 f_tn < <(one free) || exit 1
-[ -n "${f_tn:-}" ] || { echo "bench_generate: a run failed"; exit 1; }
+read -r b_ours b_t1 b_tn b_ob b_b1 b_bn < <(one llama) || exit 1
+read -r f_ours f_t1 f_tn f_ob f_b1 f_bn < <(one free) || exit 1
+[ -n "${f_bn:-}" ] || { echo "bench_generate: a run failed"; exit 1; }
 
 jq -n --argjson bo "$b_ours" --argjson b1 "$b_t1" --argjson bn "$b_tn" \
-      --argjson fo "$f_ours" --argjson f1 "$f_t1" --argjson fn "$f_tn" --argjson th "$TH" --argjson rep "$REP" --argjson rounds "$ROUNDS" '
-  def entry(o; t1; tn): {ours_tok_s: (o*10|round/10), pytorch_tok_s: ([t1, tn] | max | .*10|round/10),
+      --argjson fo "$f_ours" --argjson f1 "$f_t1" --argjson fn "$f_tn" --argjson th "$TH" --argjson rep "$REP" --argjson rounds "$ROUNDS" \
+      --argjson bob "$b_ob" --argjson bb1 "$b_b1" --argjson bbn "$b_bn" --argjson fob "$f_ob" --argjson fb1 "$f_b1" --argjson fbn "$f_bn" \
+      --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+      --arg isa "$(build/tests/test_cpu_isa --levels 2>/dev/null | tail -1)" --argjson bf16 "$BF16" '
+  def r1: .*10|round/10;
+  def entry(o; t1; tn; ob; b1; bn): {ours_tok_s: (o|r1), pytorch_tok_s: ([t1, tn] | max | r1),
       ratio: (o / ([t1, tn] | max) * 100 | round / 100),
-      pytorch_1thread_tok_s: (t1*10|round/10), pytorch_nthreads_tok_s: (tn*10|round/10)};
-  {generate: {baseline: entry($bo; $b1; $bn), free: entry($fo; $f1; $fn),
+      pytorch_1thread_tok_s: (t1|r1), pytorch_nthreads_tok_s: (tn|r1)}
+    + (if $bf16 == 1 then {ours_bf16_tok_s: (ob|r1), pytorch_bf16_1thread_tok_s: (b1|r1), pytorch_bf16_nthreads_tok_s: (bn|r1),
+      pytorch_best_tok_s: ([t1, tn, b1, bn] | max | r1),
+      bf16_over_best_pytorch: (ob / ([t1, tn, b1, bn] | max) * 100 | round / 100),
+      bf16_over_ours_fp32: (ob / o * 100 | round / 100)} else {} end);
+  {generate: {baseline: entry($bo; $b1; $bn; $bob; $bb1; $bbn), free: entry($fo; $f1; $fn; $fob; $fb1; $fbn),
               setup: {config: "S", latent_bits: 8, batch: 1, prompt: 16, new: 256, repeats: $rep, rounds: $rounds,
-                      threads: $th, sampling: "softmax, temperature 1"}}}' > "$OUT/generate.json" || exit 1
-printf '%-10s %12s %14s %8s\n' model "ours tok/s" "pytorch tok/s" ratio
-jq -r '.generate | ["baseline", "free"][] as $k | [$k, .[$k].ours_tok_s, .[$k].pytorch_tok_s, .[$k].ratio] | @tsv' \
-   "$OUT/generate.json" | awk -F'\t' '{printf "%-10s %12.0f %14.0f %8.2f\n", $1, $2, $3, $4}'
+                      threads: $th, sampling: "softmax, temperature 1", cpu_model: $cpu, isa_level: $isa}}}' > "$OUT/generate.json" || exit 1
+printf '%-10s %12s %14s %8s %12s %16s %10s %10s\n' model "ours tok/s" "pytorch tok/s" ratio "ours bf16" "PT best (4 modes)" "bf16/PT" "bf16/fp32"
+jq -r '.generate | ["baseline", "free"][] as $k | [$k, .[$k].ours_tok_s, .[$k].pytorch_tok_s, .[$k].ratio,
+       (.[$k].ours_bf16_tok_s // 0), (.[$k].pytorch_best_tok_s // 0), (.[$k].bf16_over_best_pytorch // 0),
+       (.[$k].bf16_over_ours_fp32 // 0)] | @tsv' \
+   "$OUT/generate.json" | awk -F'\t' '{printf "%-10s %12.0f %14.0f %8.2f %12.0f %16.0f %10.2f %10.2f\n", $1, $2, $3, $4, $5, $6, $7, $8}'

@@ -14,9 +14,17 @@
 # bf16 (issue 11): ours with --precision bf16 against PyTorch's bf16 autocast, each repeat;
 # where the CPU has no AVX512-BF16, PyTorch's bf16 is ~25x slower than its fp32 (oneDNN 2.6
 # has no bf16 matmul there), so it runs once, one timed step (TRAIN_BENCH_PT_BF16_ALWAYS=1
-# runs it every repeat). The machine's limit is measured in the same run: oneDNN's product at
-# the step's largest shape (the tied head's forward, V x B*T x d), fp32 and bf16
-# (build/bench/sgemm --engine onednn|bf16; the best repeat, as for sgemm).
+# runs it every repeat). The machine's limit is measured in the same run, at the step's own
+# shapes (issue 26): `train_step --limit` times, right after the step, every product the step
+# needs at its shape (each Linear's forward, input and weight gradients; attention as six
+# batched T x T x hd products per layer) on operands of the step's precision, at the default
+# instruction-set level (the best this CPU has: AMX where present), with the same threads;
+# limit = the step's FLOPs / that time, fp32 and bf16 (limit_fp32_gflops, limit_bf16_gflops:
+# the best repeat, as for sgemm; ours against it is the fraction of the step that is
+# products). The per-repeat pairs (ours and the limit of the same process, seconds apart) are
+# recorded too. For comparison with older entries the head's shape alone (the tied head's
+# forward, V x B*T x d: build/bench/sgemm --engine onednn|bf16) is kept as head_limit_*.
+# results.json records the CPU model, the level (FT_CPU_ISA's name) and oneDNN's ISA.
 #   TRAIN_BENCH_REPS=5 TRAIN_BENCH_STEPS_S=4 TRAIN_BENCH_STEPS_M=2 bash bench/bench_train.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -40,6 +48,7 @@ echo "train bench: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/
      "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $REPS repeats, steps S=${STEPS[S]} M=${STEPS[M]}"
 
 native_bf16=0; grep -qw avx512_bf16 /proc/cpuinfo && native_bf16=1
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 declare -A SHAPE=([S]=4096,2048,256,TN [M]=8192,2048,512,TN)
 # one JSON line per run into $T/<what>.<config>
 for r in $(seq 1 "$REPS"); do
@@ -48,9 +57,9 @@ for r in $(seq 1 "$REPS"); do
         build/bench/sgemm --engine onednn --shape "${SHAPE[$c]}" --reps 5 >> "$T/limit_fp32.$c" \
             && build/bench/sgemm --engine bf16 --shape "${SHAPE[$c]}" --reps 5 >> "$T/limit_bf16.$c" \
             || { echo "bench_train: sgemm limit $c failed"; exit 1; }
-        build/bench/train_step --config "$c" --steps "${STEPS[$c]}" --json >> "$T/ours.$c" \
+        build/bench/train_step --config "$c" --steps "${STEPS[$c]}" --limit --json >> "$T/ours.$c" \
             || { echo "bench_train: train_step --config $c failed"; exit 1; }
-        build/bench/train_step --config "$c" --steps "${STEPS[$c]}" --precision bf16 --json >> "$T/ours_bf16.$c" \
+        build/bench/train_step --config "$c" --steps "${STEPS[$c]}" --precision bf16 --limit --json >> "$T/ours_bf16.$c" \
             || { echo "bench_train: train_step --config $c --precision bf16 failed"; exit 1; }
         if [ "$native_bf16" = 1 ] || [ "${TRAIN_BENCH_PT_BF16_ALWAYS:-0}" = 1 ]; then
             "$PY" bench/train_step_torch.py --config "$c" --steps "${STEPS[$c]}" --json --threads 0 --bf16 \
@@ -63,8 +72,9 @@ for r in $(seq 1 "$REPS"); do
             >> "$T/pt_default.$c" || { echo "bench_train: torch (defaults) $c failed"; exit 1; }
         OPENBLAS_NUM_THREADS=2 "$PY" bench/train_step_torch.py --config "$c" --steps "${STEPS[$c]}" \
             --json --threads 1 >> "$T/pt_1thr.$c" || { echo "bench_train: torch (1 thread) $c failed"; exit 1; }
-        printf '  repeat %d %s: ours %.0f (bf16 %.0f), PyTorch defaults %.0f, PyTorch 1 thread + ob2 %.0f (bf16 %.0f) tokens/s\n' "$r" "$c" \
+        printf '  repeat %d %s: ours %.0f (bf16 %.0f, %.2f of its limit), PyTorch defaults %.0f, PyTorch 1 thread + ob2 %.0f (bf16 %.0f) tokens/s\n' "$r" "$c" \
             "$(tail -1 "$T/ours.$c" | jq .tokens_per_s)" "$(tail -1 "$T/ours_bf16.$c" | jq .tokens_per_s)" \
+            "$(tail -1 "$T/ours_bf16.$c" | jq '.gflops / .limit_gflops')" \
             "$(tail -1 "$T/pt_default.$c" | jq .tokens_per_s)" "$(tail -1 "$T/pt_1thr.$c" | jq .tokens_per_s)" \
             "$(tail -1 "$T/pt_bf16.$c" | jq .tokens_per_s)"
     done
@@ -92,24 +102,35 @@ for c in S M; do
         'BEGIN {f = 6 * n + 12 * L * d * t; g = o * f / 1e9; printf "%.3f %.2f %.4f", o / p, g, g / s}')"
     printf '%-6s %10.0f %10.0f %9s %12.0f %7s %8s %12s   per repeat: %s\n' "$c" "$ours" "$pt" "$mode" "$other" \
         "$ratio" "$gf" "$frac" "$paired"
-    # bf16 and the machine's limit (the best repeat of oneDNN at the step's largest product)
+    # bf16 and the machine's limit (the best repeat of the step's products alone, train_step
+    # --limit), and the head's shape alone (sgemm) as before
     ob=$(tps "$T/ours_bf16.$c"); pb=$(tps "$T/pt_bf16.$c"); pbn=$(wc -l < "$T/pt_bf16.$c")
-    lf=$(sort -g "$T/limit_fp32.$c" | tail -1); lb=$(sort -g "$T/limit_bf16.$c" | tail -1)
+    lf=$(jq .limit_gflops "$T/ours.$c" | sort -g | tail -1); lb=$(jq .limit_gflops "$T/ours_bf16.$c" | sort -g | tail -1)
+    hf=$(sort -g "$T/limit_fp32.$c" | tail -1); hb=$(sort -g "$T/limit_bf16.$c" | tail -1)
+    pairf=$(jq -s -c 'map(.gflops / .limit_gflops * 1000 | round / 1000)' "$T/ours.$c")
+    pairb=$(jq -s -c 'map(.gflops / .limit_gflops * 1000 | round / 1000)' "$T/ours_bf16.$c")
+    isa=$(head -1 "$T/ours_bf16.$c" | jq -r .isa); engine=$(head -1 "$T/ours_bf16.$c" | jq -r .gemm_engine)
     read -r gfb fracf fracb rb <<< "$(awk -v o="$ours" -v ob="$ob" -v n="$params" -v L="$L" -v d="$D" -v t="$Tn" -v lf="$lf" -v lb="$lb" -v pb="$pb" \
         'BEGIN {f = 6 * n + 12 * L * d * t; printf "%.2f %.4f %.4f %.3f", ob * f / 1e9, o * f / 1e9 / lf, ob * f / 1e9 / lb, ob / pb}')"
-    printf '%-6s bf16: ours %.0f tok/s (%s GFLOP/s, %s of the bf16 limit %s), PyTorch bf16 autocast %.0f (%s run(s)): %sx; fp32: %s of the fp32 limit %s GFLOP/s\n' \
-        "$c" "$ob" "$gfb" "$fracb" "$lb" "$pb" "$pbn" "$rb" "$fracf" "$lf"
+    printf '%-6s bf16: ours %.0f tok/s (%s GFLOP/s, %s of the bf16 limit %s at the step'"'"'s shapes; per repeat %s), PyTorch bf16 autocast %.0f (%s run(s)): %sx; fp32: %s of the fp32 limit %s GFLOP/s (per repeat %s); the head'"'"'s shape alone: bf16 %s, fp32 %s GFLOP/s\n' \
+        "$c" "$ob" "$gfb" "$fracb" "$lb" "$pairb" "$pb" "$pbn" "$rb" "$fracf" "$lf" "$pairf" "$hb" "$hf"
     json=$(jq -c --arg c "$c" --argjson o "$ours" --argjson p "$pt" --argjson r "$ratio" --argjson s "$sgemm" \
         --argjson f "$frac" --argjson pd "$ptd" --argjson p1 "$pt1" --argjson n "$params" --arg m "$mode" \
         --arg e "${OPENBLAS_CORETYPE:-unset}" --arg w "${OMP_WAIT_POLICY:-unset}" --argjson reps "$REPS" --argjson pr "[$paired]" \
         --argjson ob "$ob" --argjson pb "$pb" --argjson pbn "$pbn" --argjson lf "$lf" --argjson lb "$lb" \
         --argjson ff "$fracf" --argjson fb "$fracb" --argjson rb "$rb" --argjson nat "$native_bf16" \
+        --argjson hf "$hf" --argjson hb "$hb" --argjson pf "$pairf" --argjson pbb "$pairb" --arg isa "$isa" \
+        --arg eng "$engine" --arg cpu "$cpu" \
         '.train[$c] = {ours_tok_s: $o, pytorch_tok_s: $p, ratio: $r, sgemm_gflops: $s, ours_fraction_of_sgemm: $f,
                        pytorch_mode: $m, pytorch_defaults_tok_s: $pd, pytorch_1thread_ob2_tok_s: $p1, params: $n,
                        openblas_coretype: $e, omp_wait_policy: $w, repeats: $reps, paired_ratios: $pr,
                        ours_bf16_tok_s: $ob, pytorch_bf16_tok_s: $pb, pytorch_bf16_runs: $pbn, bf16_ratio: $rb,
                        limit_fp32_gflops: $lf, limit_bf16_gflops: $lb, ours_fraction_of_limit_fp32: $ff,
-                       ours_bf16_fraction_of_limit_bf16: $fb, cpu_native_bf16: ($nat == 1)}' <<< "$json")
+                       ours_bf16_fraction_of_limit_bf16: $fb, cpu_native_bf16: ($nat == 1),
+                       limit_at: "the step'"'"'s products, each at its shape (train_step --limit)",
+                       paired_fraction_of_limit_fp32: $pf, paired_fraction_of_limit_bf16: $pbb,
+                       head_limit_fp32_gflops: $hf, head_limit_bf16_gflops: $hb,
+                       cpu_model: $cpu, isa_level: $isa, gemm_engine: $eng}' <<< "$json")
 done
 echo "sgemm 1024: $sgemm GFLOP/s (best of $REPS; all: $(tr '\n' ' ' < "$T/sgemm"))"
 echo "$json" > "$OUT/train.json"

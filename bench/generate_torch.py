@@ -12,7 +12,10 @@ sampled from softmax(logits) (torch.multinomial), one at a time. Reports the med
 --repeats of new tokens (all sequences) / wall time (prefill included, as in the C bench).
 
   /usr/bin/python3 bench/generate_torch.py [--model llama|free] [--prompt 16] [--new 256]
-                                           [--batch 1] [--repeats 5] [--threads N] [--json]
+                                           [--batch 1] [--repeats 5] [--threads N] [--bf16] [--json]
+
+--bf16: the model in bfloat16 (every weight, the cache and the activations, as model.to(
+torch.bfloat16) gives a user; the logits' softmax in float32): PyTorch's bf16 inference mode.
 """
 import argparse
 import json
@@ -37,11 +40,23 @@ def rotate_half(x):
 
 
 class Model:
+    def to(self, dtype):
+        """Every tensor of the model in dtype."""
+        for k, v in list(vars(self).items()):
+            if torch.is_tensor(v):
+                setattr(self, k, v.to(dtype))
+            elif isinstance(v, dict) and v and all(torch.is_tensor(t) for t in v.values()):
+                setattr(self, k, {n: t.to(dtype) for n, t in v.items()})
+            elif isinstance(v, list) and v and isinstance(v[0], dict):
+                setattr(self, k, [{n: t.to(dtype) for n, t in d.items()} for d in v])
+        self.dtype = dtype
+        return self
+
     def __init__(self, c, free, seed=1):
         g = torch.Generator().manual_seed(seed)
         D, F_, H, Hkv = c["d_model"], c["d_ff"], c["n_heads"], c["n_kv_heads"]
         hd = D // H
-        self.c, self.free, self.hd = c, free, hd
+        self.c, self.free, self.hd, self.dtype = c, free, hd, torch.float32
         r = lambda *s: 0.02 * torch.randn(*s, generator=g)
         self.embed = r(c["vocab_size"], D)
         self.layers = [dict(n1=torch.ones(D), wq=r(H * hd, D), wk=r(Hkv * hd, D), wv=r(Hkv * hd, D),
@@ -63,7 +78,8 @@ class Model:
 
     def new_cache(self, B, T):
         Hkv = self.c["n_kv_heads"]
-        return [(torch.zeros(B, Hkv, T, self.hd), torch.zeros(B, Hkv, T, self.hd)) for _ in self.layers]
+        return [(torch.zeros(B, Hkv, T, self.hd, dtype=self.dtype), torch.zeros(B, Hkv, T, self.hd, dtype=self.dtype))
+                for _ in self.layers]
 
     def attend(self, w, xq, xkv, pos, cache, causal=True):
         """One attention branch for T new rows at positions pos..pos+T-1 of B sequences
@@ -112,7 +128,7 @@ class Model:
                 zq = self.zeta.expand_as(x)
                 y = self.mlp(self.enc, self.attend(self.enc, zq, x, 0, None, causal=False))
                 bits = rms_norm(y, self.enc_norm, c["norm_eps"]) @ self.readout.T
-                b = torch.rand(bits.shape, generator=gen) < torch.sigmoid(bits)
+                b = torch.rand(bits.shape, generator=gen) < torch.sigmoid(bits.float())
                 z = (b.long() << torch.arange(c["latent_bits"])).sum(-1)
             xkv = x + self.post.T[z]
             x = self.mlp(self.layers[half], self.attend(self.layers[half], x, xkv, pos, cache[half]))
@@ -129,7 +145,7 @@ def generate(m, prompt, n_new, seed, B=1):
     logits = m.step(prompt.expand(B, -1), 0, cache, None, gen)
     pos, out = len(prompt), []
     for s in range(n_new):
-        tok = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)   # (B, 1)
+        tok = torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=gen)   # (B, 1)
         out.append(tok)
         if s == n_new - 1:
             break
@@ -147,11 +163,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     m = Model(S, a.model == "free")
+    if a.bf16:
+        m.to(torch.bfloat16)
     prompt = torch.randint(0, S["vocab_size"], (a.prompt,), generator=torch.Generator().manual_seed(2))
     times = []
     with torch.inference_mode():
@@ -163,6 +182,7 @@ def main():
     tok_s = a.batch * a.new / statistics.median(times)
     if a.json:
         print(json.dumps(dict(impl="torch", model=a.model, prompt=a.prompt, new=a.new, batch=a.batch,
+                              dtype="bf16" if a.bf16 else "fp32",
                               repeats=a.repeats, threads=torch.get_num_threads(),
                               median_s=statistics.median(times), tok_s=tok_s)))
     else:

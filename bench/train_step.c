@@ -29,7 +29,11 @@
 #include "model/adamw.h"
 #include "model/family.h"
 #include "model/ltm.h"
+#include "model/cpu_isa.h"
+#include "model/gemm.h"
 #include "model/mixer_config.h"
+#include "model/ops_bf16.h"
+#include "model/prof.h"
 #include "common/rng.h"
 #include <omp.h>
 #include <stdio.h>
@@ -69,12 +73,160 @@ static double flops_per_token(const model_config_t *c, int64_t params, int64_t n
 
 static device_t *dev;
 
+/* The clock of the limit and of cpu_step_s: at one thread the thread's CPU clock (what other
+ * processes take of the core does not count), else the wall clock. */
+static double clock_now(void) {
+    struct timespec ts;
+    clock_gettime(omp_get_max_threads() == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- --limit: the machine's product limit at the step's own shapes ----------------------
+ * The products a step of the Llama baseline needs, each at its own shape: for every Linear
+ * (out, in) -- the fused q|k|v, o, gate, up, down of each layer and the tied head -- the
+ * forward (out x N x in), the input gradient (in x N x out) and the weight gradient
+ * (in x out x N), N = B*T; and per layer attention as six batched products over the B*H heads,
+ * each T x T x hd with the full T x T (scores, P V; dP, dV, dK, dQ), which is the 12 x d x T
+ * per token of the FLOP rule. They run through model/gemm.h at the step's precision on
+ * operands of the right type (bf16: already rounded, as the step's shadows give them), with
+ * the process's threads and the ISA level in force (the default: the best this CPU has), each
+ * product's time taken alone, the list's total the median of `reps` passes (at one thread by
+ * the thread's CPU clock, else the wall clock; the step's cpu_step_s the same). The limit is the
+ * step's FLOPs (flops_per_token x B x T) over that total: a step that did nothing but its
+ * products at oneDNN's speed would run at it, so ours / limit is the share of the step's time
+ * that is products. */
+typedef struct {
+    gemm_op ta, tb;
+    int m, n, k, batch;
+    float alpha, beta;
+} prod_t;
+
+static int linear_products(prod_t *p, int out, int in, int N) {
+    p[0] = (prod_t){GEMM_T, GEMM_N, out, N, in, 1, 1.0f, 0.0f};   /* y = x W^T */
+    p[1] = (prod_t){GEMM_N, GEMM_N, in, N, out, 1, 1.0f, 0.0f};   /* dx = dy W */
+    p[2] = (prod_t){GEMM_N, GEMM_T, in, out, N, 1, 1.0f, 1.0f};   /* dW += dy^T x */
+    return 3;
+}
+
+static int step_products(const model_config_t *c, int B, int T, prod_t *p) {
+    /* (21 per layer and 3 for the head: the caller sizes p) */
+    const int N = B * T, D = c->d_model, F = c->d_ff, hd = D / c->n_heads;
+    const int Dq = hd * c->n_heads, Dkv = hd * c->n_kv_heads, BH = B * c->n_heads;
+    const float sc = 1.0f / sqrtf((float)hd);
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        n += linear_products(p + n, Dq + 2 * Dkv, D, N);
+        n += linear_products(p + n, D, Dq, N);
+        n += linear_products(p + n, F, D, N);
+        n += linear_products(p + n, F, D, N);
+        n += linear_products(p + n, D, F, N);
+        p[n++] = (prod_t){GEMM_T, GEMM_N, T, T, hd, BH, sc, 0.0f};   /* S = Q K^T */
+        p[n++] = (prod_t){GEMM_N, GEMM_N, hd, T, T, BH, 1.0f, 0.0f}; /* O = P V */
+        p[n++] = (prod_t){GEMM_T, GEMM_N, T, T, hd, BH, 1.0f, 0.0f}; /* dP = dO V^T */
+        p[n++] = (prod_t){GEMM_N, GEMM_T, hd, T, T, BH, 1.0f, 0.0f}; /* dV = P^T dO */
+        p[n++] = (prod_t){GEMM_N, GEMM_T, hd, T, T, BH, 1.0f, 0.0f}; /* dK = dS^T Q */
+        p[n++] = (prod_t){GEMM_N, GEMM_N, hd, T, T, BH, 1.0f, 0.0f}; /* dQ = dS K */
+    }
+    n += linear_products(p + n, c->vocab_size, D, N);
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b);
+static double median_of(double *v, int n);
+
+/* Seconds of the whole list at precision prec (the median of reps passes, after one warm-up
+ * pass that also creates oneDNN's primitives); -1 when out of memory. */
+static double products_seconds(const prod_t *p, int np, precision_t prec, int reps) {
+    size_t na = 0, nb = 0, nc = 0;
+    for (int i = 0; i < np; i++) {
+        const size_t b = (size_t)p[i].batch;
+        na = (size_t)p[i].m * p[i].k * b > na ? (size_t)p[i].m * p[i].k * b : na;
+        nb = (size_t)p[i].k * p[i].n * b > nb ? (size_t)p[i].k * p[i].n * b : nb;
+        nc = (size_t)p[i].m * p[i].n * b > nc ? (size_t)p[i].m * p[i].n * b : nc;
+    }
+    float *A = malloc(sizeof(float) * na), *Bm = malloc(sizeof(float) * nb), *C = calloc(nc, sizeof(float));
+    uint16_t *A16 = malloc(sizeof(uint16_t) * na), *B16 = malloc(sizeof(uint16_t) * nb);
+    double *pass = malloc(sizeof(double) * (reps + 1)), r = -1.0;
+    if (!A || !Bm || !C || !A16 || !B16 || !pass) goto out;
+    rng_t g;
+    rng_seed(&g, 7);
+    for (size_t i = 0; i < na; i++) A[i] = (float)(rng_f32(&g) - 0.5);
+    for (size_t i = 0; i < nb; i++) Bm[i] = (float)(rng_f32(&g) - 0.5);
+    ops_bf16_pack(A16, A, na);
+    ops_bf16_pack(B16, Bm, nb);
+    const int native16 = prec == PRECISION_BF16 && model_gemm_bf16_native();
+    for (int rep = 0; rep <= reps; rep++) {
+        const double t0 = clock_now();
+        for (int i = 0; i < np; i++) {
+            const prod_t *q = &p[i];
+            /* compact operands: op(A) is m x k, stored (ta ? k x m : m x k) */
+            const int lda = q->ta == GEMM_N ? q->m : q->k, ldb = q->tb == GEMM_N ? q->k : q->n;
+            const long long sa = (long long)q->m * q->k, sb = (long long)q->k * q->n, sc = (long long)q->m * q->n;
+            if (native16)
+                model_gemm_bf16_batched(q->ta, q->tb, q->m, q->n, q->k, q->alpha, A16, lda, sa, B16, ldb,
+                                        sb, q->beta, C, q->m, sc, q->batch);
+            else
+                model_gemm_batched_prec(prec, q->ta, q->tb, q->m, q->n, q->k, q->alpha, A, lda, sa, Bm,
+                                        ldb, sb, q->beta, C, q->m, sc, q->batch);
+        }
+        pass[rep] = clock_now() - t0;
+    }
+    r = median_of(pass + 1, reps);
+out:
+    free(A); free(Bm); free(C); free(A16); free(B16); free(pass);
+    return r;
+}
+
 static void sync_dev(void) {
     char e[256];
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
-static int ltm_m = 8, ltm_K = 4, ltm_W = 0;
+static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, limit_reps = 5;
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median_of(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --profile: each op's time per step (model/prof.h), the median over the timed steps, as a
+ * table on stderr, largest first (at one thread by the thread's CPU clock, which other
+ * processes on the core do not inflate; else by the wall clock); the product's lines (inside the Linear and attention ops)
+ * are shown apart. per[s][i] is line i's seconds in step s, step[s] the step's wall time. */
+#define PROF_MAX_STEPS 64
+static prof_line_t prof_names[PROF_LINES];
+static double prof_per[PROF_MAX_STEPS][PROF_LINES], prof_calls[PROF_LINES];
+static void profile_report(int nsteps, int nlines, const double *step_s) {
+    double v[PROF_MAX_STEPS], med[PROF_LINES], step_med, ops = 0;
+    int order[PROF_LINES];
+    for (int s = 0; s < nsteps; s++) v[s] = step_s[s];
+    step_med = median_of(v, nsteps);
+    for (int i = 0; i < nlines; i++) {
+        for (int s = 0; s < nsteps; s++) v[s] = prof_per[s][i];
+        med[i] = median_of(v, nsteps);
+        order[i] = i;
+        if (strncmp(prof_names[i].name, "gemm.", 5)) ops += med[i];
+    }
+    for (int i = 1; i < nlines; i++)   /* largest first */
+        for (int j = i; j > 0 && med[order[j]] > med[order[j - 1]]; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    fprintf(stderr, "profile (%s clock): median of %d steps, step %.2f ms (ops %.2f ms, outside ops %.2f ms)\n",
+            omp_get_max_threads() == 1 ? "thread CPU" : "wall", nsteps, step_med * 1e3, ops * 1e3, (step_med - ops) * 1e3);
+    fprintf(stderr, "  %-50s %9s %7s %9s\n", "op", "ms/step", "share", "calls");
+    for (int k = 0; k < nlines; k++) {
+        const int i = order[k];
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s%s%s", prof_names[i].name, prof_names[i].in ? " in " : "",
+                 prof_names[i].in ? prof_names[i].in : "");
+        fprintf(stderr, "  %-50s %9.3f %6.1f%% %9.0f\n", nm, med[i] * 1e3,
+                100.0 * med[i] / step_med, prof_calls[i] / nsteps);
+    }
+}
 
 static int run(char name, const char *model, int H, int mh, int mk, int B, int T, int steps, int json) {
     model_config_t c = config_of(name);
@@ -124,12 +276,19 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     uint32_t *in = malloc(sizeof(uint32_t) * B * T), *tg = malloc(sizeof(uint32_t) * B * T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) { in[b * T + t] = tok[b * (T + 1) + t]; tg[b * T + t] = tok[b * (T + 1) + t + 1]; }
-    double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0;
+    double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0, step_s[PROF_MAX_STEPS], clock0 = 0;
+    prof_line_t prev[PROF_LINES];
+    int nprof = 0, nprev = 0;
     float loss = 0;
     int rc = 0;
     for (int s = -1; s < steps && !rc; s++) {   /* s = -1: warm-up, not timed */
         double a = now();
-        if (s == 0) t0 = a;
+        if (s == 0) {
+            t0 = a;
+            clock0 = clock_now();
+            if (profile) prof_start(omp_get_max_threads() == 1);
+        }
+        const double a_prof = prof_now();
         if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
         fam->zero_grad(m);
         rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
@@ -143,6 +302,23 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         sync_dev();
         double d = now();
         if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
+        if (profile && s >= 0 && s < PROF_MAX_STEPS) {   /* this step's share of every line */
+            prof_line_t now_l[PROF_LINES];
+            nprof = prof_snapshot(now_l, PROF_LINES);
+            for (int i = 0; i < nprof; i++) {
+                const int had = i < nprev;
+                prof_names[i] = now_l[i];
+                prof_per[s][i] = now_l[i].seconds - (had ? prev[i].seconds : 0.0);
+                prof_calls[i] += now_l[i].calls - (had ? prev[i].calls : 0);
+            }
+            memcpy(prev, now_l, sizeof(prof_line_t) * nprof);
+            nprev = nprof;
+            step_s[s] = prof_now() - a_prof;
+        }
+    }
+    if (profile) {
+        prof_stop();
+        if (!rc && steps > 0) profile_report(steps < PROF_MAX_STEPS ? steps : PROF_MAX_STEPS, nprof, step_s);
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
     /* cuBLAS' share, from a second pass with every product timed (it waits for each product,
@@ -162,20 +338,42 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         dev->profile_gemm = 0;
     }
     double total = now() - t0, tps = (double)B * T * steps / total;
+    const double clock_step = (clock_now() - clock0) / steps;
     double fpt = flops_per_token(&c, nparams, not_per_token, T);
+    /* --limit: the product limit at this step's shapes, measured after the steps */
+    double limit_s = -1.0, limit_gflops = -1.0;
+    if (limit && !rc) {
+        if (c.kind != MODEL_LLAMA) {
+            fprintf(stderr, "train_step: --limit knows the products of --model llama only\n");
+            rc = 1;
+        } else {
+            prod_t *pl = malloc(sizeof(prod_t) * (21 * c.n_layers + 3));
+            const int np2 = pl ? step_products(&c, B, T, pl) : 0;
+            limit_s = pl ? products_seconds(pl, np2, dev->precision, limit_reps) : -1.0;
+            free(pl);
+            if (limit_s > 0) limit_gflops = fpt * B * T / limit_s / 1e9;
+            else rc = 1, fprintf(stderr, "train_step: --limit: out of memory\n");
+        }
+    }
     if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"tr_flops_per_token\":%.0f,"
                "\"exec_flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
-               "\"gemm_share\":%.4f}\n",
+               "\"gemm_share\":%.4f,\"isa\":\"%s\",\"gemm_engine\":\"%s\",\"limit_products_s\":%.5f,"
+               "\"limit_gflops\":%.2f,\"gflops\":%.2f,\"clock_step_s\":%.5f,\"clock\":\"%s\"}\n",
                name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
                t_bwd / steps, t_opt / steps, tps, fpt, ltm_train_flops(&c, T), ltm_exec_flops(&c, T), loss, dev->name,
-               precision_name(dev->precision), gemm_share);
+               precision_name(dev->precision), gemm_share, cpu_isa_name(cpu_isa()), model_gemm_describe(),
+               limit_s, limit_gflops, tps * fpt / 1e9, clock_step, omp_get_max_threads() == 1 ? "thread-cpu" : "wall");
     else
         printf("C  config %c (%s): %lld params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
                "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
                total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, loss);
+    if (!json && limit_gflops > 0)
+        printf("   %.1f GFLOP/s; the product limit at this step's shapes %.1f GFLOP/s: %.1f ms of products\n"
+               "   against %.1f ms per step (%s clock): %.3f\n", tps * fpt / 1e9, limit_gflops, limit_s * 1e3,
+               clock_step * 1e3, omp_get_max_threads() == 1 ? "thread CPU" : "wall", limit_s / clock_step);
     free(tok); free(in); free(tg);
     adamw_destroy(&opt);
     fam->destroy(&m);
@@ -190,9 +388,12 @@ int main(int argc, char **argv) {
             printf("usage: train_step [--config S|M|G|both] [--model FAMILY] [--latent-bits H] [--steps N]\n"
                    "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
-                   "                  [--mixer-heads h] [--mixer-kernel k] [--json]\n"
+                   "                  [--mixer-heads h] [--mixer-kernel k] [--json] [--profile] [--limit [--limit-reps R]]\n"
                    "FAMILY: %s\n", family_names());
-            printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n");
+            printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n"
+                   "--profile: each op's median time per step on stderr (model/prof.h).\n"
+                   "--limit: then the step's products alone, each at its shape, at the same precision:\n"
+                   "  the product limit (GFLOP/s) a step of only products would reach (llama only).\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -208,16 +409,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mixer-heads") && i + 1 < argc) mh = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mixer-kernel") && i + 1 < argc) mk = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--profile")) profile = 1;
+        else if (!strcmp(argv[i], "--limit")) limit = 1;
+        else if (!strcmp(argv[i], "--limit-reps") && i + 1 < argc) limit_reps = atoi(argv[++i]);
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }
-    if (steps <= 0 || B <= 0 || T <= 0 || H < 1 || H > 20 || mh < 1 || mk < 1 ||
+    if (steps <= 0 || B <= 0 || T <= 0 || limit_reps < 1 || H < 1 || H > 20 || mh < 1 || mk < 1 ||
         (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "G") && strcmp(cfg, "both"))) {
         fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
         return 2;
     }
     char err[256];
     precision_t p;
-    if (precision_parse(prec, &p, err, sizeof err) || device_open(&dev, device, p, err, sizeof err)) {
+    if (cpu_isa_check(err, sizeof err) || precision_parse(prec, &p, err, sizeof err) ||
+        device_open(&dev, device, p, err, sizeof err)) {
         fprintf(stderr, "train_step: %s\n", err);
         return 2;
     }

@@ -4,6 +4,7 @@
 #include "bus/net.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -11,9 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 static volatile sig_atomic_t g_signal;
+/* The self-pipe: the handler writes a byte, and every wait without a short time-out polls the
+ * read end beside its sockets. Checking the flag before zmq_poll is not enough: zmq_poll
+ * handles libzmq's commands (a peer that connected or went away) between its poll(2) calls
+ * without returning, and a signal that lands there, outside poll(2), interrupts nothing, so
+ * the wait went on until the next message, forever once the last peer had gone (bin/bus hung
+ * so; tests/lib/bus_stress.py reproduced it in a third of its tries). */
+static int g_sigpipe[2] = {-1, -1};
 
 static const char *resolve(const char *flag, const char *env, const char *dflt) {
     if (flag && *flag) return flag;
@@ -24,9 +33,20 @@ static const char *resolve(const char *flag, const char *env, const char *dflt) 
 const char *bus_endpoint_pub(const char *flag) { return resolve(flag, BUS_ENV_PUB, BUS_DEFAULT_PUB); }
 const char *bus_endpoint_sub(const char *flag) { return resolve(flag, BUS_ENV_SUB, BUS_DEFAULT_SUB); }
 
-static void on_signal(int sig) { g_signal = sig; }
+static void on_signal(int sig) {
+    int saved = errno;
+    g_signal = sig;
+    if (g_sigpipe[1] >= 0) {
+        char b = 1;
+        ssize_t n = write(g_sigpipe[1], &b, 1); /* full pipe: a byte is there already */
+        (void)n;
+    }
+    errno = saved;
+}
 
 void bus_signals_install(void) {
+    if (g_sigpipe[0] < 0 && pipe2(g_sigpipe, O_NONBLOCK | O_CLOEXEC) != 0)
+        g_sigpipe[0] = g_sigpipe[1] = -1; /* then the waits rely on EINTR alone */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -37,6 +57,7 @@ void bus_signals_install(void) {
 }
 
 int bus_signal_received(void) { return g_signal != 0; }
+int bus_signal_fd(void) { return g_sigpipe[0]; }
 volatile sig_atomic_t *bus_signal_flag(void) { return &g_signal; }
 
 void bus_close(void **sock) {
@@ -61,13 +82,14 @@ static long left_ms(double deadline) {
 /* zmq_poll on one socket for ZMQ_POLLIN: 1 readable, 0 time-out, <0 status. */
 static int poll_in(void *sock, long timeout_ms, char *err, size_t errlen) {
     if (g_signal) return BUS_ERR_INTR;
-    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&it, 1, timeout_ms);
+    zmq_pollitem_t it[2] = {{sock, 0, ZMQ_POLLIN, 0}, {NULL, g_sigpipe[0], ZMQ_POLLIN, 0}};
+    int rc = zmq_poll(it, g_sigpipe[0] >= 0 ? 2 : 1, timeout_ms);
     if (rc < 0) {
         if (zmq_errno() == EINTR) return BUS_ERR_INTR;
         return err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     }
-    return rc > 0 && (it.revents & ZMQ_POLLIN) ? 1 : 0;
+    if (g_signal) return BUS_ERR_INTR;
+    return rc > 0 && (it[0].revents & ZMQ_POLLIN) ? 1 : 0;
 }
 
 void *bus_pub_open(void *zctx, const char *endpoint, char *err, size_t errlen) {

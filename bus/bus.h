@@ -70,9 +70,15 @@ int bus_request(void *sock, const wire_msg_t *req, wire_msg_t *rep, int timeout_
 /* Closes a socket with linger already set and NULLs the pointer. */
 void bus_close(void **sock);
 
-/* SIGINT/SIGTERM set a flag, without SA_RESTART so a blocked zmq_poll returns EINTR. */
+/* SIGINT/SIGTERM set a flag, without SA_RESTART so a blocked zmq_poll returns EINTR, and write
+ * a byte to a pipe whose read end (bus_signal_fd, -1 before install or when pipe2 failed) a
+ * long wait polls beside its sockets: a signal that arrives while zmq_poll is busy outside
+ * poll(2) still ends the wait. The byte is never read: once a signal came, every wait that
+ * polls the fd returns at once, which is what a program that is stopping wants; bus_recv and
+ * bus_request poll it, and return BUS_ERR_INTR. */
 void bus_signals_install(void);
 int bus_signal_received(void);
+int bus_signal_fd(void);
 /* The flag itself, for libraries that take a stop flag (loader_client_cfg_t.stop). */
 volatile sig_atomic_t *bus_signal_flag(void);
 

@@ -140,8 +140,12 @@ int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *sta
     if (!cfg->quiet)
         fprintf(stderr, "bus: publishers -> %s, subscribers <- %s\n", cfg->pub_ep, cfg->sub_ep);
     while (!bus_signal_received()) {
-        zmq_pollitem_t items[2] = {{f.xsub, 0, ZMQ_POLLIN, 0}, {f.xpub, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, -1) < 0) {
+        /* the signal pipe beside the sockets: a wait without end must see a SIGTERM that
+         * lands while zmq_poll handles libzmq's commands (bus.h) */
+        int sigfd = bus_signal_fd();
+        zmq_pollitem_t items[3] = {{f.xsub, 0, ZMQ_POLLIN, 0}, {f.xpub, 0, ZMQ_POLLIN, 0},
+                                   {NULL, sigfd, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, sigfd >= 0 ? 3 : 2, -1) < 0) {
             if (zmq_errno() == EINTR) continue; /* the loop condition reads the flag */
             rc = err_fail(err, errlen, BUS_ERR_ZMQ, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             break;

@@ -145,8 +145,10 @@ static void jw_field(jw_t *w, const wire_field_t *f, const char *base) {
 /* An object of the fields of s (a ckpt inside a ckpt_index). */
 static void jw_fields(jw_t *w, const wire_schema_t *s, const char *base) {
     jw_put(w, "{", 1);
-    for (int i = 0; i < s->n_fields; i++) {
-        if (i) jw_put(w, ",", 1);
+    for (int i = 0, first = 1; i < s->n_fields; i++) {
+        if (s->fields[i].kind == WF_NAME && !wire_field_present(&s->fields[i], base)) continue;
+        if (!first) jw_put(w, ",", 1);
+        first = 0;
         jw_str(w, s->fields[i].name, strlen(s->fields[i].name));
         jw_put(w, ":", 1);
         jw_field(w, &s->fields[i], base);
@@ -172,6 +174,9 @@ int wire_to_json(const char *topic, const wire_msg_t *m, char *out, size_t cap) 
     jw_key(&w, "type");
     jw_str(&w, s->name, strlen(s->name));
     for (int i = 0; i < s->n_fields; i++) {
+        /* an optional name left empty is absent on the wire: absent here too (a missing mask
+         * prints null, as it always has) */
+        if (s->fields[i].kind == WF_NAME && !wire_field_present(&s->fields[i], (const char *)&m->u)) continue;
         jw_key(&w, s->fields[i].name);
         jw_field(&w, &s->fields[i], (const char *)&m->u);
     }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "bus/keys.h"
@@ -37,6 +38,7 @@ static struct {
     int n_authorized, authorized_given;
     int allow_any, insecure;
     long long max_bytes[BUS_PEER_KINDS];
+    int hb_ivl_ms, hb_timeout_ms; /* ZeroMQ heartbeats of every socket (net.h) */
 } g;
 
 int bus_net_flags(flag_t *f, bus_net_opts_t *o, int serves) {
@@ -95,6 +97,23 @@ int bus_net_setup(const bus_net_opts_t *o, char *err, size_t errlen) {
                             KINDS[k].flag, KINDS[k].env, v, MIN_MAX_BYTES, MAX_MAX_BYTES);
         g.max_bytes[k] = v;
     }
+    const struct { const char *env; int dflt, *out; } hb[2] = {
+        {"FT_HEARTBEAT_IVL_MS", BUS_HEARTBEAT_IVL_MS, &g.hb_ivl_ms},
+        {"FT_HEARTBEAT_TIMEOUT_MS", BUS_HEARTBEAT_TIMEOUT_MS, &g.hb_timeout_ms},
+    };
+    for (int k = 0; k < 2; k++) {
+        const char *e = getenv(hb[k].env);
+        long v = hb[k].dflt;
+        if (e && *e) {
+            char *end;
+            v = strtol(e, &end, 10);
+            /* the time-out and the TTL travel in deciseconds, 16 bits: at most 6553.5 s */
+            if (*end || v < 0 || v > 6553500 || (k == 1 && v < 100))
+                return err_fail(err, errlen, BUS_ERR_REFUSED, "$%s: '%s' is not a number of milliseconds in [%d, 6553500]",
+                                hb[k].env, e, k == 1 ? 100 : 0);
+        }
+        *hb[k].out = (int)v;
+    }
     const char *key = pick(o->key, "FT_KEY"), *trust = pick(o->trust, "FT_TRUST");
     const char *auth = pick(o->authorized, "FT_AUTHORIZED");
     g.allow_any = o->allow_any_client || env_on("FT_ALLOW_ANY_CLIENT");
@@ -120,6 +139,7 @@ long long bus_net_max_bytes(bus_peer_kind kind) {
 }
 
 unsigned long long bus_net_refused(void) { return bus_zap_refused(); }
+int bus_net_refusal(unsigned event, unsigned value, const char *ep) { return bus_zap_refusal(event, value, ep); }
 
 void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t errlen) {
     if (!zctx || (int)kind < 0 || kind >= BUS_PEER_KINDS) {
@@ -134,8 +154,17 @@ void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t
     }
     int zero = 0;
     int64_t max = g.max_bytes[kind];
+    /* heartbeats on every connection (tcp and ipc): a peer that vanished without a FIN (its
+     * machine cut off or gone) is dropped after at most ivl + timeout instead of the kernel's
+     * hours, and a connecting socket then reconnects by itself; the TTL asks the peer to do
+     * the same when our pings stop, for peers that send none of their own */
+    int ivl = g.hb_ivl_ms, hto = g.hb_timeout_ms, cto = BUS_CONNECT_TIMEOUT_MS;
     if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
-        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max)) {
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max) ||
+        zmq_setsockopt(s, ZMQ_CONNECT_TIMEOUT, &cto, sizeof cto) ||
+        (ivl > 0 && (zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl) ||
+                     zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &hto, sizeof hto) ||
+                     zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &hto, sizeof hto)))) {
         err_fail(err, errlen, BUS_ERR_ZMQ, "socket options: %s", zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;
@@ -215,9 +244,30 @@ int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) 
                 return rc;
         }
     }
+    /* logs refused clients; watched before the bind, whose event opens the monitor's pipe */
+    if (g.has_key && !has_prefix(ep, "inproc://")) bus_zap_watch(zctx, s, ep);
     if (zmq_bind(s, ep) != 0)
         return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
     return 0;
+}
+
+void bus_net_advertised(void *s, const char *bound_as, char *out, size_t cap) {
+    char last[512] = "";
+    size_t n = sizeof last;
+    if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, last, &n) != 0 || !last[0]) {
+        snprintf(out, cap, "%s", bound_as ? bound_as : "");
+        return;
+    }
+    const char *wild[] = {"tcp://0.0.0.0:", "tcp://[::]:", "tcp://*:"};
+    for (int i = 0; i < 3; i++)
+        if (has_prefix(last, wild[i])) {
+            char host[256] = "localhost";
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = 0;
+            snprintf(out, cap, "tcp://%s:%s", host, last + strlen(wild[i]));
+            return;
+        }
+    snprintf(out, cap, "%s", last);
 }
 
 int bus_net_connect(void *s, const char *ep, char *err, size_t errlen) {

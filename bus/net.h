@@ -16,6 +16,15 @@
  *     ::1, localhost), ipc:// and inproc:// endpoints, unless `insecure` is set: otherwise
  *     bind and connect refuse with one line saying what to give.
  *
+ * Heartbeats: every socket sends a ZMTP PING every BUS_HEARTBEAT_IVL_MS on each of its
+ * connections (tcp and ipc) and drops a connection that has carried nothing for
+ * BUS_HEARTBEAT_TIMEOUT_MS after a ping (ZMQ_HEARTBEAT_IVL, _TIMEOUT; _TTL the same time-out,
+ * asked of the peer). So a half-open connection (the peer's machine cut off, or gone without a
+ * FIN) is noticed within IVL + TIMEOUT, 5 s by default, and a connecting socket reconnects
+ * (every 100 ms, libzmq's default) until the peer is back, each attempt given up after
+ * BUS_CONNECT_TIMEOUT_MS. FT_HEARTBEAT_IVL_MS (0: off) and
+ * FT_HEARTBEAT_TIMEOUT_MS change them (docs/NETWORK.md).
+ *
  * The configuration is process-wide: a program's main calls bus_net_setup once, before its
  * first socket, with its flags (bus_net_flags); unset values come from the environment
  * (FT_KEY, FT_TRUST, FT_AUTHORIZED, FT_ALLOW_ANY_CLIENT=1, FT_INSECURE=1,
@@ -24,6 +33,7 @@
 #ifndef BUS_NET_H
 #define BUS_NET_H
 #include <stddef.h>
+#include <zmq.h>
 
 #include "bus/bus.h"
 #include "common/flags.h"
@@ -44,6 +54,15 @@ typedef enum {
 #define BUS_MAX_SUB_BYTES (64ll << 20)
 #define BUS_MAX_REQUESTS_BYTES (64ll << 10)
 #define BUS_MAX_REPLIES_BYTES (256ll << 20)
+
+/* Heartbeats of every socket, in ms (above). The time-out must outlast a loaded machine's
+ * stalls and a slow link's round trip (a ping answered 200 ms each way): 4 s does both. */
+#define BUS_HEARTBEAT_IVL_MS 1000
+#define BUS_HEARTBEAT_TIMEOUT_MS 4000
+/* A TCP connect that has not completed after this long is abandoned and tried again (every
+ * 100 ms, libzmq's reconnect interval): a peer back from a partition is reached within about a
+ * second instead of at the kernel's next SYN retry (1, 3, 7, 15 ... s after the first). */
+#define BUS_CONNECT_TIMEOUT_MS 1000
 
 typedef struct {
     const char *key;        /* own key pair file (PREFIX.key) */
@@ -71,12 +90,25 @@ void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t
 /* Binds s as a server (CURVE when this program has a key pair); zctx is s's context, where
  * the handler that checks client keys runs. 0, BUS_ERR_REFUSED or BUS_ERR_ZMQ, err set. */
 int bus_net_bind(void *zctx, void *s, const char *endpoint, char *err, size_t errlen);
+/* The endpoint others should connect to for a socket bound as bound_as: the address actually
+ * bound (an interface name or a wildcard port resolved), with a wildcard address (a star,
+ * 0.0.0.0, [::]) replaced by this host's name, which the others must resolve. For loaders'
+ * announcements and rank 0's rendezvous. */
+void bus_net_advertised(void *s, const char *bound_as, char *out, size_t cap);
 /* Connects s as a client (CURVE when the trust file names endpoint's server). */
 int bus_net_connect(void *s, const char *endpoint, char *err, size_t errlen);
 /* The size limit for kind, as configured. */
 long long bus_net_max_bytes(bus_peer_kind kind);
 /* 1 for ipc://, inproc:// and tcp:// to 127.0.0.0/8, ::1 or localhost. */
 int bus_net_endpoint_local(const char *endpoint);
-/* Handshakes refused so far by the client-key check of this process's servers. */
+/* Handshakes refused so far by this process's servers (clear text, a wrong server key, a key
+ * not authorized); each is also logged, one line per reason and client then every 10 s. */
 unsigned long long bus_net_refused(void);
+/* A server bound with CURVE has its refusals watched through a socket monitor. libzmq gives a
+ * socket one monitor: a program that monitors its server socket itself (the sampler service,
+ * rank 0's rendezvous) replaces that one, so it adds BUS_NET_REFUSAL_EVENTS to its own events
+ * and passes each event it reads to bus_net_refusal, which logs and counts the refusals and
+ * returns 1 for them (0: an event for the caller). ep: the endpoint the socket is bound to. */
+#define BUS_NET_REFUSAL_EVENTS (ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+int bus_net_refusal(unsigned event, unsigned value, const char *ep);
 #endif

@@ -145,16 +145,11 @@ static int encode_field(msgpack_packer *pk, const wire_field_t *f, const char *b
     return WIRE_ERR_ARG;
 }
 
-/* Whether a field is written at all: only an absent mask is left out. */
-static int field_present(const wire_field_t *f, const char *base) {
-    return !(f->kind == WF_MASK && *(void *const *)(base + f->off) == NULL);
-}
-
 /* The fields of s as one map, preceded by "v" and "type" when type_name is not NULL. */
 static int encode_map(msgpack_packer *pk, const wire_schema_t *s, const char *base,
                       const char *type_name) {
     int n = type_name ? 2 : 0, rc;
-    for (int i = 0; i < s->n_fields; i++) n += field_present(&s->fields[i], base);
+    for (int i = 0; i < s->n_fields; i++) n += wire_field_present(&s->fields[i], base);
     PK(msgpack_pack_map(pk, n));
     if (type_name) {
         PK(pack_key(pk, "v"));
@@ -163,7 +158,7 @@ static int encode_map(msgpack_packer *pk, const wire_schema_t *s, const char *ba
         PK(pack_key(pk, type_name));
     }
     for (int i = 0; i < s->n_fields; i++) {
-        if (!field_present(&s->fields[i], base)) continue;
+        if (!wire_field_present(&s->fields[i], base)) continue;
         PK(pack_key(pk, s->fields[i].name));
         if ((rc = encode_field(pk, &s->fields[i], base))) return rc;
     }

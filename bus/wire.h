@@ -66,6 +66,7 @@ typedef enum {
     MSG_DP_HELLO,    /* trainer rank -> rank 0's rendezvous: "dp_hello" (data parallelism) */
     MSG_DP_WELCOME,  /* rank 0 -> a rank that said hello: "dp_welcome" */
     MSG_DP_BEAT,     /* trainer ranks' heartbeat, both ways: "dp_beat" */
+    MSG_STAGE,       /* bus event: "stage" (an evaluator or sampler service announces itself) */
     MSG_TYPE_COUNT
 } msg_type;
 
@@ -227,6 +228,19 @@ typedef struct {
     uint64_t req_id;       /* the request of this connection to drop */
 } msg_gen_cancel_t;
 
+/* A stage of the pipeline announcing itself every second (bus/beat.h): who, for which run,
+ * where it serves, what it is doing. The loaders have their own "loader" event. */
+typedef struct {
+    char program[WIRE_NAME_LEN]; /* "evaluator", "sampler" */
+    char name[WIRE_NAME_LEN];    /* instance name, unique among that program's instances */
+    uint64_t pid;
+    char run[WIRE_NAME_LEN];     /* the run it works for ("" when none) */
+    char *endpoint;              /* where it serves requests ("" when it serves none) */
+    char *state;                 /* one line: what it is doing */
+    uint64_t done;               /* evaluations written, or requests answered */
+    uint8_t bye;                 /* optional bool: the last beat of a stage stopping in order */
+} msg_stage_t;
+
 typedef struct {
     msg_type type;
     union {
@@ -248,6 +262,7 @@ typedef struct {
         msg_dp_hello_t dp_hello;
         msg_dp_welcome_t dp_welcome;
         msg_dp_beat_t dp_beat;
+        msg_stage_t stage;
     } u;
 } wire_msg_t;
 

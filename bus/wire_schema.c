@@ -108,6 +108,13 @@ static const wire_field_t dp_beat_fields[] = {
     F(msg_dp_beat_t, bye, WF_U32, 1),
 };
 
+static const wire_field_t stage_fields[] = {
+    F(msg_stage_t, program, WF_NAME, 1), F(msg_stage_t, name, WF_NAME, 1),
+    F(msg_stage_t, pid, WF_U64, 1),      F(msg_stage_t, run, WF_NAME, 1),
+    F(msg_stage_t, endpoint, WF_STR, 1), F(msg_stage_t, state, WF_STR, 1),
+    F(msg_stage_t, done, WF_U64, 1),     F(msg_stage_t, bye, WF_BOOL, 0),
+};
+
 #define S(nm, arr) {nm, arr, (int)(sizeof arr / sizeof arr[0])}
 static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_BATCH_REQ] = S("batch_req", batch_req_fields),
@@ -128,6 +135,7 @@ static const wire_schema_t schemas[MSG_TYPE_COUNT] = {
     [MSG_DP_HELLO] = S("dp_hello", dp_hello_fields),
     [MSG_DP_WELCOME] = S("dp_welcome", dp_welcome_fields),
     [MSG_DP_BEAT] = S("dp_beat", dp_beat_fields),
+    [MSG_STAGE] = S("stage", stage_fields),
 };
 _Static_assert(sizeof gen_req_fields / sizeof gen_req_fields[0] <= WIRE_SCHEMA_MAX_FIELDS,
                "decoder bookkeeping too small");
@@ -282,4 +290,10 @@ int wire_kv_add(wire_kv_t *kv, uint32_t *n, const char *name, double value) {
     kv[*n].value = value;
     (*n)++;
     return WIRE_OK;
+}
+
+int wire_field_present(const wire_field_t *f, const char *base) {
+    if (f->kind == WF_MASK) return *(void *const *)(base + f->off) != NULL;
+    if (f->kind == WF_NAME && !f->required) return *(base + f->off) != 0;
+    return 1;
 }

@@ -44,6 +44,10 @@ typedef struct {
 
 /* NULL for MSG_NONE or out-of-range values. */
 const wire_schema_t *wire_schema_get(msg_type t);
+/* Whether a field of the struct at base is written at all (encoder and JSON): an absent mask,
+ * and an optional name left empty (the metrics' precision of a `bin/bus send` that gave none:
+ * '' is none of the values the protocol allows, absent is what it says), are left out. */
+int wire_field_present(const wire_field_t *f, const char *base);
 /* Frees the heap fields of one struct described by s (not the struct itself). */
 void wire_schema_free_fields(const wire_schema_t *s, void *base);
 #endif

@@ -37,7 +37,7 @@ static void usage(FILE *f, const flag_t *flags, int n) {
 }
 
 int main(int argc, char **argv) {
-    const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL;
+    const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL, *name = NULL;
     const char *device = device_default_spec(), *precision = "fp32";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
@@ -48,6 +48,7 @@ int main(int argc, char **argv) {
         {"run-dir", FLAG_STR, &run_dir, "the run's checkpoint directory (default: learnt from the bus)", 0, 0, 0},
         {"task", FLAG_STR, &tc.task, "val, mc, em or synth", 0, 0, 0},
         {"tag", FLAG_STR, &tag, "task name in results and events (default: the task)", 0, 0, 0},
+        {"name", FLAG_STR, &name, "instance name in its stage/evaluator/<name> beats on the bus (default: <tag>-<pid>)", 0, 0, 0},
         {"out", FLAG_STR, &out, "results file: one JSON line appended (fsynced) per evaluation", 0, 0, 0},
         {"once", FLAG_BOOL, &once, "evaluate the newest checkpoint (with --all: every one on disk) and exit", 0, 0, 0},
         {"all", FLAG_BOOL, &all, "also evaluate the checkpoints older than the newest", 0, 0, 0},
@@ -117,7 +118,7 @@ int main(int argc, char **argv) {
     bus_signals_install();
     eval_watch_cfg_t wc = {
         .run = run, .run_dir = run_dir, .bus_sub = bus_sub, .bus_pub = bus_pub, .no_bus = no_bus,
-        .out = out, .tag = tag ? tag : tc.task, .once = once, .all = all, .poll_ms = poll_ms,
+        .out = out, .tag = tag ? tag : tc.task, .name = name, .once = once, .all = all, .poll_ms = poll_ms,
         .quiet = quiet, .task = task, .dev = dev, .stop = bus_signal_flag(),
     };
     err[0] = 0;

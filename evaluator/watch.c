@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
+#include "bus/beat.h"
 #include "bus/bus.h"
 #include "common/path_inside.h"
 #include "evaluator/results.h"
@@ -44,6 +46,7 @@ typedef struct {
     const eval_watch_cfg_t *c;
     char run_dir[2048];
     void *zctx, *sub, *pub;
+    bus_beat_t *beat;    /* stage/evaluator/<name> every second (NULL: no bus, or --once) */
     stepset_t done, skipped;
     char *warned;        /* every warning line printed so far, '\n'-separated, printed once */
     int evaluated;
@@ -140,6 +143,9 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     lm_load_t load = {NULL, c->dev, 0, 0};
     eval_task_shape(c->task, &load.Bmax, &load.Tmax);
     double t0 = unix_now();
+    char state[2400];
+    snprintf(state, sizeof state, "evaluating %s", dir);
+    bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
     if (ckpt_open(dir, load_lm, &load, why, sizeof why)) { /* the rule of model/checkpoint.h */
         fprintf(stderr, "evaluator: skipping %s\n", why);
         set_add(&w->skipped, step);
@@ -175,6 +181,8 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     publish(w, &r);
     set_add(&w->done, step);
     w->evaluated++;
+    snprintf(state, sizeof state, "idle, last evaluated step %lld", (long long)step);
+    bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
     if (!c->quiet) {
         fprintf(stderr, "evaluator: %s step %lld %s:", c->run, (long long)step, c->tag);
         for (uint32_t i = 0; i < vals.n; i++) fprintf(stderr, " %s %.6g", vals.kv[i].name, vals.kv[i].value);
@@ -320,9 +328,20 @@ int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
          * first results (a backlog) ready at once, and a PUB drops what it sends before the
          * subscription arrives (seen: every eval event of a short-lived evaluator lost) */
         bus_pub_wait(w.pub, 500);
+        if (!c->once) { /* a one-shot evaluation is no stage of a running pipeline */
+            char name[WIRE_NAME_LEN];
+            if (c->name) snprintf(name, sizeof name, "%s", c->name);
+            else snprintf(name, sizeof name, "%.30s-%ld", c->tag, (long)getpid());
+            if (bus_beat_start(&w.beat, w.zctx, bus_endpoint_pub(c->bus_pub), "evaluator", name, c->run, "", e, sizeof e)) {
+                rc = (snprintf(err, errlen, "--name: %s", e), EVAL_EARG);
+                goto out;
+            }
+            bus_beat_set(w.beat, "idle", 0);
+        }
     }
     rc = watch_loop(&w, err, errlen);
 out:
+    bus_beat_stop(&w.beat);
     bus_close(&w.sub);
     bus_close(&w.pub);
     if (w.zctx) zmq_ctx_term(w.zctx);

@@ -29,6 +29,7 @@ typedef struct {
     int no_bus;            /* neither subscribe nor publish */
     const char *out;       /* results file (NULL: stdout only) */
     const char *tag;       /* task name in results and events */
+    const char *name;      /* instance name in its "stage" beats (NULL: <tag>-<pid>) */
     int once;              /* evaluate the newest checkpoint (with all: every one) and return */
     int all;               /* also evaluate the checkpoints older than the newest at start */
     int poll_ms;           /* directory rescan period when the bus is quiet */

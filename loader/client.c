@@ -12,6 +12,7 @@
 #include "loader/client.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ typedef struct {
     int state;         /* PEER_*: only PEER_OK loaders are sent batch requests */
     int info_out;      /* an info_req went out at info_sent and is unanswered */
     double info_sent;
+    double rtt, rtt_at; /* its round trip (s, a moving average; 0: not measured) and when measured */
 } peer_t;
 
 typedef struct {
@@ -220,16 +222,38 @@ static int peer_send(peer_t *p, const void *body, size_t len) {
     return 0;
 }
 
-/* The live loader of our dataset with the fewest requests in flight, avoiding `avoid` when
- * another exists; when all look down, the one whose down time ends first. -1 when there is
- * no loader of our dataset. */
+/* A round trip measured for p (a reply to what was sent to it, or a time-out): folded into its
+ * moving average. */
+static double peer_rtt(const peer_t *p, double now);
+static void rtt_sample(peer_t *p, double sample, double now) {
+    double was = peer_rtt(p, now); /* the decayed value: a loader back from slow converges fast */
+    p->rtt = was > 0 ? 0.7 * was + 0.3 * sample : sample;
+    p->rtt_at = now;
+}
+
+/* p's round trip as the picker sees it: the average halves every RTT_HALF_LIFE_S it goes
+ * unmeasured, so a loader that was slow (a slow link, or a cut one that timed out) is tried
+ * again now and then and taken back when it has become fast. */
+#define RTT_HALF_LIFE_S 2.0
+static double peer_rtt(const peer_t *p, double now) {
+    return p->rtt > 0 ? p->rtt * exp2(-(now - p->rtt_at) / RTT_HALF_LIFE_S) : 0;
+}
+
+/* The live loader of our dataset that should answer first: the fewest requests in flight, each
+ * weighted by the loader's round trip (peer_rtt; an unmeasured loader counts as instant), so a
+ * loader behind a slow link gets a request only when the fast ones are that much busier, and
+ * the trainer's pace follows the fast ones. `avoid` is passed over when another exists; when
+ * all look down, the one whose down time ends first. -1 when there is no loader of our dataset. */
 static int peer_pick(loader_client_t *c, int avoid, double now) {
     int best = -1;
+    double best_cost = 0;
     for (int pass = 0; pass < 2 && best < 0; pass++)
         for (int i = 0; i < c->npeers; i++) {
             peer_t *p = &c->peers[i];
             if (p->state != PEER_OK || p->dead_until > now || (pass == 0 && i == avoid)) continue;
-            if (best < 0 || p->inflight < c->peers[best].inflight) best = i;
+            double cost = (p->inflight + 1) * peer_rtt(p, now);
+            if (best < 0 || cost < best_cost || (cost == best_cost && p->inflight < c->peers[best].inflight))
+                best = i, best_cost = cost;
         }
     if (best < 0)
         for (int i = 0; i < c->npeers; i++)
@@ -356,6 +380,7 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
     peer_t *p = &c->peers[i];
     c->last_answer = now;
     p->dead_until = 0;
+    if (m.type == MSG_INFO && p->info_out) rtt_sample(p, now - p->info_sent, now);
     if (m.type == MSG_INFO) {
         rc = on_info(c, p, &m.u.info, err, errlen);
     } else if (m.type == MSG_BATCH && c->spe && p->state == PEER_OK && same_config(c, &m.u.batch)) {
@@ -365,6 +390,7 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
             s->have = 1;
             s->b = m.u.batch;
             memset(&m, 0, sizeof m); /* ownership moved to the slot */
+            if (s->peer == i) rtt_sample(p, now - s->sent_at, now);
             if (s->peer >= 0 && c->peers[s->peer].inflight > 0) c->peers[s->peer].inflight--;
         } else {
             c->dropped++;
@@ -481,6 +507,7 @@ int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t e
                     continue;
                 }
                 if ((now - w->sent_at) * 1000 < c->cfg.timeout_ms) continue;
+                if (w->peer >= 0) rtt_sample(&c->peers[w->peer], now - w->sent_at, now);
                 if (w->peer >= 0) c->peers[w->peer].dead_until = now + 2.0 * c->cfg.timeout_ms / 1000.0;
                 if (w->peer >= 0) c->reissued++;
                 slot_send(c, w, now);

@@ -251,13 +251,13 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-static void announce(void *pub, const loader_server_cfg_t *cfg, uint64_t served) {
+static void announce(void *pub, const loader_server_cfg_t *cfg, const char *endpoint, uint64_t served) {
     if (!pub) return;
     wire_msg_t m;
     memset(&m, 0, sizeof m);
     m.type = MSG_LOADER;
     snprintf(m.u.loader.name, sizeof m.u.loader.name, "%s", cfg->name);
-    m.u.loader.endpoint = (char *)cfg->bind;
+    m.u.loader.endpoint = (char *)endpoint;
     m.u.loader.dataset = (char *)cfg->data;
     m.u.loader.pid = (uint64_t)getpid();
     m.u.loader.served = served;
@@ -293,6 +293,10 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         rc = LOADER_EIO;
         goto out;
     }
+    /* what the announcements name: bound to every interface (a star) or to eth0, the host name or
+     * the interface's address announced, so that trainers elsewhere can connect */
+    char endpoint[512];
+    bus_net_advertised(router, cfg->bind, endpoint, sizeof endpoint);
     /* The bus is optional: without one the announcements are dropped (publishing never
      * blocks) and serving is unaffected. Endpoint: --bus-pub, else $FT_BUS_PUB, else the
      * default, like every program. */
@@ -312,14 +316,14 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         }
     }
     if (!cfg->quiet)
-        fprintf(stderr, "loader: serving %s at %s (%d thread%s, %llu docs)\n", cfg->data, cfg->bind, nthreads,
+        fprintf(stderr, "loader: serving %s at %s (%d thread%s, %llu docs)\n", cfg->data, endpoint, nthreads,
                 nthreads > 1 ? "s" : "", (unsigned long long)loader_src_meta(h[0]->src)->n_docs);
     double t_announce = 0, t_log = progress_now();
     uint64_t logged = 0;
     while (!*stop) {
         double now = progress_now();
         if (now - t_announce >= 1.0) {
-            announce(pub, cfg, atomic_load(&served));
+            announce(pub, cfg, endpoint, atomic_load(&served));
             t_announce = now;
         }
         if (!cfg->quiet && now - t_log >= 10.0 && atomic_load(&served) != logged) {

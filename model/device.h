@@ -30,6 +30,7 @@
 #include "model/gemm.h"
 #include "model/ops.h"
 #include "model/precision.h"
+#include "model/prof.h"
 
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } device_kind;
 
@@ -202,8 +203,15 @@ typedef struct {
     size_t params, grads, activations;
 } model_memory_t;
 
-/* One op call: DEV(d, rmsnorm_forward, out, rstd, x, w, N, D, eps). */
-#define DEV(d, op, ...) ((d)->ops->op((d), __VA_ARGS__))
+/* One op call: DEV(d, rmsnorm_forward, out, rstd, x, w, N, D, eps). Its wall time goes to the
+ * op's line of the timers while they are on (model/prof.h: a statement expression whose
+ * value is the op's, the timer stopped by the cleanup as the expression ends). */
+#define DEV(d, op, ...)                                                                    \
+    ({                                                                                     \
+        __attribute__((cleanup(prof_end))) prof_timer_t dev_prof_ = prof_begin(#op);       \
+        (void)dev_prof_;                                                                   \
+        (d)->ops->op((d), __VA_ARGS__);                                                    \
+    })
 
 /* Opens "cpu", "cuda" (= cuda:0) or "cuda:N" at a precision. Where the build has no CUDA
  * device, or the machine no GPU or driver, one line says so and the status is -1. */

@@ -5,6 +5,8 @@
 #include "model/device.h"
 #include "common/errmsg.h"
 #include "model/cpu_isa.h"
+#include "model/ops_bf16.h"
+#include <malloc.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +26,37 @@ static void *cpu_alloc(device_t *d, size_t bytes) {
     if (p) d->allocated += bytes;
     return p;
 }
-/* The arena and the views keep sizes; free needs none. */
-static void cpu_free(device_t *d, void *p) { (void)d; free(p); }
+/* The arena and the views keep sizes; free needs none (malloc knows it, for the shadows). */
+static void cpu_free(device_t *d, void *p) {
+    (void)d;
+    if (p) ops_bf16_forget(p, malloc_usable_size(p));
+    free(p);
+}
+
+/* ---- outputs --------------------------------------------------------------------------
+ * Every op names what it writes before it runs: the bf16 shadows of those bytes become
+ * invalid (model/ops_bf16.h; an op that makes a shadow of its output writes it afterwards).
+ * OUT(p, n): n elements of p's type; a NULL p is skipped. */
+#define OUT(p, n) ops_bf16_clobber((p), sizeof(*(p)) * (size_t)(n))
+/* rows of width D, ld apart: the span from the first to the last */
+static void out_rows(const float *p, int ld, int rows, int D) {
+    if (rows > 0) ops_bf16_clobber(p, sizeof(float) * ((size_t)(rows - 1) * ld + D));
+}
+/* The ops whose products (or whose outputs' shadows) follow the device's precision run with
+ * ops_product_precision set to it, and back to fp32 after (ops.h). */
+#define AT_PRECISION(d, call)                     \
+    do {                                          \
+        ops_product_precision = (d)->precision;   \
+        call;                                     \
+        ops_product_precision = PRECISION_FP32;   \
+    } while (0)
+
 static void cpu_copy(device_t *d, void *dst, const void *src, size_t bytes) {
     (void)d;
+    ops_bf16_clobber(dst, bytes);
     if (dst != src && bytes) memmove(dst, src, bytes);
 }
-static void cpu_zero(device_t *d, void *p, size_t bytes) { (void)d; if (bytes) memset(p, 0, bytes); }
+static void cpu_zero(device_t *d, void *p, size_t bytes) { (void)d; ops_bf16_clobber(p, bytes); if (bytes) memset(p, 0, bytes); }
 /* Ops return nothing (as kernel launches): an op that cannot run leaves a fault, reported
  * here, as a GPU reports its faults at the next synchronisation. */
 static int cpu_sync(device_t *d, char *err, size_t errlen) {
@@ -48,60 +74,88 @@ static void cpu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc) {
     /* (profile_gemm: only the CUDA device times its products) */
+    out_rows(C, ldc, n, m);
     model_gemm_prec(d->precision, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* ---- the ops: one line each onto ops.h ---- */
-static void cpu_embedding_forward(device_t *d, float *out, const uint32_t *tokens, const float *table, int N, int D) { (void)d; embedding_forward(out, tokens, table, N, D); }
-static void cpu_embedding_backward(device_t *d, float *dtable, const float *dout, const uint32_t *tokens, int N, int D) { (void)d; embedding_backward(dtable, dout, tokens, N, D); }
-static void cpu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) { (void)d; rmsnorm_forward(out, rstd, x, w, N, D, eps); }
-static void cpu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) { (void)d; rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D); }
-static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_forward(y, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
-static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_backward(dx, dw, dy, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
-static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { ops_product_precision = d->precision; linear_backward_set(dx, dw, dy, x, w, N, in, out); ops_product_precision = PRECISION_FP32; }
-static void cpu_rope_forward(device_t *d, float *out, const float *x, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_forward(out, x, c, s, B, T, H, hd, pos0); }
-static void cpu_rope_backward(device_t *d, float *dx, const float *dout, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; rope_backward(dx, dout, c, s, B, T, H, hd, pos0); }
-static void cpu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_split_rope(q, k, v, qkv, c, s, N, T, H, Hkv, hd, pos0); }
-static void cpu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { (void)d; qkv_join_unrope(dqkv, dq, dk, dv, c, s, N, T, H, Hkv, hd, pos0); }
-static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
-static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { ops_product_precision = d->precision; attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal); ops_product_precision = PRECISION_FP32; }
-static void cpu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { ops_product_precision = d->precision; attention_window_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window); ops_product_precision = PRECISION_FP32; }
-static void cpu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { ops_product_precision = d->precision; attention_window_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window); ops_product_precision = PRECISION_FP32; }
-static void cpu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) { (void)d; latent_normal(x, L, B, n, key, row0, mean, std); }
-static void cpu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { (void)d; latent_sample(z, mu, ls, eps, n); }
-static void cpu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { (void)d; latent_kl_rows(kl, mu, ls, L, B, n); }
-static void cpu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { (void)d; latent_backward(dmu, dls, dz, mu, ls, eps, kl_scale, n); }
-static void cpu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) { (void)d; swiglu_forward(out, gate, up, N, F); }
-static void cpu_swiglu_backward(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward(dgate, dup, dout, gate, up, N, F); }
-static void cpu_swiglu_backward_set(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { (void)d; swiglu_backward_set(dgate, dup, dout, gate, up, N, F); }
-static float cpu_crossentropy_forward(device_t *d, float *dlogits, float *lse, int *count, const float *logits, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { (void)d; return crossentropy_forward(dlogits, lse, count, logits, targets, mask, N, V, dloss); }
-static void cpu_crossentropy_backward(device_t *d, float *dlogits, const float *logits, const float *lse, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { (void)d; crossentropy_backward(dlogits, logits, lse, targets, mask, N, V, dloss); }
-static void cpu_linear_rows(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { (void)d; linear_rows(y, x, w, N, in, out); }
-static void cpu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int H, int Hkv, int hd, const int *pos) { (void)d; qkv_split_rope_rows(q, k, v, qkv, c, s, N, H, Hkv, hd, pos); }
-static void cpu_rope_rows(device_t *d, float *out, const float *x, const float *c, const float *s, int N, int H, int hd, const int *pos) { (void)d; rope_rows(out, x, c, s, N, H, hd, pos); }
-static void cpu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) { (void)d; attention_rows(out, q, kc, vc, base, len, N, H, Hkv, hd); }
-static void cpu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, const float *src, int lds, int N, int D) { (void)d; scatter_rows(dst, ldd, idx, src, lds, N, D); }
-static void cpu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { (void)d; add_forward(y, a, b, n); }
-static void cpu_add_inplace(device_t *d, float *y, const float *x, size_t n) { (void)d; add_inplace(y, x, n); }
-static void cpu_scale_inplace(device_t *d, float *x, float s, size_t n) { (void)d; scale_inplace(x, s, n); }
-static void cpu_repeat_rows(device_t *d, float *out, const float *row, int N, int D) { (void)d; repeat_rows(out, row, N, D); }
-static void cpu_sum_rows(device_t *d, float *out, const float *x, int N, int D) { (void)d; sum_rows(out, x, N, D); }
-static void cpu_copy_rows(device_t *d, float *dst, int ld_dst, const float *src, int ld_src, int rows, int D) { (void)d; copy_rows(dst, ld_dst, src, ld_src, rows, D); }
-static void cpu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t counter0) { (void)d; uniform_fill(u, n, key, counter0); }
-static void cpu_binmap_forward(device_t *d, uint32_t *idx, float *prob, const float *logits, const float *u, int N, int H) { (void)d; binmap_forward(idx, prob, logits, u, N, H); }
-static void cpu_binmap_kl_rows(device_t *d, float *kl, const float *logits, int N, int H) { (void)d; binmap_kl_rows(kl, logits, N, H); }
+/* The embedding's gradient rows: those of the tokens seen. */
+static void out_token_rows(const float *dtable, const uint32_t *tokens, int N, int D) {
+    uint32_t hi = 0;
+    for (int i = 0; i < N; i++) hi = tokens[i] > hi ? tokens[i] : hi;
+    if (N > 0) OUT(dtable, ((size_t)hi + 1) * D);
+}
+
+/* ---- the ops: one line each onto ops.h, after their outputs ---- */
+static void cpu_embedding_forward(device_t *d, float *out, const uint32_t *tokens, const float *table, int N, int D) { (void)d; OUT(out, (size_t)N * D); embedding_forward(out, tokens, table, N, D); }
+static void cpu_embedding_backward(device_t *d, float *dtable, const float *dout, const uint32_t *tokens, int N, int D) { (void)d; out_token_rows(dtable, tokens, N, D); embedding_backward(dtable, dout, tokens, N, D); }
+static void cpu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) { OUT(out, (size_t)N * D); OUT(rstd, N); AT_PRECISION(d, rmsnorm_forward(out, rstd, x, w, N, D, eps)); }
+static void cpu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) { (void)d; OUT(dx, (size_t)N * D); OUT(dw, D); rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D); }
+static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { OUT(y, (size_t)N * out); AT_PRECISION(d, linear_forward(y, x, w, N, in, out)); }
+static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { OUT(dx, (size_t)N * in); OUT(dw, (size_t)out * in); AT_PRECISION(d, linear_backward(dx, dw, dy, x, w, N, in, out)); }
+static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { OUT(dx, (size_t)N * in); OUT(dw, (size_t)out * in); AT_PRECISION(d, linear_backward_set(dx, dw, dy, x, w, N, in, out)); }
+static void cpu_rope_forward(device_t *d, float *out, const float *x, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; OUT(out, (size_t)B * T * H * hd); rope_forward(out, x, c, s, B, T, H, hd, pos0); }
+static void cpu_rope_backward(device_t *d, float *dx, const float *dout, const float *c, const float *s, int B, int T, int H, int hd, int pos0) { (void)d; OUT(dx, (size_t)B * T * H * hd); rope_backward(dx, dout, c, s, B, T, H, hd, pos0); }
+static void cpu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { OUT(q, (size_t)N * H * hd); OUT(k, (size_t)N * Hkv * hd); OUT(v, (size_t)N * Hkv * hd); AT_PRECISION(d, qkv_split_rope(q, k, v, qkv, c, s, N, T, H, Hkv, hd, pos0)); }
+static void cpu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { OUT(dqkv, (size_t)N * (H + 2 * Hkv) * hd); AT_PRECISION(d, qkv_join_unrope(dqkv, dq, dk, dv, c, s, N, T, H, Hkv, hd, pos0)); }
+static void cpu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { OUT(out, (size_t)B * Tq * H * hd); OUT(lse, (size_t)B * H * Tq); AT_PRECISION(d, attention_window_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window)); }
+static void cpu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { OUT(dq, (size_t)B * Tq * H * hd); OUT(dk, (size_t)B * Tk * Hkv * hd); OUT(dv, (size_t)B * Tk * Hkv * hd); AT_PRECISION(d, attention_window_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window)); }
+static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { cpu_attention_window_forward(d, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0); }
+static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { cpu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0); }
+static void cpu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) { (void)d; OUT(x, (size_t)L * B * n); latent_normal(x, L, B, n, key, row0, mean, std); }
+static void cpu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { (void)d; OUT(z, n); latent_sample(z, mu, ls, eps, n); }
+static void cpu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { (void)d; OUT(kl, B); latent_kl_rows(kl, mu, ls, L, B, n); }
+static void cpu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { (void)d; OUT(dmu, n); OUT(dls, n); latent_backward(dmu, dls, dz, mu, ls, eps, kl_scale, n); }
+static void cpu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) { OUT(out, (size_t)N * F); AT_PRECISION(d, swiglu_forward(out, gate, up, N, F)); }
+static void cpu_swiglu_backward(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { OUT(dgate, (size_t)N * F); OUT(dup, (size_t)N * F); AT_PRECISION(d, swiglu_backward(dgate, dup, dout, gate, up, N, F)); }
+static void cpu_swiglu_backward_set(device_t *d, float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F) { OUT(dgate, (size_t)N * F); OUT(dup, (size_t)N * F); AT_PRECISION(d, swiglu_backward_set(dgate, dup, dout, gate, up, N, F)); }
+static float cpu_crossentropy_forward(device_t *d, float *dlogits, float *lse, int *count, const float *logits, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { float r; OUT(dlogits, (size_t)N * V); OUT(lse, N); AT_PRECISION(d, r = crossentropy_forward(dlogits, lse, count, logits, targets, mask, N, V, dloss)); return r; }
+static void cpu_crossentropy_backward(device_t *d, float *dlogits, const float *logits, const float *lse, const uint32_t *targets, const uint8_t *mask, int N, int V, float dloss) { OUT(dlogits, (size_t)N * V); AT_PRECISION(d, crossentropy_backward(dlogits, logits, lse, targets, mask, N, V, dloss)); }
+static void cpu_linear_rows(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { OUT(y, (size_t)N * out); AT_PRECISION(d, linear_rows(y, x, w, N, in, out)); }
+static void cpu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, const float *qkv, const float *c, const float *s, int N, int H, int Hkv, int hd, const int *pos) { (void)d; OUT(q, (size_t)N * H * hd); OUT(k, (size_t)N * Hkv * hd); OUT(v, (size_t)N * Hkv * hd); qkv_split_rope_rows(q, k, v, qkv, c, s, N, H, Hkv, hd, pos); }
+static void cpu_rope_rows(device_t *d, float *out, const float *x, const float *c, const float *s, int N, int H, int hd, const int *pos) { (void)d; OUT(out, (size_t)N * H * hd); rope_rows(out, x, c, s, N, H, hd, pos); }
+static void cpu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) { (void)d; OUT(out, (size_t)N * H * hd); attention_rows(out, q, kc, vc, base, len, N, H, Hkv, hd); }
+static void cpu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, const float *src, int lds, int N, int D) {
+    (void)d;
+    int hi = -1;
+    for (int i = 0; i < N; i++) hi = idx[i] > hi ? idx[i] : hi;
+    out_rows(dst, ldd, hi + 1, D);
+    scatter_rows(dst, ldd, idx, src, lds, N, D);
+}
+static void cpu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { (void)d; OUT(y, n); add_forward(y, a, b, n); }
+static void cpu_add_inplace(device_t *d, float *y, const float *x, size_t n) { (void)d; OUT(y, n); add_inplace(y, x, n); }
+static void cpu_scale_inplace(device_t *d, float *x, float s, size_t n) { (void)d; OUT(x, n); scale_inplace(x, s, n); }
+static void cpu_repeat_rows(device_t *d, float *out, const float *row, int N, int D) { (void)d; OUT(out, (size_t)N * D); repeat_rows(out, row, N, D); }
+static void cpu_sum_rows(device_t *d, float *out, const float *x, int N, int D) { (void)d; OUT(out, D); sum_rows(out, x, N, D); }
+static void cpu_copy_rows(device_t *d, float *dst, int ld_dst, const float *src, int ld_src, int rows, int D) { (void)d; out_rows(dst, ld_dst, rows, D); copy_rows(dst, ld_dst, src, ld_src, rows, D); }
+static void cpu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t counter0) { (void)d; OUT(u, n); uniform_fill(u, n, key, counter0); }
+static void cpu_binmap_forward(device_t *d, uint32_t *idx, float *prob, const float *logits, const float *u, int N, int H) { (void)d; OUT(idx, N); OUT(prob, (size_t)N * H); binmap_forward(idx, prob, logits, u, N, H); }
+static void cpu_binmap_kl_rows(device_t *d, float *kl, const float *logits, int N, int H) { (void)d; OUT(kl, N); binmap_kl_rows(kl, logits, N, H); }
 static free_bits_sums_t cpu_free_bits_forward(device_t *d, const float *kl, const uint8_t *mask, int N, float kappa) { (void)d; return free_bits_forward(kl, mask, N, kappa); }
-static void cpu_free_bits_backward(device_t *d, float *dlogits, const float *logits, const float *kl, const uint8_t *mask, int N, int H, float kappa, float scale) { (void)d; free_bits_backward(dlogits, logits, kl, mask, N, H, kappa, scale); }
-static void cpu_post_sampler_forward(device_t *d, float *r, const float *w, const uint32_t *idx, int N, int D, int H) { (void)d; post_sampler_forward(r, w, idx, N, D, H); }
-static void cpu_mixer_tril(device_t *d, float *out, const float *w, int M, int T, int acc) { (void)d; mixer_tril(out, w, M, T, acc); }
-static void cpu_mixer_bias_forward(device_t *d, float *y, const float *bias, int B, int T, int D, int h, int Tb) { (void)d; mixer_bias_forward(y, bias, B, T, D, h, Tb); }
-static void cpu_mixer_bias_backward(device_t *d, float *dbias, const float *dy, int B, int T, int D, int h, int Tb) { (void)d; mixer_bias_backward(dbias, dy, B, T, D, h, Tb); }
-static void cpu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) { (void)d; unroll_forward(out, e, B, T, D, nd); }
-static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) { (void)d; unroll_backward(de, dout, B, T, D, nd); }
+static void cpu_free_bits_backward(device_t *d, float *dlogits, const float *logits, const float *kl, const uint8_t *mask, int N, int H, float kappa, float scale) { (void)d; OUT(dlogits, (size_t)N * H); free_bits_backward(dlogits, logits, kl, mask, N, H, kappa, scale); }
+static void cpu_post_sampler_forward(device_t *d, float *r, const float *w, const uint32_t *idx, int N, int D, int H) { (void)d; OUT(r, (size_t)N * D); post_sampler_forward(r, w, idx, N, D, H); }
+static void cpu_mixer_tril(device_t *d, float *out, const float *w, int M, int T, int acc) { (void)d; OUT(out, (size_t)M * T * T); mixer_tril(out, w, M, T, acc); }
+static void cpu_mixer_bias_forward(device_t *d, float *y, const float *bias, int B, int T, int D, int h, int Tb) { (void)d; OUT(y, (size_t)B * T * D); mixer_bias_forward(y, bias, B, T, D, h, Tb); }
+static void cpu_mixer_bias_backward(device_t *d, float *dbias, const float *dy, int B, int T, int D, int h, int Tb) { (void)d; OUT(dbias, (size_t)h * Tb); mixer_bias_backward(dbias, dy, B, T, D, h, Tb); }
+static void cpu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) { (void)d; OUT(out, (size_t)B * T * nd); unroll_forward(out, e, B, T, D, nd); }
+static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) { (void)d; OUT(de, (size_t)B * D); unroll_backward(de, dout, B, T, D, nd); }
 static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
+/* A weight with a bf16 shadow gets it refreshed in the update's own pass (ops_bf16.h). */
+static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
+    (void)d;
+    uint16_t *p16 = ops_bf16_shadow_slice(p, n);
+    if (!p16) OUT(p, n);
+    OUT(g, n); OUT(m, n); OUT(v, n);
+    ops_bf16_adamw_update(p, p16, g, m, v, n, s);
+}
 static double cpu_sumsq_multi(device_t *d, const float *const *x, const size_t *n, int count) { (void)d; return sumsq_multi(x, n, count); }
-static void cpu_adamw_update_multi(device_t *d, const adamw_tensor_t *t, int count, const adamw_scalars_t *s) { (void)d; adamw_update_multi(t, count, s); }
-static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) { (void)d; adamw_update(p, g, m, v, n, s); }
+/* each tensor as cpu_adamw_update (its shadow refreshed), in list order */
+static void cpu_adamw_update_multi(device_t *d, const adamw_tensor_t *t, int count, const adamw_scalars_t *s) {
+    for (int i = 0; i < count; i++) {
+        adamw_scalars_t si = *s;
+        if (!t[i].decay) si.decay_mul = 1.0f;
+        cpu_adamw_update(d, t[i].p, t[i].g, t[i].m, t[i].v, t[i].n, &si);
+    }
+}
 
 /* The pass-through gradient needs chunk buffers, one per thread: the device keeps them. */
 static void cpu_post_sampler_backward(device_t *d, float *dw, float *dlogits, const float *dr,
@@ -120,6 +174,8 @@ static void cpu_post_sampler_backward(device_t *d, float *dw, float *dlogits, co
                  "cpu: out of memory for the Binary Mapper's backward (%zu floats)", need);
         return;
     }
+    OUT(dw, (size_t)D << H);
+    OUT(dlogits, (size_t)N * H);
     post_sampler_backward(dw, dlogits, dr, w, idx, prob, N, D, H, c->work, c->work_floats);
 }
 

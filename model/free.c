@@ -457,7 +457,7 @@ void free_metrics(free_t *m, family_metrics_t *out) {
     if (!m->has_targets) return;
     const struct { const char *k; double v; } kv[] = {
         {"ce", m->ce}, {"kl", m->kl_mean}, {"kl_bits", m->kl_mean / M_LN2},
-        {"kl_above_kappa", m->above}};
+        {"kl_above_kappa", m->above}, {"kappa_bits", m->cfg.kappa_nats / M_LN2}};
     for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && out->n < FAMILY_MAX_METRICS; i++) {
         snprintf(out->kv[out->n].name, sizeof(out->kv[out->n].name), "%s", kv[i].k);
         out->kv[out->n].value = kv[i].v;

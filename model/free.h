@@ -142,7 +142,8 @@ const float *free_kl(free_t *m);          /* (B,T) KL_t in nats */
 const uint32_t *free_z(free_t *m);        /* (B,T) latent index d used by the decoder */
 const float *free_bit_logits_dev(const free_t *m); /* (B,T,H) on the device */
 /* "ce", "kl" (mean KL per counted token, nats), "kl_bits", "kl_above_kappa" (fraction of
- * counted tokens whose KL > kappa); the total loss is the forward's own value. */
+ * counted tokens whose KL > kappa), "kappa_bits" (the free-bits threshold, so a plot of kl_bits
+ * can draw it); the total loss is the forward's own value. */
 void free_metrics(free_t *m, family_metrics_t *out);
 
 /* The Binary Mapper and post-sampler ops are in model/ops.h (ops_binmap.c). */

@@ -16,7 +16,9 @@
  * (ops_math.h); AVX512-BF16's conversion instruction would also flush subnormals to zero. */
 #include "model/gemm_impl.h"
 #include "model/cpu_isa.h"
+#include "model/ops_bf16.h"
 #include "model/ops_math.h"
+#include "model/prof.h"
 #include <omp.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -57,10 +59,11 @@ void *gemm_tls_buffer(int slot, size_t bytes) {
     return t->p[slot];
 }
 
-/* ---- bf16 operands ---------------------------------------------------------------------- */
+/* Set while the timers time a product on the step's thread: the rounding's share. */
+static int gemm_timed;
+static double gemm_round_s;
 
-/* Below this many elements a conversion is not worth a parallel region. */
-#define GEMM_ROUND_PAR_MIN (1 << 16)
+/* ---- bf16 operands ---------------------------------------------------------------------- */
 
 /* The stored operand X (rows x cols column-major, leading dimension ld; nb matrices stride
  * apart) rounded to bf16 into the thread's buffer `slot`, compact: leading dimension rows,
@@ -68,23 +71,9 @@ void *gemm_tls_buffer(int slot, size_t bytes) {
  * memory. */
 static void *bf16_operand(int slot, int native, const float *X, int rows, int cols, int ld,
                           long long stride, int nb) {
-    const size_t per = (size_t)rows * cols, total = per * nb;
+    const size_t total = (size_t)rows * cols * nb;
     void *buf = gemm_tls_buffer(slot, total * (native ? sizeof(uint16_t) : sizeof(float)));
-    if (!buf) return NULL;
-    const long ncol = (long)nb * cols;
-#pragma omp parallel for schedule(static) if (!omp_in_parallel() && total >= GEMM_ROUND_PAR_MIN)
-    for (long c = 0; c < ncol; c++) {
-        const float *x = X + (c / cols) * stride + (c % cols) * (size_t)ld;
-        if (native) {
-            uint16_t *y = (uint16_t *)buf + (size_t)c * rows;
-            OPS_SIMD
-            for (int i = 0; i < rows; i++) y[i] = ops_bf16_from_float(x[i]);
-        } else {
-            float *y = (float *)buf + (size_t)c * rows;
-            OPS_SIMD
-            for (int i = 0; i < rows; i++) y[i] = ops_bf16_round(x[i]);
-        }
-    }
+    if (buf) ops_bf16_pack_matrix(buf, !native, X, rows, cols, ld, stride, nb);
     return buf;
 }
 
@@ -136,8 +125,10 @@ static void gemm_bf16(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, 
     const int na = batch > 1 && sa ? batch : 1, nbb = batch > 1 && sb ? batch : 1;
     const long long sa2 = na > 1 ? (long long)ar * ac : 0, sb2 = nbb > 1 ? (long long)br * bc : 0;
     for (int native = model_gemm_bf16_native(); native >= 0; native--) {
+        const double t0 = gemm_timed ? prof_now() : 0.0;
         const void *A2 = bf16_operand(GEMM_TLS_A, native, A, ar, ac, lda, sa, na);
         const void *B2 = bf16_operand(GEMM_TLS_B, native, B, br, bc, ldb, sb, nbb);
+        if (gemm_timed) gemm_round_s += prof_now() - t0;
         if (!A2 || !B2) break;
         if (!native) {
             gemm_f32(ta, tb, m, n, k, alpha, A2, ar, sa2, B2, br, sb2, beta, C, ldc, sc, batch);
@@ -171,12 +162,60 @@ void model_gemm_batched_prec(precision_t p, gemm_op transa, gemm_op transb, int 
         return;
     }
     if (batch == 1) strideA = strideB = strideC = 0;
+    /* the timers (prof.h) split a product called from the step's own thread */
+    if (prof_on_ && !omp_in_parallel()) {
+        const double t0 = prof_now();
+        gemm_timed = 1, gemm_round_s = 0.0;
+        if (p == PRECISION_BF16)
+            gemm_bf16(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
+                      ldc, strideC, batch);
+        else
+            gemm_f32(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
+                     ldc, strideC, batch);
+        gemm_timed = 0;
+        if (gemm_round_s > 0.0) prof_add("gemm.round", gemm_round_s);
+        prof_add("gemm.product", prof_now() - t0 - gemm_round_s);
+        return;
+    }
     if (p == PRECISION_BF16)
         gemm_bf16(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
                   strideC, batch);
     else
         gemm_f32(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
                  strideC, batch);
+}
+
+void model_gemm_bf16_batched(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha,
+                             const uint16_t *A, int lda, long long strideA, const uint16_t *B,
+                             int ldb, long long strideB, float beta, float *C, int ldc,
+                             long long strideC, int batch) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    if (k <= 0 || alpha == 0.0f) {
+        gemm_scale_only(m, n, beta, C, ldc, strideC, batch);
+        return;
+    }
+    if (batch == 1) strideA = strideB = strideC = 0;
+    const double t0 = prof_on_ && !omp_in_parallel() ? prof_now() : 0.0;
+    const int rc = gemm_dnnl(GEMM_IN_BF16, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
+                             strideB, beta, C, ldc, strideC, batch);
+    if (t0 > 0.0) prof_add("gemm.product", prof_now() - t0);
+    if (!rc) return;
+    /* oneDNN cannot run it (rare: callers checked model_gemm_bf16_native): the same values
+     * widened to fp32 and multiplied there, one matrix at a time */
+    const int ar = transa == GEMM_N ? m : k, ac = transa == GEMM_N ? k : m;
+    const int br = transb == GEMM_N ? k : n, bc = transb == GEMM_N ? n : k;
+    float *a = malloc(sizeof(float) * (size_t)ar * ac), *b = malloc(sizeof(float) * (size_t)br * bc);
+    for (int q = 0; a && b && q < batch; q++) {
+        for (int j = 0; j < ac; j++)
+            for (int i = 0; i < ar; i++)
+                a[i + (size_t)j * ar] = ops_bf16_to_float(A[q * strideA + i + (size_t)j * lda]);
+        for (int j = 0; j < bc; j++)
+            for (int i = 0; i < br; i++)
+                b[i + (size_t)j * br] = ops_bf16_to_float(B[q * strideB + i + (size_t)j * ldb]);
+        gemm_f32(transa, transb, m, n, k, alpha, a, ar, 0, b, br, 0, beta, C + q * strideC, ldc, 0, 1);
+    }
+    free(a);
+    free(b);
 }
 
 void model_gemm_prec(precision_t p, gemm_op transa, gemm_op transb, int m, int n, int k,

@@ -23,6 +23,7 @@
 #define MODEL_GEMM_H
 #include "model/precision.h"
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum { GEMM_N = 0, GEMM_T = 1 } gemm_op;
 
@@ -52,6 +53,22 @@ void model_gemm_batched_prec(precision_t p, gemm_op transa, gemm_op transb, int 
                              float alpha, const float *A, int lda, long long strideA,
                              const float *B, int ldb, long long strideB, float beta, float *C,
                              int ldc, long long strideC, int batch);
+
+/* The bf16 product on operands already rounded: A and B hold bf16 bit patterns
+ * (ops_bf16.h), laid out as for model_gemm_batched_prec. For callers that checked
+ * model_gemm_bf16_native(). The result is model_gemm_batched_prec(PRECISION_BF16) on the fp32
+ * operands they were rounded from -- bit for bit when each operand is compact (leading
+ * dimension = its stored rows, matrices rows*cols apart), as that function packs them. */
+void model_gemm_bf16_batched(gemm_op transa, gemm_op transb, int m, int n, int k, float alpha,
+                             const uint16_t *A, int lda, long long strideA, const uint16_t *B,
+                             int ldb, long long strideB, float beta, float *C, int ldc,
+                             long long strideC, int batch);
+static inline void model_gemm_bf16(gemm_op transa, gemm_op transb, int m, int n, int k,
+                                   float alpha, const uint16_t *A, int lda, const uint16_t *B,
+                                   int ldb, float beta, float *C, int ldc) {
+    model_gemm_bf16_batched(transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+                            0, 1);
+}
 
 /* 1 when bf16 products run on the CPU's bf16 dot-product instructions (ISA level
  * x86-64-v4-bf16, cpu_isa.h); 0 when they are the fp32 product of bf16-rounded operands: the

@@ -77,6 +77,7 @@ static char describe[96];
 
 static dnnl_cpu_isa_t isa_of_level(cpu_isa_t level) {
     switch (level) {
+    case CPU_ISA_V4_AMX: return dnnl_cpu_isa_avx512_core_amx;
     case CPU_ISA_V4_BF16: return dnnl_cpu_isa_avx512_core_bf16;
     case CPU_ISA_V4: return dnnl_cpu_isa_avx512_core;
     case CPU_ISA_V3: return dnnl_cpu_isa_avx2;

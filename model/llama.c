@@ -27,7 +27,7 @@ struct llama {
     llama_block_acts_t *acts;              /* (L), host array */
     llama_block_scratch_t scratch;
     float *xf, *rstd_f;                    /* (N,D), (N): final norm */
-    float *logits, *dlogits, *lse;         /* (N,V), (N,V), (N) */
+    float *logits, *lse;                   /* (N,V), (N): dlogits overwrite the logits */
     float *dstream, *dstream2, *dxf;       /* (N,D) */
     uint32_t *tokens, *targets;            /* (N) copies of the last forward's input */
     uint8_t *mask;                         /* (N) */
@@ -36,8 +36,11 @@ struct llama {
     float *logits_host;                    /* (N,V) when the device is not the host */
     int has_mask, has_targets, count;
     /* The forward with targets also writes dlogits (one pass over the (N,V) logits instead of
-     * two) for the grad_scale it saw; the backward redoes it only if the scale changed. */
-    int dlogits_ready;
+     * two), over the logits (one (N,V) buffer, not two: 1.65 GB each at config G), for the
+     * grad_scale it saw; the backward redoes it only if the scale changed, and llama_logits
+     * recomputes the logits (the head's product again: the same bits) when they were
+     * overwritten. logits_are_grad: the buffer holds dlogits at dlogits_scale. */
+    int logits_are_grad;
     float dlogits_scale;
 };
 
@@ -137,7 +140,6 @@ static void act_layout(llama_t *m, dev_arena_t *ar) {
     m->xf = DEV_TAKE(ar, float, N * D);
     m->rstd_f = DEV_TAKE(ar, float, N);
     m->logits = DEV_TAKE(ar, float, N * V);
-    m->dlogits = DEV_TAKE(ar, float, N * V);
     m->lse = DEV_TAKE(ar, float, N);
     m->dstream = DEV_TAKE(ar, float, N * D);
     m->dstream2 = DEV_TAKE(ar, float, N * D);
@@ -308,7 +310,14 @@ float *llama_param_data(llama_t *m, size_t *n) { if (n) *n = m->n_params; return
 float *llama_grad_data(llama_t *m, size_t *n) { if (n) *n = m->n_params; return m->grads; }
 void llama_zero_grad(llama_t *m) { DEV(m->dev, zero, m->grads, sizeof(float) * m->n_params); }
 void llama_set_grad_scale(llama_t *m, float s) { m->grad_scale = s; }
+/* The logits again in the buffer, over dlogits (same product, same inputs: the same bits). */
+static void logits_again(llama_t *m) {
+    const model_config_t *c = &m->cfg;
+    DEV(m->dev, linear_forward, m->logits, m->xf, m->lm_head, m->B * m->T, c->d_model, c->vocab_size);
+    m->logits_are_grad = 0;
+}
 const float *llama_logits(llama_t *m) {
+    if (m->logits_are_grad) logits_again(m);
     if (device_is_host(m->dev)) return m->logits;
     const size_t n = (size_t)m->B * m->T * m->cfg.vocab_size;
     if (!m->logits_host && !(m->logits_host = malloc(sizeof(float) * (size_t)m->Bmax * m->Tmax *
@@ -346,7 +355,6 @@ static int check_ids(const uint32_t *ids, const uint8_t *mask, int N, int V, con
 int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     const int N = m->B * m->T;
     m->has_targets = 0;  /* a refused forward leaves nothing to differentiate */
-    m->dlogits_ready = 0;
     if (!tokens) { snprintf(err, errlen, "llama_forward: no tokens"); return LLAMA_EARG; }
     int rc = check_ids(tokens, NULL, N, m->cfg.vocab_size, "token", err, errlen);
     if (rc) return rc;
@@ -374,7 +382,7 @@ int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask,
         c->d_model, c->norm_eps);
     DEV(m->dev, linear_forward, m->logits, m->xf, m->lm_head, N, c->d_model, c->vocab_size);
     m->has_targets = targets != NULL;
-    m->dlogits_ready = 0;
+    m->logits_are_grad = 0;
     if (!targets) return 0;
     int rc = check_ids(targets, mask, N, c->vocab_size, "target", err, errlen);
     if (rc) { m->has_targets = 0; return rc; }
@@ -387,9 +395,10 @@ int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask,
         for (int n = 0; n < N; n++)
             if (!mask[n]) m->targets_host[n] = 0;
     DEV(m->dev, upload, m->targets, m->targets_host, sizeof(uint32_t) * N);
-    float l = DEV(m->dev, crossentropy_forward, m->dlogits, m->lse, &m->count, m->logits,
+    /* in place: dlogits over the logits (ops.h allows the alias; the loss is read first) */
+    float l = DEV(m->dev, crossentropy_forward, m->logits, m->lse, &m->count, m->logits,
                   m->targets, m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
-    m->dlogits_ready = 1;
+    m->logits_are_grad = 1;
     m->dlogits_scale = m->grad_scale;
     if (loss) *loss = l;
     return 0;
@@ -406,10 +415,14 @@ int llama_forward(llama_t *m, const uint32_t *tokens, const uint32_t *targets,
 static void head_backward(llama_t *m, int weight_grads) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T, D = c->d_model;
-    if (!m->dlogits_ready || m->dlogits_scale != m->grad_scale)
-        DEV(m->dev, crossentropy_backward, m->dlogits, m->logits, m->lse, m->targets,
+    if (!m->logits_are_grad || m->dlogits_scale != m->grad_scale) {
+        if (m->logits_are_grad) logits_again(m);
+        DEV(m->dev, crossentropy_backward, m->logits, m->logits, m->lse, m->targets,
             m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
-    DEV(m->dev, linear_backward_set, m->dxf, weight_grads ? m->dlm_head : NULL, m->dlogits, m->xf,
+        m->logits_are_grad = 1;
+        m->dlogits_scale = m->grad_scale;
+    }
+    DEV(m->dev, linear_backward_set, m->dxf, weight_grads ? m->dlm_head : NULL, m->logits, m->xf,
         m->lm_head, N, D, c->vocab_size);
     DEV(m->dev, zero, m->dstream, sizeof(float) * N * D);
     DEV(m->dev, rmsnorm_backward, m->dstream, weight_grads ? m->dnorm_f : NULL, m->dxf,

@@ -76,9 +76,11 @@ int llama_backward(llama_t *m, char *err, size_t errlen);
  * set 1/n so the accumulated gradient is that of the mean loss over the whole batch. */
 void llama_set_grad_scale(llama_t *m, float s);
 /* (B,T,V) logits of the last forward on the HOST (downloaded when the device is not the host;
- * NULL if the host buffer could not be allocated), valid until the next forward. */
+ * NULL if the host buffer could not be allocated), valid until the next forward or backward:
+ * a forward with targets writes dlogits over the logits, and this computes them again. */
 const float *llama_logits(llama_t *m);
-/* The same on the device. */
+/* The same buffer on the device: the logits after a forward without targets (or after
+ * llama_logits), the gradient after one with targets. */
 const float *llama_logits_dev(const llama_t *m);
 /* Counted targets of the last forward. */
 int llama_target_count(const llama_t *m);

@@ -72,7 +72,6 @@ static void act_layout(mixers_t *m, dev_arena_t *ar) {
     m->xf = DEV_TAKE(ar, float, N * D);
     m->rstd_f = DEV_TAKE(ar, float, N);
     m->logits = DEV_TAKE(ar, float, N * V);
-    m->dlogits = DEV_TAKE(ar, float, N * V);
     m->lse = DEV_TAKE(ar, float, N);
     m->dxf = DEV_TAKE(ar, float, N * D);
     m->zeros = DEV_TAKE(ar, float, D);

@@ -79,7 +79,8 @@ int mixers_forward(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
                    const uint8_t *mask, float *loss, char *err, size_t errlen);
 int mixers_backward(mixers_t *m, char *err, size_t errlen);
 /* (B,T,V) logits of the last forward on the HOST (NULL: no host memory): row t predicts token
- * t+1 (mixer) or token t itself (autoencoders, memory models). */
+ * t+1 (mixer) or token t itself (autoencoders, memory models). A forward with targets writes
+ * dlogits over the logits; this computes them again (the same bits). */
 const float *mixers_logits(mixers_t *m);
 /* Floats of the one stored embedding per chunk (d_e), 0 for the causal mixer. */
 int mixers_embed_floats(const mixers_t *m);

@@ -41,7 +41,7 @@ struct mixers {
     float *e_dec;                  /* (B,D) what the decoder receives (up / memory proj) */
     float *win;                    /* (B*T,nd) the unrolled windows */
     float *xf, *rstd_f;            /* (N,D), (N): final norm */
-    float *logits, *dlogits, *lse; /* (N,V), (N,V), (N) */
+    float *logits, *lse;           /* (N,V), (N): dlogits overwrite the logits (llama.c's reasons) */
     float *dxf;                    /* (N,D) */
     float *d_dec, *d_m, *d_e;      /* (B,D), (B,d_e), (B,D): gradients of e_dec, m_emb, e */
     float *dwin;                   /* (B*T,nd) */
@@ -52,7 +52,7 @@ struct mixers {
     uint32_t *host_ids;            /* (N) targets or shifted tokens being prepared */
     uint8_t *host_mask;            /* (N) */
     float *logits_host, *emb_host;
-    int has_targets, has_mask, count, dlogits_ready;
+    int has_targets, has_mask, count, logits_are_grad; /* the buffer holds dlogits at dlogits_scale */
     float dlogits_scale;
 };
 #endif

@@ -96,7 +96,7 @@ int mixers_forward(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
     const int N = m->B * m->T, D = c->d_model, V = c->vocab_size;
     device_t *d = m->dev;
     m->has_targets = 0;
-    m->dlogits_ready = 0;
+    m->logits_are_grad = 0;
     if (!tokens) return err_fail(err, errlen, LLAMA_EARG, "mixers_forward: no tokens");
     int rc = upload_inputs(m, tokens, targets, mask, err, errlen);
     if (rc) return rc;
@@ -107,9 +107,10 @@ int mixers_forward(mixers_t *m, const uint32_t *tokens, const uint32_t *targets,
     DEV(d, rmsnorm_forward, m->xf, m->rstd_f, blockstack_stream(&m->dec, m->dec.L), m->w.norm, N, D, c->norm_eps);
     DEV(d, linear_forward, m->logits, m->xf, m->w.head, N, D, V);
     if (m->has_targets) {
-        float l = DEV(d, crossentropy_forward, m->dlogits, m->lse, &m->count, m->logits, m->targets,
+        /* in place: dlogits over the logits */
+        float l = DEV(d, crossentropy_forward, m->logits, m->lse, &m->count, m->logits, m->targets,
                       m->has_mask ? m->mask : NULL, N, V, m->grad_scale);
-        m->dlogits_ready = 1;
+        m->logits_are_grad = 1;
         m->dlogits_scale = m->grad_scale;
         if (loss) *loss = l;
     }
@@ -128,16 +129,27 @@ static void encoder_backward(mixers_t *m) {
     DEV(d, embedding_backward, m->g.enc_embed, m->sh.dA, m->tokens, B * T, D);
 }
 
+/* The logits again over dlogits (the head's product on the same inputs: the same bits). */
+static void logits_again(mixers_t *m) {
+    const int N = m->B * m->T;
+    DEV(m->dev, linear_forward, m->logits, m->xf, m->w.head, N, m->cfg.d_model, m->cfg.vocab_size);
+    m->logits_are_grad = 0;
+}
+
 int mixers_backward(mixers_t *m, char *err, size_t errlen) {
     if (!m->has_targets) return err_fail(err, errlen, LLAMA_EARG, "mixers_backward: the last forward had no targets");
     const model_config_t *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, D = c->d_model, V = c->vocab_size;
     device_t *d = m->dev;
     // head and final norm
-    if (!m->dlogits_ready || m->dlogits_scale != m->grad_scale)
-        DEV(d, crossentropy_backward, m->dlogits, m->logits, m->lse, m->targets, m->has_mask ? m->mask : NULL, N, V,
+    if (!m->logits_are_grad || m->dlogits_scale != m->grad_scale) {
+        if (m->logits_are_grad) logits_again(m);
+        DEV(d, crossentropy_backward, m->logits, m->logits, m->lse, m->targets, m->has_mask ? m->mask : NULL, N, V,
             m->grad_scale);
-    DEV(d, linear_backward_set, m->dxf, m->g.head, m->dlogits, m->xf, m->w.head, N, D, V);
+        m->logits_are_grad = 1;
+        m->dlogits_scale = m->grad_scale;
+    }
+    DEV(d, linear_backward_set, m->dxf, m->g.head, m->logits, m->xf, m->w.head, N, D, V);
     DEV(d, zero, m->sh.dA, sizeof(float) * (size_t)N * D);
     DEV(d, rmsnorm_backward, m->sh.dA, m->g.norm, m->dxf, blockstack_stream(&m->dec, m->dec.L), m->w.norm,
         m->rstd_f, N, D);
@@ -177,6 +189,7 @@ static const float *to_host(mixers_t *m, float **host, const float *src, size_t 
 }
 const float *mixers_logits(mixers_t *m) {
     const size_t V = m->cfg.vocab_size;
+    if (m->logits_are_grad) logits_again(m);
     return to_host(m, &m->logits_host, m->logits, (size_t)m->Bmax * m->Tmax * V, (size_t)m->B * m->T * V);
 }
 const float *mixers_embedding(mixers_t *m) {

@@ -21,3 +21,11 @@ bench-bins: build/bench/train_step
 # in loop", scalar code; measured: swiglu and cross-entropy not vectorised at all). No value
 # changes: this is not -ffast-math (no reassociation, no finite-math assumptions).
 $(patsubst %.c,build/%.o,$(wildcard model/ops_*.c)): CFLAGS += -fno-trapping-math
+
+# AdamW's element loop is vectorised per level (ops_adamw.c) and must give the scalar loop's
+# bits: no FMA contraction in that file, and sqrtf as the instruction (libm's call sets errno
+# for a negative argument, which the loop never has; the values are the same).
+build/model/ops_adamw.o: CFLAGS += -ffp-contract=off -fno-math-errno
+
+# The q|k|v split and join (ops_qkv.c) likewise: built per level, the baseline's bits.
+build/model/ops_qkv.o: CFLAGS += -ffp-contract=off

@@ -18,8 +18,9 @@
 
 /* The precision of the CPU ops' matrix products (Linear and attention; model/precision.h).
  * The CPU device sets it from its own for each such op and back to fp32 after it (ops run
- * one at a time from one host thread); it is fp32 unless set. The Binary Mapper's product and the decode step's row
- * products (linear_rows) run in fp32 under every precision. */
+ * one at a time from one host thread); it is fp32 unless set. The Binary Mapper's product runs in fp32 under every
+ * precision; the decode step's row products (linear_rows) run bf16 where bf16 is native (x86-64-v4-bf16 and up:
+ * AVX512-BF16 dot products on the weights' bf16 shadows, model/ops_bf16.h) and fp32 elsewhere. */
 extern precision_t ops_product_precision;
 
 /* ---- embedding: out[n] = table[tokens[n]] ---- */
@@ -134,7 +135,8 @@ void qkv_join_unrope(float *dqkv, const float *dq, const float *dk, const float 
                      int pos0);
 
 /* ---- a decode step's rows, each its own sequence (model/ops_decode.c) ----
- * y (N,out) = x W^T with every element ops_dot8(w row, x row): a row's result does not
+ * y (N,out) = x W^T with every element ops_dot8(w row, x row) (at bf16 where native: one
+ * fixed sequence of AVX512-BF16 dot products of the rounded rows): a row's result does not
  * depend on N or on the rows beside it (a request decoded in a batch gives the bits it gives
  * alone), nor on the thread count. */
 void linear_rows(float *y /* (N,out) */, const float *x /* (N,in) */, const float *w /* (out,in) */,
@@ -173,8 +175,6 @@ typedef struct adamw_tensor {
     size_t n;
     int decay;             /* 1: p *= decay_mul before the update; 0: no decay */
 } adamw_tensor_t;
-/* adamw_update of each tensor in order, with decay_mul where t[i].decay and 1 elsewhere. */
-void adamw_update_multi(const adamw_tensor_t *t, int count, const adamw_scalars_t *s);
 /* The sum over the list of sumsq(x[i], n[i]), tensors in order (the same total as the calls
  * one by one). */
 double sumsq_multi(const float *const *x, const size_t *n, int count);

@@ -17,6 +17,7 @@
  * window W costs O(T W), not O(T^2). */
 #include "model/gemm.h"
 #include "model/ops.h"
+#include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
 #include <math.h>
@@ -197,13 +198,17 @@ static inline size_t att_lse_at(int b, int kh, int group, int j, int i0, int Tq,
 }
 
 /* The rows of the group's heads at positions [i0, i0 + np) of batch b, copied from x into xs
- * head by head (np rows each, stride hd) ... */
-static void att_gather(float *xs, const float *x, int b, int kh, int group, int i0, int np,
-                       int Tq, int H, int hd) {
+ * head by head (np rows each, stride hd); esz: the element's bytes (fp32, or bf16 patterns) ... */
+static void att_gather_e(void *xs, const void *x, size_t esz, int b, int kh, int group, int i0,
+                         int np, int Tq, int H, int hd) {
     for (int j = 0; j < group; j++)
         for (int i = 0; i < np; i++)
-            memcpy(xs + ((size_t)j * np + i) * hd, x + att_row(b, kh, group, j, i0, i, Tq, H, hd),
-                   sizeof(float) * hd);
+            memcpy((char *)xs + ((size_t)j * np + i) * hd * esz,
+                   (const char *)x + att_row(b, kh, group, j, i0, i, Tq, H, hd) * esz, esz * hd);
+}
+static void att_gather(float *xs, const float *x, int b, int kh, int group, int i0, int np,
+                       int Tq, int H, int hd) {
+    att_gather_e(xs, x, sizeof(float), b, kh, group, i0, np, Tq, H, hd);
 }
 
 /* ... and back: written over x's rows, or added into them (add). */
@@ -221,17 +226,22 @@ static void att_scatter(float *x, const float *xs, int add, int b, int kh, int g
 }
 
 /* Softmax of the rows of S in place; S's columns are keys klo .. klo + nk - 1, and the keys a
- * row does not see get 0. Writes each row's log-sum-exp (+inf when the row sees no key). */
-OPS_VARIANTS(void, att_block_softmax, (float *S, float *lse, int i0, int nq, int klo, int nk, int Tq,
-                              int Tk, int causal, int window),
-             (S, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
+ * row does not see get 0. Writes each row's log-sum-exp (+inf when the row sees no key).
+ * With P (bf16 patterns, rows Tk apart) the probabilities go there, rounded, instead of into S
+ * (which is then left as scratch): the bf16 blocks' fused rounding. */
+OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *lse, int i0, int nq, int klo,
+                              int nk, int Tq, int Tk, int causal, int window),
+             (S, P, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
     for (int r = 0; r < nq; r++) {
         float *s = S + (size_t)r * Tk;
         int lo, hi;
         ops_att_range(i0 + r, Tq, Tk, causal, window, &lo, &hi);
         lo -= klo, hi -= klo;
         if (hi < lo) hi = lo;
+        /* (a max is exact in any order: vectorised, the same value; the scalar loop's
+         * compare-and-branch cost a tenth of a bf16 step's attention) */
         float mx = -INFINITY;
+        OPS_SIMD_MAX(mx)
         for (int j = lo; j < hi; j++) mx = s[j] > mx ? s[j] : mx;
         float l = 0.0f;
 #pragma omp simd reduction(+ : l)
@@ -240,10 +250,18 @@ OPS_VARIANTS(void, att_block_softmax, (float *S, float *lse, int i0, int nq, int
             l += s[j];
         }
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        if (P) {
+            uint16_t *p = P + (size_t)r * Tk;
 #pragma omp simd
-        for (int j = lo; j < hi; j++) s[j] *= inv;
-        for (int j = 0; j < lo; j++) s[j] = 0.0f;
-        for (int j = hi; j < nk; j++) s[j] = 0.0f;
+            for (int j = lo; j < hi; j++) p[j] = ops_bf16_from_float(s[j] * inv);
+            for (int j = 0; j < lo; j++) p[j] = 0;
+            for (int j = hi; j < nk; j++) p[j] = 0;
+        } else {
+#pragma omp simd
+            for (int j = lo; j < hi; j++) s[j] *= inv;
+            for (int j = 0; j < lo; j++) s[j] = 0.0f;
+            for (int j = hi; j < nk; j++) s[j] = 0.0f;
+        }
         lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
     }
 }
@@ -277,16 +295,24 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
     att_scores(S, Qs, k + ko, ldk, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
-        att_block_softmax(S + (size_t)j * np * Tk, lse + att_lse_at(b, kh, group, j, i0, Tq, H),
+        att_block_softmax(S + (size_t)j * np * Tk, NULL, lse + att_lse_at(b, kh, group, j, i0, Tq, H),
                           i0, np, klo, nk, Tq, Tk, causal, window);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
     model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
     att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
 }
 
+/* The same on bf16 operands where bf16 products are native (below); -1 when not used. */
+static int att_forward16(float *out, float *lse, const float *q, const float *k, const float *v,
+                         int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window);
+static int att_backward16(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                          const float *lse, const float *q, const float *k, const float *v, int B,
+                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window);
+
 void attention_window_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
                               int causal, int window) {
+    if (!att_forward16(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window)) return;
     const int group = H / Hkv, np = att_block_positions(group), nqb = (Tq + np - 1) / np;
     const int rows = group * (Tq < np ? Tq : np);
 #pragma omp parallel
@@ -317,12 +343,14 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
     }
 }
 
-/* Probabilities and score gradients of one head's np rows, in place: P <- exp(S - lse) (0
- * where masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row). */
-OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, const float *lrow, const float *Dr, int i0,
-                           int nq, int klo, int nk, int Tq, int Tk, int causal, int window,
-                           float scale),
-             (P, dP, lrow, Dr, i0, nq, klo, nk, Tq, Tk, causal, window, scale)) {
+/* Probabilities and score gradients of one head's np rows: P <- exp(S - lse) (0 where
+ * masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row), in place;
+ * or, with P16 and dS16 (bf16 patterns, rows Tk apart), rounded into those instead (P and dP
+ * left as they are): the bf16 blocks' fused rounding. */
+OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t *dS16,
+                           const float *lrow, const float *Dr, int i0, int nq, int klo, int nk,
+                           int Tq, int Tk, int causal, int window, float scale),
+             (P, dP, P16, dS16, lrow, Dr, i0, nq, klo, nk, Tq, Tk, causal, window, scale)) {
     for (int r = 0; r < nq; r++) {
         float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
         int lo, hi;
@@ -330,6 +358,18 @@ OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, const float *lrow, cons
         lo -= klo, hi -= klo;
         if (hi < lo) hi = lo;
         const float L = lrow[r], Di = Dr[r];
+        if (P16) {
+            uint16_t *p16 = P16 + (size_t)r * Tk, *d16 = dS16 + (size_t)r * Tk;
+#pragma omp simd
+            for (int j = lo; j < hi; j++) {
+                const float pj = ops_expf(p[j] - L);
+                p16[j] = ops_bf16_from_float(pj);
+                d16[j] = ops_bf16_from_float(pj * (ds[j] - Di) * scale);
+            }
+            for (int j = 0; j < lo; j++) p16[j] = d16[j] = 0;
+            for (int j = hi; j < nk; j++) p16[j] = d16[j] = 0;
+            continue;
+        }
 #pragma omp simd
         for (int j = lo; j < hi; j++) {
             p[j] = ops_expf(p[j] - L);
@@ -347,6 +387,29 @@ typedef struct {
     float *D;          /* rows: dout . out */
 } att_bwd_scratch;
 
+/* The backward's block of positions [i0, i0 + n) (n = np or what is left): its rows, the keys
+ * it sees [klo, klo + nk) and the offset ko of the first one in k/v; 0 when it sees none. */
+static int att_bwd_block(int i0, int np, int group, int b, int kh, int Tq, int Tk, int Hkv, int hd,
+                         int causal, int window, int *n, int *rows, int *klo, int *nk, size_t *ko) {
+    int khi;
+    *n = Tq - i0 < np ? Tq - i0 : np;
+    *rows = group * *n;
+    att_block_keys(i0, *n, Tq, Tk, causal, window, klo, &khi);
+    *nk = khi - *klo;
+    *ko = (size_t)b * Tk * Hkv * hd + (size_t)*klo * Hkv * hd + (size_t)kh * hd;
+    return *nk > 0;
+}
+
+/* D_i = dout_i . out_i for the block's rows (stacked order). */
+static void att_block_D(float *D, const float *dout, const float *out, int b, int kh, int group,
+                        int i0, int n, int Tq, int H, int hd) {
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < n; i++) {
+            const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
+            D[j * n + i] = dot(dout + o, out + o, hd);
+        }
+}
+
 /* Every query head of key/value head kh in batch b, position blocks in order: dk/dv of that
  * head are written by this call alone. */
 static void att_group_backward_blocked(float *dq, float *dk, float *dv, const float *dout,
@@ -357,24 +420,19 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
     const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group);
     const float scale = 1.0f / sqrtf((float)hd);
     for (int i0 = 0; i0 < Tq; i0 += np) {
-        const int n = Tq - i0 < np ? Tq - i0 : np, rows = group * n;
-        int klo, khi;
-        att_block_keys(i0, n, Tq, Tk, causal, window, &klo, &khi);
-        const int nk = khi - klo;
-        if (nk <= 0) continue;
-        const size_t ko = (size_t)b * Tk * ldk + (size_t)klo * ldk + (size_t)kh * hd;
+        int n, rows, klo, nk;
+        size_t ko;
+        if (!att_bwd_block(i0, np, group, b, kh, Tq, Tk, Hkv, hd, causal, window, &n, &rows, &klo,
+                           &nk, &ko))
+            continue;
         att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
         att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
-        for (int j = 0; j < group; j++)
-            for (int i = 0; i < n; i++) {
-                const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
-                w->D[j * n + i] = dot(dout + o, out + o, hd);
-            }
+        att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
         att_scores(w->P, w->Qs, k + ko, ldk, rows, nk, hd, Tk, scale);
         /* dP = dO V^T */
         model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
         for (int j = 0; j < group; j++)
-            att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
+            att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk, NULL, NULL,
                            lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
                            klo, nk, Tq, Tk, causal, window, scale);
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K (through dO's copy, no longer needed) */
@@ -392,6 +450,8 @@ void attention_window_backward(float *dq, float *dk, float *dv, const float *dou
                                const float *out, const float *lse, const float *q, const float *k,
                                const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
                                int causal, int window) {
+    if (!att_backward16(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window))
+        return;
     const int group = H / Hkv, np = att_block_positions(group);
     const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
 #pragma omp parallel
@@ -417,6 +477,212 @@ void attention_window_backward(float *dq, float *dk, float *dv, const float *dou
         free(w.dOs);
         free(w.D);
     }
+}
+
+/* ---- bf16 blocks (ops_bf16.h) ------------------------------------------------------------
+ * Where bf16 products are native, the blocked attention takes its operands as bf16 once per
+ * call -- q, k, v (the shadows qkv_split_rope wrote, else packed here) and, in the backward,
+ * dO -- and its block products read them in place: the K and V blocks with their row stride,
+ * the stacked Q and dO rows gathered as bf16 (half the bytes of the fp32 copies). The softmax
+ * writes P, and the backward's pass writes P and dS, as bf16 directly (the rounding fused into
+ * the pass that computes them), and the forward writes its output's shadow as it scatters the
+ * rows (the o projection's operand). These are the values the fp32-operand path rounds at each
+ * product's input; only the products' order of summation can differ. */
+
+typedef struct {
+    const uint16_t *q, *k, *v, *dout;
+    uint16_t *own[4];   /* those packed here (no shadow), freed after the call */
+} att16_t;
+
+static const uint16_t *att16_operand(att16_t *a, int slot, const float *x, size_t n) {
+    const uint16_t *sh = ops_bf16_shadows() ? ops_bf16_shadow_find(x, n) : NULL;
+    if (sh) return sh;
+    uint16_t *p = malloc(sizeof(uint16_t) * (n ? n : 1));
+    if (p) ops_bf16_pack(p, x, n);
+    a->own[slot] = p;
+    return p;
+}
+static void att16_free(att16_t *a) {
+    for (int i = 0; i < 4; i++) free(a->own[i]);
+}
+
+/* Os's rows (the stacked copy) into out16's rows, as bf16. */
+static void att_scatter16(uint16_t *out16, const float *Os, int b, int kh, int group, int i0,
+                          int np, int Tq, int H, int hd) {
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < np; i++)
+            ops_bf16_pack_serial(out16 + att_row(b, kh, group, j, i0, i, Tq, H, hd),
+                                 Os + ((size_t)j * np + i) * hd, (size_t)hd);
+}
+
+/* One thread's scratch for the bf16 blocks (rows x Tk and rows x hd). */
+typedef struct {
+    float *S, *dP, *Os, *D;
+    uint16_t *P16, *dS16, *Qs16, *dOs16;
+} att16_scratch;
+
+static int att16_scratch_alloc(att16_scratch *w, size_t rows, int Tk, int hd, int backward) {
+    const size_t st = rows * (size_t)(Tk > 0 ? Tk : 1), sh = rows * (size_t)hd;
+    memset(w, 0, sizeof *w);
+    w->S = malloc(sizeof(float) * st);
+    w->Os = malloc(sizeof(float) * sh);
+    w->P16 = malloc(sizeof(uint16_t) * st);
+    w->Qs16 = malloc(sizeof(uint16_t) * sh);
+    if (backward) {
+        w->dP = malloc(sizeof(float) * st);
+        w->D = malloc(sizeof(float) * rows);
+        w->dS16 = malloc(sizeof(uint16_t) * st);
+        w->dOs16 = malloc(sizeof(uint16_t) * sh);
+    }
+    return w->S && w->Os && w->P16 && w->Qs16 && (!backward || (w->dP && w->D && w->dS16 && w->dOs16));
+}
+static void att16_scratch_free(att16_scratch *w) {
+    free(w->S); free(w->dP); free(w->Os); free(w->D);
+    free(w->P16); free(w->dS16); free(w->Qs16); free(w->dOs16);
+}
+
+static void att_block_forward16(float *out, uint16_t *out16, float *lse, const att16_t *a,
+                                att16_scratch *w, int b, int kh, int i0, int np, int Tq, int Tk,
+                                int H, int Hkv, int hd, int causal, int window) {
+    const int group = H / Hkv, rows = group * np, ldk = Hkv * hd;
+    int klo, khi;
+    att_block_keys(i0, np, Tq, Tk, causal, window, &klo, &khi);
+    const int nk = khi - klo;
+    const size_t ko = (size_t)b * Tk * ldk + (size_t)klo * ldk + (size_t)kh * hd;
+    if (nk <= 0) {
+        memset(w->Os, 0, sizeof(float) * rows * hd);
+        for (int j = 0; j < group; j++)
+            for (int r = 0; r < np; r++) lse[att_lse_at(b, kh, group, j, i0 + r, Tq, H)] = INFINITY;
+    } else {
+        att_gather_e(w->Qs16, a->q, sizeof(uint16_t), b, kh, group, i0, np, Tq, H, hd);
+        model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, 1.0f / sqrtf((float)hd), a->k + ko, ldk,
+                        w->Qs16, hd, 0.0f, w->S, Tk);
+        for (int j = 0; j < group; j++)
+            att_block_softmax(w->S + (size_t)j * np * Tk, w->P16 + (size_t)j * np * Tk,
+                              lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq, Tk,
+                              causal, window);
+        model_gemm_bf16(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, a->v + ko, ldk, w->P16, Tk, 0.0f, w->Os,
+                        hd);
+    }
+    att_scatter(out, w->Os, 0, b, kh, group, i0, np, Tq, H, hd);
+    if (out16) att_scatter16(out16, w->Os, b, kh, group, i0, np, Tq, H, hd);
+}
+
+/* The forward on bf16 blocks; -1 (nothing written) when it does not apply or has no memory. */
+static int att_forward16(float *out, float *lse, const float *q, const float *k, const float *v,
+                         int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
+    const int group = H / Hkv, np = att_block_positions(group), nqb = (Tq + np - 1) / np;
+    const size_t rows = (size_t)group * (Tq < np ? Tq : np);
+    if (!ops_bf16_native() || rows < ATT_QB_MIN) return -1;
+    att16_t a = {0};
+    a.q = att16_operand(&a, 0, q, (size_t)B * Tq * H * hd);
+    a.k = att16_operand(&a, 1, k, (size_t)B * Tk * Hkv * hd);
+    a.v = att16_operand(&a, 2, v, (size_t)B * Tk * Hkv * hd);
+    if (!a.q || !a.k || !a.v) {
+        att16_free(&a);
+        return -1;
+    }
+    uint16_t *out16 = ops_bf16_shadows() ? ops_bf16_shadow_take(out, (size_t)B * Tq * H * hd) : NULL;
+    int fell_back = 0;
+#pragma omp parallel reduction(| : fell_back)
+    {
+        att16_scratch w;
+        const int ok = att16_scratch_alloc(&w, rows, Tk, hd, 0);
+#pragma omp for collapse(3) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < Hkv; kh++)
+                for (int qb = 0; qb < nqb; qb++) {
+                    const int i0 = qb * np, n = Tq - i0 < np ? Tq - i0 : np;
+                    if (ok) {
+                        att_block_forward16(out, out16, lse, &a, &w, b, kh, i0, n, Tq, Tk, H, Hkv,
+                                            hd, causal, window);
+                        continue;
+                    }
+                    fell_back = 1;   /* no scratch: the row kernel, which needs none */
+                    for (int h = kh * group; h < (kh + 1) * group; h++)
+                        for (int i = i0; i < i0 + n; i++)
+                            att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal,
+                                            window);
+                }
+        att16_scratch_free(&w);
+    }
+    if (fell_back && out16) ops_bf16_clobber(out, sizeof(float) * B * Tq * H * hd);
+    att16_free(&a);
+    return 0;
+}
+
+static void att_group_backward16(float *dq, float *dk, float *dv, const float *dout,
+                                 const float *out, const float *lse, const att16_t *a,
+                                 att16_scratch *w, int b, int kh, int Tq, int Tk, int H, int Hkv,
+                                 int hd, int causal, int window) {
+    const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int i0 = 0; i0 < Tq; i0 += np) {
+        int n, rows, klo, nk;
+        size_t ko;
+        if (!att_bwd_block(i0, np, group, b, kh, Tq, Tk, Hkv, hd, causal, window, &n, &rows, &klo,
+                           &nk, &ko))
+            continue;
+        att_gather_e(w->Qs16, a->q, sizeof(uint16_t), b, kh, group, i0, n, Tq, H, hd);
+        att_gather_e(w->dOs16, a->dout, sizeof(uint16_t), b, kh, group, i0, n, Tq, H, hd);
+        att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
+        /* the forward's scores (the same product: the same bits), dP = dO V^T */
+        model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, scale, a->k + ko, ldk, w->Qs16, hd, 0.0f,
+                        w->S, Tk);
+        model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, 1.0f, a->v + ko, ldk, w->dOs16, hd, 0.0f,
+                        w->dP, Tk);
+        for (int j = 0; j < group; j++)
+            att_block_grad(w->S + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
+                             w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk,
+                             lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
+                             klo, nk, Tq, Tk, causal, window, scale);
+        /* dV += P^T dO, dK += dS^T Q, dQ += dS K */
+        model_gemm_bf16(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs16, hd, w->P16, Tk, 1.0f, dv + ko,
+                        ldk);
+        model_gemm_bf16(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs16, hd, w->dS16, Tk, 1.0f, dk + ko,
+                        ldk);
+        if (dq) {
+            model_gemm_bf16(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, a->k + ko, ldk, w->dS16, Tk, 0.0f,
+                            w->Os, hd);
+            att_scatter(dq, w->Os, 1, b, kh, group, i0, n, Tq, H, hd);
+        }
+    }
+}
+
+/* The backward on bf16 blocks; -1 (nothing written) when it does not apply or has no memory. */
+static int att_backward16(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                          const float *lse, const float *q, const float *k, const float *v, int B,
+                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
+    const int group = H / Hkv, np = att_block_positions(group);
+    const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
+    if (!ops_bf16_native() || rows < ATT_QB_MIN) return -1;
+    att16_t a = {0};
+    a.q = att16_operand(&a, 0, q, (size_t)B * Tq * H * hd);
+    a.k = att16_operand(&a, 1, k, (size_t)B * Tk * Hkv * hd);
+    a.v = att16_operand(&a, 2, v, (size_t)B * Tk * Hkv * hd);
+    a.dout = att16_operand(&a, 3, dout, (size_t)B * Tq * H * hd);
+    if (!a.q || !a.k || !a.v || !a.dout) {
+        att16_free(&a);
+        return -1;
+    }
+#pragma omp parallel
+    {
+        att16_scratch w;
+        const int ok = att16_scratch_alloc(&w, rows, Tk, hd, 1);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < Hkv; kh++) {
+                if (ok)
+                    att_group_backward16(dq, dk, dv, dout, out, lse, &a, &w, b, kh, Tq, Tk, H, Hkv,
+                                         hd, causal, window);
+                else   /* no scratch: the key-block kernel, which needs none */
+                    att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv,
+                                       hd, causal, window);
+            }
+        att16_scratch_free(&w);
+    }
+    att16_free(&a);
+    return 0;
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,

@@ -3,7 +3,7 @@
  * OPS_VARIANTS(ret, name, (params), (args)) { body } defines name() three times, compiled
  * for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the build's baseline (x86-64-v2), plus
  * a name() that calls the one cpu_isa() chose (model/cpu_isa.h: once per process, forced by
- * FT_CPU_ISA; x86-64-v4-bf16 runs the v4 build). The body is written once and inlined into
+ * FT_CPU_ISA; x86-64-v4-bf16 and x86-64-v4-amx run the v4 build). The body is written once and inlined into
  * each variant. The variants round differently in the last bits (FMA contraction, lane count
  * of a vectorised sum), so the same computation must go through the same function: every op
  * picks its variant from that one choice, never from the CPU alone, and a test can run every
@@ -30,6 +30,7 @@
     static ret name##_v2 params { return name##_body args; }                                 \
     static ret name params {                                                                 \
         switch (cpu_isa()) {                                                                 \
+        case CPU_ISA_V4_AMX:                                                                 \
         case CPU_ISA_V4_BF16:                                                                \
         case CPU_ISA_V4: return name##_v4 args;                                              \
         case CPU_ISA_V3: return name##_v3 args;                                              \

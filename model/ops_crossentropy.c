@@ -1,6 +1,7 @@
 /* model/ops_crossentropy.c: softmax cross-entropy over the vocabulary, mean over counted
  * targets, with an optional fused gradient (row math in ops_math.h). */
 #include "model/ops.h"
+#include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
 #include <stdlib.h>
@@ -15,15 +16,17 @@ static int ce_count(const uint8_t *mask, int N) {
 
 /* One row: its log-sum-exp into *lse, its loss returned (0 when not counted), and with dz the
  * fused gradient (the same formula as the separate backward: same bits). */
-OPS_VARIANTS(float, ce_row_forward, (float *dz, float *lse, const float *z, uint32_t t, int counted, int V,
-                            float scale),
-             (dz, lse, z, t, counted, V, scale)) {
+/* dz16: dz's row of its bf16 shadow (ops_bf16.h) or NULL, packed while the row is in cache */
+OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, const float *z, uint32_t t,
+                            int counted, int V, float scale),
+             (dz, dz16, lse, z, t, counted, V, scale)) {
     float l = ops_logsumexp_row(z, V);
     *lse = l;
     float loss = counted ? l - z[t] : 0.0f;   /* before dz, which may overwrite z */
     if (dz) {
         if (!counted) memset(dz, 0, sizeof(float) * V);
         else ops_crossentropy_row_backward(dz, z, l, (int)t, V, scale);
+        if (dz16) ops_bf16_pack_row(dz16, dz, (size_t)V);
     }
     return loss;
 }
@@ -44,9 +47,11 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
     /* Per-row losses are kept aside because dlogits may overwrite the logits. */
     float *row_loss = malloc(sizeof(float) * (N > 0 ? N : 1));
     if (!row_loss) return NAN;
+    uint16_t *d16 = dlogits && ops_bf16_shadows() ? ops_bf16_shadow_take(dlogits, (size_t)N * V) : NULL;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
-        row_loss[n] = ce_row_forward(dlogits ? dlogits + (size_t)n * V : NULL, &lse[n],
+        row_loss[n] = ce_row_forward(dlogits ? dlogits + (size_t)n * V : NULL,
+                                     d16 ? d16 + (size_t)n * V : NULL, &lse[n],
                                      logits + (size_t)n * V, targets[n], !mask || mask[n], V,
                                      scale);
     /* Summed serially in row order (N terms; cheap) for determinism, in double so the mean

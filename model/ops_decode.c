@@ -2,6 +2,8 @@
  * (ops.h): products whose rows do not depend on each other, RoPE at per-row positions,
  * single-query attention over each row's own slot of a KV cache, scattered row writes. */
 #include "model/ops.h"
+#include "model/gemm_impl.h"
+#include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
 #include <math.h>
@@ -194,8 +196,113 @@ static OPS_TARGET_V4 void rows_tile_wide(float *y, const float *w, const float *
 }
 #endif
 
+#ifdef OPS_TARGET_V4
+/* ---- bf16 rows (precision bf16 where the CPU has AVX512-BF16: ops_bf16.h) -----------------
+ * y = x W^T with x's rows rounded to bf16 and W's shadow (its elements rounded once, kept while
+ * the weight is unchanged: a generation reads bf16 weights, half the bytes of fp32 ones). Each
+ * element is one dot product of 32-element chunks by vdpbf16ps (16 fp32 lanes, lane j adding
+ * elements 2j and 2j+1 of each chunk; the last chunk zero-filled by a masked load), the lanes
+ * then summed by _mm512_reduce_add_ps: a fixed sequence per (weight row, input row) whichever
+ * tile computes it, so a row's result does not depend on the batch or the thread count (the
+ * instruction treats bf16 subnormals as zero, as oneDNN's bf16 products do). Tiles of 4 weight
+ * rows x up to 4 input rows (16 accumulators): each weight chunk is loaded once per 4 rows. */
+#include <immintrin.h>
+#define OPS_TARGET_BF16                                                                          \
+    __attribute__((target("avx,avx2,bmi,bmi2,f16c,fma,lzcnt,movbe,xsave,avx512f,avx512bw,"      \
+                          "avx512cd,avx512dq,avx512vl,avx512bf16")))
+
+static inline __attribute__((always_inline)) OPS_TARGET_BF16 __m512bh ld_bh(const uint16_t *p, __mmask32 m) {
+    return (__m512bh)_mm512_maskz_loadu_epi16(m, p);
+}
+static inline __attribute__((always_inline)) OPS_TARGET_BF16 __m512 dp(__m512 acc, __m512bh a, __m512bh b) {
+    return _mm512_dpbf16_ps(acc, a, b);
+}
+
+static inline __attribute__((always_inline)) OPS_TARGET_BF16 void tile16(float *y, const uint16_t *w,
+                                                        const uint16_t *x, int n, int R, int o,
+                                                        int in, int out) {
+    const uint16_t *w0 = w + (size_t)o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+    /* rows past R are not read (they point at row n) */
+    const uint16_t *x0 = x + (size_t)n * in, *x1 = R > 1 ? x0 + in : x0;
+    const uint16_t *x2 = R > 2 ? x1 + in : x0, *x3 = R > 3 ? x2 + in : x0;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    __m512 c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
+    for (int i = 0; i < in; i += 32) {
+        const __mmask32 m = in - i >= 32 ? 0xffffffffu : (1u << (in - i)) - 1u;
+        const __m512bh k0 = ld_bh(w0 + i, m), k1 = ld_bh(w1 + i, m), k2 = ld_bh(w2 + i, m),
+                       k3 = ld_bh(w3 + i, m);
+        const __m512bh u = ld_bh(x0 + i, m);
+        a0 = dp(a0, k0, u); a1 = dp(a1, k1, u); a2 = dp(a2, k2, u); a3 = dp(a3, k3, u);
+        if (R > 1) {
+            const __m512bh v = ld_bh(x1 + i, m);
+            b0 = dp(b0, k0, v); b1 = dp(b1, k1, v); b2 = dp(b2, k2, v); b3 = dp(b3, k3, v);
+        }
+        if (R > 2) {
+            const __m512bh t = ld_bh(x2 + i, m);
+            c0 = dp(c0, k0, t); c1 = dp(c1, k1, t); c2 = dp(c2, k2, t); c3 = dp(c3, k3, t);
+        }
+        if (R > 3) {
+            const __m512bh q = ld_bh(x3 + i, m);
+            d0 = dp(d0, k0, q); d1 = dp(d1, k1, q); d2 = dp(d2, k2, q); d3 = dp(d3, k3, q);
+        }
+    }
+#define PUT16(r, q0, q1, q2, q3)                                                                 \
+    do {                                                                                         \
+        float *yr = y + (size_t)(r) * out + o;                                                   \
+        yr[0] = _mm512_reduce_add_ps(q0); yr[1] = _mm512_reduce_add_ps(q1);                      \
+        yr[2] = _mm512_reduce_add_ps(q2); yr[3] = _mm512_reduce_add_ps(q3);                      \
+    } while (0)
+    PUT16(n, a0, a1, a2, a3);
+    if (R > 1) PUT16(n + 1, b0, b1, b2, b3);
+    if (R > 2) PUT16(n + 2, c0, c1, c2, c3);
+    if (R > 3) PUT16(n + 3, d0, d1, d2, d3);
+#undef PUT16
+}
+
+/* One element alone: the same chunks, lanes and sum as the tiles. */
+static inline __attribute__((always_inline)) OPS_TARGET_BF16 float dot16(const uint16_t *w, const uint16_t *x, int in) {
+    __m512 a = _mm512_setzero_ps();
+    for (int i = 0; i < in; i += 32) {
+        const __mmask32 m = in - i >= 32 ? 0xffffffffu : (1u << (in - i)) - 1u;
+        a = dp(a, ld_bh(w + i, m), ld_bh(x + i, m));
+    }
+    return _mm512_reduce_add_ps(a);
+}
+
+static OPS_TARGET_BF16 void rows_tile16(float *y, const uint16_t *w, const uint16_t *x, int N,
+                                        int o0, int o1, int in, int out) {
+    const int n4 = N / 4 * 4;
+    int o = o0;
+    for (; o + 4 <= o1; o += 4) { /* 4 weight rows: 4 x 2 KB at d = 1024, in L1 */
+        for (int n = 0; n < n4; n += 4) tile16(y, w, x, n, 4, o, in, out);
+        if (N - n4 == 3) tile16(y, w, x, n4, 3, o, in, out);
+        else if (N - n4 == 2) tile16(y, w, x, n4, 2, o, in, out);
+        else if (N - n4 == 1) tile16(y, w, x, n4, 1, o, in, out);
+    }
+    for (; o < o1; o++)
+        for (int n = 0; n < N; n++) y[(size_t)n * out + o] = dot16(w + (size_t)o * in, x + (size_t)n * in, in);
+}
+
+/* The bf16 row products; -1 (nothing written) when they do not apply here. */
+static int linear_rows_bf16(float *y, const float *x, const float *w, int N, int in, int out) {
+    if (!ops_bf16_native() || cpu_isa() < CPU_ISA_V4_BF16) return -1;
+    const uint16_t *w16 = ops_bf16_shadow_weight(w, (size_t)out * in);
+    uint16_t *x16 = w16 ? gemm_tls_buffer(GEMM_TLS_OPS_X, sizeof(uint16_t) * (size_t)N * in) : NULL;
+    if (!x16) return -1;
+    ops_bf16_pack(x16, x, (size_t)N * in);
+    const int cols = 16, tasks = (out + cols - 1) / cols;
+#pragma omp parallel for schedule(static) if ((double)N * in * out >= (1 << 20))
+    for (int t = 0; t < tasks; t++) {
+        const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
+        rows_tile16(y, w16, x16, N, o0, o1, in, out);
+    }
+    return 0;
+}
+#endif
+
 void linear_rows(float *y, const float *x, const float *w, int N, int in, int out) {
 #ifdef OPS_TARGET_V4
+    if (!linear_rows_bf16(y, x, w, N, in, out)) return;
     const int wide = N >= 2 && cpu_isa() >= CPU_ISA_V4;
 #else
     const int wide = 0;

@@ -1,6 +1,8 @@
 /* model/ops_linear.c: bias-free Linear through model_gemm (mapping table in gemm.h). */
 #include "model/ops.h"
 #include "model/gemm.h"
+#include "model/gemm_impl.h"
+#include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 
 precision_t ops_product_precision = PRECISION_FP32;
@@ -72,7 +74,40 @@ OPS_VARIANTS(void, linear_matvec, (float *restrict y, const float *restrict w,
 }
 
 
+/* ---- bf16 with shadows (ops_bf16.h) ----
+ * The weight's shadow is kept across products; x and dy are the shadows their producers
+ * wrote, or rounded here once for both products of a backward (into per-thread buffers).
+ * Every operand is compact, as model_gemm_prec packs them: the same bits as without. */
+static const uint16_t *act16(const float *x, size_t n, int slot) {
+    const uint16_t *s = ops_bf16_shadow_find(x, n);
+    if (s) return s;
+    uint16_t *buf = gemm_tls_buffer(slot, n * sizeof(uint16_t));
+    if (buf) ops_bf16_pack(buf, x, n);
+    return buf;
+}
+
+static int linear_forward_bf16(float *y, const float *x, const float *w, int N, int in, int out) {
+    const uint16_t *w16 = ops_bf16_shadow_weight(w, (size_t)out * in);
+    const uint16_t *x16 = w16 ? act16(x, (size_t)N * in, GEMM_TLS_OPS_X) : NULL;
+    if (!x16) return -1;
+    model_gemm_bf16(GEMM_T, GEMM_N, out, N, in, 1.0f, w16, in, x16, in, 0.0f, y, out);
+    return 0;
+}
+
+/* dx = dy W (+ dx when dx_beta is 1), dw += dy^T x */
+static int linear_backward_bf16(float *dx, float dx_beta, float *dw, const float *dy,
+                                const float *x, const float *w, int N, int in, int out) {
+    const uint16_t *dy16 = act16(dy, (size_t)N * out, GEMM_TLS_OPS_Y), *w16 = NULL, *x16 = NULL;
+    if (!dy16 || (dx && !(w16 = ops_bf16_shadow_weight(w, (size_t)out * in))) ||
+        (dw && !(x16 = act16(x, (size_t)N * in, GEMM_TLS_OPS_X))))
+        return -1;
+    if (dx) model_gemm_bf16(GEMM_N, GEMM_N, in, N, out, 1.0f, w16, in, dy16, out, dx_beta, dx, in);
+    if (dw) model_gemm_bf16(GEMM_N, GEMM_T, in, out, N, 1.0f, x16, in, dy16, out, 1.0f, dw, in);
+    return 0;
+}
+
 void linear_forward(float *y, const float *x, const float *w, int N, int in, int out) {
+    if (ops_bf16_shadows() && !linear_forward_bf16(y, x, w, N, in, out)) return;
     /* (the loop is fp32: a bf16 run's few-row products go through the product too) */
     if (N <= LINEAR_GEMV_ROWS && ops_product_precision == PRECISION_FP32) { linear_matvec(y, w, x, N, out, in); return; }
     model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, out, N, in, 1.0f, w, in, x, in, 0.0f, y, out);
@@ -80,12 +115,14 @@ void linear_forward(float *y, const float *x, const float *w, int N, int in, int
 
 void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int N,
                      int in, int out) {
+    if (ops_bf16_shadows() && !linear_backward_bf16(dx, 1.0f, dw, dy, x, w, N, in, out)) return;
     if (dx) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 1.0f, dx, in);
     if (dw) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
 }
 
 void linear_backward_set(float *dx, float *dw, const float *dy, const float *x, const float *w,
                          int N, int in, int out) {
+    if (ops_bf16_shadows() && !linear_backward_bf16(dx, 0.0f, dw, dy, x, w, N, in, out)) return;
     if (dx) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, 0.0f, dx, in);
     if (dw) model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
 }

@@ -2,28 +2,78 @@
  * backward that joins their gradients (ops.h). The rotation is rope_forward's
  * (ops_rope_rotate), reading the strided rows of the fused product. */
 #include "model/ops.h"
+#include "model/ops_bf16.h"
+#include "model/ops_clones.h"
 #include "model/ops_math.h"
 
-void qkv_split_rope(float *q, float *k, float *v, const float *qkv, const float *cos_t,
-                    const float *sin_t, int N, int T, int H, int Hkv, int hd, int pos0) {
+/* The row loops are built per level (ops_clones.h) without FMA contraction (the Makefile:
+ * a rotation is two products and a sum, which contraction would round once less), so every
+ * level gives the baseline's bits, faster (they were only built for x86-64-v2). */
+OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uint16_t *k16,
+                                uint16_t *v16, const float *qkv, const float *cos_t,
+                                const float *sin_t, int n0, int n1, int T, int H, int Hkv, int hd,
+                                int pos0),
+             (q, k, v, q16, k16, v16, qkv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0)) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-#pragma omp parallel for schedule(static) if ((size_t)N * ld >= 32768)
-    for (int n = 0; n < N; n++) {
+    for (int n = n0; n < n1; n++) {
         const size_t t = (size_t)(pos0 + n % T);
         ops_qkv_split_row(q ? q + (size_t)n * Dq : NULL, k ? k + (size_t)n * Dkv : NULL,
                           v ? v + (size_t)n * Dkv : NULL, qkv + (size_t)n * ld, cos_t + t * h2,
                           sin_t + t * h2, H, Hkv, hd);
+        if (q16) ops_bf16_pack_row(q16 + (size_t)n * Dq, q + (size_t)n * Dq, (size_t)Dq);
+        if (k16) ops_bf16_pack_row(k16 + (size_t)n * Dkv, k + (size_t)n * Dkv, (size_t)Dkv);
+        if (v16) ops_bf16_pack_row(v16 + (size_t)n * Dkv, v + (size_t)n * Dkv, (size_t)Dkv);
     }
+}
+
+OPS_VARIANTS(void, join_rows, (float *dqkv, uint16_t *d16, const float *dq, const float *dk,
+                               const float *dv, const float *cos_t, const float *sin_t, int n0,
+                               int n1, int T, int H, int Hkv, int hd, int pos0),
+             (dqkv, d16, dq, dk, dv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0)) {
+    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
+    for (int n = n0; n < n1; n++) {
+        const size_t t = (size_t)(pos0 + n % T);
+        ops_qkv_join_row(dqkv + (size_t)n * ld, dq + (size_t)n * Dq, dk + (size_t)n * Dkv,
+                         dv + (size_t)n * Dkv, cos_t + t * h2, sin_t + t * h2, H, Hkv, hd);
+        if (d16) ops_bf16_pack_row(d16 + (size_t)n * ld, dqkv + (size_t)n * ld, (size_t)ld);
+    }
+}
+
+/* Rows over the threads (contiguous shares), or on the calling thread for small work (no
+ * parallel pragma then: ops_bf16.c says why). */
+#define QKV_ROWS(N, work, call)                                                                \
+    do {                                                                                       \
+        if ((work) < 32768 || omp_in_parallel()) {                                             \
+            const int n0 = 0, n1 = (N);                                                        \
+            call;                                                                              \
+        } else {                                                                               \
+            _Pragma("omp parallel") {                                                          \
+                size_t lo_, hi_;                                                               \
+                ops_thread_range((size_t)(N), &lo_, &hi_);                                     \
+                const int n0 = (int)lo_, n1 = (int)hi_;                                        \
+                call;                                                                          \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+void qkv_split_rope(float *q, float *k, float *v, const float *qkv, const float *cos_t,
+                    const float *sin_t, int N, int T, int H, int Hkv, int hd, int pos0) {
+    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv;
+    /* the bf16 shadows of q, k, v (ops_bf16.h: attention's operands), each row packed as it
+     * is written */
+    const int sh = ops_bf16_shadows();
+    uint16_t *q16 = sh && q ? ops_bf16_shadow_take(q, (size_t)N * Dq) : NULL;
+    uint16_t *k16 = sh && k ? ops_bf16_shadow_take(k, (size_t)N * Dkv) : NULL;
+    uint16_t *v16 = sh && v ? ops_bf16_shadow_take(v, (size_t)N * Dkv) : NULL;
+    QKV_ROWS(N, (size_t)N * ld,
+             split_rows(q, k, v, q16, k16, v16, qkv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0));
 }
 
 void qkv_join_unrope(float *dqkv, const float *dq, const float *dk, const float *dv,
                      const float *cos_t, const float *sin_t, int N, int T, int H, int Hkv, int hd,
                      int pos0) {
-    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
-#pragma omp parallel for schedule(static) if ((size_t)N * ld >= 32768)
-    for (int n = 0; n < N; n++) {
-        const size_t t = (size_t)(pos0 + n % T);
-        ops_qkv_join_row(dqkv + (size_t)n * ld, dq + (size_t)n * Dq, dk + (size_t)n * Dkv,
-                         dv + (size_t)n * Dkv, cos_t + t * h2, sin_t + t * h2, H, Hkv, hd);
-    }
+    const size_t ld = (size_t)(H + 2 * Hkv) * hd;
+    uint16_t *d16 = ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, (size_t)N * ld) : NULL;
+    QKV_ROWS(N, (size_t)N * ld,
+             join_rows(dqkv, d16, dq, dk, dv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0));
 }

@@ -1,23 +1,28 @@
 /* model/ops_rmsnorm.c: RMSNorm over rows (row math in ops_math.h). */
 #include "model/ops.h"
+#include "model/ops_bf16.h"
 #include <stddef.h>
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
 
-OPS_VARIANTS(void, rms_fwd_rows, (float *out, float *rstd, const float *x, const float *w, int n0, int n1,
-                         int D, float eps),
-             (out, rstd, x, w, n0, n1, D, eps)) {
-    for (int n = n0; n < n1; n++)
+/* o16: the output's bf16 shadow (ops_bf16.h) or NULL; each row packed while it is in L1 */
+OPS_VARIANTS(void, rms_fwd_rows, (float *out, uint16_t *o16, float *rstd, const float *x, const float *w,
+                         int n0, int n1, int D, float eps),
+             (out, o16, rstd, x, w, n0, n1, D, eps)) {
+    for (int n = n0; n < n1; n++) {
         rstd[n] = ops_rmsnorm_row(out + (size_t)n * D, x + (size_t)n * D, w, D, eps);
+        if (o16) ops_bf16_pack_row(o16 + (size_t)n * D, out + (size_t)n * D, (size_t)D);
+    }
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps) {
+    uint16_t *o16 = ops_bf16_shadows() ? ops_bf16_shadow_take(out, (size_t)N * D) : NULL;
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range((size_t)N, &lo, &hi);
-        rms_fwd_rows(out, rstd, x, w, (int)lo, (int)hi, D, eps);
+        rms_fwd_rows(out, o16, rstd, x, w, (int)lo, (int)hi, D, eps);
     }
 }
 

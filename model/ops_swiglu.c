@@ -1,5 +1,6 @@
 /* model/ops_swiglu.c: the SwiGLU gate, out = silu(gate) * up (math in ops_math.h). */
 #include "model/ops.h"
+#include "model/ops_bf16.h"
 #include <stddef.h>
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
@@ -12,14 +13,27 @@ OPS_VARIANTS(void, swiglu_fwd_range, (float *out, const float *gate, const float
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) out[i] = ops_silu(gate[i]) * up[i];
 }
+/* The same writing the output's bf16 shadow o16 too (ops_bf16.h), in the same loop. */
+OPS_VARIANTS(void, swiglu_fwd_range16, (float *out, uint16_t *restrict o16, const float *gate,
+                               const float *up, size_t lo, size_t hi),
+             (out, o16, gate, up, lo, hi)) {
+    OPS_SIMD
+    for (size_t i = lo; i < hi; i++) {
+        const float h = ops_silu(gate[i]) * up[i];
+        out[i] = h;
+        o16[i] = ops_bf16_from_float(h);
+    }
+}
 
 void swiglu_forward(float *out, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
+    uint16_t *o16 = ops_bf16_shadows() ? ops_bf16_shadow_take(out, n) : NULL;
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
-        swiglu_fwd_range(out, gate, up, lo, hi);
+        if (o16) swiglu_fwd_range16(out, o16, gate, up, lo, hi);
+        else swiglu_fwd_range(out, gate, up, lo, hi);
     }
 }
 
@@ -38,6 +52,22 @@ static inline __attribute__((always_inline)) void swiglu_bwd_body(
         dup[i] = acc ? dup[i] + du : du;
     }
 }
+/* The overwriting one with the gradients' bf16 shadows (ops_bf16.h) in the same loop. */
+OPS_VARIANTS(void, swiglu_bwd_set16, (float *restrict dgate, float *restrict dup,
+                             uint16_t *restrict dg16, uint16_t *restrict du16,
+                             const float *restrict dout, const float *restrict gate,
+                             const float *restrict up, size_t lo, size_t hi),
+             (dgate, dup, dg16, du16, dout, gate, up, lo, hi)) {
+    OPS_SIMD
+    for (size_t i = lo; i < hi; i++) {
+        float g = gate[i], s = ops_sigmoid(g);
+        float dg = dout[i] * up[i] * (s * (1.0f + g * (1.0f - s))), du = dout[i] * (g * s);
+        dgate[i] = dg;
+        dup[i] = du;
+        dg16[i] = ops_bf16_from_float(dg);
+        du16[i] = ops_bf16_from_float(du);
+    }
+}
 OPS_VARIANTS(void, swiglu_bwd_add, (float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t lo, size_t hi),
              (dgate, dup, dout, gate, up, lo, hi)) {
@@ -52,11 +82,16 @@ OPS_VARIANTS(void, swiglu_bwd_set, (float *dgate, float *dup, const float *dout,
 static void swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                        const float *up, int N, int F, int acc) {
     size_t n = (size_t)N * F;
+    uint16_t *dg16 = NULL, *du16 = NULL;
+    if (!acc && ops_bf16_shadows() && (dg16 = ops_bf16_shadow_take(dgate, n)) &&
+        !(du16 = ops_bf16_shadow_take(dup, n)))
+        ops_bf16_clobber(dgate, sizeof(float) * n), dg16 = NULL;   /* both or neither */
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
         if (acc) swiglu_bwd_add(dgate, dup, dout, gate, up, lo, hi);
+        else if (dg16) swiglu_bwd_set16(dgate, dup, dg16, du16, dout, gate, up, lo, hi);
         else swiglu_bwd_set(dgate, dup, dout, gate, up, lo, hi);
     }
 }

@@ -16,7 +16,11 @@
  *         dense pass-through) and its KL all stay fp32. Where the CPU has bf16 dot-product
  *         instructions the product runs on them; elsewhere it is the fp32 product of the
  *         rounded operands, which is the same arithmetic (only the order in which fp32 partial
- *         sums are added can differ) and slower (gemm.h: model_gemm_bf16_native).
+ *         sums are added can differ) and slower (gemm.h: model_gemm_bf16_native). How often an
+ *         operand is rounded is the implementation's business (the CPU keeps rounded copies:
+ *         ops_bf16.h); what is multiplied is always the rounded value. A decode step's row
+ *         products (ops.h linear_rows) are bf16 where the CPU's bf16 is native and fp32
+ *         elsewhere; its single-query attention over the KV cache is fp32.
  *   tf32  the GPU's tensor-core mode (operands with a 10-bit mantissa, fp32 accumulation);
  *         a CPU device refuses it (precision_cpu_check).
  *

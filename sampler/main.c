@@ -26,7 +26,7 @@
 #define PROMPT_MAX_BYTES (1u << 20)
 
 typedef struct {
-    const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub;
+    const char *ckpt, *run_dir, *prompt, *vocab, *latent, *serve, *connect, *follow, *bus_sub, *bus_pub, *name;
     const char *device, *precision, *model, *z_from;
     int n, max_new, top_k, group, stop_at_eot, json, eot_prefix, threads, quiet, inner_steps;
     float fast_lr;
@@ -230,6 +230,8 @@ int main(int argc, char **argv) {
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
         {"bus-sub", FLAG_STR, &o.bus_sub, "bus subscriber endpoint (default $FT_BUS_SUB or " BUS_DEFAULT_SUB ")", 0, 0, 0},
+        {"bus-pub", FLAG_STR, &o.bus_pub, "with --serve: bus publisher endpoint for its stage/sampler/<name> beats (default $FT_BUS_PUB or " BUS_DEFAULT_PUB ")", 0, 0, 0},
+        {"name", FLAG_STR, &o.name, "with --serve: instance name in its beats (default sampler-<pid>)", 0, 0, 0},
         {"max-prompt", FLAG_INT, &o.max_prompt, "with --serve: prompt tokens accepted per request", 1, 1 << 24, 0},
         {"max-new-limit", FLAG_INT, &o.max_new_limit, "with --serve: largest max_new accepted", 1, 1 << 24, 0},
         {"max-batch", FLAG_INT, &o.max_batch, "with --serve: requests decoded together (rows of the batch)", 1, 4096, 0},
@@ -328,7 +330,8 @@ int main(int argc, char **argv) {
         snprintf(run_dir, sizeof run_dir, "%s", o.run_dir ? o.run_dir : dirname(tmp));
         sampler_serve_opts_t sv = {.bind = o.serve, .ckpt = dir, .step = step, .follow = o.follow,
                                    .run_dir = run_dir,
-                                   .bus_sub = bus_endpoint_sub(o.bus_sub), .vocab = v,
+                                   .bus_sub = bus_endpoint_sub(o.bus_sub), .bus_pub = bus_endpoint_pub(o.bus_pub),
+                                   .name = o.name, .vocab = v,
                                    .max_prompt = o.max_prompt, .max_new = o.max_new_limit,
                                    .max_batch = o.max_batch, .max_queue = o.max_queue, .parallel_rows = o.parallel_rows,
                                    .quiet = o.quiet};

@@ -48,6 +48,8 @@ typedef struct {
     const char *run_dir;       /* the followed run's directory: a ckpt event's path is loaded
                                   only when it is an entry of it (common/path_inside.h) */
     const char *bus_sub;       /* bus subscriber endpoint (bus_endpoint_sub) */
+    const char *bus_pub;       /* bus publisher endpoint for the stage beats (NULL: no beats) */
+    const char *name;          /* instance name in the beats (NULL: sampler-<pid>) */
     const bpe_vocab_t *vocab;
     int max_prompt;            /* prompt tokens accepted */
     int max_new;               /* tokens generated per request at most */

@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
+#include "bus/beat.h"
 #include "bus/bus.h"
 #include "bus/net.h"
 #include "common/path_inside.h"
@@ -34,6 +36,9 @@ typedef struct {
     uint32_t *fd_gen;      /* (n_fd) generation of each descriptor's connection */
     int n_fd;
     char refused[WIRE_MAX_STR + 1]; /* the last announced path outside the run directory */
+    bus_beat_t *beat;      /* stage/sampler/<name> every second (NULL: not on a bus) */
+    uint64_t answered;     /* final replies sent ("gen" or "error"; parts not counted) */
+    char serving[WIRE_MAX_STR + 1]; /* the newest checkpoint loaded */
 } loop_t;
 
 static double now_ms(void) {
@@ -83,6 +88,7 @@ static void drain_monitor(loop_t *l) {
             zmq_msg_recv(&addr, l->monitor, 0);
             zmq_msg_close(&addr);
         }
+        if (bus_net_refusal(event, fd, l->o->bind)) continue; /* a refused client: logged */
         uint32_t *g = event == ZMQ_EVENT_DISCONNECTED ? fd_slot(l, (int)fd) : NULL;
         if (!g) continue;
         sampler_server_disconnect(l->s, conn_of(l, (int)fd));
@@ -147,6 +153,7 @@ static void flush(loop_t *l) {
             off += 4 + k;
         }
         zmq_send(l->router, body, len, ZMQ_DONTWAIT);
+        if (!memmem(body, len, "\xa8gen_part", 9)) l->answered++; /* "type": "gen_part" as a fixstr */
         free(env);
         free(body);
     }
@@ -183,6 +190,17 @@ static void maybe_reload(loop_t *l, const wire_msg_t *m) {
     }
     if (sampler_server_reload(l->s, nm, ck->path, (int64_t)ck->step, err, sizeof err))
         fprintf(stderr, "sampler: not reloading %s: %s\n", ck->path, err);
+    else
+        snprintf(l->serving, sizeof l->serving, "%s", ck->path);
+}
+
+/* The beat's line: which checkpoint, how busy. */
+static void beat_state(loop_t *l, int work) {
+    if (!l->beat) return;
+    char st[WIRE_MAX_STR + 64];
+    snprintf(st, sizeof st, "serving %.4000s (step %lld), %d requests queued or running", l->serving,
+             (long long)sampler_server_newest_step(l->s), work);
+    bus_beat_set(l->beat, st, l->answered);
 }
 
 int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err, size_t errlen) {
@@ -201,7 +219,8 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
         rc = SAMPLER_EARG;
         goto out;
     }
-    if (zmq_socket_monitor(l.router, SERVE_MONITOR, ZMQ_EVENT_DISCONNECTED) != 0 ||
+    /* this monitor replaces the one bus_net_bind gave a CURVE server: it watches refusals too */
+    if (zmq_socket_monitor(l.router, SERVE_MONITOR, ZMQ_EVENT_DISCONNECTED | BUS_NET_REFUSAL_EVENTS) != 0 ||
         !(l.monitor = zmq_socket(ctx, ZMQ_PAIR)) || zmq_connect(l.monitor, SERVE_MONITOR) != 0) {
         snprintf(err, errlen, "--serve %s: socket monitor: %s", o->bind, zmq_strerror(zmq_errno()));
         rc = SAMPLER_EARG;
@@ -215,6 +234,16 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
             rc = SAMPLER_EARG;
             goto out;
         }
+    }
+    snprintf(l.serving, sizeof l.serving, "%s", o->ckpt ? o->ckpt : "");
+    if (o->bus_pub) { /* announced on the bus: watchers (bin/live) find the service there */
+        char name[WIRE_NAME_LEN];
+        if (o->name) snprintf(name, sizeof name, "%s", o->name);
+        else snprintf(name, sizeof name, "sampler-%ld", (long)getpid());
+        /* optional, as the trainer's events are: the service does not need the bus */
+        if (bus_beat_start(&l.beat, ctx, o->bus_pub, "sampler", name, o->follow, o->bind, why, sizeof why))
+            fprintf(stderr, "sampler: warning: not announced on the bus (%s)\n", why);
+        beat_state(&l, 0);
     }
     if (!o->quiet) {
         size_t total, cache;
@@ -249,12 +278,14 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
         }
         work = sampler_server_step(l.s, now_ms());
         flush(&l);
+        beat_state(&l, work);
     }
     sampler_server_stop(l.s);
     flush(&l);
     if (!o->quiet) fprintf(stderr, "sampler: stopped by signal\n");
     rc = 0;
 out:
+    bus_beat_stop(&l.beat);
     bus_close(&l.sub);
     if (l.monitor) zmq_close(l.monitor);
     if (l.router) {

@@ -6,6 +6,10 @@
 #   trainer <- batches from whichever loader is alive (one is killed halfway)
 #   bus tap -> the events as JSON lines
 #   sampler -> a Figure-4-style grid: 5 samples with independent Z, 2 groups of 5 sharing one Z
+#   live    -> a page where all of it is watched while it runs (its URL is printed; docs/live.md),
+#              with an evaluator and a sampler service started mid-run feeding it
+# DEMO_SCREENSHOT=FILE.png writes a screenshot of that page near the end of training (chromium,
+# playwright-core: make deps, make data); DEMO_HOLD=1 keeps the page up at the end until Enter.
 # The Free Transformer trains at kappa = DEMO_KAPPA bits (default 1) for DEMO_STEPS steps. At 1
 # bit the paper's Figure 4 shows the latent carrying the target's position and the noise, and
 # this small model learns that within the demo's minutes (shared-Z groups: position difference
@@ -45,6 +49,12 @@ lpid=${pids[1]}
 bin/bus tap metrics ckpt loader > "$W/events.jsonl" & pids+=($!)
 sleep 1
 
+say "   the live page: the runs under $W, fed from the bus (docs/live.md)"
+bgrun bin/live --runs "$W" --port "${DEMO_LIVE_PORT:-0}" --quiet > "$W/live.url"
+for _ in $(seq 50); do grep -q '^live: http' "$W/live.url" && break; sleep 0.1; done
+URL=$(sed -n 's/^live: //p' "$W/live.url")
+printf '\033[1m   watch it live: %s\033[0m  (from another machine: ssh -L PORT:127.0.0.1:PORT this-host, docs/live.md)\n' "$URL"
+
 say "4. one batch, fetched by hand (B=2 rows of T+1=17 token ids)"
 run bin/loader get --connect "ipc://$PWD/$W/loader0" --B 2 --T 16 --seed 1
 
@@ -52,11 +62,25 @@ say "5. train a small Free Transformer (H=8 latent bits, kappa=$KAPPA bit); the 
 bgrun bin/trainer --discover --run demo --run-dir "$W/run" --steps "$STEPS" --seq-len 66 --batch 32 \
     --layout pad --model free --latent-bits 8 --kappa "$KAPPA" --kappa-unit bits \
     --d-model 64 --layers 4 --heads 4 --kv-heads 2 --d-ff 192 --lr 3e-3 --min-lr 3e-4 --warmup 100 \
-    --ckpt-every 500 --log-every 100
+    --ckpt-every $((STEPS / 3)) --log-every 100
 tpid=$!
 sleep 15
-say "   killing loader l0 (SIGKILL) while training runs: its requests go to l1"
+say "   killing loader l0 (SIGKILL) while training runs: its requests go to l1 (the page shows l0 gone)"
 kill -9 "$lpid"
+# at the first checkpoint (a third of the way) an evaluator (the Figure-4 measures of each
+# checkpoint) and a sampler service (the page's samples box) join the running pipeline
+while [ -z "$(ls -d "$W"/run/ckpt-* 2>/dev/null)" ] && kill -0 "$tpid" 2>/dev/null; do sleep 1; done
+if kill -0 "$tpid" 2>/dev/null; then
+    say "   an evaluator and a sampler service join mid-run; the page shows their points and samples"
+    bgrun nice -n 10 bin/evaluator --run demo --run-dir "$W/run" --task synth --limit 4 --vocab bytes --threads 1 \
+        --out "$W/run/evals.jsonl" --quiet > /dev/null
+    bgrun bin/sampler --serve "ipc://$PWD/$W/sampler" --follow demo --run-dir "$W/run" --threads 1 --quiet
+fi
+if [ -n "${DEMO_SCREENSHOT:-}" ]; then
+    # near the end of training: nine tenths of the steps done
+    while kill -0 "$tpid" 2>/dev/null && [ "$(tail -n 1 "$W/run/metrics.jsonl" | jq .step)" -lt $((STEPS * 9 / 10)) ]; do sleep 1; done
+    node tests/live/screenshot.cjs "$URL" "$DEMO_SCREENSHOT" "K>" || true
+fi
 wait "$tpid"
 
 say "6. what the bus carried"
@@ -80,3 +104,7 @@ echo "independent_pos_diff (mean distance of the target's start), shared_noise_a
 echo "independent_noise_agree (the share of '!' positions two sequences have in common):"
 run bin/evaluator --run demo --run-dir "$W/run" --task synth --limit 20 --vocab bytes --once --no-bus --quiet | jq -c .values
 say "done: everything above ran as separate processes; see README.md for each program"
+if [ "${DEMO_HOLD:-0}" = 1 ]; then
+    echo "the page is still at $URL: press Enter to stop everything"
+    read -r _ || true
+fi

@@ -129,6 +129,35 @@ check "python late subscriber decodes the welcome" test "$(cat "$TMP/py.out")" =
 bin/bus tap --sub "$SUB" --count 1 --timeout 1 metrics >"$TMP/late_m.out"; rc=$?
 check "late metrics tap: nothing, rc 1 (rc=$rc)" test $rc -eq 1 -a ! -s "$TMP/late_m.out"
 
+# --- bin/bus send's metrics carry a precision the protocol allows, or none ---------------------
+# (it sent precision '' when none was given: PROTOCOL.md §2.3 allows fp32, bf16, tf32 or absent)
+$PY - "$SUB" "$PUB" >"$TMP/prec.out" 2>&1 <<'PYEOF'
+import subprocess, sys, zmq, msgpack
+sub_ep, pub_ep = sys.argv[1:3]
+s = zmq.Context().socket(zmq.SUB)
+s.setsockopt(zmq.SUBSCRIBE, b"metrics/prec")
+s.setsockopt(zmq.LINGER, 0)
+s.connect(sub_ep)
+def send(*kv):
+    subprocess.run(["bin/bus", "send", "--pub", pub_ep, "metrics/prec", "metrics", "run=prec", *kv], check=True)
+got = []
+for attempt in range(50):           # until the subscription has reached the bus
+    send("step=0", "loss=1")
+    if s.poll(200):
+        break
+while s.poll(100):
+    s.recv()
+send("step=1", "loss=1"); send("step=2", "loss=1", "precision=bf16")
+for _ in range(2):
+    assert s.poll(10000), "no event"
+    m = msgpack.unpackb(s.recv().partition(b"\x00")[2], raw=False)
+    got.append("%d:%s" % (m["step"], m.get("precision", "absent")))
+print(" ".join(got))
+PYEOF
+check "bin/bus send metrics: precision absent when not given, sent when given ($(tail -c 200 "$TMP/prec.out"))" \
+    test "$(cat "$TMP/prec.out")" = "1:absent 2:bf16"
+check "and tap prints no empty precision" test -z "$(ev | jq -r 'select(.type=="metrics" and has("precision"))')"
+
 # --- bad input and shutdown ------------------------------------------------------------------
 bin/bus --bogus 2>"$TMP/e1"; rc=$?
 check "unknown flag: exit 2, one line" test $rc -eq 2 -a "$(wc -l <"$TMP/e1")" -eq 1

@@ -57,8 +57,10 @@ MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --b
 bin/trainer --loaders "$LEP" $MODEL --run r1 --run-dir "$W/r1" --steps 10 --ckpt-every 5 \
     --key "$K/trainer.key" --trust "$K/trust" 2>"$W/trainer.log"
 ok "trainer ran over CURVE (rc=$?)" "[ -d $W/r1/ckpt-00000010 ]"
+# (jq -s and any: jq 1.6's -e reads only the last line's result, so a loader announcement that
+# came after the ckpt event made a select() fail)
 ok "the subscriber received the ckpt event of step 10" \
-    "wait_for 'jq -e \"select(.type==\\\"ckpt\\\" and .run==\\\"r1\\\" and .step==10)\" $W/tap.log >/dev/null' 10"
+    "wait_for 'jq -s -e \"any(.[]; .type==\\\"ckpt\\\" and .run==\\\"r1\\\" and .step==10)\" $W/tap.log >/dev/null' 10"
 bin/loader info --connect "$LEP" --key "$K/client.key" --trust "$K/trust" >"$W/info.json"
 ok "loader info with a key" "jq -e .steps_per_epoch $W/info.json >/dev/null"
 
@@ -102,6 +104,8 @@ cat "$W/plain.out"
 ok "loader: a client without CURVE gets no answer" "grep -qx 'plain loader silent' $W/plain.out"
 ok "loader: a CURVE client whose key is not authorized gets no answer" "grep -qx 'stranger loader silent' $W/plain.out"
 ok "bus subscriber side: a subscriber without CURVE receives nothing" "grep -qx 'plain subscriber silent' $W/plain.out"
+ok "each refusal is logged by the server: clear text on the bus and the loader, an unknown key by the loader" \
+   "grep -q '^bus: refused a client on $BUSS: it does not speak CURVE' $W/bus.log && grep -q '^loader: refused a client on $LEP: it does not speak CURVE' $W/l0.log && grep -q '^loader: refused a client from 127.0.0.1: its key .* is not in --authorized' $W/l0.log"
 CSEND log/sync log program=it line=after-plain >/dev/null
 ok "bus publisher side: events of a publisher without CURVE are not forwarded" \
     "wait_for 'grep -q after-plain $W/tap.log' 10 && ! grep -q plaintext-publisher $W/tap.log"

@@ -5,6 +5,9 @@
 # The unit tests run once per instruction-set level the CPU supports (FT_CPU_ISA, see
 # model/cpu_isa.h), so a machine proves every kernel variant it can run; the integration
 # scripts run at the default level (the highest).
+# A test that cannot run here (the multi-host tests without root or network namespaces) prints
+# one line "SKIP: why" and "0 passed, 0 failed"; it is listed with its reason and counted in a
+# line "K skipped" before the total.
 # Each one runs under a time limit, FT_TEST_TIMEOUT seconds (default 600; the slowest takes 20 s
 # on a quiet machine): one that hangs is killed with every process it started (timeout signals its
 # whole process group) and counts as one failure, so a hang costs minutes, not the CI's budget.
@@ -13,7 +16,7 @@ cd "$(dirname "$0")/.."
 export FT_TEST_TMP=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}
 mkdir -p "$FT_TEST_TMP" || { echo "tests/run.sh: cannot create FT_TEST_TMP=$FT_TEST_TMP"; exit 1; }
 limit=${FT_TEST_TIMEOUT:-600}
-total_pass=0; total_fail=0; failed_names=()
+total_pass=0; total_fail=0; failed_names=(); skipped=()
 run_one() {
     local name=$1 label=$2 suffix=$3; shift 3
     local log="$FT_TEST_TMP/$(basename "$name")$suffix.log" start=$SECONDS
@@ -25,6 +28,10 @@ run_one() {
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; fi
     if [ -z "$line" ] && [ $rc -eq 0 ]; then f=1; echo "  (no closing 'N passed, M failed' line)" >>"$log"; fi
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+    local skip; skip=$(grep -m1 '^SKIP: ' "$log")
+    if [ -n "$skip" ] && [ "$p" = 0 ] && [ "$f" = 0 ]; then
+        skipped+=("$label"); printf '%-44s skipped: %s\n' "$label" "${skip#SKIP: }"; return
+    fi
     printf '%-44s %4d passed %3d failed  %3ds\n' "$label" "$p" "$f" $((SECONDS - start))
     if [ "$f" != 0 ]; then failed_names+=("$label"); sed 's/^/    | /' "$log" | tail -n 40; fi
 }
@@ -43,5 +50,6 @@ for s in tests/it_*.sh; do
 done
 echo
 [ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
+echo "${#skipped[@]} skipped${skipped:+: ${skipped[*]}}"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]

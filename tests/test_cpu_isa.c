@@ -4,6 +4,10 @@
  * - FT_CPU_ISA is obeyed, and an unknown or unsupported value is reported by cpu_isa_check
  *   with one line naming it (checked in child processes, since the choice is made before
  *   main);
+ * - the AMX level: its three conditions (CPU flags, OS tile state, the kernel's grant) each
+ *   refuse it with their own reason; asked for where it is absent, one line says why and the
+ *   best other level runs; unset, the best level runs without a word (here: whatever the CPU
+ *   has; where AMX exists the environment test above runs it and obeys it);
  * - the ops follow the level in force: the same input through each supported level gives
  *   results that agree to float tolerance, and repeated calls at one level agree bit for bit.
  * `test_cpu_isa --levels` prints the supported level names, one per line, for tests/run.sh. */
@@ -11,6 +15,7 @@
 #include "model/ops.h"
 #include "common/rng.h"
 #include "tests/check.h"
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -19,12 +24,13 @@
 static const char *self;
 
 static void test_names(void) {
-    for (int l = CPU_ISA_V2; l <= CPU_ISA_V4_BF16; l++) {
+    for (int l = CPU_ISA_V2; l <= CPU_ISA_TOP; l++) {
         CHECK(cpu_isa_parse(cpu_isa_name((cpu_isa_t)l)) == l, "level %d round trip", l);
         CHECK(cpu_isa_parse(cpu_isa_name((cpu_isa_t)l) + 7) == l, "%s without the prefix",
               cpu_isa_name((cpu_isa_t)l));
     }
     CHECK(!strcmp(cpu_isa_name(CPU_ISA_V4_BF16), "x86-64-v4-bf16"), "the bf16 level's name");
+    CHECK(!strcmp(cpu_isa_name(CPU_ISA_V4_AMX), "x86-64-v4-amx"), "the AMX level's name");
     CHECK(cpu_isa_parse("x86-64-v5") == -1 && cpu_isa_parse("") == -1 && cpu_isa_parse(NULL) == -1,
           "unknown names are refused");
     CHECK(cpu_isa() >= CPU_ISA_V2 && cpu_isa() <= cpu_isa_best(), "level in force %d, best %d",
@@ -65,13 +71,44 @@ static void test_environment(void) {
     }
     CHECK(child_report("x86-64-v9", out, sizeof out) == 1 && strstr(out, "FT_CPU_ISA=x86-64-v9") &&
               strstr(out, "unknown"), "unknown value reported: '%s'", out);
-    for (int l = cpu_isa_best() + 1; l <= CPU_ISA_V4_BF16; l++) {
+    for (int l = cpu_isa_best() + 1; l <= CPU_ISA_TOP; l++) {
         CHECK(child_report(cpu_isa_name((cpu_isa_t)l), out, sizeof out) == 1 &&
                   strstr(out, "supports at most"),
               "unsupported level %s reported: '%s'", cpu_isa_name((cpu_isa_t)l), out);
         snprintf(want, sizeof want, "(running %s)", cpu_isa_name(cpu_isa_best()));
         CHECK(strstr(out, want) != NULL, "and the kernels run the best level instead: '%s'", out);
     }
+}
+
+/* The AMX level's three conditions, each refused with its own reason. */
+static void test_amx_conditions(void) {
+    char why[200];
+    CHECK(cpu_isa_amx_usable(1, 1, 0, why, sizeof why) == 1, "all three: usable");
+    CHECK(cpu_isa_amx_usable(0, 1, 0, why, sizeof why) == 0 && strstr(why, "no AMX-TILE"), "no CPU flags: '%s'", why);
+    CHECK(cpu_isa_amx_usable(1, 0, 0, why, sizeof why) == 0 && strstr(why, "XCR0"), "no OS tile state: '%s'", why);
+    CHECK(cpu_isa_amx_usable(1, 1, EINVAL, why, sizeof why) == 0 && strstr(why, "refused") &&
+              strstr(why, "ARCH_REQ_XCOMP_PERM") && strstr(why, strerror(EINVAL)),
+          "the kernel's refusal, with its errno: '%s'", why);
+}
+
+/* Where AMX is absent (this is the case the project's machines test): FT_CPU_ISA=x86-64-v4-amx
+ * is one line saying why, the kernels run the best level instead; unset, the best level runs
+ * without an error. Where AMX is present: the level is obeyed like any other. */
+static void test_amx_fallback(void) {
+    char out[320], want[64];
+    const int rc = child_report("x86-64-v4-amx", out, sizeof out);
+    if (cpu_isa_best() == CPU_ISA_V4_AMX) {
+        CHECK(rc == 0 && !strncmp(out, "ok x86-64-v4-amx", 16), "AMX present: obeyed: '%s'", out);
+        return;
+    }
+    CHECK(rc == 1 && strstr(out, "FT_CPU_ISA=x86-64-v4-amx"), "asked for, refused: '%s'", out);
+    CHECK(strchr(out, '\n') == out + strlen(out) - 1, "in one line: '%s'", out);
+    if (cpu_isa_best() == CPU_ISA_V4_BF16)
+        CHECK(strstr(out, "no AMX here (") && strstr(out, "at most x86-64-v4-bf16"), "says why: '%s'", out);
+    snprintf(want, sizeof want, "(running %s)", cpu_isa_name(cpu_isa_best()));
+    CHECK(strstr(out, want) != NULL, "and runs the best level: '%s'", out);
+    CHECK(child_report(NULL, out, sizeof out) == 0, "unset: no error: '%s'", out);
+    CHECK(cpu_isa_best() < CPU_ISA_V4_AMX, "the default falls back below AMX (best %s)", cpu_isa_name(cpu_isa_best()));
 }
 
 /* An op with long reductions and exp: cross-entropy over a wide vocabulary. */
@@ -122,6 +159,8 @@ int main(int argc, char **argv) {
     }
     RUN(test_names);
     RUN(test_environment);
+    RUN(test_amx_conditions);
+    RUN(test_amx_fallback);
     RUN(test_ops_follow_level);
     return check_summary();
 }

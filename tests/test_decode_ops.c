@@ -3,13 +3,19 @@
  * - linear_rows: every row equals the row computed alone, bit for bit, for every batch size
  *   and at 1 and 2 threads (a request's text must not depend on its batch); and it agrees
  *   with linear_forward to float rounding (sums of `in` products in another order: rtol 1e-5);
+ * - the same at precision bf16 where it is native (AVX512-BF16 dot products on the weight's
+ *   bf16 shadow): batch-independent bit for bit, equal to the exact product of the rounded
+ *   operands up to fp32 summation, and really rounded (differs from fp32); below that level
+ *   the rows stay fp32 (the same bits as at fp32);
  * - qkv_split_rope_rows and rope_rows at per-row positions equal the sequence ops at those
  *   positions, bit for bit;
  * - attention_rows over cache slots equals attention_forward of each row's query over its
  *   slot's prefix (Tq = 1, Tk = len) to float rounding;
  * - scatter_rows writes each row where it is told. */
 #include "common/rng.h"
+#include "model/gemm.h"
 #include "model/ops.h"
+#include "model/ops_bf16.h"
 #include "tests/check.h"
 #include <omp.h>
 #include <stdlib.h>
@@ -45,6 +51,49 @@ static void test_linear_rows(void) {
     for (int i = 0; i < NMAX * OUT; i++) bad += !(fabsf(ref[i] - alone[i]) <= 1e-6f + 1e-5f * fabsf(ref[i]));
     CHECK(bad == 0, "linear_rows vs linear_forward: %d elements differ beyond rounding", bad);
     free(x); free(w); free(alone); free(y); free(ref);
+}
+
+static void test_linear_rows_bf16(void) {
+    enum { NMAX = 13, IN = 67, OUT = 135 };
+    float *x = rnd(NMAX * IN), *w = rnd(OUT * IN), *alone = malloc(sizeof(float) * NMAX * OUT);
+    float *y = malloc(sizeof(float) * NMAX * OUT), *y32 = malloc(sizeof(float) * NMAX * OUT);
+    linear_rows(y32, x, w, NMAX, IN, OUT);   /* fp32 */
+    ops_product_precision = PRECISION_BF16;
+    for (int n = 0; n < NMAX; n++) linear_rows(alone + n * OUT, x + n * IN, w, 1, IN, OUT);
+    const int saved = omp_get_max_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        for (int N = 1; N <= NMAX; N++)
+            for (int s = 0; s + N <= NMAX; s += 5) {
+                linear_rows(y, x + s * IN, w, N, IN, OUT);
+                CHECK(!memcmp(y, alone + s * OUT, sizeof(float) * N * OUT),
+                      "bf16: rows %d..%d of a batch of %d (%d threads) differ from each row alone", s, s + N - 1, N, threads);
+            }
+    }
+    omp_set_num_threads(saved);
+    ops_product_precision = PRECISION_FP32;
+    if (!model_gemm_bf16_native()) {
+        CHECK(!memcmp(alone, y32, sizeof(float) * NMAX * OUT), "below x86-64-v4-bf16 the rows stay fp32");
+    } else {
+        /* against the exact (double) sum of the rounded operands' products, which are exact in
+         * fp32: fp32 summation of 67 terms of |a b| <= 1 differs by a few ulps of their sum */
+        int bad = 0, differs = 0;
+        for (int n = 0; n < NMAX; n++)
+            for (int o = 0; o < OUT; o++) {
+                double ref = 0, mag = 0;
+                for (int i = 0; i < IN; i++) {
+                    const double p = (double)ops_bf16_round(x[n * IN + i]) * ops_bf16_round(w[o * IN + i]);
+                    ref += p;
+                    mag += fabs(p);
+                }
+                bad += !(fabs(alone[n * OUT + o] - ref) <= 1e-6 * mag);
+                differs += alone[n * OUT + o] != y32[n * OUT + o];
+            }
+        CHECK(bad == 0, "bf16 rows vs the exact product of the rounded operands: %d elements off", bad);
+        CHECK(differs > NMAX * OUT / 2, "bf16 rows are rounded: %d of %d differ from fp32", differs, NMAX * OUT);
+    }
+    ops_bf16_forget(w, sizeof(float) * OUT * IN);   /* its shadow: w is freed behind the table's back */
+    free(x); free(w); free(alone); free(y); free(y32);
 }
 
 static void test_positions(void) {
@@ -121,6 +170,7 @@ static void test_attention_pairs(void) {
 int main(void) {
     rng_seed(&R, 7);
     RUN(test_linear_rows);
+    RUN(test_linear_rows_bf16);
     RUN(test_positions);
     RUN(test_attention_rows);
     RUN(test_attention_pairs);

@@ -5,13 +5,16 @@
  * mid-batch and waiting for a free row, one ending at end-of-text, a cancelled row, and a
  * shared-latent group whose members arrive at different steps; the latent-thought LM too (its
  * latents inferred from each prompt alone, or drawn from the prior, and a sliding window). The
- * command line's samples (sampler_generate) are the same rows. */
+ * command line's samples (sampler_generate) are the same rows. The same for the baseline at
+ * precision bf16 (its decode rows on bf16 weights where the CPU has AVX512-BF16): a request's
+ * tokens do not depend on the batch within a precision. */
 #include <stdlib.h>
 #include <omp.h>
 #include <string.h>
 
 #include "common/rng.h"
 #include "evaluator/lm.h"
+#include "model/device.h"
 #include "model/generate.h"
 #include "sampler/engine.h"
 #include "tests/check.h"
@@ -241,14 +244,14 @@ static void record(void *ctx, int row, const float *logits, int V) {
     if (row < 8 && r->n[row] < r->steps) memcpy(r->lg + ((size_t)row * r->steps + r->n[row]++) * V, logits, sizeof(float) * V);
 }
 
-static void evaluator_is_engine(const model_config_t *c) {
+static void evaluator_is_engine(device_t *dev, const model_config_t *c) {
     enum { B = 3, P = 70, STEPS = 5 };   /* a prompt of two prefill chunks */
     char err[256];
     sampler_model_t *sm = NULL;
     eval_lm_t *lm = NULL;
     engine_t *e = NULL;
-    CHECK(sampler_model_create(&sm, NULL, c, 3, err, sizeof err) == 0, "%s", err);
-    CHECK(eval_lm_create(&lm, NULL, c, 4, MAXPOS, 3, err, sizeof err) == 0, "%s", err);
+    CHECK(sampler_model_create(&sm, dev, c, 3, err, sizeof err) == 0, "%s", err);
+    CHECK(eval_lm_create(&lm, dev, c, 4, MAXPOS, 3, err, sizeof err) == 0, "%s", err);
     CHECK(sm && lm && engine_create(&e, sm, B, MAXPOS, err, sizeof err) == 0, "%s", err);
     if (!e) goto out;
     const int V = c->vocab_size, H = c->kind == MODEL_FREE ? c->latent_bits : 0;
@@ -321,9 +324,33 @@ int main(void) {
         compare(sm, name);
         cli_is_engine(sm);
         refusals(sm);
-        if (fam < 2) evaluator_is_engine(&c); /* the LTM's evaluator infers z on streams of its own */
+        if (fam < 2) evaluator_is_engine(NULL, &c); /* the LTM's evaluator infers z on streams of its own */
         fprintf(stderr, "%s %s\n", check_failed_ == f0 ? "ok  " : "FAIL", name);
         sampler_model_free(&sm);
     }
+    /* the baseline at bf16 (one family: the decode rows are the same op for all) */
+    device_t *bf16 = NULL;
+    c.kind = MODEL_LLAMA, c.n_layers = 2, c.sliding_window = 0;
+    if (device_open(&bf16, "cpu", PRECISION_BF16, err, sizeof err)) {
+        CHECK(0, "bf16 device: %s", err);
+        return check_summary();
+    }
+    sampler_model_t *sm = NULL;
+    CHECK(sampler_model_create(&sm, bf16, &c, 3, err, sizeof err) == 0, "%s", err);
+    if (sm) { /* the end-of-text id as above, from this model's greedy tokens */
+        out_t probe;
+        alone(sm, 8, -1, &probe);
+        c.eot_id = (int)probe.ids[4];
+        sampler_model_free(&sm);
+        CHECK(sampler_model_create(&sm, bf16, &c, 3, err, sizeof err) == 0, "%s", err);
+    }
+    if (sm) {
+        int f0 = check_failed_;
+        compare(sm, "llama bf16");
+        evaluator_is_engine(bf16, &c);
+        fprintf(stderr, "%s llama bf16\n", check_failed_ == f0 ? "ok  " : "FAIL");
+        sampler_model_free(&sm);
+    }
+    device_close(&bf16);
     return check_summary();
 }

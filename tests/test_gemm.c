@@ -405,12 +405,13 @@ static void test_engine(void) {
     const char *d = model_gemm_describe();
     static const char *const want[] = {[CPU_ISA_V2] = "ISA sse41", [CPU_ISA_V3] = "ISA avx2",
                                        [CPU_ISA_V4] = "ISA avx512_core",
-                                       [CPU_ISA_V4_BF16] = "ISA avx512_core_bf16"};
+                                       [CPU_ISA_V4_BF16] = "ISA avx512_core_bf16",
+                                       [CPU_ISA_V4_AMX] = "ISA avx512_core_amx"};
     const char *w = want[cpu_isa()];
     const size_t dl = strlen(d), wl = strlen(w);
     CHECK(dl >= wl && !strcmp(d + dl - wl, w), "level %s pins oneDNN: '%s'", cpu_isa_name(cpu_isa()), d);
-    CHECK(model_gemm_bf16_native() == (cpu_isa() == CPU_ISA_V4_BF16),
-          "bf16 is native exactly at x86-64-v4-bf16 (level %s, native %d)", cpu_isa_name(cpu_isa()),
+    CHECK(model_gemm_bf16_native() == (cpu_isa() >= CPU_ISA_V4_BF16),
+          "bf16 is native exactly from x86-64-v4-bf16 up (level %s, native %d)", cpu_isa_name(cpu_isa()),
           model_gemm_bf16_native());
     /* every product of a training step has a real (non-reference) oneDNN implementation */
     const char *impl = gemm_dnnl_impl(GEMM_IN_F32, GEMM_T, GEMM_N, 512, 2048, 256, 1, 256, 0, 256, 0,
@@ -421,6 +422,11 @@ static void test_engine(void) {
         impl = gemm_dnnl_impl(GEMM_IN_BF16, GEMM_T, GEMM_N, 512, 2048, 256, 1, 256, 0, 256, 0, 0,
                               512, 0, 1);
         CHECK(impl && strncmp(impl, "ref", 3) && strcmp(impl, "none"), "bf16 implementation: %s",
+              impl ? impl : "(null)");
+        /* where AMX exists (never on the machines this was written on), its level's bf16
+         * products run on the tiles, below it they do not */
+        CHECK(impl && (strstr(impl, "amx") != NULL) == (cpu_isa() == CPU_ISA_V4_AMX),
+              "bf16 on AMX tiles exactly at x86-64-v4-amx (level %s): %s", cpu_isa_name(cpu_isa()),
               impl ? impl : "(null)");
     }
 }

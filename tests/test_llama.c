@@ -280,6 +280,46 @@ static void test_block_kv(void) {
     llama_destroy(&m);
 }
 
+/* One (N,V) buffer for the head: dlogits overwrite the logits (at config G each is 1.65 GB).
+ * The activations grow by 4 bytes per row and vocabulary entry, not 8; and the logits read
+ * after a training forward are still the logits, and its backward the same gradient. */
+static void test_one_logits_buffer(void) {
+    model_config_t c = tiny(1);
+    const int B = 2, T = 8, dv = 64;
+    size_t a0 = llama_activation_bytes(&c, B, T);
+    c.vocab_size += dv;
+    size_t a1 = llama_activation_bytes(&c, B, T);
+    c.vocab_size -= dv;
+    /* the arena aligns each buffer to 64 bytes: up to 64 more per buffer that holds V */
+    CHECK(a1 - a0 >= (size_t)B * T * dv * 4 && a1 - a0 < (size_t)B * T * dv * 4 + 256,
+          "activations grow by %zu bytes for %d more vocabulary entries at N=%d (one (N,V) buffer: %d)",
+          a1 - a0, dv, B * T, B * T * dv * 4);
+    char err[256];
+    llama_t *m = NULL;
+    llama_create(&m, &c, B, T, 5, err, sizeof(err));
+    uint32_t tok[16], tgt[16];
+    fill(tok, 16, 50, 4); fill(tgt, 16, 50, 5);
+    float loss;
+    size_t n, V = c.vocab_size;
+    float *lg = malloc(sizeof(float) * 16 * V), *g0 = NULL;
+    llama_forward(m, tok, NULL, NULL, &loss, err, sizeof(err));
+    memcpy(lg, llama_logits(m), sizeof(float) * 16 * V);
+    llama_zero_grad(m);
+    llama_forward(m, tok, tgt, NULL, &loss, err, sizeof(err));
+    llama_backward(m, err, sizeof(err));
+    float *g = llama_grad_data(m, &n);
+    g0 = malloc(n * sizeof(float));
+    memcpy(g0, g, n * sizeof(float));
+    llama_zero_grad(m);
+    llama_forward(m, tok, tgt, NULL, &loss, err, sizeof(err));
+    CHECK(!memcmp(lg, llama_logits(m), sizeof(float) * 16 * V), "logits read after a forward with targets: the logits, bit for bit");
+    llama_backward(m, err, sizeof(err));
+    CHECK(!memcmp(g0, llama_grad_data(m, &n), n * sizeof(float)), "and the backward after it: the same gradient, bit for bit");
+    free(lg);
+    free(g0);
+    llama_destroy(&m);
+}
+
 int main(void) {
     RUN(test_config_validation);
     RUN(test_param_layout);
@@ -290,5 +330,6 @@ int main(void) {
     RUN(test_grad_accumulation);
     RUN(test_pieces);
     RUN(test_block_kv);
+    RUN(test_one_logits_buffer);
     return check_summary();
 }

@@ -169,6 +169,15 @@ static void sample(msg_type t, int variant, wire_msg_t *m) {
         name_of(variant, m->u.log.program, "trainer");
         m->u.log.line = str_of(variant, "step 10 loss 3.2 \"quoted\" \\ and \t tab");
         break;
+    case MSG_STAGE:
+        name_of(variant, m->u.stage.program, "evaluator");
+        name_of(variant, m->u.stage.name, "val-4242");
+        name_of(variant, m->u.stage.run, "brown1");
+        m->u.stage.pid = u64_of(variant, 4242), m->u.stage.done = u64_of(variant, 3);
+        m->u.stage.endpoint = str_of(variant, "ipc:///tmp/s0");
+        m->u.stage.state = str_of(variant, "evaluating ckpt-00000400");
+        m->u.stage.bye = variant == V_MAX;
+        break;
     default: break;
     }
 }
@@ -807,6 +816,45 @@ static void test_field_set(void) {
 }
 
 
+/* 1 when the encoded map buf has a key named key. */
+static int frame_has_key(const void *buf, size_t len, const char *key) {
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int found = 0;
+    if (msgpack_unpack_next(&u, buf, len, &off) == MSGPACK_UNPACK_SUCCESS && u.data.type == MSGPACK_OBJECT_MAP)
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            const msgpack_object *k = &u.data.via.map.ptr[i].key;
+            found |= k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
+                     !memcmp(k->via.str.ptr, key, strlen(key));
+        }
+    msgpack_unpacked_destroy(&u);
+    return found;
+}
+
+/* An optional name left empty is not sent: `bin/bus send metrics ...` without precision= sent
+ * precision '', which is none of the values PROTOCOL.md §2.3 allows; given, it is sent. */
+static void test_optional_name_absent(void) {
+    wire_msg_t m = {.type = MSG_METRICS}, d;
+    char err[128];
+    CHECK(wire_field_set(&m, "run", "r1", err, sizeof err) == 0 && wire_field_set(&m, "loss", "1", err, sizeof err) == 0);
+    void *buf;
+    size_t len;
+    CHECK(wire_encode(&m, &buf, &len) == 0);
+    CHECK(!frame_has_key(buf, len, "precision"), "an empty precision was sent");
+    CHECK(frame_has_key(buf, len, "run") && frame_has_key(buf, len, "values"));
+    CHECK(wire_decode(buf, len, &d, err, sizeof err) == 0 && wire_msg_equal(&m, &d), "%s", err);
+    wire_msg_free(&d);
+    free(buf);
+    CHECK(wire_field_set(&m, "precision", "bf16", err, sizeof err) == 0);
+    CHECK(wire_encode(&m, &buf, &len) == 0);
+    CHECK(frame_has_key(buf, len, "precision"));
+    CHECK(wire_decode(buf, len, &d, err, sizeof err) == 0 && !strcmp(d.u.metrics.precision, "bf16"), "%s", err);
+    wire_msg_free(&d);
+    free(buf);
+    wire_msg_free(&m);
+}
+
 /* Every str and name is UTF-8 (PROTOCOL.md §2.1): the decoder refuses other bytes in each
  * kind of string field, the encoder refuses to write them, and wire_utf8_clean makes any
  * bytes sendable. */
@@ -949,6 +997,7 @@ int main(void) {
     RUN(test_event_unpack);
     RUN(test_json);
     RUN(test_field_set);
+    RUN(test_optional_name_absent);
     RUN(test_utf8_strings);
     RUN(test_nesting_depth);
     RUN(test_decode_diag);

@@ -188,6 +188,10 @@ void trainer_data_cursor(const trainer_data_t *d, uint64_t *epoch, uint64_t *ste
     loader_client_cursor(d->client, epoch, step);
 }
 
+void trainer_data_stats(const trainer_data_t *d, uint64_t *sent, uint64_t *reissued, uint64_t *dropped) {
+    loader_client_stats(d->client, sent, reissued, dropped);
+}
+
 void trainer_data_close(trainer_data_t **dp) {
     trainer_data_t *d = *dp;
     if (!d) return;

@@ -37,6 +37,9 @@ int trainer_data_start(trainer_data_t *d, const loader_identity_t *id, uint64_t 
 int trainer_data_next(trainer_data_t *d, msg_batch_t *b, char *err, size_t errlen);
 /* The (epoch, step) of the batch the next call delivers. */
 void trainer_data_cursor(const trainer_data_t *d, uint64_t *epoch, uint64_t *step);
+/* The loader client's counters (loader_client_stats): batch requests sent, re-issued after a
+ * time-out, replies dropped (late or duplicate). */
+void trainer_data_stats(const trainer_data_t *d, uint64_t *sent, uint64_t *reissued, uint64_t *dropped);
 /* Non-blocking: adds loaders announced on the bus since the last call. */
 void trainer_data_poll(trainer_data_t *d);
 void trainer_data_close(trainer_data_t **d);

@@ -35,6 +35,7 @@ struct dp_link {
     char run[WIRE_NAME_LEN], *flags, *nccl_id;
     void *sock, *mon;
     char mon_ep[64];
+    char bound[DP_LINK_EP_LEN]; /* rank 0: where its ROUTER is bound, for refusal lines */
     peer_t *peers;          /* rank 0: one per rank (index = rank); others: [0] is rank 0 */
     pthread_t thread;
     int thread_up;
@@ -122,19 +123,6 @@ void dp_link_close(dp_link_t **lp, int orderly, const char *why) {
     *lp = NULL;
 }
 
-/* "tcp://0.0.0.0:PORT" (a wildcard bind) -> "tcp://<host name>:PORT" for the others. */
-static void advertised(const char *last, char *out, size_t cap) {
-    const char *wild[] = {"tcp://0.0.0.0:", "tcp://*:"};
-    for (int i = 0; i < 2; i++)
-        if (!strncmp(last, wild[i], strlen(wild[i]))) {
-            char host[256] = "localhost";
-            gethostname(host, sizeof host - 1);
-            snprintf(out, cap, "tcp://%s:%s", host, last + strlen(wild[i]));
-            return;
-        }
-    snprintf(out, cap, "%s", last);
-}
-
 int dp_link_create(dp_link_t **out, const dp_link_cfg_t *cfg, const char *endpoint, char *bound, size_t cap,
                    char *err, size_t errlen) {
     *out = NULL;
@@ -164,10 +152,9 @@ int dp_link_create(dp_link_t **out, const dp_link_cfg_t *cfg, const char *endpoi
             dp_link_close(&l, 0, NULL);
             return err_fail(err, errlen, DP_ESETUP, "rendezvous %s: %s", endpoint, why);
         }
-        char last[DP_LINK_EP_LEN] = "";
-        size_t n = sizeof last;
-        zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, last, &n);
-        if (bound) advertised(last, bound, cap);
+        size_t n = sizeof l->bound;
+        zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, l->bound, &n);
+        if (bound) bus_net_advertised(l->sock, endpoint, bound, cap); /* a wildcard named by host name */
     }
     *out = l;
     return 0;
@@ -414,6 +401,7 @@ static void read_events(dp_link_t *l) {
             memcpy(&value, (char *)zmq_msg_data(&a) + 2, 4);
         }
         zmq_msg_close(&a), zmq_msg_close(&b);
+        if (bus_net_refusal(event, value, l->bound)) continue; /* a refused client: logged */
         if (event != ZMQ_EVENT_DISCONNECTED) continue;
         const double now = progress_now();
         if (l->cfg.rank != 0) {
@@ -493,7 +481,8 @@ int dp_link_join(dp_link_t *l, const char *endpoint, char *nccl_id, size_t cap, 
     if (rc) return rc;
     if (l->cfg.rank == 0 && nccl_id) snprintf(nccl_id, cap, "%s", l->nccl_id);
     snprintf(l->mon_ep, sizeof l->mon_ep, "inproc://dp-link-monitor-%p", (void *)l);
-    if (zmq_socket_monitor(l->sock, l->mon_ep, ZMQ_EVENT_DISCONNECTED) == 0 &&
+    /* on rank 0 this replaces the monitor bus_net_bind gave a CURVE server: refusals too */
+    if (zmq_socket_monitor(l->sock, l->mon_ep, ZMQ_EVENT_DISCONNECTED | BUS_NET_REFUSAL_EVENTS) == 0 &&
         (l->mon = zmq_socket(l->cfg.zctx, ZMQ_PAIR)) && zmq_connect(l->mon, l->mon_ep)) {
         zmq_close(l->mon);
         l->mon = NULL; /* no monitor: losses are found by silence alone */

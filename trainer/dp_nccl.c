@@ -11,8 +11,9 @@
  * only, so dp.c's sum in rank order decides every bit (never ncclAllReduce's ring or tree).
  *
  * Compiled wherever nvcc is found (FT_HAVE_CUDA), linked with -lnccl; without it every entry
- * says the build has no NCCL. No GPU has been available to this project: this code has been
- * compiled and linked, never run (make test-gpu runs it where GPUs exist). */
+ * says the build has no NCCL. No GPU has been available to this project: this code runs on the
+ * execution-model emulator's NCCL (tests/it_emu_dp.sh: 2 emulated ranks against one device,
+ * its stream order checked), never yet on GPUs (make test-gpu runs it where GPUs exist). */
 #include "trainer/dp_impl.h"
 
 #include <stdio.h>
@@ -204,27 +205,38 @@ static int stage_reserve(nccl_state_t *s, size_t bytes, char *err, size_t errlen
     return 0;
 }
 
+/* Host values cross through the stage buffer on the transport's own stream, in order with the
+ * collective. A synchronous cudaMemcpy from pageable memory runs on the legacy default stream,
+ * which the non-blocking NCCL stream does not wait for, and returns before the copy has reached
+ * the device: the collective could read the stage before the value arrived (the emulator
+ * reports it as a stream race: tests/it_emu_dp.sh). */
+static int stage_in(nccl_state_t *s, void *dst, const void *src, size_t n, char *err, size_t errlen) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s->stream);
+    return e == cudaSuccess ? 0 : cuda_fail(e, err, errlen, "cudaMemcpyAsync (host value to the stage)");
+}
+static int stage_out(nccl_state_t *s, void *dst, const void *src, size_t n, char *err, size_t errlen) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
+    return e == cudaSuccess ? 0 : cuda_fail(e, err, errlen, "cudaMemcpyAsync (stage to host)");
+}
+
 static int host_allgather(dp_t *dp, const void *mine, void *all, size_t each, char *err, size_t errlen) {
     nccl_state_t *s = dp->trs;
     int rc = stage_reserve(s, each * (size_t)dp->world, err, errlen);
     if (rc) return rc;
     char *st = s->stage;
-    cudaError_t e = cudaMemcpy(st + (size_t)dp->rank * each, mine, each, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) return cuda_fail(e, err, errlen, "cudaMemcpy");
+    if ((rc = stage_in(s, st + (size_t)dp->rank * each, mine, each, err, errlen))) return rc;
     if ((rc = allgather(dp, st, each, err, errlen))) return rc;
-    e = cudaMemcpy(all, st, each * (size_t)dp->world, cudaMemcpyDeviceToHost);
-    return e == cudaSuccess ? 0 : cuda_fail(e, err, errlen, "cudaMemcpy");
+    return stage_out(s, all, st, each * (size_t)dp->world, err, errlen);
 }
 
 static int host_broadcast(dp_t *dp, void *buf, size_t bytes, int root, char *err, size_t errlen) {
     nccl_state_t *s = dp->trs;
     int rc = stage_reserve(s, bytes, err, errlen);
     if (rc) return rc;
-    cudaError_t e = cudaMemcpy(s->stage, buf, bytes, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) return cuda_fail(e, err, errlen, "cudaMemcpy");
+    if ((rc = stage_in(s, s->stage, buf, bytes, err, errlen))) return rc;
     if ((rc = broadcast(dp, s->stage, bytes, root, err, errlen))) return rc;
-    e = cudaMemcpy(buf, s->stage, bytes, cudaMemcpyDeviceToHost);
-    return e == cudaSuccess ? 0 : cuda_fail(e, err, errlen, "cudaMemcpy");
+    return stage_out(s, buf, s->stage, bytes, err, errlen);
 }
 
 const dp_transport_t dp_transport_nccl = {

@@ -51,6 +51,8 @@ typedef struct {
     int stop;                   /* every rank agreed to stop after this step (a signal) */
     family_metrics_t fm;        /* the last step's family metrics: the mean over the ranks */
     double rank_loss;           /* this rank's own loss of the last step */
+    double data_wait;           /* seconds this step waited for its batches (metrics "data_wait_s") */
+    int metrics_fd;             /* <run_dir>/metrics.jsonl, appended (rank 0; -1: none) */
 } run_t;
 
 /* ---- train_dp.c: the data-parallel parts of a run ---------------------------------------------- */

@@ -2,6 +2,8 @@
 #include "common/errmsg.h"
 #include "trainer/train.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -206,7 +208,7 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
  * their own on metrics/<run>/<rank>, with "rank_loss" instead of "loss" so that a reader of the
  * run's loss curve does not take them for it. */
 static void publish_metrics(run_t *r, double loss, float lr, double gnorm, double tok_s, const family_metrics_t *fm) {
-    if (!r->pub) return;
+    if (!r->pub && r->metrics_fd < 0) return;
     wire_msg_t m = {.type = MSG_METRICS};
     msg_metrics_t *mm = &m.u.metrics;
     snprintf(mm->run, sizeof mm->run, "%s", r->o->run);
@@ -220,7 +222,7 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
         wire_kv_add(mm->values, &mm->n, "tok_s", tok_s / r->world);
         wire_kv_add(mm->values, &mm->n, "tokens", r->tokens_seen);
         snprintf(topic, sizeof topic, "metrics/%s/%d", r->o->run, r->rank);
-        bus_publish(r->pub, topic, &m);
+        if (r->pub) bus_publish(r->pub, topic, &m);
         return;
     }
     if (r->world > 1) {
@@ -233,10 +235,36 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
     wire_kv_add(mm->values, &mm->n, "grad_norm", gnorm);
     wire_kv_add(mm->values, &mm->n, "tok_s", tok_s);
     wire_kv_add(mm->values, &mm->n, "tokens", r->tokens_seen);
+    wire_kv_add(mm->values, &mm->n, "data_wait_s", r->data_wait);
     for (int i = 0; fm && i < fm->n; i++) /* the family's own numbers, except what is already there */
         if (strcmp(fm->kv[i].name, "loss")) wire_kv_add(mm->values, &mm->n, fm->kv[i].name, fm->kv[i].value);
     snprintf(topic, sizeof topic, "metrics/%s", r->o->run);
-    bus_publish(r->pub, topic, &m);
+    if (r->metrics_fd >= 0) { /* the file first: a watcher that reads it after the event finds the step there */
+        char line[8192];
+        int n = wire_to_json(topic, &m, line, sizeof line - 1);
+        if (n > 0) {
+            line[n++] = '\n';
+            if (write(r->metrics_fd, line, (size_t)n) != n) { /* one write per line: O_APPEND keeps lines whole */
+                fprintf(stderr, "trainer: warning: %s/metrics.jsonl: %s; no more metrics written there\n", r->run_dir,
+                        strerror(errno));
+                close(r->metrics_fd);
+                r->metrics_fd = -1;
+            }
+        }
+    }
+    if (r->pub) bus_publish(r->pub, topic, &m);
+}
+
+/* <run_dir>/metrics.jsonl: every step's metrics event as bin/bus tap prints it (docs/FORMATS.md
+ * §3), so a watcher started late (bin/live) has the run's whole history. Rank 0 only; a file
+ * that cannot be opened costs a warning, not the run. */
+static void open_metrics_file(run_t *r) {
+    r->metrics_fd = -1;
+    if (r->rank != 0) return;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+    r->metrics_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (r->metrics_fd < 0) fprintf(stderr, "trainer: warning: %s: %s; metrics go to the bus only\n", path, strerror(errno));
 }
 
 /* ---- setup ------------------------------------------------------------------------------ */
@@ -407,6 +435,7 @@ static int setup(run_t *r, char *err, size_t errlen) {
     char why[1200];
     if (r->rank == 0 && ckpt_run_dir_prepare(r->run_dir, why, sizeof why))
         return err_fail(err, errlen, TRAIN_ESETUP, "run directory unusable: %s", why);
+    open_metrics_file(r);
     if (resumed && r->rank == 0)
         fprintf(stderr, "trainer: resumed from %s (step %lld, data epoch %llu step %llu)\n", r->last_ckpt, r->step,
                 (unsigned long long)r->start_epoch, (unsigned long long)r->start_dstep);
@@ -422,7 +451,9 @@ static int setup(run_t *r, char *err, size_t errlen) {
 static int micro_batch(run_t *r, int a, float *l, char *err, size_t errlen) {
     const trainer_opts_t *o = r->o;
     msg_batch_t b;
+    double t_wait = progress_now();
     int rc = trainer_data_next(r->data, &b, err, errlen);
+    r->data_wait += progress_now() - t_wait;
     if (rc) return rc == LOADER_EIO && bus_signal_received() ? LOADER_EIO : TRAIN_EDATA; /* interrupted, or failed */
     for (int i = 0; i < o->B; i++) { /* row (T+1) -> inputs [0,T), targets [1,T] */
         memcpy(r->inputs + (size_t)i * o->T, b.tokens + (size_t)i * (o->T + 1), sizeof(uint32_t) * o->T);
@@ -477,6 +508,8 @@ static int teardown(run_t *r, int rc, const char *err) {
     device_close(&r->dev);
     trainer_data_close(&r->data);
     bus_close(&r->pub);
+    if (r->metrics_fd >= 0) close(r->metrics_fd);
+    r->metrics_fd = -1;
     if (r->zctx) zmq_ctx_term(r->zctx);
     free(r->inputs), free(r->targets);
     return hard;
@@ -569,6 +602,7 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
         if (r->dp ? r->stop : bus_signal_received()) break; /* under --dp every rank stops after the same step */
         double loss = 0, gnorm = 0;
         float lr = 0;
+        r->data_wait = 0;
         rc = train_step(r, &loss, &lr, &gnorm, err, errlen);
         if (rc == LOADER_EIO) return 0; /* interrupted while waiting for data (under --dp: on some rank) */
         if (rc) {
@@ -610,8 +644,19 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
     return 0;
 }
 
+/* What the loaders' links cost (docs/NETWORK.md): a re-issue is a request that waited
+ * --timeout-ms (a loader down, or a link slower than that). */
+static void print_loader_stats(const run_t *r) {
+    uint64_t sent, reissued, dropped;
+    trainer_data_stats(r->data, &sent, &reissued, &dropped);
+    char who[32] = "";
+    if (r->world > 1) snprintf(who, sizeof who, "rank %d: ", r->rank);
+    fprintf(stderr, "trainer: %sloaders: %llu batch requests, %llu re-issued after --timeout-ms, %llu replies dropped (late or twice)\n",
+            who, (unsigned long long)sent, (unsigned long long)reissued, (unsigned long long)dropped);
+}
+
 int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
-    run_t r = {.o = o, .saved_step = -1, .world = 1};
+    run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1};
     int rc = 0, started = 0;
     *hard_exit = 0;
     bus_signals_install();
@@ -645,6 +690,7 @@ int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errle
     if (r.rank == 0)
         fprintf(stderr, "trainer: %s at step %lld; checkpoint %s\n", r.stop || bus_signal_received() ? "stopped by signal" : "done",
                 r.step, r.last_ckpt);
+    print_loader_stats(&r);
 done:
     if (rc == TRAIN_EDP && !r.agreed && started) { /* a lost or stuck rank: nothing more is written */
         char where[4200];

@@ -16,7 +16,6 @@
 
 typedef struct {
     float *p, *g, *m, *v;
-    __nv_bfloat16 *pb; /* a bf16 copy of p to refresh, or NULL */
     size_t n;
     size_t chunk0;     /* index of the tensor's first chunk in the list */
     int decay;         /* apply the decay multiplier */
@@ -77,7 +76,7 @@ __global__ void k_sumsq_finish(double *total, const double *part, size_t chunks)
     if (threadIdx.x == 0) *total = red[0];
 }
 
-/* one block per chunk: AdamW on its elements (and the bf16 copy of the updated weights) */
+/* one block per chunk: AdamW on its elements */
 __device__ static inline void mt_adamw1(float *p, float *g, float *m, float *v, const mt_scalars_t &s, float dm) {
     ops_adamw_element(p, g, m, v, s.clip, dm, s.b1, s.b2, s.eps, s.step_size, s.bc2_sqrt);
 }
@@ -87,9 +86,7 @@ __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
     const size_t lo = (c - x->chunk0) * OPS_SUMSQ_CHUNK, hi = mt_min(x->n, lo + (size_t)OPS_SUMSQ_CHUNK);
     const float dm = x->decay ? s.decay_mul : 1.0f;
     float *p = x->p, *g = x->g, *m = x->m, *v = x->v;
-    __nv_bfloat16 *pb = x->pb;
-    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && lo % 4 == 0 && (hi - lo) % 4 == 0 &&
-        (!pb || ((uintptr_t)pb & 7u) == 0)) {
+    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && lo % 4 == 0 && (hi - lo) % 4 == 0) {
         for (size_t i = lo + 4 * threadIdx.x; i < hi; i += 4 * blockDim.x) {
             const float4 P = ld4(p + i), G = ld4(g + i), M = ld4(m + i), Vv = ld4(v + i);
             float pp[4] = {P.x, P.y, P.z, P.w}, gg[4] = {G.x, G.y, G.z, G.w};
@@ -100,21 +97,12 @@ __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
             st4(g + i, make_float4(gg[0], gg[1], gg[2], gg[3]));
             st4(m + i, make_float4(mm[0], mm[1], mm[2], mm[3]));
             st4(v + i, make_float4(vv[0], vv[1], vv[2], vv[3]));
-            if (pb) {
-                uint2 b;
-                b.x = pack_bf16(pp[0], pp[1]);
-                b.y = pack_bf16(pp[2], pp[3]);
-                *(uint2 *)(pb + i) = b;
-            }
             PERF_FLOPS(PERF_FP32, 4 * 14);
             PERF_FLOPS(PERF_SFU, 4);
         }
         return;
     }
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        mt_adamw1(&p[i], &g[i], &m[i], &v[i], s, dm);
-        if (pb) pb[i] = to_bf16(p[i]);
-    }
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) mt_adamw1(&p[i], &g[i], &m[i], &v[i], s, dm);
 }
 
 /* chunks of a list (fills chunk0) */

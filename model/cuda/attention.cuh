@@ -25,8 +25,8 @@
  * accumulation code is shared. Head dimensions up to ATT_MAX_HD are padded to 16, 32, 64 or
  * 128 (zeros in shared memory); larger ones use kernels.h's per-row bodies.
  *
- * Exponentials use __expf (the GPU's ex2-based approximation, ~2 ulp), not ops_expf: the
- * device's results differ from the CPU's in the last bits anyway (sums in another order).
+ * Exponentials are ops_math.h's ops_expf, the CPU reference's (its results still differ from
+ * the CPU's in the last bits: sums in another order).
  *
  * The decode step's attention (attention_rows: one query row per (row, head) over a cache
  * range) is k_att_rows: one warp per row and head, key tiles of 32 staged by the warp, lane j
@@ -211,7 +211,7 @@ template <int HD, bool BF> static inline size_t att_fwd_smem() {
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS)
-k_att_fwd(float *out, __nv_bfloat16 *out_bf, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
+k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
           int hd, int causal, int window, float scale) {
     typedef att_cfg<HD, BF> C;
     typedef typename att_elt<BF>::T T;
@@ -273,7 +273,7 @@ k_att_fwd(float *out, __nv_bfloat16 *out_bf, float *lse, const float *q, const f
                 continue;
             }
             if (mn != m[rr]) {
-                const float f = m[rr] == -INFINITY ? 0.0f : __expf(m[rr] - mn);
+                const float f = m[rr] == -INFINITY ? 0.0f : ops_expf(m[rr] - mn);
                 l[rr] *= f;
                 #pragma unroll
                 for (int jd = 0; jd < C::DT; jd++) o[jd][2 * rr] *= f, o[jd][2 * rr + 1] *= f;
@@ -283,7 +283,7 @@ k_att_fwd(float *out, __nv_bfloat16 *out_bf, float *lse, const float *q, const f
             for (int j = 0; j < C::NT; j++)
                 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float p = __expf(s[j][2 * rr + e] - mn);
+                    const float p = ops_expf(s[j][2 * rr + e] - mn);
                     s[j][2 * rr + e] = p;
                     l[rr] += p;
                 }
@@ -309,12 +309,9 @@ k_att_fwd(float *out, __nv_bfloat16 *out_bf, float *lse, const float *q, const f
             const float y0 = o[jd][2 * rr] * inv, y1 = o[jd][2 * rr + 1] * inv;
             if (hd % 2 == 0 && aligned16(out)) {
                 if (c < hd) st2(orow + c, make_float2(y0, y1));
-                if (c < hd && out_bf) *(uint32_t *)(out_bf + ro + c) = pack_bf16(y0, y1);
             } else {
                 if (c < hd) orow[c] = y0;
                 if (c + 1 < hd) orow[c + 1] = y1;
-                if (c < hd && out_bf) out_bf[ro + c] = to_bf16(y0);
-                if (c + 1 < hd && out_bf) out_bf[ro + c + 1] = to_bf16(y1);
             }
         }
         if (t == 0) lse[((size_t)b * H + h) * Tq + i] = lt > 0.0f ? m[rr] + logf(lt) : INFINITY;
@@ -416,7 +413,7 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
                     int lo, hi;
                     att_rows_range(i, Tq, Tk, causal, window, &lo, &hi);
                     const bool vis = key >= lo && key < hi;
-                    const float p = vis ? __expf(st[j][e] * scale - sL[col]) : 0.0f;
+                    const float p = vis ? ops_expf(st[j][e] * scale - sL[col]) : 0.0f;
                     st[j][e] = p;
                     dpt[j][e] = p * (dpt[j][e] - sD[col]) * scale;
                 }
@@ -523,7 +520,7 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
             for (int e = 0; e < 4; e++) {
                 const int rr = e >> 1, key = k0 + 8 * j + 2 * t + (e & 1);
                 const bool vis = key >= lo[rr] && key < hi[rr];
-                const float p = vis ? __expf(s[j][e] * scale - L[rr]) : 0.0f;
+                const float p = vis ? ops_expf(s[j][e] * scale - L[rr]) : 0.0f;
                 dp[j][e] = p * (dp[j][e] - Dr[rr]) * scale;
             }
         PERF_FLOPS(PERF_SFU, 4 * C::NT);
@@ -585,8 +582,8 @@ k_att_rows(float *out, const float *q, const float *kc, const float *vc, const i
         }
         PERF_FLOPS(PERF_FP32, 2 * hd);
         const float mx = warp_max(s), mn = fmaxf(m, mx);
-        const float f = m == -INFINITY ? 0.0f : __expf(m - mn);
-        const float p = lane < nk ? __expf(s - mn) : 0.0f;
+        const float f = m == -INFINITY ? 0.0f : ops_expf(m - mn);
+        const float p = lane < nk ? ops_expf(s - mn) : 0.0f;
         l = l * f + warp_sum(p);
         m = mn;
         #pragma unroll
@@ -628,18 +625,18 @@ static inline int att_pad_hd(int hd) {
     return hd <= 0 ? 0 : hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= ATT_MAX_HD ? 128 : 0;
 }
 template <int HD, bool BF>
-static inline cudaError_t att_forward_t(cudaStream_t s, float *out, __nv_bfloat16 *out_bf, float *lse, const float *q, const float *k,
+static inline cudaError_t att_forward_t(cudaStream_t s, float *out, float *lse, const float *q, const float *k,
                                         const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal,
                                         int window) {
     const size_t smem = att_fwd_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_fwd<HD, BF>, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((Tq + 63) / 64, H, B);
-    void (*kern)(float *, __nv_bfloat16 *, float *, const float *, const float *, const float *, int, int, int, int,
+    void (*kern)(float *, float *, const float *, const float *, const float *, int, int, int, int,
                  int, int, int, float) = k_att_fwd<HD, BF>;
     const char *nm = att_kname<HD, BF>(0);
     LAUNCH_AS(kern, nm, grid, ATT_THREADS, smem, s)
-    (out, out_bf, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd));
+    (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd));
     return cudaSuccess;
 }
 template <int HD, bool BF>
@@ -679,13 +676,12 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
      : HDP == 64  ? (bf ? fn<64, true>(__VA_ARGS__) : fn<64, false>(__VA_ARGS__))                  \
                   : (bf ? fn<128, true>(__VA_ARGS__) : fn<128, false>(__VA_ARGS__)))
 /* hd <= ATT_MAX_HD (att_pad_hd(hd) != 0); bf: the tensor-core engine */
-static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float *out, __nv_bfloat16 *out_bf,
-                                                   float *lse, const float *q,
+static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float *out, float *lse, const float *q,
                                                    const float *k, const float *v, int B, int Tq, int Tk, int H,
                                                    int Hkv, int hd, int causal, int window) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
-    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, out_bf, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
 }
 /* Drow: B * H * Tq floats of scratch */
 static inline cudaError_t attention_backward_launch(cudaStream_t s, int bf, float *dq, float *dk, float *dv,

@@ -10,12 +10,6 @@
  * the row is read twice: an online max-and-sum pass (ops_online_softmax's rescaling), then
  * the gradient pass.
  *
- * bf16 gradient (precision bf16, where dlogits only feed the head's products): dz_bf points
- * at the row's own first half (row stride 2V bf16 = the fp32 row's bytes), so the bf16 row
- * overwrites only the row it came from. Without the row cache, the gradient pass reads and
- * writes in chunks of the block's width with a barrier between, so that no element is
- * overwritten before every thread has read it.
- *
  * The count of counted rows and the mean loss stay on the device (k_ce_count, k_ce_mean):
  * the scale dloss / count is read by each block, and the host downloads one result. */
 #ifndef MODEL_CUDA_CLASSIFIER_CUH
@@ -56,10 +50,10 @@ __device__ static inline float ce_scale(const ce_result_t *res, float dloss) {
 }
 
 /* One block per row. row_loss (may be NULL): the row's loss, 0 when not counted. lse: the
- * row's log-sum-exp (when have_lse, it is read instead: the separate backward). dz (fp32) and
- * dz_bf (bf16, row stride ldb) may be NULL; either may alias z. */
+ * row's log-sum-exp (when have_lse, it is read instead: the separate backward). dz may be NULL
+ * or alias z. */
 __global__ void __launch_bounds__(CE_THREADS)
-k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz_bf, int ldb, const float *z,
+k_classifier(float *row_loss, float *lse, float *dz, const float *z,
              const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
              int have_lse, int cache) {
     __shared__ float scratch[32];
@@ -119,13 +113,12 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz_bf, int l
         if (!have_lse) lse[n] = l;
         if (row_loss) row_loss[n] = counted ? l - (cache ? row[t] : zr[t]) : 0.0f;
     }
-    if (!dz && !dz_bf) return;
+    if (!dz) return;
     const float scale = counted ? ce_scale(res, dloss) : 0.0f;
-    __nv_bfloat16 *br = dz_bf ? dz_bf + n * (size_t)ldb : NULL;
-    float *dr = dz ? dz + n * V : NULL;
+    float *dr = dz + n * V;
     if (cache) {
         __syncthreads(); /* the target's logit was read above from the cache */
-        if (dr && vec && aligned16(dz)) {
+        if (vec && aligned16(dz)) {
             for (int i = 4 * threadIdx.x; i < V; i += 4 * blockDim.x) {
                 float4 g;
                 g.x = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
@@ -134,29 +127,10 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz_bf, int l
                 g.w = scale * ops_expf(row[i + 3] - l) - (i + 3 == (int)t ? scale : 0.0f);
                 st4_stream(dr + i, g);
             }
-        } else if (br && V % 8 == 0 && aligned16(br) && ldb % 8 == 0) {
-            for (int i = 8 * threadIdx.x; i < V; i += 8 * blockDim.x) {
-                float g[8];
-                for (int k = 0; k < 8; k++) g[k] = scale * ops_expf(row[i + k] - l) - (i + k == (int)t ? scale : 0.0f);
-                uint4 u;
-                u.x = pack_bf16(g[0], g[1]);
-                u.y = pack_bf16(g[2], g[3]);
-                u.z = pack_bf16(g[4], g[5]);
-                u.w = pack_bf16(g[6], g[7]);
-                st16b(br + i, u);
-            }
-            return;
         } else {
-            for (int i = threadIdx.x; i < V; i += blockDim.x) {
-                const float g = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
-                if (dr) dr[i] = g;
-                if (br) br[i] = to_bf16(g);
-            }
-            return;
-        }
-        if (br)
             for (int i = threadIdx.x; i < V; i += blockDim.x)
-                br[i] = to_bf16(scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f));
+                dr[i] = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+        }
         return;
     }
     /* no cache: chunks of the block's width, read all, barrier, write all */
@@ -165,10 +139,7 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz_bf, int l
         float g = 0.0f;
         if (i < V) g = scale * ops_expf(zr[i] - l) - (i == (int)t ? scale : 0.0f);
         __syncthreads();
-        if (i < V) {
-            if (dr) dr[i] = g;
-            if (br) br[i] = to_bf16(g);
-        }
+        if (i < V) dr[i] = g;
     }
 }
 
@@ -190,13 +161,13 @@ __global__ void k_ce_mean(ce_result_t *res, const float *row_loss, int N) {
 /* The forward (row_loss: N floats of work; res: device scratch; cache_bytes: 0 or V * 4 when
  * the row fits the block's shared memory) */
 static inline void classifier_launch(cudaStream_t s, ce_result_t *res, float *row_loss, float *lse, float *dz,
-                                     __nv_bfloat16 *dz_bf, int ldb, const float *z, const uint32_t *tgt,
+                                     const float *z, const uint32_t *tgt,
                                      const uint8_t *mask, int N, int V, float dloss, int have_lse,
                                      size_t cache_bytes) {
     LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
     if (N <= 0) return;
     LAUNCH(k_classifier, N, CE_THREADS, cache_bytes, s)
-    (row_loss, lse, dz, dz_bf, ldb, z, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
+    (row_loss, lse, dz, z, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
     if (row_loss) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
 }
 #endif

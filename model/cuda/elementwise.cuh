@@ -1,12 +1,8 @@
 /* model/cuda/elementwise.cuh: element-wise kernels of the CUDA device -- SwiGLU forward and
- * backward, the residual adds, scaling, and the fp32 <-> bf16 conversions of the product
- * operands -- with 128-bit accesses where every pointer is 16-byte aligned and n % 4 == 0
+ * backward, the residual adds, scaling -- with 128-bit accesses where every pointer is 16-byte aligned and n % 4 == 0
  * (the scalar loop otherwise), grid-stride loops with 32-bit indices where n < 2^31 (every
- * tensor of the benchmark configs). Formulas: ops_math.h (ops_silu, ops_silu_grad).
- *
- * SwiGLU writes, besides its fp32 outputs, an optional bf16 copy (out_bf, ...): the CUDA
- * device asks for one in precision bf16, where those outputs feed products only
- * (device_cuda.cu, "bf16 operands"). */
+ * tensor of the benchmark configs). Formulas: ops_math.h (ops_silu, ops_silu_grad), as
+ * kernels.h's kb_swiglu_fwd and kb_swiglu_bwd. */
 #ifndef MODEL_CUDA_ELEMENTWISE_CUH
 #define MODEL_CUDA_ELEMENTWISE_CUH
 #include "model/cuda/common.cuh"
@@ -21,17 +17,9 @@
 #define EW_LOOP(I, n)                                                                              \
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)(n); i += (I)gridDim.x * blockDim.x)
 
-__device__ static inline void st_bf16x4(__nv_bfloat16 *p, float4 v) {
-    uint2 b;
-    b.x = pack_bf16(v.x, v.y);
-    b.y = pack_bf16(v.z, v.w);
-    *(uint2 *)p = b;
-}
-
 /* ---- SwiGLU ---- */
 template <class I>
-__global__ void k_swiglu_fwd(size_t n, float *out, __nv_bfloat16 *out_bf, const float *gate, const float *up,
-                             int vec) {
+__global__ void k_swiglu_fwd(size_t n, float *out, const float *gate, const float *up, int vec) {
     if (vec) {
         EW_LOOP(I, n / 4) {
             const float4 g = ld4_stream(gate + 4 * i), u = ld4_stream(up + 4 * i);
@@ -41,25 +29,20 @@ __global__ void k_swiglu_fwd(size_t n, float *out, __nv_bfloat16 *out_bf, const 
             y.z = ops_silu(g.z) * u.z;
             y.w = ops_silu(g.w) * u.w;
             st4(out + 4 * i, y);
-            if (out_bf) st_bf16x4(out_bf + 4 * i, y);
             PERF_FLOPS(PERF_FP32, 4 * 12);
         }
         return;
     }
-    EW_LOOP(I, n) {
-        const float y = ops_silu(gate[i]) * up[i];
-        out[i] = y;
-        if (out_bf) out_bf[i] = to_bf16(y);
-    }
+    EW_LOOP(I, n) out[i] = ops_silu(gate[i]) * up[i];
 }
 __device__ static inline void swiglu_grad1(float *dg, float *du, float d, float g, float u) {
     *dg = d * u * ops_silu_grad(g);
     *du = d * ops_silu(g);
 }
-/* acc: dgate += / dup += (else overwritten); dg_bf, du_bf: bf16 copies of the results */
+/* acc: dgate += / dup += (else overwritten) */
 template <class I>
-__global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, __nv_bfloat16 *dg_bf, __nv_bfloat16 *du_bf,
-                             const float *dout, const float *gate, const float *up, int acc, int vec) {
+__global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, int acc, int vec) {
     if (vec) {
         EW_LOOP(I, n / 4) {
             const float4 d = ld4_stream(dout + 4 * i), g = ld4(gate + 4 * i), u = ld4(up + 4 * i);
@@ -76,8 +59,6 @@ __global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, __nv_bfloat16 *
             }
             st4(dgate + 4 * i, a);
             st4(dup + 4 * i, b);
-            if (dg_bf) st_bf16x4(dg_bf + 4 * i, a);
-            if (du_bf) st_bf16x4(du_bf + 4 * i, b);
             PERF_FLOPS(PERF_FP32, 4 * 20);
         }
         return;
@@ -88,8 +69,6 @@ __global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, __nv_bfloat16 *
         if (acc) a += dgate[i], b += dup[i];
         dgate[i] = a;
         dup[i] = b;
-        if (dg_bf) dg_bf[i] = to_bf16(a);
-        if (du_bf) du_bf[i] = to_bf16(b);
     }
 }
 
@@ -125,55 +104,12 @@ template <class I> __global__ void k_scale(size_t n, float *x, float s, int vec)
     EW_LOOP(I, n) x[i] *= s;
 }
 
-/* ---- bf16 conversions of product operands ----
- * A (rows x cols) column-major view with leading dimension ld (cols of ld floats, the first
- * `rows` of each used): copied to bf16 with the same leading dimension, touching only the
- * elements of the view (a strided view's gaps may lie past the end of its buffer). */
-template <class I>
-__global__ void k_to_bf16(__nv_bfloat16 *out, const float *x, size_t rows, size_t cols, size_t ld, int vec) {
-    if (vec) { /* rows % 4 == 0, ld % 4 == 0, aligned: whole float4 of each column */
-        const size_t rq = rows / 4;
-        EW_LOOP(I, rq * cols) {
-            const size_t c = (size_t)i / rq, r = ((size_t)i % rq) * 4;
-            st_bf16x4(out + c * ld + r, ld4_stream(x + c * ld + r));
-        }
-        return;
-    }
-    EW_LOOP(I, rows * cols) {
-        const size_t c = (size_t)i / rows, r = (size_t)i % rows;
-        out[c * ld + r] = to_bf16(x[c * ld + r]);
-    }
-}
-/* bf16 -> fp32 of n contiguous elements (a bf16 copy read back as fp32); out may not alias x */
-template <class I> __global__ void k_from_bf16(size_t n, float *out, const __nv_bfloat16 *x) {
-    EW_LOOP(I, n) out[i] = bf16_to_f(x[i]);
-}
-/* rows of V bf16 stored in the first half of their own fp32 rows (the classifier's in-place
- * gradient, row stride 2V bf16) widened back to fp32 in place: one block per row, every
- * thread reads its elements before any is written */
-__global__ void k_rows_from_bf16_inplace(float *z, int V) {
-    const __nv_bfloat16 *src = (const __nv_bfloat16 *)(z + (size_t)blockIdx.x * V);
-    float *dst = z + (size_t)blockIdx.x * V;
-    /* high to low: element i (bytes 4i..4i+3) overlaps bf16 elements 2i and 2i+1 >= i, which
-     * are read in an earlier or the same chunk */
-    for (int hi = V; hi > 0; hi -= blockDim.x) {
-        const int i = hi - 1 - (int)threadIdx.x;
-        float v = 0.0f;
-        if (i >= 0) v = bf16_to_f(src[i]);
-        __syncthreads();
-        if (i >= 0) dst[i] = v;
-        __syncthreads();
-    }
-}
-
 /* ---- launchers ---- */
 static inline unsigned ew_grid(size_t items) { return blocks_for(items, EW_THREADS, EW_MAX_BLOCKS); }
 static inline bool ew_small(size_t n) { return n < ((size_t)1 << 31); }
 static inline int ew_vec(size_t n, const void *a, const void *b, const void *c) {
     return n % 4 == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c));
 }
-/* bf16 copies need 8-byte alignment for the 4-element store */
-static inline bool bf_ok(const void *p) { return !p || ((uintptr_t)p & 7u) == 0; }
 
 #define EW_DISPATCH(kern, n, items, s, ...)                                                        \
     do {                                                                                           \
@@ -181,18 +117,16 @@ static inline bool bf_ok(const void *p) { return !p || ((uintptr_t)p & 7u) == 0;
         else LAUNCH_AS(kern<size_t>, #kern "<size_t>", ew_grid(items), EW_THREADS, 0, s)(__VA_ARGS__); \
     } while (0)
 
-static inline void swiglu_forward_launch(cudaStream_t s, float *out, __nv_bfloat16 *out_bf, const float *gate,
-                                         const float *up, size_t n) {
+static inline void swiglu_forward_launch(cudaStream_t s, float *out, const float *gate, const float *up, size_t n) {
     if (!n) return;
-    const int vec = ew_vec(n, out, gate, up) && bf_ok(out_bf);
-    EW_DISPATCH(k_swiglu_fwd, n, vec ? n / 4 : n, s, n, out, out_bf, gate, up, vec);
+    const int vec = ew_vec(n, out, gate, up);
+    EW_DISPATCH(k_swiglu_fwd, n, vec ? n / 4 : n, s, n, out, gate, up, vec);
 }
-static inline void swiglu_backward_launch(cudaStream_t s, float *dg, float *du, __nv_bfloat16 *dg_bf,
-                                          __nv_bfloat16 *du_bf, const float *dout, const float *gate,
+static inline void swiglu_backward_launch(cudaStream_t s, float *dg, float *du, const float *dout, const float *gate,
                                           const float *up, size_t n, int acc) {
     if (!n) return;
-    const int vec = ew_vec(n, dg, du, dout) && ew_vec(n, gate, up, NULL) && bf_ok(dg_bf) && bf_ok(du_bf);
-    EW_DISPATCH(k_swiglu_bwd, n, vec ? n / 4 : n, s, n, dg, du, dg_bf, du_bf, dout, gate, up, acc, vec);
+    const int vec = ew_vec(n, dg, du, dout) && ew_vec(n, gate, up, NULL);
+    EW_DISPATCH(k_swiglu_bwd, n, vec ? n / 4 : n, s, n, dg, du, dout, gate, up, acc, vec);
 }
 static inline void add_launch(cudaStream_t s, float *y, const float *a, const float *b, size_t n) {
     if (!n) return;
@@ -208,16 +142,5 @@ static inline void scale_launch(cudaStream_t s, float *x, float f, size_t n) {
     if (!n) return;
     const int vec = ew_vec(n, x, NULL, NULL);
     EW_DISPATCH(k_scale, n, vec ? n / 4 : n, s, n, x, f, vec);
-}
-static inline void to_bf16_launch(cudaStream_t s, __nv_bfloat16 *out, const float *x, size_t rows, size_t cols,
-                                  size_t ld) {
-    const size_t n = rows * cols;
-    if (!n) return;
-    const int vec = rows % 4 == 0 && ld % 4 == 0 && aligned16(x) && bf_ok(out);
-    EW_DISPATCH(k_to_bf16, n, vec ? n / 4 : n, s, out, x, rows, cols, ld, vec);
-}
-static inline void from_bf16_launch(cudaStream_t s, float *out, const __nv_bfloat16 *x, size_t n) {
-    if (!n) return;
-    EW_DISPATCH(k_from_bf16, n, n, s, n, out, x);
 }
 #endif

@@ -27,8 +27,8 @@ namespace mma_emu {
 struct slot_t {
     uint32_t a[WARP][4], b[WARP][2];
 };
-/* one block runs at a time in the emulator: a slot per warp of that block */
-static slot_t slots[1024 / WARP];
+/* a slot per warp of the block an OS thread runs (emulated devices may run on several) */
+static thread_local slot_t slots[1024 / WARP];
 } // namespace mma_emu
 __attribute__((no_sanitize("address", "coverage"))) static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
                                                                      uint32_t b1) {

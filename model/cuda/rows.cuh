@@ -26,16 +26,14 @@
 #define COLRED_MAX_BLOCKS 4096
 
 /* ---- RMSNorm forward: out = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) ----
- * one warp per row; out_bf (may be NULL) receives the same values rounded to bf16 */
+ * one warp per row */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
-k_rmsnorm_fwd(float *out, float *rstd, __nv_bfloat16 *out_bf, const float *x, const float *w, int N,
-              int D, float eps) {
+k_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
     if (row >= N) return;
     const float *xr = x + (size_t)row * D;
     float *orow = out + (size_t)row * D;
-    __nv_bfloat16 *brow = out_bf ? out_bf + (size_t)row * D : NULL;
     const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(x) && aligned16(out) && aligned16(w);
     if (vec) {
         float4 c[ROW_VECS];
@@ -61,12 +59,6 @@ k_rmsnorm_fwd(float *out, float *rstd, __nv_bfloat16 *out_bf, const float *x, co
                 y.z = wv.z * (c[j].z * r);
                 y.w = wv.w * (c[j].w * r);
                 st4(orow + i, y);
-                if (brow) {
-                    uint2 b;
-                    b.x = pack_bf16(y.x, y.y);
-                    b.y = pack_bf16(y.z, y.w);
-                    *(uint2 *)(brow + i) = b;
-                }
             }
         }
         if (lane == 0) rstd[row] = r;
@@ -78,11 +70,7 @@ k_rmsnorm_fwd(float *out, float *rstd, __nv_bfloat16 *out_bf, const float *x, co
     for (int i = lane; i < D; i += WARP) ss += xr[i] * xr[i];
     ss = warp_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
-    for (int i = lane; i < D; i += WARP) {
-        const float y = w[i] * (xr[i] * r);
-        orow[i] = y;
-        if (brow) brow[i] = to_bf16(y);
-    }
+    for (int i = lane; i < D; i += WARP) orow[i] = w[i] * (xr[i] * r);
     if (lane == 0) rstd[row] = r;
 }
 
@@ -239,11 +227,11 @@ static inline size_t colred_work_floats(int N, int D) {
 }
 
 /* ---- launchers (the device's op wrappers call these; part: colred_work_floats) ---- */
-static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, float *rstd, __nv_bfloat16 *out_bf,
-                                          const float *x, const float *w, int N, int D, float eps) {
+static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, float *rstd, const float *x, const float *w,
+                                          int N, int D, float eps) {
     if (N <= 0) return;
     LAUNCH(k_rmsnorm_fwd, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
-    (out, rstd, out_bf, x, w, N, D, eps);
+    (out, rstd, x, w, N, D, eps);
 }
 static inline void colsum_launch(cudaStream_t s, float *out, float *part, const float *a, const float *b,
                                  const float *r, int N, int D, int kind, int accumulate) {

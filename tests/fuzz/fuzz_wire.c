@@ -86,6 +86,8 @@ int main(int argc, char **argv) {
     msgs[MSG_LOADER].u.loader = (msg_loader_t){.name = "l0", .endpoint = "ipc:///tmp/l0",
         .dataset = "/d", .pid = 42, .served = 7};
     msgs[MSG_LOG].u.log = (msg_log_t){.program = "trainer", .line = "hello"};
+    msgs[MSG_STAGE].u.stage = (msg_stage_t){.program = "evaluator", .name = "val-1", .pid = 42, .run = "r1",
+        .endpoint = "", .state = "idle", .done = 2};
     for (int t = 1; t < MSG_TYPE_COUNT; t++) {
         char topic[64], path[512];
         snprintf(topic, sizeof topic, "%s/seed", wire_type_name((msg_type)t));

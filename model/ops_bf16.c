@@ -1,0 +1,226 @@
+/* model/ops_bf16.c: bf16 packing and the shadows of fp32 tensors (ops_bf16.h). */
+#include "model/ops_bf16.h"
+#include "model/gemm.h"
+#include "model/ops.h"
+#include "model/ops_clones.h"
+#include "model/ops_math.h"
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- packing ------------------------------------------------------------------------------
+ * Built per instruction-set level (ops_clones.h): the rounding is integer work on the bit
+ * pattern, 16 lanes at AVX-512 (the bits are the same at every level). */
+OPS_VARIANTS(void, pack_run, (uint16_t *restrict y, const float *restrict x, size_t n), (y, x, n)) {
+    OPS_SIMD
+    for (size_t i = 0; i < n; i++) y[i] = ops_bf16_from_float(x[i]);
+}
+OPS_VARIANTS(void, pack_run_f32, (float *restrict y, const float *restrict x, size_t n), (y, x, n)) {
+    OPS_SIMD
+    for (size_t i = 0; i < n; i++) y[i] = ops_bf16_round(x[i]);
+}
+
+/* Below this many elements a pass is not worth a parallel region. */
+#define PACK_PAR_MIN (1 << 16)
+#define PACK_CHUNK 16384
+
+/* n elements in chunks over the threads: as bf16 patterns, or as rounded fp32 (f32) */
+static void pack_chunks(void *y, int f32, const float *x, size_t n) {
+    const long nch = (long)((n + PACK_CHUNK - 1) / PACK_CHUNK);
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && n >= PACK_PAR_MIN)
+    for (long c = 0; c < nch; c++) {
+        const size_t lo = (size_t)c * PACK_CHUNK, len = n - lo < PACK_CHUNK ? n - lo : PACK_CHUNK;
+        if (f32) pack_run_f32((float *)y + lo, x + lo, len);
+        else pack_run((uint16_t *)y + lo, x + lo, len);
+    }
+}
+
+/* (a parallel region with a false `if` still costs libgomp a team of one: measured, a call
+ * per row made qkv_split_rope 25x slower, so small runs skip the pragma altogether) */
+void ops_bf16_pack(uint16_t *y, const float *x, size_t n) {
+    if (n < PACK_PAR_MIN || omp_in_parallel()) pack_run(y, x, n);
+    else pack_chunks(y, 0, x, n);
+}
+
+void ops_bf16_pack_serial(uint16_t *y, const float *x, size_t n) { pack_run(y, x, n); }
+
+void ops_bf16_pack_f32(float *y, const float *x, size_t n) {
+    if (n < PACK_PAR_MIN || omp_in_parallel()) pack_run_f32(y, x, n);
+    else pack_chunks(y, 1, x, n);
+}
+
+/* column c of the matrices (ops_bf16_pack_matrix) */
+static inline void pack_column(void *y, int f32, const float *x, long c, int rows, int cols, int ld,
+                               long long stride) {
+    const float *xc = x + (c / cols) * stride + (c % cols) * (size_t)ld;
+    if (f32) pack_run_f32((float *)y + (size_t)c * rows, xc, (size_t)rows);
+    else pack_run((uint16_t *)y + (size_t)c * rows, xc, (size_t)rows);
+}
+
+void ops_bf16_pack_matrix(void *y, int f32, const float *x, int rows, int cols, int ld,
+                          long long stride, int nb) {
+    const size_t per = (size_t)rows * cols, total = per * nb;
+    if (ld == rows && (nb == 1 || stride == (long long)per)) {   /* one contiguous run */
+        if (f32) ops_bf16_pack_f32(y, x, total);
+        else ops_bf16_pack(y, x, total);
+        return;
+    }
+    const long ncol = (long)nb * cols;
+    if (total < PACK_PAR_MIN || omp_in_parallel()) {   /* (no pragma at all: see above) */
+        for (long c = 0; c < ncol; c++) pack_column(y, f32, x, c, rows, cols, ld, stride);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < ncol; c++) pack_column(y, f32, x, c, rows, cols, ld, stride);
+}
+
+/* ---- shadows --------------------------------------------------------------------------- */
+
+#define SHADOW_MAX 1024
+
+typedef struct {
+    const float *src;     /* the fp32 tensor (NULL: a free slot) */
+    size_t n;             /* elements shadowed */
+    size_t cap;           /* elements the storage holds */
+    uint16_t *data;
+    int valid;
+} shadow_t;
+
+static shadow_t tab[SHADOW_MAX];
+static int ntab;          /* slots in use at the front of tab (some may be free) */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int enabled = -1, checking = -1;
+static long stale, hits;
+
+static int env_flag(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? strcmp(e, "0") != 0 : dflt;
+}
+
+void ops_bf16_shadows_enable(int on) { enabled = !!on; }
+void ops_bf16_shadow_check(int on) { checking = !!on; }
+long ops_bf16_shadow_stale(void) { return stale; }
+long ops_bf16_shadow_hits(void) { return hits; }
+
+int ops_bf16_native(void) {
+    return ops_product_precision == PRECISION_BF16 && model_gemm_bf16_native();
+}
+
+int ops_bf16_shadows(void) {
+    if (!ops_bf16_native()) return 0;
+    if (enabled < 0) enabled = env_flag("FT_BF16_SHADOWS", 1);
+    return enabled;
+}
+
+static shadow_t *lookup(const float *x) {
+    for (int i = 0; i < ntab; i++)
+        if (tab[i].src == x) return &tab[i];
+    return NULL;
+}
+
+/* In checking mode: does shadow s hold the rounding of its tensor? Counts it when not. */
+static void check_one(const shadow_t *s) {
+    if (checking < 0) checking = env_flag("FT_BF16_SHADOW_CHECK", 0);
+    if (!checking) return;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->data[i] != ops_bf16_from_float(s->src[i])) {
+            __atomic_add_fetch(&stale, 1, __ATOMIC_RELAXED);
+            return;
+        }
+}
+
+const uint16_t *ops_bf16_shadow_find(const float *x, size_t n) {
+    pthread_mutex_lock(&lock);
+    shadow_t *s = lookup(x);
+    const uint16_t *r = s && s->valid && s->n == n ? s->data : NULL;
+    if (r) hits++;
+    pthread_mutex_unlock(&lock);
+    if (r) check_one(s);
+    return r;
+}
+
+uint16_t *ops_bf16_shadow_take(const float *x, size_t n) {
+    if (!x || !n) return NULL;
+    pthread_mutex_lock(&lock);
+    shadow_t *s = lookup(x);
+    if (!s) {   /* a free slot, else an invalid one, else a new one at the end */
+        for (int i = 0; i < ntab && !s; i++)
+            if (!tab[i].src) s = &tab[i];
+        for (int i = 0; i < ntab && !s; i++)
+            if (!tab[i].valid) s = &tab[i];
+        if (!s && ntab < SHADOW_MAX) s = &tab[ntab++];
+        if (s) s->src = x, s->valid = 0;
+    }
+    uint16_t *r = NULL;
+    if (s) {
+        if (s->cap < n) {
+            const size_t bytes = (n * sizeof(uint16_t) + 63) & ~(size_t)63;
+            uint16_t *p = aligned_alloc(64, bytes);
+            if (p) {
+                free(s->data);
+                s->data = p;
+                s->cap = n;
+            }
+        }
+        if (s->cap >= n) {
+            s->n = n;
+            s->valid = 1;
+            r = s->data;
+        } else {
+            s->valid = 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+const uint16_t *ops_bf16_shadow_weight(const float *w, size_t n) {
+    const uint16_t *r = ops_bf16_shadow_find(w, n);
+    if (r) return r;
+    uint16_t *p = ops_bf16_shadow_take(w, n);
+    if (p) ops_bf16_pack(p, w, n);
+    return p;
+}
+
+static int overlaps(const shadow_t *s, const char *lo, const char *hi) {
+    const char *a = (const char *)s->src, *b = (const char *)(s->src + s->n);
+    return s->src && a < hi && lo < b;
+}
+
+uint16_t *ops_bf16_shadow_slice(const float *x, size_t n) {
+    if (!ntab || !x || !n) return NULL;
+    uint16_t *r = NULL;
+    int keep = -1;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < ntab && keep < 0; i++)
+        if (tab[i].valid && tab[i].src && x >= tab[i].src && x + n <= tab[i].src + tab[i].n)
+            keep = i, r = tab[i].data + (x - tab[i].src);
+    const char *lo = (const char *)x, *hi = (const char *)(x + n);
+    for (int i = 0; r && i < ntab; i++)   /* any other view of those bytes is stale now */
+        if (i != keep && tab[i].valid && overlaps(&tab[i], lo, hi)) tab[i].valid = 0;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+void ops_bf16_clobber(const void *p, size_t bytes) {
+    if (!ntab || !p || !bytes) return;   /* (an unlocked read: a stale 0 means no shadows yet) */
+    const char *lo = p, *hi = lo + bytes;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < ntab; i++)
+        if (tab[i].valid && overlaps(&tab[i], lo, hi)) tab[i].valid = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void ops_bf16_forget(const void *p, size_t bytes) {
+    if (!ntab || !p) return;
+    const char *lo = p, *hi = lo + bytes;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < ntab; i++)
+        if (overlaps(&tab[i], lo, hi)) {
+            free(tab[i].data);
+            memset(&tab[i], 0, sizeof tab[i]);
+        }
+    while (ntab > 0 && !tab[ntab - 1].src) ntab--;
+    pthread_mutex_unlock(&lock);
+}

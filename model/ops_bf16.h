@@ -1,0 +1,100 @@
+/* model/ops_bf16.h: the bf16 operands of the CPU's products, rounded once (CPU only).
+ *
+ * Precision bf16 (precision.h) rounds every operand of a Linear or attention product to bf16
+ * at the product's input. Done literally, each product rounds both its operands into a buffer
+ * first: a step then rounds every weight twice (forward and input gradient), every saved
+ * activation twice (forward and weight gradient) and every output gradient twice (input and
+ * weight gradient), and on a CPU with bf16 dot-product instructions those passes cost about a
+ * fifth of a step (bench/NOTES.md). Here an fp32 tensor may carry a SHADOW: its elements
+ * rounded to bf16 (ops_bf16_from_float: the same bits the product's own rounding gives), kept
+ * beside it, which a product reads instead of rounding again:
+ *   - weights (the `w` of the Linear ops): rounded at their first product, kept until a write
+ *     to them (the optimizer's step: once per step, however many products read them);
+ *   - activations that feed products: written by the op that produces them, in the same pass
+ *     as the fp32 result (RMSNorm's output, SwiGLU's and its gradients, q/k/v after RoPE, the
+ *     q|k|v gradient, attention's output, the cross-entropy's dlogits);
+ *   - inside an op: attention rounds its q, k, v, dO once per call (unless shadows exist) and
+ *     writes its probabilities and score gradients as bf16.
+ * The values a product multiplies are the same either way, so results are too: a run with
+ * shadows gives the bits of a run without them (tests/test_bf16_shadow.c checks every family).
+ *
+ * Coherence. A shadow is right while its fp32 tensor is unchanged. The CPU device
+ * (device_cpu.c) reports every op's outputs before the op runs (ops_bf16_clobber), which
+ * invalidates the shadows they overlap, and drops the shadows inside a buffer it frees; a
+ * producer op then writes a fresh shadow. So shadows hold for memory written through the
+ * device only, which the device table requires of families (device.h); code that writes a
+ * device buffer behind the device's back must call ops_bf16_clobber itself.
+ * FT_BF16_SHADOW_CHECK=1 (or ops_bf16_shadow_check(1)) compares every shadow a product reads
+ * with a fresh rounding and counts mismatches (ops_bf16_shadow_stale).
+ *
+ * When. Shadows are used only where bf16 products run natively (model_gemm_bf16_native: the
+ * bf16 operands go to oneDNN as they are) and only inside ops the CPU device runs at bf16
+ * (ops_product_precision, ops.h); FT_BF16_SHADOWS=0 turns them off (A/B measurements). The
+ * table is the process's, guarded by a lock; a shadow's contents are written by the op that
+ * takes it, which runs on the calling thread's behalf alone. */
+#ifndef MODEL_OPS_BF16_H
+#define MODEL_OPS_BF16_H
+#include <stddef.h>
+#include <stdint.h>
+#include "model/ops_math.h"
+
+struct adamw_scalars;
+
+/* y[i] = bf16 of x[i] (ties to even), n elements; over the process's threads when large and
+ * called outside a parallel region. */
+void ops_bf16_pack(uint16_t *y, const float *x, size_t n);
+/* The same on the calling thread alone (a row inside an op's own parallel loop). */
+void ops_bf16_pack_serial(uint16_t *y, const float *x, size_t n);
+/* The same, as fp32 values with the low 16 bits zero (the emulated path's operands). */
+void ops_bf16_pack_f32(float *y, const float *x, size_t n);
+/* A column-major (rows x cols, leading dimension ld) matrix, nb of them `stride` elements
+ * apart, packed compact (leading dimension rows, matrices rows*cols apart) as bf16 bit
+ * patterns (f32 = 0) or as rounded fp32 values (f32 = 1). */
+void ops_bf16_pack_matrix(void *y, int f32, const float *x, int rows, int cols, int ld,
+                          long long stride, int nb);
+
+/* The same for one row inside an op's own loop (inlined: built at the op's level). */
+static inline __attribute__((always_inline)) void ops_bf16_pack_row(uint16_t *restrict y,
+                                                                    const float *restrict x,
+                                                                    size_t n) {
+    OPS_SIMD
+    for (size_t i = 0; i < n; i++) y[i] = ops_bf16_from_float(x[i]);
+}
+
+/* 1 when the op now running computes its products at bf16 natively (ops_product_precision is
+ * bf16 and model_gemm_bf16_native): it may take bf16 operands (model_gemm_bf16) of its own. */
+int ops_bf16_native(void);
+/* 1 when the op now running should use and write shadows: the CPU device runs it at bf16,
+ * natively, and shadows are on. */
+int ops_bf16_shadows(void);
+/* The valid shadow of exactly x[0 .. n), or NULL. */
+const uint16_t *ops_bf16_shadow_find(const float *x, size_t n);
+/* Storage for the shadow of x[0 .. n), marked valid: the caller fills it before anything
+ * reads it (a producer op, in the pass that writes x). NULL when out of memory or the table is
+ * full (then the op writes none and its consumers round as without shadows). */
+uint16_t *ops_bf16_shadow_take(const float *x, size_t n);
+/* The shadow of a weight: found, or made now by rounding w (and kept). NULL when out of
+ * memory (the caller rounds as without shadows). */
+const uint16_t *ops_bf16_shadow_weight(const float *w, size_t n);
+/* The slice of a valid shadow that holds x[0 .. n) (the shadow may be longer), for an op that
+ * is about to write x and writes the slice afresh in the same pass (the optimizer: a weight's
+ * shadow refreshed by the step that changes it); the shadow stays valid, and every other
+ * shadow overlapping x[0 .. n) is invalidated. NULL when no valid shadow holds the whole range
+ * (then the caller clobbers as usual). */
+uint16_t *ops_bf16_shadow_slice(const float *x, size_t n);
+/* AdamW's update (ops.h adamw_update, the same bits) also writing p16[j] = bf16 of the new
+ * p[j] (p16 may be NULL: adamw_update). */
+void ops_bf16_adamw_update(float *p, uint16_t *p16, float *g, float *m, float *v, size_t n,
+                           const struct adamw_scalars *s);
+/* bytes at p are about to be written: every shadow overlapping them becomes invalid. */
+void ops_bf16_clobber(const void *p, size_t bytes);
+/* The buffer p of `bytes` is freed: the shadows inside it are dropped with their storage. */
+void ops_bf16_forget(const void *p, size_t bytes);
+/* Checking mode (see the top); returns the number of stale shadows found so far. */
+void ops_bf16_shadow_check(int on);
+long ops_bf16_shadow_stale(void);
+/* How many times a product found a valid shadow (tests: that the shadows are used at all). */
+long ops_bf16_shadow_hits(void);
+/* Turns shadows on or off for the process (default on unless FT_BF16_SHADOWS=0). */
+void ops_bf16_shadows_enable(int on);
+#endif

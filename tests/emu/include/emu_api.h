@@ -1,0 +1,86 @@
+/* tests/emu/include/emu_api.h: the execution-model emulator's own interface (tests/emu,
+ * docs/DEVICES.md): its seed, and the hooks through which a tool observes what the emulated
+ * kernels do -- every launch, every memory access of every thread, and the same accesses
+ * grouped per warp (the k-th execution of one load or store by each lane of a warp, as the 32
+ * lanes of a GPU warp issue it together: what a coalescing and roofline model counts).
+ * C and C++; a program linked without the emulator does not have these symbols. */
+#ifndef EMU_API_H
+#define EMU_API_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The seed of this process's block and thread orders ($FT_EMU_SEED, else drawn and printed). */
+unsigned long long emu_seed(void);
+
+typedef struct {
+    const char *kernel;        /* the name at the launch site */
+    unsigned long long serial; /* launches so far in this process, from 1 */
+    unsigned grid[3], block[3];
+    size_t dyn_smem;
+    int device;
+} emu_launch_info_t;
+
+enum { EMU_LOAD = 1, EMU_STORE = 2, EMU_ATOMIC = 4 };
+/* Where an access falls: a device allocation, the block's shared memory, the thread's own stack
+ * (a GPU's local memory: arrays and spills), the launch's parameters, static data of the program
+ * (__device__ and __constant__ variables). */
+enum { EMU_GLOBAL = 0, EMU_SHARED = 1, EMU_LOCAL = 2, EMU_PARAM = 3, EMU_STATIC = 4 };
+
+typedef struct {
+    const emu_launch_info_t *launch;
+    unsigned block;            /* linear block index: x + y*gx + z*gx*gy */
+    unsigned thread;           /* linear thread index in the block */
+    unsigned warp, lane;
+    const void *pc;            /* the instruction: the same for the lanes of one warp access */
+    const void *addr;
+    unsigned size;             /* bytes: 1, 2, 4, 8 or 16 */
+    unsigned flags;            /* EMU_LOAD / EMU_STORE / EMU_ATOMIC */
+    unsigned space;            /* EMU_GLOBAL ... */
+} emu_access_t;
+
+typedef struct {
+    const emu_launch_info_t *launch;
+    unsigned block, warp;
+    const void *pc;
+    unsigned size, flags, space;
+    unsigned mask;             /* the lanes that took part */
+    const void *addr[32];      /* per lane; NULL where the lane is not in mask */
+} emu_warp_access_t;
+
+typedef void (*emu_launch_hook_fn)(const emu_launch_info_t *l, int end, void *user);
+typedef void (*emu_access_hook_fn)(const emu_access_t *a, void *user);
+typedef void (*emu_warp_access_hook_fn)(const emu_warp_access_t *a, void *user);
+
+/* Each is called on the thread that launched the kernel, with the emulator's lock held (do not
+ * call the CUDA API from a hook). NULL removes a hook. */
+void emu_set_launch_hook(emu_launch_hook_fn fn, void *user);
+void emu_set_access_hook(emu_access_hook_fn fn, void *user);
+/* Warp grouping: the accesses of a warp's lanes between two points where the warp waits (a
+ * barrier, a warp-synchronous call, the end of the thread) are matched by (pc, k-th execution
+ * of pc); a lane that executes pc fewer times is absent from the later groups. */
+void emu_set_warp_access_hook(emu_warp_access_hook_fn fn, void *user);
+
+/* $name as an unsigned number, dflt when unset or not a number (read once per name and cached by
+ * the caller; for settings an emulated build overrides, e.g. LAUNCH_MAX_GRID). */
+unsigned emu_env_unsigned(const char *name, unsigned dflt);
+
+/* Fault injection: the nth next call (1: the next) of name fails as the GPU's would -- name is an
+ * API function the emulator implements (cudaStreamSynchronize, cublasSetStream, ncclAllGather,
+ * ...; it returns its error code: cudaErrorUnknown, CUBLAS_STATUS_INTERNAL_ERROR,
+ * ncclUnhandledCudaError) or a kernel's name at its launch site (the launch sets
+ * cudaErrorLaunchFailure and runs nothing). $FT_EMU_FAIL="name[:nth],..." does the same from
+ * the start of a program. */
+void emu_fail_call(const char *name, int nth);
+/* Device dev's memory from now on: bytes in all (cudaMalloc beyond it fails). */
+void emu_set_memory_limit(int dev, size_t bytes);
+
+/* Counts of what the checks found and let pass (FT_EMU_ON_ERROR=count): 0 in a clean run. */
+unsigned long long emu_error_count(void);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# tests/it_net_dp.sh: data parallelism across two hosts (tests/lib/hosts.sh): 2 MPI ranks, rank
+# 0 on host A and rank 1 on host B, Open MPI over TCP on the hosts' interface
+# (btl_tcp_if_include ft0), started on A by trainer/examples/mpirun_hosts.sh with a hostfile and
+# trainer/examples/multihost.env, as README's multi-host section starts them (there over ssh;
+# here tests/lib/netns_rsh.sh is the remote shell); the ranks' rendezvous and the loader under
+# CURVE.
+#   1. the run equals the one-host 2-rank run of tests/it_dp.sh's kind (this machine, ipc, no
+#      keys): every checkpoint file byte for byte (the sum runs in rank order either way);
+#   2. host B cut off mid-run (no FIN): rank 0 exits with one line naming rank 1 and its last
+#      checkpoint within --dp-lost-after + 2 s, and mpirun ends too (with Open MPI's keepalive
+#      settings of README) instead of waiting out TCP's retries;
+#   3. healed, the run resumes from that checkpoint with 1 rank (--accum 2) and, separately, with
+#      2 ranks across the hosts again; both continuations agree (1e-5, tests/it_dp.sh's
+#      tolerance for another world size: the same numbers summed in another order).
+# TODO(NCCL across hosts): the NCCL path's rendezvous (--dp nccl --rank/--world --rendezvous
+# tcp://A:PORT, the unique id handed out by rank 0) needs a GPU, or the GPU emulator another
+# engineer is building; once it runs here, start rank 0 on A and rank 1 on B by hand (on_bg)
+# with FT_DEVICE=cuda under it and compare with the one-host NCCL run of `make test-gpu`. Not
+# run here, and not counted.
+# Needs root (network namespaces) and Open MPI; skips with one line otherwise.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib/pipeline.sh
+. tests/lib/hosts.sh
+it_init it_net_dp 1
+unset FT_KEY FT_TRUST FT_AUTHORIZED FT_INSECURE FT_ALLOW_ANY_CLIENT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # README: Open MPI as root
+command -v mpirun >/dev/null || { echo "SKIP: mpirun (Open MPI) missing; make deps installs openmpi-bin"; hosts_skip; }
+hosts_init A B || hosts_skip
+A=$(host_ip A)
+it_synth_data "$W/ds" 2000 7
+MODEL="--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --seq-len 32 --warmup 5 --lr 3e-3 --threads 1"
+DIFF=tests/lib/st_diff.py
+within() { awk -v d="$1" -v t="$2" 'BEGIN{exit !(d <= t)}'; }
+
+# --- keys and the loader on A --------------------------------------------------------------------
+K=$W/keys
+hosts_keys "$K" trainer loader
+# rank 0's rendezvous: port 5730 of any host (multihost.env), as docs/NETWORK.md's trust file
+{ echo "tcp://*:5730 $(key trainer)"; echo "tcp://$A:5600 $(key loader)"; } >"$K/trust"
+on_bg A "$W/loader.log" env FT_KEY="$K/loader.key" bin/loader --data "$W/ds" --bind "tcp://$A:5600" --authorized "$K/authorized"
+
+# trainer/examples/mpirun_hosts.sh, README's launcher, with its environment
+# (trainer/examples/multihost.env) on the hosts' interface; the remote shell is the harness's
+printf 'A slots=1\nB slots=1\n' >"$W/hostfile"
+export FT_HOSTS_PREFIX=$HOSTS_PREFIX
+LAUNCH=(env FT_NET_IF=ft0 OMPI_MCA_plm_rsh_agent="$PWD/tests/lib/netns_rsh.sh"
+        FT_KEY="$K/trainer.key" FT_TRUST="$K/trust" FT_AUTHORIZED="$K/authorized")
+# two [VAR=VALUE] TRAINER-ARGS...: 2 ranks, on A and B
+two() {
+    local v=(); case $1 in FT_*=*) v=("$1"); shift;; esac
+    on A "${LAUNCH[@]}" "${v[@]}" trainer/examples/mpirun_hosts.sh "$W/hostfile" 2 --loaders "tcp://$A:5600" "$@"
+}
+
+# --- 1. two hosts against one --------------------------------------------------------------------
+it_pipeline "$W/ds"
+mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 bin/trainer --dp mpi --loaders "ipc://$W/l0" \
+    --run d --run-dir "$W/one" --steps 20 --ckpt-every 10 $MODEL --batch 2 --dp-check-every 1 2>"$W/one.log" >/dev/null
+ok "one host: 2 ranks, 20 steps (rc $?)" "grep -q 'done at step 20' $W/one.log"
+two --run d --run-dir "$W/two" --steps 20 --ckpt-every 10 $MODEL --batch 2 --dp-check-every 1 2>"$W/two.log" >/dev/null
+ok "two hosts: 2 ranks, 20 steps (rc $?)" "grep -q 'done at step 20' $W/two.log"
+ok "rank 0 ran on A and rank 1 on B" "grep -q '^trainer: rank 0 of 2 (mpi): pid [0-9]* on A$' $W/two.log && grep -q '^trainer: rank 1 of 2 (mpi): pid [0-9]* on B$' $W/two.log"
+for s in 10 20; do
+    ok "checkpoint $s equals the one-host 2-rank run's, every file byte for byte" "diff -r $W/one/ckpt-000000$s $W/two/ckpt-000000$s >/dev/null"
+done
+
+# --- 2. host B cut off in the middle of a run --------------------------------------------------------
+on_bg A "$W/k.log" "${LAUNCH[@]}" trainer/examples/mpirun_hosts.sh "$W/hostfile" 2 --loaders "tcp://$A:5600" --run k \
+    --run-dir "$W/k" --steps 100000 --ckpt-every 20 $MODEL --batch 2 --dp-lost-after 3 --log-every 10
+launcher=$!
+wait_for "[ -d $W/k/ckpt-00000040 ]" 60
+t0=$(date +%s%N)
+host_cut B
+wait_for "grep -q '^trainer: rank 0: rank 1 lost' $W/k.log" 15; found=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+ok "B cut: rank 0 says rank 1 is lost within --dp-lost-after 3 + 2 s ($ms ms)" "[ $found = 0 ] && [ $ms -lt 5000 ]"
+ok "in one line naming the silence and the checkpoint to resume from" \
+   "grep -q '^trainer: rank 0: rank 1 lost during .* of step [0-9]*: silent for [0-9.]* s (--dp-lost-after 3); resume from $W/k/ckpt-[0-9]* with --resume' $W/k.log"
+wait_for "! kill -0 $launcher 2>/dev/null" 15; gone=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+ok "and mpirun ends too, within 15 s of the cut ($ms ms)" "[ $gone = 0 ]"
+last=$(sed -n "s|.*resume from $W/k/ckpt-\([0-9]*\) with.*|\1|p" "$W/k.log" | head -1)
+last=$((10#${last:-0}))
+host_heal B
+ok "healed: what was left on B (Open MPI's daemon) ends by itself" "wait_for '! ip netns pids $(host_ns B) | grep -q .' 20"
+
+# --- 3. resumed from the last checkpoint with 1 rank, and with 2 across the hosts ---------------------
+cp -r "$W/k" "$W/k1"
+# the same --steps as the cut run (the schedule), stopped right after checkpoint $end by the
+# trainer's fault hook (README, "Fault injection")
+end=$((last + 10)) E=$(printf %08d $((last + 10))) L=$(printf %08d $last)
+FT_TRAINER_FAULT_KILL_AFTER_CKPT=$end killed_run on A env FT_KEY="$K/trainer.key" FT_TRUST="$K/trust" bin/trainer \
+    --loaders "tcp://$A:5600" --run k --run-dir "$W/k1" --steps 100000 --ckpt-every 10 $MODEL --batch 2 --accum 2 --resume \
+    2>"$W/k1.log" >/dev/null
+ok "resumed by 1 rank (--accum 2) from step $last to $end" "grep -q 'resumed from.*ckpt-$L' $W/k1.log && [ -d $W/k1/ckpt-$E ]"
+two FT_TRAINER_FAULT_KILL_AFTER_CKPT=$end --run k --run-dir "$W/k" --steps 100000 --ckpt-every 10 $MODEL --batch 2 \
+    --dp-lost-after 3 --resume 2>"$W/k2.log" >/dev/null
+ok "resumed by 2 ranks across the hosts from step $last to $end" "grep -q 'resumed from.*ckpt-$L' $W/k2.log && [ -d $W/k/ckpt-$E ]"
+d=$($DIFF "$W/k1/ckpt-$E/model.safetensors" "$W/k/ckpt-$E/model.safetensors" | awk '{print $2}')
+ok "the two continuations agree after 10 steps (max |dw| $d, tolerance 1e-5)" "[ -n '$d' ] && within $d 1e-5"
+it_done

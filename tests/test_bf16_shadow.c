@@ -1,0 +1,197 @@
+/* tests/test_bf16_shadow.c: the bf16 shadows of the CPU's products (model/ops_bf16.h).
+ *
+ * - the table: a shadow is found while its tensor is unwritten, is invalid after a write that
+ *   overlaps it (and only then), and is dropped with its buffer;
+ * - a weight written through the device (an upload, the optimizer) is rounded afresh, the
+ *   optimizer's step refreshing its shadow in its own pass (the shadow stays valid);
+ * - every family, a few training steps at bf16 with the shadows in checking mode: no product
+ *   ever read a stale shadow, and the losses and the trained weights are bit for bit those of
+ *   the same run without shadows (a shadow holds exactly what the product would have rounded).
+ * Shadows are used only where bf16 products are native (x86-64-v4-bf16 and up); below, the
+ * tests check that they stay off (one family's run, trivially equal). */
+#include "model/adamw.h"
+#include "model/device.h"
+#include "model/family.h"
+#include "model/gemm.h"
+#include "model/ops_bf16.h"
+#include "tests/check.h"
+#include <stdlib.h>
+#include <string.h>
+
+static int native;
+
+static void test_table(void) {
+    enum { N = 1000 };
+    float *x = malloc(sizeof(float) * 2 * N);
+    for (int i = 0; i < 2 * N; i++) x[i] = 0.1f * (float)i;
+    uint16_t *s = ops_bf16_shadow_take(x, N);
+    CHECK(s != NULL, "a shadow is taken");
+    if (!s) { free(x); return; }
+    ops_bf16_pack(s, x, N);
+    CHECK(ops_bf16_shadow_find(x, N) == s, "and found");
+    CHECK(ops_bf16_shadow_find(x, N - 1) == NULL, "not for another length");
+    ops_bf16_clobber(x + N, sizeof(float) * N);   /* right after it: no overlap */
+    CHECK(ops_bf16_shadow_find(x, N) == s, "a write beside it leaves it valid");
+    ops_bf16_clobber(x + N - 1, sizeof(float));   /* its last element */
+    CHECK(ops_bf16_shadow_find(x, N) == NULL, "a write into it invalidates it");
+    s = ops_bf16_shadow_take(x, N);
+    ops_bf16_pack(s, x, N);
+    ops_bf16_forget(x, sizeof(float) * 2 * N);
+    CHECK(ops_bf16_shadow_find(x, N) == NULL, "a freed buffer has no shadows");
+    free(x);
+}
+
+/* A weight uploaded anew through the device: the product after it reads the new values. */
+static void test_weight_rewritten(void) {
+    char err[256];
+    device_t *d = NULL;
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { N = 4, IN = 32, OUT = 8 };
+    float *w = DEV(d, alloc, sizeof(float) * OUT * IN), *x = DEV(d, alloc, sizeof(float) * N * IN);
+    float *y = DEV(d, alloc, sizeof(float) * N * OUT), hw[OUT * IN], hx[N * IN], y1[N * OUT], y2[N * OUT];
+    for (int i = 0; i < OUT * IN; i++) hw[i] = 1.0f + (float)(i % 7) / 8;
+    for (int i = 0; i < N * IN; i++) hx[i] = (float)(i % 5) - 2.0f;
+    DEV(d, upload, w, hw, sizeof hw);
+    DEV(d, upload, x, hx, sizeof hx);
+    DEV(d, linear_forward, y, x, w, N, IN, OUT);
+    DEV(d, download, y1, y, sizeof y1);
+    for (int i = 0; i < OUT * IN; i++) hw[i] *= 2.0f;   /* exact in bf16 too */
+    DEV(d, upload, w, hw, sizeof hw);
+    DEV(d, linear_forward, y, x, w, N, IN, OUT);
+    DEV(d, download, y2, y, sizeof y2);
+    int bad = 0;
+    for (int i = 0; i < N * OUT; i++) bad += y2[i] != 2.0f * y1[i];
+    CHECK(bad == 0, "%d of %d outputs still read the old weight", bad, N * OUT);
+    DEV(d, free, w);
+    DEV(d, free, x);
+    DEV(d, free, y);
+    device_close(&d);
+}
+
+/* The optimizer's step refreshes a weight's shadow: still there after it, holding the new values. */
+static void test_optimizer_refresh(void) {
+    char err[256];
+    device_t *d = NULL;
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { N = 2, IN = 64, OUT = 16 };
+    float *w = DEV(d, alloc, sizeof(float) * OUT * IN), *x = DEV(d, alloc, sizeof(float) * N * IN);
+    float *y = DEV(d, alloc, sizeof(float) * N * OUT), *g = DEV(d, alloc, sizeof(float) * OUT * IN);
+    float *m = DEV(d, alloc, sizeof(float) * OUT * IN), *v = DEV(d, alloc, sizeof(float) * OUT * IN);
+    float hw[OUT * IN];
+    for (int i = 0; i < OUT * IN; i++) hw[i] = 0.01f * (float)(i % 13) - 0.05f;
+    DEV(d, upload, w, hw, sizeof hw);
+    DEV(d, upload, g, hw, sizeof hw);
+    DEV(d, linear_forward, y, x, w, N, IN, OUT);   /* makes the weight's shadow */
+    const adamw_scalars_t sc = {.clip = 1.0f, .decay_mul = 0.99f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                .eps = 1e-8f, .step_size = 0.1f, .bc2_sqrt = 0.2f};
+    DEV(d, adamw_update, w, g, m, v, (size_t)OUT * IN, &sc);
+    const uint16_t *sh = ops_bf16_shadow_find(w, (size_t)OUT * IN);
+    if (native) {
+        CHECK(sh != NULL, "the shadow survives the step");
+        int bad = 0;
+        for (int i = 0; sh && i < OUT * IN; i++) bad += sh[i] != ops_bf16_from_float(w[i]);
+        CHECK(bad == 0, "and holds the new weights (%d stale)", bad);
+    } else {
+        CHECK(sh == NULL, "no shadows where bf16 is not native");
+    }
+    float *bufs[] = {w, x, y, g, m, v};
+    for (int i = 0; i < 6; i++) DEV(d, free, bufs[i]);
+    device_close(&d);
+}
+
+typedef struct {
+    float loss[4];
+    float *params;
+    size_t n;
+} run_t;
+
+/* `steps` training steps of `family` at bf16 (shadows on or off); losses and final weights. */
+static int train(const char *family, int shadows, int steps, run_t *out) {
+    model_config_t c = {.kind = family_find(family)->kind, .vocab_size = 61, .d_model = 48,
+                        .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .d_ff = 96, .max_seq = 32,
+                        .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1, .latent_bits = 6,
+                        .kappa_nats = 0.1f, .mixer_heads = 2, .mixer_kernel = 3,
+                        .encoder_layers = 2, .embed_dim = 16, .unroll = 1};
+    if (c.kind == MODEL_LTM)
+        c.sliding_window = 8, c.latent_vectors = 4, c.inner_steps = 2, c.fast_lr = 0.3f,
+        c.fast_lr_end = 0.34f, c.fast_lr_steps = 50;
+    enum { B = 3, T = 17 };
+    char err[256];
+    device_t *d = NULL;
+    void *m = NULL;
+    adamw_t *opt = NULL;
+    tensor_view_t pv[256], gv[256];
+    int rc = -1;
+    ops_bf16_shadows_enable(shadows);
+    const model_family_t *f = family_find(family);
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err) || f->create(&m, d, &c, B, T, 5, err, sizeof err)) {
+        CHECK(0, "%s: %s", family, err);
+        goto out;
+    }
+    int np = f->params(m, pv, 256);
+    f->grads(m, gv, 256);
+    adamw_config_t ac = adamw_config_default();
+    if (adamw_create(&opt, pv, np, &ac, err, sizeof err)) goto out;
+    uint32_t tok[B * T], tgt[B * T];
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < B * T; i++) tok[i] = (uint32_t)((i * 7 + s * 3) % 61), tgt[i] = (uint32_t)((i * 7 + s * 3 + 1) % 61);
+        f->zero_grad(m);
+        if (f->set_step) f->set_step(m, (uint64_t)s);
+        double norm;
+        if (f->forward(m, tok, tgt, NULL, &out->loss[s], err, sizeof err) || f->backward(m, err, sizeof err) ||
+            adamw_step(opt, gv, np, 1e-2f, 1.0f, 1.0f, &norm, err, sizeof err)) {
+            CHECK(0, "%s step %d: %s", family, s, err);
+            goto out;
+        }
+    }
+    out->n = 0;
+    for (int i = 0; i < np; i++) out->n += (size_t)tensor_numel(&pv[i]);
+    out->params = malloc(sizeof(float) * out->n);
+    for (int i = 0, o = 0; i < np; o += (int)tensor_numel(&pv[i]), i++) tensor_view_download(&pv[i], out->params + o);
+    rc = 0;
+out:
+    adamw_destroy(&opt);
+    if (m) f->destroy(&m);
+    device_close(&d);
+    ops_bf16_shadows_enable(1);
+    return rc;
+}
+
+static void test_families(void) {
+    const char *families[] = {"llama", "free", "ltm", "mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"};
+    ops_bf16_shadow_check(1);
+    /* where bf16 is not native one family shows that the shadows stay off (each level runs
+     * this test: tests/run.sh) */
+    const size_t nfam = native ? sizeof families / sizeof *families : 1;
+    for (size_t i = 0; i < nfam; i++) {
+        enum { STEPS = 3 };
+        run_t on, off;
+        memset(&on, 0, sizeof on);
+        memset(&off, 0, sizeof off);
+        const long hits0 = ops_bf16_shadow_hits(), stale0 = ops_bf16_shadow_stale();
+        if (train(families[i], 1, STEPS, &on) || train(families[i], 0, STEPS, &off)) continue;
+        const long hits = ops_bf16_shadow_hits() - hits0;
+        CHECK(ops_bf16_shadow_stale() == stale0, "%s: %ld products read a stale shadow", families[i],
+              ops_bf16_shadow_stale() - stale0);
+        if (native) CHECK(hits > 0, "%s: the products read shadows (%ld)", families[i], hits);
+        else CHECK(hits == 0, "%s: no shadows where bf16 is not native (%ld)", families[i], hits);
+        CHECK(!memcmp(on.loss, off.loss, sizeof on.loss), "%s: losses %.9g %.9g %.9g with shadows, %.9g %.9g %.9g without",
+              families[i], on.loss[0], on.loss[1], on.loss[2], off.loss[0], off.loss[1], off.loss[2]);
+        CHECK(on.n == off.n && !memcmp(on.params, off.params, sizeof(float) * on.n),
+              "%s: the trained weights are the same bits", families[i]);
+        fprintf(stderr, "  %s: %ld shadow reads, losses %.6f %.6f %.6f\n", families[i], hits, on.loss[0], on.loss[1], on.loss[2]);
+        free(on.params);
+        free(off.params);
+    }
+    ops_bf16_shadow_check(0);
+}
+
+int main(void) {
+    native = model_gemm_bf16_native();
+    fprintf(stderr, "bf16 products %s: shadows %s\n", native ? "native" : "emulated", native ? "on" : "off");
+    RUN(test_table);
+    RUN(test_weight_rewritten);
+    RUN(test_optimizer_refresh);
+    RUN(test_families);
+    return check_summary();
+}
