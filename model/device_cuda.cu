@@ -11,6 +11,10 @@
  *   model/cuda/classifier.cuh  cross-entropy: log-sum-exp, loss and dlogits in one pass over
  *                              the logits, a block per row; the count and mean on the device
  *   model/cuda/adamw.cuh       the gradient norm and AdamW over every tensor in one launch
+ *   model/cuda/elementwise.cuh SwiGLU, the residual adds, scaling: 128-bit accesses
+ *   model/cuda/attention.cuh   attention tiled in shared memory (FlashAttention-style online
+ *                              softmax), an atomic-free backward (a dK/dV pass and a dQ pass),
+ *                              tensor cores in bf16; the decode step's rows, a warp per row
  *
  * Determinism: no atomics; every sum runs in an order fixed by the shapes (a row's lanes in a
  * fixed shuffle tree, column sums in two fixed stages, kernels.h's items in their own order),
@@ -35,8 +39,10 @@ extern "C" {
 #include "model/cuda_launch.h"
 #include "model/kernels.h"
 #include "model/cuda/adamw.cuh"
+#include "model/cuda/attention.cuh"
 #include "model/cuda/classifier.cuh"
 #include "model/cuda/common.cuh"
+#include "model/cuda/elementwise.cuh"
 #include "model/cuda/rows.cuh"
 
 /* Rows of dZ = dR W_post computed per product in the Binary Mapper's backward (bounds the
@@ -291,16 +297,11 @@ __global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, cons
 __global__ void g_att_rowdot(size_t n, float *Drow, const float *dout, const float *out, int Tq, int H, int hd) { FOR_ITEMS(n) kb_att_bwd_rowdot(it, Drow, dout, out, Tq, H, hd); }
 __global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
-__global__ void g_swiglu_fwd(size_t n, float *out, const float *gate, const float *up) { FOR_ITEMS(n) kb_swiglu_fwd(it, out, gate, up); }
-__global__ void g_swiglu_bwd(size_t n, float *dg, float *du, const float *dout, const float *gate, const float *up, int acc) { FOR_ITEMS(n) kb_swiglu_bwd(it, dg, du, dout, gate, up, acc); }
 __global__ void g_linear_rows(size_t n, float *y, const float *x, const float *w, int in, int out) { FOR_ITEMS(n) kb_linear_rows(it, y, x, w, in, out); }
 __global__ void g_qkv_split_rows(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int H, int Hkv, int hd, const int *pos) { FOR_ITEMS(n) kb_qkv_split_rows(it, q, k, v, qkv, cs, sn, H, Hkv, hd, pos); }
 __global__ void g_rope_rows(size_t n, float *out, const float *x, const float *cs, const float *sn, int H, int hd, const int *pos) { FOR_ITEMS(n) kb_rope_rows(it, out, x, cs, sn, H, hd, pos); }
 __global__ void g_attention_rows(size_t n, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int H, int Hkv, int hd) { FOR_ITEMS(n) kb_attention_rows(it, out, q, kc, vc, base, len, H, Hkv, hd); }
 __global__ void g_scatter_rows(size_t n, float *dst, int ldd, const int *idx, const float *src, int lds, int D) { FOR_ITEMS(n) kb_scatter_rows(it, dst, ldd, idx, src, lds, D); }
-__global__ void g_add(size_t n, float *y, const float *a, const float *b) { FOR_ITEMS(n) kb_add(it, y, a, b); }
-__global__ void g_add_inplace(size_t n, float *y, const float *x) { FOR_ITEMS(n) kb_add_inplace(it, y, x); }
-__global__ void g_scale(size_t n, float *x, float s) { FOR_ITEMS(n) kb_scale(it, x, s); }
 __global__ void g_repeat_rows(size_t n, float *out, const float *row, int D) { FOR_ITEMS(n) kb_repeat_rows(it, out, row, D); }
 __global__ void g_copy_rows(size_t n, float *dst, int ldd, const float *src, int lds, int D) { FOR_ITEMS(n) kb_copy_rows(it, dst, ldd, src, lds, D); }
 __global__ void g_uniform(size_t n, float *u, uint64_t key, uint64_t c0) { FOR_ITEMS(n) kb_uniform(it, u, key, c0); }
@@ -367,10 +368,17 @@ static int att_head_dim_ok(device_t *d, int hd) {
     fault(d, "attention", why);
     return 0;
 }
+/* Head dimensions up to ATT_MAX_HD run the tiled kernels (attention.cuh), larger ones (up to
+ * KB_MAX_HEAD_DIM) kernels.h's per-row bodies. */
 static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
-    size_t n = (size_t)B * H * Tq;
-    g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
+    if (hd > ATT_MAX_HD) {
+        const size_t n = (size_t)B * H * Tq;
+        g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
+    } else {
+        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        if (e != cudaSuccess) fault(d, "attention_forward", cudaGetErrorString(e));
+    }
     LAUNCHED("attention_forward");
 }
 static void cu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
@@ -378,9 +386,14 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
     size_t nq = (size_t)B * H * Tq, nk = (size_t)B * Hkv * Tk;
     float *Drow = (float *)work(d, sizeof(float) * nq);
     if (!Drow) return;
-    g_att_rowdot<<<GRID(nq)>>>(nq, Drow, dout, out, Tq, H, hd);
-    g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
-    g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+    if (hd > ATT_MAX_HD) {
+        g_att_rowdot<<<GRID(nq)>>>(nq, Drow, dout, out, Tq, H, hd);
+        g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+        g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+    } else {
+        cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
+    }
     LAUNCHED("attention_backward");
 }
 static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
@@ -390,13 +403,11 @@ static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, 
     cu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
 }
 static void cu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) {
-    size_t n = (size_t)N * F;
-    g_swiglu_fwd<<<GRID(n)>>>(n, out, gate, up);
+    swiglu_forward_launch(impl_of(d)->stream, out, gate, up, (size_t)N * F);
     LAUNCHED("swiglu_forward");
 }
 static void swiglu_bwd(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F, int acc) {
-    size_t n = (size_t)N * F;
-    g_swiglu_bwd<<<GRID(n)>>>(n, dg, du, dout, gate, up, acc);
+    swiglu_backward_launch(impl_of(d)->stream, dg, du, dout, gate, up, (size_t)N * F, acc);
     LAUNCHED("swiglu_backward");
 }
 static void cu_swiglu_backward(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 1); }
@@ -456,8 +467,13 @@ static void cu_rope_rows(device_t *d, float *out, const float *x, const float *c
 }
 static void cu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) {
     if (!att_head_dim_ok(d, hd)) return;
-    size_t n = (size_t)N * H;
-    g_attention_rows<<<GRID(n)>>>(n, out, q, kc, vc, base, len, H, Hkv, hd);
+    if (hd > ATT_MAX_HD) {
+        size_t n = (size_t)N * H;
+        g_attention_rows<<<GRID(n)>>>(n, out, q, kc, vc, base, len, H, Hkv, hd);
+    } else {
+        cudaError_t e = attention_rows_launch(impl_of(d)->stream, out, q, kc, vc, base, len, N, H, Hkv, hd);
+        if (e != cudaSuccess) fault(d, "attention_rows", cudaGetErrorString(e));
+    }
     LAUNCHED("attention_rows");
 }
 static void cu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, const float *src, int lds, int N, int D) {
@@ -465,9 +481,9 @@ static void cu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, co
     g_scatter_rows<<<GRID(n)>>>(n, dst, ldd, idx, src, lds, D);
     LAUNCHED("scatter_rows");
 }
-static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { g_add<<<GRID(n)>>>(n, y, a, b); LAUNCHED("add"); }
-static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { g_add_inplace<<<GRID(n)>>>(n, y, x); LAUNCHED("add_inplace"); }
-static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { g_scale<<<GRID(n)>>>(n, x, s); LAUNCHED("scale"); }
+static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { add_launch(impl_of(d)->stream, y, a, b, n); LAUNCHED("add"); }
+static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { add_inplace_launch(impl_of(d)->stream, y, x, n); LAUNCHED("add_inplace"); }
+static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { scale_launch(impl_of(d)->stream, x, s, n); LAUNCHED("scale"); }
 static void cu_repeat_rows(device_t *d, float *out, const float *row, int N, int D) {
     size_t n = (size_t)N * D;
     g_repeat_rows<<<GRID(n)>>>(n, out, row, D);
