@@ -12,6 +12,8 @@
  *                              the logits, a block per row; the count and mean on the device
  *   model/cuda/adamw.cuh       the gradient norm and AdamW over every tensor in one launch
  *   model/cuda/elementwise.cuh SwiGLU, the residual adds, scaling: 128-bit accesses
+ *   model/cuda/rope.cuh        RoPE, the fused q|k|v split and join, copy_rows: a thread per
+ *                              rotation pair (four with 128-bit accesses), coalesced
  *   model/cuda/attention.cuh   attention tiled in shared memory (FlashAttention-style online
  *                              softmax), an atomic-free backward (a dK/dV pass and a dQ pass),
  *                              tensor cores in bf16; the decode step's rows, a warp per row
@@ -43,6 +45,7 @@ extern "C" {
 #include "model/cuda/classifier.cuh"
 #include "model/cuda/common.cuh"
 #include "model/cuda/elementwise.cuh"
+#include "model/cuda/rope.cuh"
 #include "model/cuda/rows.cuh"
 
 /* Rows of dZ = dR W_post computed per product in the Binary Mapper's backward (bounds the
@@ -290,20 +293,14 @@ static void cu_linear_backward_set(device_t *d, float *dx, float *dw, const floa
 /* ---- kernels: a grid-stride loop over a body's items ---- */
 __global__ void g_embedding_fwd(size_t n, float *out, const uint32_t *tok, const float *table, int D) { FOR_ITEMS(n) kb_embedding_fwd(it, out, tok, table, D); }
 __global__ void g_embedding_bwd(size_t n, float *dt, const float *dout, const uint32_t *tok, int N, int D) { FOR_ITEMS(n) kb_embedding_bwd(it, dt, dout, tok, N, D); }
-__global__ void g_rope(size_t n, float *out, const float *x, const float *cs, const float *sn, int T, int H, int hd, int pos0, float sign, int acc) { FOR_ITEMS(n) kb_rope(it, out, x, cs, sn, T, H, hd, pos0, sign, acc); }
-__global__ void g_qkv_split(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_split(it, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0); }
-__global__ void g_qkv_join(size_t n, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_join(it, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0); }
 __global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_rowdot(size_t n, float *Drow, const float *dout, const float *out, int Tq, int H, int hd) { FOR_ITEMS(n) kb_att_bwd_rowdot(it, Drow, dout, out, Tq, H, hd); }
 __global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_linear_rows(size_t n, float *y, const float *x, const float *w, int in, int out) { FOR_ITEMS(n) kb_linear_rows(it, y, x, w, in, out); }
-__global__ void g_qkv_split_rows(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int H, int Hkv, int hd, const int *pos) { FOR_ITEMS(n) kb_qkv_split_rows(it, q, k, v, qkv, cs, sn, H, Hkv, hd, pos); }
-__global__ void g_rope_rows(size_t n, float *out, const float *x, const float *cs, const float *sn, int H, int hd, const int *pos) { FOR_ITEMS(n) kb_rope_rows(it, out, x, cs, sn, H, hd, pos); }
 __global__ void g_attention_rows(size_t n, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int H, int Hkv, int hd) { FOR_ITEMS(n) kb_attention_rows(it, out, q, kc, vc, base, len, H, Hkv, hd); }
 __global__ void g_scatter_rows(size_t n, float *dst, int ldd, const int *idx, const float *src, int lds, int D) { FOR_ITEMS(n) kb_scatter_rows(it, dst, ldd, idx, src, lds, D); }
 __global__ void g_repeat_rows(size_t n, float *out, const float *row, int D) { FOR_ITEMS(n) kb_repeat_rows(it, out, row, D); }
-__global__ void g_copy_rows(size_t n, float *dst, int ldd, const float *src, int lds, int D) { FOR_ITEMS(n) kb_copy_rows(it, dst, ldd, src, lds, D); }
 __global__ void g_uniform(size_t n, float *u, uint64_t key, uint64_t c0) { FOR_ITEMS(n) kb_uniform(it, u, key, c0); }
 __global__ void g_binmap_fwd(size_t n, uint32_t *idx, float *prob, const float *lg, const float *u, int H) { FOR_ITEMS(n) kb_binmap_fwd(it, idx, prob, lg, u, H); }
 __global__ void g_binmap_kl(size_t n, float *kl, const float *lg, int H) { FOR_ITEMS(n) kb_binmap_kl(it, kl, lg, H); }
@@ -344,21 +341,21 @@ static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *
     LAUNCHED("rmsnorm_backward");
 }
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
-    size_t n = (size_t)B * T * H;
-    g_rope<<<GRID(n)>>>(n, out, x, cs, sn, T, H, hd, pos0, 1.0f, 0);
+    const size_t ld = (size_t)H * hd;
+    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, 1.0f, 0);
     LAUNCHED("rope_forward");
 }
 static void cu_rope_backward(device_t *d, float *dx, const float *dout, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
-    size_t n = (size_t)B * T * H;
-    g_rope<<<GRID(n)>>>(n, dx, dout, cs, sn, T, H, hd, pos0, -1.0f, 1);
+    const size_t ld = (size_t)H * hd;
+    rope_launch(impl_of(d)->stream, dx, ld, 0, dout, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, -1.0f, 1);
     LAUNCHED("rope_backward");
 }
 static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    g_qkv_split<<<GRID((size_t)N)>>>((size_t)N, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    g_qkv_join<<<GRID((size_t)N)>>>((size_t)N, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0);
+    qkv_join_launch(impl_of(d)->stream, dqkv, dq, dk, dv, cs, sn, N, T, H, Hkv, hd, pos0);
     LAUNCHED("qkv_join_unrope");
 }
 static int att_head_dim_ok(device_t *d, int hd) {
@@ -457,12 +454,12 @@ static void cu_linear_rows(device_t *d, float *y, const float *x, const float *w
     LAUNCHED("linear_rows");
 }
 static void cu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int H, int Hkv, int hd, const int *pos) {
-    g_qkv_split_rows<<<GRID((size_t)N)>>>((size_t)N, q, k, v, qkv, cs, sn, H, Hkv, hd, pos);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
     LAUNCHED("qkv_split_rope_rows");
 }
 static void cu_rope_rows(device_t *d, float *out, const float *x, const float *cs, const float *sn, int N, int H, int hd, const int *pos) {
-    size_t n = (size_t)N * H;
-    g_rope_rows<<<GRID(n)>>>(n, out, x, cs, sn, H, hd, pos);
+    const size_t ld = (size_t)H * hd;
+    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)N, H, hd, 1, 0, pos, 1.0f, 0);
     LAUNCHED("rope_rows");
 }
 static void cu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) {
@@ -496,8 +493,7 @@ static void cu_sum_rows(device_t *d, float *out, const float *x, int N, int D) {
     LAUNCHED("sum_rows");
 }
 static void cu_copy_rows(device_t *d, float *dst, int ldd, const float *src, int lds, int rows, int D) {
-    size_t n = (size_t)rows * D;
-    g_copy_rows<<<GRID(n)>>>(n, dst, ldd, src, lds, D);
+    copy_rows_launch(impl_of(d)->stream, dst, (size_t)ldd, 0, src, (size_t)lds, 0, (size_t)(rows > 0 ? rows : 0), D);
     LAUNCHED("copy_rows");
 }
 static void cu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t c0) { g_uniform<<<GRID(n)>>>(n, u, key, c0); LAUNCHED("uniform_fill"); }
