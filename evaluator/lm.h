@@ -34,6 +34,7 @@ struct eval_lm {
     int Bmax, Tmax;       /* largest (B, T) one call accepts */
     int64_t n_params;     /* parameters of a loaded checkpoint (0 for stubs) */
     int latent_bits;      /* H of the Free Transformer; 0 for a model without latents */
+    device_t *dev;        /* where its buffers live */
     void *impl;
     /* (B,T,V) next-token logits for tokens (B,T), row-major; valid until the next call.
      * z (B,T): latent indices in [0, 2^H) for a model with latents (required there: the

@@ -15,23 +15,9 @@
 #include "loader/batch.h"
 #include "model/llama.h"
 #include "tests/check.h"
+#include "tests/tmpdir.h"
 #include "tokenizer/dataset.h"
 
-static char tmpdir[512];
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][700];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 700, "%s/%s", tmpdir, name);
-    return p;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-}
 
 /* A dataset of n_docs documents of `len` tokens each, token ids cycling over [1, vocab-1),
  * every token counted as 2 bytes of text (so bits per byte is half the bits per token). */
@@ -290,6 +276,66 @@ static void test_mc_normalisations(void) {
         CHECK(eval_values_get(&v, "acc") == 1.0);
     }
     eval_lm_free(&lm);
+}
+
+static void expect_open_fails(const char *task, const char *text, const char *want);
+
+/* macro_avg over subjects against a hand count: the stub prefers K, so an item is right when
+ * its label is the K choice. s1: 1 of 2 right, s2: 1 of 1, s3: 1 of 3 (one of them an MMLU line
+ * as distributed, its answer a letter, its subject under "category"). micro = 3/6; macro =
+ * (1/2 + 1 + 1/3) / 3 = 11/18. */
+static void test_mc_macro(void) {
+    eval_lm_t *lm = stub_new(257, 256, 0, 4, 64);
+    float row[257] = {0};
+    row['K'] = 3;
+    stub_fixed(lm, row);
+    write_file(tmp_path("mc_macro.jsonl"),
+               "{\"context\": \"a\", \"choices\": [\"UUUU\", \"KKKK\"], \"label\": 1, \"subject\": \"s1\"}\n"
+               "{\"context\": \"b\", \"choices\": [\"UUUU\", \"KKKK\"], \"label\": 0, \"subject\": \"s1\"}\n"
+               "{\"context\": \"c\", \"choices\": [\"KKKK\", \"UUUU\"], \"label\": 0, \"subject\": \"s2\"}\n"
+               "{\"question\": \"d?\", \"choices\": [\"UU\", \"KK\", \"NN\"], \"answer\": \"B\", \"category\": \"s3\"}\n"
+               "{\"question\": \"e?\", \"choices\": [\"UU\", \"KK\", \"NN\"], \"answer\": 2, \"subject\": \"s3\"}\n"
+               "{\"context\": \"f\", \"choices\": [\"KKKK\", \"UUUU\"], \"label\": 1, \"subject\": \"s3\"}\n");
+    eval_task_cfg_t c = base_cfg("mc");
+    c.file = tmp_path("mc_macro.jsonl");
+    eval_values_t v;
+    if (run_task(&c, lm, &v) == 0) {
+        CHECK_CLOSE(eval_values_get(&v, "acc_char"), 0.5, 1e-15, 0);
+        CHECK_CLOSE(eval_values_get(&v, "macro_avg/acc_char"), 11.0 / 18, 1e-15, 0);
+        CHECK_CLOSE(eval_values_get(&v, "macro_avg/acc_completion"), 11.0 / 18, 1e-15, 0);
+        CHECK(eval_values_get(&v, "subjects") == 3 && eval_values_get(&v, "n") == 6);
+    }
+    /* without subjects there is no macro average to report */
+    c.file = tmp_path("mc_right.jsonl");
+    if (run_task(&c, lm, &v) == 0) CHECK(isnan(eval_values_get(&v, "macro_avg/acc_char")));
+    eval_lm_free(&lm);
+}
+
+/* GSM8K lines: the stub answers " 7" after "Answer:" and stops at the blank line; the final
+ * number decides (7.0 is 7; 1,007 is not). With --fewshot the examples go before the question
+ * and the answer is the same. */
+static void test_em_gsm8k(void) {
+    eval_lm_t *lm = stub_new(257, 256, 0, 4, 96);
+    stub_t *s = stub_of(lm);
+    for (int p = 0; p < 257; p++) {
+        int next = p == ':' ? ' ' : p == ' ' ? '7' : p == '7' || p == '\n' ? '\n' : 'K';
+        s->table[(size_t)p * 257 + next] = 5;
+    }
+    write_file(tmp_path("gsm.jsonl"),
+               "{\"question\": \"2+5?\", \"answer\": \"2 + 5 = <<2+5=7>>7\\n#### 7\"}\n"
+               "{\"question\": \"3+5?\", \"answer\": \"#### 8\"}\n"
+               "{\"question\": \"14/2?\", \"answer\": \"#### 7.0\"}\n"
+               "{\"question\": \"big?\", \"answer\": \"#### 1,007\"}\n");
+    write_file(tmp_path("gsm_shots.jsonl"), "{\"question\": \"1+1?\", \"answer\": \"#### 2\"}\n");
+    eval_task_cfg_t c = base_cfg("em");
+    c.file = tmp_path("gsm.jsonl");
+    c.max_new = 8;
+    eval_values_t v;
+    if (run_task(&c, lm, &v) == 0) CHECK_CLOSE(eval_values_get(&v, "em"), 0.5, 1e-15, 0);
+    c.fewshot = tmp_path("gsm_shots.jsonl");
+    if (run_task(&c, lm, &v) == 0) CHECK_CLOSE(eval_values_get(&v, "em"), 0.5, 1e-15, 0);
+    eval_lm_free(&lm);
+    expect_open_fails("em", "{\"question\": \"q\", \"answer\": \"no mark\"}\n", "\"#### <number>\"");
 }
 
 static void expect_open_fails(const char *task, const char *text, const char *want) {
@@ -668,6 +714,8 @@ int main(void) {
     RUN(test_val_mismatch);
     RUN(test_mc_forced);
     RUN(test_mc_normalisations);
+    RUN(test_mc_macro);
+    RUN(test_em_gsm8k);
     RUN(test_bad_task_files);
     RUN(test_em);
     RUN(test_em_cached);
