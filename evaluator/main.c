@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     const char *device = device_default_spec(), *precision = "fp32";
     int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
-                         .iw_samples = 4, .draws = 4, .bits_per_param = 0, .samples = 1, .max_new = 256,
+                         .bits_per_param = 0, .samples = 1, .max_new = 256,
                          .top_p = 1, .sandbox = {.wall_s = 10, .cpu_s = 5}};
     double mem_mb = 1024, disk_mb = 16, out_kb = 64;
     const char *isolation = "ns";
@@ -124,10 +124,10 @@ int main(int argc, char **argv) {
         {"limit", FLAG_INT, &tc.limit, "mc, em, code: first N items only (0: all); synth: groups of 5 (0: 10); latent: sequences (0: 4000)", 0, 1e9, 0},
         {"temperature", FLAG_FLOAT, &tc.temperature, "em, code: 0 = greedy, else sampled with --seed; synth: sampling temperature (0: 1)", 0, 100, 0},
         {"eot-prefix", FLAG_BOOL, &tc.eot_prefix, "synth: put end-of-text before each prompt (models trained on rows that start with it)", 0, 0, 0},
-        {"iw-samples", FLAG_INT, &tc.iw_samples, "Free Transformer val: posterior samples K per row (ELBO, importance-weighted bound)", 1, 4096, 0},
-        {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging); LTM mc: posterior samples per question", 1, 4096, 0},
-        {"inner-steps-list", FLAG_STR, &tc.inner_steps_list, "LTM val: the NELBO bound after each of these inference steps, e.g. 0,4,16,64 (default: 0 and the checkpoint's K)", 0, 0, 0},
-        {"inner-steps", FLAG_INT, &tc.inner_steps, "LTM: fast steps inferring the posterior (mc, em: from the context; 0: the checkpoint's)", 0, 100000, 0},
+        {"iw-samples", FLAG_INT, &tc.iw_samples, "val: Free Transformer: posterior samples K per row (ELBO, importance-weighted bound; 0: 4); LTM: samples K' of each importance-weighted bound (0: 8)", 0, 4096, 0},
+        {"draws", FLAG_INT, &tc.draws, "Free Transformer val/mc: prior draws N (ce_prior; mc choice averaging; 0: 4); LTM val: fresh noise draws S scoring each posterior (0: 16; at least 2 K'); LTM mc: posterior samples per question (0: 4)", 0, 4096, 0},
+        {"inner-steps-list", FLAG_STR, &tc.inner_steps_list, "LTM val: the bounds after each of these inference steps, e.g. 0,4,16,64 (default: 0; the reported K, --inner-steps or the checkpoint's, is always added)", 0, 0, 0},
+        {"inner-steps", FLAG_INT, &tc.inner_steps, "LTM: fast steps inferring the posterior (val: the K of nll_bound; mc, em: from the context; 0: the checkpoint's)", 0, 100000, 0},
         {"fast-lr", FLAG_FLOAT, &tc.fast_lr, "LTM: the inference's peak rate (0: the checkpoint's final fast rate)", 0, 100, 0},
         {"bits-per-param", FLAG_INT, &tc.bits_per_param, "autoencoders, memory models, val: bits b_p each float of the stored embedding takes, the code the decoder reads (4, 8, 16 or 32; 0: 8, or 32 for an unbounded embedding)", 0, 64, 0},
         {"bits-list", FLAG_STR, &tc.bits_list, "autoencoders, memory models, val: also the CE and bits per byte with the embedding at each of these bits (default 4,8,16,32)", 0, 0, 0},

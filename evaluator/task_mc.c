@@ -345,7 +345,7 @@ static int mc_score_item_ltm(mc_t *m, const mc_item_t *it, int idx, eval_lm_t *l
         uint32_t *tg = malloc(sizeof(uint32_t) * (size_t)N * (Lc - 1));
         if (!tg) { rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM); goto out; }
         for (int b = 0; b < N; b++) memcpy(tg + (size_t)b * (Lc - 1), row + 1, sizeof(uint32_t) * (Lc - 1));
-        rc = lm->ltm_infer(lm, in, tg, NULL, N, Lc - 1, &steps, 1, key, 0, NULL, NULL, err, errlen);
+        rc = lm->ltm_infer(lm, in, tg, NULL, N, Lc - 1, steps, key, 0, err, errlen);
         free(tg);
         if (rc) goto out;
     } else if ((rc = lm->ltm_prior(lm, N, key, 0, err, errlen))) {   /* no context: the prior */
