@@ -145,4 +145,14 @@ clean:
 	rm -rf build bin
 
 -include $(wildcard */module.mk)
+
+# tests/test_device_kernels on the emulated CUDA device (model/cuda/'s kernel families against
+# the CPU device; tests/it_emu_kernels.sh runs it), linked as tests/emu/module.mk links
+# test_device_compare
+ifneq ($(EMU_CXX),)
+build/emu/tests/test_device_kernels: build/tests/test_device_kernels.o $(EMU_DEVICE) build/emu/libemu.a $(LIBS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_SAN) -o $@ $< $(EMU_DEVICE) build/emu/libemu.a -Wl,--start-group $(LIBS) -Wl,--end-group $(EMU_LDLIBS)
+emu: build/emu/tests/test_device_kernels
+endif
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -2,6 +2,8 @@
 #include "bus/net.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,23 +176,30 @@ void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t
 
 static int has_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
-int bus_net_endpoint_local(const char *ep) {
-    if (!ep) return 0;
-    if (has_prefix(ep, "ipc://") || has_prefix(ep, "inproc://")) return 1;
-    if (!has_prefix(ep, "tcp://")) return 0;
+/* The host of "tcp://[SOURCE;]HOST:PORT" (where the bytes go; brackets of an IPv6 address
+ * removed) into host, and its ":PORT". NULL when ep is no such endpoint. */
+static const char *tcp_host(const char *ep, char *host, size_t cap) {
+    if (!has_prefix(ep, "tcp://")) return NULL;
     const char *addr = ep + 6, *semi = strrchr(addr, ';');
     if (semi) addr = semi + 1; /* "tcp://source;destination": where the bytes go */
     const char *colon = strrchr(addr, ':');
-    if (!colon) return 0;
-    char host[256];
+    if (!colon) return NULL;
     size_t n = (size_t)(colon - addr);
-    if (n >= sizeof host) return 0;
+    if (n >= cap) return NULL;
     memcpy(host, addr, n);
     host[n] = 0;
     if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
         memmove(host, host + 1, n - 2);
         host[n - 2] = 0;
     }
+    return colon;
+}
+
+int bus_net_endpoint_local(const char *ep) {
+    if (!ep) return 0;
+    if (has_prefix(ep, "ipc://") || has_prefix(ep, "inproc://")) return 1;
+    char host[256];
+    if (!tcp_host(ep, host, sizeof host)) return 0;
     if (!strcmp(host, "localhost") || !strcmp(host, "::1")) return 1;
     struct in_addr a4;
     return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
@@ -223,6 +232,26 @@ static int authorized(const uint8_t key[32]) {
     return 0;
 }
 
+/* "tcp://NAME:PORT" with NAME a host name (not an address, not a wildcard): out is
+ * "tcp://ADDRESS:PORT" with NAME's first IPv4 or IPv6 address. 1, or 0 when ep is none such or
+ * NAME does not resolve. */
+static int tcp_host_resolved(const char *ep, char *out, size_t cap) {
+    char host[256];
+    const char *port = strchr(ep, ';') ? NULL : tcp_host(ep, host, sizeof host);
+    if (!port || !host[0] || !strcmp(host, "*")) return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return 0;
+    char ip[INET6_ADDRSTRLEN] = "";
+    int v6 = res->ai_family == AF_INET6;
+    const void *a = v6 ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr
+                       : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    int ok = inet_ntop(res->ai_family, a, ip, sizeof ip) != NULL;
+    freeaddrinfo(res);
+    if (!ok) return 0;
+    snprintf(out, cap, v6 ? "tcp://[%s]%s" : "tcp://%s%s", ip, port);
+    return 1;
+}
+
 int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) {
     if (!zctx || !s || !ep) return err_fail(err, errlen, BUS_ERR_ARG, "bus_net_bind: NULL argument");
     int rc = ready(err, errlen);
@@ -244,11 +273,18 @@ int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) 
                 return rc;
         }
     }
-    /* logs refused clients; watched before the bind, whose event opens the monitor's pipe */
+    /* logs refused clients; watched before the bind, so that no client comes first */
     if (g.has_key && !has_prefix(ep, "inproc://")) bus_zap_watch(zctx, s, ep);
-    if (zmq_bind(s, ep) != 0)
-        return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
-    return 0;
+    if (zmq_bind(s, ep) == 0) return 0;
+    int e = zmq_errno();
+    char numeric[300];
+    /* libzmq binds an address or an interface name, not a host name: the command line every
+     * rank of a run shares names rank 0 by its host name (tcp://hostA:5730) */
+    if (e == ENODEV && tcp_host_resolved(ep, numeric, sizeof numeric)) {
+        if (zmq_bind(s, numeric) == 0) return 0;
+        return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s (%s): %s", ep, numeric, zmq_strerror(zmq_errno()));
+    }
+    return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(e));
 }
 
 void bus_net_advertised(void *s, const char *bound_as, char *out, size_t cap) {

@@ -246,6 +246,12 @@ int bus_zap_ensure(void *zctx, bus_zap_allow_fn allow, char *err, size_t errlen)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* registered before the thread runs: it unregisters itself when it ends */
+    pthread_mutex_lock(&g_mu);
+    size_t slot = 0;
+    while (slot < sizeof g_zaps / sizeof g_zaps[0] && g_zaps[slot]) slot++;
+    if (slot < sizeof g_zaps / sizeof g_zaps[0]) g_zaps[slot] = z;
+    pthread_mutex_unlock(&g_mu);
     pthread_t th;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -254,31 +260,25 @@ int bus_zap_ensure(void *zctx, bus_zap_allow_fn allow, char *err, size_t errlen)
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
+        pthread_mutex_lock(&g_mu);
+        if (slot < sizeof g_zaps / sizeof g_zaps[0]) g_zaps[slot] = NULL;
+        pthread_mutex_unlock(&g_mu);
         zmq_close(s);
         pthread_mutex_destroy(&z->mu);
         free(z);
         return err_fail(err, errlen, BUS_ERR_ZMQ, "zap: cannot start the handler thread");
     }
-    pthread_mutex_lock(&g_mu);
-    for (size_t i = 0; i < sizeof g_zaps / sizeof g_zaps[0]; i++)
-        if (!g_zaps[i]) {
-            g_zaps[i] = z;
-            break;
-        }
-    pthread_mutex_unlock(&g_mu);
     return 0;
 }
 
-int bus_zap_watch(void *zctx, void *server, const char *endpoint) { /* before the bind: see below */
+int bus_zap_watch(void *zctx, void *server, const char *endpoint) {
     static atomic_int seq;
     char mon[64];
     snprintf(mon, sizeof mon, "inproc://ft-refusals-%d", atomic_fetch_add(&seq, 1));
     /* A client in clear text fails with a mechanism mismatch when we read its greeting first,
      * and with NO_DETAIL (EPIPE, ECONNRESET) when it read ours first and hung up: both are
-     * logged. LISTENING, which the caller's bind sends next, is there for the pipe: libzmq
-     * attaches the PAIR connected below only when the monitor sends its next event, and drops
-     * the event it sends before that. */
-    if (zmq_socket_monitor(server, mon, BUS_NET_REFUSAL_EVENTS | ZMQ_EVENT_LISTENING) != 0)
+     * logged. Watched before the bind, so that no client comes before the watch. */
+    if (zmq_socket_monitor(server, mon, BUS_NET_REFUSAL_EVENTS) != 0)
         return -1;
     void *pair = zmq_socket(zctx, ZMQ_PAIR);
     int zero = 0;

@@ -2,6 +2,7 @@
 #include "evaluator/latent.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "model/free.h"
 
@@ -44,4 +45,44 @@ double eval_logmeanexp(const double *a, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += exp(a[i] - mx);
     return mx + log(s / n);
+}
+
+/* The mean of x (n) and the variance of that mean (0 for n = 1). */
+static void mean_var(const double *x, int n, double *mean, double *var_of_mean) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    const double mu = s / n;
+    for (int i = 0; i < n; i++) q += (x[i] - mu) * (x[i] - mu);
+    *mean = mu;
+    *var_of_mean = n > 1 ? q / (n - 1) / n : 0;
+}
+
+int eval_ltm_accumulate(eval_ltm_acc_t *acc, const double *ce, const double *kl, const double *logw, int S,
+                        int B, int Kw) {
+    if (Kw < 1 || S < 2 * Kw) return -1;
+    const int G = S / Kw;
+    double *col = malloc(sizeof(double) * S), *iw = malloc(sizeof(double) * G);
+    if (!col || !iw) {
+        free(col);
+        free(iw);
+        return -1;
+    }
+    for (int b = 0; b < B; b++) {
+        double m, var;
+        for (int s = 0; s < S; s++) col[s] = ce[(size_t)s * B + b];
+        mean_var(col, S, &m, &var);
+        acc->ce += m;
+        acc->kl += kl[b];
+        acc->var_nelbo += var;
+        for (int g = 0; g < G; g++) {
+            for (int k = 0; k < Kw; k++) col[k] = logw[(size_t)(g * Kw + k) * B + b];
+            iw[g] = -eval_logmeanexp(col, Kw);
+        }
+        mean_var(iw, G, &m, &var);
+        acc->iw += m;
+        acc->var_iw += var;
+    }
+    free(col);
+    free(iw);
+    return 0;
 }

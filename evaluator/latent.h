@@ -21,4 +21,22 @@ double eval_z_logq(const float *l, uint32_t d, int H);
 double eval_z_kl(const float *l, int H);
 /* log(mean(exp(a[0..n)))) computed stably. */
 double eval_logmeanexp(const double *a, int n);
+
+/* A Latent-thought LM's bounds on -log p(x) from S fresh draws of each row's fitted posterior
+ * (model/ltm.h ltm_score: ce (S,B) -log p(x_b | z_s), kl (B), logw (S,B) the importance
+ * weights), summed over the B rows into acc (nats; add batches by calling again):
+ *   ce, kl      sum_b mean_s ce[s,b], sum_b kl[b]: their sum is the NELBO, an unbiased
+ *               estimate of sum_b E_eps[-log p(x_b | z) + KL_b] >= -log p(x);
+ *   var_nelbo   the variance of that estimate over the noise: sum_b s_b^2 / S, s_b^2 the row's
+ *               sample variance over its S draws (rows draw independently);
+ *   iw          sum_b mean_g -log mean_{k in group g} exp(logw[k,b]), G = S / Kw groups of Kw
+ *               draws (the IWAE bound with Kw samples, Burda et al. 2016: >= -log p(x) in
+ *               expectation, tighter than the NELBO), var_iw its variance likewise over the
+ *               G groups (G >= 2; draws beyond G Kw count in the NELBO only). */
+typedef struct {
+    double ce, kl, var_nelbo, iw, var_iw;
+} eval_ltm_acc_t;
+/* 0, or -1 when S < 2 Kw, Kw < 1 or out of memory. */
+int eval_ltm_accumulate(eval_ltm_acc_t *acc, const double *ce, const double *kl, const double *logw, int S,
+                        int B, int Kw);
 #endif

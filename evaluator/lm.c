@@ -126,6 +126,7 @@ int eval_lm_create(eval_lm_t **out, device_t *dev, const model_config_t *cfg, in
         return EVAL_EMODEL;
     }
     lm->cfg = *cfg;
+    lm->dev = dev ? dev : device_cpu_default();
     lm->Bmax = Bmax;
     lm->Tmax = Tmax;
     lm->impl = m;

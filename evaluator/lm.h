@@ -34,6 +34,7 @@ struct eval_lm {
     int Bmax, Tmax;       /* largest (B, T) one call accepts */
     int64_t n_params;     /* parameters of a loaded checkpoint (0 for stubs) */
     int latent_bits;      /* H of the Free Transformer; 0 for a model without latents */
+    device_t *dev;        /* where its buffers live */
     void *impl;
     /* (B,T,V) next-token logits for tokens (B,T), row-major; valid until the next call.
      * z (B,T): latent indices in [0, 2^H) for a model with latents (required there: the
@@ -67,14 +68,18 @@ struct eval_lm {
     void (*release)(eval_lm_t *lm);
     /* Latent-thought LMs only (NULL otherwise; evaluator/lm_ltm.c, model/ltm.h). Infers the
      * posterior q(z|x) of rows (B,T) from their counted targets (mask NULL: all), the decoder
-     * fixed: for each ks[i] (ascending) an inference of exactly ks[i] fast steps from the same
-     * start (row b draws from the streams (key, row0 + b)), whose NELBO terms at the end (the
-     * batch's sums of -log p(target | z) and of KL, nats) go to ce[i] and kl[i] (may be NULL).
-     * Afterwards z = mu + sigma eps of the last inference: logits (its z argument ignored) and
-     * gen_start use it, for rows of the same B. The rate: the ltm_fast_lr peak. */
+     * fixed, by `steps` fast steps of stochastic VI (row b draws its start and every step's
+     * noise from the streams (key, row0 + b)). Afterwards z = mu + sigma eps of the inference's
+     * last draw: logits (its z argument ignored) and gen_start use it, for rows of the same B.
+     * The rate: the ltm_fast_lr peak. */
     int (*ltm_infer)(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *targets,
-                     const uint8_t *mask, int B, int T, const int *ks, int nk, uint64_t key,
-                     uint64_t row0, double *ce, double *kl, char *err, size_t errlen);
+                     const uint8_t *mask, int B, int T, int steps, uint64_t key, uint64_t row0,
+                     char *err, size_t errlen);
+    /* The posterior of the last ltm_infer (same targets and mask) on S fresh draws (ltm.h
+     * ltm_score): ce (S,B) -log p(row | z_s) summed over counted targets, kl (B), logw (S,B)
+     * the importance weights (kl, logw may be NULL). Leaves z at the last draw. */
+    int (*ltm_score)(eval_lm_t *lm, const uint32_t *targets, const uint8_t *mask, int S, double *ce,
+                     double *kl, double *logw, char *err, size_t errlen);
     /* z ~ N(0, I) for B rows (row b: the stream (key, row0 + b)): nothing to infer from. */
     int (*ltm_prior)(eval_lm_t *lm, int B, uint64_t key, uint64_t row0, char *err, size_t errlen);
     int ltm_steps;        /* the inference's steps for gen_start (default: the checkpoint's) */

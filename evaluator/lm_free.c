@@ -113,6 +113,7 @@ int eval_lm_create_free(eval_lm_t **out, device_t *dev, const model_config_t *cf
         return EVAL_EMODEL;
     }
     lm->cfg = *cfg;
+    lm->dev = dev ? dev : device_cpu_default();
     lm->Bmax = Bmax;
     lm->Tmax = Tmax;
     lm->latent_bits = cfg->latent_bits;

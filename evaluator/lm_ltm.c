@@ -20,18 +20,16 @@ static int shape_ok(eval_lm_t *lm, int B, int T, char *err, size_t errlen) {
 }
 
 static int ltm_lm_infer(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *targets,
-                        const uint8_t *mask, int B, int T, const int *ks, int nk, uint64_t key,
-                        uint64_t row0, double *ce, double *kl, char *err, size_t errlen) {
+                        const uint8_t *mask, int B, int T, int steps, uint64_t key, uint64_t row0,
+                        char *err, size_t errlen) {
     if (!shape_ok(lm, B, T, err, errlen)) return EVAL_EARG;
-    for (int i = 0; i < nk; i++) {
-        /* each K its own inference from the same start: within one, the rate follows a cosine
-         * over its K steps (ltm.h), so K steps of a longer inference are not "K steps" */
-        ltm_infer_t o = {.steps = ks[i], .lr = lm->ltm_fast_lr, .key = key, .row0 = row0,
-                         .record = &ks[i], .n_record = 1};
-        if (ltm_infer(lm->impl, tokens, targets, mask, &o, ce ? ce + i : NULL, kl ? kl + i : NULL, err, errlen))
-            return EVAL_EMODEL;
-    }
-    return 0;
+    ltm_infer_t o = {.steps = steps, .lr = lm->ltm_fast_lr, .key = key, .row0 = row0};
+    return ltm_infer(lm->impl, tokens, targets, mask, &o, NULL, NULL, err, errlen) ? EVAL_EMODEL : 0;
+}
+
+static int ltm_lm_score(eval_lm_t *lm, const uint32_t *targets, const uint8_t *mask, int S, double *ce,
+                        double *kl, double *logw, char *err, size_t errlen) {
+    return ltm_score(lm->impl, targets, mask, S, ce, kl, logw, err, errlen) ? EVAL_EMODEL : 0;
 }
 
 static int ltm_lm_prior(eval_lm_t *lm, int B, uint64_t key, uint64_t row0, char *err, size_t errlen) {
@@ -72,7 +70,7 @@ static const float *ltm_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, 
             memcpy(in + (size_t)b * (n - 1), prompt + (size_t)b * n, sizeof(uint32_t) * (n - 1));
             memcpy(tg + (size_t)b * (n - 1), prompt + (size_t)b * n + 1, sizeof(uint32_t) * (n - 1));
         }
-        if (ltm_lm_infer(lm, in, tg, NULL, B, n - 1, &lm->ltm_steps, 1, LTM_SALT, 0, NULL, NULL, err, errlen)) goto done;
+        if (ltm_lm_infer(lm, in, tg, NULL, B, n - 1, lm->ltm_steps, LTM_SALT, 0, err, errlen)) goto done;
     } else if (ltm_lm_prior(lm, B, LTM_SALT, 0, err, errlen)) {
         goto done;
     }
@@ -118,6 +116,7 @@ int eval_lm_create_ltm(eval_lm_t **out, device_t *dev, const model_config_t *cfg
         return EVAL_EMODEL;
     }
     lm->cfg = *cfg;
+    lm->dev = dev ? dev : device_cpu_default();
     lm->Bmax = Bmax;
     lm->Tmax = Tmax;
     lm->impl = m;
@@ -126,6 +125,7 @@ int eval_lm_create_ltm(eval_lm_t **out, device_t *dev, const model_config_t *cfg
     lm->gen_next = ltm_gen_next;
     lm->release = ltm_lm_release;
     lm->ltm_infer = ltm_lm_infer;
+    lm->ltm_score = ltm_lm_score;
     lm->ltm_prior = ltm_lm_prior;
     lm->ltm_steps = cfg->inner_steps;
     lm->ltm_fast_lr = cfg->fast_lr_end;

@@ -22,9 +22,10 @@ int eval_task_open(eval_task_t **t, const eval_task_cfg_t *cfg, char *err, size_
                                  : !strcmp(cfg->task, "mc") ? &eval_task_mc
                                  : !strcmp(cfg->task, "em") ? &eval_task_em
                                  : !strcmp(cfg->task, "synth") ? &eval_task_synth
+                                 : !strcmp(cfg->task, "code") ? &eval_task_code
                                                             : NULL;
     if (!ops) {
-        snprintf(err, errlen, "unknown task '%s' (val, mc, em, synth)", cfg->task);
+        snprintf(err, errlen, "unknown task '%s' (val, mc, em, synth, code)", cfg->task);
         return EVAL_EARG;
     }
     if (cfg->batch < 1) {
@@ -60,12 +61,17 @@ void eval_task_shape(const eval_task_t *t, int *Bmax, int *Tmax) {
 int eval_task_run(eval_task_t *t, eval_lm_t *lm, eval_values_t *out, volatile int *stop,
                   char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (!lm->logits && t->ops != &eval_task_val) {
+    if (!lm && t->ops != &eval_task_code) return snprintf(err, errlen, "task needs a model"), EVAL_EARG;
+    if (lm && !lm->logits && t->ops != &eval_task_val) {
         snprintf(err, errlen, "this checkpoint holds a %s, which predicts the chunk it has encoded, not the next "
                  "token: only task val applies to it", mixer_kind_is(lm->cfg.kind) ? mixer_kind_name(lm->cfg.kind) : "model");
         return EVAL_EMISMATCH;
     }
     return t->ops->run(t->self, lm, out, stop, err, errlen);
+}
+
+int eval_task_needs_model(const eval_task_cfg_t *cfg) {
+    return !(cfg->task && !strcmp(cfg->task, "code") && (cfg->completions || cfg->canonical));
 }
 
 int eval_parse_steps(const char *list, int *ks, char *err, size_t errlen) {

@@ -1,13 +1,19 @@
 /* evaluator/task_em.c: generative exact match.
  *
  * Each line of the JSONL file is {"prompt": str, "answer": str} with optional "stop" (a
- * string that ends the generation, default "\n") and "max_tokens" (default: the number of
- * tokens of the answer, so a model must produce the answer in its first tokens). The model
- * continues [eot] prompt, greedily (temperature 0) or sampled with the task's seed (item i
- * uses rng_seed2(seed, i), so the same seed gives the same text); generation ends at the
- * end-of-text token, at the stop string, or after max_tokens. The item counts when the
- * generated text, cut at the stop string, equals the answer with surrounding whitespace
- * trimmed on both sides.
+ * string, or an array of up to 8, that ends the generation; default "\n") and "max_tokens"
+ * (default: the number of tokens of the answer, so a model must produce the answer in its
+ * first tokens). The model continues [eot] prompt, greedily (temperature 0) or sampled with
+ * the task's seed (item i uses rng_seed2(seed, i), so the same seed gives the same text);
+ * generation ends at the end-of-text token, at a stop string, or after max_tokens. The item
+ * counts when the generated text, cut at the first stop string, equals the answer with
+ * surrounding whitespace trimmed on both sides.
+ *
+ * GSM8K lines as distributed, {"question": str, "answer": "...worked steps...\n#### 72"}: the
+ * prompt is lm-evaluation-harness's "Question: <question>\nAnswer:", after the --fewshot
+ * examples in the same layout; stops "Question:" and "\n\n", max_tokens --max-new; the item
+ * counts when the generated answer's final number (after "####" if it writes one, else its
+ * last number; commas and '$' dropped) is the reference's number after "####".
  *
  * Decoding: with a model that offers its key/value cache (lm->gen_start, model/generate.h),
  * one item at a time, the prompt once and then one position per token. Otherwise (the test
@@ -24,14 +30,20 @@
 #include <string.h>
 
 #include "common/rng.h"
+#include "evaluator/codeset.h"
 #include "evaluator/latent.h"
 #include "evaluator/task.h"
 #include "evaluator/textdata.h"
 
+#define EM_MAX_STOP 8
+
 typedef struct {
     uint32_t *prompt;
     int np, max_tokens;
-    char *answer, *stop;
+    char *answer;
+    char *stop[EM_MAX_STOP];
+    int nstop;
+    int numeric;            /* GSM8K: judged by the final number */
 } em_item_t;
 
 typedef struct {
@@ -42,6 +54,9 @@ typedef struct {
     uint64_t seed;
     int inner_steps;        /* LTM: --inner-steps (0: the checkpoint's), inferring z from the prompt */
     float fast_lr;
+    int max_new;            /* GSM8K's max_tokens */
+    char *fewshot;          /* GSM8K: the worked examples put before every question ("" none) */
+    size_t fewshot_len;
 } em_t;
 
 static void em_close(void **self) {
@@ -50,39 +65,111 @@ static void em_close(void **self) {
     for (int i = 0; i < m->n; i++) {
         free(m->items[i].prompt);
         free(m->items[i].answer);
-        free(m->items[i].stop);
+        for (int j = 0; j < m->items[i].nstop; j++) free(m->items[i].stop[j]);
     }
     free(m->items);
+    free(m->fewshot);
     eval_tok_close(&m->tok);
     free(m);
     *self = NULL;
 }
 
+/* The number a GSM8K answer ends on: the first after "####" when the text has that mark (the
+ * dataset's own, and what a model trained on it writes), else the last number of the text
+ * (lm-evaluation-harness's "flexible extract"). Commas and '$' are dropped, a trailing '.'
+ * too. 0 and the number's text in out, or -1 when there is none. */
+static int final_number(const char *s, char *out, size_t cap) {
+    const char *mark = NULL;
+    for (const char *p = strstr(s, "####"); p; p = strstr(p + 1, "####")) mark = p;
+    const char *p = mark ? mark + 4 : s;
+    int found = -1;
+    while (*p) {
+        const int neg = *p == '-' && isdigit((unsigned char)p[1]);
+        if (!neg && !isdigit((unsigned char)*p)) {
+            p++;
+            continue;
+        }
+        size_t n = 0;
+        if (neg) out[n++] = *p++;
+        while (*p && (isdigit((unsigned char)*p) || *p == ',' || *p == '.' || *p == '$')) {
+            if (*p != ',' && *p != '$' && n + 1 < cap) out[n++] = *p;
+            p++;
+        }
+        while (n && out[n - 1] == '.') n--;
+        out[n] = 0;
+        found = 0;
+        if (mark) break; /* the first number after the mark */
+    }
+    return found;
+}
+
+/* 1 when the two numbers' texts are the same number ("10" and "10.00"). */
+static int same_number(const char *a, const char *b) {
+    char *ea, *eb;
+    double x = strtod(a, &ea), y = strtod(b, &eb);
+    if (ea == a || eb == b || *ea || *eb) return !strcmp(a, b);
+    return x == y;
+}
+
+static int add_stop(em_item_t *it, const char *s) {
+    if (it->nstop == EM_MAX_STOP) return 0;
+    if (!(it->stop[it->nstop] = strdup(s))) return -1;
+    it->nstop++;
+    return 0;
+}
+
 static int em_line(json_t *o, int line, void *ctx, char *why, size_t whylen) {
     em_t *m = ctx;
+    (void)line;
+    json_t *q = json_object_get(o, "question");
     json_t *p = json_object_get(o, "prompt"), *a = json_object_get(o, "answer");
     json_t *st = json_object_get(o, "stop"), *mt = json_object_get(o, "max_tokens");
-    if (!json_is_string(p)) return snprintf(why, whylen, "\"prompt\" missing or not a string"), -1;
-    if (!json_is_string(a)) return snprintf(why, whylen, "\"answer\" missing or not a string"), -1;
-    if (st && !json_is_string(st)) return snprintf(why, whylen, "\"stop\" is not a string"), -1;
+    const int gsm = json_is_string(q) && !p;
+    if (gsm) {
+        if (!json_is_string(a) || !strstr(json_string_value(a), "####"))
+            return snprintf(why, whylen, "a GSM8K line's \"answer\" must be a string ending in \"#### <number>\""), -1;
+    } else {
+        if (!json_is_string(p)) return snprintf(why, whylen, "\"prompt\" (or GSM8K's \"question\") missing or not a string"), -1;
+        if (!json_is_string(a)) return snprintf(why, whylen, "\"answer\" missing or not a string"), -1;
+    }
+    if (st && !json_is_string(st) && !json_is_array(st)) return snprintf(why, whylen, "\"stop\" is neither a string nor an array of strings"), -1;
+    for (size_t i = 0; json_is_array(st) && i < json_array_size(st); i++)
+        if (!json_is_string(json_array_get(st, i)) || !*json_string_value(json_array_get(st, i)) || i >= EM_MAX_STOP)
+            return snprintf(why, whylen, "\"stop\" holds at most %d non-empty strings", EM_MAX_STOP), -1;
     if (mt && (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > 4096))
         return snprintf(why, whylen, "\"max_tokens\" must be an integer in 1..4096"), -1;
-    if (m->n == m->cap) {
-        int nc = m->cap ? 2 * m->cap : 64;
-        em_item_t *q = realloc(m->items, sizeof *q * nc);
-        if (!q) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
-        m->items = q;
-        m->cap = nc;
-    }
+    if (eval_grow(&m->items, &m->cap, m->n, sizeof *m->items)) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
     em_item_t *it = &m->items[m->n];
     memset(it, 0, sizeof *it);
     m->n++;
-    it->answer = strdup(json_string_value(a));
-    it->stop = strdup(st ? json_string_value(st) : "\n");
-    if (!it->answer || !it->stop || eval_tok_encode(&m->tok, json_string_value(p), &it->prompt, &it->np))
-        return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+    int oom = 0;
+    if (gsm) {
+        char num[128];
+        if (final_number(json_string_value(a), num, sizeof num)) return snprintf(why, whylen, "no number after \"####\" in \"answer\""), -1;
+        it->numeric = 1;
+        it->answer = strdup(num);
+        /* lm-evaluation-harness's gsm8k prompt, after the few-shot examples */
+        const char *qs = json_string_value(q);
+        char *text = malloc(m->fewshot_len + strlen(qs) + 32);
+        if (text) {
+            sprintf(text, "%sQuestion: %s\nAnswer:", m->fewshot ? m->fewshot : "", qs);
+            oom |= eval_tok_encode(&m->tok, text, &it->prompt, &it->np) != 0;
+            free(text);
+        }
+        oom |= !text;
+        if (!st) oom |= add_stop(it, "Question:") || add_stop(it, "\n\n");
+    } else {
+        it->answer = strdup(json_string_value(a));
+        oom |= eval_tok_encode(&m->tok, json_string_value(p), &it->prompt, &it->np) != 0;
+        if (!st) oom |= add_stop(it, "\n");
+    }
+    if (json_is_string(st) && *json_string_value(st)) oom |= add_stop(it, json_string_value(st));
+    for (size_t i = 0; json_is_array(st) && i < json_array_size(st); i++) oom |= add_stop(it, json_string_value(json_array_get(st, i)));
+    if (oom || !it->answer) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
     if (mt) {
         it->max_tokens = (int)json_integer_value(mt);
+    } else if (gsm) {
+        it->max_tokens = m->max_new;
     } else {
         uint32_t *ids;
         int n;
@@ -90,7 +177,21 @@ static int em_line(json_t *o, int line, void *ctx, char *why, size_t whylen) {
         free(ids);
         it->max_tokens = n > 0 ? n : 1;
     }
+    return 0;
+}
+
+/* --fewshot: each GSM8K line becomes "Question: q\nAnswer: a\n\n" (lm-evaluation-harness's
+ * layout, the answer with its worked steps and its "#### n"). */
+static int fewshot_line(json_t *o, int line, void *ctx, char *why, size_t whylen) {
+    em_t *m = ctx;
     (void)line;
+    json_t *q = json_object_get(o, "question"), *a = json_object_get(o, "answer");
+    if (!json_is_string(q) || !json_is_string(a)) return snprintf(why, whylen, "a few-shot line needs \"question\" and \"answer\" strings"), -1;
+    size_t add = strlen(json_string_value(q)) + strlen(json_string_value(a)) + 32;
+    char *f = realloc(m->fewshot, m->fewshot_len + add + 1);
+    if (!f) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+    m->fewshot = f;
+    m->fewshot_len += (size_t)sprintf(f + m->fewshot_len, "Question: %s\nAnswer: %s\n\n", json_string_value(q), json_string_value(a));
     return 0;
 }
 
@@ -105,12 +206,14 @@ static int em_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t er
     m->seed = (uint64_t)cfg->seed;
     m->inner_steps = cfg->inner_steps;
     m->fast_lr = cfg->fast_lr;
+    m->max_new = cfg->max_new > 0 ? cfg->max_new : 256;
     int rc = eval_tok_open(&m->tok, cfg->vocab, err, errlen);
     if (rc) {
         free(m);
         return rc;
     }
-    rc = eval_jsonl_read(cfg->file, cfg->limit, em_line, m, err, errlen);
+    if (cfg->fewshot) rc = eval_jsonl_read(cfg->fewshot, cfg->shots, fewshot_line, m, err, errlen);
+    if (!rc) rc = eval_jsonl_read(cfg->file, cfg->limit, em_line, m, err, errlen);
     if (!rc && m->n == 0) rc = (snprintf(err, errlen, "%s: no items", cfg->file), EVAL_EFORMAT);
     if (rc) {
         em_close((void **)&m);
@@ -147,20 +250,27 @@ static char *trim(char *s) {
     return s;
 }
 
-/* Generated text of a row (ids after the prompt) cut at the stop string; 1 when it matches. */
+/* Generated text of a row (ids after the prompt) cut at the first stop string; 1 when it
+ * matches: the same text (whitespace trimmed), or for GSM8K the same final number. */
 static int em_judge(em_t *m, const em_item_t *it, const uint32_t *gen, int n, int *stopped) {
     bpe_bytes_t b = {0};
     *stopped = 0;
     if (eval_tok_decode(&m->tok, gen, n, &b)) return 0;
     char *s = (char *)b.v;
-    char *cut = it->stop[0] ? strstr(s, it->stop) : NULL;
-    if (cut) {
-        *cut = 0;
+    size_t cut = code_stop_cut(s, it->stop, it->nstop);
+    if (s[cut]) {
+        s[cut] = 0;
         *stopped = 1;
     }
-    char *ans = strdup(it->answer);
-    int ok = ans && !strcmp(trim(s), trim(ans));
-    free(ans);
+    int ok = 0;
+    if (it->numeric) {
+        char num[128];
+        ok = !final_number(s, num, sizeof num) && same_number(num, it->answer);
+    } else {
+        char *ans = strdup(it->answer);
+        ok = ans && !strcmp(trim(s), trim(ans));
+        free(ans);
+    }
     bpe_bytes_free(&b);
     return ok;
 }

@@ -1,7 +1,12 @@
 /* evaluator/task_mc.c: multiple choice, scored as in seed 000 Appendix B.
  *
  * Each line of the JSONL file is {"context": str, "choices": [str, ...], "label": int} (the
- * lm-evaluation-harness names "query" and "gold" are accepted too). Every choice is scored
+ * lm-evaluation-harness names "query" and "gold" are accepted too), or an MMLU line as
+ * distributed (cais/mmlu: {"question", "choices", "answer": index or letter, "subject"}), asked
+ * as "Question: <question>\nAnswer:" with each choice after a space. A line may name its
+ * "subject" (or "category"): then macro_avg/acc_char and macro_avg/acc_completion, the mean
+ * over subjects of each subject's accuracy, are reported beside the micro averages (lines
+ * without one form a group of their own), with the number of subjects. Every choice is scored
  * by the log-probability of its tokens after the context: row = [eot] context choice, where
  * the leading end-of-text stands where a document starts in training (the loader joins
  * documents with it). Context and choice are tokenized separately and concatenated, so the
@@ -34,6 +39,7 @@
 typedef struct {
     uint32_t *ctx;
     int nctx, nch, label;
+    int subject;            /* index into mc_t's subjects (-1: none given) */
     uint32_t **ch;
     int *chlen, *chchars;
 } mc_item_t;
@@ -47,6 +53,8 @@ typedef struct {
     uint64_t seed;
     uint32_t *rows;
     double *score;
+    char **subjects;        /* the distinct "subject" / "category" values, in order of appearance */
+    int nsub;
 } mc_t;
 
 static void mc_close(void **self) {
@@ -63,6 +71,8 @@ static void mc_close(void **self) {
     free(m->items);
     free(m->rows);
     free(m->score);
+    for (int i = 0; i < m->nsub; i++) free(m->subjects[i]);
+    free(m->subjects);
     eval_tok_close(&m->tok);
     free(m);
     *self = NULL;
@@ -73,41 +83,81 @@ static json_t *field2(json_t *o, const char *a, const char *b) {
     return x ? x : json_object_get(o, b);
 }
 
+/* Index of subject name s in m (added when new); -1 on out-of-memory. */
+static int subject_index(mc_t *m, const char *s) {
+    for (int i = 0; i < m->nsub; i++)
+        if (!strcmp(m->subjects[i], s)) return i;
+    char **q = realloc(m->subjects, sizeof *q * (m->nsub + 1));
+    if (!q) return -1;
+    m->subjects = q;
+    if (!(q[m->nsub] = strdup(s))) return -1;
+    return m->nsub++;
+}
+
 static int mc_line(json_t *o, int line, void *ctx, char *why, size_t whylen) {
     mc_t *m = ctx;
     json_t *c = field2(o, "context", "query"), *ch = json_object_get(o, "choices");
     json_t *lb = field2(o, "label", "gold");
-    if (!json_is_string(c)) return snprintf(why, whylen, "\"context\" missing or not a string"), -1;
-    if (!json_is_array(ch) || json_array_size(ch) < 2)
-        return snprintf(why, whylen, "\"choices\" must be an array of at least 2 strings"), -1;
-    if (!json_is_integer(lb) || json_integer_value(lb) < 0 ||
-        json_integer_value(lb) >= (json_int_t)json_array_size(ch))
-        return snprintf(why, whylen, "\"label\" must be an integer index into \"choices\""), -1;
-    if (m->n == m->cap) {
-        int nc = m->cap ? 2 * m->cap : 64;
-        mc_item_t *p = realloc(m->items, sizeof *p * nc);
-        if (!p) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
-        m->items = p;
-        m->cap = nc;
+    json_t *sub = field2(o, "subject", "category");
+    /* MMLU as distributed (cais/mmlu): question, choices, answer (index or letter), subject;
+     * asked in the cloze form that acc_char scores: "Question: q\nAnswer:" + " choice" */
+    json_t *mq = json_object_get(o, "question"), *ma = json_object_get(o, "answer");
+    char *mmlu_ctx = NULL;
+    json_int_t mmlu_label = -1;
+    if (!c && json_is_string(mq) && ma) {
+        if (json_is_integer(ma)) mmlu_label = json_integer_value(ma);
+        else if (json_is_string(ma) && strlen(json_string_value(ma)) == 1 && json_string_value(ma)[0] >= 'A' &&
+                 json_string_value(ma)[0] <= 'Z')
+            mmlu_label = json_string_value(ma)[0] - 'A';
+        else return snprintf(why, whylen, "\"answer\" must be a choice's index or letter"), -1;
+        if (!json_is_array(ch) || mmlu_label >= (json_int_t)json_array_size(ch))
+            return snprintf(why, whylen, "\"answer\" must index \"choices\""), -1;
+        mmlu_ctx = malloc(strlen(json_string_value(mq)) + 32);
+        if (!mmlu_ctx) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+        sprintf(mmlu_ctx, "Question: %s\nAnswer:", json_string_value(mq));
+    } else {
+        if (!json_is_string(c)) return snprintf(why, whylen, "\"context\" (or MMLU's \"question\") missing or not a string"), -1;
+        if (!json_is_array(ch) || json_array_size(ch) < 2)
+            return snprintf(why, whylen, "\"choices\" must be an array of at least 2 strings"), -1;
+        if (!json_is_integer(lb) || json_integer_value(lb) < 0 ||
+            json_integer_value(lb) >= (json_int_t)json_array_size(ch))
+            return snprintf(why, whylen, "\"label\" must be an integer index into \"choices\""), -1;
     }
+    if (sub && !json_is_string(sub)) {
+        free(mmlu_ctx);
+        return snprintf(why, whylen, "\"subject\" / \"category\" must be a string"), -1;
+    }
+    if (json_array_size(ch) < 2) {
+        free(mmlu_ctx);
+        return snprintf(why, whylen, "\"choices\" must be an array of at least 2 strings"), -1;
+    }
+    if (eval_grow(&m->items, &m->cap, m->n, sizeof *m->items)) return free(mmlu_ctx), snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
     mc_item_t *it = &m->items[m->n];
     memset(it, 0, sizeof *it);
     m->n++; /* counted now so mc_close frees a half-filled item */
-    it->label = (int)json_integer_value(lb);
+    it->label = mmlu_ctx ? (int)mmlu_label : (int)json_integer_value(lb);
+    it->subject = sub ? subject_index(m, json_string_value(sub)) : -1;
+    if (sub && it->subject < 0) return free(mmlu_ctx), snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
     int k = (int)json_array_size(ch);
     it->ch = calloc(k, sizeof *it->ch);
     it->chlen = calloc(k, sizeof *it->chlen);
     it->chchars = calloc(k, sizeof *it->chchars);
     if (!it->ch || !it->chlen || !it->chchars) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
-    if (eval_tok_encode(&m->tok, json_string_value(c), &it->ctx, &it->nctx))
-        return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+    int bad = eval_tok_encode(&m->tok, mmlu_ctx ? mmlu_ctx : json_string_value(c), &it->ctx, &it->nctx);
+    free(mmlu_ctx);
+    if (bad) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
     for (int i = 0; i < k; i++) {
         json_t *s = json_array_get(ch, i);
         if (!json_is_string(s)) return snprintf(why, whylen, "choice %d is not a string", i), -1;
-        if (eval_tok_encode(&m->tok, json_string_value(s), &it->ch[i], &it->chlen[i]))
-            return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+        /* MMLU's choices come bare: the space that separates them from "Answer:" goes first */
+        char *text = malloc(strlen(json_string_value(s)) + 2);
+        if (!text) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
+        sprintf(text, "%s%s", c ? "" : " ", json_string_value(s));
+        bad = eval_tok_encode(&m->tok, text, &it->ch[i], &it->chlen[i]);
         it->nch = i + 1;
-        it->chchars[i] = eval_utf8_chars(json_string_value(s));
+        it->chchars[i] = eval_utf8_chars(text);
+        free(text);
+        if (bad) return snprintf(why, whylen, "out of memory"), EVAL_ENOMEM;
         if (it->chlen[i] == 0) return snprintf(why, whylen, "choice %d is empty", i), -1;
     }
     (void)line;
@@ -295,7 +345,7 @@ static int mc_score_item_ltm(mc_t *m, const mc_item_t *it, int idx, eval_lm_t *l
         uint32_t *tg = malloc(sizeof(uint32_t) * (size_t)N * (Lc - 1));
         if (!tg) { rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM); goto out; }
         for (int b = 0; b < N; b++) memcpy(tg + (size_t)b * (Lc - 1), row + 1, sizeof(uint32_t) * (Lc - 1));
-        rc = lm->ltm_infer(lm, in, tg, NULL, N, Lc - 1, &steps, 1, key, 0, NULL, NULL, err, errlen);
+        rc = lm->ltm_infer(lm, in, tg, NULL, N, Lc - 1, steps, key, 0, err, errlen);
         free(tg);
         if (rc) goto out;
     } else if ((rc = lm->ltm_prior(lm, N, key, 0, err, errlen))) {   /* no context: the prior */
@@ -349,23 +399,61 @@ static int mc_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *s
     m->score = malloc(sizeof(double) * maxch);
     if (!m->rows || !m->score) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     int ok_tok = 0, ok_char = 0, ok_sum = 0;
-    eval_ltm_settings(lm, m->inner_steps, m->fast_lr);
-    for (int i = 0; i < m->n; i++) {
-        if (stop && *stop) return snprintf(err, errlen, "interrupted"), EVAL_EINTR;
-        const mc_item_t *it = &m->items[i];
-        int rc = lm->latent_bits ? mc_score_item_free(m, it, i, lm, err, errlen)
-                 : lm->ltm_infer     ? mc_score_item_ltm(m, it, i, lm, err, errlen)
-                                     : mc_score_item(m, it, lm, err, errlen);
-        if (rc) return rc;
-        ok_tok += best_of(m->score, it->chlen, it->nch) == it->label;
-        ok_char += best_of(m->score, it->chchars, it->nch) == it->label;
-        ok_sum += best_of(m->score, NULL, it->nch) == it->label;
+    /* per subject: items, right by acc_char, right by acc_completion */
+    int *sub_n = calloc((size_t)m->nsub + 1, sizeof(int)), *sub_char = calloc((size_t)m->nsub + 1, sizeof(int)),
+        *sub_tok = calloc((size_t)m->nsub + 1, sizeof(int));
+    if (!sub_n || !sub_char || !sub_tok) {
+        free(sub_n);
+        free(sub_char);
+        free(sub_tok);
+        return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     }
-    eval_values_add(out, "acc_completion", (double)ok_tok / m->n);
-    eval_values_add(out, "acc_char", (double)ok_char / m->n);
-    eval_values_add(out, "acc", (double)ok_sum / m->n);
-    eval_values_add(out, "n", m->n);
-    return 0;
+    eval_ltm_settings(lm, m->inner_steps, m->fast_lr);
+    int rc = 0;
+    for (int i = 0; i < m->n && !rc; i++) {
+        if (stop && *stop) {
+            rc = (snprintf(err, errlen, "interrupted"), EVAL_EINTR);
+            break;
+        }
+        const mc_item_t *it = &m->items[i];
+        rc = lm->latent_bits ? mc_score_item_free(m, it, i, lm, err, errlen)
+             : lm->ltm_infer ? mc_score_item_ltm(m, it, i, lm, err, errlen)
+                             : mc_score_item(m, it, lm, err, errlen);
+        if (rc) break;
+        const int t = best_of(m->score, it->chlen, it->nch) == it->label;
+        const int c = best_of(m->score, it->chchars, it->nch) == it->label;
+        ok_tok += t;
+        ok_char += c;
+        ok_sum += best_of(m->score, NULL, it->nch) == it->label;
+        const int g = it->subject >= 0 ? it->subject : m->nsub; /* items without one: a group of their own */
+        sub_n[g]++;
+        sub_char[g] += c;
+        sub_tok[g] += t;
+    }
+    if (!rc) {
+        eval_values_add(out, "acc_completion", (double)ok_tok / m->n);
+        eval_values_add(out, "acc_char", (double)ok_char / m->n);
+        eval_values_add(out, "acc", (double)ok_sum / m->n);
+        eval_values_add(out, "n", m->n);
+        if (m->nsub) {
+            /* seed 000's macro_avg/acc_char: the mean over subjects of each one's accuracy */
+            double mc = 0, mt = 0;
+            int groups = 0;
+            for (int g = 0; g <= m->nsub; g++)
+                if (sub_n[g]) {
+                    mc += (double)sub_char[g] / sub_n[g];
+                    mt += (double)sub_tok[g] / sub_n[g];
+                    groups++;
+                }
+            eval_values_add(out, "macro_avg/acc_char", mc / groups);
+            eval_values_add(out, "macro_avg/acc_completion", mt / groups);
+            eval_values_add(out, "subjects", groups);
+        }
+    }
+    free(sub_n);
+    free(sub_char);
+    free(sub_tok);
+    return rc;
 }
 
 const eval_task_ops_t eval_task_mc = {mc_open, mc_close, mc_shape, mc_run};

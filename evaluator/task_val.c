@@ -20,17 +20,20 @@
  *            (an upper bound too, by Jensen);
  *   iw_prior -log mean_n p(x|z_n) per row, z_n from the prior: the same N draws as an
  *            importance-weighted bound whose proposal is the prior (tighter than ce_prior);
- *   nll_bound the smaller of iw_bound and iw_prior over the whole evaluation; ppl and bpb
- *            come from it.
+ *   nll_bound iw_bound, chosen in advance (never the smaller of two noisy bounds, which is
+ *            biased down); ppl and bpb come from it.
  *
  * A Latent-thought LM (seed 003) has no single cross-entropy either: each row's posterior
- * q(z|x) is inferred from the row's own targets by K fast steps (the decoder fixed, one z
- * sample z = mu + sigma eps), and its negative ELBO, -log p(x|z) + KL(q || N(0, I)), is an upper
- * bound on the row's -log p(x) (in expectation over eps). For each K of --inner-steps-list, an
- * inference of exactly K steps from the same start (the same draws for every checkpoint):
- *   ce_k<K>, kl_k<K>, elbo_k<K> per token (nats), ppl_k<K> = exp(elbo_k<K>), bpb_k<K>;
- *   nll_bound the smallest elbo_k over the list (the tightest bound; inner_steps_best its K),
- *            ppl and bpb from it.
+ * q(z|x) is inferred from the row's own targets by K steps of stochastic VI (the decoder
+ * fixed, a fresh eps per step), then scored on S = --draws fresh draws it was not fitted on
+ * (model/ltm.h ltm_score; sums in evaluator/latent.h eval_ltm_accumulate). For each K of
+ * --inner-steps-list, an inference of exactly K steps from the same start (the same draws for
+ * every checkpoint), per token (nats):
+ *   ce_k<K>, kl_k<K>, elbo_k<K> (their sum: the NELBO, >= -log p(x) in expectation) and
+ *   elbo_se_k<K> (its Monte Carlo standard error); iw_k<K>, iw_se_k<K> (the importance-weighted
+ *   bound with K' = --iw-samples, over S / K' groups); ppl_k<K>, bpb_k<K> from iw_k<K>;
+ *   at the reported K (--inner-steps or the checkpoint's, fixed in advance, added to the list):
+ *   elbo, elbo_se, nll_bound = iw_k<K>, nll_bound_se, ppl, bpb. No K is chosen by its value.
  *
  * An autoencoder or memory model (seed 004; lm->chunk_logits) predicts each row's own T
  * tokens from one stored embedding of n_p = lm->n_embed floats (and, for a memory model, the
@@ -63,6 +66,7 @@ typedef struct {
     int T_open;             /* T the batches were checked for at open (seq_len or 0) */
     const char *data;
     int batches, K, N;
+    int draws, iw;          /* --draws, --iw-samples as given (0: the family's default) */
     int ks[EVAL_MAX_INNER_STEPS], nks;  /* LTM: the bound after each of these inner steps */
     int inner_steps;                    /* LTM: --inner-steps (0: the checkpoint's) */
     float fast_lr;
@@ -110,6 +114,8 @@ static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t e
     v->batches = cfg->batches;
     v->K = cfg->iw_samples > 0 ? cfg->iw_samples : 4;
     v->N = cfg->draws > 0 ? cfg->draws : 4;
+    v->draws = cfg->draws;
+    v->iw = cfg->iw_samples;
     v->inner_steps = cfg->inner_steps;
     v->fast_lr = cfg->fast_lr;
     if (cfg->inner_steps_list && (v->nks = eval_parse_steps(cfg->inner_steps_list, v->ks, err, errlen)) < 0) {
@@ -216,18 +222,36 @@ out:
     return rc;
 }
 
-/* The LTM's bounds of one batch (see the top of the file): sums into ce, kl (per K). */
-static int val_ltm_batch(val_t *v, eval_lm_t *lm, int B, int T, const int *ks, int nk, double *ce,
-                         double *kl, char *err, size_t errlen) {
+/* The LTM's bounds of one batch: for each K an inference of K steps, then S fresh draws; sums
+ * into acc[i]. */
+static int val_ltm_batch(val_t *v, eval_lm_t *lm, int B, int T, const int *ks, int nk, int S, int Kw,
+                         eval_ltm_acc_t *acc, char *err, size_t errlen) {
     uint32_t *tgt = malloc(sizeof(uint32_t) * (size_t)B * T);
-    if (!tgt) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
+    double *ce = malloc(sizeof(double) * (size_t)S * B), *kl = malloc(sizeof(double) * B);
+    double *logw = malloc(sizeof(double) * (size_t)S * B);
+    int rc = 0;
+    if (!tgt || !ce || !kl || !logw) {
+        rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
+        goto out;
+    }
     for (int b = 0; b < B; b++) memcpy(tgt + (size_t)b * T, v->rows + (size_t)b * (T + 1) + 1, sizeof(uint32_t) * T);
-    double c[EVAL_MAX_INNER_STEPS], k[EVAL_MAX_INNER_STEPS];
-    /* row b of batch s draws from stream s * B + b: the same for every checkpoint */
-    int rc = lm->ltm_infer(lm, v->inputs, tgt, NULL, B, T, ks, nk, (uint64_t)v->p.seed ^ 0x17A7E7A1ull,
-                           v->p.step * (uint64_t)B, c, k, err, errlen);
+    for (int i = 0; i < nk; i++) {
+        /* row b of batch s draws from stream s * B + b: the same for every checkpoint; each K its
+         * own inference from the same start (the rate's cosine spans the K steps) */
+        if ((rc = lm->ltm_infer(lm, v->inputs, tgt, NULL, B, T, ks[i], (uint64_t)v->p.seed ^ 0x17A7E7A1ull,
+                                v->p.step * (uint64_t)B, err, errlen)) ||
+            (rc = lm->ltm_score(lm, tgt, NULL, S, ce, kl, logw, err, errlen)))
+            goto out;
+        if (eval_ltm_accumulate(&acc[i], ce, kl, logw, S, B, Kw)) {
+            rc = (snprintf(err, errlen, "out of memory"), EVAL_ENOMEM);
+            goto out;
+        }
+    }
+out:
     free(tgt);
-    for (int i = 0; !rc && i < nk; i++) ce[i] += c[i], kl[i] += k[i];
+    free(ce);
+    free(kl);
+    free(logw);
     return rc;
 }
 
@@ -235,13 +259,28 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
                    size_t errlen) {
     val_t *v = self;
     eval_ltm_settings(lm, v->inner_steps, v->fast_lr);
-    /* the LTM's list of K: given, else 0 and the checkpoint's (or --inner-steps') K */
-    int ks[EVAL_MAX_INNER_STEPS], nk = v->nks;
-    double lce[EVAL_MAX_INNER_STEPS] = {0}, lkl[EVAL_MAX_INNER_STEPS] = {0};
-    memcpy(ks, v->ks, sizeof ks);
-    if (lm->ltm_infer && !nk) {
-        ks[nk++] = 0;
-        if (lm->ltm_steps > 0) ks[nk++] = lm->ltm_steps;
+    /* the LTM's list of K: given, else 0 and the checkpoint's (or --inner-steps') K; the
+     * reported K (nll_bound) is that K, fixed before any number is seen, added to the list */
+    int ks[EVAL_MAX_INNER_STEPS + 1], nk = v->nks, krep = lm->ltm_steps;
+    eval_ltm_acc_t lacc[EVAL_MAX_INNER_STEPS + 1];
+    memset(lacc, 0, sizeof lacc);
+    memcpy(ks, v->ks, sizeof(int) * EVAL_MAX_INNER_STEPS);
+    if (lm->ltm_infer && !nk) ks[nk++] = 0;
+    if (lm->ltm_infer) {
+        int at = 0;
+        while (at < nk && ks[at] < krep) at++;
+        if (at == nk || ks[at] != krep) {
+            memmove(ks + at + 1, ks + at, sizeof(int) * (nk - at));
+            ks[at] = krep;
+            nk++;
+        }
+    }
+    /* the LTM's fresh draws S and its importance-weighted groups of K' */
+    const int S = v->draws > 0 ? v->draws : 16, Kw = v->iw > 0 ? v->iw : 8;
+    if (lm->ltm_infer && S < 2 * Kw) {
+        snprintf(err, errlen, "LTM val: --draws %d must hold at least two groups of --iw-samples %d (a standard error "
+                 "needs two)", S, Kw);
+        return EVAL_EARG;
     }
     const dataset_meta_t *meta = loader_src_meta(v->src);
     if (meta->vocab_size > (uint32_t)lm->cfg.vocab_size || (int)meta->eot_id != lm->cfg.eot_id) {
@@ -294,7 +333,7 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
             continue;
         }
         if (lm->ltm_infer) {
-            int rc = val_ltm_batch(v, lm, B, T, ks, nk, lce, lkl, err, errlen);
+            int rc = val_ltm_batch(v, lm, B, T, ks, nk, S, Kw, lacc, err, errlen);
             if (rc) return rc;
             continue;
         }
@@ -311,36 +350,42 @@ static int val_run(void *self, eval_lm_t *lm, eval_values_t *out, volatile int *
     const double per_byte = (double)v->info.n_tokens / ((double)v->info.n_bytes * M_LN2);
     if (lm->latent_bits) {
         double ce_enc = fa.ce_enc / count, kl = fa.kl / count, iw = -fa.iw / count;
-        double iwp = -fa.iw_prior / count, best = iw < iwp ? iw : iwp;
+        double iwp = -fa.iw_prior / count;
         eval_values_add(out, "ce_enc", ce_enc);
         eval_values_add(out, "kl", kl);
         eval_values_add(out, "elbo", ce_enc + kl);
         eval_values_add(out, "iw_bound", iw);
         eval_values_add(out, "ce_prior", fa.ce_prior / count);
         eval_values_add(out, "iw_prior", iwp);
-        eval_values_add(out, "nll_bound", best);
-        eval_values_add(out, "ppl", exp(best));
-        eval_values_add(out, "bpb", best * per_byte);
+        eval_values_add(out, "nll_bound", iw);
+        eval_values_add(out, "ppl", exp(iw));
+        eval_values_add(out, "bpb", iw * per_byte);
         eval_values_add(out, "iw_samples", v->K);
         eval_values_add(out, "draws", v->N);
     } else if (lm->ltm_infer) {
-        double best = INFINITY;
-        int kbest = 0;
         for (int i = 0; i < nk; i++) {
             char name[32];
-            const double ce = lce[i] / count, kl = lkl[i] / count, e = ce + kl;
+            const eval_ltm_acc_t *a = &lacc[i];
+            const double ce = a->ce / count, kl = a->kl / count, e = ce + kl, iw = a->iw / count;
             const struct { const char *f; double x; } kv[] = {
-                {"ce_k%d", ce}, {"kl_k%d", kl}, {"elbo_k%d", e}, {"ppl_k%d", exp(e)}, {"bpb_k%d", e * per_byte}};
+                {"ce_k%d", ce}, {"kl_k%d", kl}, {"elbo_k%d", e}, {"elbo_se_k%d", sqrt(a->var_nelbo) / count},
+                {"iw_k%d", iw}, {"iw_se_k%d", sqrt(a->var_iw) / count}, {"ppl_k%d", exp(iw)}, {"bpb_k%d", iw * per_byte}};
             for (size_t j = 0; j < sizeof kv / sizeof kv[0]; j++) {
                 snprintf(name, sizeof name, kv[j].f, ks[i]);
                 eval_values_add(out, name, kv[j].x);
             }
-            if (e < best) best = e, kbest = ks[i];
+            if (ks[i] == krep) {
+                eval_values_add(out, "elbo", e);
+                eval_values_add(out, "elbo_se", sqrt(a->var_nelbo) / count);
+                eval_values_add(out, "nll_bound", iw);
+                eval_values_add(out, "nll_bound_se", sqrt(a->var_iw) / count);
+                eval_values_add(out, "ppl", exp(iw));
+                eval_values_add(out, "bpb", iw * per_byte);
+            }
         }
-        eval_values_add(out, "nll_bound", best);
-        eval_values_add(out, "ppl", exp(best));
-        eval_values_add(out, "bpb", best * per_byte);
-        eval_values_add(out, "inner_steps_best", kbest);
+        eval_values_add(out, "inner_steps", krep);
+        eval_values_add(out, "draws", S);
+        eval_values_add(out, "iw_samples", Kw);
         eval_values_add(out, "fast_lr", lm->ltm_fast_lr);
     } else if (lm->chunk_logits) {
         const double ce = nll / (double)count, bpb_dec = ce * per_byte;

@@ -104,6 +104,16 @@ int eval_tok_decode(eval_tok_t *t, const uint32_t *ids, int n, bpe_bytes_t *out)
     return 0;
 }
 
+int eval_grow(void *pp, int *cap, int n, size_t elem) {
+    if (n < *cap) return 0;
+    int nc = *cap ? 2 * *cap : 64;
+    void *q = realloc(*(void **)pp, elem * (size_t)nc);
+    if (!q) return EVAL_ENOMEM;
+    *(void **)pp = q;
+    *cap = nc;
+    return 0;
+}
+
 int eval_utf8_chars(const char *s) {
     int n = 0;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)

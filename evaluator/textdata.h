@@ -28,6 +28,10 @@ int eval_tok_encode(eval_tok_t *t, const char *s, uint32_t **ids, int *n);
 /* Appends the bytes of ids to out (NUL-terminated); ids outside the vocabulary are dropped. */
 int eval_tok_decode(eval_tok_t *t, const uint32_t *ids, int n, bpe_bytes_t *out);
 
+/* Makes room for element n of the array *pp (elements of elem bytes, *cap allocated; grown
+ * by doubling from 64): 0, or EVAL_ENOMEM with the array unchanged. */
+int eval_grow(void *pp, int *cap, int n, size_t elem);
+
 /* Number of UTF-8 characters (code points) of s: the "characters" of acc_char. */
 int eval_utf8_chars(const char *s);
 #endif

@@ -11,6 +11,7 @@ struct adamw {
     int n;
     tensor_view_t *p, *m, *v;  /* (n) */
     uint8_t *decay;            /* (n) */
+    adamw_tensor_t *list;      /* (n) the step's one device call */
     float *mbuf, *vbuf;        /* contiguous moments, on the parameters' device */
     device_t *dev;             /* the device of the views (a NULL view device: the CPU) */
     int64_t t;
@@ -26,7 +27,7 @@ void adamw_destroy(adamw_t **po) {
     adamw_t *o = *po;
     if (o->mbuf) DEV(o->dev, free, o->mbuf);
     if (o->vbuf) DEV(o->dev, free, o->vbuf);
-    free(o->p); free(o->m); free(o->v); free(o->decay);
+    free(o->p); free(o->m); free(o->v); free(o->decay); free(o->list);
     free(o);
     *po = NULL;
 }
@@ -55,10 +56,11 @@ int adamw_create(adamw_t **po, const tensor_view_t *params, int n, const adamw_c
         o->m = malloc(sizeof(tensor_view_t) * n);
         o->v = malloc(sizeof(tensor_view_t) * n);
         o->decay = malloc(n);
+        o->list = malloc(sizeof(adamw_tensor_t) * n);
         o->mbuf = DEV(o->dev, alloc, sizeof(float) * (total ? total : 1));
         o->vbuf = DEV(o->dev, alloc, sizeof(float) * (total ? total : 1));
     }
-    if (!o || !o->p || !o->m || !o->v || !o->decay || !o->mbuf || !o->vbuf) {
+    if (!o || !o->p || !o->m || !o->v || !o->decay || !o->list || !o->mbuf || !o->vbuf) {
         adamw_destroy(&o);
         snprintf(err, errlen, "adamw: out of memory for the moments of %zu parameters", total);
         return -2;
@@ -93,12 +95,30 @@ int adamw_moments(adamw_t *o, int which, tensor_view_t *views, int cap) {
     return o->n;
 }
 
+/* One device call for the whole list (one host synchronisation on a GPU); tensors on
+ * different devices (not a configuration the programs make) are summed device by device in
+ * list order. */
 double adamw_grad_norm(const tensor_view_t *g, int n) {
-    double total = 0.0;
-    for (int i = 0; i < n; i++) {
-        device_t *d = g[i].dev ? g[i].dev : device_cpu_default();
-        total += DEV(d, sumsq, g[i].data, (size_t)tensor_numel(&g[i]));
+    const float **x = malloc(sizeof(*x) * (n > 0 ? n : 1));
+    size_t *len = malloc(sizeof(*len) * (n > 0 ? n : 1));
+    if (!x || !len) {
+        free(x);
+        free(len);
+        return NAN;
     }
+    double total = 0.0;
+    for (int i0 = 0; i0 < n;) {
+        device_t *d = g[i0].dev ? g[i0].dev : device_cpu_default();
+        int i1 = i0;
+        for (; i1 < n && (g[i1].dev ? g[i1].dev : device_cpu_default()) == d; i1++) {
+            x[i1 - i0] = g[i1].data;
+            len[i1 - i0] = (size_t)tensor_numel(&g[i1]);
+        }
+        total += DEV(d, sumsq_multi, x, len, i1 - i0);
+        i0 = i1;
+    }
+    free(x);
+    free(len);
     return sqrt(total);
 }
 
@@ -148,13 +168,12 @@ int adamw_step_normed(adamw_t *o, const tensor_view_t *grads, int n, float lr, f
     const double bc2 = 1.0 - pow((double)b2, (double)o->t);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float decay_mul = (float)(1.0 - (double)lr * o->cfg.weight_decay);
-    for (int i = 0; i < n; i++) {
-        const int decay = o->decay[i] && o->cfg.weight_decay > 0;
-        const adamw_scalars_t sc = {.clip = clip, .decay_mul = decay ? decay_mul : 1.0f,
-                                    .beta1 = b1, .beta2 = b2, .eps = eps,
-                                    .step_size = step_size, .bc2_sqrt = bc2_sqrt};
-        DEV(o->dev, adamw_update, o->p[i].data, grads[i].data, o->m[i].data, o->v[i].data,
-            (size_t)tensor_numel(&o->p[i]), &sc);
-    }
+    const adamw_scalars_t sc = {.clip = clip, .decay_mul = decay_mul, .beta1 = b1, .beta2 = b2,
+                                .eps = eps, .step_size = step_size, .bc2_sqrt = bc2_sqrt};
+    for (int i = 0; i < n; i++)
+        o->list[i] = (adamw_tensor_t){.p = o->p[i].data, .g = grads[i].data, .m = o->m[i].data,
+                                      .v = o->v[i].data, .n = (size_t)tensor_numel(&o->p[i]),
+                                      .decay = o->decay[i] && o->cfg.weight_decay > 0};
+    DEV(o->dev, adamw_update_multi, o->list, n, &sc);
     return 0;
 }

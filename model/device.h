@@ -175,6 +175,12 @@ typedef struct device_ops {
                            int n);
     void (*latent_backward)(device_t *d, float *dmu, float *dls, const float *dz, const float *mu,
                             const float *ls, const float *eps, float kl_scale, size_t n);
+
+    /* ---- the optimizer over a list of tensors (ops.h; adamw.c's step): the gradient norm's
+     * sum of squares returned to the host once, the update of every tensor in one call ---- */
+    double (*sumsq_multi)(device_t *d, const float *const *x, const size_t *n, int count);
+    void (*adamw_update_multi)(device_t *d, const adamw_tensor_t *t, int count,
+                               const adamw_scalars_t *s);
 } device_ops_t;
 
 struct device {

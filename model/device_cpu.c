@@ -147,6 +147,15 @@ static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v
     OUT(g, n); OUT(m, n); OUT(v, n);
     ops_bf16_adamw_update(p, p16, g, m, v, n, s);
 }
+static double cpu_sumsq_multi(device_t *d, const float *const *x, const size_t *n, int count) { (void)d; return sumsq_multi(x, n, count); }
+/* each tensor as cpu_adamw_update (its shadow refreshed), in list order */
+static void cpu_adamw_update_multi(device_t *d, const adamw_tensor_t *t, int count, const adamw_scalars_t *s) {
+    for (int i = 0; i < count; i++) {
+        adamw_scalars_t si = *s;
+        if (!t[i].decay) si.decay_mul = 1.0f;
+        cpu_adamw_update(d, t[i].p, t[i].g, t[i].m, t[i].v, t[i].n, &si);
+    }
+}
 
 /* The pass-through gradient needs chunk buffers, one per thread: the device keeps them. */
 static void cpu_post_sampler_backward(device_t *d, float *dw, float *dlogits, const float *dr,
@@ -202,6 +211,7 @@ static const device_ops_t cpu_ops = {
     .attention_window_backward = cpu_attention_window_backward,
     .latent_normal = cpu_latent_normal, .latent_sample = cpu_latent_sample,
     .latent_kl_rows = cpu_latent_kl_rows, .latent_backward = cpu_latent_backward,
+    .sumsq_multi = cpu_sumsq_multi, .adamw_update_multi = cpu_adamw_update_multi,
 };
 
 static void cpu_fill(device_t *d, cpu_impl_t *impl, precision_t precision) {

@@ -1,12 +1,28 @@
-/* model/device_cuda.cu: the CUDA device (device.h) — cuBLAS for the products, one kernel per
- * op for the rest, every kernel a grid-stride loop (cuda_launch.h) over the work items of a
- * body from model/kernels.h, whose arithmetic is ops_math.h's: the math the CPU reference
- * runs. Nothing here knows what a model family is.
+/* model/device_cuda.cu: the CUDA device (device.h) — cuBLAS for the products, the kernel
+ * families of model/cuda/ for the ops a training step spends its time in, and for the rest a
+ * grid-stride loop (cuda_launch.h) over the work items of a body from model/kernels.h. The
+ * arithmetic is ops_math.h's, the math the CPU reference runs. Nothing here knows what a
+ * model family is.
  *
- * Determinism: each item's reductions run in a fixed order inside the item (kernels.h), the
- * reductions across rows that return a number to the host (the loss, the free bits, the
- * gradient norm) are downloaded per row or per chunk and summed on the host in the CPU op's
- * order, and cuBLAS is deterministic on one GPU kind with one stream. No atomics.
+ *   model/cuda/common.cuh      warp and block reductions in a fixed order, 128-bit accesses,
+ *                              the launch spelling shared with the emulator
+ *   model/cuda/rows.cuh        RMSNorm (a warp per row), two-stage column reductions
+ *                              (RMSNorm's weight gradient, sum_rows)
+ *   model/cuda/classifier.cuh  cross-entropy: log-sum-exp, loss and dlogits in one pass over
+ *                              the logits, a block per row; the count and mean on the device
+ *   model/cuda/adamw.cuh       the gradient norm and AdamW over every tensor in one launch
+ *   model/cuda/elementwise.cuh SwiGLU, the residual adds, scaling: 128-bit accesses
+ *   model/cuda/rope.cuh        RoPE, the fused q|k|v split and join, copy_rows: a thread per
+ *                              rotation pair (four with 128-bit accesses), coalesced
+ *   model/cuda/attention.cuh   attention tiled in shared memory (FlashAttention-style online
+ *                              softmax), an atomic-free backward (a dK/dV pass and a dQ pass),
+ *                              tensor cores in bf16; the decode step's rows, a warp per row
+ *
+ * Determinism: no atomics; every sum runs in an order fixed by the shapes (a row's lanes in a
+ * fixed shuffle tree, column sums in two fixed stages, kernels.h's items in their own order),
+ * and cuBLAS is deterministic on one GPU kind with one stream. The numbers the host needs (the
+ * loss, the gradient norm) are reduced on the device and downloaded once per call; the free
+ * bits are downloaded per row and summed by the CPU op.
  *
  * Status: compiled and linked wherever nvcc exists; the host-side parts (launch geometry, the
  * kernel bodies) are tested on the CPU by tests/test_kernels.c. Whether it has ever run on a
@@ -24,6 +40,13 @@ extern "C" {
 }
 #include "model/cuda_launch.h"
 #include "model/kernels.h"
+#include "model/cuda/adamw.cuh"
+#include "model/cuda/attention.cuh"
+#include "model/cuda/classifier.cuh"
+#include "model/cuda/common.cuh"
+#include "model/cuda/elementwise.cuh"
+#include "model/cuda/rope.cuh"
+#include "model/cuda/rows.cuh"
 
 /* Rows of dZ = dR W_post computed per product in the Binary Mapper's backward (bounds the
  * work buffer to about 64 MiB at H = 16). */
@@ -32,6 +55,13 @@ extern "C" {
 #define CUDA_BF16_WORK_BYTES ((size_t)64 << 20)
 /* The work buffer reserved at open: its bounded users (bf16 operand chunks, dZ chunks) fit. */
 #define CUDA_WORK_RESERVE (CUDA_BF16_WORK_BYTES > sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS ? CUDA_BF16_WORK_BYTES : sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS)
+
+/* a tensor list of the optimizer kernels, kept on the device between steps */
+typedef struct {
+    mt_tensor_t *host, *dev;
+    int count, cap;
+    size_t chunks;
+} mt_list_t;
 
 typedef struct {
     int ordinal;
@@ -44,6 +74,10 @@ typedef struct {
     size_t n_allocs, cap_allocs;
     float *host_rows;         /* host scratch for per-row results summed on the host */
     size_t host_rows_bytes;
+    size_t smem_optin;        /* the most dynamic shared memory a block may ask for */
+    mt_list_t mt_norm, mt_adam; /* the optimizer's tensor lists (adamw.cuh) */
+    ce_result_t *ce;          /* device results: the classifier's count and loss sum, */
+    double *norm;             /* the gradient norm's sum of squares (one allocation) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -259,31 +293,14 @@ static void cu_linear_backward_set(device_t *d, float *dx, float *dw, const floa
 /* ---- kernels: a grid-stride loop over a body's items ---- */
 __global__ void g_embedding_fwd(size_t n, float *out, const uint32_t *tok, const float *table, int D) { FOR_ITEMS(n) kb_embedding_fwd(it, out, tok, table, D); }
 __global__ void g_embedding_bwd(size_t n, float *dt, const float *dout, const uint32_t *tok, int N, int D) { FOR_ITEMS(n) kb_embedding_bwd(it, dt, dout, tok, N, D); }
-__global__ void g_rmsnorm_fwd(size_t n, float *out, float *rstd, const float *x, const float *w, int D, float eps) { FOR_ITEMS(n) kb_rmsnorm_fwd(it, out, rstd, x, w, D, eps); }
-__global__ void g_rmsnorm_bwd_dx(size_t n, float *dx, const float *dout, const float *x, const float *w, const float *rstd, int D) { FOR_ITEMS(n) kb_rmsnorm_bwd_dx(it, dx, dout, x, w, rstd, D); }
-__global__ void g_rmsnorm_bwd_dw(size_t n, float *dw, const float *dout, const float *x, const float *rstd, int N, int D) { FOR_ITEMS(n) kb_rmsnorm_bwd_dw(it, dw, dout, x, rstd, N, D); }
-__global__ void g_rope(size_t n, float *out, const float *x, const float *cs, const float *sn, int T, int H, int hd, int pos0, float sign, int acc) { FOR_ITEMS(n) kb_rope(it, out, x, cs, sn, T, H, hd, pos0, sign, acc); }
-__global__ void g_qkv_split(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_split(it, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0); }
-__global__ void g_qkv_join(size_t n, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int T, int H, int Hkv, int hd, int pos0) { FOR_ITEMS(n) kb_qkv_join(it, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0); }
 __global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_rowdot(size_t n, float *Drow, const float *dout, const float *out, int Tq, int H, int hd) { FOR_ITEMS(n) kb_att_bwd_rowdot(it, Drow, dout, out, Tq, H, hd); }
 __global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_dkv(size_t n, float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dkv(it, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
-__global__ void g_swiglu_fwd(size_t n, float *out, const float *gate, const float *up) { FOR_ITEMS(n) kb_swiglu_fwd(it, out, gate, up); }
-__global__ void g_swiglu_bwd(size_t n, float *dg, float *du, const float *dout, const float *gate, const float *up, int acc) { FOR_ITEMS(n) kb_swiglu_bwd(it, dg, du, dout, gate, up, acc); }
-__global__ void g_ce_fwd(size_t n, float *row_loss, float *dz, float *lse, const float *z, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_fwd(it, row_loss, dz, lse, z, tgt, mask, V, scale); }
-__global__ void g_ce_bwd(size_t n, float *dz, const float *z, const float *lse, const uint32_t *tgt, const uint8_t *mask, int V, float scale) { FOR_ITEMS(n) kb_ce_bwd(it, dz, z, lse, tgt, mask, V, scale); }
 __global__ void g_linear_rows(size_t n, float *y, const float *x, const float *w, int in, int out) { FOR_ITEMS(n) kb_linear_rows(it, y, x, w, in, out); }
-__global__ void g_qkv_split_rows(size_t n, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int H, int Hkv, int hd, const int *pos) { FOR_ITEMS(n) kb_qkv_split_rows(it, q, k, v, qkv, cs, sn, H, Hkv, hd, pos); }
-__global__ void g_rope_rows(size_t n, float *out, const float *x, const float *cs, const float *sn, int H, int hd, const int *pos) { FOR_ITEMS(n) kb_rope_rows(it, out, x, cs, sn, H, hd, pos); }
 __global__ void g_attention_rows(size_t n, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int H, int Hkv, int hd) { FOR_ITEMS(n) kb_attention_rows(it, out, q, kc, vc, base, len, H, Hkv, hd); }
 __global__ void g_scatter_rows(size_t n, float *dst, int ldd, const int *idx, const float *src, int lds, int D) { FOR_ITEMS(n) kb_scatter_rows(it, dst, ldd, idx, src, lds, D); }
-__global__ void g_add(size_t n, float *y, const float *a, const float *b) { FOR_ITEMS(n) kb_add(it, y, a, b); }
-__global__ void g_add_inplace(size_t n, float *y, const float *x) { FOR_ITEMS(n) kb_add_inplace(it, y, x); }
-__global__ void g_scale(size_t n, float *x, float s) { FOR_ITEMS(n) kb_scale(it, x, s); }
 __global__ void g_repeat_rows(size_t n, float *out, const float *row, int D) { FOR_ITEMS(n) kb_repeat_rows(it, out, row, D); }
-__global__ void g_sum_rows(size_t n, float *out, const float *x, int N, int D) { FOR_ITEMS(n) kb_sum_rows(it, out, x, N, D); }
-__global__ void g_copy_rows(size_t n, float *dst, int ldd, const float *src, int lds, int D) { FOR_ITEMS(n) kb_copy_rows(it, dst, ldd, src, lds, D); }
 __global__ void g_uniform(size_t n, float *u, uint64_t key, uint64_t c0) { FOR_ITEMS(n) kb_uniform(it, u, key, c0); }
 __global__ void g_binmap_fwd(size_t n, uint32_t *idx, float *prob, const float *lg, const float *u, int H) { FOR_ITEMS(n) kb_binmap_fwd(it, idx, prob, lg, u, H); }
 __global__ void g_binmap_kl(size_t n, float *kl, const float *lg, int H) { FOR_ITEMS(n) kb_binmap_kl(it, kl, lg, H); }
@@ -296,12 +313,10 @@ __global__ void g_mixer_bias_fwd(size_t n, float *y, const float *bias, int T, i
 __global__ void g_mixer_bias_bwd(size_t n, float *db, const float *dy, int B, int T, int D, int h, int Tb) { FOR_ITEMS(n) kb_mixer_bias_bwd(it, db, dy, B, T, D, h, Tb); }
 __global__ void g_unroll_fwd(size_t n, float *out, const float *e, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_fwd(it, out, e, T, D, nd); }
 __global__ void g_unroll_bwd(size_t n, float *de, const float *dout, int T, int D, int nd) { FOR_ITEMS(n) kb_unroll_bwd(it, de, dout, T, D, nd); }
-__global__ void g_sumsq_chunk(size_t n, double *part, const float *x, size_t len) { FOR_ITEMS(n) kb_sumsq_chunk(it, part, x, len); }
 __global__ void g_latent_normal(size_t n, float *x, int B, int len, uint64_t key, uint64_t row0, float mean, float std) { FOR_ITEMS(n) kb_latent_normal(it, x, B, len, key, row0, mean, std); }
 __global__ void g_latent_sample(size_t n, float *z, const float *mu, const float *ls, const float *eps) { FOR_ITEMS(n) kb_latent_sample(it, z, mu, ls, eps); }
 __global__ void g_latent_kl(size_t n, float *kl, const float *mu, const float *ls, int L, int B, int len) { FOR_ITEMS(n) kb_latent_kl(it, kl, mu, ls, L, B, len); }
 __global__ void g_latent_bwd(size_t n, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale) { FOR_ITEMS(n) kb_latent_bwd(it, dmu, dls, dz, mu, ls, eps, kl_scale); }
-__global__ void g_adamw(size_t n, float *p, float *g, float *m, float *v, float clip, float dm, float b1, float b2, float eps, float ss, float bc2) { FOR_ITEMS(n) kb_adamw(it, p, g, m, v, clip, dm, b1, b2, eps, ss, bc2); }
 
 /* ---- the ops ---- */
 #define LAUNCHED(what) check_launch(d, what)
@@ -316,30 +331,31 @@ static void cu_embedding_backward(device_t *d, float *dt, const float *dout, con
     LAUNCHED("embedding_backward");
 }
 static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
-    g_rmsnorm_fwd<<<GRID((size_t)N)>>>((size_t)N, out, rstd, x, w, D, eps);
+    rmsnorm_forward_launch(impl_of(d)->stream, out, rstd, x, w, N, D, eps);
     LAUNCHED("rmsnorm_forward");
 }
 static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
-    if (dx) g_rmsnorm_bwd_dx<<<GRID((size_t)N)>>>((size_t)N, dx, dout, x, w, rstd, D);
-    if (dw) g_rmsnorm_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dout, x, rstd, N, D);
+    float *part = dw ? (float *)work(d, sizeof(float) * colred_work_floats(N, D)) : NULL;
+    if (dw && !part) return;
+    rmsnorm_backward_launch(impl_of(d)->stream, dx, dw, part, dout, x, w, rstd, N, D);
     LAUNCHED("rmsnorm_backward");
 }
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
-    size_t n = (size_t)B * T * H;
-    g_rope<<<GRID(n)>>>(n, out, x, cs, sn, T, H, hd, pos0, 1.0f, 0);
+    const size_t ld = (size_t)H * hd;
+    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, 1.0f, 0);
     LAUNCHED("rope_forward");
 }
 static void cu_rope_backward(device_t *d, float *dx, const float *dout, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
-    size_t n = (size_t)B * T * H;
-    g_rope<<<GRID(n)>>>(n, dx, dout, cs, sn, T, H, hd, pos0, -1.0f, 1);
+    const size_t ld = (size_t)H * hd;
+    rope_launch(impl_of(d)->stream, dx, ld, 0, dout, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, -1.0f, 1);
     LAUNCHED("rope_backward");
 }
 static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    g_qkv_split<<<GRID((size_t)N)>>>((size_t)N, q, k, v, qkv, cs, sn, T, H, Hkv, hd, pos0);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    g_qkv_join<<<GRID((size_t)N)>>>((size_t)N, dqkv, dq, dk, dv, cs, sn, T, H, Hkv, hd, pos0);
+    qkv_join_launch(impl_of(d)->stream, dqkv, dq, dk, dv, cs, sn, N, T, H, Hkv, hd, pos0);
     LAUNCHED("qkv_join_unrope");
 }
 static int att_head_dim_ok(device_t *d, int hd) {
@@ -349,10 +365,17 @@ static int att_head_dim_ok(device_t *d, int hd) {
     fault(d, "attention", why);
     return 0;
 }
+/* Head dimensions up to ATT_MAX_HD run the tiled kernels (attention.cuh), larger ones (up to
+ * KB_MAX_HEAD_DIM) kernels.h's per-row bodies. */
 static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
-    size_t n = (size_t)B * H * Tq;
-    g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
+    if (hd > ATT_MAX_HD) {
+        const size_t n = (size_t)B * H * Tq;
+        g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
+    } else {
+        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        if (e != cudaSuccess) fault(d, "attention_forward", cudaGetErrorString(e));
+    }
     LAUNCHED("attention_forward");
 }
 static void cu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
@@ -360,9 +383,14 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
     size_t nq = (size_t)B * H * Tq, nk = (size_t)B * Hkv * Tk;
     float *Drow = (float *)work(d, sizeof(float) * nq);
     if (!Drow) return;
-    g_att_rowdot<<<GRID(nq)>>>(nq, Drow, dout, out, Tq, H, hd);
-    g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
-    g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+    if (hd > ATT_MAX_HD) {
+        g_att_rowdot<<<GRID(nq)>>>(nq, Drow, dout, out, Tq, H, hd);
+        g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+        g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
+    } else {
+        cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
+    }
     LAUNCHED("attention_backward");
 }
 static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
@@ -372,48 +400,50 @@ static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, 
     cu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
 }
 static void cu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) {
-    size_t n = (size_t)N * F;
-    g_swiglu_fwd<<<GRID(n)>>>(n, out, gate, up);
+    swiglu_forward_launch(impl_of(d)->stream, out, gate, up, (size_t)N * F);
     LAUNCHED("swiglu_forward");
 }
 static void swiglu_bwd(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F, int acc) {
-    size_t n = (size_t)N * F;
-    g_swiglu_bwd<<<GRID(n)>>>(n, dg, du, dout, gate, up, acc);
+    swiglu_backward_launch(impl_of(d)->stream, dg, du, dout, gate, up, (size_t)N * F, acc);
     LAUNCHED("swiglu_backward");
 }
 static void cu_swiglu_backward(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 1); }
 static void cu_swiglu_backward_set(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 0); }
 
-/* Counted rows: the mask is downloaded (N bytes) and counted on the host, as the CPU op does. */
-static int counted_rows(device_t *d, const uint8_t *mask, int N) {
-    if (!mask) return N;
-    uint8_t *h = (uint8_t *)host_rows(d, (size_t)N);
-    if (!h) { fault(d, "crossentropy", "out of host memory"); return 0; }
-    cu_download(d, h, mask, (size_t)N);
-    int c = 0;
-    for (int n = 0; n < N; n++) c += h[n] != 0;
-    return c;
+/* The classifier (classifier.cuh): the row kept in shared memory when it fits (one read of the
+ * logits), the count of counted rows and the mean loss reduced on the device. */
+static void classifier(device_t *d, float *row_loss, float *lse, float *dz, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss, int have_lse) {
+    cuda_impl_t *c = impl_of(d);
+    const size_t cache = !have_lse && sizeof(float) * (size_t)V + 1024 <= c->smem_optin ? sizeof(float) * (size_t)V : 0;
+    if (cache > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k_classifier, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache);
+        if (e != cudaSuccess) {
+            fault(d, "crossentropy: cudaFuncSetAttribute", cudaGetErrorString(e));
+            cudaGetLastError();
+            return;
+        }
+    }
+    classifier_launch(c->stream, c->ce, row_loss, lse, dz, z, tgt, mask, N, V, dloss, have_lse, cache);
 }
 static float cu_crossentropy_forward(device_t *d, float *dz, float *lse, int *count, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
-    int cnt = counted_rows(d, mask, N);
-    if (count) *count = cnt;
-    float scale = cnt > 0 ? dloss / (float)cnt : 0.0f;
+    cuda_impl_t *c = impl_of(d);
     float *row_loss = (float *)work(d, sizeof(float) * (N > 0 ? N : 1));
     if (!row_loss) return NAN;
-    g_ce_fwd<<<GRID((size_t)N)>>>((size_t)N, row_loss, dz, lse, z, tgt, mask, V, scale);
+    classifier(d, row_loss, lse, dz, z, tgt, mask, N, V, dloss, 0);
     LAUNCHED("crossentropy_forward");
-    /* the mean over rows, summed on the host in row order in double (the CPU op's sum) */
-    float *h = (float *)host_rows(d, sizeof(float) * (N > 0 ? N : 1));
-    if (!h) { fault(d, "crossentropy", "out of host memory"); return NAN; }
-    cu_download(d, h, row_loss, sizeof(float) * N);
-    double sum = 0.0;
-    for (int n = 0; n < N; n++) sum += h[n];
-    return cnt > 0 ? (float)(sum / cnt) : 0.0f;
+    ce_result_t r = {0.0, 0, 0};
+    cudaError_t e = cudaMemcpyAsync(&r, c->ce, sizeof r, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        fault(d, "crossentropy_forward: download", cudaGetErrorString(e));
+        cudaGetLastError();
+        return NAN;
+    }
+    if (count) *count = r.count;
+    return r.count > 0 ? (float)(r.loss_sum / r.count) : 0.0f;
 }
 static void cu_crossentropy_backward(device_t *d, float *dz, const float *z, const float *lse, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
-    int cnt = counted_rows(d, mask, N);
-    float scale = cnt > 0 ? dloss / (float)cnt : 0.0f;
-    g_ce_bwd<<<GRID((size_t)N)>>>((size_t)N, dz, z, lse, tgt, mask, V, scale);
+    classifier(d, NULL, (float *)lse, dz, z, tgt, mask, N, V, dloss, 1);
     LAUNCHED("crossentropy_backward");
 }
 /* Row-independent products by a kernel, not cuBLAS: cuBLAS may choose another algorithm
@@ -424,18 +454,23 @@ static void cu_linear_rows(device_t *d, float *y, const float *x, const float *w
     LAUNCHED("linear_rows");
 }
 static void cu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int H, int Hkv, int hd, const int *pos) {
-    g_qkv_split_rows<<<GRID((size_t)N)>>>((size_t)N, q, k, v, qkv, cs, sn, H, Hkv, hd, pos);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
     LAUNCHED("qkv_split_rope_rows");
 }
 static void cu_rope_rows(device_t *d, float *out, const float *x, const float *cs, const float *sn, int N, int H, int hd, const int *pos) {
-    size_t n = (size_t)N * H;
-    g_rope_rows<<<GRID(n)>>>(n, out, x, cs, sn, H, hd, pos);
+    const size_t ld = (size_t)H * hd;
+    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)N, H, hd, 1, 0, pos, 1.0f, 0);
     LAUNCHED("rope_rows");
 }
 static void cu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) {
     if (!att_head_dim_ok(d, hd)) return;
-    size_t n = (size_t)N * H;
-    g_attention_rows<<<GRID(n)>>>(n, out, q, kc, vc, base, len, H, Hkv, hd);
+    if (hd > ATT_MAX_HD) {
+        size_t n = (size_t)N * H;
+        g_attention_rows<<<GRID(n)>>>(n, out, q, kc, vc, base, len, H, Hkv, hd);
+    } else {
+        cudaError_t e = attention_rows_launch(impl_of(d)->stream, out, q, kc, vc, base, len, N, H, Hkv, hd);
+        if (e != cudaSuccess) fault(d, "attention_rows", cudaGetErrorString(e));
+    }
     LAUNCHED("attention_rows");
 }
 static void cu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, const float *src, int lds, int N, int D) {
@@ -443,21 +478,22 @@ static void cu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, co
     g_scatter_rows<<<GRID(n)>>>(n, dst, ldd, idx, src, lds, D);
     LAUNCHED("scatter_rows");
 }
-static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { g_add<<<GRID(n)>>>(n, y, a, b); LAUNCHED("add"); }
-static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { g_add_inplace<<<GRID(n)>>>(n, y, x); LAUNCHED("add_inplace"); }
-static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { g_scale<<<GRID(n)>>>(n, x, s); LAUNCHED("scale"); }
+static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { add_launch(impl_of(d)->stream, y, a, b, n); LAUNCHED("add"); }
+static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { add_inplace_launch(impl_of(d)->stream, y, x, n); LAUNCHED("add_inplace"); }
+static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { scale_launch(impl_of(d)->stream, x, s, n); LAUNCHED("scale"); }
 static void cu_repeat_rows(device_t *d, float *out, const float *row, int N, int D) {
     size_t n = (size_t)N * D;
     g_repeat_rows<<<GRID(n)>>>(n, out, row, D);
     LAUNCHED("repeat_rows");
 }
 static void cu_sum_rows(device_t *d, float *out, const float *x, int N, int D) {
-    g_sum_rows<<<GRID((size_t)D)>>>((size_t)D, out, x, N, D);
+    float *part = (float *)work(d, sizeof(float) * colred_work_floats(N, D));
+    if (!part) return;
+    colsum_launch(impl_of(d)->stream, out, part, x, NULL, NULL, N, D, COLRED_SUM, 1);
     LAUNCHED("sum_rows");
 }
 static void cu_copy_rows(device_t *d, float *dst, int ldd, const float *src, int lds, int rows, int D) {
-    size_t n = (size_t)rows * D;
-    g_copy_rows<<<GRID(n)>>>(n, dst, ldd, src, lds, D);
+    copy_rows_launch(impl_of(d)->stream, dst, (size_t)ldd, 0, src, (size_t)lds, 0, (size_t)(rows > 0 ? rows : 0), D);
     LAUNCHED("copy_rows");
 }
 static void cu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t c0) { g_uniform<<<GRID(n)>>>(n, u, key, c0); LAUNCHED("uniform_fill"); }
@@ -537,19 +573,6 @@ static void cu_unroll_backward(device_t *d, float *de, const float *dout, int B,
     g_unroll_bwd<<<GRID(n)>>>(n, de, dout, T, D, nd);
     LAUNCHED("unroll_backward");
 }
-static double cu_sumsq(device_t *d, const float *x, size_t n) {
-    const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
-    if (!nch) return 0.0;
-    double *part = (double *)work(d, sizeof(double) * nch);
-    double *h = (double *)host_rows(d, sizeof(double) * nch);
-    if (!part || !h) { fault(d, "sumsq", "out of memory"); return NAN; }
-    g_sumsq_chunk<<<GRID(nch)>>>(nch, part, x, n);
-    LAUNCHED("sumsq");
-    cu_download(d, h, part, sizeof(double) * nch);
-    double total = 0.0; /* the chunks in order, as ops_adamw.c */
-    for (size_t c = 0; c < nch; c++) total += h[c];
-    return total;
-}
 static void cu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) {
     size_t total = (size_t)L * B * n;
     g_latent_normal<<<GRID(total)>>>(total, x, B, n, key, row0, mean, std);
@@ -558,9 +581,98 @@ static void cu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_
 static void cu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { g_latent_sample<<<GRID(n)>>>(n, z, mu, ls, eps); LAUNCHED("latent_sample"); }
 static void cu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { g_latent_kl<<<GRID((size_t)B)>>>((size_t)B, kl, mu, ls, L, B, n); LAUNCHED("latent_kl_rows"); }
 static void cu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { g_latent_bwd<<<GRID(n)>>>(n, dmu, dls, dz, mu, ls, eps, kl_scale); LAUNCHED("latent_backward"); }
-static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
-    g_adamw<<<GRID(n)>>>(n, p, g, m, v, s->clip, s->decay_mul, s->beta1, s->beta2, s->eps, s->step_size, s->bc2_sqrt);
+/* ---- the optimizer (adamw.cuh) ----
+ * The list on the device, uploaded when it changed (a training step passes the same list every
+ * step: no upload, no wait), and its chunk count. */
+static const mt_tensor_t *mt_upload(device_t *d, mt_list_t *L, mt_tensor_t *t, int count) {
+    cuda_impl_t *c = impl_of(d);
+    const size_t chunks = mt_layout(t, count);
+    if (count == L->count && L->dev && !memcmp(t, L->host, sizeof(*t) * count)) return L->dev;
+    cudaError_t e = cudaSuccess;
+    if (count > L->cap) {
+        e = cudaStreamSynchronize(c->stream); /* the old list may still be read */
+        if (L->dev) cudaFree(L->dev);
+        free(L->host);
+        L->dev = NULL;
+        L->host = (mt_tensor_t *)malloc(sizeof(*t) * count);
+        L->cap = L->count = 0;
+        if (e != cudaSuccess || !L->host || (e = cudaMalloc(&L->dev, sizeof(*t) * count)) != cudaSuccess) {
+            fault(d, "optimizer: the tensor list", e != cudaSuccess ? cudaGetErrorString(e) : "out of host memory");
+            cudaGetLastError();
+            free(L->host);
+            L->host = NULL;
+            L->dev = NULL;
+            return NULL;
+        }
+        L->cap = count;
+    }
+    memcpy(L->host, t, sizeof(*t) * count);
+    /* waited for: the host copy is rewritten by the next call */
+    e = cudaMemcpyAsync(L->dev, L->host, sizeof(*t) * count, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        fault(d, "optimizer: the tensor list", cudaGetErrorString(e));
+        cudaGetLastError();
+        L->count = 0;
+        return NULL;
+    }
+    L->count = count;
+    L->chunks = chunks;
+    return L->dev;
+}
+/* The sum of squares of every tensor: chunks of OPS_SUMSQ_CHUNK each in double (a warp per
+ * chunk), then one block adds the chunks; one download. */
+static double cu_sumsq_multi(device_t *d, const float *const *x, const size_t *n, int count) {
+    cuda_impl_t *c = impl_of(d);
+    if (count <= 0) return 0.0;
+    mt_tensor_t *t = (mt_tensor_t *)calloc(count, sizeof(*t));
+    if (!t) { fault(d, "sumsq", "out of host memory"); return NAN; }
+    for (int i = 0; i < count; i++) {
+        t[i].g = (float *)x[i];
+        t[i].n = n[i];
+    }
+    const mt_tensor_t *dev = mt_upload(d, &c->mt_norm, t, count);
+    free(t);
+    if (!dev) return NAN;
+    double *part = (double *)work(d, sizeof(double) * (c->mt_norm.chunks ? c->mt_norm.chunks : 1));
+    if (!part) return NAN;
+    sumsq_multi_launch(c->stream, c->norm, part, dev, count, c->mt_norm.chunks);
+    LAUNCHED("sumsq");
+    double total = NAN;
+    cudaError_t e = cudaMemcpyAsync(&total, c->norm, sizeof total, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        fault(d, "sumsq: download", cudaGetErrorString(e));
+        cudaGetLastError();
+        return NAN;
+    }
+    return total;
+}
+static double cu_sumsq(device_t *d, const float *x, size_t n) { return cu_sumsq_multi(d, &x, &n, 1); }
+/* AdamW over every tensor of the list in one launch (a block per chunk). */
+static void cu_adamw_update_multi(device_t *d, const adamw_tensor_t *at, int count, const adamw_scalars_t *s) {
+    cuda_impl_t *c = impl_of(d);
+    if (count <= 0) return;
+    mt_tensor_t *t = (mt_tensor_t *)calloc(count, sizeof(*t));
+    if (!t) { fault(d, "adamw_update", "out of host memory"); return; }
+    for (int i = 0; i < count; i++) {
+        t[i].p = at[i].p;
+        t[i].g = at[i].g;
+        t[i].m = at[i].m;
+        t[i].v = at[i].v;
+        t[i].n = at[i].n;
+        t[i].decay = at[i].decay;
+    }
+    const mt_tensor_t *dev = mt_upload(d, &c->mt_adam, t, count);
+    free(t);
+    if (!dev) return;
+    const mt_scalars_t sc = {s->clip, s->decay_mul, s->beta1, s->beta2, s->eps, s->step_size, s->bc2_sqrt};
+    adamw_multi_launch(c->stream, dev, count, c->mt_adam.chunks, sc);
     LAUNCHED("adamw_update");
+}
+static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
+    const adamw_tensor_t t = {p, g, m, v, n, 1};
+    cu_adamw_update_multi(d, &t, 1, s);
 }
 
 /* C++20 designated initializers: in the table's order, which the compiler checks */
@@ -623,6 +735,8 @@ static const device_ops_t cuda_ops = {
     .latent_sample = cu_latent_sample,
     .latent_kl_rows = cu_latent_kl_rows,
     .latent_backward = cu_latent_backward,
+    .sumsq_multi = cu_sumsq_multi,
+    .adamw_update_multi = cu_adamw_update_multi,
 };
 
 extern "C" void device_cuda_close(device_t *d);
@@ -649,6 +763,12 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         cudaGetLastError();
         return -1;
     }
+    int optin = 0;
+    if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal)) != cudaSuccess) {
+        snprintf(err, errlen, "device cuda:%d: cudaDeviceGetAttribute: %s", ordinal, cudaGetErrorString(e));
+        cudaGetLastError();
+        return -1;
+    }
     device_t *d = (device_t *)calloc(1, sizeof(*d));
     cuda_impl_t *c = (cuda_impl_t *)calloc(1, sizeof(*c));
     if (!d || !c) {
@@ -658,6 +778,7 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         return -1;
     }
     c->ordinal = ordinal;
+    c->smem_optin = (size_t)optin;
     d->ops = &cuda_ops;
     d->kind = DEVICE_CUDA;
     d->ordinal = ordinal;
@@ -677,6 +798,9 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
     /* the work buffer's bounded users fit it: reserved now, so what a model's "largest batch
      * that fits" probe finds free stays free for the first step */
     else if (!work(d, CUDA_WORK_RESERVE)) what = "the work buffer", why = "out of device memory";
+    else if ((e = cudaMalloc(&c->ce, sizeof(ce_result_t) + sizeof(double))) != cudaSuccess)
+        what = "the reductions' results", why = cudaGetErrorString(e);
+    else c->norm = (double *)(c->ce + 1);
     if (what) {
         char code[64] = "";
         if (st != CUBLAS_STATUS_SUCCESS) snprintf(code, sizeof code, "cuBLAS status %d", (int)st);
@@ -696,6 +820,11 @@ extern "C" void device_cuda_close(device_t *d) {
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->work) cudaFree(c->work);
+        if (c->ce) cudaFree(c->ce);
+        if (c->mt_norm.dev) cudaFree(c->mt_norm.dev);
+        if (c->mt_adam.dev) cudaFree(c->mt_adam.dev);
+        free(c->mt_norm.host);
+        free(c->mt_adam.host);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c->allocs);

@@ -56,8 +56,12 @@ struct ltm {
     float *kl_host;                /* (Bmax) host copy (the device's own buffer on the CPU) */
     /* the draws: the key of the current optimizer step, the next micro-batch's first row */
     uint64_t step, key, row0;
+    uint64_t post_key, post_row0;  /* the streams of the posterior being fitted (its noise) */
     int posterior_given;           /* ltm_set_posterior: the next forward starts from it */
+    float *eps_given;              /* (n_eps_given, L, B, m, D) host: the noise it gave */
+    int n_eps_given, use_given;    /* use_given: the posterior being fitted is the given one */
     int base_ready;                /* embedding and layer 0's self-attention done for these tokens */
+    int inferred;                  /* ltm_infer ran on these tokens: ltm_score may follow */
     /* the last training forward */
     int has_targets, count;
     double ce, kl_sum, elbo, elbo0, lr_fast;
@@ -175,6 +179,7 @@ void ltm_destroy(ltm_t **pm) {
     }
     llama_destroy(&m->dec);
     if (m->kl_host != m->kl) free(m->kl_host);
+    free(m->eps_given);
     void *p[] = {m->pv, m->gv, m->w, m->g, m->ca};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) free(p[i]);
     free(m);
@@ -294,6 +299,7 @@ const float *ltm_logits(ltm_t *m) { return llama_logits(m->dec); }
 int ltm_set_shape(ltm_t *m, int B, int T, char *err, size_t errlen) {
     int rc = llama_set_shape(m->dec, B, T, err, errlen);
     if (rc) return rc;
+    if (B != m->B || T != m->T) m->inferred = 0;
     m->B = B;
     m->T = T;
     return 0;
@@ -379,6 +385,7 @@ static void cross_backward(ltm_t *m, int l, float *dxc, const float *x_mid, cons
 static int base_forward(ltm_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     m->base_ready = 0;
     m->has_targets = 0;
+    m->inferred = 0;
     int rc = llama_embed(m->dec, tokens, err, errlen);
     if (rc) return rc;
     llama_block_w_t w = llama_block_weights(m->dec, 0);
@@ -465,11 +472,31 @@ static void posterior_start(ltm_t *m, uint64_t key, uint64_t row0) {
     if (!m->posterior_given) {
         DEV(d, latent_normal, m->mu, m->L, m->B, n, rng_counter_key(key, 1), row0, 0.0f, MU0_STD);
         DEV(d, latent_normal, m->ls, m->L, m->B, n, rng_counter_key(key, 2), row0, LS0_MEAN, LS0_STD);
-        DEV(d, latent_normal, m->eps, m->L, m->B, n, rng_counter_key(key, 3), row0, 0.0f, 1.0f);
     }
+    m->use_given = m->posterior_given;
     m->posterior_given = 0;
+    m->post_key = key;
+    m->post_row0 = row0;
     float *mom[] = {m->m_mu, m->v_mu, m->m_ls, m->v_ls};
     for (int i = 0; i < 4; i++) DEV(d, zero, mom[i], sizeof(float) * NL);
+}
+
+/* eps of draw `draw` of the current posterior into m->eps: stochastic variational inference,
+ * a fresh N(0, I) for every inner step (draw k of stream NOISE_FIT) and for the forward at the
+ * final posterior (draw K), and for each scoring draw (stream NOISE_SCORE), counter-based:
+ * row b's numbers are a function of (key, row0 + b, stream, draw) alone, whatever the batch,
+ * the device or a resume. A test's ltm_set_posterior gave the noise instead: its draw
+ * min(draw, n - 1) (one draw: the same eps at every step, the pre-fix estimator). */
+enum { NOISE_FIT = 3, NOISE_SCORE = 5 };
+static void noise(ltm_t *m, int stream, uint64_t draw) {
+    const size_t NL = ltm_latent_numel(m);
+    if (m->use_given && stream == NOISE_FIT) {
+        const uint64_t n = (uint64_t)m->n_eps_given, j = draw < n ? draw : n - 1;
+        DEV(m->dev, upload, m->eps, m->eps_given + j * NL, sizeof(float) * NL);
+        return;
+    }
+    const uint64_t key = rng_counter_key(rng_counter_key(m->post_key, (uint64_t)stream), draw);
+    DEV(m->dev, latent_normal, m->eps, m->L, m->B, m->M * m->cfg.d_model, key, m->post_row0, 0.0f, 1.0f);
 }
 
 /* One inner step on the current posterior (forward at z, backward to z, AdamW step t on mu and
@@ -480,6 +507,7 @@ static int inner_step(ltm_t *m, const uint32_t *targets, const uint8_t *mask, in
     const size_t NL = ltm_latent_numel(m);
     device_t *d = m->dev;
     float ce = 0;
+    noise(m, NOISE_FIT, (uint64_t)t - 1);
     DEV(d, latent_sample, m->z, m->mu, m->ls, m->eps, NL);
     blocks_forward(m);
     int rc = llama_head_forward(m->dec, targets, mask, &ce, err, errlen);
@@ -525,8 +553,9 @@ static int inner_loop(ltm_t *m, const uint32_t *targets, const uint8_t *mask, in
         }
         if (DEV(m->dev, sync, err, errlen)) return LTM_EARG;
     }
-    // the forward at the final posterior, with the trainer's gradient scale
+    // the forward at the final posterior (a fresh draw), with the trainer's gradient scale
     float cef = 0;
+    noise(m, NOISE_FIT, (uint64_t)K);
     DEV(m->dev, latent_sample, m->z, m->mu, m->ls, m->eps, ltm_latent_numel(m));
     blocks_forward(m);
     llama_set_grad_scale(m->dec, m->grad_scale);
@@ -605,6 +634,85 @@ int ltm_infer(ltm_t *m, const uint32_t *tokens, const uint32_t *targets, const u
     posterior_start(m, o->key, o->row0);
     rc = inner_loop(m, targets, mask, o->steps, o->lr, o->record, o->n_record, ce, kl, err, errlen);
     m->has_targets = 0;   /* nothing for ltm_backward: an inference is not a training step */
+    m->inferred = rc == 0;
+    return rc;
+}
+
+/* -log p(target) summed over row b's counted positions, from host logits (B,T,V). */
+static double row_nll(const float *lg, const uint32_t *targets, const uint8_t *mask, int b, int T, int V) {
+    double s = 0;
+    for (int t = 0; t < T; t++) {
+        const size_t n = (size_t)b * T + t;
+        if (mask && !mask[n]) continue;
+        const float *r = lg + n * V;
+        float mx = r[0];
+        for (int v = 1; v < V; v++) mx = r[v] > mx ? r[v] : mx;
+        double z = 0;
+        for (int v = 0; v < V; v++) z += exp((double)r[v] - mx);
+        s += mx + log(z) - r[targets[n]];
+    }
+    return s;
+}
+
+int ltm_score(ltm_t *m, const uint32_t *targets, const uint8_t *mask, int S, double *ce, double *kl,
+              double *logw, char *err, size_t errlen) {
+    if (!m->inferred || !targets || S < 1 || !ce) {
+        snprintf(err, errlen, "ltm_score: needs a posterior from ltm_infer on the same tokens, targets and S >= 1");
+        return LTM_EARG;
+    }
+    const size_t NL = ltm_latent_numel(m), per_row = (size_t)m->M * m->cfg.d_model;
+    const int B = m->B, T = m->T, V = m->cfg.vocab_size;
+    for (int n = 0; n < B * T; n++)
+        if ((!mask || mask[n]) && targets[n] >= (uint32_t)V) {
+            snprintf(err, errlen, "ltm_score: target id %u at position %d is outside the vocabulary of %d",
+                     targets[n], n, V);
+            return LTM_ETOKEN;
+        }
+    float *mu = NULL, *ls = NULL, *eps = NULL;
+    int rc = LTM_ENOMEM;
+    double *klr = malloc(sizeof(double) * B);
+    if (!klr || (logw && (!(mu = malloc(sizeof(float) * NL)) || !(ls = malloc(sizeof(float) * NL)) ||
+                          !(eps = malloc(sizeof(float) * NL))))) {
+        snprintf(err, errlen, "ltm_score: out of memory for %zu latents", NL);
+        goto out;
+    }
+    kl_total(m);
+    for (int b = 0; b < B; b++) klr[b] = m->kl_host[b];
+    if (kl) memcpy(kl, klr, sizeof(double) * B);
+    if (logw) {
+        DEV(m->dev, download, mu, m->mu, sizeof(float) * NL);
+        DEV(m->dev, download, ls, m->ls, sizeof(float) * NL);
+    }
+    for (int s = 0; s < S; s++) {
+        noise(m, NOISE_SCORE, (uint64_t)s);
+        DEV(m->dev, latent_sample, m->z, m->mu, m->ls, m->eps, NL);
+        blocks_forward(m);
+        if ((rc = llama_head_forward(m->dec, NULL, NULL, NULL, err, errlen))) goto out;
+        const float *lg = llama_logits(m->dec);
+        if (!lg) { rc = LTM_ENOMEM; snprintf(err, errlen, "ltm_score: out of memory for the logits"); goto out; }
+        for (int b = 0; b < B; b++) ce[(size_t)s * B + b] = row_nll(lg, targets, mask, b, T, V);
+        if (!logw) continue;
+        /* log w = log p(x|z) + log N(z; 0, I) - log N(z; mu, sigma^2), z = mu + sigma eps:
+         * the Gaussians' constants cancel, leaving sum_i (eps_i^2 - z_i^2) / 2 + ls_i */
+        DEV(m->dev, download, eps, m->eps, sizeof(float) * NL);
+        for (int b = 0; b < B; b++) {
+            double r = 0;
+            for (int l = 0; l < m->L; l++) {
+                const size_t o = ((size_t)l * B + b) * per_row;
+                for (size_t i = o; i < o + per_row; i++) {
+                    const double e = eps[i], z = mu[i] + exp((double)ls[i]) * e;
+                    r += 0.5 * (e * e - z * z) + ls[i];
+                }
+            }
+            logw[(size_t)s * B + b] = -ce[(size_t)s * B + b] + r;
+        }
+    }
+    rc = DEV(m->dev, sync, err, errlen) ? LTM_EARG : 0;
+out:
+    free(klr);
+    free(mu);
+    free(ls);
+    free(eps);
     return rc;
 }
 
@@ -624,12 +732,16 @@ int ltm_forward_z(ltm_t *m, const uint32_t *tokens, const uint32_t *targets, con
     return DEV(m->dev, sync, err, errlen) ? LTM_EARG : 0;
 }
 
-int ltm_set_posterior(ltm_t *m, const float *mu, const float *ls, const float *eps) {
-    const size_t bytes = sizeof(float) * ltm_latent_numel(m);
-    if (!mu || !ls || !eps) return LTM_EARG;
+int ltm_set_posterior(ltm_t *m, const float *mu, const float *ls, const float *eps, int n_eps) {
+    const size_t NL = ltm_latent_numel(m), bytes = sizeof(float) * NL;
+    if (!mu || !ls || !eps || n_eps < 1) return LTM_EARG;
+    float *e = realloc(m->eps_given, bytes * (size_t)n_eps);
+    if (!e) return LTM_ENOMEM;
+    memcpy(e, eps, bytes * (size_t)n_eps);
+    m->eps_given = e;
+    m->n_eps_given = n_eps;
     DEV(m->dev, upload, m->mu, mu, bytes);
     DEV(m->dev, upload, m->ls, ls, bytes);
-    DEV(m->dev, upload, m->eps, eps, bytes);
     m->posterior_given = 1;
     return 0;
 }

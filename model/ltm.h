@@ -17,17 +17,25 @@
  * divides the context).
  *
  * Prior z ~ N(0, I). Posterior of each sequence: q(z|x) = N(mu, diag sigma^2), sigma = exp(ls),
- * local parameters of that sequence; z = mu + sigma eps (reparameterised, eps ~ N(0, I) drawn
- * once per batch and kept through its inner steps, as the public code does). Per sequence
+ * local parameters of that sequence; z = mu + sigma eps (reparameterised). Stochastic
+ * variational inference: a fresh eps ~ N(0, I) at every inner step and another for the forward
+ * at the final posterior, so the fitted q is good on average over eps, and the final forward's
+ * NELBO is an unbiased one-draw estimate of E_eps[NELBO] at q (an upper bound on -log p(x)
+ * in expectation). (The public code draws eps once per batch and keeps it through the inner
+ * steps and the final forward: the inner loop then fits mu so that that one z explains the
+ * row while the KL is charged as if z were random, and the score is the objective it was
+ * fitted to, below E_eps[NELBO] and, measured, below the exact -log p(x) of a model whose
+ * likelihood is computable: tests/test_ltm_bound.c.) Per sequence
  *   NELBO = sum over its counted targets of -log p(x_t | x_<t, z) + KL(q || N(0, I))
  * (the KL in closed form, ops_math.h ops_latent_kl); the loss a forward returns is the batch's
  * NELBO per counted token, sum_b NELBO_b / count, an upper bound on the NLL per token.
  *
  * Dual-rate learning (seed 003 §2.2, Algorithm 1), all inside ltm_forward:
  *   1. mu ~ 0.01 N(0, 1), ls ~ -2.5 + 0.05 N(0, 1) (the public code's log-variance -5 +- 0.1,
- *      halved), eps ~ N(0, 1): counter-based draws of each sequence (ops.h latent_normal),
- *      keyed by (seed, optimizer step) and the sequence's row in the step, so a resumed run and
- *      every device draw the same numbers;
+ *      halved), and eps_k ~ N(0, 1) of inner step k = 0..K (k = K: the final forward):
+ *      counter-based draws of each sequence (ops.h latent_normal), keyed by (seed, optimizer
+ *      step), the sequence's row in the step and k, so a resumed run and every device draw the
+ *      same numbers;
  *   2. K = inner_steps AdamW steps on (mu, ls) alone, minimising sum_b NELBO_b: beta 0.9/0.999,
  *      eps 1e-8, decoupled decay 0.01 (torch.optim.AdamW's defaults, which the public code
  *      keeps), fresh moments per batch. The fast rate: seed 003's ramp over training gives the
@@ -37,7 +45,7 @@
  *      code's get_fast_lr: with a constant 0.3, Adam overshoots log sigma and the KL
  *      oscillates; tests/test_ltm.c). An inner step's backward computes dL/dz only: no decoder
  *      weight gradient, nothing below layer 0's cross-attention;
- *   3. the final forward at z_K = mu_K + sigma_K eps, whose backward (ltm_backward) gives the
+ *   3. the final forward at z_K = mu_K + sigma_K eps_K, whose backward (ltm_backward) gives the
  *      decoder's gradient for the trainer's slow AdamW step.
  * The slow gradient does NOT flow through the inner loop: (mu_K, sigma_K) are constants for the
  * decoder's update (the public code detaches z after the inner loop), so the decoder's gradient
@@ -142,12 +150,25 @@ typedef struct {
     int n_record;
 } ltm_infer_t;
 /* Infers q(z|x) of every row of tokens (B,T) from its counted targets (the mask selects them:
- * a prompt's positions only, for instance); records after record[i] steps the batch's sum of
+ * a prompt's positions only, for instance) by stochastic VI (a fresh eps per step, streams
+ * (key, row0 + b) and the step); records after record[i] steps the batch's sum of
  * -log p(target | z) over counted targets into ce[i] and its sum of KL into kl[i] (nats; either
- * may be NULL). Afterwards the model holds z = mu + sigma eps of the last step: ltm_forward_z
- * and ltm_latents_dev use it. */
+ * may be NULL), at that step's own fresh draw: one-draw estimates (ltm_score averages many).
+ * Afterwards the model holds z = mu + sigma eps_K of the final forward: ltm_forward_z and
+ * ltm_latents_dev use it. */
 int ltm_infer(ltm_t *m, const uint32_t *tokens, const uint32_t *targets, const uint8_t *mask,
               const ltm_infer_t *o, double *ce, double *kl, char *err, size_t errlen);
+/* Scores the posterior the last ltm_infer fitted (same tokens, targets and mask, shape kept) on
+ * S fresh draws z_s = mu + sigma eps_s, eps_s from streams (key, row0 + b) of the inference,
+ * apart from the fit's (so reproducible, and independent of the noise q was fitted on). For
+ * draw s and row b: ce[s*B + b] = -log p(x_b | z_s) summed over the row's counted targets;
+ * kl[b] = KL(q_b || N(0, I)) (closed form; NULL: not wanted); logw[s*B + b] = log p(x_b | z_s)
+ * + log N(z_s; 0, I) - log q_b(z_s), the importance weight of an IWAE bound (NULL: not wanted).
+ * E_s[ce + kl] >= -log p(x_b) and E[-log mean_{k<K'} exp(logw_k)] >= -log p(x_b) for any q.
+ * Afterwards z is the last draw's. Host work per draw: the logits (B,T,V), and with logw the
+ * latents (3 L B m D floats). */
+int ltm_score(ltm_t *m, const uint32_t *targets, const uint8_t *mask, int S, double *ce, double *kl,
+              double *logw, char *err, size_t errlen);
 /* z ~ N(0, I) for the current B rows (sequence b: stream (key, row0 + b)). */
 void ltm_prior(ltm_t *m, uint64_t key, uint64_t row0);
 /* The decoder with the model's current z on tokens (B,T) (B the shape z was made for); with
@@ -182,9 +203,12 @@ int gen_ltm_step(gen_ltm_t *g, const uint32_t *tokens, int B, int T, float *all_
                  size_t errlen);
 
 /* Tests: the next ltm_forward / ltm_infer starts from this posterior (host, (L,B,m,D) each)
- * instead of the draws (once). ltm_posterior downloads the current mu, ls and the gradients of
- * the last inner step dmu, dls (any may be NULL). */
-int ltm_set_posterior(ltm_t *m, const float *mu, const float *ls, const float *eps);
+ * instead of the draws (once), and its inner step k (k = K: the final forward) uses the noise
+ * eps + min(k, n_eps - 1) * L*B*m*D (n_eps >= 1 draws; n_eps = 1: the same eps throughout, the
+ * fixed-noise fit whose score is no bound; ltm_score draws its own noise regardless).
+ * ltm_posterior downloads the current mu, ls and the gradients of the last inner step dmu, dls
+ * (any may be NULL). */
+int ltm_set_posterior(ltm_t *m, const float *mu, const float *ls, const float *eps, int n_eps);
 int ltm_posterior(ltm_t *m, float *mu, float *ls, float *dmu, float *dls);
 size_t ltm_latent_numel(const ltm_t *m);         /* L * B * m * D of the current shape */
 

@@ -168,6 +168,16 @@ typedef struct adamw_scalars {
 void adamw_update(float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s);
 /* sum of x^2 in double, in fixed chunks added in order: the same whatever the thread count. */
 double sumsq(const float *x, size_t n);
+/* The optimizer over a list of tensors at once (model/adamw.c's step: one call each, so a
+ * device runs a step in two launches and one host synchronisation). */
+typedef struct adamw_tensor {
+    float *p, *g, *m, *v;  /* parameters, gradients (scaled by clip in place), moments */
+    size_t n;
+    int decay;             /* 1: p *= decay_mul before the update; 0: no decay */
+} adamw_tensor_t;
+/* The sum over the list of sumsq(x[i], n[i]), tensors in order (the same total as the calls
+ * one by one). */
+double sumsq_multi(const float *const *x, const size_t *n, int count);
 /* ---- the Free Transformer's Binary Mapper, KL and post-sampler (model/ops_binmap.c) ---- */
 /* Bits and indices: prob = sigmoid(logits); bit_h = u_h < prob_h; idx = sum_h 2^h bit_h. */
 void binmap_forward(uint32_t *idx /* (N) */, float *prob /* (N,H) */,

@@ -76,3 +76,9 @@ double sumsq(const float *x, size_t n) {
     if (part != stack_part) free(part);
     return total;
 }
+
+double sumsq_multi(const float *const *x, const size_t *n, int count) {
+    double total = 0.0;
+    for (int i = 0; i < count; i++) total += sumsq(x[i], n[i]);
+    return total;
+}

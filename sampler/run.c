@@ -112,11 +112,15 @@ int sampler_generate(sampler_model_t *sm, const uint32_t *prompt, int P, const s
         if (rc || (rc = engine_step(e, err, errlen))) break;
         for (int row = 0; row < engine_max_batch(e); row++) {
             const engine_row_t *w = engine_row(e, row);
-            if (sample_of[row] < 0 || w->state != ENGINE_DONE) continue;
+            if (sample_of[row] < 0) continue;
             const int i = sample_of[row];
+            /* the caller's stop rule ends a decoding row as eot would */
+            const int by_fn = w->state == ENGINE_DECODE && w->grew && o->stop_fn &&
+                              o->stop_fn(o->stop_ctx, (int)(o->first + (uint32_t)i), w->ids, w->len);
+            if (w->state != ENGINE_DONE && !by_fn) continue;
             memcpy(res->ids + (size_t)i * M, w->ids, sizeof(uint32_t) * w->len);
             res->len[i] = w->len;
-            res->stopped[i] = w->stopped;
+            res->stopped[i] = by_fn ? 2 : w->stopped;
             if (H) memcpy(res->z + (size_t)i * ZS, w->z, sizeof(uint32_t) * w->n_z);
             res->new_tokens += w->len;
             engine_release(e, row);

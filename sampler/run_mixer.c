@@ -63,6 +63,11 @@ int sampler_generate_mixer(sampler_model_t *sm, const uint32_t *prompt, int P, c
                     done++;
                 } else {
                     res->ids[(size_t)i * M + res->len[i]++] = id;
+                    if (o->stop_fn && res->len[i] < M &&
+                        o->stop_fn(o->stop_ctx, (int)(o->first + (uint32_t)i), res->ids + (size_t)i * M, res->len[i])) {
+                        res->stopped[i] = 2;
+                        done++;
+                    }
                 }
             }
             if (done == B || s == M - 1) break;

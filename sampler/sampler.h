@@ -81,13 +81,18 @@ typedef struct {
     int ltm_prior;          /* 1: z from the prior N(0, I); 0: inferred from the prompt */
     int inner_steps;        /* the inference's fast steps (0: the checkpoint's inner_steps) */
     float fast_lr;          /* its peak rate (0: the checkpoint's fast_lr_end) */
+    /* An extra stop rule (NULL: none), e.g. the stop sequences of a code benchmark: called
+     * after every token a sample gains with its tokens so far; non-zero ends the sample there
+     * (result's stopped = 2). Called from the generating thread, samples in any order. */
+    int (*stop_fn)(void *ctx, int sample, const uint32_t *ids, int len);
+    void *stop_ctx;
 } sampler_opts_t;
 
 typedef struct {
     int n, max_new;
     uint32_t *ids;          /* (n, max_new) generated ids, row i valid up to len[i] */
     int *len;               /* (n) */
-    int *stopped;           /* (n) 1 when the sample ended at eot */
+    int *stopped;           /* (n) 1 when the sample ended at eot, 2 by stop_fn */
     uint32_t *z;            /* (n, prompt + max_new) latent indices (Free Transformer) or NULL */
     int z_stride;
     double seconds;         /* wall time of the generation (prefill + decode) */

@@ -256,10 +256,15 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
     }
     int work = 0;
     while (!bus_signal_received()) {
-        zmq_pollitem_t it[3] = {{l.router, 0, ZMQ_POLLIN, 0}, {l.monitor, 0, ZMQ_POLLIN, 0},
-                                {l.sub, 0, ZMQ_POLLIN, 0}};
+        /* the signal's pipe too (bus.h): a SIGTERM taken by another thread, or while zmq_poll was
+         * busy outside poll(2), ends the wait at once */
+        zmq_pollitem_t it[4] = {{l.router, 0, ZMQ_POLLIN, 0}, {l.monitor, 0, ZMQ_POLLIN, 0},
+                                {NULL, bus_signal_fd(), ZMQ_POLLIN, 0}, {l.sub, 0, ZMQ_POLLIN, 0}};
+        int ni = bus_signal_fd() >= 0 ? 3 : 2;
+        if (ni == 2) it[2] = it[3];
+        if (l.sub) ni++;
         /* while rows decode, only a look: the next step is due at once */
-        int np = zmq_poll(it, l.sub ? 3 : 2, work ? 0 : 500);
+        int np = zmq_poll(it, ni, work ? 0 : 500);
         if (np < 0) {
             if (zmq_errno() == EINTR) continue;
             snprintf(err, errlen, "poll: %s", zmq_strerror(zmq_errno()));
@@ -268,7 +273,7 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
         }
         for (int k = 0; k < SERVE_READ_BURST && read_one(&l); k++) {}
         drain_monitor(&l);
-        if (l.sub && (it[2].revents & ZMQ_POLLIN)) {
+        if (l.sub && (it[ni - 1].revents & ZMQ_POLLIN)) {
             char topic[WIRE_MAX_TOPIC + 1];
             wire_msg_t m;
             if (bus_recv(l.sub, 0, topic, sizeof topic, &m, why, sizeof why) == 0) {

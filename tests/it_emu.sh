@@ -10,7 +10,11 @@
 #     at 7 blocks (FT_EMU_MAX_GRID: every op over more than 1792 items iterates its loop), bf16
 #     at the real cap (8192 blocks: every launch takes as many blocks as its items need), with
 #     a product on a strided view at the end of its buffer (the bf16 operands were read past it);
-#  2. test_emu_perf: the performance model's counters (FLOPs, bytes, 32-byte sectors per warp
+#  2. test_device_kernels --device cuda: model/cuda/'s kernel families against the CPU device at
+#     shapes that take each kernel's every path (vector and scalar rows, rows longer than the
+#     registers or shared memory, several column-reduction blocks, lists of odd-sized tensors),
+#     fp32 and bf16;
+#  2b. test_emu_perf: the performance model's counters (FLOPs, bytes, 32-byte sectors per warp
 #     access, sampled blocks, cuBLAS products, host waits) on kernels counted by hand;
 #  3. test_cuda_device: the device's contracts with faults injected into single CUDA/cuBLAS
 #     calls (every status checked, a fault reported once, free's count, the first step of a
@@ -38,13 +42,15 @@ run_bin() {
         grep -m1 -o 'seed [0-9]*' "$log" | sed 's/^/    emulator /'
     fi
 }
-if [ ! -x $EMU/test_device_compare ]; then
+if [ ! -x $EMU/test_device_compare ] || [ ! -x $EMU/test_device_kernels ]; then
     echo "FAIL: build/emu is not built (clang++ missing? make deps installs it)"
     echo "0 passed, 1 failed"; exit 1
 fi
 run_bin "emulator self-tests" $EMU/test_emu
 run_bin "device_compare fp32, grid cap 7" env FT_EMU_MAX_GRID=7 $EMU/test_device_compare --device cuda --steps 5
 run_bin "device_compare bf16" $EMU/test_device_compare --device cuda --precision bf16 --steps 5
+run_bin "kernel families fp32" $EMU/test_device_kernels --device cuda
+run_bin "kernel families bf16" $EMU/test_device_kernels --device cuda --precision bf16
 run_bin "performance counters" $EMU/test_emu_perf
 run_bin "CUDA device contracts" $EMU/test_cuda_device
 it_done

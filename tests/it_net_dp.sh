@@ -13,11 +13,15 @@
 #   3. healed, the run resumes from that checkpoint with 1 rank (--accum 2) and, separately, with
 #      2 ranks across the hosts again; both continuations agree (1e-5, tests/it_dp.sh's
 #      tolerance for another world size: the same numbers summed in another order).
-# TODO(NCCL across hosts): the NCCL path's rendezvous (--dp nccl --rank/--world --rendezvous
-# tcp://A:PORT, the unique id handed out by rank 0) needs a GPU, or the GPU emulator another
-# engineer is building; once it runs here, start rank 0 on A and rank 1 on B by hand (on_bg)
-# with FT_DEVICE=cuda under it and compare with the one-host NCCL run of `make test-gpu`. Not
-# run here, and not counted.
+#   4. the NCCL path's rendezvous across the hosts under the GPU emulator (build/emu/bin/trainer,
+#      tests/it_emu_dp.sh): rank 0 on A binds --rendezvous tcp://A:5730 under CURVE and hands the
+#      NCCL unique id to rank 1 on B; 10 steps equal, byte for byte, the same 2 emulated ranks
+#      on one host (rendezvous on 127.0.0.1); and the same under mpirun on A and B (MPI hands
+#      out rank 0's rendezvous, rank 1 fetches the id there). The emulated NCCL itself moves
+#      the data through this machine's shared memory (/dev/shm, which the namespaces share), not
+#      the network: what crosses the hosts is the rendezvous, the id and the ranks' heartbeat. A
+#      real NCCL between hosts opens its own sockets (NCCL_SOCKET_IFNAME, README "The GPU"): not
+#      run here.
 # Needs root (network namespaces) and Open MPI; skips with one line otherwise.
 set -u
 cd "$(dirname "$0")/.."
@@ -99,4 +103,49 @@ two FT_TRAINER_FAULT_KILL_AFTER_CKPT=$end --run k --run-dir "$W/k" --steps 10000
 ok "resumed by 2 ranks across the hosts from step $last to $end" "grep -q 'resumed from.*ckpt-$L' $W/k2.log && [ -d $W/k/ckpt-$E ]"
 d=$($DIFF "$W/k1/ckpt-$E/model.safetensors" "$W/k/ckpt-$E/model.safetensors" | awk '{print $2}')
 ok "the two continuations agree after 10 steps (max |dw| $d, tolerance 1e-5)" "[ -n '$d' ] && within $d 1e-5"
+# --- 4. NCCL's rendezvous across the hosts, under the GPU emulator ---------------------------------
+T=build/emu/bin/trainer
+# emu DIR RENDEZVOUS HOST0 HOST1: 2 emulated ranks of run n in $W/DIR, rank r on HOSTr ("-": this machine)
+emu() {
+    local name=$1 rv=$2 r rc=0 ps=() h; shift 2
+    for r in 0 1; do
+        h=$1; shift
+        if [ "$h" = - ]; then
+            $T --dp nccl --device "cuda:$r" --rank $r --world 2 --rendezvous "$rv" --loaders "ipc://$W/l0" --run n \
+                --run-dir "$W/$name" --steps 10 --ckpt-every 10 $MODEL --batch 2 --dp-check-every 1 --dp-timeout 60 2>"$W/$name.$r.log" >/dev/null &
+        else
+            on "$h" env FT_KEY="$K/trainer.key" FT_TRUST="$K/trust" FT_AUTHORIZED="$K/authorized" $T --dp nccl \
+                --device "cuda:$r" --rank $r --world 2 --rendezvous "$rv" --loaders "tcp://$A:5600" --run n \
+                --run-dir "$W/$name" --steps 10 --ckpt-every 10 $MODEL --batch 2 --dp-check-every 1 --dp-timeout 60 2>"$W/$name.$r.log" >/dev/null &
+        fi
+        ps+=($!)
+    done
+    for r in "${ps[@]}"; do wait "$r" || rc=$?; done
+    # a rank that died leaves the emulated communicator's files, named after rank 0's pid
+    local p0; p0=$(sed -n 's/^trainer: rank 0 of 2 (nccl): pid \([0-9]*\) .*/\1/p' "$W/$name.0.log")
+    [ -n "$p0" ] && rm -f /dev/shm/ftemu-nccl-"$p0"-*
+    return $rc
+}
+if [ ! -x $T ]; then
+    ok "build/emu/bin/trainer is built (the GPU emulator; clang++ missing? make deps installs it)" false
+else
+    emu n1 "tcp://127.0.0.1:$(it_port_base 1)" - -; rc=$?
+    ok "one host: 2 emulated GPUs over the emulated NCCL, 10 steps (rc $rc)" "[ $rc = 0 ] && grep -q 'done at step 10' $W/n1.0.log"
+    emu n2 tcp://A:5730 A B; rc=$?
+    ok "two hosts: rank 0 on A hands the NCCL id to rank 1 on B over tcp://A:5730 under CURVE, 10 steps (rc $rc)" \
+       "[ $rc = 0 ] && grep -q 'done at step 10' $W/n2.0.log && grep -q '^trainer: rank 1 of 2 (nccl): pid [0-9]* on B$' $W/n2.1.log"
+    ok "no finding of the emulator in either rank" "! grep -q 'emu: ERROR' $W/n2.0.log $W/n2.1.log"
+    ok "checkpoint 10 across the hosts equals the one-host run's, every file byte for byte" \
+       "diff -r $W/n1/ckpt-00000010 $W/n2/ckpt-00000010 >/dev/null"
+    # the same under mpirun across the hosts: MPI hands rank 0's rendezvous to rank 1, which
+    # fetches the NCCL id there; --device cuda is cuda:<local rank> (trainer/examples/multihost.env)
+    on A "${LAUNCH[@]}" bash -c '. trainer/examples/multihost.env && exec mpirun --hostfile "$0" -np 2 -x OMP_NUM_THREADS \
+        -x FT_KEY -x FT_TRUST -x FT_AUTHORIZED "$@"' "$W/hostfile" $T --dp nccl --device cuda --rendezvous "tcp://*:5730" \
+        --loaders "tcp://$A:5600" --run n --run-dir "$W/n3" --steps 10 --ckpt-every 10 $MODEL --batch 2 --dp-check-every 1 \
+        --dp-timeout 60 2>"$W/n3.log" >/dev/null; rc=$?
+    p0=$(sed -n 's/^trainer: rank 0 of 2 (nccl): pid \([0-9]*\) .*/\1/p' "$W/n3.log"); [ -n "$p0" ] && rm -f /dev/shm/ftemu-nccl-"$p0"-*
+    ok "under mpirun on A and B: the NCCL id through rank 0's rendezvous, 10 steps (rc $rc)" \
+       "[ $rc = 0 ] && grep -q 'done at step 10' $W/n3.log && grep -q '^trainer: rank 1 of 2 (nccl): pid [0-9]* on B$' $W/n3.log"
+    ok "and its checkpoint 10 equals the one-host run's byte for byte" "diff -r $W/n1/ckpt-00000010 $W/n3/ckpt-00000010 >/dev/null"
+fi
 it_done

@@ -104,8 +104,11 @@ cat "$W/plain.out"
 ok "loader: a client without CURVE gets no answer" "grep -qx 'plain loader silent' $W/plain.out"
 ok "loader: a CURVE client whose key is not authorized gets no answer" "grep -qx 'stranger loader silent' $W/plain.out"
 ok "bus subscriber side: a subscriber without CURVE receives nothing" "grep -qx 'plain subscriber silent' $W/plain.out"
+# clear text is refused one of two ways (docs/NETWORK.md §2), by which side reads the other's
+# greeting first: a mechanism mismatch, or a client that hung up on our CURVE greeting
+PLAIN='(it does not speak CURVE|it broke off its handshake)'
 ok "each refusal is logged by the server: clear text on the bus and the loader, an unknown key by the loader" \
-   "grep -q '^bus: refused a client on $BUSS: it does not speak CURVE' $W/bus.log && grep -q '^loader: refused a client on $LEP: it does not speak CURVE' $W/l0.log && grep -q '^loader: refused a client from 127.0.0.1: its key .* is not in --authorized' $W/l0.log"
+   "grep -qE '^bus: refused a client on $BUSS: $PLAIN' $W/bus.log && grep -qE '^loader: refused a client on $LEP: $PLAIN' $W/l0.log && grep -q '^loader: refused a client from 127.0.0.1: its key .* is not in --authorized' $W/l0.log"
 CSEND log/sync log program=it line=after-plain >/dev/null
 ok "bus publisher side: events of a publisher without CURVE are not forwarded" \
     "wait_for 'grep -q after-plain $W/tap.log' 10 && ! grep -q plaintext-publisher $W/tap.log"

@@ -6,9 +6,13 @@
  *   optimizer's step refreshing its shadow in its own pass (the shadow stays valid);
  * - every family, a few training steps at bf16 with the shadows in checking mode: no product
  *   ever read a stale shadow, and the losses and the trained weights are bit for bit those of
- *   the same run without shadows (a shadow holds exactly what the product would have rounded).
+ *   the same run without shadows (a shadow holds exactly what the product would have rounded);
+ * - the evaluator's models (evaluator/lm.h, the same family code on the same device) take the
+ *   same path: their logits read the shadows and give the bits of the run without them, and a
+ *   model made after another was freed (the evaluator's next checkpoint) reads none of its.
  * Shadows are used only where bf16 products are native (x86-64-v4-bf16 and up); below, the
  * tests check that they stay off (one family's run, trivially equal). */
+#include "evaluator/lm.h"
 #include "model/adamw.h"
 #include "model/device.h"
 #include "model/family.h"
@@ -186,6 +190,64 @@ static void test_families(void) {
     ops_bf16_shadow_check(0);
 }
 
+/* The logits of a freshly made evaluator model of `family` (weights from seed) on a bf16 CPU
+ * device, shadows on or off; how many products read a shadow goes to *hits. */
+static int eval_logits(const char *family, uint64_t seed, int shadows, float *out, size_t n, long *hits) {
+    model_config_t c = {.kind = family_find(family)->kind, .vocab_size = 61, .d_model = 48,
+                        .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .d_ff = 96, .max_seq = 32,
+                        .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1, .latent_bits = 4,
+                        .kappa_nats = 0.1f};
+    enum { B = 2, T = 13 };
+    uint32_t tok[B * T], z[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (uint32_t)((i * 5 + 3) % 61), z[i] = (uint32_t)(i % 16);
+    char err[256];
+    device_t *d = NULL;
+    eval_lm_t *lm = NULL;
+    int rc = -1;
+    ops_bf16_shadows_enable(shadows);
+    const long h0 = ops_bf16_shadow_hits();
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err) || eval_lm_create(&lm, d, &c, B, T, seed, err, sizeof err)) {
+        CHECK(0, "%s: %s", family, err);
+        goto out;
+    }
+    const float *lg = lm->logits(lm, tok, lm->latent_bits ? z : NULL, B, T, err, sizeof err);
+    CHECK(lg != NULL, "%s: %s", family, err);
+    if (lg) memcpy(out, lg, sizeof(float) * n), rc = 0;
+out:
+    *hits = ops_bf16_shadow_hits() - h0;
+    eval_lm_free(&lm);
+    device_close(&d);
+    ops_bf16_shadows_enable(1);
+    return rc;
+}
+
+static void test_evaluator(void) {
+    const char *families[] = {"llama", "free"};
+    enum { N = 2 * 13 * 61 };
+    static float a1[N], a0[N], b1[N], b0[N], a2[N];
+    ops_bf16_shadow_check(1);
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
+        const char *f = families[i];
+        const long stale0 = ops_bf16_shadow_stale();
+        long h1, h0, hb, hb0, h2;
+        /* a, then b made where a was (the evaluator's next checkpoint), then a again */
+        if (eval_logits(f, 1, 1, a1, N, &h1) || eval_logits(f, 1, 0, a0, N, &h0) ||
+            eval_logits(f, 2, 1, b1, N, &hb) || eval_logits(f, 2, 0, b0, N, &hb0) ||
+            eval_logits(f, 1, 1, a2, N, &h2))
+            continue;
+        CHECK(ops_bf16_shadow_stale() == stale0, "%s: %ld products read a stale shadow", f, ops_bf16_shadow_stale() - stale0);
+        if (native) CHECK(h1 > 0 && hb > 0 && h2 > 0, "%s: the logits read shadows (%ld %ld %ld)", f, h1, hb, h2);
+        else CHECK(h1 == 0 && hb == 0 && h2 == 0, "%s: no shadows where bf16 is not native", f);
+        CHECK(h0 == 0 && hb0 == 0, "%s: none read when they are off (%ld %ld)", f, h0, hb0);
+        CHECK(!memcmp(a1, a0, sizeof a1), "%s: the logits are the bits of the run without shadows", f);
+        CHECK(!memcmp(b1, b0, sizeof b1), "%s: the next model's too", f);
+        CHECK(memcmp(a1, b1, sizeof a1) != 0, "%s: the two models differ (else the test shows nothing)", f);
+        CHECK(!memcmp(a1, a2, sizeof a1), "%s: the first model made again gives its bits again", f);
+        fprintf(stderr, "  evaluator %s: %ld/%ld/%ld shadow reads\n", f, h1, hb, h2);
+    }
+    ops_bf16_shadow_check(0);
+}
+
 int main(void) {
     native = model_gemm_bf16_native();
     fprintf(stderr, "bf16 products %s: shadows %s\n", native ? "native" : "emulated", native ? "on" : "off");
@@ -193,5 +255,6 @@ int main(void) {
     RUN(test_weight_rewritten);
     RUN(test_optimizer_refresh);
     RUN(test_families);
+    RUN(test_evaluator);
     return check_summary();
 }

@@ -214,6 +214,31 @@ static void *raw_client(void *ctx, const char *ep, const char *server_key, const
     return s;
 }
 
+/* A server bound by host name (the command line every rank shares: tcp://hostA:5730): bound to
+ * the name's address; a name that is not this host's, or resolves nowhere, is one clear line. */
+static void test_bind_by_host_name(void) {
+    char err[512], ep[300];
+    CHECK(bus_net_setup(NULL, err, sizeof err) == 0, "%s", err);
+    void *ctx = zmq_ctx_new();
+    void *s = bus_net_socket(ctx, ZMQ_ROUTER, BUS_PEER_REQUESTS, err, sizeof err);
+    CHECK(bus_net_bind(ctx, s, "tcp://localhost:*", err, sizeof err) == 0, "%s", err);
+    size_t n = sizeof ep;
+    zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &n);
+    CHECK(!strncmp(ep, "tcp://127.0.0.1:", 16) || !strncmp(ep, "tcp://[::1]:", 12), "bound as %s", ep);
+    void *c = bus_net_socket(ctx, ZMQ_DEALER, BUS_PEER_REPLIES, err, sizeof err);
+    CHECK(bus_net_connect(c, ep, err, sizeof err) == 0, "%s", err);
+    CHECK(exchange(s, c, "hi", 2), "a client reaches the server bound by name");
+    zmq_close(c);
+    bus_net_opts_t o = {.insecure = 1}; /* past the policy, to the bind */
+    CHECK(bus_net_setup(&o, err, sizeof err) == 0, "%s", err);
+    CHECK(bus_net_bind(ctx, s, "tcp://no-such-host.invalid:5999", err, sizeof err) == BUS_ERR_ZMQ &&
+              strstr(err, "no-such-host.invalid") && !strchr(err, '\n'),
+          "%s", err);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    bus_net_reset();
+}
+
 static void test_curve_on_loopback(void) {
     char err[512], key[320], auth[320], trust[320], ep[64], text[512];
     CHECK(zmq_has("curve"), "libzmq without CURVE");
@@ -275,6 +300,7 @@ int main(void) {
     RUN(test_key_files);
     RUN(test_lists);
     RUN(test_policy_without_keys);
+    RUN(test_bind_by_host_name);
     RUN(test_curve_on_loopback);
     return check_summary();
 }

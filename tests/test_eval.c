@@ -15,23 +15,9 @@
 #include "loader/batch.h"
 #include "model/llama.h"
 #include "tests/check.h"
+#include "tests/tmpdir.h"
 #include "tokenizer/dataset.h"
 
-static char tmpdir[512];
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][700];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 700, "%s/%s", tmpdir, name);
-    return p;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-}
 
 /* A dataset of n_docs documents of `len` tokens each, token ids cycling over [1, vocab-1),
  * every token counted as 2 bytes of text (so bits per byte is half the bits per token). */
@@ -292,6 +278,66 @@ static void test_mc_normalisations(void) {
     eval_lm_free(&lm);
 }
 
+static void expect_open_fails(const char *task, const char *text, const char *want);
+
+/* macro_avg over subjects against a hand count: the stub prefers K, so an item is right when
+ * its label is the K choice. s1: 1 of 2 right, s2: 1 of 1, s3: 1 of 3 (one of them an MMLU line
+ * as distributed, its answer a letter, its subject under "category"). micro = 3/6; macro =
+ * (1/2 + 1 + 1/3) / 3 = 11/18. */
+static void test_mc_macro(void) {
+    eval_lm_t *lm = stub_new(257, 256, 0, 4, 64);
+    float row[257] = {0};
+    row['K'] = 3;
+    stub_fixed(lm, row);
+    write_file(tmp_path("mc_macro.jsonl"),
+               "{\"context\": \"a\", \"choices\": [\"UUUU\", \"KKKK\"], \"label\": 1, \"subject\": \"s1\"}\n"
+               "{\"context\": \"b\", \"choices\": [\"UUUU\", \"KKKK\"], \"label\": 0, \"subject\": \"s1\"}\n"
+               "{\"context\": \"c\", \"choices\": [\"KKKK\", \"UUUU\"], \"label\": 0, \"subject\": \"s2\"}\n"
+               "{\"question\": \"d?\", \"choices\": [\"UU\", \"KK\", \"NN\"], \"answer\": \"B\", \"category\": \"s3\"}\n"
+               "{\"question\": \"e?\", \"choices\": [\"UU\", \"KK\", \"NN\"], \"answer\": 2, \"subject\": \"s3\"}\n"
+               "{\"context\": \"f\", \"choices\": [\"KKKK\", \"UUUU\"], \"label\": 1, \"subject\": \"s3\"}\n");
+    eval_task_cfg_t c = base_cfg("mc");
+    c.file = tmp_path("mc_macro.jsonl");
+    eval_values_t v;
+    if (run_task(&c, lm, &v) == 0) {
+        CHECK_CLOSE(eval_values_get(&v, "acc_char"), 0.5, 1e-15, 0);
+        CHECK_CLOSE(eval_values_get(&v, "macro_avg/acc_char"), 11.0 / 18, 1e-15, 0);
+        CHECK_CLOSE(eval_values_get(&v, "macro_avg/acc_completion"), 11.0 / 18, 1e-15, 0);
+        CHECK(eval_values_get(&v, "subjects") == 3 && eval_values_get(&v, "n") == 6);
+    }
+    /* without subjects there is no macro average to report */
+    c.file = tmp_path("mc_right.jsonl");
+    if (run_task(&c, lm, &v) == 0) CHECK(isnan(eval_values_get(&v, "macro_avg/acc_char")));
+    eval_lm_free(&lm);
+}
+
+/* GSM8K lines: the stub answers " 7" after "Answer:" and stops at the blank line; the final
+ * number decides (7.0 is 7; 1,007 is not). With --fewshot the examples go before the question
+ * and the answer is the same. */
+static void test_em_gsm8k(void) {
+    eval_lm_t *lm = stub_new(257, 256, 0, 4, 96);
+    stub_t *s = stub_of(lm);
+    for (int p = 0; p < 257; p++) {
+        int next = p == ':' ? ' ' : p == ' ' ? '7' : p == '7' || p == '\n' ? '\n' : 'K';
+        s->table[(size_t)p * 257 + next] = 5;
+    }
+    write_file(tmp_path("gsm.jsonl"),
+               "{\"question\": \"2+5?\", \"answer\": \"2 + 5 = <<2+5=7>>7\\n#### 7\"}\n"
+               "{\"question\": \"3+5?\", \"answer\": \"#### 8\"}\n"
+               "{\"question\": \"14/2?\", \"answer\": \"#### 7.0\"}\n"
+               "{\"question\": \"big?\", \"answer\": \"#### 1,007\"}\n");
+    write_file(tmp_path("gsm_shots.jsonl"), "{\"question\": \"1+1?\", \"answer\": \"#### 2\"}\n");
+    eval_task_cfg_t c = base_cfg("em");
+    c.file = tmp_path("gsm.jsonl");
+    c.max_new = 8;
+    eval_values_t v;
+    if (run_task(&c, lm, &v) == 0) CHECK_CLOSE(eval_values_get(&v, "em"), 0.5, 1e-15, 0);
+    c.fewshot = tmp_path("gsm_shots.jsonl");
+    if (run_task(&c, lm, &v) == 0) CHECK_CLOSE(eval_values_get(&v, "em"), 0.5, 1e-15, 0);
+    eval_lm_free(&lm);
+    expect_open_fails("em", "{\"question\": \"q\", \"answer\": \"no mark\"}\n", "\"#### <number>\"");
+}
+
 static void expect_open_fails(const char *task, const char *text, const char *want) {
     write_file(tmp_path("bad.jsonl"), text);
     eval_task_cfg_t c = base_cfg(task);
@@ -437,9 +483,12 @@ static void test_free_val(void) {
          * for finite K, but in expectation below the ELBO: a loose sanity band */
         double iw = eval_values_get(&v, "iw_bound");
         CHECK(iw > log(V) - 0.5 && iw < log(V) + kl + 0.5, "iw %g", iw);
-        /* the prior proposal sees a decoder that ignores Z: exact; and it is the smaller bound */
+        /* the prior proposal sees a decoder that ignores Z: exact, and here the smaller bound;
+         * nll_bound is the posterior proposal's all the same (fixed in advance: a min of two
+         * noisy bounds would be biased down), and ppl follows it */
         CHECK_CLOSE(eval_values_get(&v, "iw_prior"), log(V), 1e-9, 0);
-        CHECK(eval_values_get(&v, "nll_bound") == fmin(iw, eval_values_get(&v, "iw_prior")));
+        CHECK(eval_values_get(&v, "nll_bound") == iw, "nll_bound %g, iw_bound %g", eval_values_get(&v, "nll_bound"), iw);
+        CHECK_CLOSE(eval_values_get(&v, "ppl"), exp(iw), 0, 1e-12);
     }
     eval_lm_free(&lm);
 }
@@ -569,6 +618,29 @@ static const float *noisy_logits(eval_lm_t *lm, const uint32_t *tokens, const ui
     return s->buf;
 }
 
+/* The LTM's bounds from S draws (eval_ltm_accumulate): worked by hand for S = 4 draws of
+ * B = 2 rows, K' = 2 (two groups). Row 0's -log p(x|z_s) = 1, 2, 3, 4 (mean 2.5, sample
+ * variance 5/3, so the mean's variance 5/12); row 1's all 2 (variance 0). Draw s of row b sits
+ * at s * B + b. Row 0's log weights -1, -1, -3, -3: group bounds 1 and 3; row 1's 0, log 3, 0,
+ * log 3: -log mean(1, 3) = -log 2 in both groups. */
+static void test_ltm_accumulate(void) {
+    const double ce[8] = {1, 2, 2, 2, 3, 2, 4, 2}, kl[2] = {0.5, 0.25};
+    const double logw[8] = {-1, 0, -1, log(3.0), -3, 0, -3, log(3.0)};
+    eval_ltm_acc_t a = {0};
+    CHECK(eval_ltm_accumulate(&a, ce, kl, logw, 4, 2, 2) == 0, "accumulate");
+    CHECK_CLOSE(a.ce, 2.5 + 2, 1e-12, 0);
+    CHECK_CLOSE(a.kl, 0.75, 1e-12, 0);
+    CHECK_CLOSE(a.var_nelbo, (5.0 / 3) / 4, 1e-12, 0);
+    /* row 0: groups 1 and 3 -> mean 2, sample variance 2, of the mean 1; row 1: -log 2, 0 */
+    CHECK_CLOSE(a.iw, 2 - log(2.0), 1e-12, 0);
+    CHECK_CLOSE(a.var_iw, 1, 1e-12, 0);
+    /* a second batch adds */
+    CHECK(eval_ltm_accumulate(&a, ce, kl, logw, 4, 2, 2) == 0, "accumulate again");
+    CHECK_CLOSE(a.ce, 9, 1e-12, 0);
+    /* fewer than two groups: refused (no standard error) */
+    CHECK(eval_ltm_accumulate(&a, ce, kl, logw, 4, 2, 3) == -1, "S < 2 K' refused");
+}
+
 static void test_synth(void) {
     for (int k = 0; k < 4; k++) { /* latent bits H in {0, 2} x eot prefix in {0, 1} */
         const int H = (k >> 1) * 2;
@@ -668,6 +740,8 @@ int main(void) {
     RUN(test_val_mismatch);
     RUN(test_mc_forced);
     RUN(test_mc_normalisations);
+    RUN(test_mc_macro);
+    RUN(test_em_gsm8k);
     RUN(test_bad_task_files);
     RUN(test_em);
     RUN(test_em_cached);
@@ -675,6 +749,7 @@ int main(void) {
     RUN(test_free_no_leak);
     RUN(test_free_real);
     RUN(test_latent_helpers);
+    RUN(test_ltm_accumulate);
     RUN(test_synth);
     RUN(test_results_file);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

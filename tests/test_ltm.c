@@ -1,7 +1,7 @@
 /* tests/test_ltm.c: the Latent-Thought LM's wiring and its dual-rate loop (model/ltm.h).
  *
  * - the inner loop really optimises: on a fixed decoder, the NELBO of a batch falls over the
- *   inner steps (monotonically within a small tolerance) and by much;
+ *   inner steps, by much, scored on fresh draws;
  * - the slow gradient does not flow through the inner loop: after K steps the decoder's
  *   gradient is, bit for bit, the one a 0-step model computes at the final posterior (and not
  *   the one at the starting posterior);
@@ -15,6 +15,7 @@
 #include "model/checkpoint.h"
 #include "model/ltm.h"
 #include "tests/check.h"
+#include "tests/ltm_check.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,18 +39,6 @@ static void batch(uint32_t *tok, uint32_t *tgt, uint8_t *mask, uint64_t seed) {
     }
 }
 
-/* Larger weights than the 0.02 init, so z and every weight visibly move the loss. */
-static void scale_up(ltm_t *m, uint64_t seed, float std) {
-    rng_t r;
-    rng_seed(&r, seed);
-    int n = ltm_params(m, NULL, 0);
-    tensor_view_t v[n];
-    ltm_params(m, v, n);
-    for (int i = 0; i < n; i++)
-        if (v[i].ndim == 2)
-            for (int64_t j = 0; j < tensor_numel(&v[i]); j++) v[i].data[j] = std * rng_normal(&r);
-}
-
 static float *normals(size_t n, float mean, float std, uint64_t seed) {
     rng_t r;
     rng_seed(&r, seed);
@@ -64,7 +53,7 @@ static void test_inner_loop_optimises(void) {
     ltm_t *m = NULL;
     CHECK(ltm_create(&m, &c, B, T, 11, err, sizeof err) == 0, "%s", err);
     if (!m) return;
-    scale_up(m, 5, 0.3f);
+    ltm_check_scale_weights(m, 5, 0.3f);
     uint32_t tok[B * T], tgt[B * T];
     uint8_t mask[B * T];
     batch(tok, tgt, mask, 1);
@@ -74,18 +63,38 @@ static void test_inner_loop_optimises(void) {
     double ce[K + 1], kl[K + 1];
     ltm_infer_t o = {.steps = K, .lr = 0.1f, .key = 99, .row0 = 0, .record = rec, .n_record = K + 1};
     CHECK(ltm_infer(m, tok, tgt, mask, &o, ce, kl, err, sizeof err) == 0, "%s", err);
-    int rises = 0;
-    double worst = 0;
-    for (int k = 1; k <= K; k++) {
-        double prev = ce[k - 1] + kl[k - 1], cur = ce[k] + kl[k];
-        /* Adam's steps are not a descent method: allow 1% rises (within noise), no more */
-        if (cur > prev) rises++, worst = fmax(worst, (cur - prev) / prev);
+    /* each record is one fresh draw (stochastic VI), so the curve is noisy: its last five
+     * against the start */
+    double tail = 0;
+    for (int k = K - 4; k <= K; k++) tail += (ce[k] + kl[k]) / 5;
+    const double first = ce[0] + kl[0];
+    CHECK(tail < 0.5 * first, "NELBO %g after %d steps vs %g at the start: the loop does not optimise", tail, K, first);
+    /* the posteriors after 0, 5, 20 and 40 steps (each its own inference from the same start),
+     * each scored on 64 fresh draws: the NELBO falls with the steps beyond the scoring noise
+     * (its standard error, printed, is < 1% of the gaps), and the reconstruction term itself
+     * improves, not only the KL */
+    const int steps[] = {0, 5, 20, 40};
+    double nelbo[4], rec_ce[4];
+    enum { S = 64 };
+    double sce[S * B], skl[B];
+    for (int i = 0; i < 4; i++) {
+        ltm_infer_t oi = {.steps = steps[i], .lr = 0.1f, .key = 99, .row0 = 0};
+        CHECK(ltm_infer(m, tok, tgt, mask, &oi, NULL, NULL, err, sizeof err) == 0, "%s", err);
+        CHECK(ltm_score(m, tgt, mask, S, sce, skl, NULL, err, sizeof err) == 0, "%s", err);
+        double c = 0, q = 0, sq = 0;
+        for (int j = 0; j < S * B; j++) c += sce[j] / S;
+        for (int b = 0; b < B; b++) q += skl[b];
+        for (int s2 = 0; s2 < S; s2++) {
+            double t = 0;
+            for (int b = 0; b < B; b++) t += sce[s2 * B + b];
+            sq += (t - c) * (t - c) / (S - 1);
+        }
+        nelbo[i] = c + q, rec_ce[i] = c;
+        printf("  %2d steps: NELBO %.3f (se %.3f), CE %.3f, KL %.3f (nats, batch sums)\n", steps[i], nelbo[i],
+               sqrt(sq / S), c, q);
+        if (i) CHECK(nelbo[i] < nelbo[i - 1], "NELBO after %d steps %g, after %d %g", steps[i], nelbo[i], steps[i - 1], nelbo[i - 1]);
     }
-    const double first = ce[0] + kl[0], last = ce[K] + kl[K];
-    CHECK(worst < 0.01, "the NELBO rose by %.3g of itself in one inner step (%d rises)", worst, rises);
-    CHECK(last < 0.5 * first, "NELBO %g after %d steps vs %g at the start: the loop does not optimise", last, K, first);
-    /* the reconstruction term itself improves, not only the KL */
-    CHECK(ce[K] < ce[0], "reconstruction %g after vs %g before", ce[K], ce[0]);
+    CHECK(rec_ce[3] < rec_ce[0], "reconstruction %g after vs %g before", rec_ce[3], rec_ce[0]);
     /* the training rate (0.3, its cosine within the 16 steps): not monotone (Adam overshoots
      * log sigma early on), but far down at the end */
     ltm_infer_t o16 = {.steps = 16, .lr = 0.3f, .key = 99, .row0 = 0, .record = rec, .n_record = 17};
@@ -121,16 +130,17 @@ static void test_slow_gradient_at_final_posterior(void) {
     CHECK(ltm_create(&a, &c3, B, T, 7, err, sizeof err) == 0, "%s", err);
     CHECK(ltm_create(&z, &c0, B, T, 7, err, sizeof err) == 0, "%s", err);
     if (!a || !z) goto out;
-    scale_up(a, 9, 0.3f);
-    scale_up(z, 9, 0.3f);
+    ltm_check_scale_weights(a, 9, 0.3f);
+    ltm_check_scale_weights(z, 9, 0.3f);
     const size_t NL = ltm_latent_numel(a);
-    float *mu0 = normals(NL, 0, 0.01f, 1), *ls0 = normals(NL, -2.5f, 0.05f, 2), *eps = normals(NL, 0, 1, 3);
+    /* the noise of the 3 inner steps and of the final forward (stochastic VI: one draw each) */
+    float *mu0 = normals(NL, 0, 0.01f, 1), *ls0 = normals(NL, -2.5f, 0.05f, 2), *eps = normals(4 * NL, 0, 1, 3);
     float *mu3 = malloc(sizeof(float) * NL), *ls3 = malloc(sizeof(float) * NL);
     uint32_t tok[B * T], tgt[B * T];
     batch(tok, tgt, NULL, 4);
     float la = 0, lz = 0, l0 = 0;
     ltm_zero_grad(a);
-    ltm_set_posterior(a, mu0, ls0, eps);
+    ltm_set_posterior(a, mu0, ls0, eps, 4);
     CHECK(ltm_forward(a, tok, tgt, NULL, &la, err, sizeof err) == 0 && ltm_backward(a, err, sizeof err) == 0, "%s", err);
     ltm_posterior(a, mu3, ls3, NULL, NULL);
     CHECK(memcmp(mu3, mu0, sizeof(float) * NL) != 0, "the inner steps moved mu");
@@ -138,7 +148,7 @@ static void test_slow_gradient_at_final_posterior(void) {
     float *ga = malloc(sizeof(float) * np), *gz = malloc(sizeof(float) * np);
     grads_of(a, ga, &np);
     ltm_zero_grad(z);
-    ltm_set_posterior(z, mu3, ls3, eps);
+    ltm_set_posterior(z, mu3, ls3, eps + 3 * NL, 1);   /* the final forward's draw */
     CHECK(ltm_forward(z, tok, tgt, NULL, &lz, err, sizeof err) == 0 && ltm_backward(z, err, sizeof err) == 0, "%s", err);
     grads_of(z, gz, &np);
     CHECK(la == lz, "loss after 3 steps %.9g vs at the final posterior %.9g", la, lz);
@@ -146,7 +156,7 @@ static void test_slow_gradient_at_final_posterior(void) {
           "the decoder's gradient is not the one at the final posterior (it flows through the inner loop?)");
     /* and it is not the gradient at the starting posterior: the check can tell them apart */
     ltm_zero_grad(z);
-    ltm_set_posterior(z, mu0, ls0, eps);
+    ltm_set_posterior(z, mu0, ls0, eps + 3 * NL, 1);
     CHECK(ltm_forward(z, tok, tgt, NULL, &l0, err, sizeof err) == 0 && ltm_backward(z, err, sizeof err) == 0, "%s", err);
     grads_of(z, gz, &np);
     CHECK(memcmp(ga, gz, sizeof(float) * np) != 0, "the starting posterior gives the same gradient");
@@ -168,7 +178,7 @@ static double nelbo_sum(ltm_t *m, const float *mu, const float *ls, const float 
     int rec = 0;
     double ce = 0, kl = 0;
     ltm_infer_t o = {.steps = 0, .lr = 0, .key = 1, .record = &rec, .n_record = 1};
-    ltm_set_posterior(m, mu, ls, eps);
+    ltm_set_posterior(m, mu, ls, eps, 1);
     if (ltm_infer(m, tok, tgt, mask, &o, &ce, &kl, err, sizeof err)) return NAN;
     return ce + kl;
 }
@@ -178,7 +188,7 @@ static void test_gradcheck_latents(void) {
     ltm_t *m = NULL;
     CHECK(ltm_create(&m, &c, B, T, 13, err, sizeof err) == 0, "%s", err);
     if (!m) return;
-    scale_up(m, 21, 0.4f);
+    ltm_check_scale_weights(m, 21, 0.4f);
     const size_t NL = ltm_latent_numel(m);
     float *mu = normals(NL, 0, 1, 5), *ls = normals(NL, -0.5f, 0.3f, 6), *eps = normals(NL, 0, 1, 7);
     float *dmu = malloc(sizeof(float) * NL), *dls = malloc(sizeof(float) * NL);
@@ -186,7 +196,7 @@ static void test_gradcheck_latents(void) {
     uint8_t mask[B * T];
     batch(tok, tgt, mask, 8);
     float loss;
-    ltm_set_posterior(m, mu, ls, eps);
+    ltm_set_posterior(m, mu, ls, eps, 1);
     CHECK(ltm_forward(m, tok, tgt, mask, &loss, err, sizeof err) == 0, "%s", err);
     ltm_posterior(m, NULL, NULL, dmu, dls);  /* the first (only) inner step's gradients */
     rng_t r;
@@ -220,7 +230,7 @@ static void test_gradcheck_weights(void) {
     ltm_t *m = NULL;
     CHECK(ltm_create(&m, &c, B, T, 17, err, sizeof err) == 0, "%s", err);
     if (!m) return;
-    scale_up(m, 23, 0.3f);
+    ltm_check_scale_weights(m, 23, 0.3f);
     const size_t NL = ltm_latent_numel(m);
     float *mu = normals(NL, 0, 1, 15), *ls = normals(NL, -0.5f, 0.3f, 16), *eps = normals(NL, 0, 1, 17);
     uint32_t tok[B * T], tgt[B * T];
@@ -228,7 +238,7 @@ static void test_gradcheck_weights(void) {
     batch(tok, tgt, mask, 18);
     float loss;
     ltm_zero_grad(m);
-    ltm_set_posterior(m, mu, ls, eps);
+    ltm_set_posterior(m, mu, ls, eps, 1);
     CHECK(ltm_forward(m, tok, tgt, mask, &loss, err, sizeof err) == 0 && ltm_backward(m, err, sizeof err) == 0, "%s", err);
     int nv = ltm_params(m, NULL, 0);
     tensor_view_t pv[nv], gv[nv];
@@ -244,10 +254,10 @@ static void test_gradcheck_weights(void) {
             size_t j = rng_below(&r, (uint64_t)n);
             float x0 = pv[i].data[j], lp = 0, lm = 0;
             pv[i].data[j] = x0 + (float)FD_EPS;
-            ltm_set_posterior(m, mu, ls, eps);
+            ltm_set_posterior(m, mu, ls, eps, 1);
             ltm_forward(m, tok, tgt, mask, &lp, err, sizeof err);
             pv[i].data[j] = x0 - (float)FD_EPS;
-            ltm_set_posterior(m, mu, ls, eps);
+            ltm_set_posterior(m, mu, ls, eps, 1);
             ltm_forward(m, tok, tgt, mask, &lm, err, sizeof err);
             pv[i].data[j] = x0;
             double num = ((double)lp - lm) / (2 * FD_EPS), ana = gv[i].data[j];

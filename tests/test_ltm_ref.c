@@ -2,7 +2,8 @@
  * (tests/ref/ltm_ref.py: the windowed decoder with cross-attention to z written in torch,
  * autograd for every gradient, torch.optim.AdamW for the fast step).
  *
- * Load the reference's weights and its posterior start (mu0, ls0, eps), run one training
+ * Load the reference's weights, its posterior start (mu0, ls0) and the noise of the inner step
+ * and of the final forward (eps, eps1: stochastic VI draws one per step), run one training
  * forward with one inner step and its backward, and compare: the inner step's gradients
  * d NELBO / d mu and d log sigma at the start and the NELBO's terms there; the posterior after
  * the fast AdamW step; the final logits, CE, KL and loss; every parameter's gradient.
@@ -46,7 +47,7 @@ static void test_against_torch(void) {
     ltm_t *m = NULL;
     uint32_t *tok = NULL, *tgt = NULL;
     uint8_t *mask = NULL;
-    float *mu1 = NULL, *ls1 = NULL, *dmu = NULL, *dls = NULL;
+    float *mu1 = NULL, *ls1 = NULL, *dmu = NULL, *dls = NULL, *noise = NULL;
     if (!jc) goto out;
     model_config_t cfg = {.kind = MODEL_LTM, .vocab_size = ref_jint(jc, "vocab_size"), .d_model = ref_jint(jc, "d_model"),
                           .n_layers = ref_jint(jc, "n_layers"), .n_heads = ref_jint(jc, "n_heads"),
@@ -70,11 +71,15 @@ static void test_against_torch(void) {
     const int64_t NL = (int64_t)ltm_latent_numel(m);
     const float *tf = ref_get(ref, "tokens", N), *gf = ref_get(ref, "targets", N), *mf = ref_get(ref, "mask", N);
     const float *mu0 = ref_get(ref, "mu0", NL), *ls0 = ref_get(ref, "ls0", NL), *eps = ref_get(ref, "eps", NL);
-    if (!tf || !gf || !mf || !mu0 || !ls0 || !eps) goto out;
+    const float *eps1 = ref_get(ref, "eps1", NL);
+    if (!tf || !gf || !mf || !mu0 || !ls0 || !eps || !eps1) goto out;
+    noise = malloc(sizeof(float) * 2 * NL);
+    memcpy(noise, eps, sizeof(float) * NL);
+    memcpy(noise + NL, eps1, sizeof(float) * NL);
     tok = malloc(sizeof(uint32_t) * N), tgt = malloc(sizeof(uint32_t) * N), mask = malloc(N);
     int count = 0;
     for (int i = 0; i < N; i++) tok[i] = (uint32_t)tf[i], tgt[i] = (uint32_t)gf[i], mask[i] = mf[i] != 0, count += mask[i];
-    ltm_set_posterior(m, mu0, ls0, eps);
+    ltm_set_posterior(m, mu0, ls0, noise, 2);
     float loss = 0;
     ltm_zero_grad(m);
     rc = ltm_forward(m, tok, tgt, mask, &loss, err, sizeof err);
@@ -108,7 +113,7 @@ static void test_against_torch(void) {
     }
 out:
     ltm_destroy(&m);
-    free(tok), free(tgt), free(mask), free(mu1), free(ls1), free(dmu), free(dls);
+    free(tok), free(tgt), free(mask), free(mu1), free(ls1), free(dmu), free(dls), free(noise);
     json_decref(jc);
     st_close(&init);
     st_close(&ref);

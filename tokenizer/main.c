@@ -15,6 +15,7 @@
 #include "tokenizer/dataset.h"
 #include "tokenizer/docread.h"
 #include "tokenizer/encode_files.h"
+#include "tokenizer/pyfuncs.h"
 #include "tokenizer/synth.h"
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -30,6 +31,7 @@ static void usage_main(FILE *f) {
             "  decode  --vocab V [--dataset DIR --doc N]   (ids on stdin otherwise)\n"
             "  ids     --vocab V [--repeat R] [--docs text|jsonl] [--out FILE] INPUT   (text -> ids, timed)\n"
             "  synth   --n N --seed S [--start I]\n"
+            "  pyfuncs --n N --seed S [--split train|test] [--format text|humaneval] [--start I]\n"
             "  judge   < lines 'L>' + 64 characters: the Figure-4 validity rule, as JSON lines\n"
             "  info    DATASET_DIR\n"
             "V is bytes, a vocabulary file, or one of tiktoken's encodings, which give exactly\n"
@@ -421,6 +423,52 @@ static int cmd_synth(int argc, char **argv) {
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* The toy language of small Python functions (tokenizer/pyfuncs.h): training documents as
+ * JSONL {"text"} (for `encode --format jsonl`: a document spans several lines), or problems
+ * in HumanEval's format for `evaluator --task code`. */
+static int cmd_pyfuncs(int argc, char **argv) {
+    long long n = -1, seed = -1, start = 0;
+    const char *split = "train", *format = "text";
+    flag_t fl[] = {
+        {"n", FLAG_I64, &n, "number of documents or problems", 0, 1e15, 0},
+        {"seed", FLAG_I64, &seed, "seed", 0, 9.2e18, 0},
+        {"split", FLAG_STR, &split, "train or test: combinations of the other split never appear", 0, 0, 0},
+        {"format", FLAG_STR, &format, "text (JSONL {\"text\": prompt + solution}) or humaneval (problems)", 0, 0, 0},
+        {"start", FLAG_I64, &start, "index of the first one", 0, 9.2e18, 0},
+    };
+    int rc = parse("pyfuncs", "--n N --seed S [--split train|test] [--format text|humaneval] [--start I]", argc, argv, fl,
+                   NFLAGS(fl), NULL, NULL, 0);
+    if (rc >= 0) return rc;
+    if (!fl[0].seen || !fl[1].seen) {
+        fprintf(stderr, "tokenizer pyfuncs: needs --n and --seed (see --help)\n");
+        return 2;
+    }
+    const int sp = !strcmp(split, "test") ? PYFUNCS_TEST : !strcmp(split, "train") ? PYFUNCS_TRAIN : -1;
+    const int he = !strcmp(format, "humaneval");
+    if (sp < 0 || (!he && strcmp(format, "text"))) {
+        fprintf(stderr, "tokenizer pyfuncs: --split is train or test, --format text or humaneval\n");
+        return 2;
+    }
+    for (long long i = 0; i < n; i++) {
+        pyfunc_t p;
+        pyfuncs_problem((uint64_t)seed, (uint64_t)(start + i), sp, &p);
+        char doc[sizeof p.prompt + sizeof p.solution];
+        snprintf(doc, sizeof doc, "%s%s", p.prompt, p.solution);
+        json_t *o = he ? json_pack("{s:s, s:s, s:s, s:s, s:s}", "task_id", p.task_id, "prompt", p.prompt, "entry_point",
+                                   p.entry, "canonical_solution", p.solution, "test", p.test)
+                       : json_pack("{s:s}", "text", doc);
+        char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        int bad = !line || puts(line) < 0;
+        free(line);
+        if (bad) {
+            fprintf(stderr, "tokenizer pyfuncs: stdout: %s\n", strerror(errno));
+            return 1;
+        }
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 /* Judges lines "L>" + 64 generated characters by the Figure-4 rule (synth_judge): one JSON
  * line out per line in, {"letter","valid","start"} (start is null when invalid). A line whose
  * body is not exactly 64 characters, or whose prompt is not a capital and '>', is invalid. */
@@ -485,6 +533,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "decode")) return cmd_decode(argc, argv);
     if (!strcmp(c, "ids")) return cmd_ids(argc, argv);
     if (!strcmp(c, "synth")) return cmd_synth(argc, argv);
+    if (!strcmp(c, "pyfuncs")) return cmd_pyfuncs(argc, argv);
     if (!strcmp(c, "info")) return cmd_info(argc, argv);
     if (!strcmp(c, "judge")) return cmd_judge(argc, argv);
     fprintf(stderr, "tokenizer: unknown command '%s' (see tokenizer --help)\n", c);

@@ -116,7 +116,10 @@ int dp_open(dp_t **out, const dp_opts_t *o, char *err, size_t errlen) {
                       "--rendezvous by hand is for --dp nccl");
     else if (o->kind == DP_MPI && !launched && o->world > 1)
         rc = err_fail(err, errlen, DP_EARG, "--dp mpi with --world %d: start the ranks with mpirun -np %d", o->world, o->world);
-    else if (o->kind == DP_MPI || (launched && !o->rendezvous))
+    /* under mpirun the ranks come from it, also for --dp nccl with a --rendezvous (rank 0's bind):
+     * only --rank/--world given by hand make a group by hand (each rank of a by-hand group saw
+     * itself as rank 0 of 1 before, and all trained the same run directory) */
+    else if (o->kind == DP_MPI || (launched && (!o->rendezvous || (o->rank < 0 && o->world <= 0))))
         rc = open_under_mpi(dp, err, errlen);
     else
         rc = open_by_hand(dp, err, errlen);

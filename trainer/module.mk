@@ -20,8 +20,9 @@ bf16-check: deps
 	@$(MAKE) --no-print-directory all data
 	@bash trainer/examples/bf16.sh
 
-# `make ltm`: the Latent-thought LM (seed 003) against the baseline on Brown (results/ltm.*);
-# LTM_STEPS, LTM_K, ... set the scale (trainer/examples/ltm.sh); under 2 hours with the defaults.
+# `make ltm`: the Latent-thought LM (seed 003) at K = 4, 16, 64 against the baseline on Brown at
+# equal training FLOPs (results/ltm.*); LTM_FLOPS, LTM_KS_TRAIN, ... set the scale
+# (trainer/examples/ltm.sh); 1 h 29 min with the defaults here, on one thread of a shared machine.
 .PHONY: ltm
 ltm: deps
 	@$(MAKE) --no-print-directory all data

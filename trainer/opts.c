@@ -270,10 +270,10 @@ void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, mo
 void trainer_opts_flops_line(const model_config_t *c, int T, char *buf, size_t cap) {
     buf[0] = 0;
     if (c->kind == MODEL_LLAMA)
-        snprintf(buf, cap, "trFLOPs/token %.4g (seed 003 §2.4: 3 x the forward's %.4g)", ltm_train_flops(c, T),
+        snprintf(buf, cap, "trFLOPs/token %.9g (seed 003 §2.4: 3 x the forward's %.9g)", ltm_train_flops(c, T),
                  ltm_forward_flops(c, T));
     else if (c->kind == MODEL_LTM)
-        snprintf(buf, cap, "trFLOPs/token %.4g (seed 003 §2.4: 3 (K + 1) = %d x the forward's %.4g)",
+        snprintf(buf, cap, "trFLOPs/token %.9g (seed 003 §2.4: 3 (K + 1) = %d x the forward's %.9g)",
                  ltm_train_flops(c, T), 3 * (c->inner_steps + 1), ltm_forward_flops(c, T));
 }
 

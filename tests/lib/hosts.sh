@@ -26,6 +26,12 @@
 #                          HOST:PORT to TARGET (IP:PORT) that delays every byte DELAY_MS each
 #                          way and loses LOSS of the segments (0.05: 5%) as TCP sees a loss: the
 #                          segment and all behind it come a retransmission time-out late.
+#   conns HOST PEER        the established TCP connections on HOST with PEER (a host name) at
+#                          either end.
+#   conns_gone_bg HOST PEER T0 FILE   in the background, polls every 50 ms until HOST has no
+#                          established connection with PEER and writes to FILE the milliseconds
+#                          since T0 (a `date +%s%N`), or `never` after 30 s: a half-open
+#                          connection's drop timed while the test does other things.
 #   hosts_keys DIR NAME... a CURVE key pair per NAME made and handed out as README tells a user:
 #                          DIR/NAME.key and .pub (bin/bus keygen), DIR/authorized (every .pub);
 #                          the test writes DIR/trust, and key NAME prints a public key.
@@ -137,6 +143,21 @@ relay_bg() {
     local h=$1 port=$2 target=$3 delay=$4 loss=$5 log=$6
     on_bg "$h" "$log" /usr/bin/python3 "$HOSTS_LIB/relay.py" --listen "${HOSTS_IP[$h]}:$port" \
         --to "$target" --delay-ms "$delay" --loss "$loss"
+}
+
+conns() { ip netns exec "$(host_ns "$1")" ss -Htn state established | grep -c -- " ${HOSTS_IP[$2]}:"; }
+
+conns_gone_bg() {
+    local h=$1 peer=$2 t0=$3 out=$4
+    (
+        end=$(($(date +%s) + 30))
+        while [ "$(conns "$h" "$peer")" != 0 ]; do
+            [ "$(date +%s)" -lt $end ] || { echo never >"$out"; exit 0; }
+            sleep 0.05
+        done
+        echo $((($(date +%s%N) - t0) / 1000000)) >"$out"
+    ) &
+    pids+=($!)
 }
 
 hosts_keys() {

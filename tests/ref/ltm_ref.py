@@ -11,16 +11,19 @@ stream (RoPE at the token positions) and whose keys/values are that layer's late
 seeing all m latents. Posterior q(z) = N(mu, exp(ls)^2), z = mu + exp(ls) eps; the NELBO of a
 sequence = sum over counted targets of CE + KL(q || N(0, I)) in closed form.
 
-One dual-rate step with K = 1 inner step, as the C family runs it:
-  1. at (mu0, ls0): z0, NELBO summed over the batch; its gradients w.r.t. mu and ls (autograd);
+One dual-rate step with K = 1 inner step, as the C family runs it (stochastic variational
+inference: every step and the final forward draw their own noise, eps for the inner step, eps1
+for the final forward):
+  1. at (mu0, ls0): z0 = mu0 + exp(ls0) eps, NELBO summed over the batch; its gradients w.r.t.
+     mu and ls (autograd);
   2. one torch.optim.AdamW step on [mu, ls] (lr = the fast rate, betas 0.9/0.999, eps 1e-8,
      weight decay 0.01: torch's defaults) -> (mu1, ls1);
-  3. the forward at z1 = mu1 + exp(ls1) eps with (mu1, ls1) detached: logits, the mean CE, the
+  3. the forward at z1 = mu1 + exp(ls1) eps1 with (mu1, ls1) detached: logits, the mean CE, the
      KL; loss = (sum CE + sum KL) / counted targets; its backward: every weight's gradient.
 
 Writes tests/fixtures/ltm_tiny_init.safetensors (weights: HF names + the cross-attention's) and
-tests/fixtures/ltm_tiny_ref.safetensors: tokens, targets, mask (B,T as F32); mu0, ls0, eps
-(L,B,m,D: layer-major, the C model's latent layout); ce0_sum, kl0_sum (1); grad.mu, grad.ls
+tests/fixtures/ltm_tiny_ref.safetensors: tokens, targets, mask (B,T as F32); mu0, ls0, eps,
+eps1 (L,B,m,D: layer-major, the C model's latent layout); ce0_sum, kl0_sum (1); grad.mu, grad.ls
 (L,B,m,D, at the start); mu1, ls1; logits (B,T,V), ce (1, mean), kl_sum (1), loss (1);
 grad.<name> for every parameter.
 Run with Debian's python (torch 1.13): /usr/bin/python3 tests/ref/ltm_ref.py [outdir]
@@ -153,8 +156,9 @@ def main():
     mu0 = 0.5 * torch.randn(shape, generator=g)
     ls0 = -1.0 + 0.2 * torch.randn(shape, generator=g)
     eps = torch.randn(shape, generator=g)
+    eps1 = torch.randn(shape, generator=g)   # the final forward's own draw
     meta = {"config": json.dumps(dict(c, tied=1, B=B, T=T)), "fast": json.dumps(FAST),
-            "format": "ltm_ref v1"}
+            "format": "ltm_ref v2"}
     write_safetensors(os.path.join(outdir, "ltm_tiny_init.safetensors"), P, meta)
     count = int(mask.sum())
 
@@ -168,7 +172,7 @@ def main():
     kl0 = kl_sum(mu, ls)
     (ce0 + kl0.float()).backward()
     out = {"tokens": tokens.float(), "targets": targets.float(), "mask": mask.float(),
-           "mu0": mu0, "ls0": ls0, "eps": eps, "ce0_sum": ce0.detach().reshape(1),
+           "mu0": mu0, "ls0": ls0, "eps": eps, "eps1": eps1, "ce0_sum": ce0.detach().reshape(1),
            "kl0_sum": kl0.detach().float().reshape(1), "grad.mu": mu.grad.detach().clone(),
            "grad.ls": ls.grad.detach().clone()}
     # 2. one fast AdamW step
@@ -177,7 +181,7 @@ def main():
     out["mu1"], out["ls1"] = mu.detach().clone(), ls.detach().clone()
     # 3. the final forward and the decoder's gradient
     params = {k: v.clone().requires_grad_(True) for k, v in P.items()}
-    z1 = out["mu1"] + out["ls1"].exp() * eps
+    z1 = out["mu1"] + out["ls1"].exp() * eps1
     logits = forward(params, c, tokens, z1)
     ces = ce_sum(logits, targets, mask)
     kl1 = kl_sum(out["mu1"], out["ls1"]).float()

@@ -161,9 +161,10 @@ if [ "$EVAL_EVERY" -gt 0 ]; then
     done
 fi
 echo
-echo "Nats per token. The baseline's NLL is its cross-entropy. The Free Transformer's is the tightest"
-echo "of its upper bounds on -log p(x) that bin/evaluator computes (ELBO, importance-weighted bounds"
-echo "with K posterior or prior samples); the CE with Z from the encoder alone is not a likelihood (the"
-echo "encoder has read the tokens it predicts) and is shown only as the ELBO's first term."
+echo "Nats per token. The baseline's NLL is its cross-entropy. The Free Transformer's is its upper bound"
+echo "on -log p(x) from K posterior samples (bin/evaluator's nll_bound = iw_bound, chosen in advance, never"
+echo "the smaller of it and the prior-sample bound iw_prior: docs/evaluator.md); the CE with Z from the"
+echo "encoder alone is not a likelihood (the encoder has read the tokens it predicts) and is shown only as"
+echo "the ELBO's first term."
 } > "$OUT/$NAME.md"
 cat "$OUT/$NAME.md"

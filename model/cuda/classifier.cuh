@@ -1,0 +1,173 @@
+/* model/cuda/classifier.cuh: the fused classifier of the CUDA device -- log-sum-exp, loss
+ * and dlogits of a row of logits in one kernel, one block per row (llm.c's
+ * fused_classifier), the gradient written over the logits when the caller aliases them (no
+ * second logits-sized buffer), the probabilities never stored.
+ *
+ * Formulas: ops_math.h's ops_logsumexp_row (max, then the sum of ops_expf(z - max), then
+ * max + log) and ops_crossentropy_row_backward (dz = scale ops_expf(z - lse), dz[t] -= scale).
+ * When the row fits in shared memory (V floats, row_cache_ok) it is read from global memory
+ * once: max and sum run over the cached copy, and the gradient is written from it. Otherwise
+ * the row is read twice: an online max-and-sum pass (ops_online_softmax's rescaling), then
+ * the gradient pass.
+ *
+ * The count of counted rows and the mean loss stay on the device (k_ce_count, k_ce_mean):
+ * the scale dloss / count is read by each block, and the host downloads one result. */
+#ifndef MODEL_CUDA_CLASSIFIER_CUH
+#define MODEL_CUDA_CLASSIFIER_CUH
+#include "model/cuda/common.cuh"
+#include "model/ops_math.h"
+
+#define CE_THREADS 512
+
+/* what the host downloads after a forward: the loss sum (double, rows in a fixed order) and
+ * the count of counted rows */
+typedef struct {
+    double loss_sum;
+    int count;
+    int pad_;
+} ce_result_t;
+
+/* one block: count = number of nonzero mask bytes (N when mask is NULL) */
+__global__ void k_ce_count(ce_result_t *res, const uint8_t *mask, int N) {
+    __shared__ float scratch[32];
+    int c = 0;
+    if (mask)
+        for (int n = threadIdx.x; n < N; n += blockDim.x) c += mask[n] != 0;
+    else if (threadIdx.x == 0)
+        c = N;
+    /* integer sums are exact in float up to 2^24 rows per thread block */
+    const float tot = block_sum((float)c, scratch);
+    if (threadIdx.x == 0) {
+        res->count = (int)tot;
+        res->pad_ = 0;
+        res->loss_sum = 0.0;
+    }
+}
+
+__device__ static inline float ce_scale(const ce_result_t *res, float dloss) {
+    const int cnt = res->count;
+    return cnt > 0 ? dloss / (float)cnt : 0.0f;
+}
+
+/* One block per row. row_loss (may be NULL): the row's loss, 0 when not counted. lse: the
+ * row's log-sum-exp (when have_lse, it is read instead: the separate backward). dz may be NULL
+ * or alias z. */
+__global__ void __launch_bounds__(CE_THREADS)
+k_classifier(float *row_loss, float *lse, float *dz, const float *z,
+             const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
+             int have_lse, int cache) {
+    __shared__ float scratch[32];
+    DYN_SHARED(float, row);
+    const size_t n = blockIdx.x;
+    const float *zr = z + n * V;
+    const int counted = !mask || mask[n];
+    const bool vec = V % 4 == 0 && aligned16(z);
+    float l;
+    if (have_lse) {
+        l = lse[n];
+        if (cache) {
+            for (int i = threadIdx.x; i < V; i += blockDim.x) row[i] = zr[i];
+            __syncthreads();
+        }
+    } else if (cache) {
+        /* one read of the row: max, then the sum of exp over the cached copy */
+        float mx = -INFINITY;
+        if (vec) {
+            for (int i = 4 * threadIdx.x; i < V; i += 4 * blockDim.x) {
+                const float4 v = ld4_stream(zr + i);
+                row[i] = v.x, row[i + 1] = v.y, row[i + 2] = v.z, row[i + 3] = v.w;
+                mx = fmaxf(fmaxf(mx, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
+            }
+        } else {
+            for (int i = threadIdx.x; i < V; i += blockDim.x) {
+                const float v = zr[i];
+                row[i] = v;
+                mx = fmaxf(mx, v);
+            }
+        }
+        mx = block_max(mx, scratch);
+        float s = 0.0f;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) s += ops_expf(row[i] - mx);
+        s = block_sum(s, scratch);
+        l = mx + logf(s);
+    } else {
+        /* online max and sum: one pass over global memory */
+        float m = -INFINITY, s = 0.0f;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const float v = zr[i];
+            if (v > m) {
+                s = m == -INFINITY ? 0.0f : s * ops_expf(m - v);
+                m = v;
+            }
+            s += ops_expf(v - m);
+        }
+        const float M = block_max(m, scratch);
+        s = m == -INFINITY ? 0.0f : s * ops_expf(m - M);
+        s = block_sum(s, scratch);
+        l = M + logf(s);
+    }
+    PERF_FLOPS(PERF_SFU, (V + blockDim.x - 1) / blockDim.x * (have_lse ? 1 : 2));
+    PERF_FLOPS(PERF_FP32, (V + blockDim.x - 1) / blockDim.x * (have_lse ? 2 : 4));
+    const uint32_t t = tgt[n];
+    if (threadIdx.x == 0) {
+        if (!have_lse) lse[n] = l;
+        if (row_loss) row_loss[n] = counted ? l - (cache ? row[t] : zr[t]) : 0.0f;
+    }
+    if (!dz) return;
+    const float scale = counted ? ce_scale(res, dloss) : 0.0f;
+    float *dr = dz + n * V;
+    if (cache) {
+        __syncthreads(); /* the target's logit was read above from the cache */
+        if (vec && aligned16(dz)) {
+            for (int i = 4 * threadIdx.x; i < V; i += 4 * blockDim.x) {
+                float4 g;
+                g.x = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+                g.y = scale * ops_expf(row[i + 1] - l) - (i + 1 == (int)t ? scale : 0.0f);
+                g.z = scale * ops_expf(row[i + 2] - l) - (i + 2 == (int)t ? scale : 0.0f);
+                g.w = scale * ops_expf(row[i + 3] - l) - (i + 3 == (int)t ? scale : 0.0f);
+                st4_stream(dr + i, g);
+            }
+        } else {
+            for (int i = threadIdx.x; i < V; i += blockDim.x)
+                dr[i] = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+        }
+        return;
+    }
+    /* no cache: chunks of the block's width, read all, barrier, write all */
+    for (int i0 = 0; i0 < V; i0 += blockDim.x) {
+        const int i = i0 + threadIdx.x;
+        float g = 0.0f;
+        if (i < V) g = scale * ops_expf(zr[i] - l) - (i == (int)t ? scale : 0.0f);
+        __syncthreads();
+        if (i < V) dr[i] = g;
+    }
+}
+
+/* one block: loss_sum = sum of row_loss in a fixed order (per-thread strided sums in double,
+ * then the block's tree) */
+__global__ void k_ce_mean(ce_result_t *res, const float *row_loss, int N) {
+    __shared__ double part[CE_THREADS];
+    double s = 0.0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) s += row_loss[n];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) res->loss_sum = part[0];
+}
+
+/* The forward (row_loss: N floats of work; res: device scratch; cache_bytes: 0 or V * 4 when
+ * the row fits the block's shared memory) */
+static inline void classifier_launch(cudaStream_t s, ce_result_t *res, float *row_loss, float *lse, float *dz,
+                                     const float *z, const uint32_t *tgt,
+                                     const uint8_t *mask, int N, int V, float dloss, int have_lse,
+                                     size_t cache_bytes) {
+    LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
+    if (N <= 0) return;
+    LAUNCH(k_classifier, N, CE_THREADS, cache_bytes, s)
+    (row_loss, lse, dz, z, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
+    if (row_loss) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
+}
+#endif

@@ -1,0 +1,101 @@
+/* model/cuda/rope.cuh: rotary embeddings and the fused q|k|v rows on the CUDA device --
+ * rope_forward/backward, qkv_split_rope, qkv_join_unrope and the decode step's per-row
+ * variants -- one thread per rotation pair (i, i + hd/2) of one head of one row (four
+ * consecutive pairs, 128-bit accesses, where hd/2 % 4 == 0), so a warp reads whole half-heads
+ * (coalesced), not one row per thread. The rotation is ops_math.h's ops_rope_rotate:
+ * out_i = x_i c - x_{i+h} s, out_{i+h} = x_{i+h} c + x_i s, with s negated for the inverse. */
+#ifndef MODEL_CUDA_ROPE_CUH
+#define MODEL_CUDA_ROPE_CUH
+#include "model/cuda/common.cuh"
+#include "model/cuda/elementwise.cuh"
+
+/* Row n's head h at src + n * src_ld + src_off + h * hd (and likewise dst), rotated at the
+ * position pos[n] (pos NULL: pos0 + n % T). acc: dst += rotation (else overwritten; dst may
+ * alias src). */
+template <class I>
+__global__ void k_rope(float *dst, size_t dst_ld, size_t dst_off, const float *src,
+                       size_t src_ld, size_t src_off, const float *cos_t, const float *sin_t, size_t N, int nh,
+                       int hd, int T, int pos0, const int *pos, float sign, int acc, int vec) {
+    const int h2 = hd / 2, per = vec ? h2 / 4 : h2;
+    EW_LOOP(I, N * nh * per) {
+        const size_t n = (size_t)i / ((size_t)nh * per);
+        const int r = (int)((size_t)i % ((size_t)nh * per)), h = r / per, j = (r % per) * (vec ? 4 : 1);
+        const size_t p = pos ? (size_t)pos[n] : (size_t)(pos0 + (int)(n % T));
+        const float *x = src + n * src_ld + src_off + (size_t)h * hd, *cs = cos_t + p * h2, *sn = sin_t + p * h2;
+        const size_t yo = n * dst_ld + dst_off + (size_t)h * hd;
+        float *y = dst + yo;
+        if (vec) {
+            const float4 a = ld4(x + j), b = ld4(x + j + h2), c = ld4(cs + j), s0 = ld4(sn + j);
+            const float4 s = make_float4(sign * s0.x, sign * s0.y, sign * s0.z, sign * s0.w);
+            float4 lo = make_float4(a.x * c.x - b.x * s.x, a.y * c.y - b.y * s.y, a.z * c.z - b.z * s.z,
+                                    a.w * c.w - b.w * s.w);
+            float4 hi = make_float4(b.x * c.x + a.x * s.x, b.y * c.y + a.y * s.y, b.z * c.z + a.z * s.z,
+                                    b.w * c.w + a.w * s.w);
+            if (acc) {
+                const float4 l0 = ld4(y + j), h0 = ld4(y + j + h2);
+                lo = make_float4(l0.x + lo.x, l0.y + lo.y, l0.z + lo.z, l0.w + lo.w);
+                hi = make_float4(h0.x + hi.x, h0.y + hi.y, h0.z + hi.z, h0.w + hi.w);
+            }
+            st4(y + j, lo);
+            st4(y + j + h2, hi);
+            PERF_FLOPS(PERF_FP32, 4 * 6);
+        } else {
+            const float a = x[j], b = x[j + h2], c = cs[j], s = sign * sn[j];
+            const float r0 = a * c - b * s, r1 = b * c + a * s;
+            y[j] = acc ? y[j] + r0 : r0;
+            y[j + h2] = acc ? y[j + h2] + r1 : r1;
+        }
+    }
+}
+/* rows of D floats copied between strided row sets (dst row n at dst + n ld_dst + dst_off) */
+template <class I>
+__global__ void k_copy_rows(float *dst, size_t ld_dst, size_t dst_off, const float *src,
+                            size_t ld_src, size_t src_off, size_t rows, int D, int vec) {
+    const int per = vec ? D / 4 : D;
+    EW_LOOP(I, rows * per) {
+        const size_t n = (size_t)i / per, c = (size_t)((size_t)i % per) * (vec ? 4 : 1);
+        const size_t o = n * ld_dst + dst_off + c;
+        if (vec) st4(dst + o, ld4(src + n * ld_src + src_off + c));
+        else dst[o] = src[n * ld_src + src_off + c];
+    }
+}
+
+static inline bool rope_vec(int hd, const void *a, const void *b, const void *c, const void *s, size_t lda,
+                            size_t ldb, size_t offa, size_t offb) {
+    return (hd / 2) % 4 == 0 && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(s) && lda % 4 == 0 &&
+           ldb % 4 == 0 && offa % 4 == 0 && offb % 4 == 0;
+}
+static inline void rope_launch(cudaStream_t s, float *dst, size_t dst_ld, size_t dst_off, const float *src,
+                               size_t src_ld, size_t src_off, const float *cs, const float *sn, size_t N, int nh,
+                               int hd, int T, int pos0, const int *pos, float sign, int acc) {
+    if (!N || nh <= 0 || hd < 2) return;
+    const int vec = rope_vec(hd, dst, src, cs, sn, dst_ld, src_ld, dst_off, src_off);
+    const size_t items = N * nh * (vec ? hd / 8 : hd / 2);
+    EW_DISPATCH(k_rope, items, items, s, dst, dst_ld, dst_off, src, src_ld, src_off, cs, sn, N, nh, hd, T, pos0, pos,
+                sign, acc, vec);
+}
+static inline void copy_rows_launch(cudaStream_t s, float *dst, size_t ld_dst, size_t dst_off, const float *src,
+                                    size_t ld_src, size_t src_off, size_t rows, int D) {
+    if (!rows || D <= 0) return;
+    const int vec = D % 4 == 0 && aligned16(dst) && aligned16(src) && ld_dst % 4 == 0 && ld_src % 4 == 0 &&
+                    dst_off % 4 == 0 && src_off % 4 == 0;
+    const size_t items = rows * (vec ? D / 4 : D);
+    EW_DISPATCH(k_copy_rows, items, items, s, dst, ld_dst, dst_off, src, ld_src, src_off, rows, D, vec);
+}
+/* qkv (N, Dq + 2 Dkv) -> q, k rotated, v copied (NULL outputs skipped); pos as k_rope's */
+static inline void qkv_split_launch(cudaStream_t s, float *q, float *k, float *v, const float *qkv, const float *cs,
+                                    const float *sn, int N, int T, int H, int Hkv, int hd, int pos0, const int *pos) {
+    const size_t Dq = (size_t)H * hd, Dkv = (size_t)Hkv * hd, ld = Dq + 2 * Dkv;
+    if (q) rope_launch(s, q, Dq, 0, qkv, ld, 0, cs, sn, N, H, hd, T, pos0, pos, 1.0f, 0);
+    if (k) rope_launch(s, k, Dkv, 0, qkv, ld, Dq, cs, sn, N, Hkv, hd, T, pos0, pos, 1.0f, 0);
+    if (v) copy_rows_launch(s, v, Dkv, 0, qkv, ld, Dq + Dkv, N, (int)Dkv);
+}
+/* the backward: dqkv rows overwritten with dq, dk rotated back and dv */
+static inline void qkv_join_launch(cudaStream_t s, float *dqkv, const float *dq, const float *dk, const float *dv,
+                                   const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
+    const size_t Dq = (size_t)H * hd, Dkv = (size_t)Hkv * hd, ld = Dq + 2 * Dkv;
+    rope_launch(s, dqkv, ld, 0, dq, Dq, 0, cs, sn, N, H, hd, T, pos0, NULL, -1.0f, 0);
+    rope_launch(s, dqkv, ld, Dq, dk, Dkv, 0, cs, sn, N, Hkv, hd, T, pos0, NULL, -1.0f, 0);
+    copy_rows_launch(s, dqkv, ld, Dq + Dkv, dv, Dkv, 0, N, (int)Dkv);
+}
+#endif

@@ -1,0 +1,261 @@
+/* model/cuda/rows.cuh: row-wise kernels (one warp per row) and the two-stage column
+ * reductions of the CUDA device: RMSNorm forward and backward (dx and the weight gradient in
+ * one pass over the rows), sum_rows (bias sums). The row formulas are ops_math.h's
+ * (ops_rmsnorm_row and its backward): the same expressions, evaluated with the row's sums
+ * reduced across lanes.
+ *
+ * Column reductions (a weight gradient dw[c] = sum over rows of f(n, c)) never use atomics:
+ * stage 1 gives each block a fixed range of rows and writes one partial row per block
+ * (colred_partial); stage 2 (k_colred_finish) adds the partials in block order, one thread
+ * per column. The number of blocks depends on N alone (COLRED_ROWS rows per block), so the
+ * result is the same on every run and every GPU.
+ *
+ * Fast paths: D % 4 == 0 with 16-byte aligned rows uses 128-bit accesses, and rows of up to
+ * ROW_CACHE_MAX floats stay in registers between a row's two passes (one read of x per row);
+ * other shapes take the scalar loops, which compute the same expressions. */
+#ifndef MODEL_CUDA_ROWS_CUH
+#define MODEL_CUDA_ROWS_CUH
+#include "model/cuda/common.cuh"
+#include "model/ops_math.h"
+
+/* float4 per lane kept in registers: rows up to 32 * 4 * 8 = 1024 floats */
+#define ROW_VECS 8
+#define ROW_CACHE_MAX (WARP * 4 * ROW_VECS)
+/* rows per block of the column reductions' first stage */
+#define COLRED_ROWS 32
+#define COLRED_MAX_BLOCKS 4096
+
+/* ---- RMSNorm forward: out = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) ----
+ * one warp per row */
+__global__ void __launch_bounds__(ROW_WARPS * WARP)
+k_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+    const int lane = threadIdx.x % WARP;
+    const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
+    if (row >= N) return;
+    const float *xr = x + (size_t)row * D;
+    float *orow = out + (size_t)row * D;
+    const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(x) && aligned16(out) && aligned16(w);
+    if (vec) {
+        float4 c[ROW_VECS];
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ROW_VECS; j++) {
+            const int i = (lane + j * WARP) * 4;
+            if (i < D) {
+                c[j] = ld4_stream(xr + i);
+                ss += c[j].x * c[j].x + c[j].y * c[j].y + c[j].z * c[j].z + c[j].w * c[j].w;
+            }
+        }
+        ss = warp_sum(ss);
+        const float r = 1.0f / sqrtf(ss / (float)D + eps);
+#pragma unroll
+        for (int j = 0; j < ROW_VECS; j++) {
+            const int i = (lane + j * WARP) * 4;
+            if (i < D) {
+                const float4 wv = ld4(w + i);
+                float4 y;
+                y.x = wv.x * (c[j].x * r);
+                y.y = wv.y * (c[j].y * r);
+                y.z = wv.z * (c[j].z * r);
+                y.w = wv.w * (c[j].w * r);
+                st4(orow + i, y);
+            }
+        }
+        if (lane == 0) rstd[row] = r;
+        PERF_FLOPS(PERF_FP32, (size_t)D * 5 / WARP);
+        PERF_FLOPS(PERF_SFU, lane == 0);
+        return;
+    }
+    float ss = 0.0f;
+    for (int i = lane; i < D; i += WARP) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int i = lane; i < D; i += WARP) orow[i] = w[i] * (xr[i] * r);
+    if (lane == 0) rstd[row] = r;
+}
+
+/* ---- RMSNorm backward ----
+ * dx += r w dy - c x with c = r^3 / D sum(w dy x) (ops_rmsnorm_row_backward), one warp per
+ * row; with dw_part, block b also writes row b of the weight gradient's stage-1 partials:
+ * sum over its rows (COLRED_ROWS, rows b*R .. b*R+R-1 with R = rows_per_block) of dy x r,
+ * the warps' sums added in warp order. Vector path only (D % 4 == 0, D <= ROW_CACHE_MAX,
+ * aligned); the general shapes run k_rmsnorm_bwd_dx and the generic column reduction. */
+__global__ void __launch_bounds__(ROW_WARPS * WARP)
+k_rmsnorm_bwd_vec(float *dx, float *dw_part, const float *dout, const float *x, const float *w,
+                  const float *rstd, int N, int D, int rows_per_block) {
+    __shared__ float4 red[ROW_WARPS][WARP * ROW_VECS];
+    const int lane = threadIdx.x % WARP, wp = threadIdx.x / WARP;
+    const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
+    float4 acc[ROW_VECS];
+#pragma unroll
+    for (int j = 0; j < ROW_VECS; j++) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int row = r0 + wp; row < r1; row += ROW_WARPS) {
+        const float *dy = dout + (size_t)row * D, *xr = x + (size_t)row * D;
+        const float r = rstd[row];
+        float4 cy[ROW_VECS], cx[ROW_VECS];
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ROW_VECS; j++) {
+            const int i = (lane + j * WARP) * 4;
+            if (i < D) {
+                cy[j] = ld4_stream(dy + i);
+                cx[j] = ld4(xr + i);
+                const float4 wv = ld4(w + i);
+                dot += wv.x * cy[j].x * cx[j].x + wv.y * cy[j].y * cx[j].y + wv.z * cy[j].z * cx[j].z +
+                       wv.w * cy[j].w * cx[j].w;
+                acc[j].x += cy[j].x * cx[j].x * r;
+                acc[j].y += cy[j].y * cx[j].y * r;
+                acc[j].z += cy[j].z * cx[j].z * r;
+                acc[j].w += cy[j].w * cx[j].w * r;
+            }
+        }
+        dot = warp_sum(dot);
+        if (dx) {
+            const float c = dot * r * r * r / (float)D;
+            float *dxr = dx + (size_t)row * D;
+#pragma unroll
+            for (int j = 0; j < ROW_VECS; j++) {
+                const int i = (lane + j * WARP) * 4;
+                if (i < D) {
+                    const float4 wv = ld4(w + i);
+                    float4 g = ld4(dxr + i);
+                    g.x += r * wv.x * cy[j].x - c * cx[j].x;
+                    g.y += r * wv.y * cy[j].y - c * cx[j].y;
+                    g.z += r * wv.z * cy[j].z - c * cx[j].z;
+                    g.w += r * wv.w * cy[j].w - c * cx[j].w;
+                    st4(dxr + i, g);
+                }
+            }
+        }
+        PERF_FLOPS(PERF_FP32, (size_t)D * (dx ? 11 : 6) / WARP);
+    }
+    if (!dw_part) return;
+#pragma unroll
+    for (int j = 0; j < ROW_VECS; j++) red[wp][lane + j * WARP] = acc[j];
+    __syncthreads();
+    /* the block's partial row: warps added in order 0, 1, ..., ROW_WARPS - 1 */
+    for (int v = threadIdx.x; v < D / 4; v += blockDim.x) {
+        float4 s = red[0][v];
+        for (int k = 1; k < ROW_WARPS; k++) {
+            const float4 t = red[k][v];
+            s.x += t.x;
+            s.y += t.y;
+            s.z += t.z;
+            s.w += t.w;
+        }
+        st4(dw_part + (size_t)blockIdx.x * D + 4 * v, s);
+    }
+}
+/* the general shapes: dx only, one warp per row, scalar */
+__global__ void __launch_bounds__(ROW_WARPS * WARP)
+k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x, const float *w, const float *rstd, int N,
+                 int D) {
+    const int lane = threadIdx.x % WARP;
+    const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
+    if (row >= N) return;
+    const float *dy = dout + (size_t)row * D, *xr = x + (size_t)row * D;
+    const float r = rstd[row];
+    float dot = 0.0f;
+    for (int i = lane; i < D; i += WARP) dot += w[i] * dy[i] * xr[i];
+    dot = warp_sum(dot);
+    const float c = dot * r * r * r / (float)D;
+    float *dxr = dx + (size_t)row * D;
+    for (int i = lane; i < D; i += WARP) dxr[i] += r * w[i] * dy[i] - c * xr[i];
+}
+
+/* ---- the generic column reduction ----
+ * stage 1: block b sums rows [b R, b R + R) of f(n, c) for every column c (threads stride
+ * over columns, rows in order); kinds of f: */
+enum { COLRED_SUM = 0,      /* x[n][c] */
+       COLRED_RMS_DW = 1 }; /* dy[n][c] x[n][c] r[n] */
+__global__ void k_colred_partial(float *part, const float *a, const float *b, const float *r, int N, int D,
+                                 int rows_per_block, int kind) {
+    const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
+    const bool vec = D % 4 == 0 && aligned16(a) && (!b || aligned16(b));
+    if (vec) {
+        for (int v = threadIdx.x; v < D / 4; v += blockDim.x) {
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int n = r0; n < r1; n++) {
+                const float4 p = ld4(a + (size_t)n * D + 4 * v);
+                if (kind == COLRED_SUM) {
+                    s.x += p.x;
+                    s.y += p.y;
+                    s.z += p.z;
+                    s.w += p.w;
+                } else {
+                    const float4 q = ld4(b + (size_t)n * D + 4 * v);
+                    const float rn = r[n];
+                    s.x += p.x * q.x * rn;
+                    s.y += p.y * q.y * rn;
+                    s.z += p.z * q.z * rn;
+                    s.w += p.w * q.w * rn;
+                }
+            }
+            st4(part + (size_t)blockIdx.x * D + 4 * v, s);
+        }
+        return;
+    }
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float s = 0.0f;
+        for (int n = r0; n < r1; n++)
+            s += kind == COLRED_SUM ? a[(size_t)n * D + c] : a[(size_t)n * D + c] * b[(size_t)n * D + c] * r[n];
+        part[(size_t)blockIdx.x * D + c] = s;
+    }
+}
+/* stage 2: out[c] (+)= sum over the nb partial rows in order; one thread per column */
+__global__ void k_colred_finish(float *out, const float *part, int nb, int D, int accumulate) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= D) return;
+    float s = 0.0f;
+    for (int b = 0; b < nb; b++) s += part[(size_t)b * D + c];
+    out[c] = accumulate ? out[c] + s : s;
+}
+
+/* blocks of the first stage and rows per block, from N alone */
+static inline void colred_split(int N, int *blocks, int *rows_per_block) {
+    int nb = (N + COLRED_ROWS - 1) / COLRED_ROWS;
+    if (nb < 1) nb = 1;
+    if (nb > COLRED_MAX_BLOCKS) nb = COLRED_MAX_BLOCKS;
+    *rows_per_block = (N + nb - 1) / nb;
+    *blocks = N > 0 ? (N + *rows_per_block - 1) / *rows_per_block : 1;
+}
+/* work floats the column reductions need for N rows of D */
+static inline size_t colred_work_floats(int N, int D) {
+    int nb, rpb;
+    colred_split(N, &nb, &rpb);
+    return (size_t)nb * D;
+}
+
+/* ---- launchers (the device's op wrappers call these; part: colred_work_floats) ---- */
+static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, float *rstd, const float *x, const float *w,
+                                          int N, int D, float eps) {
+    if (N <= 0) return;
+    LAUNCH(k_rmsnorm_fwd, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
+    (out, rstd, x, w, N, D, eps);
+}
+static inline void colsum_launch(cudaStream_t s, float *out, float *part, const float *a, const float *b,
+                                 const float *r, int N, int D, int kind, int accumulate) {
+    if (D <= 0) return;
+    int nb, rpb;
+    colred_split(N, &nb, &rpb);
+    if (N > 0) LAUNCH(k_colred_partial, nb, 256, 0, s)(part, a, b, r, N, D, rpb, kind);
+    LAUNCH(k_colred_finish, blocks_for((size_t)D, 256, 1u << 30), 256, 0, s)(out, part, N > 0 ? nb : 0, D, accumulate);
+}
+static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, float *dw, float *part, const float *dout,
+                                           const float *x, const float *w, const float *rstd, int N, int D) {
+    if (N <= 0) return;
+    const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(dout) && aligned16(x) && aligned16(w) &&
+                     (!dx || aligned16(dx));
+    if (vec) {
+        int nb, rpb;
+        colred_split(N, &nb, &rpb);
+        LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)(dx, dw ? part : NULL, dout, x, w, rstd, N, D, rpb);
+        if (dw) LAUNCH(k_colred_finish, blocks_for((size_t)D, 256, 1u << 30), 256, 0, s)(dw, part, nb, D, 1);
+        return;
+    }
+    if (dx)
+        LAUNCH(k_rmsnorm_bwd_dx, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
+        (dx, dout, x, w, rstd, N, D);
+    if (dw) colsum_launch(s, dw, part, dout, x, rstd, N, D, COLRED_RMS_DW, 1);
+}
+#endif
