@@ -6,8 +6,8 @@
  *
  * Column reductions (a weight gradient dw[c] = sum over rows of f(n, c)) never use atomics:
  * stage 1 gives each block a fixed range of rows and writes one partial row per block
- * (colred_partial); stage 2 (k_colred_finish) adds the partials in block order, one thread
- * per column. The number of blocks depends on N alone (COLRED_ROWS rows per block), so the
+ * (colred_partial); stage 2 (k_colred_finish) adds the partials in a fixed order (a warp per
+ * range of partial rows, lanes over columns, then the warps' sums in warp order). The number of blocks depends on N alone (COLRED_ROWS rows per block), so the
  * result is the same on every run and every GPU.
  *
  * Fast paths: D % 4 == 0 with 16-byte aligned rows uses 128-bit accesses, and rows of up to
@@ -202,14 +202,27 @@ __global__ void k_colred_partial(float *part, const float *a, const float *b, co
         part[(size_t)blockIdx.x * D + c] = s;
     }
 }
-/* stage 2: out[c] (+)= sum over the nb partial rows in order; one thread per column */
+/* stage 2: out[c] (+)= sum over the nb partial rows. A block of COLRED_FIN_WARPS warps takes
+ * WARP consecutive columns (lane = column: a warp reads 128 contiguous bytes); warp w adds
+ * its fixed range of partial rows in order, then warp 0 adds the warps' sums in warp order --
+ * an order fixed by nb and D alone. */
+#define COLRED_FIN_WARPS 32
 __global__ void k_colred_finish(float *out, const float *part, int nb, int D, int accumulate) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= D) return;
+    __shared__ float red[COLRED_FIN_WARPS][WARP + 1];
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    const int c = blockIdx.x * WARP + lane;
+    const int per = (nb + nw - 1) / nw, b0 = w * per, b1 = b0 + per < nb ? b0 + per : nb;
     float s = 0.0f;
-    for (int b = 0; b < nb; b++) s += part[(size_t)b * D + c];
-    out[c] = accumulate ? out[c] + s : s;
+    if (c < D)
+        for (int b = b0; b < b1; b++) s += part[(size_t)b * D + c];
+    red[w][lane] = s;
+    __syncthreads();
+    if (w != 0 || c >= D) return;
+    float t = 0.0f;
+    for (int i = 0; i < nw; i++) t += red[i][lane];
+    out[c] = accumulate ? out[c] + t : t;
 }
+static inline unsigned colred_finish_blocks(int D) { return (unsigned)((D + WARP - 1) / WARP); }
 
 /* blocks of the first stage and rows per block, from N alone */
 static inline void colred_split(int N, int *blocks, int *rows_per_block) {
@@ -239,7 +252,7 @@ static inline void colsum_launch(cudaStream_t s, float *out, float *part, const 
     int nb, rpb;
     colred_split(N, &nb, &rpb);
     if (N > 0) LAUNCH(k_colred_partial, nb, 256, 0, s)(part, a, b, r, N, D, rpb, kind);
-    LAUNCH(k_colred_finish, blocks_for((size_t)D, 256, 1u << 30), 256, 0, s)(out, part, N > 0 ? nb : 0, D, accumulate);
+    LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(out, part, N > 0 ? nb : 0, D, accumulate);
 }
 static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, float *dw, float *part, const float *dout,
                                            const float *x, const float *w, const float *rstd, int N, int D) {
@@ -250,7 +263,7 @@ static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, float *dw,
         int nb, rpb;
         colred_split(N, &nb, &rpb);
         LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)(dx, dw ? part : NULL, dout, x, w, rstd, N, D, rpb);
-        if (dw) LAUNCH(k_colred_finish, blocks_for((size_t)D, 256, 1u << 30), 256, 0, s)(dw, part, nb, D, 1);
+        if (dw) LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(dw, part, nb, D, 1);
         return;
     }
     if (dx)
