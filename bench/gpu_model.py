@@ -91,6 +91,17 @@ def main(argv):
         r["launches"] = round(r["launches"])
         byt = r["bytes_ld"] + r["bytes_st"]
         r["bytes"] = byt
+        # sectors at G: the bytes at G times the sectors per byte of the run that requested the
+        # most. The sectors themselves are not fitted: a count whose sectors per access change
+        # with the size (a thread's contiguous run of elements puts a warp's lanes in 1, 2, then
+        # 32 sectors) is not of the fitted form, and its least-squares fit took spurious per-token
+        # terms (k_sumsq_finish, a once-per-step kernel, was extrapolated to 2.4M sectors for
+        # 0.24 MB requested); the bytes are of the form, the ratio is the access pattern's
+        big = max((d["kernels"][n] for _, d in runs if d["kernels"].get(n, {}).get("launches")),
+                  key=lambda k: k["bytes_ld"] + k["bytes_st"], default=None)
+        kb = big["bytes_ld"] + big["bytes_st"] if big else 0
+        r["sectors_fitted"] = r["sectors"]
+        if kb: r["sectors"] = byt * big["sectors"] / kb
         r["coalescing"] = byt / (r["sectors"] * 32) if r["sectors"] else None
         # threads per launch: a launch capped at the resident threads in a counted run (the
         # grid-stride cap, FT_EMU_MAX_GRID=1056) is saturated at G too; otherwise the fit, but no
@@ -171,6 +182,7 @@ def main(argv):
                             "kernel_time": "max(FLOPs / fp32 peak, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
                                            "parallelism = min(1, threads that touched global memory per launch / resident_threads; "
                                            "1 where a counted run already filled the resident threads); no cache reuse credited",
+                            "sectors": "bytes requested at G x sectors per byte of the counted run that requested the most (sectors_fitted: the plain fit, not used)",
                             "coalescing": "bytes requested / (sectors x 32); above 1 where lanes read the same address (a broadcast)",
                             "bound": "max(FLOPs / fp32 peak, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
             "kernels": rows, "products": grows, "host_waits": waits,
