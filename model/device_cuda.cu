@@ -292,7 +292,47 @@ static void cu_linear_backward_set(device_t *d, float *dx, float *dw, const floa
 
 /* ---- kernels: a grid-stride loop over a body's items ---- */
 __global__ void g_embedding_fwd(size_t n, float *out, const uint32_t *tok, const float *table, int D) { FOR_ITEMS(n) kb_embedding_fwd(it, out, tok, table, D); }
-__global__ void g_embedding_bwd(size_t n, float *dt, const float *dout, const uint32_t *tok, int N, int D) { FOR_ITEMS(n) kb_embedding_bwd(it, dt, dout, tok, N, D); }
+/* Embedding backward without float atomics, in the CPU device's order: stage 1 links each row
+ * n to the next row of the same token (next[n], N where none) and marks each token's first row
+ * (head[n]), comparing every pair of rows through shared-memory tiles of the tokens (N^2
+ * integer compares); stage 2 gives each row a block, and a head's block walks its chain in row
+ * order, table[t][c] = ((table[t][c] + dout[n0][c]) + dout[n1][c]) + ... -- the order of
+ * ops_embedding.c, so both devices give the same bits. Lanes run over columns (coalesced). */
+#define EMB_TILE 256
+__global__ void k_emb_link(uint32_t *next, uint32_t *head, const uint32_t *tok, int N) {
+    __shared__ uint32_t t[EMB_TILE];
+    const int n = blockIdx.x * EMB_TILE + threadIdx.x;
+    const uint32_t mine = n < N ? tok[n] : 0;
+    int nx = N, first = 1;
+    for (int m0 = 0; m0 < N; m0 += EMB_TILE) {
+        const int lim = N - m0 < EMB_TILE ? N - m0 : EMB_TILE;
+        __syncthreads();
+        if ((int)threadIdx.x < lim) t[threadIdx.x] = tok[m0 + threadIdx.x];
+        __syncthreads();
+        if (n >= N) continue;
+        for (int i = 0; i < lim; i++)
+            if (t[i] == mine) {
+                const int m = m0 + i;
+                if (m < n) first = 0;
+                else if (m > n && m < nx) nx = m;
+            }
+    }
+    if (n < N) {
+        next[n] = (uint32_t)nx;
+        head[n] = (uint32_t)first;
+    }
+}
+__global__ void k_emb_accumulate(float *dt, const float *dout, const uint32_t *tok, const uint32_t *next,
+                                 const uint32_t *head, int N, int D) {
+    const int n = blockIdx.x;
+    if (!head[n]) return;
+    float *row = dt + (size_t)tok[n] * D;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float s = row[c];
+        for (int m = n; m < N; m = (int)next[m]) s += dout[(size_t)m * D + c];
+        row[c] = s;
+    }
+}
 __global__ void g_att_fwd(size_t n, float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_fwd(it, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window); }
 __global__ void g_att_rowdot(size_t n, float *Drow, const float *dout, const float *out, int Tq, int H, int hd) { FOR_ITEMS(n) kb_att_bwd_rowdot(it, Drow, dout, out, Tq, H, hd); }
 __global__ void g_att_dq(size_t n, float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { FOR_ITEMS(n) kb_att_bwd_dq(it, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window); }
@@ -329,7 +369,13 @@ static void cu_embedding_forward(device_t *d, float *out, const uint32_t *tok, c
     LAUNCHED("embedding_forward");
 }
 static void cu_embedding_backward(device_t *d, float *dt, const float *dout, const uint32_t *tok, int N, int D) {
-    g_embedding_bwd<<<GRID((size_t)D)>>>((size_t)D, dt, dout, tok, N, D);
+    if (N <= 0 || D <= 0) return;
+    uint32_t *next = (uint32_t *)work(d, sizeof(uint32_t) * 2 * (size_t)N);
+    if (!next) return;
+    cudaStream_t s = impl_of(d)->stream;
+    LAUNCH(k_emb_link, (unsigned)((N + EMB_TILE - 1) / EMB_TILE), EMB_TILE, 0, s)(next, next + N, tok, N);
+    LAUNCH(k_emb_accumulate, (unsigned)N, D < 256 ? (D + WARP - 1) / WARP * WARP : 256, 0, s)
+    (dt, dout, tok, next, next + N, N, D);
     LAUNCHED("embedding_backward");
 }
 static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
