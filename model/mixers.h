@@ -15,8 +15,8 @@
  *              predicts token t at position t (token 0 from the memory alone). With
  *              cfg.memory_start a learned vector memory.start (D, init 0) is added there:
  *              without it position 0 is the decoder's only input that does not depend on the
- *              tokens, so training pushes the encoder to make the same vector for every
- *              chunk (a constant the decoder reads as its start), README's measurement.
+ *              tokens, the decoder reads it as a constant and the encoder's gradient asks
+ *              every chunk for that one vector (README: what it changes, measured).
  *
  * What the autoencoders and memory models predict is the chunk itself: a forward's `targets`
  * only say "compute the loss" (the trainer's next-token targets are not read); the loss is

@@ -87,7 +87,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("unroll", FLAG_BOOL, &o->unroll, "autoencoders: unroll the embedding by sliding windows instead of repeating it", 0, 0);
     F("encoder", FLAG_STR, &o->encoder, "memory models: take the encoder from this autoencoder checkpoint (or its run directory's newest)", 0, 0);
     F("freeze-encoder", FLAG_BOOL, &o->freeze_encoder, "memory models: the encoder's weights get no updates", 0, 0);
-    F("memory-start", FLAG_BOOL, &o->memory_start, "memory models: add a learned start vector to the decoder's position 0 (without it the encoder is trained to make that constant: README)", 0, 0);
+    F("memory-start", FLAG_BOOL, &o->memory_start, "memory models: add a learned start vector to the decoder's position 0 (without it the decoder reads the memory there as a constant: README)", 0, 0);
     F("embed-range", FLAG_FLOAT, &o->embed_range, "autoencoders, memory models: bring the stored embedding to unit RMS and clamp it to [-R, R], so a b-bit code of it exists (0: unbounded, charged 32 bits)", 0, 1e6);
     F("embed-noise-bits", FLAG_INT, &o->embed_noise_bits, "autoencoders, memory models: train with the noise of rounding the embedding to b bits (seed 004's quantization-aware training; needs --embed-range)", 0, 24);
     F("lr", FLAG_FLOAT, &o->lr, "peak learning rate", 0, 10);

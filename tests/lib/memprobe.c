@@ -10,7 +10,7 @@
  * across chunks over the mean square (1: as varied as noise, 0: one vector for every chunk);
  * and at the same steps the gradient norms that reach the encoder, memory.proj (and
  * memory.start) and the rest. trainer/examples/memprobe.sh builds it and runs README's
- * variants. Usage: memprobe DATA STEPS [mem | mem-start | ae] */
+ * variants. Usage: memprobe DATA STEPS [mem | mem-start | ae] [SEED (of the weights; 1)] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +87,7 @@ static void gain(int k, double *mean, double *se) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || !strcmp(argv[1], "--help")) {
-        fprintf(stderr, "usage: memprobe DATA STEPS [mem | mem-start | ae]\n"
+        fprintf(stderr, "usage: memprobe DATA STEPS [mem | mem-start | ae] [SEED]\n"
                         "  trains a small memory model (or autoencoder) on the dataset DATA (bin/tokenizer encode's\n"
                         "  output, 25 documents held out) and prints every 50 steps whether it uses its embedding\n"
                         "  (tests/lib/memprobe.c says what each column is)\n");
@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
     }
     const int steps = atoi(argv[2]);
     const char *variant = argc > 3 ? argv[3] : "mem";
+    const long seed = argc > 4 ? atol(argv[4]) : 1;
     if (steps < 0 || (strcmp(variant, "mem") && strcmp(variant, "mem-start") && strcmp(variant, "ae"))) {
         fprintf(stderr, "memprobe: STEPS must be >= 0 and the variant mem, mem-start or ae\n");
         return 2;
@@ -107,7 +108,7 @@ int main(int argc, char **argv) {
                         .rope_theta = 1e4f, .norm_eps = 1e-5f, .tied = 1, .mixer_heads = 1, .mixer_kernel = 1,
                         .encoder_layers = 1, .embed_dim = DE, .embed_range = 4, .embed_noise_bits = 8,
                         .memory_start = !strcmp(variant, "mem-start")};
-    if (mixers_create_on(&m, device_cpu_default(), &c, B, T, 1, err, sizeof err)) die("model");
+    if (mixers_create_on(&m, device_cpu_default(), &c, B, T, (uint64_t)seed, err, sizeof err)) die("model");
     static uint32_t rows[B * (T + 1)], tok[B * T];
     loader_params_t p = {.seed = 0, .world = 1, .B = B, .T = T, .layout = WIRE_PACK, .split = WIRE_VAL};
     for (int i = 0; i < NV; i++) {
@@ -122,11 +123,13 @@ int main(int argc, char **argv) {
     adamw_config_t oc = adamw_config_default();
     adamw_t *o;
     if (adamw_create(&o, pv, n, &oc, err, sizeof err)) die("optimizer");
-    printf("# memprobe %s %s %d: d 64, 2+1 mixer blocks, T %d, B %d, %d floats, range 4, 8-bit noise\n", argv[1], variant,
-           steps, T, B, DE);
+    printf("# memprobe %s %s %d seed %ld: d 64, 2+1 mixer blocks, T %d, B %d, %d floats, range 4, 8-bit noise\n", argv[1], variant,
+           steps, seed, T, B, DE);
     p.split = WIRE_TRAIN;
     double tl = 0, ge = 0, gm = 0, gr = 0;
     int tn = 0;
+    uint64_t spe = 0;   /* steps per epoch: the next epoch's order after it */
+    if (loader_batch_make(src, &p, rows, NULL, &spe, err, sizeof err) || !spe) die("batch");
     for (int s = 0;; s++) {
         if (s % 50 == 0) {
             double spread = evaluate(V), g1, e1, g2, e2;
@@ -141,7 +144,7 @@ int main(int argc, char **argv) {
             tl = 0, tn = 0;
         }
         if (s == steps) break;
-        p.step = s;
+        p.epoch = (uint64_t)s / spe, p.step = (uint64_t)s % spe;
         if (loader_batch_make(src, &p, rows, NULL, NULL, err, sizeof err)) die("batch");
         for (int b = 0; b < B; b++) memcpy(tok + b * T, rows + b * (T + 1), sizeof(uint32_t) * T);
         mixers_zero_grad(m);
