@@ -182,7 +182,11 @@ static void sync_dev(void) {
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
-static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, limit_reps = 5;
+static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, limit_reps = 5, layers = 0, vocab = 0;
+
+/* The execution-model emulator's performance counters (tests/emu/emu_perf.cc, linked only into
+ * build/emu/bench/train_step for bench/gpu_model.sh): they count the first timed step alone. */
+extern void emu_perf_step(int begin) __attribute__((weak));
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -230,6 +234,8 @@ static void profile_report(int nsteps, int nlines, const double *step_s) {
 
 static int run(char name, const char *model, int H, int mh, int mk, int B, int T, int steps, int json) {
     model_config_t c = config_of(name);
+    if (layers > 0) c.n_layers = layers;
+    if (vocab > 0) c.vocab_size = vocab;
     const model_family_t *fam = family_find(model);
     if (!fam) {
         fprintf(stderr, "train_step: unknown --model %s (%s)\n", model, family_names());
@@ -288,6 +294,7 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
             clock0 = clock_now();
             if (profile) prof_start(omp_get_max_threads() == 1);
         }
+        if (s == 0 && emu_perf_step) emu_perf_step(1);
         const double a_prof = prof_now();
         if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
         fam->zero_grad(m);
@@ -301,6 +308,7 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         rc |= adamw_step(opt, gv, np, 1e-3f, 1.0f, 1.0f, &norm, err, sizeof(err));
         sync_dev();
         double d = now();
+        if (s == 0 && emu_perf_step) emu_perf_step(0);
         if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
         if (profile && s >= 0 && s < PROF_MAX_STEPS) {   /* this step's share of every line */
             prof_line_t now_l[PROF_LINES];
@@ -388,9 +396,11 @@ int main(int argc, char **argv) {
             printf("usage: train_step [--config S|M|G|both] [--model FAMILY] [--latent-bits H] [--steps N]\n"
                    "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
-                   "                  [--mixer-heads h] [--mixer-kernel k] [--json] [--profile] [--limit [--limit-reps R]]\n"
+                   "                  [--mixer-heads h] [--mixer-kernel k] [--layers L] [--vocab V] [--json] [--profile]\n"
+                   "                  [--limit [--limit-reps R]]\n"
                    "FAMILY: %s\n", family_names());
             printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n"
+                   "--layers L, --vocab V: the config with L layers, a vocabulary of V, instead of its own.\n"
                    "--profile: each op's median time per step on stderr (model/prof.h).\n"
                    "--limit: then the step's products alone, each at its shape, at the same precision:\n"
                    "  the product limit (GFLOP/s) a step of only products would reach (llama only).\n");
@@ -408,6 +418,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) prec = argv[++i];
         else if (!strcmp(argv[i], "--mixer-heads") && i + 1 < argc) mh = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mixer-kernel") && i + 1 < argc) mk = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--limit")) limit = 1;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -456,6 +457,32 @@ int ckpt_run_dir_prepare(const char *run_dir, char *err, size_t errlen) {
     if (fd < 0) return err_fail(err, errlen, CKPT_EIO, "%s: cannot create files in it: %s", run_dir, strerror(errno));
     close(fd);
     unlink(p);
+    return 0;
+}
+
+int ckpt_run_dir_lock(const char *run_dir, int *fd, char *err, size_t errlen) {
+    *fd = -1;
+    char p[CKPT_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s/.lock", run_dir) >= (int)sizeof p)
+        return err_fail(err, errlen, CKPT_EARG, "%s: path too long", run_dir);
+    int f = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0) return err_fail(err, errlen, CKPT_EIO, "%s: %s", p, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t n = pread(f, holder, sizeof holder - 1, 0);
+        close(f);
+        if (e != EWOULDBLOCK) return err_fail(err, errlen, CKPT_EIO, "%s: flock: %s", p, strerror(e));
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        return err_fail(err, errlen, CKPT_EREFUSED, "%s is in use by another writer (pid %s); one run directory takes one trainer",
+                        run_dir, *holder ? holder : "unknown");
+    }
+    /* the holder's pid, for the refusal line of the next one (informative only: the lock is the flock) */
+    char line[32];
+    int len = snprintf(line, sizeof line, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, line, (size_t)len, 0) != len) { /* the lock holds without it */ }
+    *fd = f;
     return 0;
 }
 

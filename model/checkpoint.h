@@ -45,6 +45,14 @@ int ckpt_dir_name(char *buf, size_t cap, const char *run_dir, int64_t step);
  * so a program can refuse an unusable directory before any work (one line in err). */
 int ckpt_run_dir_prepare(const char *run_dir, char *err, size_t errlen);
 
+/* Takes <run_dir>/.lock (flock, exclusive, not waiting) for the caller's lifetime, so that two
+ * writers of one run directory (a second trainer started on a live run) are refused instead of
+ * interleaving their checkpoints and metrics. The kernel drops the lock when the process dies,
+ * however it dies, so a killed run never leaves a stale lock. *fd: the lock's descriptor, to be
+ * closed at the end. Returns 0, CKPT_EREFUSED when another process holds it (its pid in err),
+ * or CKPT_EIO. */
+int ckpt_run_dir_lock(const char *run_dir, int *fd, char *err, size_t errlen);
+
 /* Writes checkpoint `step` atomically (see above). run_dir is created if missing (parents too).
  * params: np views with HF names. opt_m/opt_v: nopt views each, named like the parameters they
  * belong to (nopt == 0 writes no optimizer file). state: any JSON object, or NULL for {}; it is

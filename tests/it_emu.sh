@@ -14,6 +14,8 @@
 #     shapes that take each kernel's every path (vector and scalar rows, rows longer than the
 #     registers or shared memory, several column-reduction blocks, lists of odd-sized tensors),
 #     fp32 and bf16;
+#  2b. test_emu_perf: the performance model's counters (FLOPs, bytes, 32-byte sectors per warp
+#     access, sampled blocks, cuBLAS products, host waits) on kernels counted by hand;
 #  3. test_cuda_device: the device's contracts with faults injected into single CUDA/cuBLAS
 #     calls (every status checked, a fault reported once, free's count, the first step of a
 #     model created with nothing to spare).
@@ -49,5 +51,6 @@ run_bin "device_compare fp32, grid cap 7" env FT_EMU_MAX_GRID=7 $EMU/test_device
 run_bin "device_compare bf16" $EMU/test_device_compare --device cuda --precision bf16 --steps 5
 run_bin "kernel families fp32" $EMU/test_device_kernels --device cuda
 run_bin "kernel families bf16" $EMU/test_device_kernels --device cuda --precision bf16
+run_bin "performance counters" $EMU/test_emu_perf
 run_bin "CUDA device contracts" $EMU/test_cuda_device
 it_done

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/errmsg.h"
@@ -526,6 +527,31 @@ static void test_run_dir(void) {
     CHECK(save(run, 1, &m, NULL, NULL, 0, NULL, 0) == 0 && exists(run, 1));
 }
 
+/* One writer per run directory: a second lock is refused with the holder's pid in one line; the
+ * lock goes with its descriptor, and with its process however that ends (no stale lock). */
+static void test_run_dir_lock(void) {
+    char run[1300], err[1024] = "", want[64];
+    run_path(run, sizeof run, "locked/run");
+    CHECK(ckpt_run_dir_prepare(run, err, sizeof err) == 0, "%s", err);
+    int a = -1, b = -1;
+    CHECK(ckpt_run_dir_lock(run, &a, err, sizeof err) == 0 && a >= 0, "%s", err);
+    snprintf(want, sizeof want, "pid %ld", (long)getpid());
+    CHECK(ckpt_run_dir_lock(run, &b, err, sizeof err) == CKPT_EREFUSED && b == -1, "second lock: %s", err);
+    CHECK(strstr(err, want) && strstr(err, "locked/run") && !strchr(err, '\n'), "%s", err);
+    close(a);
+    CHECK(ckpt_run_dir_lock(run, &b, err, sizeof err) == 0, "after close: %s", err);
+    close(b);
+    pid_t child = fork();
+    if (child == 0) { /* takes the lock and dies without releasing it */
+        int c;
+        _exit(ckpt_run_dir_lock(run, &c, err, sizeof err) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    CHECK(child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child locked");
+    CHECK(ckpt_run_dir_lock(run, &a, err, sizeof err) == 0, "after the holder died: %s", err);
+    close(a);
+}
+
 /* The real model and optimizer through a checkpoint: every parameter and moment bit-exact, and
  * the tensor names and shapes exactly those transformers' LlamaForCausalLM(config) declares
  * (checked in Python from config.json alone, so a missing, extra or transposed tensor fails). */
@@ -645,6 +671,7 @@ int main(void) {
     RUN(test_save_errors);
     RUN(test_open_rule);
     RUN(test_run_dir);
+    RUN(test_run_dir_lock);
     RUN(test_llama_checkpoint);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -53,6 +53,7 @@ typedef struct {
     double rank_loss;           /* this rank's own loss of the last step */
     double data_wait;           /* seconds this step waited for its batches (metrics "data_wait_s") */
     int metrics_fd;             /* <run_dir>/metrics.jsonl, appended (rank 0; -1: none) */
+    int lock_fd;                /* <run_dir>/.lock held while the run lives (rank 0; -1: none) */
 } run_t;
 
 /* ---- train_dp.c: the data-parallel parts of a run ---------------------------------------------- */

@@ -435,6 +435,8 @@ static int setup(run_t *r, char *err, size_t errlen) {
     char why[1200];
     if (r->rank == 0 && ckpt_run_dir_prepare(r->run_dir, why, sizeof why))
         return err_fail(err, errlen, TRAIN_ESETUP, "run directory unusable: %s", why);
+    if (r->rank == 0 && ckpt_run_dir_lock(r->run_dir, &r->lock_fd, why, sizeof why))
+        return err_fail(err, errlen, TRAIN_ESETUP, "%s", why);
     open_metrics_file(r);
     if (resumed && r->rank == 0)
         fprintf(stderr, "trainer: resumed from %s (step %lld, data epoch %llu step %llu)\n", r->last_ckpt, r->step,
@@ -510,6 +512,8 @@ static int teardown(run_t *r, int rc, const char *err) {
     bus_close(&r->pub);
     if (r->metrics_fd >= 0) close(r->metrics_fd);
     r->metrics_fd = -1;
+    if (r->lock_fd >= 0) close(r->lock_fd); /* last: the run's files are all written */
+    r->lock_fd = -1;
     if (r->zctx) zmq_ctx_term(r->zctx);
     free(r->inputs), free(r->targets);
     return hard;
@@ -656,7 +660,7 @@ static void print_loader_stats(const run_t *r) {
 }
 
 int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
-    run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1};
+    run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1, .lock_fd = -1};
     int rc = 0, started = 0;
     *hard_exit = 0;
     bus_signals_install();

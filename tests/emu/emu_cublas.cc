@@ -31,6 +31,8 @@ struct cublasContext {
 
 namespace emu {
 static std::set<cublasContext *> g_handles;
+static emu_gemm_hook_fn g_gemm_hook;
+static void *g_gemm_user;
 
 enum round_t { R_NONE, R_TF32, R_BF16 };
 
@@ -106,6 +108,11 @@ static cublasStatus_t gemm(cublasContext *h, cublasOperation_t ta, cublasOperati
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
     const float al = *(const float *)alpha, be = *(const float *)beta;
+    if (g_gemm_hook) {
+        const emu_gemm_info_t gi = {name, ta, tb, m, n, k, batch, (unsigned)esize(at), (unsigned)esize(bt),
+                                    (unsigned)esize(ct), be != 0.0f, r != R_NONE || at == CUDA_R_16BF, h->device};
+        g_gemm_hook(&gi, g_gemm_user);
+    }
     op_t op;
     op_begin(&op, s, name);
     const size_t ea = esize(at), eb = esize(bt), ec = esize(ct);
@@ -168,6 +175,7 @@ static cublasStatus_t ex_round(cublasComputeType_t ct, cudaDataType_t at, cudaDa
 using namespace emu;
 
 extern "C" {
+void emu_set_gemm_hook(emu_gemm_hook_fn fn, void *user) { g_gemm_hook = fn, g_gemm_user = user; }
 cublasStatus_t cublasCreate(cublasHandle_t *h) {
     guard g;
     if (injected("cublasCreate")) return CUBLAS_STATUS_NOT_INITIALIZED;

@@ -314,6 +314,7 @@ void op_begin(op_t *op, stream_t *s, const std::string &what) {
     if (s->recent.size() > 64) s->recent.erase(s->recent.begin());
 }
 
+static unsigned long long g_host_waits; /* emu_host_waits() */
 void host_joins(stream_t *s) {
     drain(s);
     host_vc().join(s->vc);
@@ -384,6 +385,7 @@ using namespace emu;
 
 extern "C" {
 
+unsigned long long emu_host_waits(void) { return emu::g_host_waits; }
 cudaError_t cudaGetDeviceCount(int *count) {
     LOCK;
     if (!count) return ret(cudaErrorInvalidValue);
@@ -451,6 +453,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
 cudaError_t cudaDeviceSynchronize(void) {
     LOCK;
     if (!g_ndev) return ret(cudaErrorNoDevice);
+    g_host_waits++;
     host_joins_device(t_device);
     return cudaSuccess;
 }
@@ -529,6 +532,7 @@ cudaError_t cudaFree(void *p) {
     }
     alloc_t *a = *it;
     /* cudaFree synchronises the device: nothing queued may still use the memory */
+    g_host_waits++;
     host_joins_device(a->device);
     g_used[a->device] -= a->size;
     g_allocs.erase(it);
@@ -607,7 +611,7 @@ static cudaError_t memcpy_op(void *dst, const void *src, size_t n, cudaMemcpyKin
         return ret(cudaErrorInvalidValue);
     }
     const int pageable_src = kind == cudaMemcpyHostToDevice && !is_pinned(src, n);
-    if (sync && pageable_src) host_joins(s); /* "a stream sync is performed before the copy" */
+    if (sync && pageable_src) g_host_waits++, host_joins(s); /* "a stream sync is performed before the copy" */
     op_t op;
     op_begin(&op, s, what);
     if (sa) check_access(&op, sa, src, n, 0, 0, NO_THREAD, 1, 0);
@@ -615,7 +619,7 @@ static cudaError_t memcpy_op(void *dst, const void *src, size_t n, cudaMemcpyKin
     memmove(dst, src, n);
     /* when the host may go on: pageable H2D once staged (not when the device has it), D2H when
      * complete (also from cudaMemcpyAsync into pageable memory), pinned sync copies when done */
-    if (kind == cudaMemcpyDeviceToHost && (sync || !is_pinned(dst, n))) host_joins(s);
+    if (kind == cudaMemcpyDeviceToHost && (sync || !is_pinned(dst, n))) g_host_waits++, host_joins(s);
     else if (sync && kind == cudaMemcpyHostToDevice && !pageable_src) host_joins(s);
     else if (kind == cudaMemcpyHostToHost) host_joins(s);
     return cudaSuccess;
@@ -688,6 +692,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
     cudaError_t e = cudaSuccess;
     stream_t *s = any_stream(h, &e);
     if (!s) return ret(e);
+    g_host_waits++;
     if (drain(s)) return ret(cudaErrorLaunchFailure);
     host_joins(s);
     return cudaSuccess;
@@ -762,6 +767,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
         fail("cudaEventSynchronize: the event was never recorded, so nothing is waited for");
         return cudaSuccess;
     }
+    g_host_waits++;
     if (E->s) drain(E->s);
     host_vc().join(E->vc);
     return cudaSuccess;

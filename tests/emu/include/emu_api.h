@@ -22,6 +22,15 @@ typedef struct {
     unsigned grid[3], block[3];
     size_t dyn_smem;
     int device;
+    /* floating-point operations the launch's threads executed, counted by the code a pass plugin
+     * instrumented (tests/emu/flops_pass.cc; 0 where the .cu was compiled without it): filled in
+     * before the launch hook's end call */
+    unsigned long long flops;
+    /* blocks of the grid, and blocks observed: fewer under $FT_EMU_SAMPLE_BLOCKS=N (a launch of
+     * more than N blocks runs all of them, but only every k-th, k = ceil(blocks / N), is observed:
+     * checks, access hooks and the FLOP count; the others run unchecked. For the performance
+     * model, bench/gpu_model.sh: a launch's counts are those of its observed blocks, a sample) */
+    unsigned long long blocks, blocks_run;
 } emu_launch_info_t;
 
 enum { EMU_LOAD = 1, EMU_STORE = 2, EMU_ATOMIC = 4 };
@@ -63,6 +72,23 @@ void emu_set_access_hook(emu_access_hook_fn fn, void *user);
  * barrier, a warp-synchronous call, the end of the thread) are matched by (pc, k-th execution
  * of pc); a lane that executes pc fewer times is absent from the later groups. */
 void emu_set_warp_access_hook(emu_warp_access_hook_fn fn, void *user);
+
+/* A cuBLAS product as it is called (after cuBLAS's argument checks passed): C (m x n) = op(A)
+ * (m x k) op(B) (k x n), batch times; element sizes of A, B, C in bytes; beta_nonzero when C is
+ * read; tensor when the hardware would run it on tensor cores (bf16 operands, or a TF32 / BF16
+ * fast compute type or math mode). Called on the calling thread with the emulator's lock held. */
+typedef struct {
+    const char *name; /* cublasSgemm, cublasGemmEx, ... */
+    int transa, transb, m, n, k, batch;
+    unsigned a_size, b_size, c_size;
+    int beta_nonzero, tensor, device;
+} emu_gemm_info_t;
+typedef void (*emu_gemm_hook_fn)(const emu_gemm_info_t *g, void *user);
+void emu_set_gemm_hook(emu_gemm_hook_fn fn, void *user);
+
+/* How many times the host has waited for a device so far (a synchronising copy to the host,
+ * cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize). */
+unsigned long long emu_host_waits(void);
 
 /* $name as an unsigned number, dflt when unset or not a number (read once per name and cached by
  * the caller; for settings an emulated build overrides, e.g. LAUNCH_MAX_GRID). */

@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""bench/gpu_model.py: the performance model of bench/gpu_model.sh (docs/DEVICES.md, "The
+performance model"). Reads the emulator's counts of reduced config-G steps (tests/emu/emu_perf.cc,
+one JSON per run, named PREC-L<layers>-T<seq>-V<vocab>.json, B=1), fits every count of every
+kernel and cuBLAS product kind as
+
+    f(L, B, T, V) = a0 + a1 L + aV V + B T (b0 + b1 L + bV V) + c1 L B T^2
+
+(least squares over the runs: exact with seven), evaluates it at config G (L=12, B=8, T=1024,
+V=50257)
+and predicts each kernel's time on an H100 SXM from its published peaks. PREDICTION, not a
+measurement. The assumptions are the constants below, written into the results too.
+
+usage: gpu_model.py [--precision P] [--results bench/results.json] RUN.json...
+"""
+import json, os, re, subprocess, sys, time
+
+import numpy as np
+
+# H100 SXM5, NVIDIA's data sheet (dense, no sparsity)
+PEAK = {"bf16": 989e12, "tf32": 494.7e12, "fp32": 66.9e12}   # tensor-core bf16 / tf32; CUDA-core fp32
+HBM = 3.35e12                       # bytes/s
+GEMM_FRACTION = 0.70                # assumed share of the tensor peak cuBLAS reaches at these shapes
+RESIDENT_THREADS = 132 * 2048       # 132 SMs x 2048 resident threads
+LAUNCH_MIN_S = 2e-6                 # assumed least time of one kernel launch (launch and tail)
+HOST_WAIT_S = 10e-6                 # assumed GPU idle per host wait (drain, then the next launch)
+G = {"layers": 12, "batch": 8, "seq": 1024, "d_model": 768, "heads": 12, "kv_heads": 12, "d_ff": 2048,
+     "vocab": 50257}
+TARGETS = {"mfu": 0.40, "coalescing": 0.80, "pred_over_bound": 2.0}
+
+
+NCOEF = 7
+
+
+def basis(L, B, T, V):
+    return [1.0, L, V, B * T, B * T * L, B * T * V, L * B * T * T]
+
+
+def fit(points, values):
+    """least-squares coefficients of basis() through (L, T, V, B=1) -> value"""
+    A = np.array([basis(L, 1, T, V) for L, T, V in points])
+    y = np.array(values, dtype=float)
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    resid = float(np.max(np.abs(A @ coef - y) / np.maximum(np.abs(y), 1.0))) if len(y) > NCOEF else None
+    return coef, resid
+
+
+def at_g(coef):
+    return max(0.0, float(np.dot(coef, basis(G["layers"], G["batch"], G["seq"], G["vocab"]))))
+
+
+def params_g():
+    d, hd = G["d_model"], G["d_model"] // G["heads"]
+    layer = d * G["heads"] * hd + 2 * d * G["kv_heads"] * hd + G["heads"] * hd * d + 3 * d * G["d_ff"] + 2 * d
+    return G["vocab"] * d + G["layers"] * layer + d   # tied classifier, final norm
+
+
+def main(argv):
+    prec, results, files = "bf16", None, []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--precision": prec = argv[i + 1]; i += 2
+        elif argv[i] == "--results": results = argv[i + 1]; i += 2
+        else: files.append(argv[i]); i += 1
+    runs = []
+    for f in files:
+        m = re.search(r"-L(\d+)-T(\d+)-V(\d+)\.json$", f)
+        if not m: sys.exit(f"gpu_model.py: {f}: not named PREC-L<layers>-T<seq>-V<vocab>.json")
+        with open(f) as fh: d = json.load(fh)
+        if not d.get("stepped"): sys.exit(f"gpu_model.py: {f}: no counted step")
+        runs.append(((int(m.group(1)), int(m.group(2)), int(m.group(3))), d))
+    if len(runs) < NCOEF: sys.exit(f"gpu_model.py: {NCOEF} runs at least (the fit has {NCOEF} coefficients)")
+    if np.linalg.matrix_rank(np.array([basis(L, 1, T, V) for L, T, V in [p for p, _ in runs]])) < NCOEF:
+        sys.exit("gpu_model.py: the runs do not determine the fit (vary L, T and V as bench/gpu_model.sh does)")
+    pts = [p for p, _ in runs]
+
+    def fitted(getter):
+        coef, resid = fit(pts, [getter(d) for _, d in runs])
+        return at_g(coef), resid
+
+    names = sorted({k for _, d in runs for k in d["kernels"]})
+    kfields = ["launches", "threads", "flops", "bytes_ld", "bytes_st", "sectors", "footprint_sectors",
+               "shared_bytes", "local_bytes"]
+    rows, worst_resid = [], 0.0
+    for n in names:
+        r = {"kernel": n}
+        for f in kfields:
+            r[f], res = fitted(lambda d: d["kernels"].get(n, {}).get(f, 0))
+            if res is not None: worst_resid = max(worst_resid, res)
+        launches = max(r["launches"], 1.0)
+        r["launches"] = round(r["launches"])
+        byt = r["bytes_ld"] + r["bytes_st"]
+        r["bytes"] = byt
+        r["coalescing"] = byt / (r["sectors"] * 32) if r["sectors"] else None
+        # threads per launch: a launch capped at the resident threads in a counted run (the
+        # grid-stride cap, FT_EMU_MAX_GRID=1056) is saturated at G too; otherwise the fit, but no
+        # fewer than any counted run had (config G is larger than every run)
+        obs = max((d["kernels"][n]["threads"] / d["kernels"][n]["launches"] for _, d in runs
+                   if d["kernels"].get(n, {}).get("launches")), default=0.0)
+        tpl = RESIDENT_THREADS if obs >= 0.99 * RESIDENT_THREADS else max(r["threads"] / launches, obs)
+        r["threads_per_launch"] = tpl
+        r["parallelism"] = min(1.0, tpl / RESIDENT_THREADS)
+        par = max(r["parallelism"], 1.0 / RESIDENT_THREADS)
+        r["bound_s"] = max(r["flops"] / PEAK["fp32"], r["footprint_sectors"] * 32 / HBM)
+        r["pred_s"] = max(launches * LAUNCH_MIN_S, max(r["flops"] / PEAK["fp32"], r["sectors"] * 32 / HBM) / par)
+        r["pred_over_bound"] = r["pred_s"] / r["bound_s"] if r["bound_s"] else None
+        rows.append(r)
+    gnames = sorted({k for _, d in runs for k in d["gemms"]})
+    grows = []
+    for n in gnames:
+        r = {"product": n}
+        for f in ["calls", "flops", "bytes"]:
+            r[f], _ = fitted(lambda d: d["gemms"].get(n, {}).get(f, 0))
+        r["calls"] = round(r["calls"])
+        kind = "bf16" if n.endswith("bf16") else ("tf32" if "tf32" in n else "fp32")
+        r["peak_flops"] = PEAK[kind]
+        r["bound_s"] = max(r["flops"] / PEAK[kind], r["bytes"] / HBM)
+        r["pred_s"] = max(r["calls"] * LAUNCH_MIN_S, r["flops"] / (PEAK[kind] * GEMM_FRACTION), r["bytes"] / HBM)
+        grows.append(r)
+    waits, _ = fitted(lambda d: d["host_waits"])
+    waits = round(waits)
+    kern_s = sum(r["pred_s"] for r in rows)
+    gemm_s = sum(r["pred_s"] for r in grows)
+    step_s = kern_s + gemm_s + waits * HOST_WAIT_S
+    P = params_g()
+    tokens = G["batch"] * G["seq"]
+    model_flops = tokens * (6.0 * P + 12.0 * G["layers"] * G["d_model"] * G["seq"])
+    mfu = model_flops / (step_s * PEAK["bf16"])
+    bound_step = sum(r["bound_s"] for r in rows) + sum(r["bound_s"] for r in grows)
+    executed = sum(r["flops"] for r in rows) + sum(r["flops"] for r in grows)
+
+    # the table
+    print(f"PREDICTION (no GPU ran): config G {prec}, B={G['batch']} T={G['seq']}, H100 SXM "
+          f"({PEAK['bf16']/1e12:.0f} TFLOP/s bf16, {PEAK['fp32']/1e12:.1f} fp32, {HBM/1e12:.2f} TB/s); "
+          f"cuBLAS at {GEMM_FRACTION:.0%} of its peak")
+    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'share':>6s}"
+    print(hdr)
+    for r in sorted(rows, key=lambda r: -r["pred_s"]):
+        co = f"{r['coalescing']:.0%}" if r["coalescing"] is not None else "-"
+        xb = f"{r['pred_over_bound']:.1f}" if r["pred_over_bound"] else "-"
+        print(f"{r['kernel']:24s} {r['launches']:6d} {r['flops']/1e9:8.2f} {r['bytes']/1e9:8.2f} {co:>5s} "
+              f"{r['parallelism']:6.1%} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {xb:>8s} {r['pred_s']/step_s:6.1%}")
+    for r in sorted(grows, key=lambda r: -r["pred_s"]):
+        print(f"{r['product']:24.24s} {r['calls']:6d} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>6s} "
+              f"{r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {r['pred_s']/r['bound_s']:8.1f} {r['pred_s']/step_s:6.1%}")
+    print(f"host waits per step: {waits} (x {HOST_WAIT_S*1e6:.0f} us = {waits*HOST_WAIT_S*1e3:.2f} ms)")
+    print(f"predicted step {step_s*1e3:.1f} ms (kernels {kern_s*1e3:.1f}, cuBLAS {gemm_s*1e3:.1f}); "
+          f"sum of roofline bounds {bound_step*1e3:.1f} ms; {tokens/step_s:,.0f} tokens/s; "
+          f"model FLOPs {model_flops/1e12:.2f} T/step (6 x {P/1e6:.1f}M params + attention), executed {executed/1e12:.2f} T; "
+          f"predicted MFU {mfu:.1%}")
+    bad_co = [r["kernel"] for r in rows if r["coalescing"] is not None and r["coalescing"] < TARGETS["coalescing"]]
+    bad_x = [r["kernel"] for r in rows if r["pred_over_bound"] and r["pred_over_bound"] > TARGETS["pred_over_bound"]]
+    print(f"targets (issue 25): MFU >= {TARGETS['mfu']:.0%}: {'met' if mfu >= TARGETS['mfu'] else 'NOT met'}; "
+          f"coalescing >= {TARGETS['coalescing']:.0%}: {len(rows)-len(bad_co)}/{len(rows)} kernels; "
+          f"predicted <= {TARGETS['pred_over_bound']:.0f}x bound: {len(rows)-len(bad_x)}/{len(rows)} kernels")
+    if worst_resid: print(f"fit: largest relative residual over the runs {worst_resid:.2%}")
+
+    if results:
+        try: commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        except OSError: commit = ""
+        out = {
+            "kind": "PREDICTION from the execution-model emulator's counts (tests/emu), not a measurement: no GPU ran",
+            "command": "make bench-gpu-model (bench/gpu_model.sh)", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "commit": commit, "precision": prec, "config": dict(G, name="G"), "params": P,
+            "counted_runs": [{"layers": L, "batch": 1, "seq": T, "vocab": V} for L, T, V in pts],
+            "scaling": "every count fitted as a0 + a1 L + aV V + B T (b0 + b1 L + bV V) + c1 L B T^2 over the counted runs, "
+                       "evaluated at L=12 B=8 T=1024 V=50257",
+            "assumptions": {"device": "H100 SXM", "peak_flops": PEAK, "hbm_bytes_per_s": HBM,
+                            "gemm_fraction_of_peak": GEMM_FRACTION, "resident_threads": RESIDENT_THREADS,
+                            "launch_min_s": LAUNCH_MIN_S, "host_wait_s": HOST_WAIT_S,
+                            "kernel_time": "max(FLOPs / fp32 peak, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
+                                           "parallelism = min(1, threads that touched global memory per launch / resident_threads; "
+                                           "1 where a counted run already filled the resident threads); no cache reuse credited",
+                            "coalescing": "bytes requested / (sectors x 32); above 1 where lanes read the same address (a broadcast)",
+                            "bound": "max(FLOPs / fp32 peak, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
+            "kernels": rows, "products": grows, "host_waits": waits,
+            "step_s": step_s, "kernels_s": kern_s, "products_s": gemm_s, "bound_step_s": bound_step,
+            "tokens_per_s": tokens / step_s, "model_flops_per_step": model_flops, "executed_flops_per_step": executed,
+            "mfu": mfu,
+            "targets": dict(TARGETS, mfu_met=mfu >= TARGETS["mfu"], coalescing_below=bad_co, slower_than_2x_bound=bad_x),
+        }
+        # merged by jq, as bench/run.sh and gpu.sh write the file (its layout kept)
+        frag, tmp = results + ".gpu_model.tmp", results + ".tmp"
+        with open(frag, "w") as fh: json.dump(out, fh)
+        with open(tmp, "w") as fh:
+            rc = subprocess.run(["jq", "--slurpfile", "g", frag, ".gpu_model = $g[0]", results], stdout=fh).returncode
+        os.unlink(frag)
+        if rc: sys.exit(f"gpu_model.py: jq could not merge into {results}")
+        os.replace(tmp, results)
+        print(f"gpu_model: gpu_model written to {results} (a prediction)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The performance model's pipeline (bench/gpu_model.sh, docs/DEVICES.md "The performance model"),
+# in seconds, not its full run:
+#  1. bench/gpu_model.py on synthetic counts built from known coefficients of its scaling form
+#     (a0 + a1 L + aV V + B T (b0 + b1 L + bV V) + c1 L B T^2): the values it extrapolates to
+#     config G are the form's own, the coalescing and the roofline bound follow from them, the step time is the
+#     sum of the rows, and the results file gets "gpu_model" labelled a prediction, the rest kept;
+#  2. build/emu/bench/train_step counting one real emulated step (config S's shapes, 1 layer,
+#     B=1, T=16, bf16, blocks sampled): the step is marked, every kernel the CPU profile of a
+#     step has is there with FLOPs and bytes, the products are bf16 on tensor cores.
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib/pipeline.sh
+it_init it_gpu_model 1
+# 1. synthetic runs: kernel "k" with known coefficients per field; a product kind; host waits
+/usr/bin/python3 - "$W" <<'PY'
+import json, sys
+W = sys.argv[1]
+def f(c, L, T, V):   # a0 + a1 L + aV V + T (b0 + b1 L + bV V) + c1 L T^2 at B = 1
+    return c[0] + c[1] * L + c[2] * V + T * (c[3] + c[4] * L + c[5] * V) + c[6] * L * T * T
+K = {"launches": (3, 5, 0, 0, 0, 0, 0), "threads": (0, 0, 0, 10, 20, 0, 0), "flops": (100, 7, 1, 3, 11, 2, 2),
+     "bytes_ld": (64, 32, 4, 8, 16, 4, 4), "bytes_st": (32, 0, 4, 4, 4, 0, 0), "sectors": (4, 2, 1, 1, 1, 1, 1),
+     "footprint_sectors": (2, 1, 1, 1, 1, 0, 0), "shared_bytes": (0,) * 7, "local_bytes": (0,) * 7}
+for L, T, V in [(1, 64, 1024), (2, 64, 1024), (1, 128, 1024), (2, 128, 1024), (1, 256, 1024), (1, 64, 2048),
+                (1, 128, 2048), (2, 256, 2048)]:
+    d = {"host_waits": f((4, 2, 0, 0, 0, 0, 0), L, T, V), "stepped": 1,
+         "kernels": {"k": {k: f(c, L, T, V) for k, c in K.items()}},
+         "gemms": {"cublasGemmEx NN bf16": {"calls": f((1, 7, 0, 0, 0, 0, 0), L, T, V), "tensor": 0,
+                                            "flops": f((0, 0, 0, 2e6, 3e7, 1e3, 0), L, T, V),
+                                            "bytes": f((1e6, 1e5, 10, 10, 10, 0, 0), L, T, V)}}}
+    json.dump(d, open(f"{W}/bf16-L{L}-T{T}-V{V}.json", "w"))
+json.dump({"other": {"kept": 1}}, open(f"{W}/results.json", "w"))
+PY
+/usr/bin/python3 bench/gpu_model.py --results "$W/results.json" "$W"/bf16-L*-T*-V*.json > "$W/table.txt" 2>&1
+ok "gpu_model.py runs on eight synthetic runs" '[ $? = 0 ] && grep -q "predicted MFU" "$W/table.txt"'
+/usr/bin/python3 - "$W" > "$W/check.txt" 2>&1 <<'PY'
+import json, sys
+W = sys.argv[1]
+r = json.load(open(f"{W}/results.json"))
+assert r["other"] == {"kept": 1}, "the other results are kept"
+g = r["gpu_model"]
+assert "PREDICTION" in g["kind"] and "not a measurement" in g["kind"], g["kind"]
+L, B, T, V = 12, 8, 1024, 50257
+def f(c): return c[0] + c[1] * L + c[2] * V + B * T * (c[3] + c[4] * L + c[5] * V) + c[6] * L * B * T * T
+k = g["kernels"][0]
+for field, c in [("flops", (100, 7, 1, 3, 11, 2, 2)), ("sectors", (4, 2, 1, 1, 1, 1, 1)), ("threads", (0, 0, 0, 10, 20, 0, 0))]:
+    assert abs(k[field] - f(c)) <= 1e-6 * f(c), (field, k[field], f(c))
+assert k["launches"] == 3 + 5 * 12, k["launches"]
+byt = f((64, 32, 4, 8, 16, 4, 4)) + f((32, 0, 4, 4, 4, 0, 0))
+assert abs(k["coalescing"] - byt / (32 * f((4, 2, 1, 1, 1, 1, 1)))) < 1e-9
+assert abs(k["bound_s"] - max(k["flops"] / 66.9e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3.35e12)) < 1e-15
+p = g["products"][0]
+assert p["calls"] == 1 + 7 * 12 and abs(p["flops"] - f((0, 0, 0, 2e6, 3e7, 1e3, 0))) < 1e-6 * p["flops"]
+assert g["host_waits"] == 4 + 2 * 12
+assert abs(g["step_s"] - (k["pred_s"] + p["pred_s"] + g["host_waits"] * 10e-6)) < 1e-12
+assert g["mfu"] > 0 and g["targets"]["mfu_met"] == (g["mfu"] >= 0.4)
+print("checked")
+PY
+ok "synthetic counts extrapolated by the form's own coefficients; results labelled a prediction ($(tail -1 "$W/check.txt"))" \
+   'grep -q "^checked" "$W/check.txt"'
+# 2. one emulated step counted
+BIN=build/emu/bench/train_step
+if [ -x $BIN ]; then
+    FT_EMU_SAMPLE_BLOCKS=16 FT_EMU_CHECKS=0 FT_EMU_PERF="$W/step.json" $BIN --config S --layers 1 --batch 1 --seq 16 \
+        --steps 1 --device cuda --precision bf16 > "$W/step.log" 2>&1
+    ok "the emulated step runs (rc $?)" 'grep -q "tokens/s" "$W/step.log"'
+    /usr/bin/python3 - "$W/step.json" > "$W/step_check.txt" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["stepped"] == 1, "the step was marked"
+k = d["kernels"]
+for name in ["g_embedding_fwd", "g_rmsnorm_fwd", "g_att_fwd", "g_swiglu_fwd", "g_ce_fwd", "g_adamw"]:
+    hit = [n for n in k if name.split("_", 1)[1].split("_")[0] in n]
+    assert hit, f"no kernel like {name}: {sorted(k)}"
+for n, c in k.items():
+    assert c["launches"] > 0 and c["bytes_ld"] + c["bytes_st"] > 0 and c["sectors"] > 0, n
+assert sum(c["flops"] for c in k.values()) > 0, "FLOPs counted"
+assert any(n.endswith("bf16") and v["tensor"] == v["calls"] for n, v in d["gemms"].items()), d["gemms"]
+assert d["host_waits"] > 0
+print("checked", len(k), "kernels")
+PY
+    ok "the step's counts: every kernel family, FLOPs, bytes, sectors, bf16 products ($(tail -1 "$W/step_check.txt"))" \
+       'grep -q "^checked" "$W/step_check.txt"'
+else
+    ok "$BIN is built (clang++ and llvm-dev)" false
+fi
+it_done
