@@ -51,6 +51,8 @@ typedef struct {
     int embed_dim;         /* d_e of the one stored embedding (d -> d_e -> d); d_model: none */
     int unroll;            /* autoencoder: 1 sliding-window unroll, 0 repeat the embedding */
     int freeze_encoder;    /* memory: the encoder's weights get no updates */
+    int memory_start;      /* memory: the decoder's position 0 is the projected memory plus a
+                              learned start vector (memory.start), 0: the projected memory alone */
     float embed_range;     /* autoencoder / memory: the stored embedding is clamped to
                               [-R, R] so a b-bit code of it exists (0: unbounded, 32 bits only) */
     int embed_noise_bits;  /* ... and trained with the noise of rounding to b bits (0: none) */

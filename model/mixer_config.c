@@ -52,7 +52,10 @@ int mixer_config_to_json(const model_config_t *c, json_t *j) {
         SET("ft_embed_dim", json_integer(mixer_embed_dim(c)));
     }
     if (mixer_kind_is_autoencoder(c->kind)) SET("ft_unroll", json_boolean(c->unroll));
-    if (mixer_kind_is_memory(c->kind)) SET("ft_freeze_encoder", json_boolean(c->freeze_encoder));
+    if (mixer_kind_is_memory(c->kind)) {
+        SET("ft_freeze_encoder", json_boolean(c->freeze_encoder));
+        SET("ft_memory_start", json_boolean(c->memory_start));
+    }
     if (mixer_kind_has_encoder(c->kind)) {
         SET("ft_embed_range", ckpt_json_real(c->embed_range));
         SET("ft_embed_noise_bits", json_integer(c->embed_noise_bits));
@@ -90,6 +93,11 @@ int mixer_config_from_json(const json_t *j, model_config_t *c, char *err, size_t
         return rc;
     if (mixer_kind_is_autoencoder(c->kind) && (rc = get_bool(j, "ft_unroll", &c->unroll, err, errlen))) return rc;
     if (mixer_kind_is_memory(c->kind) && (rc = get_bool(j, "ft_freeze_encoder", &c->freeze_encoder, err, errlen)))
+        return rc;
+    /* the start vector: absent in checkpoints written before it existed (none) */
+    c->memory_start = 0;
+    if (mixer_kind_is_memory(c->kind) && json_object_get(j, "ft_memory_start") &&
+        (rc = get_bool(j, "ft_memory_start", &c->memory_start, err, errlen)))
         return rc;
     /* the embedding's codec: absent in checkpoints written before it existed (unbounded) */
     c->embed_range = 0;
@@ -133,9 +141,11 @@ int mixer_config_validate(const model_config_t *c, char *err, size_t errlen) {
         return err_fail(err, errlen, CKPT_ECONFIG, "a causal mixer has no stored embedding (embedding range and noise bits must be 0)");
     if (mixer_kind_is_autoencoder(c->kind) && c->unroll && D < 2)
         return err_fail(err, errlen, CKPT_ECONFIG, "the unrolled embedding needs d_model >= 2 (windows of d_model / 2)");
-    const int flags[] = {c->no_mask_encoder, c->no_mask_decoder, c->unroll, c->freeze_encoder};
+    if (c->memory_start && !mixer_kind_is_memory(c->kind))
+        return err_fail(err, errlen, CKPT_ECONFIG, "a start vector is for the memory models' decoder");
+    const int flags[] = {c->no_mask_encoder, c->no_mask_decoder, c->unroll, c->freeze_encoder, c->memory_start};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (flags[i] != 0 && flags[i] != 1)
-            return err_fail(err, errlen, CKPT_ECONFIG, "a mixer flag (mask, unroll, freeze) is %d, not 0 or 1", flags[i]);
+            return err_fail(err, errlen, CKPT_ECONFIG, "a mixer flag (mask, unroll, freeze, start) is %d, not 0 or 1", flags[i]);
     return 0;
 }

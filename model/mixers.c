@@ -43,6 +43,7 @@ static void layout(mixers_t *m, ptable_t *p, int grads) {
         if (c->unroll) w->unroll = ptable_mat(p, dec, "unroll.weight", D, m->nd);
     } else {
         if (m->is_mem) w->mem_proj = ptable_mat(p, "memory.", "proj.weight", D, de);
+        if (m->is_mem && c->memory_start) w->mem_start = ptable_vec(p, "memory.", "start", D);
         w->dec_embed = ptable_mat(p, dec, "embed_tokens.weight", V, D);
     }
     blockstack_layout(&m->dec, m->is_ae ? "decoder.layers." : "model.layers.", p, grads);
@@ -190,8 +191,9 @@ int mixers_init(mixers_t *m, uint64_t seed) {
         float *p = host + (v->data - m->params);
         const int64_t n = tensor_numel(v);
         const int conv = ends_with(v->name, "mixer.weight") || ends_with(v->name, "mixer.bias");
+        const int start = !strcmp(v->name, "memory.start");   /* 0: the model starts as one without it */
         for (int64_t j = 0; j < n; j++)
-            p[j] = conv ? bound * (2.0f * rng_f32(&r) - 1.0f) : v->ndim == 1 ? 1.0f : 0.02f * rng_normal(&r);
+            p[j] = conv ? bound * (2.0f * rng_f32(&r) - 1.0f) : start ? 0.0f : v->ndim == 1 ? 1.0f : 0.02f * rng_normal(&r);
     }
     if (host != m->params) {
         DEV(m->dev, upload, m->params, host, sizeof(float) * m->n_params);

@@ -12,7 +12,11 @@
  *   mixer-mem  memory model ("oracle" memory, token-dimension concatenation): the encoder's
  *   llama-mem    stored embedding m = [down] e (d_e floats), projected to d, takes decoder
  *              position 0; positions 1..T-1 hold the tokens 0..T-2; the causal decoder
- *              predicts token t at position t (token 0 from the memory alone).
+ *              predicts token t at position t (token 0 from the memory alone). With
+ *              cfg.memory_start a learned vector memory.start (D, init 0) is added there:
+ *              without it position 0 is the decoder's only input that does not depend on the
+ *              tokens, the decoder reads it as a constant and the encoder's gradient asks
+ *              every chunk for that one vector (README: what it changes, measured).
  *
  * What the autoencoders and memory models predict is the chunk itself: a forward's `targets`
  * only say "compute the loss" (the trainer's next-token targets are not read); the loss is
@@ -47,7 +51,7 @@
  *   autoencoder: decoder.up.weight (D,d_e) when d_e < D, decoder.unroll.weight (D,nd) when
  *              unrolled, decoder.layers.<l>.*, decoder.norm.weight (D), lm_head.weight (V,D)
  *              untied only (tied: the encoder's embedding)
- *   memory:    memory.proj.weight (D,d_e), model.embed_tokens.weight, model.layers.<l>.*,
+ *   memory:    memory.proj.weight (D,d_e), [memory.start (D)], model.embed_tokens.weight, model.layers.<l>.*,
  *              model.norm.weight, lm_head.weight untied only (tied: model.embed_tokens)
  *   mixer:     model.embed_tokens.weight, model.layers.<l>.*, model.norm.weight,
  *              lm_head.weight untied only

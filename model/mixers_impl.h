@@ -13,6 +13,7 @@ typedef struct {
     float *up;          /* (D,d_e) decoder.up */
     float *unroll;      /* (D,nd) decoder.unroll */
     float *mem_proj;    /* (D,d_e) memory.proj */
+    float *mem_start;   /* (D) memory.start (cfg.memory_start), added to the projected memory */
     float *dec_embed;   /* (V,D) model.embed_tokens */
     float *norm;        /* (D) decoder.norm / model.norm */
     float *head;        /* (V,D) lm_head, or the tied embedding */

@@ -67,6 +67,8 @@ static void decoder_input(mixers_t *m) {
         DEV(d, linear_forward, m->e_dec, m->m_emb, m->w.mem_proj, B, m->de, D);
         DEV(d, embedding_forward, x, m->dec_tokens, m->w.dec_embed, N, D);
         DEV(d, copy_rows, x, T * D, m->e_dec, D, B, D);
+        if (m->w.mem_start)   /* a constant there that is not the encoder's to make (mixers.h) */
+            for (int b = 0; b < B; b++) DEV(d, add_inplace, x + (size_t)b * T * D, m->w.mem_start, D);
     } else {
         DEV(d, embedding_forward, x, m->tokens, m->w.dec_embed, N, D);
     }
@@ -212,6 +214,7 @@ int mixers_backward(mixers_t *m, char *err, size_t errlen) {
     } else if (m->is_mem) {
         // position 0 is the memory: its gradient goes to the projection, not to a token row
         DEV(d, copy_rows, m->d_dec, D, dx, T * D, B, D);
+        if (m->g.mem_start) DEV(d, sum_rows, m->g.mem_start, m->d_dec, B, D);
         DEV(d, copy_rows, dx, T * D, m->zeros, 0, B, D);
         DEV(d, embedding_backward, m->g.dec_embed, dx, m->dec_tokens, N, D);
         const int frozen = c->freeze_encoder;

@@ -2,7 +2,7 @@
 # Integration test of the masked-mixer families (seed 004) through the pipeline (bus, loader,
 # trainer, evaluator, sampler) on the synthetic data. For each of mixer (2 heads, k = 3),
 # mixer-ae (d_e 8, unroll, unmasked encoder, its embedding clamped and trained with 8-bit
-# noise), llama-ae, mixer-mem (the mixer-ae's encoder, frozen) and llama-mem (trained jointly):
+# noise), llama-ae, mixer-mem (the mixer-ae's encoder, frozen) and llama-mem (trained jointly, with --memory-start):
 # the loss falls; a run killed with SIGKILL and resumed ends
 # bit-identical to one never interrupted; the checkpoint holds the documented tensors and
 # config. Then: the frozen encoder is still the autoencoder's, bit for bit; bin/evaluator val
@@ -90,7 +90,9 @@ enc = [k for k in mem if k.startswith("encoder.")]
 print("encoder tensors", len(enc), "identical", sum(mem[k] == ae[k] for k in enc))
 PYEOF
 ok "mixer-mem: after 40 steps the frozen encoder is the autoencoder's, bit for bit ($(cat $W/frozen.txt))" "grep -qE '^encoder tensors ([0-9]+) identical \1$' $W/frozen.txt && ! grep -q 'tensors 0 ' $W/frozen.txt"
-straight_and_resumed lmem --model llama-mem --embed-dim 8
+straight_and_resumed lmem --model llama-mem --embed-dim 8 --memory-start
+describe "$(last "$W/lmem" 40)" >"$W/lmem.names"
+ok "llama-mem --memory-start: the start vector in the checkpoint and its config" "grep -q '^memory.start \[32\]' $W/lmem.names && grep -q 'ft_memory_start=True' $W/lmem.names"
 
 # 2. evaluation: bits per byte; the embedding's share follows n_p b_p / (T L_b / L_t)
 EV() { timeout -k 5 180 bin/evaluator --run "$1" --run-dir "$W/$1" --once --no-bus --quiet "${@:2}"; }

@@ -403,6 +403,49 @@ static double yardstick(double fixed, double cpu_same_precision) {
     return 2 * cpu_same_precision > fixed ? 2 * cpu_same_precision : fixed;
 }
 
+/* "model.layers.3.cross_attn.k_proj.weight" -> "model.layers.cross_attn.k_proj.weight": the
+ * tensor's kind, the same in every layer. */
+static void tensor_kind(const char *name, char *out, size_t cap) {
+    const char *p = strstr(name, "layers.");
+    if (!p) { snprintf(out, cap, "%s", name); return; }
+    const char *q = p + 7;
+    while (*q >= '0' && *q <= '9') q++;
+    if (*q == '.') q++;
+    snprintf(out, cap, "%.*s%s", (int)(p + 7 - name), name, q);
+}
+
+/* Each tensor's tolerance (tol[i]): the yardstick of the CPU's difference at the same precision
+ * (c; NULL: the fixed bound alone), taken as the largest over the tensors of the same kind in
+ * every layer, not over the tensor's own layer alone. The LTM's first inner AdamW step moves
+ * every element of mu by about +-fast_lr (0.3) whatever its gradient's size (m / sqrt(v) of one
+ * step is the gradient's sign), so an element whose gradient sits within rounding of 0 (here
+ * 1.3e-5 in a layer of 576 whose median is 8.8e-3, at bf16 errors of ~1e-5) takes a sign that
+ * rounding decides,
+ * and the latent moves by 0.6 against a sigma of 0.08; the next inner step and the final
+ * forward then see another z in that layer, and its cross-attention gradients move by a quarter
+ * of their largest element. Which layer holds such an element is chance: measured on
+ * test_ltm's step 1 (emulated CUDA bf16, CPU bf16, CPU fp32), both bf16 devices flip element 245
+ * of layer 0's mu (fp32 gradient 5.8e-5; CUDA -4.4e-6, CPU bf16 -1.2e-5), and CUDA also
+ * flips element 264 of layer 1's (fp32 -1.34e-5, CUDA +8.1e-6, an error of 2.1e-5, smaller
+ * than the CPU's own 7e-5 on layer 0's element): the CPU's bf16 run moves layer 0's k_proj
+ * gradient by 0.205 and CUDA moves layer 1's by 0.335, the same amplification in another layer.
+ * Everything else agrees to ~0.01 on both devices. */
+static void tolerances(const tensor_view_t *a, const tensor_view_t *c, int n, double fixed, double *tol) {
+    double *cd = calloc(n > 0 ? n : 1, sizeof(double));
+    char ki[TENSOR_NAME_LEN], kj[TENSOR_NAME_LEN];
+    for (int i = 0; i < n; i++) cd[i] = c ? view_rel_diff(&a[i], &c[i]) : 0;
+    for (int i = 0; i < n; i++) {
+        double worst = cd[i];
+        tensor_kind(a[i].name, ki, sizeof ki);
+        for (int j = 0; c && j < n; j++) {
+            tensor_kind(a[j].name, kj, sizeof kj);
+            if (!strcmp(ki, kj) && cd[j] > worst) worst = cd[j];
+        }
+        tol[i] = yardstick(fixed, worst);
+    }
+    free(cd);
+}
+
 static void family_case(const char *family) {
     model_config_t c = {.kind = family_find(family)->kind, .vocab_size = 61,
                         .d_model = 48, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .d_ff = 96,
@@ -432,11 +475,11 @@ static void family_case(const char *family) {
         if (s == 0) {
             CHECK(fabs((double)la - lb) <= yardstick(loss_rtol, fabs((double)la - lc) / fabs((double)la)) * fabs((double)la),
                   "%s step 1 loss %.9g vs %.9g (the CPU at this precision: %.9g)", family, la, lb, lc);
-            double worst = 0, wtol = 0;
+            double worst = 0, wtol = 0, tols[ra.n > 0 ? ra.n : 1];
             int wi = 0;
+            tolerances(ra.gv, C ? rc.gv : NULL, ra.n, grad_rtol, tols);
             for (int i = 0; i < ra.n; i++) {
-                double e = view_rel_diff(&ra.gv[i], &rb.gv[i]);
-                double tol = yardstick(grad_rtol, C ? view_rel_diff(&ra.gv[i], &rc.gv[i]) : 0);
+                double e = view_rel_diff(&ra.gv[i], &rb.gv[i]), tol = tols[i];
                 if (e / tol > worst / (wtol ? wtol : 1)) worst = e, wtol = tol, wi = i;
             }
             CHECK(worst <= (wtol ? wtol : grad_rtol), "%s step 1: gradient %s differs by %.3g of its largest element (tolerance %.3g)",
@@ -448,10 +491,10 @@ static void family_case(const char *family) {
         adamw_step(rb.opt, rb.gv, rb.n, 1e-3f, 1.0f, 1.0f, &nb, err, sizeof err);
         if (C) adamw_step(rc.opt, rc.gv, rc.n, 1e-3f, 1.0f, 1.0f, &nc, err, sizeof err);
         if (s == 0) {
-            double worst = 0, wtol = grad_rtol;
+            double worst = 0, wtol = grad_rtol, tols[ra.n > 0 ? ra.n : 1];
+            tolerances(ra.pv, C ? rc.pv : NULL, ra.n, grad_rtol, tols);
             for (int i = 0; i < ra.n; i++) {
-                double e = view_rel_diff(&ra.pv[i], &rb.pv[i]);
-                double tol = yardstick(grad_rtol, C ? view_rel_diff(&ra.pv[i], &rc.pv[i]) : 0);
+                double e = view_rel_diff(&ra.pv[i], &rb.pv[i]), tol = tols[i];
                 if (e / tol > worst / wtol) worst = e, wtol = tol;
             }
             CHECK(worst <= wtol, "%s step 1: updated weights differ by %.3g (tolerance %.3g)", family, worst, wtol);

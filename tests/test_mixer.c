@@ -344,7 +344,7 @@ static void test_config(void) {
         if (!mixer_kind_uses_mixer(kinds[i])) c.mixer_heads = c.mixer_kernel = 0;
         if (mixer_kind_is_autoencoder(kinds[i])) c.unroll = 1, c.no_mask_encoder = 1, c.embed_dim = 4;
         if (mixer_kind_has_encoder(kinds[i])) c.embed_range = 2.5f, c.embed_noise_bits = 6;
-        if (mixer_kind_is_memory(kinds[i])) c.freeze_encoder = 1;
+        if (mixer_kind_is_memory(kinds[i])) c.freeze_encoder = 1, c.memory_start = 1;
         json_t *j = ckpt_config_to_json(&c);
         CHECK(j && !strcmp(json_string_value(json_object_get(j, "ft_model_kind")), names[i]), "%s: kind name", names[i]);
         CHECK(j && strncmp(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)), "Ft", 2) == 0,
@@ -378,9 +378,11 @@ static void test_config(void) {
         json_t *j = ckpt_config_to_json(&c);
         json_object_del(j, "ft_embed_range");
         json_object_del(j, "ft_embed_noise_bits");
+        json_object_del(j, "ft_memory_start");
         model_config_t d;
-        CHECK(j && ckpt_config_from_json(j, &d, err, sizeof err) == 0 && d.embed_range == 0 && d.embed_noise_bits == 0,
-              "an older config.json reads as unbounded: %s", err);
+        CHECK(j && ckpt_config_from_json(j, &d, err, sizeof err) == 0 && d.embed_range == 0 && d.embed_noise_bits == 0 &&
+                  d.memory_start == 0,
+              "an older config.json reads as unbounded, without a start vector: %s", err);
         json_decref(j);
     }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -396,6 +398,43 @@ static void test_config(void) {
     mixers_t *m = NULL;
     CHECK(mixers_create_on(&m, device_cpu_default(), &c, 1, 8, 1, err, sizeof err) != 0 && strstr(err, "causal"),
           "an unmasked memory decoder refused: %s", err);
+    c = cfg_of(MODEL_MIXER_AE);
+    c.memory_start = 1;
+    CHECK(mixers_create_on(&m, device_cpu_default(), &c, 1, 8, 1, err, sizeof err) != 0 && strstr(err, "start vector"),
+          "a start vector on an autoencoder refused: %s", err);
+}
+
+/* The memory model's start vector (cfg.memory_start): one more tensor, memory.start (D), 0 at
+ * init, so a fresh model with it computes the logits of the same model without it bit for bit
+ * (the other weights draw the same numbers); set, it changes position 0's input and the logits. */
+static void test_memory_start(void) {
+    enum { B = 3, T = 8 };
+    uint32_t tok[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (uint32_t)rng_below(&R, 23);
+    model_config_t c = cfg_of(MODEL_MIXER_MEM);
+    c.embed_dim = 4, c.embed_range = 2;
+    float *plain = logits_of(c, tok, B, T);
+    c.memory_start = 1;
+    float *with = logits_of(c, tok, B, T);
+    const size_t n = (size_t)B * T * c.vocab_size;
+    CHECK(plain && with && !memcmp(plain, with, sizeof(float) * n), "a fresh start vector (0) changes no logit");
+    mixers_t *m = NULL;
+    char err[256];
+    CHECK(mixers_create_on(&m, device_cpu_default(), &c, B, T, 5, err, sizeof err) == 0, "%s", err);
+    tensor_view_t v[64];
+    const int nv = m ? mixers_params(m, v, 64) : 0;
+    int found = 0, zero = 1;
+    for (int i = 0; i < nv; i++)
+        if (!strcmp(v[i].name, "memory.start")) {
+            found = tensor_numel(&v[i]) == c.d_model;
+            for (int j = 0; j < c.d_model; j++) zero &= v[i].data[j] == 0.0f, v[i].data[j] = 0.5f;
+        }
+    CHECK(found && zero, "memory.start: (D) zeros at init");
+    CHECK(m && mixers_forward(m, tok, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(m && memcmp(mixers_logits(m), plain, sizeof(float) * n) != 0, "a set start vector changes the logits");
+    mixers_destroy(&m);
+    free(plain);
+    free(with);
 }
 
 /* Saves a fresh model's weights as checkpoint <g_dir>/name/ckpt-00000001. */
@@ -508,6 +547,7 @@ int main(void) {
     RUN(test_shorter_sequence);
     RUN(test_codec_in_model);
     RUN(test_config);
+    RUN(test_memory_start);
     RUN(test_load_encoder);
     RUN(test_generation);
     char cmd[600];

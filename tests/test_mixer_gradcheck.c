@@ -242,6 +242,11 @@ static void test_model_memory(void) {
     c = small(MODEL_MIXER_MEM);
     c.embed_dim = 5, c.embed_range = 1.2f, c.embed_noise_bits = 4;
     model_case("mixer-mem, d_e 5, clamped at 1.2, 4-bit noise", c);
+    c.memory_start = 1;
+    model_case("mixer-mem, d_e 5, clamped, noised, start vector", c);
+    c = small(MODEL_LLAMA_MEM);
+    c.memory_start = 1;
+    model_case("llama-mem, start vector", c);
     c = small(MODEL_MIXER_AE);
     c.embed_dim = 4, c.embed_range = 1.2f;
     model_case("mixer-ae, d_e 4, clamped at 1.2", c);

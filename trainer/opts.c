@@ -87,6 +87,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("unroll", FLAG_BOOL, &o->unroll, "autoencoders: unroll the embedding by sliding windows instead of repeating it", 0, 0);
     F("encoder", FLAG_STR, &o->encoder, "memory models: take the encoder from this autoencoder checkpoint (or its run directory's newest)", 0, 0);
     F("freeze-encoder", FLAG_BOOL, &o->freeze_encoder, "memory models: the encoder's weights get no updates", 0, 0);
+    F("memory-start", FLAG_BOOL, &o->memory_start, "memory models: add a learned start vector to the decoder's position 0 (without it the decoder reads the memory there as a constant: README)", 0, 0);
     F("embed-range", FLAG_FLOAT, &o->embed_range, "autoencoders, memory models: bring the stored embedding to unit RMS and clamp it to [-R, R], so a b-bit code of it exists (0: unbounded, charged 32 bits)", 0, 1e6);
     F("embed-noise-bits", FLAG_INT, &o->embed_noise_bits, "autoencoders, memory models: train with the noise of rounding the embedding to b bits (seed 004's quantization-aware training; needs --embed-range)", 0, 24);
     F("lr", FLAG_FLOAT, &o->lr, "peak learning rate", 0, 10);
@@ -134,8 +135,8 @@ static int mixer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     if (o->embed_noise_bits && !(o->embed_range > 0))
         REFUSE("--embed-noise-bits %d needs --embed-range: the noise of rounding to %d bits is half the spacing of 2^%d levels over [-R, R]",
                o->embed_noise_bits, o->embed_noise_bits, o->embed_noise_bits);
-    if ((o->encoder || o->freeze_encoder) && !mem)
-        REFUSE("--encoder and --freeze-encoder are for the memory models (mixer-mem, llama-mem)");
+    if ((o->encoder || o->freeze_encoder || o->memory_start) && !mem)
+        REFUSE("--encoder, --freeze-encoder and --memory-start are for the memory models (mixer-mem, llama-mem)");
 #undef REFUSE
     return 0;
 }
@@ -265,7 +266,7 @@ void trainer_opts_config(const trainer_opts_t *o, int vocab_size, int eot_id, mo
         c->embed_noise_bits = o->embed_noise_bits;
     }
     if (mixer_kind_is_autoencoder(c->kind)) c->unroll = o->unroll;
-    if (mixer_kind_is_memory(c->kind)) c->freeze_encoder = o->freeze_encoder;
+    if (mixer_kind_is_memory(c->kind)) c->freeze_encoder = o->freeze_encoder, c->memory_start = o->memory_start;
     if (c->kind == MODEL_LTM) {
         c->sliding_window = o->attn_window;
         c->latent_vectors = o->latent_vectors;

@@ -51,7 +51,7 @@ typedef struct {
     int embed_dim;             /* 0: --d-model (no compression) */
     int unroll;
     const char *encoder;       /* memory models: the encoder's checkpoint (or its run dir) */
-    int freeze_encoder;
+    int freeze_encoder, memory_start;
     float embed_range;         /* the stored embedding clamped to [-R, R] (0: unbounded) */
     int embed_noise_bits;      /* trained with the noise of rounding to b bits (0: none) */
     /* optimizer */

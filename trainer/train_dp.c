@@ -38,7 +38,7 @@ static void shared_flags(const trainer_opts_t *o, char *buf, size_t cap) {
              "beta1=%g beta2=%g eps=%g clip=%g dp=%s zero=%d resume=%d ckpt_every=%d dp_check_every=%d device=%.4s "
              "precision=%s window=%d latent_vectors=%d inner_steps=%d fast_lr=%g fast_lr_end=%g mixer_heads=%d "
              "mixer_kernel=%d no_mask=%d no_mask_encoder=%d encoder_layers=%d embed_dim=%d unroll=%d encoder=%s "
-             "embed_range=%g embed_noise_bits=%d",
+             "embed_range=%g embed_noise_bits=%d memory_start=%d",
              o->model, o->d_model, o->n_layers, o->n_heads, o->n_kv_heads, o->d_ff, o->max_seq, o->untied,
              o->rope_theta, o->norm_eps, o->seed, o->latent_bits, o->kappa, o->kappa_unit, o->vocab_size, o->B, o->T,
              o->accum, o->layout, o->data_seed, o->steps, o->lr, o->min_lr, o->warmup, o->wd, o->decay_embeddings,
@@ -46,7 +46,7 @@ static void shared_flags(const trainer_opts_t *o, char *buf, size_t cap) {
              o->device, o->precision ? o->precision : "-", o->attn_window, o->latent_vectors, o->inner_steps,
              o->fast_lr, o->fast_lr_end, o->mixer_heads, o->mixer_kernel, o->no_mask, o->no_mask_encoder,
              o->encoder_layers, o->embed_dim, o->unroll, o->encoder ? o->encoder : "-", o->embed_range,
-             o->embed_noise_bits);
+             o->embed_noise_bits, o->memory_start);
 }
 
 int trainer_dp_open(run_t *r, char *err, size_t errlen) {
