@@ -47,39 +47,7 @@ static double loss_rtol = 1e-5, grad_rtol = 1e-3, curve_rtol = 1e-3;
 static double abs_floor = 0;
 static int n_steps;   /* --steps: training steps per family (0: the default) */
 
-/* A buffer on both devices, filled from the same host values. */
-typedef struct {
-    size_t n, esz;
-    void *host, *a, *b;
-} dbuf_t;
-
-static dbuf_t dbuf(size_t n, size_t esz) {
-    dbuf_t x = {n, esz, calloc(n ? n : 1, esz), DEV(A, alloc, n * esz), DEV(B, alloc, n * esz)};
-    return x;
-}
-static void dbuf_put(dbuf_t *x) {
-    DEV(A, upload, x->a, x->host, x->n * x->esz);
-    DEV(B, upload, x->b, x->host, x->n * x->esz);
-}
-static dbuf_t dfloats(size_t n, float scale) {
-    dbuf_t x = dbuf(n, sizeof(float));
-    for (size_t i = 0; i < n; i++) ((float *)x.host)[i] = scale * (2.0f * rng_f32(&R) - 1.0f);
-    dbuf_put(&x);
-    return x;
-}
-static dbuf_t dids(size_t n, uint32_t below) {
-    dbuf_t x = dbuf(n, sizeof(uint32_t));
-    for (size_t i = 0; i < n; i++) ((uint32_t *)x.host)[i] = (uint32_t)rng_below(&R, below);
-    dbuf_put(&x);
-    return x;
-}
-static void dfree(dbuf_t *x) {
-    DEV(A, free, x->a);
-    DEV(B, free, x->b);
-    free(x->host);
-}
-#define FA(x) ((float *)(x).a)
-#define FB(x) ((float *)(x).b)
+#include "tests/device_pair.h"
 
 /* Downloads both sides of a float buffer and compares: |a - b| <= atol + rtol |a|. */
 static void same(const char *what, dbuf_t *x, double atol, double rtol) {
@@ -103,7 +71,7 @@ static void test_ops(void) {
     const int N = Bt * T;
     char err[256];
     /* embedding */
-    dbuf_t tok = dids(N, V), table = dfloats(V * D, 1), x = dfloats(N * D, 1);
+    dbuf_t tok = dints(N, V, sizeof(uint32_t)), table = dfloats(V * D, 1), x = dfloats(N * D, 1);
     DEV(A, embedding_forward, FA(x), (uint32_t *)tok.a, FA(table), N, D);
     DEV(B, embedding_forward, FB(x), (uint32_t *)tok.b, FB(table), N, D);
     same("embedding_forward", &x, 0, 0);
@@ -230,7 +198,7 @@ static void test_ops(void) {
     DEV(B, swiglu_backward, FB(dg), FB(du), FB(ylin), FB(g), FB(u), N, F);
     same("swiglu_backward", &dg, 1e-6, 1e-5);
     /* cross-entropy with a mask, fused gradient; the loss comes back to the host */
-    dbuf_t z = dfloats(N * V, 4), dz = dfloats(N * V, 1), lse = dfloats(N, 1), tgt = dids(N, V);
+    dbuf_t z = dfloats(N * V, 4), dz = dfloats(N * V, 1), lse = dfloats(N, 1), tgt = dints(N, V, sizeof(uint32_t));
     dbuf_t mask = dbuf(N, 1);
     for (int i = 0; i < N; i++) ((uint8_t *)mask.host)[i] = i % 5 != 2;
     dbuf_put(&mask);

@@ -37,42 +37,7 @@ static device_t *A, *B;
 static rng_t R;
 static int bf16;
 
-typedef struct {
-    size_t n, esz;
-    void *host, *a, *b;
-} dbuf_t;
-
-static dbuf_t dbuf(size_t n, size_t esz) {
-    dbuf_t x = {n, esz, calloc(n ? n : 1, esz), DEV(A, alloc, (n ? n : 1) * esz), DEV(B, alloc, (n ? n : 1) * esz)};
-    return x;
-}
-static void dput(dbuf_t *x) {
-    DEV(A, upload, x->a, x->host, x->n * x->esz);
-    DEV(B, upload, x->b, x->host, x->n * x->esz);
-}
-static dbuf_t dfloats(size_t n, float scale) {
-    dbuf_t x = dbuf(n, sizeof(float));
-    for (size_t i = 0; i < n; i++) ((float *)x.host)[i] = scale * (2.0f * rng_f32(&R) - 1.0f);
-    dput(&x);
-    return x;
-}
-static dbuf_t dints(size_t n, uint32_t below, size_t esz) {
-    dbuf_t x = dbuf(n, esz);
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t v = (uint32_t)rng_below(&R, below);
-        if (esz == 4) ((uint32_t *)x.host)[i] = v;
-        else ((uint8_t *)x.host)[i] = (uint8_t)v;
-    }
-    dput(&x);
-    return x;
-}
-static void dfree(dbuf_t *x) {
-    DEV(A, free, x->a);
-    DEV(B, free, x->b);
-    free(x->host);
-}
-#define FA(x) ((float *)(x).a)
-#define FB(x) ((float *)(x).b)
+#include "tests/device_pair.h"
 
 /* both sides of a float buffer: |a - b| <= atol + rtol |a| */
 static void same(const char *what, dbuf_t *x, double atol, double rtol) {
@@ -116,8 +81,8 @@ static void attention_case(int Bt, int Tq, int Tk, int H, int Hkv, int hd, int c
     /* the backward from the CPU's forward on both sides (the same out and lse) */
     DEV(A, download, out.host, out.a, sizeof(float) * nq);
     DEV(A, download, lse.host, lse.a, sizeof(float) * nr);
-    dput(&out);
-    dput(&lse);
+    dbuf_put(&out);
+    dbuf_put(&lse);
     DEV(A, attention_window_backward, FA(dq), FA(dk), FA(dv), FA(dout), FA(out), FA(lse), FA(q), FA(k), FA(v), Bt, Tq,
         Tk, H, Hkv, hd, causal, window);
     DEV(B, attention_window_backward, FB(dq), FB(dk), FB(dv), FB(dout), FB(out), FB(lse), FB(q), FB(k), FB(v), Bt, Tq,
@@ -156,8 +121,8 @@ static void test_attention_rows(void) {
     const int bs[N] = {0, 5, 10}, ls[N] = {0, 1, 70};
     memcpy(base.host, bs, sizeof bs);
     memcpy(len.host, ls, sizeof ls);
-    dput(&base);
-    dput(&len);
+    dbuf_put(&base);
+    dbuf_put(&len);
     DEV(A, attention_rows, FA(out), FA(q), FA(kc), FA(vc), (int *)base.a, (int *)len.a, N, H, Hkv, hd);
     DEV(B, attention_rows, FB(out), FB(q), FB(kc), FB(vc), (int *)base.b, (int *)len.b, N, H, Hkv, hd);
     same("attention_rows (caches of 0, 1 and 70 keys)", &out, 1e-6, 1e-5);
@@ -211,7 +176,7 @@ static void classifier_case(int N, int V, int with_mask) {
     dbuf_t m = with_mask ? dints(N, 2, 1) : dbuf(0, 1);
     if (with_mask) { /* at least one counted row */
         ((uint8_t *)m.host)[0] = 1;
-        dput(&m);
+        dbuf_put(&m);
     }
     int ca = 0, cb = 0;
     /* the fused pass, the gradient over the logits */
@@ -246,7 +211,7 @@ static void embedding_case(int N, int D, uint32_t below, uint32_t offset) {
     char w[96];
     dbuf_t tok = dints(N, below, 4);
     for (int i = 0; i < N; i++) ((uint32_t *)tok.host)[i] += offset;
-    dput(&tok);
+    dbuf_put(&tok);
     const size_t V = offset + below;
     dbuf_t table = dfloats(V * D, 1), out = dfloats((size_t)N * D, 1), dout = dfloats((size_t)N * D, 1);
     DEV(A, embedding_forward, FA(out), (uint32_t *)tok.a, FA(table), N, D);
@@ -309,8 +274,8 @@ static void rope_case(int hd) {
     const int N = Bt * T, Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
     dbuf_t cs = dbuf(S * h2, sizeof(float)), sn = dbuf(S * h2, sizeof(float));
     rope_table_init((float *)cs.host, (float *)sn.host, S, hd, 10000.0f);
-    dput(&cs);
-    dput(&sn);
+    dbuf_put(&cs);
+    dbuf_put(&sn);
     dbuf_t qkv = dfloats((size_t)N * ld, 1), q = dfloats((size_t)N * Dq, 1), k = dfloats((size_t)N * Dkv, 1),
            v = dfloats((size_t)N * Dkv, 1);
     DEV(A, qkv_split_rope, FA(q), FA(k), FA(v), FA(qkv), FA(cs), FA(sn), N, T, H, Hkv, hd, 3);
@@ -351,7 +316,7 @@ static void test_optimizer(void) {
     for (int i = 0; i < NT; i++) {
         p[i] = dfloats(n[i], 1), g[i] = dfloats(n[i], 0.1f), m[i] = dfloats(n[i], 0.01f), v[i] = dfloats(n[i], 0.001f);
         for (size_t j = 0; j < n[i]; j++) ((float *)v[i].host)[j] = fabsf(((float *)v[i].host)[j]);
-        dput(&v[i]);
+        dbuf_put(&v[i]);
         ta[i] = (adamw_tensor_t){FA(p[i]), FA(g[i]), FA(m[i]), FA(v[i]), n[i], i != 1};
         tb[i] = (adamw_tensor_t){FB(p[i]), FB(g[i]), FB(m[i]), FB(v[i]), n[i], i != 1};
         xa[i] = FA(g[i]);

@@ -60,20 +60,12 @@ __global__ void k_sumsq_chunks(double *part, const mt_tensor_t *t, int count, si
     s = warp_sum_d(s);
     if (lane == 0) part[c] = s;
 }
-/* one block: *total = sum of part, thread t the chunks t, t + blockDim, ... (a warp's 32
- * lanes read 32 consecutive doubles: 8 sectors per access, where a contiguous run per thread
- * put every lane in its own sector), then a tree; the order is fixed by chunks alone */
+/* one block: *total = sum of part (block_sum_fixed: strided per thread, so a warp's lanes read
+ * consecutive doubles, then a tree; the order is fixed by chunks alone) */
 __global__ void k_sumsq_finish(double *total, const double *part, size_t chunks) {
     __shared__ double red[MT_FINISH_THREADS];
-    double s = 0.0;
-    for (size_t c = threadIdx.x; c < chunks; c += blockDim.x) s += part[c];
-    red[threadIdx.x] = s;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *total = red[0];
+    const double t = block_sum_fixed(part, chunks, red);
+    if (threadIdx.x == 0) *total = t;
 }
 
 /* one block per chunk: AdamW on its elements */

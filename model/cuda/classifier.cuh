@@ -143,19 +143,11 @@ k_classifier(float *row_loss, float *lse, float *dz, const float *z,
     }
 }
 
-/* one block: loss_sum = sum of row_loss in a fixed order (per-thread strided sums in double,
- * then the block's tree) */
+/* one block: loss_sum = sum of row_loss in a fixed order (block_sum_fixed) */
 __global__ void k_ce_mean(ce_result_t *res, const float *row_loss, int N) {
     __shared__ double part[CE_THREADS];
-    double s = 0.0;
-    for (int n = threadIdx.x; n < N; n += blockDim.x) s += row_loss[n];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) res->loss_sum = part[0];
+    const double t = block_sum_fixed(row_loss, (size_t)(N > 0 ? N : 0), part);
+    if (threadIdx.x == 0) res->loss_sum = t;
 }
 
 /* The forward (row_loss: N floats of work; res: device scratch; cache_bytes: 0 or V * 4 when

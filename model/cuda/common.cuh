@@ -186,6 +186,23 @@ __device__ static inline float block_max(float v, float *scratch) {
     return warp_max(v);
 }
 
+/* One block's sum of x[0..n) in double, in an order fixed by n and blockDim alone: thread t adds
+ * x[t], x[t + blockDim], ... (a warp reads consecutive elements), then a tree over the
+ * threads (blockDim a power of two). red: blockDim doubles of shared memory; every thread
+ * gets the sum. */
+template <typename T>
+__device__ static inline double block_sum_fixed(const T *x, size_t n, double *red) {
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    red[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
+        __syncthreads();
+    }
+    return red[0];
+}
+
 /* blocks for n items of `per` items per block, at least 1, at most cap */
 static inline unsigned blocks_for(size_t n, size_t per, unsigned cap) {
     size_t g = (n + per - 1) / per;
