@@ -394,9 +394,7 @@ OPS_FN void kb_latent_bwd(size_t it, float *dmu, float *dls, const float *dz, co
 /* it < ceil(n / OPS_SUMSQ_CHUNK): the chunk's sum of squares in double (ops_adamw.c's chunks) */
 OPS_FN void kb_sumsq_chunk(size_t it, double *part, const float *x, size_t n) {
     const size_t lo = it * OPS_SUMSQ_CHUNK, hi = lo + OPS_SUMSQ_CHUNK < n ? lo + OPS_SUMSQ_CHUNK : n;
-    double s = 0.0;
-    for (size_t j = lo; j < hi; j++) s += (double)x[j] * x[j];
-    part[it] = s;
+    part[it] = ops_sumsq_chunk(x, lo, hi);
 }
 /* it < n */
 OPS_FN void kb_adamw(size_t it, float *p, float *g, float *m, float *v, float clip, float decay_mul,

@@ -60,16 +60,28 @@ void adamw_update(float *p, float *g, float *m, float *v, size_t n, const adamw_
     ops_bf16_adamw_update(p, NULL, g, m, v, n, s);
 }
 
+/* chunks [c0, c1) of x (n elements) into part[c0 ..] (ops_math.h's order, built per level) */
+OPS_VARIANTS(void, sumsq_chunks, (double *part, const float *x, size_t n, size_t c0, size_t c1),
+             (part, x, n, c0, c1)) {
+    for (size_t c = c0; c < c1; c++) {
+        const size_t lo = c * OPS_SUMSQ_CHUNK, hi = lo + OPS_SUMSQ_CHUNK < n ? lo + OPS_SUMSQ_CHUNK : n;
+        part[c] = ops_sumsq_chunk(x, lo, hi);
+    }
+}
+
 double sumsq(const float *x, size_t n) {
     const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
     double stack_part[64], *part = nch <= 64 ? stack_part : malloc(sizeof(double) * nch);
     if (!part) return NAN;
-#pragma omp parallel for schedule(static) if (n >= 32768)
-    for (size_t c = 0; c < nch; c++) {
-        const size_t lo = c * OPS_SUMSQ_CHUNK, hi = lo + OPS_SUMSQ_CHUNK < n ? lo + OPS_SUMSQ_CHUNK : n;
-        double sum = 0.0;
-        for (size_t j = lo; j < hi; j++) sum += (double)x[j] * x[j];
-        part[c] = sum;
+    if (n < 32768 || omp_in_parallel()) {   /* (no parallel pragma: ops_bf16.c says why) */
+        sumsq_chunks(part, x, n, 0, nch);
+    } else {
+#pragma omp parallel
+        {
+            size_t lo, hi;
+            ops_thread_range(nch, &lo, &hi);
+            sumsq_chunks(part, x, n, lo, hi);
+        }
     }
     double total = 0.0;
     for (size_t c = 0; c < nch; c++) total += part[c];

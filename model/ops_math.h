@@ -160,9 +160,25 @@ OPS_FN void ops_crossentropy_row_backward(float *dz, const float *z, float lse, 
 }
 
 /* ---- the gradient norm's sum of squares: chunks of this many elements, each summed in
- * double, the chunks added in order (ops_adamw.c, kernels.h): the same total on every device
- * and for every thread count ---- */
+ * double, the chunks added in order (ops_adamw.c, kernels.h): the same total for every thread
+ * count (the CUDA device sums a chunk in its own order: the same to ~1e-16) ---- */
 #define OPS_SUMSQ_CHUNK 4096
+/* One chunk x[lo .. hi): 16 lane sums in double (lane i takes elements lo + i, lo + i + 16,
+ * ...), folded as l[i] += l[i + w] for w = 8, 4, 2, 1, then the (hi - lo) % 16 tail in order.
+ * Every vector width gives the same bits (each lane is its own chain; a float squared in
+ * double is exact, so FMA contraction changes nothing either). A single chain was
+ * latency-bound: one dependent double add per element, 20 ms of an M step (bench/NOTES.md). */
+OPS_FN double ops_sumsq_chunk(const float *x, size_t lo, size_t hi) {
+    double l[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    size_t j = lo;
+    for (; j + 16 <= hi; j += 16)
+        for (int i = 0; i < 16; i++) l[i] += (double)x[j + i] * x[j + i];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) l[i] += l[i + w];
+    double s = l[0];
+    for (; j < hi; j++) s += (double)x[j] * x[j];
+    return s;
+}
 
 /* ---- AdamW, one element (torch.optim.AdamW's single-tensor arithmetic; adamw.h) ---- */
 OPS_FN void ops_adamw_element(float *p, float *g, float *m, float *v, float clip, float decay_mul,

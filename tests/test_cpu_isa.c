@@ -9,7 +9,8 @@
  *   best other level runs; unset, the best level runs without a word (here: whatever the CPU
  *   has; where AMX exists the environment test above runs it and obeys it);
  * - the ops follow the level in force: the same input through each supported level gives
- *   results that agree to float tolerance, and repeated calls at one level agree bit for bit.
+ *   results that agree to float tolerance, and repeated calls at one level agree bit for bit;
+ *   the gradient norm's sum of squares agrees bit for bit across levels.
  * `test_cpu_isa --levels` prints the supported level names, one per line, for tests/run.sh. */
 #include "model/cpu_isa.h"
 #include "model/ops.h"
@@ -142,6 +143,29 @@ static void test_ops_follow_level(void) {
     free(z); free(d0); free(d1);
 }
 
+/* The gradient norm's sum of squares (ops_math.h ops_sumsq_chunk: 16 lanes in double, a
+ * fixed fold) gives the same bits at every level, whole chunks and a ragged tail alike. */
+static void test_sumsq_levels(void) {
+    const size_t n = 3 * 4096 + 16 * 7 + 5;
+    float *x = malloc(sizeof(float) * n);
+    rng_t r;
+    rng_seed(&r, 9);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((rng_f32(&r) - 0.5) * 3.0);
+    const int saved = cpu_isa_level_;
+    cpu_isa_level_ = CPU_ISA_V2;
+    const double s0 = sumsq(x, n);
+    double serial = 0.0;   /* (the value: a plain double sum, to rounding) */
+    for (size_t i = 0; i < n; i++) serial += (double)x[i] * x[i];
+    CHECK_CLOSE(s0, serial, 0, 1e-13);
+    for (int l = CPU_ISA_V2; l <= cpu_isa_best(); l++) {
+        cpu_isa_level_ = l;
+        const double s = sumsq(x, n);
+        CHECK(s == s0, "sumsq at level %d: %.17g, at v2 %.17g", l, s, s0);
+    }
+    cpu_isa_level_ = saved;
+    free(x);
+}
+
 int main(int argc, char **argv) {
     self = "/proc/self/exe";
     if (argc > 1 && !strcmp(argv[1], "--levels")) {
@@ -162,5 +186,6 @@ int main(int argc, char **argv) {
     RUN(test_amx_conditions);
     RUN(test_amx_fallback);
     RUN(test_ops_follow_level);
+    RUN(test_sumsq_levels);
     return check_summary();
 }
