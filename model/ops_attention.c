@@ -492,6 +492,7 @@ void attention_window_backward(float *dq, float *dk, float *dv, const float *dou
 typedef struct {
     const uint16_t *q, *k, *v, *dout;
     uint16_t *own[4];   /* those packed here (no shadow), freed after the call */
+    float *D;           /* the backward's dout . out per row (att_D_pack) */
 } att16_t;
 
 static const uint16_t *att16_operand(att16_t *a, int slot, const float *x, size_t n) {
@@ -504,6 +505,7 @@ static const uint16_t *att16_operand(att16_t *a, int slot, const float *x, size_
 }
 static void att16_free(att16_t *a) {
     for (int i = 0; i < 4; i++) free(a->own[i]);
+    free(a->D);
 }
 
 /* Os's rows (the stacked copy) into out16's rows, as bf16. */
@@ -517,7 +519,7 @@ static void att_scatter16(uint16_t *out16, const float *Os, int b, int kh, int g
 
 /* One thread's scratch for the bf16 blocks (rows x Tk and rows x hd). */
 typedef struct {
-    float *S, *dP, *Os, *D;
+    float *S, *dP, *Os;
     uint16_t *P16, *dS16, *Qs16, *dOs16;
 } att16_scratch;
 
@@ -530,14 +532,13 @@ static int att16_scratch_alloc(att16_scratch *w, size_t rows, int Tk, int hd, in
     w->Qs16 = malloc(sizeof(uint16_t) * sh);
     if (backward) {
         w->dP = malloc(sizeof(float) * st);
-        w->D = malloc(sizeof(float) * rows);
         w->dS16 = malloc(sizeof(uint16_t) * st);
         w->dOs16 = malloc(sizeof(uint16_t) * sh);
     }
-    return w->S && w->Os && w->P16 && w->Qs16 && (!backward || (w->dP && w->D && w->dS16 && w->dOs16));
+    return w->S && w->Os && w->P16 && w->Qs16 && (!backward || (w->dP && w->dS16 && w->dOs16));
 }
 static void att16_scratch_free(att16_scratch *w) {
-    free(w->S); free(w->dP); free(w->Os); free(w->D);
+    free(w->S); free(w->dP); free(w->Os);
     free(w->P16); free(w->dS16); free(w->Qs16); free(w->dOs16);
 }
 
@@ -611,6 +612,27 @@ static int att_forward16(float *out, float *lse, const float *q, const float *k,
     return 0;
 }
 
+/* D (B, H, Tq: att_lse_at's layout) = dout . out per query row, and with d16 (not NULL) dout
+ * rounded into it, in one pass over dout's rows (each read once, while in L1), instead of a
+ * dot per row inside every block (strided rows from memory) and a separate packing pass: the
+ * same dot, the same bits (measured on config M, one thread: the two were 4.0 ms per two
+ * layers, bench/NOTES.md). */
+static void att_D_pack(float *D, uint16_t *d16, const float *dout, const float *out, int B, int Tq,
+                       int H, int hd) {
+    const size_t N = (size_t)B * Tq, ld = (size_t)H * hd;
+#pragma omp parallel if (N * ld >= 32768)
+    {
+        size_t lo, hi;
+        ops_thread_range(N, &lo, &hi);
+        for (size_t r = lo; r < hi; r++) {
+            const size_t b = r / (size_t)Tq, t = r % (size_t)Tq;
+            for (int h = 0; h < H; h++)
+                D[(b * H + h) * Tq + t] = dot(dout + r * ld + (size_t)h * hd, out + r * ld + (size_t)h * hd, hd);
+            if (d16) ops_bf16_pack_serial(d16 + r * ld, dout + r * ld, ld);
+        }
+    }
+}
+
 static void att_group_backward16(float *dq, float *dk, float *dv, const float *dout,
                                  const float *out, const float *lse, const att16_t *a,
                                  att16_scratch *w, int b, int kh, int Tq, int Tk, int H, int Hkv,
@@ -625,7 +647,6 @@ static void att_group_backward16(float *dq, float *dk, float *dv, const float *d
             continue;
         att_gather_e(w->Qs16, a->q, sizeof(uint16_t), b, kh, group, i0, n, Tq, H, hd);
         att_gather_e(w->dOs16, a->dout, sizeof(uint16_t), b, kh, group, i0, n, Tq, H, hd);
-        att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
         /* the forward's scores (the same product: the same bits), dP = dO V^T */
         model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, scale, a->k + ko, ldk, w->Qs16, hd, 0.0f,
                         w->S, Tk);
@@ -634,7 +655,8 @@ static void att_group_backward16(float *dq, float *dk, float *dv, const float *d
         for (int j = 0; j < group; j++)
             att_block_grad(w->S + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
                              w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk,
-                             lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
+                             lse + att_lse_at(b, kh, group, j, i0, Tq, H),
+                             a->D + att_lse_at(b, kh, group, j, i0, Tq, H), i0, n,
                              klo, nk, Tq, Tk, causal, window, scale);
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K */
         model_gemm_bf16(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs16, hd, w->P16, Tk, 1.0f, dv + ko,
@@ -660,8 +682,13 @@ static int att_backward16(float *dq, float *dk, float *dv, const float *dout, co
     a.q = att16_operand(&a, 0, q, (size_t)B * Tq * H * hd);
     a.k = att16_operand(&a, 1, k, (size_t)B * Tk * Hkv * hd);
     a.v = att16_operand(&a, 2, v, (size_t)B * Tk * Hkv * hd);
-    a.dout = att16_operand(&a, 3, dout, (size_t)B * Tq * H * hd);
-    if (!a.q || !a.k || !a.v || !a.dout) {
+    /* dout: its shadow, else rounded here in the pass that forms D */
+    const size_t nd = (size_t)B * Tq * H * hd;
+    a.dout = ops_bf16_shadows() ? ops_bf16_shadow_find(dout, nd) : NULL;
+    if (!a.dout) a.dout = a.own[3] = malloc(sizeof(uint16_t) * (nd ? nd : 1));
+    a.D = malloc(sizeof(float) * ((size_t)B * H * Tq + 1));
+    if (a.dout && a.D) att_D_pack(a.D, a.own[3], dout, out, B, Tq, H, hd);
+    if (!a.q || !a.k || !a.v || !a.dout || !a.D) {
         att16_free(&a);
         return -1;
     }
