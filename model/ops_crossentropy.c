@@ -23,7 +23,16 @@ OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, cons
     float l = ops_logsumexp_row(z, V);
     *lse = l;
     float loss = counted ? l - z[t] : 0.0f;   /* before dz, which may overwrite z */
-    if (dz) {
+    if (dz && dz16 && counted) {   /* dz and its rounding in one loop (the same values) */
+        OPS_SIMD
+        for (int i = 0; i < V; i++) {
+            const float g = ops_ce_grad(z[i], l, scale);
+            dz[i] = g;
+            dz16[i] = ops_bf16_from_float(g);
+        }
+        dz[t] -= scale;
+        dz16[t] = ops_bf16_from_float(dz[t]);
+    } else if (dz) {
         if (!counted) memset(dz, 0, sizeof(float) * V);
         else ops_crossentropy_row_backward(dz, z, l, (int)t, V, scale);
         if (dz16) ops_bf16_pack_row(dz16, dz, (size_t)V);

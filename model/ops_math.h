@@ -151,11 +151,13 @@ OPS_FN float ops_logsumexp_row(const float *z, int v) {
     for (int i = 0; i < v; i++) s += ops_expf(z[i] - mx);
     return mx + logf(s);
 }
-/* dz = scale * (softmax(z) - onehot(t)); dz may alias z. */
+/* dz = scale * (softmax(z) - onehot(t)); dz may alias z. ops_ce_grad is one element of the
+ * softmax part (the CPU's fused rounding, ops_crossentropy.c, calls it in its own loop). */
+OPS_FN float ops_ce_grad(float z, float lse, float scale) { return scale * ops_expf(z - lse); }
 OPS_FN void ops_crossentropy_row_backward(float *dz, const float *z, float lse, int t, int v,
                                           float scale) {
     OPS_SIMD
-    for (int i = 0; i < v; i++) dz[i] = scale * ops_expf(z[i] - lse);
+    for (int i = 0; i < v; i++) dz[i] = ops_ce_grad(z[i], lse, scale);
     dz[t] -= scale;
 }
 
