@@ -46,12 +46,34 @@ OPS_VARIANTS(void, rms_dw_cols, (float *dw, const float *dout, const float *x, c
     }
 }
 
+/* One thread, both outputs: each row's dx, then its terms of dw, while the row is in L1 (one
+ * pass over dout and x instead of two); dw's sums run in row order as in rms_dw_cols, the
+ * same expression, so the same bits. */
+OPS_VARIANTS(void, rms_bwd_rows_dw, (float *dx, float *dw, const float *dout, const float *x,
+                                     const float *w, const float *rstd, int N, int D),
+             (dx, dw, dout, x, w, rstd, N, D)) {
+    for (int n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * D, *xr = x + (size_t)n * D;
+        const float r = rstd[n];
+        ops_rmsnorm_row_backward(dx + (size_t)n * D, dy, xr, w, r, D);
+        OPS_SIMD
+        for (int i = 0; i < D; i++) dw[i] += dy[i] * xr[i] * r;
+    }
+}
+
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
                       const float *rstd, int N, int D) {
-    /* dw sums over all rows: split columns, not rows, so each sum runs in row order. */
-    const int CH = 64, nch = (D + CH - 1) / CH;
+    if (dx && dw && (omp_get_max_threads() == 1 || omp_in_parallel())) {
+        rms_bwd_rows_dw(dx, dw, dout, x, w, rstd, N, D);
+        return;
+    }
+    /* dw sums over all rows: split columns, not rows, so each sum runs in row order (the
+     * split changes no bit). One slab of columns per thread, a multiple of 16 wide: one pass
+     * over the rows each (slabs of 64 made D / 64 strided passes). */
 #pragma omp parallel
     {
+        const int nt = omp_get_num_threads();
+        const int CH = ((D + nt - 1) / nt + 15) / 16 * 16, nch = (D + CH - 1) / CH;
         if (dx) {
             size_t lo, hi;
             ops_thread_range((size_t)N, &lo, &hi);
