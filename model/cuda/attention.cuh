@@ -121,7 +121,6 @@ __device__ static inline void att_dots_f32(float acc[NT][4], const float *A, con
             acc[j][3] += x1 * y1;
         }
     }
-    PERF_FLOPS(PERF_FP32, 8 * NT * HD);
 }
 /* A fragments of a warp's 16 rows (row-major bf16 tile, ld) for every 16-wide step of HD */
 template <int KS>
@@ -189,7 +188,6 @@ __device__ static inline void att_pv_f32(float out[DT][4], const float P[NT][4],
             out[jd][3] += p1 * v1;
         }
     }
-    PERF_FLOPS(PERF_FP32, 8 * NT * 8 * DT);
     __syncwarp();
 }
 
@@ -288,8 +286,6 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
                     l[rr] += p;
                 }
         }
-        PERF_FLOPS(PERF_SFU, 4 * C::NT);
-        PERF_FLOPS(PERF_FP32, 4 * C::NT * 4);
         if (BF) att_pv_bf<C::NT, C::DT>(o, s, (const __nv_bfloat16 *)sV, C::LDT, g, t);
         else att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), (const float *)sV, C::LD, g, t);
     }
@@ -417,8 +413,6 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
                     st[j][e] = p;
                     dpt[j][e] = p * (dpt[j][e] - sD[col]) * scale;
                 }
-            PERF_FLOPS(PERF_SFU, 4 * C::NTQ);
-            PERF_FLOPS(PERF_FP32, 4 * C::NTQ * 5);
             /* dV += P^T dO, dK += dS^T Q */
             if (BF) {
                 att_pv_bf<C::NTQ, C::DT>(dva, st, (const __nv_bfloat16 *)sdOt, C::LDT, g, t);
@@ -523,8 +517,6 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
                 const float p = vis ? ops_expf(s[j][e] * scale - L[rr]) : 0.0f;
                 dp[j][e] = p * (dp[j][e] - Dr[rr]) * scale;
             }
-        PERF_FLOPS(PERF_SFU, 4 * C::NT);
-        PERF_FLOPS(PERF_FP32, 4 * C::NT * 5);
         if (BF) att_pv_bf<C::NT, C::DT>(dqa, dp, (const __nv_bfloat16 *)sKt, C::LDT, g, t);
         else att_pv_f32<C::NT, C::DT>(dqa, dp, sP + w * 16 * (C::BK + 1), (const float *)sK, C::LD, g, t);
     }
@@ -580,7 +572,6 @@ k_att_rows(float *out, const float *q, const float *kc, const float *vc, const i
             for (int d = 0; d < hd; d++) acc += sq[d] * sk[lane * (hd + 1) + d];
             s = acc * scale;
         }
-        PERF_FLOPS(PERF_FP32, 2 * hd);
         const float mx = warp_max(s), mn = fmaxf(m, mx);
         const float f = m == -INFINITY ? 0.0f : ops_expf(m - mn);
         const float p = lane < nk ? ops_expf(s - mn) : 0.0f;

@@ -38,7 +38,6 @@ __global__ void k_rope(float *dst, size_t dst_ld, size_t dst_off, const float *s
             }
             st4(y + j, lo);
             st4(y + j + h2, hi);
-            PERF_FLOPS(PERF_FP32, 4 * 6);
         } else {
             const float a = x[j], b = x[j + h2], c = cs[j], s = sign * sn[j];
             const float r0 = a * c - b * s, r1 = b * c + a * s;
