@@ -26,6 +26,7 @@ typedef struct {
     int count;
     int pad_;
 } ce_result_t;
+static_assert(sizeof(ce_result_t) == 16, "ce_result_t is written as one 16-byte access");
 
 /* one block: count = number of nonzero mask bytes (N when mask is NULL) */
 __global__ void k_ce_count(ce_result_t *res, const uint8_t *mask, int N) {
@@ -37,10 +38,14 @@ __global__ void k_ce_count(ce_result_t *res, const uint8_t *mask, int N) {
         c = N;
     /* integer sums are exact in float up to 2^24 rows per thread block */
     const float tot = block_sum((float)c, scratch);
-    if (threadIdx.x == 0) {
-        res->count = (int)tot;
-        res->pad_ = 0;
-        res->loss_sum = 0.0;
+    if (threadIdx.x == 0) { /* the 16 bytes as one access (three stores touched a sector each) */
+        ce_result_t r;
+        r.loss_sum = 0.0;
+        r.count = (int)tot;
+        r.pad_ = 0;
+        uint4 u;
+        memcpy(&u, &r, sizeof u);
+        st16b(res, u);
     }
 }
 

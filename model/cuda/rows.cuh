@@ -21,8 +21,11 @@
 /* float4 per lane kept in registers: rows up to 32 * 4 * 8 = 1024 floats */
 #define ROW_VECS 8
 #define ROW_CACHE_MAX (WARP * 4 * ROW_VECS)
-/* rows per block of the column reductions' first stage */
-#define COLRED_ROWS 32
+/* rows per block of the column reductions' first stage: 8, a row per warp of RMSNorm's backward
+ * (k_rmsnorm_bwd_vec), so that N rows fill N / 8 blocks (at config G, N = 8192: 1024 blocks of
+ * 256 threads, about the H100's 270k resident threads; with 32 rows, 256 blocks kept a quarter
+ * of them busy, bench/NOTES.md) */
+#define COLRED_ROWS 8
 #define COLRED_MAX_BLOCKS 4096
 
 /* ---- RMSNorm forward: out = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) ----
