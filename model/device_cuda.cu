@@ -30,6 +30,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -626,6 +627,20 @@ static int att_head_dim_ok(device_t *d, int hd) {
     fault(d, "attention", why);
     return 0;
 }
+/* The bf16 kernels' inputs as bf16 shadows (operand_shadow: found, or rounded once now and kept
+ * for the backward), which their tiles are staged from; none at other precisions. nq, nkv: the
+ * elements of q (and dout) and of k, v. */
+static att_bf16_t attention_shadows(device_t *d, const float *q, const float *k, const float *v, const float *dout,
+                                    size_t nq, size_t nkv) {
+    att_bf16_t c = {NULL, NULL, NULL, NULL};
+    if (d->precision != PRECISION_BF16 || !nq || !nkv || nq > INT_MAX || nkv > INT_MAX) return c;
+    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq);
+    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv);
+    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv);
+    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq);
+    check_launch(d, "attention bf16 operands");
+    return c;
+}
 /* Head dimensions up to ATT_MAX_HD run the tiled kernels (attention.cuh), larger ones (up to
  * KB_MAX_HEAD_DIM) kernels.h's per-row bodies. */
 static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
@@ -636,7 +651,8 @@ static void cu_attention_window_forward(device_t *d, float *out, float *lse, con
         const size_t n = (size_t)B * H * Tq;
         g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
     } else {
-        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window,
+                                                 attention_shadows(d, q, k, v, NULL, (size_t)B * Tq * H * hd, (size_t)B * Tk * Hkv * hd));
         if (e != cudaSuccess) fault(d, "attention_forward", cudaGetErrorString(e));
     }
     LAUNCHED("attention_forward");
@@ -654,7 +670,8 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
         g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
         g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
     } else {
-        cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window,
+                                                  attention_shadows(d, q, k, v, dout, (size_t)B * Tq * H * hd, (size_t)B * Tk * Hkv * hd));
         if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
     }
     LAUNCHED("attention_backward");
