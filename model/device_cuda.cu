@@ -271,7 +271,8 @@ static void shadow_forget(device_t *d, const void *p, size_t bytes) {
     while (c->n_shadow > 0 && !c->shadow[c->n_shadow - 1].src) c->n_shadow--;
 }
 /* The shadow an op writes beside its output out[0 .. n) when that output feeds products only
- * (RMSNorm's, SwiGLU's and its gradients, the classifier's dlogits) and the products run at bf16; NULL otherwise. Called
+ * (RMSNorm's, SwiGLU's and its gradients, the classifier's dlogits, q|k|v split for attention
+ * and the q|k|v gradient joined) and the products run at bf16; NULL otherwise. Called
  * after OUT(out): the op fills it in the same pass. */
 static __nv_bfloat16 *product_output_shadow(device_t *d, const float *out, size_t n) {
     return d->precision == PRECISION_BF16 && out && n ? shadow_take(d, out, n) : NULL;
@@ -599,25 +600,29 @@ static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
     const size_t ld = (size_t)H * hd;
     OUT(out, (size_t)B * T * ld);
-    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, 1.0f, 0);
+    rope_launch(impl_of(d)->stream, out, NULL, ld, 0, x, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, 1.0f, 0);
     LAUNCHED("rope_forward");
 }
 static void cu_rope_backward(device_t *d, float *dx, const float *dout, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
     const size_t ld = (size_t)H * hd;
     OUT(dx, (size_t)B * T * ld);
-    rope_launch(impl_of(d)->stream, dx, ld, 0, dout, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, -1.0f, 1);
+    rope_launch(impl_of(d)->stream, dx, NULL, ld, 0, dout, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, -1.0f, 1);
     LAUNCHED("rope_backward");
 }
 static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
     OUT(q, (size_t)N * H * hd);
     OUT(k, (size_t)N * Hkv * hd);
     OUT(v, (size_t)N * Hkv * hd);
-    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    /* q, k, v feed attention only: their bf16 shadows written in the same pass (attention_shadows) */
+    qkv_split_launch(impl_of(d)->stream, q, k, v, product_output_shadow(d, q, (size_t)N * H * hd),
+                     product_output_shadow(d, k, (size_t)N * Hkv * hd), product_output_shadow(d, v, (size_t)N * Hkv * hd), qkv,
+                     cs, sn, N, T, H, Hkv, hd, pos0, NULL);
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
     OUT(dqkv, (size_t)N * (H + 2 * Hkv) * hd);
-    qkv_join_launch(impl_of(d)->stream, dqkv, dq, dk, dv, cs, sn, N, T, H, Hkv, hd, pos0);
+    qkv_join_launch(impl_of(d)->stream, dqkv, product_output_shadow(d, dqkv, (size_t)N * (H + 2 * Hkv) * hd), dq, dk, dv,
+                    cs, sn, N, T, H, Hkv, hd, pos0);
     LAUNCHED("qkv_join_unrope");
 }
 static int att_head_dim_ok(device_t *d, int hd) {
@@ -748,13 +753,13 @@ static void cu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, co
     OUT(q, (size_t)N * H * hd);
     OUT(k, (size_t)N * Hkv * hd);
     OUT(v, (size_t)N * Hkv * hd);
-    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, NULL, NULL, NULL, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
     LAUNCHED("qkv_split_rope_rows");
 }
 static void cu_rope_rows(device_t *d, float *out, const float *x, const float *cs, const float *sn, int N, int H, int hd, const int *pos) {
     const size_t ld = (size_t)H * hd;
     OUT(out, (size_t)N * ld);
-    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)N, H, hd, 1, 0, pos, 1.0f, 0);
+    rope_launch(impl_of(d)->stream, out, NULL, ld, 0, x, ld, 0, cs, sn, (size_t)N, H, hd, 1, 0, pos, 1.0f, 0);
     LAUNCHED("rope_rows");
 }
 static void cu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) {
@@ -793,7 +798,7 @@ static void cu_sum_rows(device_t *d, float *out, const float *x, int N, int D) {
 }
 static void cu_copy_rows(device_t *d, float *dst, int ldd, const float *src, int lds, int rows, int D) {
     if (rows > 0 && D > 0) out_rows(d, dst, (size_t)ldd, (size_t)rows, (size_t)D);
-    copy_rows_launch(impl_of(d)->stream, dst, (size_t)ldd, 0, src, (size_t)lds, 0, (size_t)(rows > 0 ? rows : 0), D);
+    copy_rows_launch(impl_of(d)->stream, dst, NULL, (size_t)ldd, 0, src, (size_t)lds, 0, (size_t)(rows > 0 ? rows : 0), D);
     LAUNCHED("copy_rows");
 }
 static void cu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t c0) { OUT(u, n); g_uniform<<<GRID(n)>>>(n, u, key, c0); LAUNCHED("uniform_fill"); }
