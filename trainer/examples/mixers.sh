@@ -13,6 +13,8 @@
 #       of 128 tokens) trained as seed 004 does, encoder and decoder jointly, against the
 #       plain causal mixer in bits per byte including the stored embedding: seed 004 finds
 #       the embedding-augmented model overtakes the causal one once trained long enough;
+#       once as is (mixer-mem) and once with a learned start vector added at the decoder's
+#       position 0 (mixer-mem-start, --memory-start; README says why);
 #   (5) the embedding's quantization: every autoencoder and memory model clamps its
 #       embedding to [-R, R] (R = MIXERS_RANGE), and the evaluator charges b bits per float
 #       only where the decoder read the b-bit code (model/mixers.h), at 4, 8, 16 and 32 bits;
@@ -27,13 +29,14 @@
 # train_<run>.jsonl (the run's metrics) and commands.txt (every command that made them).
 #   MIXERS_STEPS   optimizer steps of every run (default 2000, 4.1M tokens; 1000 steps took
 #                  3-6 minutes a run on one quiet thread on 2026-11-24; 19-24 minutes on 2026-11-26 with
-#                  about seven jobs on the two cores; an evaluation 1-3 minutes)
+#                  about seven jobs on the two cores; 4-6 minutes with its evaluation on
+#                  2026-11-26 12:40-13:10 at a load average of 1-7; an evaluation 0.5-3 minutes)
 #   MIXERS_DE      the memory models' stored floats (default 16)
 #   MIXERS_RANGE   R of the embeddings' clamp (default 4)
 #   MIXERS_PARALLEL  trainings at once (default 1; give each one thread: OMP_NUM_THREADS=1)
 #   MIXERS_RUNS    the runs to make (default all, in the order of the tables' rows; the memory
-#                  and masking comparisons first: "mixer mixer-mem mixer-ae mixer-ae-unmasked
-#                  mixer-mem-qat4 mixer-mem-ptq llama llama-ae mixer-ae-de16 mixer-mem-frozen");
+#                  and masking comparisons first: "mixer mixer-mem mixer-mem-start mixer-ae
+#                  mixer-ae-unmasked mixer-mem-qat4 mixer-mem-ptq llama llama-ae mixer-ae-de16 mixer-mem-frozen");
 #                  a run not made is left out of the tables and its comparison says so
 #   MIXERS_DIR     work directory (default runs/mixers); finished runs are not redone (--resume)
 #   MIXERS_OUT, MIXERS_MD, MIXERS_PNG  where the evidence, the tables and the curves go
