@@ -130,9 +130,9 @@ done
 # (2): the unmasked encoder's checkpoint evaluated with its encoder masked: the same weights,
 # the look-ahead half of its first mixing dropped (config.json edited, MANIFEST rewritten)
 flip=$W/mixer-ae-unmasked-as-masked
-src=$(ls -d "$W/mixer-ae-unmasked"/ckpt-* | tail -n 1)
 made() { case " $ORDER " in *" $1 "*) return 0;; esac; return 1; }
 if made mixer-ae-unmasked; then
+src=$(ls -d "$W/mixer-ae-unmasked"/ckpt-* | tail -n 1)
 if ! fresh "$W/eval_mixer-ae-unmasked-as-masked.json" "$W/mixer-ae-unmasked"; then
     : > "$W/flip.cmd"
     kept "$W/flip.cmd" rm -rf "$flip"; kept "$W/flip.cmd" mkdir -p "$flip"; kept "$W/flip.cmd" cp -r "$src" "$flip/"
