@@ -209,7 +209,10 @@ paired() {
             END { if (n < 2) print "- -"; else { m = s / n; printf "%.4f %.4f %d\n", m, sqrt((s2 / n - m * m) / (n - 1)), n } }'
 }
 {
-echo "Masked mixers at small scale (\`OMP_NUM_THREADS=${OMP_NUM_THREADS:-} MIXERS_STEPS=$STEPS MIXERS_RUNS=\"$ORDER\" make mixers\`, $(date -u +%F)):"
+# the command that made this, every setting given
+envs=$(for e in OMP_NUM_THREADS MIXERS_DIR MIXERS_STEPS MIXERS_DE MIXERS_RANGE MIXERS_PARALLEL MIXERS_RUNS MIXERS_OUT MIXERS_MD MIXERS_PNG; do
+           [ -n "${!e:-}" ] && case ${!e} in *" "*) printf '%s="%s" ' "$e" "${!e}";; *) printf '%s=%s ' "$e" "${!e}";; esac; done; true)
+echo "Masked mixers at small scale (\`${envs}make mixers\`, $(date -u +%F)):"
 echo "Brown corpus, BPE 4096"
 echo "learned from it, the last $VAL_DOCS documents held out; d=128, SwiGLU 384, T=128 (the mixers' n_ctx), B=16,"
 echo "$STEPS steps ($((STEPS * 16 * 128)) tokens) for every run, AdamW 3e-3 cosine to 3e-4. Causal models: 4 blocks;"
