@@ -17,9 +17,15 @@ import json, os, re, subprocess, sys, time
 
 import numpy as np
 
-# H100 SXM5, NVIDIA's data sheet (dense, no sparsity)
+# H100 SXM5, dense (no sparsity): NVIDIA H100 Tensor Core GPU Architecture whitepaper (Hopper,
+# 2022), its table of peaks for the H100 SXM5: "Peak BF16 Tensor TFLOPS with FP32 Accumulate"
+# 989.4 (1978.9 with sparsity; the issue's 989), "Peak TF32 Tensor TFLOPS" 494.7, "Peak FP32
+# TFLOPS (non-Tensor)" 66.9; HBM3 3.35 TB/s from the H100 SXM data sheet.
 PEAK = {"bf16": 989e12, "tf32": 494.7e12, "fp32": 66.9e12}   # tensor-core bf16 / tf32; CUDA-core fp32
 HBM = 3.35e12                       # bytes/s
+# The kernels' own arithmetic: CUDA-core FLOPs (the LLVM pass's count) at the fp32 peak, the
+# warp-wide products mma.sync runs (tests/emu's tensor_flops: attention's bf16 kernels) at the
+# tensor cores' bf16 peak.
 GEMM_FRACTION = 0.70                # assumed share of the tensor peak cuBLAS reaches at these shapes
 RESIDENT_THREADS = 132 * 2048       # 132 SMs x 2048 resident threads
 LAUNCH_MIN_S = 2e-6                 # assumed least time of one kernel launch (launch and tail)
@@ -79,7 +85,11 @@ def main(argv):
         return at_g(coef), resid
 
     names = sorted({k for _, d in runs for k in d["kernels"]})
-    kfields = ["launches", "threads", "flops", "bytes_ld", "bytes_st", "sectors", "footprint_sectors",
+    for (L, T, V), d in runs:
+        if any("tensor_flops" not in k for k in d["kernels"].values()):
+            sys.exit(f"gpu_model.py: L={L} T={T} V={V}: counts without tensor_flops (taken before the emulator "
+                     "counted mma.sync apart): count the runs again (not GPU_MODEL_REUSE)")
+    kfields = ["launches", "threads", "flops", "tensor_flops", "bytes_ld", "bytes_st", "sectors", "footprint_sectors",
                "shared_bytes", "local_bytes"]
     rows, worst_resid = [], 0.0
     for n in names:
@@ -112,8 +122,11 @@ def main(argv):
         r["threads_per_launch"] = tpl
         r["parallelism"] = min(1.0, tpl / RESIDENT_THREADS)
         par = max(r["parallelism"], 1.0 / RESIDENT_THREADS)
-        r["bound_s"] = max(r["flops"] / PEAK["fp32"], r["footprint_sectors"] * 32 / HBM)
-        r["pred_s"] = max(launches * LAUNCH_MIN_S, max(r["flops"] / PEAK["fp32"], r["sectors"] * 32 / HBM) / par)
+        # arithmetic: the CUDA cores' and the tensor cores' time; the bound takes the larger (they
+        # may overlap), the prediction their sum (a kernel's mma and its softmax alternate)
+        cuda_s, tc_s = r["flops"] / PEAK["fp32"], r["tensor_flops"] / PEAK["bf16"]
+        r["bound_s"] = max(cuda_s, tc_s, r["footprint_sectors"] * 32 / HBM)
+        r["pred_s"] = max(launches * LAUNCH_MIN_S, max(cuda_s + tc_s, r["sectors"] * 32 / HBM) / par)
         r["pred_over_bound"] = r["pred_s"] / r["bound_s"] if r["bound_s"] else None
         rows.append(r)
     gnames = sorted({k for _, d in runs for k in d["gemms"]})
@@ -138,21 +151,21 @@ def main(argv):
     model_flops = tokens * (6.0 * P + 12.0 * G["layers"] * G["d_model"] * G["seq"])
     mfu = model_flops / (step_s * PEAK["bf16"])
     bound_step = sum(r["bound_s"] for r in rows) + sum(r["bound_s"] for r in grows)
-    executed = sum(r["flops"] for r in rows) + sum(r["flops"] for r in grows)
+    executed = sum(r["flops"] + r["tensor_flops"] for r in rows) + sum(r["flops"] for r in grows)
 
     # the table
     print(f"PREDICTION (no GPU ran): config G {prec}, B={G['batch']} T={G['seq']}, H100 SXM "
           f"({PEAK['bf16']/1e12:.0f} TFLOP/s bf16, {PEAK['fp32']/1e12:.1f} fp32, {HBM/1e12:.2f} TB/s); "
           f"cuBLAS at {GEMM_FRACTION:.0%} of its peak")
-    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'share':>6s}"
+    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'TC GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'share':>6s}"
     print(hdr)
     for r in sorted(rows, key=lambda r: -r["pred_s"]):
         co = f"{r['coalescing']:.0%}" if r["coalescing"] is not None else "-"
         xb = f"{r['pred_over_bound']:.1f}" if r["pred_over_bound"] else "-"
-        print(f"{r['kernel']:24s} {r['launches']:6d} {r['flops']/1e9:8.2f} {r['bytes']/1e9:8.2f} {co:>5s} "
+        print(f"{r['kernel']:24s} {r['launches']:6d} {r['flops']/1e9:8.2f} {r['tensor_flops']/1e9:8.2f} {r['bytes']/1e9:8.2f} {co:>5s} "
               f"{r['parallelism']:6.1%} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {xb:>8s} {r['pred_s']/step_s:6.1%}")
     for r in sorted(grows, key=lambda r: -r["pred_s"]):
-        print(f"{r['product']:24.24s} {r['calls']:6d} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>6s} "
+        print(f"{r['product']:24.24s} {r['calls']:6d} {'':>8s} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>6s} "
               f"{r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {r['pred_s']/r['bound_s']:8.1f} {r['pred_s']/step_s:6.1%}")
     print(f"host waits per step: {waits} (x {HOST_WAIT_S*1e6:.0f} us = {waits*HOST_WAIT_S*1e3:.2f} ms)")
     print(f"predicted step {step_s*1e3:.1f} ms (kernels {kern_s*1e3:.1f}, cuBLAS {gemm_s*1e3:.1f}); "
@@ -179,12 +192,13 @@ def main(argv):
             "assumptions": {"device": "H100 SXM", "peak_flops": PEAK, "hbm_bytes_per_s": HBM,
                             "gemm_fraction_of_peak": GEMM_FRACTION, "resident_threads": RESIDENT_THREADS,
                             "launch_min_s": LAUNCH_MIN_S, "host_wait_s": HOST_WAIT_S,
-                            "kernel_time": "max(FLOPs / fp32 peak, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
+                            "kernel_time": "max(FLOPs / fp32 peak + tensor_flops / bf16 peak, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
                                            "parallelism = min(1, threads that touched global memory per launch / resident_threads; "
                                            "1 where a counted run already filled the resident threads); no cache reuse credited",
                             "sectors": "bytes requested at G x sectors per byte of the counted run that requested the most (sectors_fitted: the plain fit, not used)",
                             "coalescing": "bytes requested / (sectors x 32); above 1 where lanes read the same address (a broadcast)",
-                            "bound": "max(FLOPs / fp32 peak, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
+                            "flops": "flops: CUDA-core operations (the LLVM pass), charged at the fp32 peak; tensor_flops: mma.sync's (2 per product term), at the bf16 tensor peak",
+                            "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
             "kernels": rows, "products": grows, "host_waits": waits,
             "step_s": step_s, "kernels_s": kern_s, "products_s": gemm_s, "bound_step_s": bound_step,
             "tokens_per_s": tokens / step_s, "model_flops_per_step": model_flops, "executed_flops_per_step": executed,

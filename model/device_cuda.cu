@@ -30,6 +30,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,34 @@ extern "C" {
 /* The work buffer reserved at open: its bounded users (bf16 operand chunks, dZ chunks) fit. */
 #define CUDA_WORK_RESERVE (CUDA_BF16_WORK_BYTES > sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS ? CUDA_BF16_WORK_BYTES : sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS)
 
+/* A bf16 shadow (precision bf16): an fp32 tensor's elements rounded to bf16 (ties to even, the
+ * bits g_to_bf16 and the CPU's ops_bf16_from_float give), kept on the device beside it so a
+ * product reads it instead of rounding the operand again -- the CUDA device's copy of the CPU
+ * device's scheme (model/ops_bf16.h, docs/DEVICES.md "Precision"):
+ *   - a product's operand that is a whole compact tensor view (a weight, an activation, an output
+ *     gradient) is rounded into a shadow at its first product and read from it at the next ones
+ *     (a Linear's x and dy are read twice, by the forward or the input gradient and by the
+ *     weight gradient; a weight by the forward and the input gradient of every step);
+ *   - the optimizer refreshes a weight's shadow in its own pass (k_adamw_multi writes the new
+ *     value's rounding beside it): once per step, however many products read the weight;
+ *   - every op names what it writes before it runs (OUT below): the shadows overlapping those
+ *     bytes become invalid, and the next product rounds afresh.
+ * The values a product multiplies are the rounding of its operands either way, so a step with
+ * shadows gives the bits of one without them. $FT_BF16_SHADOW_CHECK=1 compares every shadow a
+ * product reads with a fresh rounding on the device (k_shadow_check) and makes sync report a
+ * stale one. Shadows are the device's own memory, not counted in device_t.allocated (as the
+ * work buffer); one is made only where the GPU keeps CUDA_SHADOW_SPARE bytes free after it (a
+ * product without one rounds into the work buffer, as before), so a model that fits still
+ * runs. Nothing of this is visible through the device table. */
+#define CUDA_SHADOW_MAX 1024
+#define CUDA_SHADOW_SPARE ((size_t)256 << 20)
+typedef struct {
+    const float *src;     /* the fp32 tensor (NULL: a free slot) */
+    size_t n, cap;        /* elements shadowed; elements the storage holds */
+    __nv_bfloat16 *data;
+    int valid;
+} cu_shadow_t;
+
 /* a tensor list of the optimizer kernels, kept on the device between steps */
 typedef struct {
     mt_tensor_t *host, *dev;
@@ -78,6 +107,12 @@ typedef struct {
     mt_list_t mt_norm, mt_adam; /* the optimizer's tensor lists (adamw.cuh) */
     ce_result_t *ce;          /* device results: the classifier's count and loss sum, */
     double *norm;             /* the gradient norm's sum of squares (one allocation) */
+    unsigned long long *shadow_bad; /* k_shadow_check's count of stale elements (same allocation) */
+    cu_shadow_t shadow[CUDA_SHADOW_MAX]; /* the bf16 shadows (above), n_shadow slots in use */
+    int n_shadow;
+    int shadow_check;         /* $FT_BF16_SHADOW_CHECK */
+    size_t shadow_bytes;      /* their storage */
+    long shadow_hits;         /* products that read a shadow (device_cuda_shadow_hits) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -85,6 +120,8 @@ static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
 static void fault(device_t *d, const char *what, const char *why) {
     cuda_impl_t *c = impl_of(d);
     if (!c->fault[0]) snprintf(c->fault, sizeof c->fault, "%s: %s: %s", d->name, what, why);
+    /* a launch that failed may have left a shadow it was to fill: none is trusted now */
+    for (int i = 0; i < c->n_shadow; i++) c->shadow[i].valid = 0;
 }
 static void check_launch(device_t *d, const char *what) {
     cudaError_t e = cudaGetLastError();
@@ -124,6 +161,127 @@ static void *host_rows(device_t *d, size_t bytes) {
 #define GRID(n) launch_grid(n), LAUNCH_BLOCK, 0, impl_of(d)->stream
 #define FOR_ITEMS(n) for (size_t it = launch_first(blockIdx.x, threadIdx.x); it < (n); it += launch_stride(gridDim.x))
 
+/* ---- bf16 shadows (cu_shadow_t above) ---- */
+/* bytes at p are about to be written: every shadow overlapping them becomes invalid */
+static void out_bytes(device_t *d, const void *p, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (!c->n_shadow || !p || !bytes) return;
+    const char *lo = (const char *)p, *hi = lo + bytes;
+    for (int i = 0; i < c->n_shadow; i++) {
+        cu_shadow_t *s = &c->shadow[i];
+        if (s->valid && (const char *)s->src < hi && lo < (const char *)(s->src + s->n)) s->valid = 0;
+    }
+}
+/* OUT(p, n): an op writes n elements of p's type at p (NULL skipped); out_rows: rows of D
+ * elements, ld apart; out_to_end: from p to the end of its allocation (an op whose extent the
+ * device table does not give: the rows a scatter or an embedding backward touch) */
+#define OUT(p, n) out_bytes(d, (p), sizeof(*(p)) * (size_t)(n))
+static void out_rows(device_t *d, const float *p, size_t ld, size_t rows, size_t D) {
+    if (rows && D) out_bytes(d, p, sizeof(float) * ((rows - 1) * ld + D));
+}
+static void out_to_end(device_t *d, const void *p) {
+    cuda_impl_t *c = impl_of(d);
+    if (!c->n_shadow || !p) return;
+    for (size_t i = 0; i < c->n_allocs; i++) {
+        const char *a = (const char *)c->allocs[i].p;
+        if ((const char *)p >= a && (const char *)p < a + (c->allocs[i].bytes ? c->allocs[i].bytes : 1)) {
+            out_bytes(d, p, (size_t)(a + c->allocs[i].bytes - (const char *)p));
+            return;
+        }
+    }
+    out_bytes(d, p, (size_t)-1 - (uintptr_t)p); /* not an allocation of ours: everything above it */
+}
+/* the valid shadow holding x[0 .. span), at x's element, or NULL */
+static const __nv_bfloat16 *shadow_find(device_t *d, const float *x, size_t span) {
+    cuda_impl_t *c = impl_of(d);
+    for (int i = 0; i < c->n_shadow; i++) {
+        const cu_shadow_t *s = &c->shadow[i];
+        if (s->valid && x >= s->src && x + span <= s->src + s->n) return s->data + (x - s->src);
+    }
+    return NULL;
+}
+/* storage for the shadow of x[0 .. n), marked valid (the caller fills it, on the stream, before
+ * anything reads it); NULL when the table is full or the GPU would keep less than
+ * CUDA_SHADOW_SPARE free */
+static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) {
+    cuda_impl_t *c = impl_of(d);
+    cu_shadow_t *s = NULL;
+    for (int i = 0; i < c->n_shadow && !s; i++)
+        if (c->shadow[i].src == x) s = &c->shadow[i];
+    for (int i = 0; i < c->n_shadow && !s; i++) /* a free slot, else an invalid one, else a new one */
+        if (!c->shadow[i].src) s = &c->shadow[i];
+    for (int i = 0; i < c->n_shadow && !s; i++)
+        if (!c->shadow[i].valid) s = &c->shadow[i];
+    if (!s && c->n_shadow < CUDA_SHADOW_MAX) s = &c->shadow[c->n_shadow++];
+    if (!s) return NULL;
+    s->valid = 0;
+    s->src = x;
+    if (s->cap < n) {
+        size_t fr = 0, total = 0;
+        const size_t bytes = (n * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
+        void *p = NULL;
+        if (cudaMemGetInfo(&fr, &total) != cudaSuccess || fr < bytes + CUDA_SHADOW_SPARE ||
+            cudaMalloc(&p, bytes) != cudaSuccess) {
+            cudaGetLastError(); /* no shadow: the product rounds as without one */
+            return NULL;
+        }
+        if (s->data) {
+            /* the old storage may still be read by queued products */
+            if (cudaStreamSynchronize(c->stream) != cudaSuccess) fault(d, "bf16 shadow", cudaGetErrorString(cudaGetLastError()));
+            cudaFree(s->data);
+            c->shadow_bytes -= s->cap * sizeof(__nv_bfloat16);
+        }
+        s->data = (__nv_bfloat16 *)p;
+        s->cap = bytes / sizeof(__nv_bfloat16);
+        c->shadow_bytes += bytes;
+    }
+    s->n = n;
+    s->valid = 1;
+    return s->data;
+}
+/* the slice of a valid shadow holding x[0 .. n), for an op about to write x that writes the
+ * slice in the same pass (the optimizer); every other shadow overlapping x becomes invalid.
+ * NULL when none holds it (the caller names x as an output: OUT) */
+static __nv_bfloat16 *shadow_slice(device_t *d, const float *x, size_t n) {
+    cuda_impl_t *c = impl_of(d);
+    int keep = -1;
+    for (int i = 0; i < c->n_shadow && keep < 0; i++)
+        if (c->shadow[i].valid && x >= c->shadow[i].src && x + n <= c->shadow[i].src + c->shadow[i].n) keep = i;
+    if (keep < 0) return NULL;
+    const char *lo = (const char *)x, *hi = (const char *)(x + n);
+    for (int i = 0; i < c->n_shadow; i++) {
+        cu_shadow_t *s = &c->shadow[i];
+        if (i != keep && s->valid && (const char *)s->src < hi && lo < (const char *)(s->src + s->n)) s->valid = 0;
+    }
+    return c->shadow[keep].data + (x - c->shadow[keep].src);
+}
+/* the buffer p of `bytes` is freed: the shadows inside it go with their storage (the stream is
+ * idle: cu_free waited) */
+static void shadow_forget(device_t *d, const void *p, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    const char *lo = (const char *)p, *hi = lo + (bytes ? bytes : 1);
+    for (int i = 0; i < c->n_shadow; i++) {
+        cu_shadow_t *s = &c->shadow[i];
+        if (s->src && (const char *)s->src >= lo && (const char *)s->src < hi) {
+            cudaFree(s->data);
+            c->shadow_bytes -= s->cap * sizeof(__nv_bfloat16);
+            memset(s, 0, sizeof *s);
+        }
+    }
+    while (c->n_shadow > 0 && !c->shadow[c->n_shadow - 1].src) c->n_shadow--;
+}
+/* The shadow an op writes beside its output out[0 .. n) when that output feeds products only
+ * (RMSNorm's, SwiGLU's and its gradients, the classifier's dlogits, q|k|v split for attention
+ * and the q|k|v gradient joined) and the products run at bf16; NULL otherwise. Called
+ * after OUT(out): the op fills it in the same pass. */
+static __nv_bfloat16 *product_output_shadow(device_t *d, const float *out, size_t n) {
+    return d->precision == PRECISION_BF16 && out && n ? shadow_take(d, out, n) : NULL;
+}
+/* FT_BF16_SHADOW_CHECK: *bad += the elements of sh[0 .. n) that are not the rounding of x */
+__global__ void k_shadow_check(size_t n, unsigned long long *bad, const __nv_bfloat16 *sh, const float *x) {
+    FOR_ITEMS(n) if (__bfloat16_as_ushort(sh[it]) != __bfloat16_as_ushort(__float2bfloat16_rn(x[it]))) atomicAdd(bad, 1ull);
+}
+
 /* ---- memory ---- */
 static void *cu_alloc(device_t *d, size_t bytes) {
     cuda_impl_t *c = impl_of(d);
@@ -152,13 +310,16 @@ static void cu_free(device_t *d, void *p) {
         fault(d, "free", "not a buffer this device allocated");
         return;
     }
-    d->allocated -= c->allocs[i - 1].bytes;
+    const size_t bytes = c->allocs[i - 1].bytes;
+    d->allocated -= bytes;
     c->allocs[i - 1] = c->allocs[--c->n_allocs];
     cudaError_t e = cudaStreamSynchronize(c->stream); /* queued kernels may still use it */
+    shadow_forget(d, p, bytes);
     if (e == cudaSuccess) e = cudaFree(p);
     if (e != cudaSuccess) fault(d, "free", cudaGetErrorString(e));
 }
 static void cu_upload(device_t *d, void *dst, const void *src, size_t bytes) {
+    out_bytes(d, dst, bytes);
     if (bytes && cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_of(d)->stream) != cudaSuccess)
         fault(d, "upload", cudaGetErrorString(cudaGetLastError()));
 }
@@ -170,11 +331,13 @@ static void cu_download(device_t *d, void *dst, const void *src, size_t bytes) {
         fault(d, "download", cudaGetErrorString(cudaGetLastError()));
 }
 static void cu_copy(device_t *d, void *dst, const void *src, size_t bytes) {
+    out_bytes(d, dst, bytes);
     if (bytes && dst != src &&
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_of(d)->stream) != cudaSuccess)
         fault(d, "copy", cudaGetErrorString(cudaGetLastError()));
 }
 static void cu_zero(device_t *d, void *p, size_t bytes) {
+    out_bytes(d, p, bytes);
     if (bytes && cudaMemsetAsync(p, 0, bytes, impl_of(d)->stream) != cudaSuccess)
         fault(d, "zero", cudaGetErrorString(cudaGetLastError()));
 }
@@ -185,6 +348,17 @@ static int cu_sync(device_t *d, char *err, size_t errlen) {
     cuda_impl_t *c = impl_of(d);
     cudaError_t e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) fault(d, "sync", cudaGetErrorString(e));
+    if (c->shadow_check && e == cudaSuccess) {
+        unsigned long long bad = 0;
+        e = cudaMemcpy(&bad, c->shadow_bad, sizeof bad, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) fault(d, "sync: the shadow check's count", cudaGetErrorString(e));
+        else if (bad) {
+            char why[96];
+            snprintf(why, sizeof why, "%llu elements of bf16 shadows read by products were stale", bad);
+            fault(d, "FT_BF16_SHADOW_CHECK", why);
+            cudaMemsetAsync(c->shadow_bad, 0, sizeof bad, c->stream);
+        }
+    }
     if (!c->fault[0]) return 0;
     snprintf(err, errlen, "%s", c->fault);
     c->fault[0] = 0;
@@ -227,36 +401,65 @@ static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, fl
     if (e1) cudaEventDestroy(e1);
 }
 
+/* The bf16 operand view X (rows x cols, column stride ld) as its shadow (column stride ld): a
+ * valid one that holds the view, else, for a compact view (ld == rows: a whole tensor or a run
+ * of its columns), one made now by rounding it; NULL where neither (a strided view, no memory)
+ * -- the product then rounds the view into the work buffer. In checking mode a shadow found is
+ * compared with a fresh rounding (k_shadow_check). */
+static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows, int cols, int ld) {
+    cuda_impl_t *c = impl_of(d);
+    const size_t span = (size_t)ld * (cols - 1) + rows;
+    const __nv_bfloat16 *s = shadow_find(d, X, span);
+    if (s) {
+        c->shadow_hits++;
+        if (c->shadow_check) k_shadow_check<<<GRID(span)>>>(span, c->shadow_bad, s, X);
+        return s;
+    }
+    if (ld != rows) return NULL;
+    __nv_bfloat16 *t = shadow_take(d, X, span);
+    if (t) g_to_bf16<<<GRID(span)>>>(span, t, X, rows, rows);
+    return t;
+}
+
 static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cuda_impl_t *c = impl_of(d);
     if (m <= 0 || n <= 0) return;
+    out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
     const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t ob = tb == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st;
     if (d->precision == PRECISION_BF16 && k > 0) {
-        /* operands rounded to bf16 into the work buffer, fp32 accumulate and result; along k in
-         * chunks whose two operands fit CUDA_BF16_WORK_BYTES (a chunk after the first adds into C:
-         * beta 1), so the buffer never grows past what device_cuda_open reserved */
+        /* operands in bf16, fp32 accumulate and result: each operand's shadow (operand_shadow),
+         * else rounded into the work buffer along k in chunks whose two operands fit
+         * CUDA_BF16_WORK_BYTES (a chunk after the first adds into C: beta 1), so the buffer
+         * never grows past what device_cuda_open reserved */
         const int ra = ta == GEMM_N ? m : k, rb = tb == GEMM_N ? k : n;
-        size_t kc = CUDA_BF16_WORK_BYTES / (sizeof(__nv_bfloat16) * ((size_t)m + n));
+        const __nv_bfloat16 *sa = operand_shadow(d, A, ra, ta == GEMM_N ? k : m, lda);
+        const __nv_bfloat16 *sb = operand_shadow(d, B, rb, tb == GEMM_N ? n : k, ldb);
+        out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m); /* again: a shadow just made of A or B may overlap C */
+        size_t kc = sa && sb ? (size_t)k : CUDA_BF16_WORK_BYTES / (sizeof(__nv_bfloat16) * ((size_t)(sa ? 0 : m) + (sb ? 0 : n)));
         if (kc < 1) kc = 1;
         for (int k0 = 0; k0 < k; k0 += (int)kc) {
             const int kn = k - k0 < (int)kc ? k - k0 : (int)kc;
-            /* the chunk's views: op(A) columns k0.., op(B) rows k0.. */
-            const float *Ac = ta == GEMM_N ? A + (size_t)k0 * lda : A + k0;
-            const float *Bc = tb == GEMM_N ? B + k0 : B + (size_t)k0 * ldb;
+            /* the chunk's views: op(A) columns k0.., op(B) rows k0.. (offsets into a shadow are
+             * the same: it keeps the operand's column stride) */
+            const size_t oA = ta == GEMM_N ? (size_t)k0 * lda : (size_t)k0, oB = tb == GEMM_N ? (size_t)k0 : (size_t)k0 * ldb;
             const int rac = ta == GEMM_N ? ra : kn, cac = ta == GEMM_N ? kn : m;
             const int rbc = tb == GEMM_N ? kn : rb, cbc = tb == GEMM_N ? n : kn;
-            const size_t na = (size_t)rac * cac, nb = (size_t)rbc * cbc;
-            __nv_bfloat16 *w = (__nv_bfloat16 *)work(d, sizeof(__nv_bfloat16) * (na + nb));
-            if (!w) return;
-            g_to_bf16<<<GRID(na)>>>(na, w, Ac, rac, lda);
-            g_to_bf16<<<GRID(nb)>>>(nb, w + na, Bc, rbc, ldb);
+            const size_t na = sa ? 0 : (size_t)rac * cac, nb = sb ? 0 : (size_t)rbc * cbc;
+            __nv_bfloat16 *w = NULL;
+            if (na + nb) {
+                w = (__nv_bfloat16 *)work(d, sizeof(__nv_bfloat16) * (na + nb));
+                if (!w) return;
+            }
+            if (na) g_to_bf16<<<GRID(na)>>>(na, w, A + oA, rac, lda);
+            if (nb) g_to_bf16<<<GRID(nb)>>>(nb, w + na, B + oB, rbc, ldb);
             check_launch(d, "gemm bf16 operands");
             const float b = k0 == 0 ? beta : 1.0f;
-            st = cublasGemmEx(c->blas, oa, ob, m, n, kn, &alpha, w, CUDA_R_16BF, rac, w + na, CUDA_R_16BF, rbc, &b,
-                              C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            st = cublasGemmEx(c->blas, oa, ob, m, n, kn, &alpha, sa ? (const void *)(sa + oA) : (const void *)w, CUDA_R_16BF,
+                              sa ? lda : rac, sb ? (const void *)(sb + oB) : (const void *)(w + na), CUDA_R_16BF,
+                              sb ? ldb : rbc, &b, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
             if (st != CUBLAS_STATUS_SUCCESS) break;
         }
     } else if (d->precision == PRECISION_TF32) {
@@ -365,11 +568,13 @@ __global__ void g_latent_bwd(size_t n, float *dmu, float *dls, const float *dz, 
 
 static void cu_embedding_forward(device_t *d, float *out, const uint32_t *tok, const float *table, int N, int D) {
     size_t n = (size_t)N * D;
+    OUT(out, n);
     g_embedding_fwd<<<GRID(n)>>>(n, out, tok, table, D);
     LAUNCHED("embedding_forward");
 }
 static void cu_embedding_backward(device_t *d, float *dt, const float *dout, const uint32_t *tok, int N, int D) {
     if (N <= 0 || D <= 0) return;
+    out_to_end(d, dt); /* the tokens' rows */
     uint32_t *next = (uint32_t *)work(d, sizeof(uint32_t) * 2 * (size_t)N);
     if (!next) return;
     cudaStream_t s = impl_of(d)->stream;
@@ -379,10 +584,14 @@ static void cu_embedding_backward(device_t *d, float *dt, const float *dout, con
     LAUNCHED("embedding_backward");
 }
 static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
-    rmsnorm_forward_launch(impl_of(d)->stream, out, rstd, x, w, N, D, eps);
+    OUT(out, (size_t)N * D);
+    OUT(rstd, N);
+    rmsnorm_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * D), rstd, x, w, N, D, eps);
     LAUNCHED("rmsnorm_forward");
 }
 static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
+    OUT(dx, (size_t)N * D);
+    OUT(dw, D);
     float *part = dw ? (float *)work(d, sizeof(float) * colred_work_floats(N, D)) : NULL;
     if (dw && !part) return;
     rmsnorm_backward_launch(impl_of(d)->stream, dx, dw, part, dout, x, w, rstd, N, D);
@@ -390,20 +599,30 @@ static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *
 }
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
     const size_t ld = (size_t)H * hd;
-    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, 1.0f, 0);
+    OUT(out, (size_t)B * T * ld);
+    rope_launch(impl_of(d)->stream, out, NULL, ld, 0, x, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, 1.0f, 0);
     LAUNCHED("rope_forward");
 }
 static void cu_rope_backward(device_t *d, float *dx, const float *dout, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
     const size_t ld = (size_t)H * hd;
-    rope_launch(impl_of(d)->stream, dx, ld, 0, dout, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, -1.0f, 1);
+    OUT(dx, (size_t)B * T * ld);
+    rope_launch(impl_of(d)->stream, dx, NULL, ld, 0, dout, ld, 0, cs, sn, (size_t)B * T, H, hd, T, pos0, NULL, -1.0f, 1);
     LAUNCHED("rope_backward");
 }
 static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    OUT(q, (size_t)N * H * hd);
+    OUT(k, (size_t)N * Hkv * hd);
+    OUT(v, (size_t)N * Hkv * hd);
+    /* q, k, v feed attention only: their bf16 shadows written in the same pass (attention_shadows) */
+    qkv_split_launch(impl_of(d)->stream, q, k, v, product_output_shadow(d, q, (size_t)N * H * hd),
+                     product_output_shadow(d, k, (size_t)N * Hkv * hd), product_output_shadow(d, v, (size_t)N * Hkv * hd), qkv,
+                     cs, sn, N, T, H, Hkv, hd, pos0, NULL);
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    qkv_join_launch(impl_of(d)->stream, dqkv, dq, dk, dv, cs, sn, N, T, H, Hkv, hd, pos0);
+    OUT(dqkv, (size_t)N * (H + 2 * Hkv) * hd);
+    qkv_join_launch(impl_of(d)->stream, dqkv, product_output_shadow(d, dqkv, (size_t)N * (H + 2 * Hkv) * hd), dq, dk, dv,
+                    cs, sn, N, T, H, Hkv, hd, pos0);
     LAUNCHED("qkv_join_unrope");
 }
 static int att_head_dim_ok(device_t *d, int hd) {
@@ -413,21 +632,41 @@ static int att_head_dim_ok(device_t *d, int hd) {
     fault(d, "attention", why);
     return 0;
 }
+/* The bf16 kernels' inputs as bf16 shadows (operand_shadow: found, or rounded once now and kept
+ * for the backward), which their tiles are staged from; none at other precisions. nq, nkv: the
+ * elements of q (and dout) and of k, v. */
+static att_bf16_t attention_shadows(device_t *d, const float *q, const float *k, const float *v, const float *dout,
+                                    size_t nq, size_t nkv) {
+    att_bf16_t c = {NULL, NULL, NULL, NULL};
+    if (d->precision != PRECISION_BF16 || !nq || !nkv || nq > INT_MAX || nkv > INT_MAX) return c;
+    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq);
+    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv);
+    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv);
+    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq);
+    check_launch(d, "attention bf16 operands");
+    return c;
+}
 /* Head dimensions up to ATT_MAX_HD run the tiled kernels (attention.cuh), larger ones (up to
  * KB_MAX_HEAD_DIM) kernels.h's per-row bodies. */
 static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
+    OUT(out, (size_t)B * Tq * H * hd);
+    OUT(lse, (size_t)B * H * Tq);
     if (hd > ATT_MAX_HD) {
         const size_t n = (size_t)B * H * Tq;
         g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
     } else {
-        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window,
+                                                 attention_shadows(d, q, k, v, NULL, (size_t)B * Tq * H * hd, (size_t)B * Tk * Hkv * hd));
         if (e != cudaSuccess) fault(d, "attention_forward", cudaGetErrorString(e));
     }
     LAUNCHED("attention_forward");
 }
 static void cu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
     if (!att_head_dim_ok(d, hd)) return;
+    OUT(dq, (size_t)B * Tq * H * hd);
+    OUT(dk, (size_t)B * Tk * Hkv * hd);
+    OUT(dv, (size_t)B * Tk * Hkv * hd);
     size_t nq = (size_t)B * H * Tq, nk = (size_t)B * Hkv * Tk;
     float *Drow = (float *)work(d, sizeof(float) * nq);
     if (!Drow) return;
@@ -436,7 +675,8 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
         g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
         g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
     } else {
-        cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+        cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window,
+                                                  attention_shadows(d, q, k, v, dout, (size_t)B * Tq * H * hd, (size_t)B * Tk * Hkv * hd));
         if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
     }
     LAUNCHED("attention_backward");
@@ -448,11 +688,15 @@ static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, 
     cu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
 }
 static void cu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) {
-    swiglu_forward_launch(impl_of(d)->stream, out, gate, up, (size_t)N * F);
+    OUT(out, (size_t)N * F);
+    swiglu_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * F), gate, up, (size_t)N * F);
     LAUNCHED("swiglu_forward");
 }
 static void swiglu_bwd(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F, int acc) {
-    swiglu_backward_launch(impl_of(d)->stream, dg, du, dout, gate, up, (size_t)N * F, acc);
+    OUT(dg, (size_t)N * F);
+    OUT(du, (size_t)N * F);
+    swiglu_backward_launch(impl_of(d)->stream, dg, du, product_output_shadow(d, dg, (size_t)N * F),
+                           product_output_shadow(d, du, (size_t)N * F), dout, gate, up, (size_t)N * F, acc);
     LAUNCHED("swiglu_backward");
 }
 static void cu_swiglu_backward(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 1); }
@@ -462,6 +706,8 @@ static void cu_swiglu_backward_set(device_t *d, float *dg, float *du, const floa
  * logits), the count of counted rows and the mean loss reduced on the device. */
 static void classifier(device_t *d, float *row_loss, float *lse, float *dz, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss, int have_lse) {
     cuda_impl_t *c = impl_of(d);
+    OUT(dz, (size_t)N * V);
+    if (!have_lse) OUT(lse, N);
     const size_t cache = !have_lse && sizeof(float) * (size_t)V + 1024 <= c->smem_optin ? sizeof(float) * (size_t)V : 0;
     if (cache > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k_classifier, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache);
@@ -471,7 +717,8 @@ static void classifier(device_t *d, float *row_loss, float *lse, float *dz, cons
             return;
         }
     }
-    classifier_launch(c->stream, c->ce, row_loss, lse, dz, z, tgt, mask, N, V, dloss, have_lse, cache);
+    classifier_launch(c->stream, c->ce, row_loss, lse, dz, product_output_shadow(d, dz, (size_t)N * V), z, tgt, mask, N, V,
+                      dloss, have_lse, cache);
 }
 static float cu_crossentropy_forward(device_t *d, float *dz, float *lse, int *count, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
     cuda_impl_t *c = impl_of(d);
@@ -498,20 +745,26 @@ static void cu_crossentropy_backward(device_t *d, float *dz, const float *z, con
  * for another N, and a decode row must not depend on the rows beside it. */
 static void cu_linear_rows(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) {
     size_t n = (size_t)N * out;
+    OUT(y, n);
     g_linear_rows<<<GRID(n)>>>(n, y, x, w, in, out);
     LAUNCHED("linear_rows");
 }
 static void cu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, const float *qkv, const float *cs, const float *sn, int N, int H, int Hkv, int hd, const int *pos) {
-    qkv_split_launch(impl_of(d)->stream, q, k, v, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
+    OUT(q, (size_t)N * H * hd);
+    OUT(k, (size_t)N * Hkv * hd);
+    OUT(v, (size_t)N * Hkv * hd);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, NULL, NULL, NULL, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
     LAUNCHED("qkv_split_rope_rows");
 }
 static void cu_rope_rows(device_t *d, float *out, const float *x, const float *cs, const float *sn, int N, int H, int hd, const int *pos) {
     const size_t ld = (size_t)H * hd;
-    rope_launch(impl_of(d)->stream, out, ld, 0, x, ld, 0, cs, sn, (size_t)N, H, hd, 1, 0, pos, 1.0f, 0);
+    OUT(out, (size_t)N * ld);
+    rope_launch(impl_of(d)->stream, out, NULL, ld, 0, x, ld, 0, cs, sn, (size_t)N, H, hd, 1, 0, pos, 1.0f, 0);
     LAUNCHED("rope_rows");
 }
 static void cu_attention_rows(device_t *d, float *out, const float *q, const float *kc, const float *vc, const int *base, const int *len, int N, int H, int Hkv, int hd) {
     if (!att_head_dim_ok(d, hd)) return;
+    OUT(out, (size_t)N * H * hd);
     if (hd > ATT_MAX_HD) {
         size_t n = (size_t)N * H;
         g_attention_rows<<<GRID(n)>>>(n, out, q, kc, vc, base, len, H, Hkv, hd);
@@ -523,33 +776,40 @@ static void cu_attention_rows(device_t *d, float *out, const float *q, const flo
 }
 static void cu_scatter_rows(device_t *d, float *dst, int ldd, const int *idx, const float *src, int lds, int N, int D) {
     size_t n = (size_t)N * D;
+    out_to_end(d, dst); /* the rows idx names */
     g_scatter_rows<<<GRID(n)>>>(n, dst, ldd, idx, src, lds, D);
     LAUNCHED("scatter_rows");
 }
-static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { add_launch(impl_of(d)->stream, y, a, b, n); LAUNCHED("add"); }
-static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { add_inplace_launch(impl_of(d)->stream, y, x, n); LAUNCHED("add_inplace"); }
-static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { scale_launch(impl_of(d)->stream, x, s, n); LAUNCHED("scale"); }
+static void cu_add_forward(device_t *d, float *y, const float *a, const float *b, size_t n) { OUT(y, n); add_launch(impl_of(d)->stream, y, a, b, n); LAUNCHED("add"); }
+static void cu_add_inplace(device_t *d, float *y, const float *x, size_t n) { OUT(y, n); add_inplace_launch(impl_of(d)->stream, y, x, n); LAUNCHED("add_inplace"); }
+static void cu_scale_inplace(device_t *d, float *x, float s, size_t n) { OUT(x, n); scale_launch(impl_of(d)->stream, x, s, n); LAUNCHED("scale"); }
 static void cu_repeat_rows(device_t *d, float *out, const float *row, int N, int D) {
     size_t n = (size_t)N * D;
+    OUT(out, n);
     g_repeat_rows<<<GRID(n)>>>(n, out, row, D);
     LAUNCHED("repeat_rows");
 }
 static void cu_sum_rows(device_t *d, float *out, const float *x, int N, int D) {
+    OUT(out, D);
     float *part = (float *)work(d, sizeof(float) * colred_work_floats(N, D));
     if (!part) return;
     colsum_launch(impl_of(d)->stream, out, part, x, NULL, NULL, N, D, COLRED_SUM, 1);
     LAUNCHED("sum_rows");
 }
 static void cu_copy_rows(device_t *d, float *dst, int ldd, const float *src, int lds, int rows, int D) {
-    copy_rows_launch(impl_of(d)->stream, dst, (size_t)ldd, 0, src, (size_t)lds, 0, (size_t)(rows > 0 ? rows : 0), D);
+    if (rows > 0 && D > 0) out_rows(d, dst, (size_t)ldd, (size_t)rows, (size_t)D);
+    copy_rows_launch(impl_of(d)->stream, dst, NULL, (size_t)ldd, 0, src, (size_t)lds, 0, (size_t)(rows > 0 ? rows : 0), D);
     LAUNCHED("copy_rows");
 }
-static void cu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t c0) { g_uniform<<<GRID(n)>>>(n, u, key, c0); LAUNCHED("uniform_fill"); }
+static void cu_uniform_fill(device_t *d, float *u, size_t n, uint64_t key, uint64_t c0) { OUT(u, n); g_uniform<<<GRID(n)>>>(n, u, key, c0); LAUNCHED("uniform_fill"); }
 static void cu_binmap_forward(device_t *d, uint32_t *idx, float *prob, const float *lg, const float *u, int N, int H) {
+    OUT(idx, N);
+    OUT(prob, (size_t)N * H);
     g_binmap_fwd<<<GRID((size_t)N)>>>((size_t)N, idx, prob, lg, u, H);
     LAUNCHED("binmap_forward");
 }
 static void cu_binmap_kl_rows(device_t *d, float *kl, const float *lg, int N, int H) {
+    OUT(kl, N);
     g_binmap_kl<<<GRID((size_t)N)>>>((size_t)N, kl, lg, H);
     LAUNCHED("binmap_kl_rows");
 }
@@ -565,15 +825,19 @@ static free_bits_sums_t cu_free_bits_forward(device_t *d, const float *kl, const
     return free_bits_forward(klh, mh, N, kappa);
 }
 static void cu_free_bits_backward(device_t *d, float *dl, const float *lg, const float *kl, const uint8_t *mask, int N, int H, float kappa, float scale) {
+    OUT(dl, (size_t)N * H);
     g_free_bits_bwd<<<GRID((size_t)N)>>>((size_t)N, dl, lg, kl, mask, H, kappa, scale);
     LAUNCHED("free_bits_backward");
 }
 static void cu_post_sampler_forward(device_t *d, float *r, const float *w, const uint32_t *idx, int N, int D, int H) {
     size_t n = (size_t)N * D;
+    OUT(r, n);
     g_post_fwd<<<GRID(n)>>>(n, r, w, idx, D, H);
     LAUNCHED("post_sampler_forward");
 }
 static void cu_post_sampler_backward(device_t *d, float *dw, float *dl, const float *dr, const float *w, const uint32_t *idx, const float *prob, int N, int D, int H) {
+    OUT(dw, (size_t)D << H);
+    OUT(dl, (size_t)N * H);
     g_post_bwd_dw<<<GRID((size_t)D)>>>((size_t)D, dw, dr, idx, N, D, H);
     LAUNCHED("post_sampler_backward dw");
     if (!dl) return;
@@ -598,47 +862,55 @@ static void cu_post_sampler_backward(device_t *d, float *dw, float *dl, const fl
 }
 static void cu_mixer_tril(device_t *d, float *out, const float *w, int M, int T, int acc) {
     size_t n = (size_t)M * T * T;
+    OUT(out, n);
     g_mixer_tril<<<GRID(n)>>>(n, out, w, T, acc);
     LAUNCHED("mixer_tril");
 }
 static void cu_mixer_bias_forward(device_t *d, float *y, const float *bias, int B, int T, int D, int h, int Tb) {
     size_t n = (size_t)B * T * D;
+    OUT(y, n);
     g_mixer_bias_fwd<<<GRID(n)>>>(n, y, bias, T, D, h, Tb);
     LAUNCHED("mixer_bias_forward");
 }
 static void cu_mixer_bias_backward(device_t *d, float *db, const float *dy, int B, int T, int D, int h, int Tb) {
+    OUT(db, (size_t)h * Tb);
     size_t n = (size_t)h * T;
     g_mixer_bias_bwd<<<GRID(n)>>>(n, db, dy, B, T, D, h, Tb);
     LAUNCHED("mixer_bias_backward");
 }
 static void cu_unroll_forward(device_t *d, float *out, const float *e, int B, int T, int D, int nd) {
     size_t n = (size_t)B * T * nd;
+    OUT(out, n);
     g_unroll_fwd<<<GRID(n)>>>(n, out, e, T, D, nd);
     LAUNCHED("unroll_forward");
 }
 static void cu_unroll_backward(device_t *d, float *de, const float *dout, int B, int T, int D, int nd) {
     size_t n = (size_t)B * D;
+    OUT(de, n);
     g_unroll_bwd<<<GRID(n)>>>(n, de, dout, T, D, nd);
     LAUNCHED("unroll_backward");
 }
 static void cu_embed_code_forward(device_t *d, float *y, const float *x, const float *u, size_t n, float range, int qbits, int nbits) {
+    OUT(y, n);
     if (!n) return;
     g_embed_code_fwd<<<GRID(n)>>>(n, y, x, u, range, qbits, nbits);
     LAUNCHED("embed_code_forward");
 }
 static void cu_embed_code_backward(device_t *d, float *dx, const float *dy, const float *x, size_t n, float range) {
+    OUT(dx, n);
     if (!n) return;
     g_embed_code_bwd<<<GRID(n)>>>(n, dx, dy, x, range);
     LAUNCHED("embed_code_backward");
 }
 static void cu_latent_normal(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0, float mean, float std) {
     size_t total = (size_t)L * B * n;
+    OUT(x, total);
     g_latent_normal<<<GRID(total)>>>(total, x, B, n, key, row0, mean, std);
     LAUNCHED("latent_normal");
 }
-static void cu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { g_latent_sample<<<GRID(n)>>>(n, z, mu, ls, eps); LAUNCHED("latent_sample"); }
-static void cu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { g_latent_kl<<<GRID((size_t)B)>>>((size_t)B, kl, mu, ls, L, B, n); LAUNCHED("latent_kl_rows"); }
-static void cu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { g_latent_bwd<<<GRID(n)>>>(n, dmu, dls, dz, mu, ls, eps, kl_scale); LAUNCHED("latent_backward"); }
+static void cu_latent_sample(device_t *d, float *z, const float *mu, const float *ls, const float *eps, size_t n) { OUT(z, n); g_latent_sample<<<GRID(n)>>>(n, z, mu, ls, eps); LAUNCHED("latent_sample"); }
+static void cu_latent_kl_rows(device_t *d, float *kl, const float *mu, const float *ls, int L, int B, int n) { OUT(kl, B); g_latent_kl<<<GRID((size_t)B)>>>((size_t)B, kl, mu, ls, L, B, n); LAUNCHED("latent_kl_rows"); }
+static void cu_latent_backward(device_t *d, float *dmu, float *dls, const float *dz, const float *mu, const float *ls, const float *eps, float kl_scale, size_t n) { OUT(dmu, n); OUT(dls, n); g_latent_bwd<<<GRID(n)>>>(n, dmu, dls, dz, mu, ls, eps, kl_scale); LAUNCHED("latent_backward"); }
 /* ---- the optimizer (adamw.cuh) ----
  * The list on the device, uploaded when it changed (a training step passes the same list every
  * step: no upload, no wait), and its chunk count. */
@@ -720,6 +992,12 @@ static void cu_adamw_update_multi(device_t *d, const adamw_tensor_t *at, int cou
         t[i].v = at[i].v;
         t[i].n = at[i].n;
         t[i].decay = at[i].decay;
+        /* a weight with a bf16 shadow gets it refreshed in the update's pass */
+        t[i].p16 = d->precision == PRECISION_BF16 ? shadow_slice(d, at[i].p, at[i].n) : NULL;
+        if (!t[i].p16) OUT(at[i].p, at[i].n);
+        OUT(at[i].g, at[i].n);
+        OUT(at[i].m, at[i].n);
+        OUT(at[i].v, at[i].n);
     }
     const mt_tensor_t *dev = mt_upload(d, &c->mt_adam, t, count);
     free(t);
@@ -799,6 +1077,9 @@ static const device_ops_t cuda_ops = {
     .adamw_update_multi = cu_adamw_update_multi,
 };
 
+/* Products that read a bf16 shadow so far (tests: that the shadows are used at all). */
+extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
+
 extern "C" void device_cuda_close(device_t *d);
 extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precision, char *err, size_t errlen) {
     int count = 0;
@@ -858,9 +1139,16 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
     /* the work buffer's bounded users fit it: reserved now, so what a model's "largest batch
      * that fits" probe finds free stays free for the first step */
     else if (!work(d, CUDA_WORK_RESERVE)) what = "the work buffer", why = "out of device memory";
-    else if ((e = cudaMalloc(&c->ce, sizeof(ce_result_t) + sizeof(double))) != cudaSuccess)
+    else if ((e = cudaMalloc(&c->ce, sizeof(ce_result_t) + sizeof(double) + sizeof(unsigned long long))) != cudaSuccess)
         what = "the reductions' results", why = cudaGetErrorString(e);
-    else c->norm = (double *)(c->ce + 1);
+    else if ((e = cudaMemsetAsync(c->ce, 0, sizeof(ce_result_t) + sizeof(double) + sizeof(unsigned long long), c->stream)) != cudaSuccess)
+        what = "the reductions' results", why = cudaGetErrorString(e);
+    else {
+        c->norm = (double *)(c->ce + 1);
+        c->shadow_bad = (unsigned long long *)(c->norm + 1);
+        const char *chk = getenv("FT_BF16_SHADOW_CHECK");
+        c->shadow_check = chk && *chk && strcmp(chk, "0") != 0;
+    }
     if (what) {
         char code[64] = "";
         if (st != CUBLAS_STATUS_SUCCESS) snprintf(code, sizeof code, "cuBLAS status %d", (int)st);
@@ -881,6 +1169,8 @@ extern "C" void device_cuda_close(device_t *d) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->work) cudaFree(c->work);
         if (c->ce) cudaFree(c->ce);
+        for (int i = 0; i < c->n_shadow; i++)
+            if (c->shadow[i].data) cudaFree(c->shadow[i].data);
         if (c->mt_norm.dev) cudaFree(c->mt_norm.dev);
         if (c->mt_adam.dev) cudaFree(c->mt_adam.dev);
         free(c->mt_norm.host);

@@ -10,6 +10,9 @@
 #     at 7 blocks (FT_EMU_MAX_GRID: every op over more than 1792 items iterates its loop), bf16
 #     at the real cap (8192 blocks: every launch takes as many blocks as its items need), with
 #     a product on a strided view at the end of its buffer (the bf16 operands were read past it);
+#     bf16 with FT_BF16_SHADOW_CHECK=1: every bf16 shadow a product reads (device_cuda.cu: operands
+#     rounded once and kept, weights refreshed by the optimizer) is compared on the device with
+#     a fresh rounding, and a stale one fails the sync;
 #  2. test_device_kernels --device cuda: model/cuda/'s kernel families against the CPU device at
 #     shapes that take each kernel's every path (vector and scalar rows, rows longer than the
 #     registers or shared memory, several column-reduction blocks, lists of odd-sized tensors),
@@ -18,7 +21,7 @@
 #     access, sampled blocks, cuBLAS products, host waits) on kernels counted by hand;
 #  3. test_cuda_device: the device's contracts with faults injected into single CUDA/cuBLAS
 #     calls (every status checked, a fault reported once, free's count, the first step of a
-#     model created with nothing to spare).
+#     model created with nothing to spare, the bf16 shadows' coherence and their check).
 # Each binary's own "N passed, M failed" adds up here; a failure shows its log's tail and the
 # emulator's seed (FT_EMU_SEED=N repeats its block and thread order).
 set -u
@@ -48,7 +51,7 @@ if [ ! -x $EMU/test_device_compare ] || [ ! -x $EMU/test_device_kernels ]; then
 fi
 run_bin "emulator self-tests" $EMU/test_emu
 run_bin "device_compare fp32, grid cap 7" env FT_EMU_MAX_GRID=7 $EMU/test_device_compare --device cuda --steps 5
-run_bin "device_compare bf16" $EMU/test_device_compare --device cuda --precision bf16 --steps 5
+run_bin "device_compare bf16" env FT_BF16_SHADOW_CHECK=1 $EMU/test_device_compare --device cuda --precision bf16 --steps 5
 run_bin "kernel families fp32" $EMU/test_device_kernels --device cuda
 run_bin "kernel families bf16" $EMU/test_device_kernels --device cuda --precision bf16
 run_bin "performance counters" $EMU/test_emu_perf

@@ -3,11 +3,13 @@
 # in seconds, not its full run:
 #  1. bench/gpu_model.py on synthetic counts built from known coefficients of its scaling form
 #     (a0 + a1 L + aV V + B T (b0 + b1 L + bV V) + c1 L B T^2): the values it extrapolates to
-#     config G are the form's own, the coalescing and the roofline bound follow from them, the step time is the
-#     sum of the rows, and the results file gets "gpu_model" labelled a prediction, the rest kept;
+#     config G are the form's own, the coalescing and the roofline bound follow from them (the
+#     tensor-core FLOPs at the bf16 tensor peak, the CUDA-core FLOPs at the fp32 one), the step
+#     time is the sum of the rows, counts without tensor_flops are refused, and the results file gets "gpu_model" labelled a prediction, the rest kept;
 #  2. build/emu/bench/train_step counting one real emulated step (config S's shapes, 1 layer,
 #     B=1, T=16, bf16, blocks sampled): the step is marked, every kernel the CPU profile of a
-#     step has is there with FLOPs and bytes, the products are bf16 on tensor cores.
+#     step has is there with FLOPs and bytes, the products are bf16 on tensor cores, attention's
+#     bf16 kernels count their mma.sync products as tensor FLOPs.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib/pipeline.sh
@@ -18,7 +20,10 @@ import json, sys
 W = sys.argv[1]
 def f(c, L, T, V):   # a0 + a1 L + aV V + T (b0 + b1 L + bV V) + c1 L T^2 at B = 1
     return c[0] + c[1] * L + c[2] * V + T * (c[3] + c[4] * L + c[5] * V) + c[6] * L * T * T
+# tensor_flops large enough that its time at the bf16 tensor peak is the bound: charged at the fp32
+# peak (the model before tensor FLOPs were counted apart) the bound would be 15x too large
 K = {"launches": (3, 5, 0, 0, 0, 0, 0), "threads": (0, 0, 0, 10, 20, 0, 0), "flops": (100, 7, 1, 3, 11, 2, 2),
+     "tensor_flops": (0, 0, 0, 0, 0, 0, 4e5),
      "bytes_ld": (64, 32, 4, 8, 16, 4, 4), "bytes_st": (32, 0, 4, 4, 4, 0, 0), "sectors": (4, 2, 1, 1, 1, 1, 1),
      "footprint_sectors": (2, 1, 1, 1, 1, 0, 0), "shared_bytes": (0,) * 7, "local_bytes": (0,) * 7}
 for L, T, V in [(1, 64, 1024), (2, 64, 1024), (1, 128, 1024), (2, 128, 1024), (1, 256, 1024), (1, 64, 2048),
@@ -54,7 +59,15 @@ big = max(runs, key=lambda c: c["bytes_ld"] + c["bytes_st"])
 sec = byt * big["sectors"] / (big["bytes_ld"] + big["bytes_st"])
 assert abs(k["sectors"] - sec) <= 1e-6 * sec, ("sectors", k["sectors"], sec)
 assert abs(k["coalescing"] - byt / (32 * sec)) < 1e-9
-assert abs(k["bound_s"] - max(k["flops"] / 66.9e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3.35e12)) < 1e-15
+tc = f((0, 0, 0, 0, 0, 0, 4e5))
+assert abs(k["tensor_flops"] - tc) <= 1e-6 * tc, ("tensor_flops", k["tensor_flops"], tc)
+assert tc / 989e12 > max(k["flops"] / 66.9e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3.35e12), "the synthetic tensor FLOPs bound the kernel"
+assert abs(k["bound_s"] - max(k["flops"] / 66.9e12, tc / 989e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3.35e12)) < 1e-15, \
+    ("bound: tensor FLOPs at 989 TFLOP/s", k["bound_s"], tc / 989e12, tc / 66.9e12)
+par = min(1.0, k["threads_per_launch"] / (132 * 2048))
+assert abs(k["pred_s"] - max(63 * 2e-6, max(k["flops"] / 66.9e12 + tc / 989e12, k["sectors"] * 32 / 3.35e12) / par)) < 1e-12, \
+    ("predicted: CUDA-core and tensor time added", k["pred_s"])
+assert abs(g["executed_flops_per_step"] - (k["flops"] + tc + g["products"][0]["flops"])) < 1e-6 * g["executed_flops_per_step"]
 p = g["products"][0]
 assert p["calls"] == 1 + 7 * 12 and abs(p["flops"] - f((0, 0, 0, 2e6, 3e7, 1e3, 0))) < 1e-6 * p["flops"]
 assert g["host_waits"] == 4 + 2 * 12
@@ -64,6 +77,13 @@ print("checked")
 PY
 ok "synthetic counts extrapolated by the form's own coefficients; results labelled a prediction ($(tail -1 "$W/check.txt"))" \
    'grep -q "^checked" "$W/check.txt"'
+# counts taken before tensor FLOPs were counted apart (no tensor_flops) are refused, not read as 0
+mkdir -p "$W/old"
+for f in "$W"/bf16-L*-T*-V*.json; do
+    /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [k.pop("tensor_flops") for k in d["kernels"].values()]; json.dump(d, open(sys.argv[2], "w"))' "$f" "$W/old/$(basename "$f")"
+done
+/usr/bin/python3 bench/gpu_model.py "$W"/old/bf16-L*-T*-V*.json > "$W/old.txt" 2>&1
+ok "counts without tensor_flops are refused (rc $?)" '[ $? != 0 ] && grep -q "count the runs again" "$W/old.txt"'
 # 2. one emulated step counted
 BIN=build/emu/bench/train_step
 if [ -x $BIN ]; then
@@ -81,6 +101,10 @@ for name in ["g_embedding_fwd", "g_rmsnorm_fwd", "g_att_fwd", "g_swiglu_fwd", "g
 for n, c in k.items():
     assert c["launches"] > 0 and c["bytes_ld"] + c["bytes_st"] > 0 and c["sectors"] > 0, n
 assert sum(c["flops"] for c in k.values()) > 0, "FLOPs counted"
+# attention's bf16 kernels multiply on tensor cores (mma.sync): counted apart, and nothing else does
+att = [n for n in k if n.startswith("k_att_") and "bf16" in n and n != "k_att_rowdot"]
+assert att and all(k[n]["tensor_flops"] > 0 for n in att), {n: k[n]["tensor_flops"] for n in att}
+assert all(c["tensor_flops"] == 0 for n, c in k.items() if n not in att), "tensor FLOPs outside attention"
 assert any(n.endswith("bf16") and v["tensor"] == v["calls"] for n, v in d["gemms"].items()), d["gemms"]
 assert d["host_waits"] > 0
 print("checked", len(k), "kernels")

@@ -20,6 +20,7 @@ typedef struct {
     size_t chunk0;     /* index of the tensor's first chunk in the list */
     int decay;         /* apply the decay multiplier */
     int pad_;
+    __nv_bfloat16 *p16; /* p's bf16 shadow (device_cuda.cu), refreshed in the update's pass, or NULL */
 } mt_tensor_t;
 
 typedef struct {
@@ -78,7 +79,9 @@ __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
     const size_t lo = (c - x->chunk0) * OPS_SUMSQ_CHUNK, hi = mt_min(x->n, lo + (size_t)OPS_SUMSQ_CHUNK);
     const float dm = x->decay ? s.decay_mul : 1.0f;
     float *p = x->p, *g = x->g, *m = x->m, *v = x->v;
-    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && lo % 4 == 0 && (hi - lo) % 4 == 0) {
+    __nv_bfloat16 *p16 = x->p16;
+    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && ((uintptr_t)p16 & 7u) == 0 && lo % 4 == 0 &&
+        (hi - lo) % 4 == 0) {
         for (size_t i = lo + 4 * threadIdx.x; i < hi; i += 4 * blockDim.x) {
             const float4 P = ld4(p + i), G = ld4(g + i), M = ld4(m + i), Vv = ld4(v + i);
             float pp[4] = {P.x, P.y, P.z, P.w}, gg[4] = {G.x, G.y, G.z, G.w};
@@ -89,12 +92,14 @@ __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
             st4(g + i, make_float4(gg[0], gg[1], gg[2], gg[3]));
             st4(m + i, make_float4(mm[0], mm[1], mm[2], mm[3]));
             st4(v + i, make_float4(vv[0], vv[1], vv[2], vv[3]));
-            PERF_FLOPS(PERF_FP32, 4 * 14);
-            PERF_FLOPS(PERF_SFU, 4);
+            if (p16) st4_bf16(p16 + i, pp[0], pp[1], pp[2], pp[3]);
         }
         return;
     }
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) mt_adamw1(&p[i], &g[i], &m[i], &v[i], s, dm);
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        mt_adamw1(&p[i], &g[i], &m[i], &v[i], s, dm);
+        if (p16) p16[i] = to_bf16(p[i]);
+    }
 }
 
 /* chunks of a list (fills chunk0) */

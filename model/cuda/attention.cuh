@@ -82,6 +82,52 @@ __device__ static inline void att_put(__nv_bfloat16 *tile, int ld, __nv_bfloat16
     if (tile) tile[r * ld + c] = b;
     if (tile_t) tile_t[c * ldt + r] = b;
 }
+/* The bf16 copies of the inputs (device_cuda.cu's shadows: q, k, v and dout rounded once, the
+ * values att_put's rounding gives) for the bf16 kernels, or NULL each: a tile is then staged from
+ * 2-byte elements instead of rounding 4-byte ones (half the global-memory bytes of the tiles the
+ * kernels stream). vec16: hd % 8 == 0 and every copy 16-byte aligned (rows of 8 bf16 moves). */
+typedef struct {
+    const __nv_bfloat16 *q, *k, *v, *dout;
+} att_bf16_t;
+__host__ __device__ static inline bool att16_vec(const att_bf16_t &c, int hd) {
+    return hd % 8 == 0 && (!c.q || aligned16(c.q)) && (!c.k || aligned16(c.k)) && (!c.v || aligned16(c.v)) &&
+           (!c.dout || aligned16(c.dout));
+}
+/* p + off, or NULL when p is */
+__host__ __device__ static inline const __nv_bfloat16 *att16_at(const __nv_bfloat16 *p, size_t off) {
+    return p ? p + off : (const __nv_bfloat16 *)NULL;
+}
+template <int HD, class T>
+__device__ static inline void att_stage(T *tile, int ld, T *tile_t, int ldt, const float *src, size_t stride, int R,
+                                        int valid, int hd, bool vec);
+/* the same from a bf16 copy when there is one (src16: the element src is), else from src */
+template <int HD, class T>
+__device__ static inline void att_stage(T *tile, int ld, T *tile_t, int ldt, const float *src,
+                                        const __nv_bfloat16 *src16, size_t stride, int R, int valid, int hd, bool vec,
+                                        bool vec16) {
+    if (!src16) {
+        att_stage<HD>(tile, ld, tile_t, ldt, src, stride, R, valid, hd, vec);
+        return;
+    }
+    if (vec16) { /* 8 bf16 (16 bytes) per thread and step */
+        for (int e = threadIdx.x; e < R * (HD / 8); e += blockDim.x) {
+            const int r = e / (HD / 8), c = (e % (HD / 8)) * 8;
+            uint4 x = make_uint4(0u, 0u, 0u, 0u);
+            if (r < valid && c < hd) x = ld16b(src16 + (size_t)r * stride + c);
+            const uint32_t u[4] = {x.x, x.y, x.z, x.w};
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                att_put(tile, ld, tile_t, ldt, r, c + 2 * j, bf16_lo(u[j]));
+                att_put(tile, ld, tile_t, ldt, r, c + 2 * j + 1, bf16_hi(u[j]));
+            }
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < R * HD; e += blockDim.x) {
+        const int r = e / HD, c = e % HD;
+        att_put(tile, ld, tile_t, ldt, r, c, (r < valid && c < hd) ? bf16_to_f(src16[(size_t)r * stride + c]) : 0.0f);
+    }
+}
 template <int HD, class T>
 __device__ static inline void att_stage(T *tile, int ld, T *tile_t, int ldt, const float *src, size_t stride, int R,
                                         int valid, int hd, bool vec) {
@@ -121,7 +167,6 @@ __device__ static inline void att_dots_f32(float acc[NT][4], const float *A, con
             acc[j][3] += x1 * y1;
         }
     }
-    PERF_FLOPS(PERF_FP32, 8 * NT * HD);
 }
 /* A fragments of a warp's 16 rows (row-major bf16 tile, ld) for every 16-wide step of HD */
 template <int KS>
@@ -189,7 +234,6 @@ __device__ static inline void att_pv_f32(float out[DT][4], const float P[NT][4],
             out[jd][3] += p1 * v1;
         }
     }
-    PERF_FLOPS(PERF_FP32, 8 * NT * 8 * DT);
     __syncwarp();
 }
 
@@ -212,7 +256,7 @@ template <int HD, bool BF> static inline size_t att_fwd_smem() {
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS)
 k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
-          int hd, int causal, int window, float scale) {
+          int hd, int causal, int window, float scale, att_bf16_t c16) {
     typedef att_cfg<HD, BF> C;
     typedef typename att_elt<BF>::T T;
     DYN_SHARED(unsigned char, smem);
@@ -226,7 +270,9 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
     const float *kb = k + (size_t)b * Tk * ks + (size_t)kh * hd, *vb = v + (size_t)b * Tk * ks + (size_t)kh * hd;
     const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
     const int nq = min(C::BQ, Tq - i0);
-    att_stage<HD>(sQ, C::LD, (T *)NULL, 0, q + ((size_t)b * Tq + i0) * qs + (size_t)h * hd, qs, C::BQ, nq, hd, vec);
+    const bool v16 = att16_vec(c16, hd);
+    const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
+    att_stage<HD>(sQ, C::LD, (T *)NULL, 0, q + qo, att16_at(c16.q, qo), qs, C::BQ, nq, hd, vec, v16);
     int lo[2], hi[2], klo, khi, unused;
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * w + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
@@ -241,9 +287,10 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
     for (int k0 = klo; k0 < khi; k0 += C::BK) {
         const int nk = min(C::BK, Tk - k0);
         __syncthreads(); /* the previous tile's readers are done */
-        att_stage<HD>(sK, C::LD, (T *)NULL, 0, kb + (size_t)k0 * ks, ks, C::BK, nk, hd, vec);
-        if (BF) att_stage<HD>((T *)NULL, 0, sV, C::LDT, vb + (size_t)k0 * ks, ks, C::BK, nk, hd, vec);
-        else att_stage<HD>(sV, C::LD, (T *)NULL, 0, vb + (size_t)k0 * ks, ks, C::BK, nk, hd, vec);
+        const size_t ko = (size_t)k0 * ks;
+        att_stage<HD>(sK, C::LD, (T *)NULL, 0, kb + ko, att16_at(c16.k, kvb + ko), ks, C::BK, nk, hd, vec, v16);
+        if (BF) att_stage<HD>((T *)NULL, 0, sV, C::LDT, vb + ko, att16_at(c16.v, kvb + ko), ks, C::BK, nk, hd, vec, v16);
+        else att_stage<HD>(sV, C::LD, (T *)NULL, 0, vb + ko, ks, C::BK, nk, hd, vec);
         __syncthreads();
         float s[C::NT][4];
         #pragma unroll
@@ -288,8 +335,6 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
                     l[rr] += p;
                 }
         }
-        PERF_FLOPS(PERF_SFU, 4 * C::NT);
-        PERF_FLOPS(PERF_FP32, 4 * C::NT * 4);
         if (BF) att_pv_bf<C::NT, C::DT>(o, s, (const __nv_bfloat16 *)sV, C::LDT, g, t);
         else att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), (const float *)sV, C::LD, g, t);
     }
@@ -343,7 +388,8 @@ template <int HD, bool BF> static inline size_t att_dkdv_smem() {
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS)
 k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse,
-               const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale) {
+               const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
+               att_bf16_t c16) {
     typedef att_bwd_cfg<HD, BF> C;
     typedef typename att_elt<BF>::T T;
     DYN_SHARED(unsigned char, smem);
@@ -357,8 +403,9 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
     const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
     const int nkv = min(C::KB, Tk - j0), j1 = j0 + nkv;
     const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
-    att_stage<HD>(sK, C::LD, (T *)NULL, 0, k + kvo, ks, C::KB, nkv, hd, vec);
-    att_stage<HD>(sV, C::LD, (T *)NULL, 0, v + kvo, ks, C::KB, nkv, hd, vec);
+    const bool v16 = att16_vec(c16, hd);
+    att_stage<HD>(sK, C::LD, (T *)NULL, 0, k + kvo, att16_at(c16.k, kvo), ks, C::KB, nkv, hd, vec, v16);
+    att_stage<HD>(sV, C::LD, (T *)NULL, 0, v + kvo, att16_at(c16.v, kvo), ks, C::KB, nkv, hd, vec, v16);
     __syncthreads();
     uint32_t ka[C::KS][4], va[C::KS][4];
     if (BF) {
@@ -383,8 +430,9 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
             const int nq = min(C::QT, Tq - q0);
             const size_t qo = ((size_t)b * Tq + q0) * qs + (size_t)h * hd;
             __syncthreads();
-            att_stage<HD>(sQ, C::LD, BF ? sQt : (T *)NULL, C::LDT, q + qo, qs, C::QT, nq, hd, vec);
-            att_stage<HD>(sdO, C::LD, BF ? sdOt : (T *)NULL, C::LDT, dout + qo, qs, C::QT, nq, hd, vec);
+            att_stage<HD>(sQ, C::LD, BF ? sQt : (T *)NULL, C::LDT, q + qo, att16_at(c16.q, qo), qs, C::QT, nq, hd, vec, v16);
+            att_stage<HD>(sdO, C::LD, BF ? sdOt : (T *)NULL, C::LDT, dout + qo, att16_at(c16.dout, qo), qs, C::QT, nq, hd,
+                          vec, v16);
             for (int r = threadIdx.x; r < C::QT; r += blockDim.x) {
                 const size_t ro = ((size_t)b * H + h) * Tq + q0 + r;
                 sL[r] = r < nq ? lse[ro] : INFINITY;
@@ -417,8 +465,6 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
                     st[j][e] = p;
                     dpt[j][e] = p * (dpt[j][e] - sD[col]) * scale;
                 }
-            PERF_FLOPS(PERF_SFU, 4 * C::NTQ);
-            PERF_FLOPS(PERF_FP32, 4 * C::NTQ * 5);
             /* dV += P^T dO, dK += dS^T Q */
             if (BF) {
                 att_pv_bf<C::NTQ, C::DT>(dva, st, (const __nv_bfloat16 *)sdOt, C::LDT, g, t);
@@ -459,7 +505,8 @@ template <int HD, bool BF> static inline size_t att_dq_smem() {
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS)
 k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse,
-             const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale) {
+             const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
+             att_bf16_t c16) {
     typedef att_cfg<HD, BF> C;
     typedef typename att_elt<BF>::T T;
     DYN_SHARED(unsigned char, smem);
@@ -473,8 +520,10 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
     const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
     const int nq = min(C::BQ, Tq - i0);
     const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd;
-    att_stage<HD>(sQ, C::LD, (T *)NULL, 0, q + qo, qs, C::BQ, nq, hd, vec);
-    att_stage<HD>(sdO, C::LD, (T *)NULL, 0, dout + qo, qs, C::BQ, nq, hd, vec);
+    const bool v16 = att16_vec(c16, hd);
+    const size_t kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
+    att_stage<HD>(sQ, C::LD, (T *)NULL, 0, q + qo, att16_at(c16.q, qo), qs, C::BQ, nq, hd, vec, v16);
+    att_stage<HD>(sdO, C::LD, (T *)NULL, 0, dout + qo, att16_at(c16.dout, qo), qs, C::BQ, nq, hd, vec, v16);
     int lo[2], hi[2], klo, khi, unused;
     float L[2], Dr[2];
     #pragma unroll
@@ -499,8 +548,10 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
     for (int k0 = klo; k0 < khi; k0 += C::BK) {
         const int nk = min(C::BK, Tk - k0);
         __syncthreads();
-        att_stage<HD>(sK, C::LD, BF ? sKt : (T *)NULL, C::LDT, kb + (size_t)k0 * ks, ks, C::BK, nk, hd, vec);
-        att_stage<HD>(sV, C::LD, (T *)NULL, 0, vb + (size_t)k0 * ks, ks, C::BK, nk, hd, vec);
+        const size_t ko = (size_t)k0 * ks;
+        att_stage<HD>(sK, C::LD, BF ? sKt : (T *)NULL, C::LDT, kb + ko, att16_at(c16.k, kvb + ko), ks, C::BK, nk, hd, vec,
+                      v16);
+        att_stage<HD>(sV, C::LD, (T *)NULL, 0, vb + ko, att16_at(c16.v, kvb + ko), ks, C::BK, nk, hd, vec, v16);
         __syncthreads();
         float s[C::NT][4], dp[C::NT][4];
         #pragma unroll
@@ -523,8 +574,6 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
                 const float p = vis ? ops_expf(s[j][e] * scale - L[rr]) : 0.0f;
                 dp[j][e] = p * (dp[j][e] - Dr[rr]) * scale;
             }
-        PERF_FLOPS(PERF_SFU, 4 * C::NT);
-        PERF_FLOPS(PERF_FP32, 4 * C::NT * 5);
         if (BF) att_pv_bf<C::NT, C::DT>(dqa, dp, (const __nv_bfloat16 *)sKt, C::LDT, g, t);
         else att_pv_f32<C::NT, C::DT>(dqa, dp, sP + w * 16 * (C::BK + 1), (const float *)sK, C::LD, g, t);
     }
@@ -580,7 +629,6 @@ k_att_rows(float *out, const float *q, const float *kc, const float *vc, const i
             for (int d = 0; d < hd; d++) acc += sq[d] * sk[lane * (hd + 1) + d];
             s = acc * scale;
         }
-        PERF_FLOPS(PERF_FP32, 2 * hd);
         const float mx = warp_max(s), mn = fmaxf(m, mx);
         const float f = m == -INFINITY ? 0.0f : ops_expf(m - mn);
         const float p = lane < nk ? ops_expf(s - mn) : 0.0f;
@@ -627,23 +675,24 @@ static inline int att_pad_hd(int hd) {
 template <int HD, bool BF>
 static inline cudaError_t att_forward_t(cudaStream_t s, float *out, float *lse, const float *q, const float *k,
                                         const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal,
-                                        int window) {
+                                        int window, att_bf16_t c16) {
     const size_t smem = att_fwd_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_fwd<HD, BF>, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((Tq + 63) / 64, H, B);
     void (*kern)(float *, float *, const float *, const float *, const float *, int, int, int, int,
-                 int, int, int, float) = k_att_fwd<HD, BF>;
+                 int, int, int, float, att_bf16_t) = k_att_fwd<HD, BF>;
     const char *nm = att_kname<HD, BF>(0);
     LAUNCH_AS(kern, nm, grid, ATT_THREADS, smem, s)
-    (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd));
+    (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd), BF ? c16 : att_bf16_t{});
     return cudaSuccess;
 }
 template <int HD, bool BF>
 static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, float *dv, float *Drow,
                                          const float *dout, const float *out, const float *lse, const float *q,
                                          const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv,
-                                         int hd, int causal, int window) {
+                                         int hd, int causal, int window, att_bf16_t c16) {
+    if (!BF) c16 = att_bf16_t{};
     const size_t s_kv = att_dkdv_smem<HD, BF>(), s_q = att_dq_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_bwd_dkdv<HD, BF>, s_kv);
     if (e == cudaSuccess) e = att_smem_optin(k_att_bwd_dq<HD, BF>, s_q);
@@ -655,18 +704,18 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
         const dim3 grid((Tk + 63) / 64, Hkv, B);
         void (*kern)(float *, float *, const float *, const float *, const float *, const float *, const float *,
-                     const float *, int, int, int, int, int, int, int, float) = k_att_bwd_dkdv<HD, BF>;
+                     const float *, int, int, int, int, int, int, int, float, att_bf16_t) = k_att_bwd_dkdv<HD, BF>;
         const char *nm = att_kname<HD, BF>(1);
     LAUNCH_AS(kern, nm, grid, ATT_THREADS, s_kv, s)
-        (dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale);
+        (dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
     }
     if (dq) {
         const dim3 grid((Tq + 63) / 64, H, B);
         void (*kern)(float *, const float *, const float *, const float *, const float *, const float *,
-                     const float *, int, int, int, int, int, int, int, float) = k_att_bwd_dq<HD, BF>;
+                     const float *, int, int, int, int, int, int, int, float, att_bf16_t) = k_att_bwd_dq<HD, BF>;
         const char *nm = att_kname<HD, BF>(2);
     LAUNCH_AS(kern, nm, grid, ATT_THREADS, s_q, s)
-        (dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale);
+        (dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
     }
     return cudaSuccess;
 }
@@ -678,21 +727,21 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
 /* hd <= ATT_MAX_HD (att_pad_hd(hd) != 0); bf: the tensor-core engine */
 static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float *out, float *lse, const float *q,
                                                    const float *k, const float *v, int B, int Tq, int Tk, int H,
-                                                   int Hkv, int hd, int causal, int window) {
+                                                   int Hkv, int hd, int causal, int window, att_bf16_t c16) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
-    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window);
+    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
 }
 /* Drow: B * H * Tq floats of scratch */
 static inline cudaError_t attention_backward_launch(cudaStream_t s, int bf, float *dq, float *dk, float *dv,
                                                     float *Drow, const float *dout, const float *out,
                                                     const float *lse, const float *q, const float *k,
                                                     const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
-                                                    int causal, int window) {
+                                                    int causal, int window, att_bf16_t c16) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
     return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
-                        hd, causal, window);
+                        hd, causal, window, c16);
 }
 static inline cudaError_t attention_rows_launch(cudaStream_t s, float *out, const float *q, const float *kc,
                                                 const float *vc, const int *base, const int *len, int N, int H,

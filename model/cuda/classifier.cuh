@@ -26,6 +26,7 @@ typedef struct {
     int count;
     int pad_;
 } ce_result_t;
+static_assert(sizeof(ce_result_t) == 16, "ce_result_t is written as one 16-byte access");
 
 /* one block: count = number of nonzero mask bytes (N when mask is NULL) */
 __global__ void k_ce_count(ce_result_t *res, const uint8_t *mask, int N) {
@@ -37,10 +38,14 @@ __global__ void k_ce_count(ce_result_t *res, const uint8_t *mask, int N) {
         c = N;
     /* integer sums are exact in float up to 2^24 rows per thread block */
     const float tot = block_sum((float)c, scratch);
-    if (threadIdx.x == 0) {
-        res->count = (int)tot;
-        res->pad_ = 0;
-        res->loss_sum = 0.0;
+    if (threadIdx.x == 0) { /* the 16 bytes as one access (three stores touched a sector each) */
+        ce_result_t r;
+        r.loss_sum = 0.0;
+        r.count = (int)tot;
+        r.pad_ = 0;
+        uint4 u;
+        memcpy(&u, &r, sizeof u);
+        st16b(res, u);
     }
 }
 
@@ -51,9 +56,10 @@ __device__ static inline float ce_scale(const ce_result_t *res, float dloss) {
 
 /* One block per row. row_loss (may be NULL): the row's loss, 0 when not counted. lse: the
  * row's log-sum-exp (when have_lse, it is read instead: the separate backward). dz may be NULL
- * or alias z. */
+ * or alias z; dz16 (may be NULL): dz's bf16 shadow, written beside it (dlogits feed the
+ * classifier's two products only). */
 __global__ void __launch_bounds__(CE_THREADS)
-k_classifier(float *row_loss, float *lse, float *dz, const float *z,
+k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, const float *z,
              const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
              int have_lse, int cache) {
     __shared__ float scratch[32];
@@ -106,8 +112,6 @@ k_classifier(float *row_loss, float *lse, float *dz, const float *z,
         s = block_sum(s, scratch);
         l = M + logf(s);
     }
-    PERF_FLOPS(PERF_SFU, (V + blockDim.x - 1) / blockDim.x * (have_lse ? 1 : 2));
-    PERF_FLOPS(PERF_FP32, (V + blockDim.x - 1) / blockDim.x * (have_lse ? 2 : 4));
     const uint32_t t = tgt[n];
     if (threadIdx.x == 0) {
         if (!have_lse) lse[n] = l;
@@ -116,9 +120,10 @@ k_classifier(float *row_loss, float *lse, float *dz, const float *z,
     if (!dz) return;
     const float scale = counted ? ce_scale(res, dloss) : 0.0f;
     float *dr = dz + n * V;
+    __nv_bfloat16 *d16 = dz16 ? dz16 + n * V : NULL;
     if (cache) {
         __syncthreads(); /* the target's logit was read above from the cache */
-        if (vec && aligned16(dz)) {
+        if (vec && aligned16(dz) && ((uintptr_t)dz16 & 7u) == 0) {
             for (int i = 4 * threadIdx.x; i < V; i += 4 * blockDim.x) {
                 float4 g;
                 g.x = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
@@ -126,10 +131,14 @@ k_classifier(float *row_loss, float *lse, float *dz, const float *z,
                 g.z = scale * ops_expf(row[i + 2] - l) - (i + 2 == (int)t ? scale : 0.0f);
                 g.w = scale * ops_expf(row[i + 3] - l) - (i + 3 == (int)t ? scale : 0.0f);
                 st4_stream(dr + i, g);
+                if (d16) st4_bf16(d16 + i, g.x, g.y, g.z, g.w);
             }
         } else {
-            for (int i = threadIdx.x; i < V; i += blockDim.x)
-                dr[i] = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+            for (int i = threadIdx.x; i < V; i += blockDim.x) {
+                const float g = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+                dr[i] = g;
+                if (d16) d16[i] = to_bf16(g);
+            }
         }
         return;
     }
@@ -140,6 +149,7 @@ k_classifier(float *row_loss, float *lse, float *dz, const float *z,
         if (i < V) g = scale * ops_expf(zr[i] - l) - (i == (int)t ? scale : 0.0f);
         __syncthreads();
         if (i < V) dr[i] = g;
+        if (i < V && d16) d16[i] = to_bf16(g);
     }
 }
 
@@ -153,13 +163,13 @@ __global__ void k_ce_mean(ce_result_t *res, const float *row_loss, int N) {
 /* The forward (row_loss: N floats of work; res: device scratch; cache_bytes: 0 or V * 4 when
  * the row fits the block's shared memory) */
 static inline void classifier_launch(cudaStream_t s, ce_result_t *res, float *row_loss, float *lse, float *dz,
-                                     const float *z, const uint32_t *tgt,
+                                     __nv_bfloat16 *dz16, const float *z, const uint32_t *tgt,
                                      const uint8_t *mask, int N, int V, float dloss, int have_lse,
                                      size_t cache_bytes) {
     LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
     if (N <= 0) return;
     LAUNCH(k_classifier, N, CE_THREADS, cache_bytes, s)
-    (row_loss, lse, dz, z, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
+    (row_loss, lse, dz, dz16, z, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
     if (row_loss) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
 }
 #endif

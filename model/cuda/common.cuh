@@ -53,32 +53,6 @@
 /* warps per block of the row kernels (one warp per row) */
 #define ROW_WARPS 8
 
-/* ---- the performance model's count of arithmetic (bench/gpu_model.cc) ----
- * Under the emulator a kernel reports the floating-point operations it executes where it
- * executes them (loads and stores the emulator sees by itself): PERF_FLOPS(kind, n) on the
- * thread that performs them. On a GPU it compiles to nothing. kinds: */
-enum { PERF_TENSOR = 0, /* bf16 tensor-core multiply-adds, 2 per product term */
-       PERF_FP32 = 1,   /* CUDA-core float operations (an FMA counts 2) */
-       PERF_SFU = 2,    /* special-function evaluations: exp, log, rsqrt */
-       PERF_KINDS = 3 };
-#if CUDA_EMU
-extern "C" void ft_perf_flops(unsigned kind, unsigned long long n) __attribute__((weak));
-/* a cuBLAS product of m x n x k at bf16 (1) or fp32/tf32 (0) operands, counted at its call */
-extern "C" void ft_perf_product(const char *what, long long m, long long n, long long k, int bf16)
-    __attribute__((weak));
-#define PERF_FLOPS(kind, n)                                                                        \
-    do {                                                                                           \
-        if (ft_perf_flops) ft_perf_flops((kind), (unsigned long long)(n));                         \
-    } while (0)
-#define PERF_PRODUCT(what, m, n, k, bf)                                                            \
-    do {                                                                                           \
-        if (ft_perf_product) ft_perf_product((what), (m), (n), (k), (bf));                         \
-    } while (0)
-#else
-#define PERF_FLOPS(kind, n) ((void)0)
-#define PERF_PRODUCT(what, m, n, k, bf) ((void)0)
-#endif
-
 /* ---- 128-bit accesses ----
  * nvcc turns a float4 load into one LDG.128. Clang (the emulator's compiler) splits a
  * struct copy into 4-byte loads, which the emulator would count as four warp accesses of a
@@ -146,6 +120,11 @@ __device__ static inline uint32_t pack_bf16(float lo, float hi) {
     const uint32_t a = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
     const uint32_t b = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
     return a | (b << 16);
+}
+/* four floats rounded (to_bf16) and stored as one 8-byte access at p (8-byte aligned): a
+ * kernel writing the bf16 shadow of its output beside it (device_cuda.cu) */
+__device__ static inline void st4_bf16(__nv_bfloat16 *p, float a, float b, float c, float d) {
+    *(unsigned long long *)p = (unsigned long long)pack_bf16(a, b) | (unsigned long long)pack_bf16(c, d) << 32;
 }
 __device__ static inline float bf16_lo(uint32_t r) { return __uint_as_float(r << 16); }
 __device__ static inline float bf16_hi(uint32_t r) { return __uint_as_float(r & 0xffff0000u); }

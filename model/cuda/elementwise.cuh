@@ -2,7 +2,9 @@
  * backward, the residual adds, scaling -- with 128-bit accesses where every pointer is 16-byte aligned and n % 4 == 0
  * (the scalar loop otherwise), grid-stride loops with 32-bit indices where n < 2^31 (every
  * tensor of the benchmark configs). Formulas: ops_math.h (ops_silu, ops_silu_grad), as
- * kernels.h's kb_swiglu_fwd and kb_swiglu_bwd. */
+ * kernels.h's kb_swiglu_fwd and kb_swiglu_bwd. SwiGLU's outputs feed products only: the device
+ * passes their bf16 shadows (out16, dg16, du16; NULL when it keeps none) and the kernels write
+ * each value's rounding beside it (device_cuda.cu, "bf16 shadows"). */
 #ifndef MODEL_CUDA_ELEMENTWISE_CUH
 #define MODEL_CUDA_ELEMENTWISE_CUH
 #include "model/cuda/common.cuh"
@@ -19,7 +21,7 @@
 
 /* ---- SwiGLU ---- */
 template <class I>
-__global__ void k_swiglu_fwd(size_t n, float *out, const float *gate, const float *up, int vec) {
+__global__ void k_swiglu_fwd(size_t n, float *out, __nv_bfloat16 *out16, const float *gate, const float *up, int vec) {
     if (vec) {
         EW_LOOP(I, n / 4) {
             const float4 g = ld4_stream(gate + 4 * i), u = ld4_stream(up + 4 * i);
@@ -29,11 +31,15 @@ __global__ void k_swiglu_fwd(size_t n, float *out, const float *gate, const floa
             y.z = ops_silu(g.z) * u.z;
             y.w = ops_silu(g.w) * u.w;
             st4(out + 4 * i, y);
-            PERF_FLOPS(PERF_FP32, 4 * 12);
+            if (out16) st4_bf16(out16 + 4 * i, y.x, y.y, y.z, y.w);
         }
         return;
     }
-    EW_LOOP(I, n) out[i] = ops_silu(gate[i]) * up[i];
+    EW_LOOP(I, n) {
+        const float y = ops_silu(gate[i]) * up[i];
+        out[i] = y;
+        if (out16) out16[i] = to_bf16(y);
+    }
 }
 __device__ static inline void swiglu_grad1(float *dg, float *du, float d, float g, float u) {
     *dg = d * u * ops_silu_grad(g);
@@ -41,8 +47,8 @@ __device__ static inline void swiglu_grad1(float *dg, float *du, float d, float 
 }
 /* acc: dgate += / dup += (else overwritten) */
 template <class I>
-__global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, const float *dout, const float *gate,
-                             const float *up, int acc, int vec) {
+__global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, __nv_bfloat16 *dg16, __nv_bfloat16 *du16,
+                             const float *dout, const float *gate, const float *up, int acc, int vec) {
     if (vec) {
         EW_LOOP(I, n / 4) {
             const float4 d = ld4_stream(dout + 4 * i), g = ld4(gate + 4 * i), u = ld4(up + 4 * i);
@@ -59,7 +65,8 @@ __global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, const float *do
             }
             st4(dgate + 4 * i, a);
             st4(dup + 4 * i, b);
-            PERF_FLOPS(PERF_FP32, 4 * 20);
+            if (dg16) st4_bf16(dg16 + 4 * i, a.x, a.y, a.z, a.w);
+            if (du16) st4_bf16(du16 + 4 * i, b.x, b.y, b.z, b.w);
         }
         return;
     }
@@ -69,6 +76,8 @@ __global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, const float *do
         if (acc) a += dgate[i], b += dup[i];
         dgate[i] = a;
         dup[i] = b;
+        if (dg16) dg16[i] = to_bf16(a);
+        if (du16) du16[i] = to_bf16(b);
     }
 }
 
@@ -110,6 +119,8 @@ static inline bool ew_small(size_t n) { return n < ((size_t)1 << 31); }
 static inline int ew_vec(size_t n, const void *a, const void *b, const void *c) {
     return n % 4 == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c));
 }
+/* a bf16 shadow written 4 elements (8 bytes) at a time */
+static inline int ew_vec16(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 
 #define EW_DISPATCH(kern, n, items, s, ...)                                                        \
     do {                                                                                           \
@@ -117,16 +128,17 @@ static inline int ew_vec(size_t n, const void *a, const void *b, const void *c) 
         else LAUNCH_AS(kern<size_t>, #kern "<size_t>", ew_grid(items), EW_THREADS, 0, s)(__VA_ARGS__); \
     } while (0)
 
-static inline void swiglu_forward_launch(cudaStream_t s, float *out, const float *gate, const float *up, size_t n) {
+static inline void swiglu_forward_launch(cudaStream_t s, float *out, __nv_bfloat16 *out16, const float *gate,
+                                         const float *up, size_t n) {
     if (!n) return;
-    const int vec = ew_vec(n, out, gate, up);
-    EW_DISPATCH(k_swiglu_fwd, n, vec ? n / 4 : n, s, n, out, gate, up, vec);
+    const int vec = ew_vec(n, out, gate, up) && ew_vec16(out16);
+    EW_DISPATCH(k_swiglu_fwd, n, vec ? n / 4 : n, s, n, out, out16, gate, up, vec);
 }
-static inline void swiglu_backward_launch(cudaStream_t s, float *dg, float *du, const float *dout, const float *gate,
-                                          const float *up, size_t n, int acc) {
+static inline void swiglu_backward_launch(cudaStream_t s, float *dg, float *du, __nv_bfloat16 *dg16, __nv_bfloat16 *du16,
+                                          const float *dout, const float *gate, const float *up, size_t n, int acc) {
     if (!n) return;
-    const int vec = ew_vec(n, dg, du, dout) && ew_vec(n, gate, up, NULL);
-    EW_DISPATCH(k_swiglu_bwd, n, vec ? n / 4 : n, s, n, dg, du, dout, gate, up, acc, vec);
+    const int vec = ew_vec(n, dg, du, dout) && ew_vec(n, gate, up, NULL) && ew_vec16(dg16) && ew_vec16(du16);
+    EW_DISPATCH(k_swiglu_bwd, n, vec ? n / 4 : n, s, n, dg, du, dg16, du16, dout, gate, up, acc, vec);
 }
 static inline void add_launch(cudaStream_t s, float *y, const float *a, const float *b, size_t n) {
     if (!n) return;

@@ -12,12 +12,15 @@
  *
  * Under the emulator (CUDA_EMU) the same layout is computed on the CPU: the 32 lanes post
  * their fragments to a per-warp slot, meet at __syncwarp (every lane must take part, as the
- * .aligned instruction requires), each computes its four outputs in fp32 (the bf16 products
- * are exact; the sum over k runs in order from C, where the hardware's internal order and
- * rounding are its own: the emulator checks the layout and the data flow, a GPU the last
- * bits), and meet again before the slot is reused. The exchange is not an access of the
- * kernel's (no_sanitize: the emulator does not observe it): the performance model sees the fragments' loads from
- * shared or global memory, as on a GPU, and counts 2 x 16 x 8 x 16 tensor FLOPs per call. */
+ * .aligned instruction requires), each computes its four outputs in fp32 (the emulator's
+ * emu::mma_m16n8k16_bf16: the bf16 products are exact; the sum over k runs in order from C,
+ * where the hardware's internal order and rounding are its own: the emulator checks the layout
+ * and the data flow, a GPU the last bits), and meet again before the slot is reused. The
+ * exchange is not an access of the kernel's (no_sanitize: the emulator does not observe it):
+ * the performance model sees the fragments' loads from shared or global memory, as on a GPU.
+ * The arithmetic runs in the emulator's runtime, outside the FLOP-counting pass, which counts
+ * the warp's 2 x 16 x 8 x 16 multiply-adds as tensor-core FLOPs (bench/gpu_model.py charges
+ * them at the tensor cores' bf16 peak), not as CUDA-core ones. */
 #ifndef MODEL_CUDA_MMA_CUH
 #define MODEL_CUDA_MMA_CUH
 #include "model/cuda/common.cuh"
@@ -39,20 +42,7 @@ __attribute__((no_sanitize("address", "coverage"))) static inline void mma_bf16(
     s->b[lane][0] = b0;
     s->b[lane][1] = b1;
     __syncwarp();
-    const unsigned g = lane / 4, t = lane % 4;
-    for (int e = 0; e < 4; e++) {
-        const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
-        float sum = c[e];
-        for (unsigned k = 0; k < 16; k++) {
-            const uint32_t ra = s->a[4 * (row % 8) + (k % 8) / 2][(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
-            const uint32_t rb = s->b[4 * col + (k % 8) / 2][k >= 8 ? 1 : 0];
-            const float x = (k & 1) ? bf16_hi(ra) : bf16_lo(ra);
-            const float y = (k & 1) ? bf16_hi(rb) : bf16_lo(rb);
-            sum += x * y;
-        }
-        c[e] = sum;
-    }
-    if (lane == 0) PERF_FLOPS(PERF_TENSOR, 2 * 16 * 8 * 16);
+    ::emu::mma_m16n8k16_bf16(c, s->a, s->b, lane);
     __syncwarp();
 }
 #else

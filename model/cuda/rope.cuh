@@ -11,9 +11,10 @@
 
 /* Row n's head h at src + n * src_ld + src_off + h * hd (and likewise dst), rotated at the
  * position pos[n] (pos NULL: pos0 + n % T). acc: dst += rotation (else overwritten; dst may
- * alias src). */
+ * alias src). dst16 (may be NULL): dst's bf16 shadow, the same layout, written beside it (q, k
+ * and the q|k|v gradient feed attention's or the products' bf16 tiles only). */
 template <class I>
-__global__ void k_rope(float *dst, size_t dst_ld, size_t dst_off, const float *src,
+__global__ void k_rope(float *dst, __nv_bfloat16 *dst16, size_t dst_ld, size_t dst_off, const float *src,
                        size_t src_ld, size_t src_off, const float *cos_t, const float *sin_t, size_t N, int nh,
                        int hd, int T, int pos0, const int *pos, float sign, int acc, int vec) {
     const int h2 = hd / 2, per = vec ? h2 / 4 : h2;
@@ -38,25 +39,38 @@ __global__ void k_rope(float *dst, size_t dst_ld, size_t dst_off, const float *s
             }
             st4(y + j, lo);
             st4(y + j + h2, hi);
-            PERF_FLOPS(PERF_FP32, 4 * 6);
+            if (dst16) {
+                st4_bf16(dst16 + yo + j, lo.x, lo.y, lo.z, lo.w);
+                st4_bf16(dst16 + yo + j + h2, hi.x, hi.y, hi.z, hi.w);
+            }
         } else {
             const float a = x[j], b = x[j + h2], c = cs[j], s = sign * sn[j];
             const float r0 = a * c - b * s, r1 = b * c + a * s;
-            y[j] = acc ? y[j] + r0 : r0;
-            y[j + h2] = acc ? y[j + h2] + r1 : r1;
+            const float y0 = acc ? y[j] + r0 : r0, y1 = acc ? y[j + h2] + r1 : r1;
+            y[j] = y0;
+            y[j + h2] = y1;
+            if (dst16) dst16[yo + j] = to_bf16(y0), dst16[yo + j + h2] = to_bf16(y1);
         }
     }
 }
-/* rows of D floats copied between strided row sets (dst row n at dst + n ld_dst + dst_off) */
+/* rows of D floats copied between strided row sets (dst row n at dst + n ld_dst + dst_off);
+ * dst16 (may be NULL): dst's bf16 shadow, the same layout */
 template <class I>
-__global__ void k_copy_rows(float *dst, size_t ld_dst, size_t dst_off, const float *src,
+__global__ void k_copy_rows(float *dst, __nv_bfloat16 *dst16, size_t ld_dst, size_t dst_off, const float *src,
                             size_t ld_src, size_t src_off, size_t rows, int D, int vec) {
     const int per = vec ? D / 4 : D;
     EW_LOOP(I, rows * per) {
         const size_t n = (size_t)i / per, c = (size_t)((size_t)i % per) * (vec ? 4 : 1);
         const size_t o = n * ld_dst + dst_off + c;
-        if (vec) st4(dst + o, ld4(src + n * ld_src + src_off + c));
-        else dst[o] = src[n * ld_src + src_off + c];
+        if (vec) {
+            const float4 x = ld4(src + n * ld_src + src_off + c);
+            st4(dst + o, x);
+            if (dst16) st4_bf16(dst16 + o, x.x, x.y, x.z, x.w);
+        } else {
+            const float x = src[n * ld_src + src_off + c];
+            dst[o] = x;
+            if (dst16) dst16[o] = to_bf16(x);
+        }
     }
 }
 
@@ -65,37 +79,40 @@ static inline bool rope_vec(int hd, const void *a, const void *b, const void *c,
     return (hd / 2) % 4 == 0 && aligned16(a) && aligned16(b) && aligned16(c) && aligned16(s) && lda % 4 == 0 &&
            ldb % 4 == 0 && offa % 4 == 0 && offb % 4 == 0;
 }
-static inline void rope_launch(cudaStream_t s, float *dst, size_t dst_ld, size_t dst_off, const float *src,
-                               size_t src_ld, size_t src_off, const float *cs, const float *sn, size_t N, int nh,
-                               int hd, int T, int pos0, const int *pos, float sign, int acc) {
+static inline void rope_launch(cudaStream_t s, float *dst, __nv_bfloat16 *dst16, size_t dst_ld, size_t dst_off,
+                               const float *src, size_t src_ld, size_t src_off, const float *cs, const float *sn,
+                               size_t N, int nh, int hd, int T, int pos0, const int *pos, float sign, int acc) {
     if (!N || nh <= 0 || hd < 2) return;
-    const int vec = rope_vec(hd, dst, src, cs, sn, dst_ld, src_ld, dst_off, src_off);
+    const int vec = rope_vec(hd, dst, src, cs, sn, dst_ld, src_ld, dst_off, src_off) && ew_vec16(dst16);
     const size_t items = N * nh * (vec ? hd / 8 : hd / 2);
-    EW_DISPATCH(k_rope, items, items, s, dst, dst_ld, dst_off, src, src_ld, src_off, cs, sn, N, nh, hd, T, pos0, pos,
-                sign, acc, vec);
+    EW_DISPATCH(k_rope, items, items, s, dst, dst16, dst_ld, dst_off, src, src_ld, src_off, cs, sn, N, nh, hd, T, pos0,
+                pos, sign, acc, vec);
 }
-static inline void copy_rows_launch(cudaStream_t s, float *dst, size_t ld_dst, size_t dst_off, const float *src,
-                                    size_t ld_src, size_t src_off, size_t rows, int D) {
+static inline void copy_rows_launch(cudaStream_t s, float *dst, __nv_bfloat16 *dst16, size_t ld_dst, size_t dst_off,
+                                    const float *src, size_t ld_src, size_t src_off, size_t rows, int D) {
     if (!rows || D <= 0) return;
     const int vec = D % 4 == 0 && aligned16(dst) && aligned16(src) && ld_dst % 4 == 0 && ld_src % 4 == 0 &&
-                    dst_off % 4 == 0 && src_off % 4 == 0;
+                    dst_off % 4 == 0 && src_off % 4 == 0 && ew_vec16(dst16);
     const size_t items = rows * (vec ? D / 4 : D);
-    EW_DISPATCH(k_copy_rows, items, items, s, dst, ld_dst, dst_off, src, ld_src, src_off, rows, D, vec);
+    EW_DISPATCH(k_copy_rows, items, items, s, dst, dst16, ld_dst, dst_off, src, ld_src, src_off, rows, D, vec);
 }
-/* qkv (N, Dq + 2 Dkv) -> q, k rotated, v copied (NULL outputs skipped); pos as k_rope's */
-static inline void qkv_split_launch(cudaStream_t s, float *q, float *k, float *v, const float *qkv, const float *cs,
+/* qkv (N, Dq + 2 Dkv) -> q, k rotated, v copied (NULL outputs skipped); pos as k_rope's; q16,
+ * k16, v16: their bf16 shadows or NULL */
+static inline void qkv_split_launch(cudaStream_t s, float *q, float *k, float *v, __nv_bfloat16 *q16,
+                                    __nv_bfloat16 *k16, __nv_bfloat16 *v16, const float *qkv, const float *cs,
                                     const float *sn, int N, int T, int H, int Hkv, int hd, int pos0, const int *pos) {
     const size_t Dq = (size_t)H * hd, Dkv = (size_t)Hkv * hd, ld = Dq + 2 * Dkv;
-    if (q) rope_launch(s, q, Dq, 0, qkv, ld, 0, cs, sn, N, H, hd, T, pos0, pos, 1.0f, 0);
-    if (k) rope_launch(s, k, Dkv, 0, qkv, ld, Dq, cs, sn, N, Hkv, hd, T, pos0, pos, 1.0f, 0);
-    if (v) copy_rows_launch(s, v, Dkv, 0, qkv, ld, Dq + Dkv, N, (int)Dkv);
+    if (q) rope_launch(s, q, q16, Dq, 0, qkv, ld, 0, cs, sn, N, H, hd, T, pos0, pos, 1.0f, 0);
+    if (k) rope_launch(s, k, k16, Dkv, 0, qkv, ld, Dq, cs, sn, N, Hkv, hd, T, pos0, pos, 1.0f, 0);
+    if (v) copy_rows_launch(s, v, v16, Dkv, 0, qkv, ld, Dq + Dkv, N, (int)Dkv);
 }
-/* the backward: dqkv rows overwritten with dq, dk rotated back and dv */
-static inline void qkv_join_launch(cudaStream_t s, float *dqkv, const float *dq, const float *dk, const float *dv,
-                                   const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
+/* the backward: dqkv rows overwritten with dq, dk rotated back and dv (dqkv16: its shadow or NULL) */
+static inline void qkv_join_launch(cudaStream_t s, float *dqkv, __nv_bfloat16 *dqkv16, const float *dq, const float *dk,
+                                   const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv,
+                                   int hd, int pos0) {
     const size_t Dq = (size_t)H * hd, Dkv = (size_t)Hkv * hd, ld = Dq + 2 * Dkv;
-    rope_launch(s, dqkv, ld, 0, dq, Dq, 0, cs, sn, N, H, hd, T, pos0, NULL, -1.0f, 0);
-    rope_launch(s, dqkv, ld, Dq, dk, Dkv, 0, cs, sn, N, Hkv, hd, T, pos0, NULL, -1.0f, 0);
-    copy_rows_launch(s, dqkv, ld, Dq + Dkv, dv, Dkv, 0, N, (int)Dkv);
+    rope_launch(s, dqkv, dqkv16, ld, 0, dq, Dq, 0, cs, sn, N, H, hd, T, pos0, NULL, -1.0f, 0);
+    rope_launch(s, dqkv, dqkv16, ld, Dq, dk, Dkv, 0, cs, sn, N, Hkv, hd, T, pos0, NULL, -1.0f, 0);
+    copy_rows_launch(s, dqkv, dqkv16, ld, Dq + Dkv, dv, Dkv, 0, N, (int)Dkv);
 }
 #endif

@@ -21,20 +21,26 @@
 /* float4 per lane kept in registers: rows up to 32 * 4 * 8 = 1024 floats */
 #define ROW_VECS 8
 #define ROW_CACHE_MAX (WARP * 4 * ROW_VECS)
-/* rows per block of the column reductions' first stage */
-#define COLRED_ROWS 32
+/* rows per block of the column reductions' first stage: 8, a row per warp of RMSNorm's backward
+ * (k_rmsnorm_bwd_vec), so that N rows fill N / 8 blocks (at config G, N = 8192: 1024 blocks of
+ * 256 threads, about the H100's 270k resident threads; with 32 rows, 256 blocks kept a quarter
+ * of them busy, bench/NOTES.md) */
+#define COLRED_ROWS 8
 #define COLRED_MAX_BLOCKS 4096
 
 /* ---- RMSNorm forward: out = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) ----
- * one warp per row */
+ * one warp per row; out16 (may be NULL): out's bf16 shadow, written beside it (the output
+ * feeds products only) */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
-k_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, const float *x, const float *w, int N, int D, float eps) {
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
     if (row >= N) return;
     const float *xr = x + (size_t)row * D;
     float *orow = out + (size_t)row * D;
-    const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(x) && aligned16(out) && aligned16(w);
+    __nv_bfloat16 *o16 = out16 ? out16 + (size_t)row * D : NULL;
+    const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(x) && aligned16(out) && aligned16(w) &&
+                     ((uintptr_t)out16 & 7u) == 0;
     if (vec) {
         float4 c[ROW_VECS];
         float ss = 0.0f;
@@ -59,18 +65,21 @@ k_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *w, int N, in
                 y.z = wv.z * (c[j].z * r);
                 y.w = wv.w * (c[j].w * r);
                 st4(orow + i, y);
+                if (o16) st4_bf16(o16 + i, y.x, y.y, y.z, y.w);
             }
         }
         if (lane == 0) rstd[row] = r;
-        PERF_FLOPS(PERF_FP32, (size_t)D * 5 / WARP);
-        PERF_FLOPS(PERF_SFU, lane == 0);
         return;
     }
     float ss = 0.0f;
     for (int i = lane; i < D; i += WARP) ss += xr[i] * xr[i];
     ss = warp_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
-    for (int i = lane; i < D; i += WARP) orow[i] = w[i] * (xr[i] * r);
+    for (int i = lane; i < D; i += WARP) {
+        const float y = w[i] * (xr[i] * r);
+        orow[i] = y;
+        if (o16) o16[i] = to_bf16(y);
+    }
     if (lane == 0) rstd[row] = r;
 }
 
@@ -127,7 +136,6 @@ k_rmsnorm_bwd_vec(float *dx, float *dw_part, const float *dout, const float *x, 
                 }
             }
         }
-        PERF_FLOPS(PERF_FP32, (size_t)D * (dx ? 11 : 6) / WARP);
     }
     if (!dw_part) return;
 #pragma unroll
@@ -240,11 +248,11 @@ static inline size_t colred_work_floats(int N, int D) {
 }
 
 /* ---- launchers (the device's op wrappers call these; part: colred_work_floats) ---- */
-static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, float *rstd, const float *x, const float *w,
-                                          int N, int D, float eps) {
+static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *rstd,
+                                          const float *x, const float *w, int N, int D, float eps) {
     if (N <= 0) return;
     LAUNCH(k_rmsnorm_fwd, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
-    (out, rstd, x, w, N, D, eps);
+    (out, out16, rstd, x, w, N, D, eps);
 }
 static inline void colsum_launch(cudaStream_t s, float *out, float *part, const float *a, const float *b,
                                  const float *r, int N, int D, int kind, int accumulate) {

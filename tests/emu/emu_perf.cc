@@ -3,7 +3,8 @@
  * on the emulated CUDA device (build/emu/bench/train_step), it counts, per kernel:
  *
  *   launches, the threads that touched global memory, the floating-point operations executed
- *   (tests/emu/flops_pass.cc), the global-memory bytes requested (loads, stores, atomics: per
+ *   on CUDA cores (tests/emu/flops_pass.cc) and on tensor cores (mma.sync: emu_api.h's
+ *   tensor_flops), the global-memory bytes requested (loads, stores, atomics: per
  *   lane, the access's size), the 32-byte sectors each warp-wide access touches (the distinct
  *   sectors of the lanes' byte ranges: what the memory system moves for it), the distinct
  *   sectors of each launch (its footprint: the least a launch can move from DRAM, summed over
@@ -32,7 +33,7 @@
 
 namespace {
 struct kcount {
-    unsigned long long launches = 0, threads = 0, flops = 0, bytes_ld = 0, bytes_st = 0, sectors = 0,
+    unsigned long long launches = 0, threads = 0, flops = 0, tensor_flops = 0, bytes_ld = 0, bytes_st = 0, sectors = 0,
                        warp_accesses = 0, footprint_sectors = 0, shared_bytes = 0, local_bytes = 0;
     unsigned long long max_block_threads = 0, sampled_launches = 0;
 };
@@ -72,6 +73,7 @@ void on_launch(const emu_launch_info_t *l, int end, void *) {
     for (auto &e : g_lanes) threads += (unsigned)__builtin_popcount(e.second);
     c.flops = l->flops, c.footprint_sectors = g_sect.size(), c.threads = threads;
     k.flops += (unsigned long long)(c.flops * scale);
+    k.tensor_flops += (unsigned long long)(l->tensor_flops * scale);
     k.footprint_sectors += (unsigned long long)(c.footprint_sectors * scale);
     k.threads += (unsigned long long)(c.threads * scale);
     k.bytes_ld += (unsigned long long)(c.bytes_ld * scale);
@@ -146,11 +148,11 @@ void write_out() {
     for (auto &e : g_k) {
         const kcount &k = e.second;
         fprintf(f,
-                "%s\n  \"%s\": {\"launches\": %llu, \"threads\": %llu, \"max_block_threads\": %llu, \"flops\": %llu, "
+                "%s\n  \"%s\": {\"launches\": %llu, \"threads\": %llu, \"max_block_threads\": %llu, \"flops\": %llu, \"tensor_flops\": %llu, "
                 "\"bytes_ld\": %llu, \"bytes_st\": %llu, \"sectors\": %llu, \"warp_accesses\": %llu, "
                 "\"footprint_sectors\": %llu, \"shared_bytes\": %llu, \"local_bytes\": %llu, "
                 "\"sampled_launches\": %llu}",
-                first ? "" : ",", e.first.c_str(), k.launches, k.threads, k.max_block_threads, k.flops, k.bytes_ld,
+                first ? "" : ",", e.first.c_str(), k.launches, k.threads, k.max_block_threads, k.flops, k.tensor_flops, k.bytes_ld,
                 k.bytes_st, k.sectors, k.warp_accesses, k.footprint_sectors, k.shared_bytes, k.local_bytes, k.sampled_launches);
         first = 0;
     }

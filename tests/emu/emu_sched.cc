@@ -107,6 +107,7 @@ struct launch_state {
 
 thread_local launch_state *cur_launch;
 static thread_local unsigned long long t_flops; /* __emu_flops of this host thread's kernel threads */
+static thread_local unsigned long long t_tensor_flops; /* mma_m16n8k16_bf16's, the same way */
 static thread_local thread_t *cur_thread;
 
 /* ---- process-wide settings ---- */
@@ -995,7 +996,7 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
         stride = (mix64(rng) % nb) | 1;
         while (std::gcd(stride, nb) != 1) stride += 2;
     }
-    const unsigned long long acc0 = g_accesses, flops0 = t_flops;
+    const unsigned long long acc0 = g_accesses, flops0 = t_flops, tensor0 = t_tensor_flops;
     /* FT_EMU_SAMPLE_BLOCKS=N: of a launch of more than N blocks, every k-th block (k = ceil(nb / N))
      * is observed; the others run unobserved (no checks, no hooks, no FLOP count) */
     static const unsigned sample = emu_env_unsigned("FT_EMU_SAMPLE_BLOCKS", 0);
@@ -1010,6 +1011,7 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
     }
     cur_launch = save;
     L.info.flops = t_flops - flops0;
+    L.info.tensor_flops = t_tensor_flops - tensor0;
     if (g_stats) {
         kstat &k = g_kstats[name];
         k.launches++;
@@ -1053,6 +1055,33 @@ EMU_CB(16)
 extern "C" EMU_HOT void __emu_flops(unsigned long long n) {
     if (emu::cur_thread && !emu::cur_launch->fast) emu::t_flops += n;
 }
+/* the tensor-core product of one lane (emu_device.h): compiled here, outside the FLOP-counting
+ * pass, so its multiply-adds are not counted as CUDA-core FLOPs; the warp's are counted once as
+ * tensor FLOPs. Not observed either (no_sanitize): the fragments' exchange is the hardware's
+ * register file, the accesses a performance model sees are the fragments' own loads. */
+namespace emu {
+static inline float bf16_bits(uint32_t r, unsigned hi) {
+    const uint32_t u = hi ? (r & 0xffff0000u) : (r << 16);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+__attribute__((no_sanitize("address"))) void mma_m16n8k16_bf16(float c[4], const uint32_t (*a)[4],
+                                                               const uint32_t (*b)[2], unsigned lane) {
+    const unsigned g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; e++) {
+        const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+        float sum = c[e];
+        for (unsigned k = 0; k < 16; k++) {
+            const uint32_t ra = a[4 * (row % 8) + (k % 8) / 2][(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+            const uint32_t rb = b[4 * col + (k % 8) / 2][k >= 8 ? 1 : 0];
+            sum += bf16_bits(ra, k & 1) * bf16_bits(rb, k & 1);
+        }
+        c[e] = sum;
+    }
+    if (lane == 0 && cur_thread && !cur_launch->fast) t_tensor_flops += 2 * 16 * 8 * 16;
+}
+} // namespace emu
 extern "C" EMU_HOT void __emu_loadN(uintptr_t p, size_t n) {
     if (emu::cur_thread && n) emu::on_access((const void *)p, (unsigned)n, EMU_LOAD, __builtin_return_address(0));
     __asan_loadN(p, n);

@@ -8,7 +8,10 @@
  *   - free gives back what alloc counted (device_t.allocated, the memory report);
  *   - a batch that creation found to fit trains its first step with nothing more allocated
  *     (the bf16 operands' work buffer used to grow at the first product: ~0.9 GB at config G,
- *     after the "largest batch that fits" probe had passed). */
+ *     after the "largest batch that fits" probe had passed);
+ * and the bf16 shadows (device_cuda.cu: operands rounded once and kept, weights refreshed by
+ * the optimizer): products read them, every write through the device invalidates or refreshes
+ * them, and FT_BF16_SHADOW_CHECK reports one made stale behind the device's back. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,11 +142,71 @@ static void test_first_step_allocates_nothing(void) {
     first_step_fits(PRECISION_BF16, "free");
 }
 
+long device_cuda_shadow_hits(const device_t *d);
+
+/* y = x w^T at bf16 (N x out), downloaded */
+static void linear_bf16(device_t *d, float *yh, float *y, const float *x, const float *w, int N, int in, int out) {
+    DEV(d, linear_forward, y, x, w, N, in, out);
+    DEV(d, download, yh, y, sizeof(float) * N * out);
+}
+static void test_bf16_shadows(void) {
+    enum { N = 24, IN = 40, OUT = 36 };
+    setenv("FT_BF16_SHADOW_CHECK", "1", 1); /* read at open */
+    char err[256];
+    device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
+    unsetenv("FT_BF16_SHADOW_CHECK");
+    if (!d) { CHECK(0, "open: %s", err); return; }
+    float xh[N * IN], wh[OUT * IN], y0[N * OUT], y1[N * OUT], y2[N * OUT];
+    for (int i = 0; i < N * IN; i++) xh[i] = (float)((i * 37) % 101 - 50) / 47.0f;
+    for (int i = 0; i < OUT * IN; i++) wh[i] = (float)((i * 53) % 89 - 44) / 61.0f;
+    float *x = DEV(d, alloc, sizeof xh), *w = DEV(d, alloc, sizeof wh), *y = DEV(d, alloc, sizeof y0);
+    float *g = DEV(d, alloc, sizeof wh), *m = DEV(d, alloc, sizeof wh), *v = DEV(d, alloc, sizeof wh);
+    DEV(d, upload, x, xh, sizeof xh);
+    DEV(d, upload, w, wh, sizeof wh);
+    const long h0 = device_cuda_shadow_hits(d);
+    linear_bf16(d, y0, y, x, w, N, IN, OUT); /* rounds x and w into their shadows */
+    linear_bf16(d, y1, y, x, w, N, IN, OUT); /* reads them */
+    CHECK(device_cuda_shadow_hits(d) - h0 == 2, "the second product read both shadows (%ld reads)", device_cuda_shadow_hits(d) - h0);
+    CHECK(!memcmp(y0, y1, sizeof y0), "the same bits from the shadows as from rounding");
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "no stale shadow: %s", err);
+    /* written through the device: the shadow is dropped, the product sees the new weights */
+    DEV(d, scale_inplace, w, 2.0f, OUT * IN);
+    linear_bf16(d, y1, y, x, w, N, IN, OUT);
+    int twice = 1;
+    for (int i = 0; i < N * OUT; i++) twice &= y1[i] == 2.0f * y0[i];
+    CHECK(twice, "after scale_inplace(w, 2) the product doubles (the scaled weights rounded afresh)");
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "no stale shadow after a write through the device: %s", err);
+    /* the optimizer refreshes the weight's shadow in its pass: the next product reads it */
+    for (int i = 0; i < OUT * IN; i++) wh[i] = 0.01f * (float)(i % 7 - 3);
+    DEV(d, upload, g, wh, sizeof wh);
+    DEV(d, zero, m, sizeof wh);
+    DEV(d, zero, v, sizeof wh);
+    adamw_scalars_t sc = {.clip = 1.0f, .decay_mul = 0.999f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                          .step_size = 0.05f, .bc2_sqrt = 1.0f};
+    const long h1 = device_cuda_shadow_hits(d);
+    DEV(d, adamw_update, w, g, m, v, OUT * IN, &sc);
+    linear_bf16(d, y2, y, x, w, N, IN, OUT);
+    CHECK(device_cuda_shadow_hits(d) - h1 == 2, "after the update both shadows read (%ld): w's refreshed by it",
+          device_cuda_shadow_hits(d) - h1);
+    CHECK(memcmp(y1, y2, sizeof y1) != 0, "the updated weights give another product");
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "the refreshed shadow is the new weights' rounding: %s", err);
+    /* written behind the device's back (not allowed to a family): the check reports it */
+    for (int i = 0; i < N * IN; i++) xh[i] = -xh[i] + 0.5f;
+    cudaMemcpy(x, xh, sizeof xh, cudaMemcpyHostToDevice);
+    linear_bf16(d, y2, y, x, w, N, IN, OUT);
+    err[0] = 0;
+    CHECK(DEV(d, sync, err, sizeof err) != 0 && strstr(err, "stale"), "a stale shadow is reported: \"%s\"", err);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "once: %s", err);
+    DEV(d, free, x), DEV(d, free, w), DEV(d, free, y), DEV(d, free, g), DEV(d, free, m), DEV(d, free, v);
+    device_close(&d);
+}
+
 int main(void) {
     RUN(test_open_checks_every_call);
     RUN(test_gemm_timer_checks_events);
     RUN(test_fault_reported_once);
     RUN(test_free_counts);
     RUN(test_first_step_allocates_nothing);
+    RUN(test_bf16_shadows);
     return check_summary();
 }

@@ -3,7 +3,8 @@
  * with the FLOP-counting pass plugin (tests/emu/flops_pass.cc), as the device objects of
  * build/emu/bench/train_step are; run by tests/it_emu.sh.
  *   - FLOPs: a fused multiply-add per element (2 each), a loop of k adds per thread, a call of
- *     expf (1), and none for integer work or copies;
+ *     expf (1), and none for integer work or copies; a warp's tensor-core product
+ *     (model/cuda/mma.cuh's mma_bf16, m16n8k16) 4096 tensor FLOPs and no CUDA-core ones;
  *   - the warp access hook's 32-byte sectors: a coalesced float copy moves 4 sectors per warp
  *     access (100%), a stride-8 read 32 (12.5%), a float4 copy 16 (100%);
  *   - FT_EMU_SAMPLE_BLOCKS=8 (set before the first launch): a 64-block launch observes 8 blocks
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "emu_api.h"
+#include "model/cuda/mma.cuh"
 #include "tests/check.h"
 
 __global__ void k_fma(int n, const float *a, const float *b, float *c) {
@@ -44,13 +46,21 @@ __global__ void k_strided(int n, const float *a, float *out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[(size_t)i * 8];
 }
+/* every lane: A's fragment all 1.0, B's all 2.0 (bf16 0x3f80, 0x4000 in both halves), C = lane */
+__global__ void k_mma(float *out) {
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    const uint32_t a[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u};
+    float c[4] = {(float)(threadIdx.x % 32), 0, 0, 0};
+    mma_bf16(c, a, 0x40004000u, 0x40004000u);
+    for (int e = 0; e < 4; e++) out[4 * t + e] = c[e];
+}
 __global__ void k_copy4(int n, const float4 *a, float4 *out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i];
 }
 
 struct counts {
-    unsigned long long flops, blocks, blocks_run, ld_bytes, st_bytes, ld_sectors, st_sectors, ld_warp, st_warp;
+    unsigned long long flops, tensor_flops, blocks, blocks_run, ld_bytes, st_bytes, ld_sectors, st_sectors, ld_warp, st_warp;
 };
 static counts g_c;
 static void on_launch(const emu_launch_info_t *l, int end, void *) {
@@ -58,7 +68,7 @@ static void on_launch(const emu_launch_info_t *l, int end, void *) {
         memset(&g_c, 0, sizeof g_c);
         return;
     }
-    g_c.flops = l->flops, g_c.blocks = l->blocks, g_c.blocks_run = l->blocks_run;
+    g_c.flops = l->flops, g_c.tensor_flops = l->tensor_flops, g_c.blocks = l->blocks, g_c.blocks_run = l->blocks_run;
 }
 static void on_warp(const emu_warp_access_t *a, void *) {
     if (a->space != EMU_GLOBAL) return;
@@ -105,6 +115,22 @@ static void test_flops(void) {
     cudaMemcpy(&h, c, sizeof h, cudaMemcpyDeviceToHost);
     CHECK(h == 2.0f, "the copy's result");
     cudaFree(a), cudaFree(b), cudaFree(c);
+}
+
+static void test_tensor_flops(void) {
+    enum { BLOCKS = 2, THREADS = 64 }; /* 4 warps */
+    float *out = dev_floats(4 * BLOCKS * THREADS, -1);
+    k_mma<<<BLOCKS, THREADS>>>(out);
+    CHECK(g_c.tensor_flops == 4ull * 2 * 16 * 8 * 16, "4 warps' m16n8k16 products: %llu tensor FLOPs, want %d",
+          g_c.tensor_flops, 4 * 2 * 16 * 8 * 16);
+    CHECK(g_c.flops == 0, "the tensor-core product counts no CUDA-core FLOPs: %llu", g_c.flops);
+    float h[4 * 64];
+    cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+    /* D = C + sum over 16 k of 1 x 2: lane 0's c[0] = 0 + 32, lane 5's c[0] = 5 + 32 */
+    CHECK(h[0] == 32.0f && h[4 * 5] == 37.0f && h[1] == 32.0f, "the product's values: %g %g %g", h[0], h[20], h[1]);
+    k_fma<<<1, 32>>>(1, out, out, out);
+    CHECK(g_c.tensor_flops == 0, "a kernel without mma: 0 tensor FLOPs (%llu)", g_c.tensor_flops);
+    cudaFree(out);
 }
 
 static void test_sectors(void) {
@@ -171,6 +197,7 @@ int main(void) {
     emu_set_warp_access_hook(on_warp, NULL);
     emu_set_gemm_hook(on_gemm, NULL);
     RUN(test_flops);
+    RUN(test_tensor_flops);
     RUN(test_sectors);
     RUN(test_sampling);
     RUN(test_gemm_hook_and_waits);

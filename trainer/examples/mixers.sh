@@ -13,26 +13,30 @@
 #       of 128 tokens) trained as seed 004 does, encoder and decoder jointly, against the
 #       plain causal mixer in bits per byte including the stored embedding: seed 004 finds
 #       the embedding-augmented model overtakes the causal one once trained long enough;
+#       once as is (mixer-mem) and once with a learned start vector added at the decoder's
+#       position 0 (mixer-mem-start, --memory-start; README says why);
 #   (5) the embedding's quantization: every autoencoder and memory model clamps its
 #       embedding to [-R, R] (R = MIXERS_RANGE), and the evaluator charges b bits per float
 #       only where the decoder read the b-bit code (model/mixers.h), at 4, 8, 16 and 32 bits;
 #       trained with seed 004's noise for 8 bits (QAT), for 4 bits, with none (post-training
 #       quantization), and the previous setup (the encoder of the d_e autoencoder, frozen).
 # Every evaluation carries the controls of evaluator/val_chunk.c (the embedding zeroed,
-# another chunk's, a unigram of the train split): a result counts only if it beats them all.
+# another chunk's, a unigram of the train split): a result counts only if it beats them all,
+# each by more than twice the gain's standard error and by more than 0.02 nats.
 # Writes results/mixers.md (tables, and per comparison what the numbers say against seed
 # 004, computed from them), results/mixers.png (curves from the metrics the bus carried) and
 # MIXERS_OUT/ (default results/mixers/): eval_<run>.json (bin/evaluator's output as is),
 # train_<run>.jsonl (the run's metrics) and commands.txt (every command that made them).
 #   MIXERS_STEPS   optimizer steps of every run (default 2000, 4.1M tokens; 1000 steps took
 #                  3-6 minutes a run on one quiet thread on 2026-11-24; 19-24 minutes on 2026-11-26 with
-#                  about seven jobs on the two cores; an evaluation 1-3 minutes)
+#                  about seven jobs on the two cores; 4-6 minutes with its evaluation on
+#                  2026-11-26 12:40-13:10 at a load average of 1-7; an evaluation 0.5-3 minutes)
 #   MIXERS_DE      the memory models' stored floats (default 16)
 #   MIXERS_RANGE   R of the embeddings' clamp (default 4)
 #   MIXERS_PARALLEL  trainings at once (default 1; give each one thread: OMP_NUM_THREADS=1)
 #   MIXERS_RUNS    the runs to make (default all, in the order of the tables' rows; the memory
-#                  and masking comparisons first: "mixer mixer-mem mixer-ae mixer-ae-unmasked
-#                  mixer-mem-qat4 mixer-mem-ptq llama llama-ae mixer-ae-de16 mixer-mem-frozen");
+#                  and masking comparisons first: "mixer mixer-mem mixer-mem-start mixer-ae
+#                  mixer-ae-unmasked mixer-mem-qat4 mixer-mem-ptq llama llama-ae mixer-ae-de16 mixer-mem-frozen");
 #                  a run not made is left out of the tables and its comparison says so
 #   MIXERS_DIR     work directory (default runs/mixers); finished runs are not redone (--resume)
 #   MIXERS_OUT, MIXERS_MD, MIXERS_PNG  where the evidence, the tables and the curves go
@@ -79,11 +83,12 @@ RUNS=(
     "mixer-ae-unmasked|8|--model mixer-ae $AE $QAT8 --no-mask-encoder"
     "mixer-ae-de$DE|8|--model mixer-ae $AE --embed-dim $DE $QAT8"
     "mixer-mem|8|$MEM $QAT8"
+    "mixer-mem-start|8|$MEM $QAT8 --memory-start"
     "mixer-mem-qat4|4|$MEM --embed-range $RANGE --embed-noise-bits 4"
     "mixer-mem-ptq|8|$MEM --embed-range $RANGE"
     "mixer-mem-frozen|8|$MEM $QAT8 --encoder $W/mixer-ae-de$DE --freeze-encoder"
 )
-ORDER=${MIXERS_RUNS:-"mixer mixer-mem mixer-ae mixer-ae-unmasked mixer-mem-qat4 mixer-mem-ptq llama llama-ae mixer-ae-de$DE mixer-mem-frozen"}
+ORDER=${MIXERS_RUNS:-"mixer mixer-mem mixer-mem-start mixer-ae mixer-ae-unmasked mixer-mem-qat4 mixer-mem-ptq llama llama-ae mixer-ae-de$DE mixer-mem-frozen"}
 spec_of() { local r; for r in "${RUNS[@]}"; do [ "${r%%|*}" = "$1" ] && { echo "$r"; return 0; }; done
             echo "mixers: no run named $1 (MIXERS_RUNS)" >&2; return 1; }
 for name in $ORDER; do spec_of "$name" > /dev/null; done
@@ -125,9 +130,9 @@ done
 # (2): the unmasked encoder's checkpoint evaluated with its encoder masked: the same weights,
 # the look-ahead half of its first mixing dropped (config.json edited, MANIFEST rewritten)
 flip=$W/mixer-ae-unmasked-as-masked
-src=$(ls -d "$W/mixer-ae-unmasked"/ckpt-* | tail -n 1)
 made() { case " $ORDER " in *" $1 "*) return 0;; esac; return 1; }
 if made mixer-ae-unmasked; then
+src=$(ls -d "$W/mixer-ae-unmasked"/ckpt-* | tail -n 1)
 if ! fresh "$W/eval_mixer-ae-unmasked-as-masked.json" "$W/mixer-ae-unmasked"; then
     : > "$W/flip.cmd"
     kept "$W/flip.cmd" rm -rf "$flip"; kept "$W/flip.cmd" mkdir -p "$flip"; kept "$W/flip.cmd" cp -r "$src" "$flip/"
@@ -145,16 +150,22 @@ NAMES=(); EVALS=()
 for r in "${RUNS[@]}"; do made "${r%%|*}" && NAMES+=("${r%%|*}"); done
 EVALS=("${NAMES[@]}"); made mixer-ae-unmasked && EVALS+=(mixer-ae-unmasked-as-masked)
 for name in "${EVALS[@]}"; do cp "$W/eval_$name.json" "$OUT/eval_$name.json"; done
-for name in "${NAMES[@]}"; do grep "\"metrics/mixers-$name\"" "$W/metrics.jsonl" > "$OUT/train_$name.jsonl" || true; done
+# a step logged twice (a run stopped after it and resumed from an earlier checkpoint): the
+# resumed one, the one the checkpoints descend from, is kept
+for name in "${NAMES[@]}"; do
+    grep "\"metrics/mixers-$name\"" "$W/metrics.jsonl" > "$W/train_$name.all" || true
+    awk 'match($0, /"step":[0-9]+/) { k = substr($0, RSTART, RLENGTH) } NR == FNR { last[k] = FNR; next } last[k] == FNR' \
+        "$W/train_$name.all" "$W/train_$name.all" > "$OUT/train_$name.jsonl"
+done
 { cat "$W/data.cmd" "$CMDS"; made mixer-ae-unmasked && cat "$W/flip.cmd"; for name in "${EVALS[@]}"; do cat "$W/eval_$name.cmd"; done; } > "$OUT/commands.txt"
 
 # curves: the training loss of each run; the memory model's also with its embedding's share
 # added (seed 004's "normalized loss": ce + L_o, L_o = bpb_embedding ln 2 / (L_t / L_b))
 for name in "${NAMES[@]}"; do jq -r '"\(.step) \(.values.loss)"' "$OUT/train_$name.jsonl" > "$W/loss_$name.dat"; done
-made mixer-mem && for bp in 4 8; do
-    off=$(jq --argjson bp $bp '(.values.ce_total - .values.ce) * $bp / .values.bits_per_param' "$W/eval_mixer-mem.json")
-    awk -v o="$off" '{print $1, $2 + o}' "$W/loss_mixer-mem.dat" > "$W/loss_mixer-mem_norm$bp.dat"
-done
+for m in mixer-mem mixer-mem-start; do made $m || continue; for bp in 4 8; do
+    off=$(jq --argjson bp $bp '(.values.ce_total - .values.ce) * $bp / .values.bits_per_param' "$W/eval_$m.json")
+    awk -v o="$off" '{print $1, $2 + o}' "$W/loss_$m.dat" > "$W/loss_${m}_norm$bp.dat"
+done; done
 # a run not made is left out of its panel (an empty panel: gnuplot warns, the script goes on)
 line() { [ -s "$W/loss_$1.dat" ] && echo "'$W/loss_$1.dat' using 1:2 smooth bezier lw 2 title '$2'" || echo "NaN notitle"; }
 gnuplot <<GP || echo "mixers: gnuplot failed; $PNG may be missing" >&2
@@ -170,7 +181,7 @@ set title '(3) causal: mixer vs transformer baseline'
 plot $(line mixer 'mixer'), $(line llama 'llama')
 set title '(4) memory model (joint, d_e=$DE, 8-bit noise) vs causal mixer'
 set ylabel 'cross-entropy + embedding share (nats/token)'
-plot $(line mixer 'causal mixer'), $(line mixer-mem 'memory model, decoder only'), $(line mixer-mem_norm4 'memory model + embedding at 4 bits'), $(line mixer-mem_norm8 'memory model + embedding at 8 bits')
+plot $(line mixer 'causal mixer'), $(line mixer-mem 'memory model, decoder only'), $(line mixer-mem_norm8 'memory model + embedding at 8 bits'), $(line mixer-mem-start 'with start vector, decoder only'), $(line mixer-mem-start_norm8 'with start vector + embedding at 8 bits')
 unset multiplot
 GP
 
@@ -187,7 +198,10 @@ lt() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { exit !(a < b - t) }'; }
 near() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; exit !(d <= t && d >= -t) }'; }
 sub4() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.4f", a - b }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f%%", 100 * (a - b) / b }'; }
-counts() { [ "$(v "$1" beats_controls)" = 1 ] && echo yes || echo "**no**"; }
+# a result counts when it beats every control by more than twice the gain's standard error
+# (bin/evaluator's beats_controls) and by more than 0.02 nats (the outcome threshold below)
+beats() { [ "$(v "$1" beats_controls)" = 1 ] && ! lt "$(v "$1" gain_zero)" 0.02 0 && ! lt "$(v "$1" gain_shuffle)" 0.02 0 && ! lt "$(v "$1" gain_unigram)" 0.02 0; }
+counts() { if beats "$1"; then echo yes; elif [ "$(v "$1" beats_controls)" = 1 ]; then echo "**no** (a gain under 0.02 nats)"; else echo "**no**"; fi; }
 # the paired difference of two runs' training losses over the second half (same batches)
 paired() {
     paste <(jq -r '"\(.step) \(.values.loss)"' "$OUT/train_$1.jsonl") <(jq -r '"\(.step) \(.values.loss)"' "$OUT/train_$2.jsonl") |
@@ -195,7 +209,11 @@ paired() {
             END { if (n < 2) print "- -"; else { m = s / n; printf "%.4f %.4f %d\n", m, sqrt((s2 / n - m * m) / (n - 1)), n } }'
 }
 {
-echo "Masked mixers at small scale (\`MIXERS_STEPS=$STEPS make mixers\`, $(date -u +%F)): Brown corpus, BPE 4096"
+# the command that made this, every setting given
+envs=$(for e in OMP_NUM_THREADS MIXERS_DIR MIXERS_STEPS MIXERS_DE MIXERS_RANGE MIXERS_PARALLEL MIXERS_RUNS MIXERS_OUT MIXERS_MD MIXERS_PNG; do
+           [ -n "${!e:-}" ] && case ${!e} in *" "*) printf '%s="%s" ' "$e" "${!e}";; *) printf '%s=%s ' "$e" "${!e}";; esac; done; true)
+echo "Masked mixers at small scale (\`${envs}make mixers\`, $(date -u +%F)):"
+echo "Brown corpus, BPE 4096"
 echo "learned from it, the last $VAL_DOCS documents held out; d=128, SwiGLU 384, T=128 (the mixers' n_ctx), B=16,"
 echo "$STEPS steps ($((STEPS * 16 * 128)) tokens) for every run, AdamW 3e-3 cosine to 3e-4. Causal models: 4 blocks;"
 echo "autoencoders: 2 encoder + 2 decoder blocks, the last position's vector as the one embedding, repeated at"
@@ -203,8 +221,9 @@ echo "every decoder position; memory models: 2 encoder + 4 decoder blocks, the e
 echo "decoder's position 0, encoder and decoder trained together (but the frozen row). Mixers flat (1 head, k = 1)."
 echo "Every stored embedding is clamped to [-$RANGE, $RANGE]; at b bits per float the decoder reads its b-bit code"
 echo "(2^b levels over the range). Validation on the whole held-out split. Evaluations: [mixers/](mixers/)eval_<run>.json,"
-echo "the commands that made them: [mixers/commands.txt](mixers/commands.txt). Train time: first to last metric on"
-echo "the bus, wall clock on a machine shared with other jobs."
+echo "the commands that made them: [mixers/commands.txt](mixers/commands.txt). Train time: the intervals between the"
+echo "metrics the bus carried, added up (a gap over 60 s, where a run stopped and was resumed, left out), wall"
+echo "clock on a machine shared with other jobs."
 echo
 echo "CE in nats per token, bits per byte (bpb) per seed 004: (L_t / L_b) CE / ln 2, plus n_p b_p / (T L_b / L_t)"
 echo "for the stored embedding of n_p floats at b_p bits."
@@ -212,7 +231,8 @@ echo
 echo "| run | parameters | train time | val CE | decoder bpb | floats x bits | embedding bpb | total bpb | CE, embedding zeroed | CE, another chunk's | CE, unigram | beats all three |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for name in "${NAMES[@]}"; do
-    secs=$(jq -s 'if length > 1 then (.[-1].time - .[0].time) | round | tostring + " s" else "-" end' "$OUT/train_$name.jsonl" | tr -d '"')
+    # the steps' intervals added up, a gap over 60 s (the run stopped, then resumed) left out
+    secs=$(jq -s -r 'sort_by(.time) as $a | if length > 1 then [range(1; length) as $i | $a[$i].time - $a[$i - 1].time | select(. < 60)] | add | round | tostring + " s" else "-" end' "$OUT/train_$name.jsonl")
     if [ -n "$(v "$name" embed_floats)" ]; then
         echo "| $name | $(v "$name" params) | $secs | $(f4 "$(v "$name" ce)") | $(f4 "$(v "$name" bpb_decoder)") | $(v "$name" embed_floats) x $(v "$name" bits_per_param) | $(f4 "$(v "$name" bpb_embedding)") | $(f4 "$(v "$name" bpb)") | $(f4 "$(v "$name" ce_zero)") | $(f4 "$(v "$name" ce_shuffle)") | $(f4 "$(v "$name" ce_unigram)") | $(counts "$name") |"
     else
@@ -220,7 +240,9 @@ for name in "${NAMES[@]}"; do
     fi
 done
 echo
-echo "Gains over the controls (nats per token, mean over the held-out rows ± its standard error):"
+echo "Gains over the controls (nats per token, mean over the held-out rows ± its standard error). A result counts"
+echo "(\"beats all three\") when every gain exceeds twice its standard error (bin/evaluator's \`beats_controls\`) and 0.02"
+echo "nats (a smaller gain, however significant, is not read as an outcome):"
 echo
 echo "| run | over the zeroed embedding | over another chunk's | over the unigram |"
 echo "| --- | --- | --- | --- |"
@@ -235,7 +257,7 @@ echo "| run | trained with | 4 bits | 8 bits | 16 bits | 32 bits |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for name in "${NAMES[@]}"; do
     [ -n "$(v "$name" embed_floats)" ] || continue
-    case $name in *qat4) how="noise of 4 bits";; *ptq) how="no noise (post-training quantization)";; *frozen) how="noise of 8 bits, encoder frozen";; *) how="noise of 8 bits";; esac
+    case $name in *qat4) how="noise of 4 bits";; *-start) how="noise of 8 bits, start vector";; *ptq) how="no noise (post-training quantization)";; *frozen) how="noise of 8 bits, encoder frozen";; *) how="noise of 8 bits";; esac
     row="| $name | $how"
     for b in 4 8 16 32; do row="$row | $(f4 "$(v "$name" ce_b$b)") / $(f4 "$(v "$name" bpb_b$b)")"; done
     echo "$row |"
@@ -268,15 +290,25 @@ else w="the transformer is ahead by $(sub4 "$a" "$b") nats per token"; fi
 echo "- (3) causal mixer vs transformer, val CE $(f4 "$a") vs $(f4 "$b"): $w (the masked-mixer papers: a mixer learns causal language somewhat less efficiently than an optimised transformer, about as well as an early one)."
 fi
 if ! all mixer mixer-mem; then notmade 4 "memory model vs causal mixer"; else
-a=$(v mixer bpb); d=$(v mixer-mem bpb_decoder); b8=$(v mixer-mem bpb_b8)
+a=$(v mixer bpb)
+# mem_verdict RUN BPB8 BPB4: what RUN's numbers say against the causal mixer's bpb $a
+mem_verdict() {
+    local d; d=$(v "$1" bpb_decoder)
+    if ! beats "$1"; then echo "does not count: it does not beat its controls (gains over the zeroed embedding $(pm "$1" gain_zero), over another chunk's $(pm "$1" gain_shuffle), over the unigram $(pm "$1" gain_unigram) nats; a gain counts above twice its standard error and 0.02 nats)"
+    elif lt "$3" "$a" 0.01 || lt "$2" "$a" 0.01; then echo "agrees: it beats its controls and with the embedding stored compresses better"
+    elif lt "$d" "$a" 0.01; then echo "does not agree yet: it beats its controls (over another chunk's embedding $(pm "$1" gain_shuffle) nats) and its decoder alone is $(sub4 "$d" "$a") bpb against the causal mixer, but the embedding costs more to store than it saves"
+    else echo "does not agree: it beats its controls (over another chunk's embedding $(pm "$1" gain_shuffle) nats) but its decoder alone is not below the causal mixer's ($(sub4 "$d" "$a") bpb), so the embedding's storage is pure cost"; fi
+}
+d=$(v mixer-mem bpb_decoder); b8=$(v mixer-mem bpb_b8)
 if made mixer-mem-qat4; then b4=$(v mixer-mem-qat4 bpb_b4); d4=$(v mixer-mem-qat4 bpb_decoder)
 else b4=$(v mixer-mem bpb_b4); d4=$(v mixer-mem bpb_decoder); fi   # no model trained for 4 bits: the 8-bit one read at 4
-if [ "$(v mixer-mem beats_controls)" != 1 ]; then w="does not count: the memory model does not beat its controls"
-elif lt "$b4" "$a" 0.01 || lt "$b8" "$a" 0.01; then w="agrees: with the embedding stored the memory model compresses better"
-elif lt "$d" "$a" 0.01; then w="does not agree yet: the embedding helps the decoder (its own bpb is $(sub4 "$d" "$a") against the causal mixer) but by less than it costs to store"
-else w="does not agree: the embedding does not help the decoder measurably, so its storage is pure cost"; fi
+w=$(mem_verdict mixer-mem "$b8" "$b4")
 made mixer-mem-qat4 && t4="for the model trained for 4 bits" || t4="for the same model read at 4 bits (mixer-mem-qat4 not made)"
-echo "- (4) memory model (joint, $DE floats) vs causal mixer, total bpb $(f4 "$b8") at 8 bits ($(sub4 "$b8" "$a")), $(f4 "$b4") $t4 ($(sub4 "$b4" "$a")), decoder alone $(f4 "$d") / $(f4 "$d4"), vs $(f4 "$a"): $w (seed 004: at d_e = 64 and n_ctx = 1024 the embedding-augmented mixer ends with the lowest total bpb after long training; it starts higher and overtakes later). The frozen encoder of the previous setup: $(made mixer-mem-frozen && echo "decoder bpb $(f4 "$(v mixer-mem-frozen bpb_decoder)"), total $(f4 "$(v mixer-mem-frozen bpb_b8)") at 8 bits" || echo "not made")."
+if made mixer-mem-start; then
+    s8=$(v mixer-mem-start bpb_b8); s4=$(v mixer-mem-start bpb_b4)
+    st="With the learned start vector at the decoder's position 0 (mixer-mem-start, --memory-start): val CE $(f4 "$(v mixer-mem-start ce)") against $(f4 "$(v mixer-mem ce)") without, total bpb $(f4 "$s8") at 8 bits ($(sub4 "$s8" "$a")), $(f4 "$s4") read at 4 bits ($(sub4 "$s4" "$a")), decoder alone $(f4 "$(v mixer-mem-start bpb_decoder)"): $(mem_verdict mixer-mem-start "$s8" "$s4")."
+else st="The memory model with the start vector (mixer-mem-start): not made."; fi
+echo "- (4) memory model (joint, $DE floats) vs causal mixer, total bpb $(f4 "$b8") at 8 bits ($(sub4 "$b8" "$a")), $(f4 "$b4") $t4 ($(sub4 "$b4" "$a")), decoder alone $(f4 "$d") / $(f4 "$d4"), vs $(f4 "$a"): $w (seed 004: at d_e = 64 and n_ctx = 1024 the embedding-augmented mixer ends with the lowest total bpb after long training; it starts higher and overtakes later). $st The frozen encoder of the previous setup: $(made mixer-mem-frozen && echo "decoder bpb $(f4 "$(v mixer-mem-frozen bpb_decoder)"), total $(f4 "$(v mixer-mem-frozen bpb_b8)") at 8 bits, $(mem_verdict mixer-mem-frozen "$(v mixer-mem-frozen bpb_b8)" "$(v mixer-mem-frozen bpb_b4)")" || echo "not made")."
 fi
 if ! made mixer-mem; then notmade 5 "quantizing the embedding"; else
 q32=$(v mixer-mem ce_b32); q8=$(v mixer-mem ce_b8); q4=$(v mixer-mem ce_b4)

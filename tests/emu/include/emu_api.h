@@ -26,6 +26,10 @@ typedef struct {
      * instrumented (tests/emu/flops_pass.cc; 0 where the .cu was compiled without it): filled in
      * before the launch hook's end call */
     unsigned long long flops;
+    /* of which none are tensor-core operations: those are counted apart, 2 per product term of
+     * each warp-wide matrix multiply-accumulate the launch's warps executed (mma.sync, through
+     * emu::mma_m16n8k16_bf16; 4096 per m16n8k16), also before the end call */
+    unsigned long long tensor_flops;
     /* blocks of the grid, and blocks observed: fewer under $FT_EMU_SAMPLE_BLOCKS=N (a launch of
      * more than N blocks runs all of them, but only every k-th, k = ceil(blocks / N), is observed:
      * checks, access hooks and the FLOP count; the others run unchecked. For the performance

@@ -91,6 +91,13 @@ void nanosleep(unsigned ns);
 enum atomic_op { A_ADD, A_SUB, A_EXCH, A_MIN, A_MAX, A_INC, A_DEC, A_CAS, A_AND, A_OR, A_XOR };
 enum atomic_type { T_I32, T_U32, T_I64, T_U64, T_F32, T_F64, T_U16, T_BF16, T_BF162 };
 uint64_t atomic(void *p, int op, int type, uint64_t v, uint64_t cmp);
+/* The arithmetic of PTX's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one lane
+ * (model/cuda/mma.cuh, after the warp's 32 lanes posted their fragments: a[lane][4] of A,
+ * b[lane][2] of B): the lane's four fp32 outputs, c[e] += its row of A times its column of B,
+ * k in order. It runs in the emulator's runtime, which the FLOP-counting pass does not
+ * instrument: the launch counts the warp's 2 x 16 x 8 x 16 products as tensor-core FLOPs
+ * (emu_launch_info_t.tensor_flops, once per warp: lane 0's call), not as CUDA-core ones. */
+void mma_m16n8k16_bf16(float c[4], const uint32_t (*a)[4], const uint32_t (*b)[2], unsigned lane);
 
 /* ---- launches ---- */
 typedef void (*body_fn)(void *);
