@@ -184,7 +184,12 @@ static void test_ops(void) {
         DEV(A, latent_backward, FA(dmu), FA(dls), FA(zl), FA(mu), FA(ls), FA(eps), 0.5f, (size_t)NL);
         DEV(B, latent_backward, FB(dmu), FB(dls), FB(zl), FB(mu), FB(ls), FB(eps), 0.5f, (size_t)NL);
         same("latent_backward dmu", &dmu, 1e-7, 1e-6);
-        same("latent_backward dls", &dls, 1e-7, 1e-6);
+        /* dls = dz eps sigma + k (sigma^2 - 1), sigma = exp(ls): CUDA's expf is within 2 ulp
+         * (CUDA C Programming Guide, its maximum-ulp table) where the CPU's libm is within 1,
+         * and the terms (O(1) here) cancel, so the error is absolute, a few ulp of the terms:
+         * 1.5e-7 on 0.0203 was seen on an H200 (relative 7e-6). The emulator uses the host's
+         * libm and matches to the bit. */
+        same("latent_backward dls", &dls, 1e-6, 1e-6);
         dbuf_t *lat[] = {&mu, &ls, &eps, &zl, &klr, &dmu, &dls};
         for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++) dfree(lat[i]);
     }
@@ -297,10 +302,13 @@ static void test_mixer_ops(void) {
     DEV(A, embed_code_forward, FA(ey), FA(ex), FA(eu), (size_t)Bt * D, 2.0f, 0, 8);
     DEV(B, embed_code_forward, FB(ey), FB(ex), FB(eu), (size_t)Bt * D, 2.0f, 0, 8);
     same("embed_code_forward, 8-bit noise", &ey, 1e-6, 1e-6);
-    DEV(A, embed_code_backward, FA(edx), FA(ey), FA(ex), (size_t)Bt * D, 2.0f);
-    DEV(B, embed_code_backward, FB(edx), FB(ey), FB(ex), (size_t)Bt * D, 2.0f);
+    /* dx = dy x (0 or 1): exact on every device, given the same dy (not each side's forward
+     * output, whose last bit may differ by the fma above: seen on an H200) */
+    dbuf_t edy = dfloats(Bt * D, 1);
+    DEV(A, embed_code_backward, FA(edx), FA(edy), FA(ex), (size_t)Bt * D, 2.0f);
+    DEV(B, embed_code_backward, FB(edx), FB(edy), FB(ex), (size_t)Bt * D, 2.0f);
     same("embed_code_backward", &edx, 0, 0);
-    dfree(&ex); dfree(&eu); dfree(&ey); dfree(&edx);
+    dfree(&ex); dfree(&eu); dfree(&ey); dfree(&edx); dfree(&edy);
     CHECK(DEV(A, sync, err, sizeof err) == 0 && DEV(B, sync, err, sizeof err) == 0, "no device fault: %s", err);
     dfree(&e); dfree(&win); dfree(&de);
 }
