@@ -329,6 +329,10 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         if (!rc && steps > 0) profile_report(steps < PROF_MAX_STEPS ? steps : PROF_MAX_STEPS, nprof, step_s);
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
+    /* the timed steps end here: the cuBLAS pass below is not part of the throughput (until
+     * 2026-11-26 it was, which halved every GPU tokens/s; found on the first H200 run) */
+    double total = now() - t0, tps = (double)B * T * steps / total;
+    const double clock_step = (clock_now() - clock0) / steps;
     /* cuBLAS' share, from a second pass with every product timed (it waits for each product,
      * so it is not part of the throughput above) */
     double gemm_share = -1;
@@ -345,8 +349,6 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         gemm_share = dev->gemm_seconds / (now() - a);
         dev->profile_gemm = 0;
     }
-    double total = now() - t0, tps = (double)B * T * steps / total;
-    const double clock_step = (clock_now() - clock0) / steps;
     double fpt = flops_per_token(&c, nparams, not_per_token, T);
     /* --limit: the product limit at this step's shapes, measured after the steps */
     double limit_s = -1.0, limit_gflops = -1.0;
