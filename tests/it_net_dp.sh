@@ -81,9 +81,13 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 ok "B cut: rank 0 says rank 1 is lost within --dp-lost-after 3 + 2 s ($ms ms)" "[ $found = 0 ] && [ $ms -lt 5000 ]"
 ok "in one line naming the silence and the checkpoint to resume from" \
    "grep -q '^trainer: rank 0: rank 1 lost during .* of step [0-9]*: silent for [0-9.]* s (--dp-lost-after 3); resume from $W/k/ckpt-[0-9]* with --resume' $W/k.log"
-wait_for "! kill -0 $launcher 2>/dev/null" 15; gone=$?
+# How long mpirun takes after rank 0's exit depends on whether its own message to B's daemon
+# is in flight at the cut (keepalives then wait for retransmissions): under 15 s in the runs
+# before 2026-11-26 14:45, 18.9 s in one full make test. What this checks is that it does not
+# wait out TCP's retries (minutes without multihost.env's keepalives): 30 s.
+wait_for "! kill -0 $launcher 2>/dev/null" 30; gone=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
-ok "and mpirun ends too, within 15 s of the cut ($ms ms)" "[ $gone = 0 ]"
+ok "and mpirun ends too, within 30 s of the cut ($ms ms)" "[ $gone = 0 ]"
 last=$(sed -n "s|.*resume from $W/k/ckpt-\([0-9]*\) with.*|\1|p" "$W/k.log" | head -1)
 last=$((10#${last:-0}))
 host_heal B
