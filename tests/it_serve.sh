@@ -111,11 +111,19 @@ serve srv4.log --follow base --max-batch 8 --max-queue 64
 load() { # client-number seconds: batches of 12, one line "index|step|text" per answer; the next
     # batch is sent before the previous one's answers are read, so the server always has rows
     # decoding (with one batch in flight it could be idle between batches, and a reload that
-    # falls there has no rows on the old model to drain)
-    $PY - "$SRV" "$2" >"$W/load$1.txt" 2>&1 <<'PY'
-import json, sys, time, zmq, msgpack
+    # falls there has no rows on the old model to drain). It asks for at least `seconds` and
+    # until $W/reloaded exists plus one second (at most 60 s): a fixed time could end before
+    # the trainer announced step 40, and the reload then found no rows (seen on 2026-11-26)
+    $PY - "$SRV" "$2" "$W/reloaded" >"$W/load$1.txt" 2>&1 <<'PY'
+import json, os, sys, time, zmq, msgpack
 s = zmq.Context().socket(zmq.DEALER); s.setsockopt(zmq.RCVTIMEO, 20000); s.connect(sys.argv[1])
-end = time.time() + float(sys.argv[2]); rid = 0
+t0 = time.time(); rid = 0
+def asking():
+    now = time.time()
+    if now - t0 > 60: return False
+    if now - t0 < float(sys.argv[2]): return True
+    try: return now - os.path.getmtime(sys.argv[3]) < 1.0
+    except OSError: return True
 def send_batch(rid):
     for i in range(12):
         s.send_multipart([b"", msgpack.packb({"v": 1, "type": "gen_req", "req_id": rid * 100 + i, "prompt": "K>",
@@ -126,7 +134,7 @@ def read_batch():
         r = msgpack.unpackb(s.recv_multipart()[-1], raw=False)
         print("%d|%d|%s" % (r["req_id"] % 100, r.get("step", -1), json.dumps(r.get("text", "error %s" % r.get("code")))))
 rid += 1; send_batch(rid)
-while time.time() < end:
+while asking():
     rid += 1; send_batch(rid)
     read_batch()
 read_batch()
@@ -137,6 +145,8 @@ rss1=$(rss)
 load 1 6 & l1=$!; load 2 6 & l2=$!
 sleep 1
 bin/trainer --loaders "ipc://$W/l0" $MODEL --run base --run-dir "$W/base" --steps 40 --ckpt-every 20 --resume 2>>"$W/train.log"
+wait_for "grep -q 'reloaded .*ckpt-00000040' $W/srv4.log" 30
+touch "$W/reloaded"
 wait $l1 $l2
 rss2=$(rss)
 cli "$CK2" >"$W/cli2.txt"
