@@ -83,7 +83,22 @@ typedef struct {
     size_t n, cap;        /* elements shadowed; elements the storage holds */
     __nv_bfloat16 *data;
     int valid;
+    /* 0, 0: the elements in their order. Else the tensor is rows of `width` elements and the
+     * shadow keeps row r at r * ld (ld > width, a multiple of CUDA_PRODUCT_ALIGN): a product
+     * reading such a matrix gets 16-byte aligned columns (shadow_view) */
+    int width, ld;
 } cu_shadow_t;
+/* Products whose matrices have a leading dimension that is not a multiple of 8 bf16 (16 bytes)
+ * run on cuBLAS's kernels without that alignment requirement: measured on an H200, the
+ * vocabulary's products at V = 50257 ran Turing-era cutlass_75 kernels at ~95 TFLOP/s where the
+ * layer's products got Hopper kernels (bench/h200/, bench/NOTES.md). So a padded shadow keeps
+ * such a matrix at a leading dimension rounded up to CUDA_PRODUCT_ALIGN elements, and a product
+ * whose fp32 result has such a leading dimension is computed into an aligned staging buffer and
+ * copied out (gemm_run). $FT_CUDA_ALIGN=0 turns both off (for measuring what they give). */
+#define CUDA_PRODUCT_ALIGN 64
+/* below this many multiply-adds a product is not worth a staging copy ($FT_CUDA_STAGE_MIN: the
+ * emulator's tests stage every product whose result is misaligned, at their small shapes) */
+#define CUDA_STAGE_MIN_MACS ((double)(1 << 30))
 
 /* a tensor list of the optimizer kernels, kept on the device between steps */
 typedef struct {
@@ -111,8 +126,15 @@ typedef struct {
     cu_shadow_t shadow[CUDA_SHADOW_MAX]; /* the bf16 shadows (above), n_shadow slots in use */
     int n_shadow;
     int shadow_check;         /* $FT_BF16_SHADOW_CHECK */
+    int align_products;       /* padded shadows and staged results (CUDA_PRODUCT_ALIGN); $FT_CUDA_ALIGN */
+    int ce_cache;             /* the classifier keeps a row in shared memory when it fits; $FT_CUDA_CE_CACHE=0: never
+                                 (two reads of the row from global memory, for measuring the choice) */
+    double stage_min;         /* CUDA_STAGE_MIN_MACS, or $FT_CUDA_STAGE_MIN */
+    float *stage;             /* the staging buffer of products with a misaligned result */
+    size_t stage_bytes;
     size_t shadow_bytes;      /* their storage */
     long shadow_hits;         /* products that read a shadow (device_cuda_shadow_hits) */
+    long staged, padded_reads; /* products staged; operands read from a padded shadow (device_cuda_aligned_counts) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -191,20 +213,37 @@ static void out_to_end(device_t *d, const void *p) {
     }
     out_bytes(d, p, (size_t)-1 - (uintptr_t)p); /* not an allocation of ours: everything above it */
 }
-/* the valid shadow holding x[0 .. span), at x's element, or NULL */
-static const __nv_bfloat16 *shadow_find(device_t *d, const float *x, size_t span) {
+/* the valid shadow holding the matrix view x (rows x cols, column stride ld) -- a compact one, or
+ * a padded one of the same width (the view's columns are rows of its tensor) -- at x's element,
+ * with its column stride in *lds; NULL if none */
+static const __nv_bfloat16 *shadow_view(device_t *d, const float *x, int rows, int cols, int ld, int *lds) {
     cuda_impl_t *c = impl_of(d);
+    const size_t span = (size_t)ld * (cols - 1) + rows;
     for (int i = 0; i < c->n_shadow; i++) {
         const cu_shadow_t *s = &c->shadow[i];
-        if (s->valid && x >= s->src && x + span <= s->src + s->n) return s->data + (x - s->src);
+        if (!s->valid || x < s->src || x + span > s->src + s->n) continue;
+        const size_t off = (size_t)(x - s->src);
+        if (!s->ld) {
+            *lds = ld;
+            return s->data + off;
+        }
+        if (ld == s->width && (int)(off % (size_t)s->width) + rows <= s->width) {
+            *lds = s->ld;
+            c->padded_reads++;
+            return s->data + (off / (size_t)s->width) * (size_t)s->ld + off % (size_t)s->width;
+        }
     }
     return NULL;
 }
 /* storage for the shadow of x[0 .. n), marked valid (the caller fills it, on the stream, before
  * anything reads it); NULL when the table is full or the GPU would keep less than
  * CUDA_SHADOW_SPARE free */
-static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) {
+static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld);
+static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) { return shadow_take_rows(d, x, n, 0, 0); }
+/* the same for a tensor of rows of `width` elements kept at row stride ld (0, 0: in order) */
+static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld) {
     cuda_impl_t *c = impl_of(d);
+    const size_t need = ld ? n / (size_t)width * (size_t)ld : n;
     cu_shadow_t *s = NULL;
     for (int i = 0; i < c->n_shadow && !s; i++)
         if (c->shadow[i].src == x) s = &c->shadow[i];
@@ -216,9 +255,9 @@ static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) {
     if (!s) return NULL;
     s->valid = 0;
     s->src = x;
-    if (s->cap < n) {
+    if (s->cap < need) {
         size_t fr = 0, total = 0;
-        const size_t bytes = (n * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
+        const size_t bytes = (need * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
         void *p = NULL;
         if (cudaMemGetInfo(&fr, &total) != cudaSuccess || fr < bytes + CUDA_SHADOW_SPARE ||
             cudaMalloc(&p, bytes) != cudaSuccess) {
@@ -236,6 +275,8 @@ static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) {
         c->shadow_bytes += bytes;
     }
     s->n = n;
+    s->width = width;
+    s->ld = ld;
     s->valid = 1;
     return s->data;
 }
@@ -246,7 +287,7 @@ static __nv_bfloat16 *shadow_slice(device_t *d, const float *x, size_t n) {
     cuda_impl_t *c = impl_of(d);
     int keep = -1;
     for (int i = 0; i < c->n_shadow && keep < 0; i++)
-        if (c->shadow[i].valid && x >= c->shadow[i].src && x + n <= c->shadow[i].src + c->shadow[i].n) keep = i;
+        if (c->shadow[i].valid && !c->shadow[i].ld && x >= c->shadow[i].src && x + n <= c->shadow[i].src + c->shadow[i].n) keep = i;
     if (keep < 0) return NULL;
     const char *lo = (const char *)x, *hi = (const char *)(x + n);
     for (int i = 0; i < c->n_shadow; i++) {
@@ -277,9 +318,25 @@ static void shadow_forget(device_t *d, const void *p, size_t bytes) {
 static __nv_bfloat16 *product_output_shadow(device_t *d, const float *out, size_t n) {
     return d->precision == PRECISION_BF16 && out && n ? shadow_take(d, out, n) : NULL;
 }
-/* FT_BF16_SHADOW_CHECK: *bad += the elements of sh[0 .. n) that are not the rounding of x */
-__global__ void k_shadow_check(size_t n, unsigned long long *bad, const __nv_bfloat16 *sh, const float *x) {
-    FOR_ITEMS(n) if (__bfloat16_as_ushort(sh[it]) != __bfloat16_as_ushort(__float2bfloat16_rn(x[it]))) atomicAdd(bad, 1ull);
+/* The same for an output of `rows` rows of `width` elements; *ld: the shadow's row stride --
+ * width, or width rounded up to CUDA_PRODUCT_ALIGN when width is not a multiple of 8 (the
+ * classifier's dlogits, rows of the vocabulary's size) */
+static __nv_bfloat16 *product_output_shadow_rows(device_t *d, const float *out, size_t rows, int width, int *ld) {
+    *ld = width;
+    if (d->precision != PRECISION_BF16 || !out || !rows || width <= 0) return NULL;
+    if (!impl_of(d)->align_products || width % 8 == 0) return shadow_take(d, out, rows * (size_t)width);
+    *ld = (width + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
+    return shadow_take_rows(d, out, rows * (size_t)width, width, *ld);
+}
+/* FT_BF16_SHADOW_CHECK: *bad += the elements of the shadow sh of the view x (rows x n / rows,
+ * column strides lds and ldx) that are not the rounding of x */
+__global__ void k_shadow_check(size_t n, unsigned long long *bad, const __nv_bfloat16 *sh, size_t lds, const float *x,
+                               size_t ldx, size_t rows) {
+    FOR_ITEMS(n) {
+        const size_t r = it % rows, col = it / rows;
+        if (__bfloat16_as_ushort(sh[col * lds + r]) != __bfloat16_as_ushort(__float2bfloat16_rn(x[col * ldx + r])))
+            atomicAdd(bad, 1ull);
+    }
 }
 
 /* ---- memory ---- */
@@ -406,13 +463,17 @@ static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, fl
  * of its columns), one made now by rounding it; NULL where neither (a strided view, no memory)
  * -- the product then rounds the view into the work buffer. In checking mode a shadow found is
  * compared with a fresh rounding (k_shadow_check). */
-static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows, int cols, int ld) {
+static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows, int cols, int ld, int *lds) {
     cuda_impl_t *c = impl_of(d);
     const size_t span = (size_t)ld * (cols - 1) + rows;
-    const __nv_bfloat16 *s = shadow_find(d, X, span);
+    *lds = ld;
+    const __nv_bfloat16 *s = shadow_view(d, X, rows, cols, ld, lds);
     if (s) {
         c->shadow_hits++;
-        if (c->shadow_check) k_shadow_check<<<GRID(span)>>>(span, c->shadow_bad, s, X);
+        if (c->shadow_check) {
+            const size_t n = (size_t)rows * cols;
+            k_shadow_check<<<GRID(n)>>>(n, c->shadow_bad, s, (size_t)*lds, X, (size_t)ld, (size_t)rows);
+        }
         return s;
     }
     if (ld != rows) return NULL;
@@ -421,10 +482,59 @@ static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows
     return t;
 }
 
+static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* the staging buffer of at least `bytes`, or NULL (the product then runs unstaged) */
+static float *stage_buffer(device_t *d, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (bytes <= c->stage_bytes) return c->stage;
+    if (c->stage) {
+        /* the old buffer may still be read by queued kernels */
+        if (cudaStreamSynchronize(c->stream) != cudaSuccess) {
+            fault(d, "product staging: cudaStreamSynchronize", cudaGetErrorString(cudaGetLastError()));
+            return NULL;
+        }
+        cudaFree(c->stage);
+        c->stage = NULL;
+        c->stage_bytes = 0;
+    }
+    size_t fr = 0, total = 0;
+    void *p = NULL;
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess || fr < bytes + CUDA_SHADOW_SPARE || cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    c->stage = (float *)p;
+    c->stage_bytes = bytes;
+    return c->stage;
+}
+/* A bf16 product whose fp32 result C has a leading dimension that is not 16-byte aligned (the
+ * logits: ldc = the vocabulary's size) runs into the staging buffer at an aligned leading
+ * dimension and is copied out (copy_rows: ~2 x C's bytes of traffic, a fraction of what the
+ * unaligned product costs, CUDA_PRODUCT_ALIGN above); other products run as they are. */
 static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cuda_impl_t *c = impl_of(d);
     if (m <= 0 || n <= 0) return;
+    float *S = NULL;
+    const int lds = (m + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
+    if (d->precision == PRECISION_BF16 && c->align_products && k > 0 && (ldc % 4 != 0 || !aligned16(C)) &&
+        (double)m * n * k >= c->stage_min)
+        S = stage_buffer(d, sizeof(float) * (size_t)lds * n);
+    if (!S) {
+        gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    c->staged++;
+    if (beta != 0.0f) copy_rows_launch(c->stream, S, NULL, (size_t)lds, 0, C, (size_t)ldc, 0, (size_t)n, m);
+    gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, S, lds);
+    out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
+    copy_rows_launch(c->stream, C, NULL, (size_t)ldc, 0, S, (size_t)lds, 0, (size_t)n, m);
+    check_launch(d, "gemm: copying the staged result");
+}
+static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    cuda_impl_t *c = impl_of(d);
     out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
     const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t ob = tb == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -435,8 +545,9 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
          * CUDA_BF16_WORK_BYTES (a chunk after the first adds into C: beta 1), so the buffer
          * never grows past what device_cuda_open reserved */
         const int ra = ta == GEMM_N ? m : k, rb = tb == GEMM_N ? k : n;
-        const __nv_bfloat16 *sa = operand_shadow(d, A, ra, ta == GEMM_N ? k : m, lda);
-        const __nv_bfloat16 *sb = operand_shadow(d, B, rb, tb == GEMM_N ? n : k, ldb);
+        int lsa, lsb; /* the shadows' column strides (a padded shadow's differ from lda, ldb) */
+        const __nv_bfloat16 *sa = operand_shadow(d, A, ra, ta == GEMM_N ? k : m, lda, &lsa);
+        const __nv_bfloat16 *sb = operand_shadow(d, B, rb, tb == GEMM_N ? n : k, ldb, &lsb);
         out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m); /* again: a shadow just made of A or B may overlap C */
         size_t kc = sa && sb ? (size_t)k : CUDA_BF16_WORK_BYTES / (sizeof(__nv_bfloat16) * ((size_t)(sa ? 0 : m) + (sb ? 0 : n)));
         if (kc < 1) kc = 1;
@@ -445,6 +556,7 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
             /* the chunk's views: op(A) columns k0.., op(B) rows k0.. (offsets into a shadow are
              * the same: it keeps the operand's column stride) */
             const size_t oA = ta == GEMM_N ? (size_t)k0 * lda : (size_t)k0, oB = tb == GEMM_N ? (size_t)k0 : (size_t)k0 * ldb;
+            const size_t oAs = ta == GEMM_N ? (size_t)k0 * lsa : (size_t)k0, oBs = tb == GEMM_N ? (size_t)k0 : (size_t)k0 * lsb;
             const int rac = ta == GEMM_N ? ra : kn, cac = ta == GEMM_N ? kn : m;
             const int rbc = tb == GEMM_N ? kn : rb, cbc = tb == GEMM_N ? n : kn;
             const size_t na = sa ? 0 : (size_t)rac * cac, nb = sb ? 0 : (size_t)rbc * cbc;
@@ -457,9 +569,9 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
             if (nb) g_to_bf16<<<GRID(nb)>>>(nb, w + na, B + oB, rbc, ldb);
             check_launch(d, "gemm bf16 operands");
             const float b = k0 == 0 ? beta : 1.0f;
-            st = cublasGemmEx(c->blas, oa, ob, m, n, kn, &alpha, sa ? (const void *)(sa + oA) : (const void *)w, CUDA_R_16BF,
-                              sa ? lda : rac, sb ? (const void *)(sb + oB) : (const void *)(w + na), CUDA_R_16BF,
-                              sb ? ldb : rbc, &b, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            st = cublasGemmEx(c->blas, oa, ob, m, n, kn, &alpha, sa ? (const void *)(sa + oAs) : (const void *)w, CUDA_R_16BF,
+                              sa ? lsa : rac, sb ? (const void *)(sb + oBs) : (const void *)(w + na), CUDA_R_16BF,
+                              sb ? lsb : rbc, &b, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
             if (st != CUBLAS_STATUS_SUCCESS) break;
         }
     } else if (d->precision == PRECISION_TF32) {
@@ -639,10 +751,11 @@ static att_bf16_t attention_shadows(device_t *d, const float *q, const float *k,
                                     size_t nq, size_t nkv) {
     att_bf16_t c = {NULL, NULL, NULL, NULL};
     if (d->precision != PRECISION_BF16 || !nq || !nkv || nq > INT_MAX || nkv > INT_MAX) return c;
-    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq);
-    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv);
-    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv);
-    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq);
+    int ld; /* single columns: a shadow of any layout gives them compact */
+    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq, &ld);
+    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv, &ld);
+    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv, &ld);
+    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq, &ld);
     check_launch(d, "attention bf16 operands");
     return c;
 }
@@ -708,7 +821,7 @@ static void classifier(device_t *d, float *row_loss, float *lse, float *dz, cons
     cuda_impl_t *c = impl_of(d);
     OUT(dz, (size_t)N * V);
     if (!have_lse) OUT(lse, N);
-    const size_t cache = !have_lse && sizeof(float) * (size_t)V + 1024 <= c->smem_optin ? sizeof(float) * (size_t)V : 0;
+    const size_t cache = c->ce_cache && !have_lse && sizeof(float) * (size_t)V + 1024 <= c->smem_optin ? sizeof(float) * (size_t)V : 0;
     if (cache > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k_classifier, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache);
         if (e != cudaSuccess) {
@@ -717,8 +830,9 @@ static void classifier(device_t *d, float *row_loss, float *lse, float *dz, cons
             return;
         }
     }
-    classifier_launch(c->stream, c->ce, row_loss, lse, dz, product_output_shadow(d, dz, (size_t)N * V), z, tgt, mask, N, V,
-                      dloss, have_lse, cache);
+    int ld16 = V;
+    __nv_bfloat16 *dz16 = product_output_shadow_rows(d, dz, (size_t)(N > 0 ? N : 0), V, &ld16);
+    classifier_launch(c->stream, c->ce, row_loss, lse, dz, dz16, ld16, z, tgt, mask, N, V, dloss, have_lse, cache);
 }
 static float cu_crossentropy_forward(device_t *d, float *dz, float *lse, int *count, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
     cuda_impl_t *c = impl_of(d);
@@ -1079,6 +1193,10 @@ static const device_ops_t cuda_ops = {
 
 /* Products that read a bf16 shadow so far (tests: that the shadows are used at all). */
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
+extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads) {
+    *staged = ((const cuda_impl_t *)d->impl)->staged;
+    *padded_reads = ((const cuda_impl_t *)d->impl)->padded_reads;
+}
 
 extern "C" void device_cuda_close(device_t *d);
 extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precision, char *err, size_t errlen) {
@@ -1148,6 +1266,12 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         c->shadow_bad = (unsigned long long *)(c->norm + 1);
         const char *chk = getenv("FT_BF16_SHADOW_CHECK");
         c->shadow_check = chk && *chk && strcmp(chk, "0") != 0;
+        const char *al = getenv("FT_CUDA_ALIGN");
+        c->align_products = !(al && strcmp(al, "0") == 0);
+        const char *cc = getenv("FT_CUDA_CE_CACHE");
+        c->ce_cache = !(cc && strcmp(cc, "0") == 0);
+        const char *sm = getenv("FT_CUDA_STAGE_MIN");
+        c->stage_min = sm && *sm ? atof(sm) : CUDA_STAGE_MIN_MACS;
     }
     if (what) {
         char code[64] = "";
@@ -1168,6 +1292,7 @@ extern "C" void device_cuda_close(device_t *d) {
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->work) cudaFree(c->work);
+        if (c->stage) cudaFree(c->stage);
         if (c->ce) cudaFree(c->ce);
         for (int i = 0; i < c->n_shadow; i++)
             if (c->shadow[i].data) cudaFree(c->shadow[i].data);
