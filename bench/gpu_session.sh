@@ -13,12 +13,14 @@
 #   5. make test-gpu in full (tests/gpu/run.sh: the compares, the integration scripts on the
 #      GPU, NCCL data parallelism);
 #   6. ncu's full sections on the attention kernels.
-# Everything goes to $OUT (log.txt and a file per part).
+# SKIP="compare bench ncu amx testgpu attention" leaves those parts out. Everything goes to $OUT
+# (log.txt and a file per part).
 set -u
 O=${OUT:-/tmp/gpuout}; mkdir -p "$O"
 exec > >(tee "$O/log.txt") 2>&1
 t0=$(date +%s); S=${SESSION_S:-480}
 el() { echo "[+$(( $(date +%s) - t0 ))s] $*"; }
+want() { case " ${SKIP:-} " in *" $1 "*) return 1;; esac; }
 left() { [ $(( $(date +%s) - t0 )) -lt $(( S - $1 )) ]; } # at least $1 s of the session left
 el start
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
@@ -38,6 +40,7 @@ NC=$(nproc)
 
 # 1. the compares
 for p in fp32 bf16 tf32; do
+    want compare || break
     timeout 100 taskset -c 0-3 build/tests/test_device_compare --device cuda --precision "$p" > "$O/compare.$p.log" 2>&1
     el "compare $p rc=$?: $(grep -E '^FAIL' "$O/compare.$p.log" | head -5) $(tail -n 1 "$O/compare.$p.log")"
 done
@@ -46,6 +49,7 @@ done
 bench() { # label config precision [env...]
     local label=$1 c=$2 p=$3; shift 3
     local seq=256; [ "$c" = G ] && seq=1024
+    want bench || return
     left 200 || { el "bench $label: skipped, time"; return; }
     env "$@" timeout 60 taskset -c 0-3 build/bench/train_step --device cuda --precision "$p" --config "$c" --seq "$seq" \
         --steps 20 --json > "$O/b.json" 2> "$O/b.err"; local rc=$?
@@ -64,7 +68,7 @@ bench M-fp32 M fp32
 rm -f "$O/b.json" "$O/b.err"
 
 # 3. per-kernel times, one layer of G
-if [ -n "$NCU" ] && left 160; then
+if [ -n "$NCU" ] && want ncu && left 160; then
     timeout 90 "$NCU" --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum --csv --print-units base \
         build/bench/train_step --device cuda --precision bf16 --config G --seq 1024 --layers 1 --steps 1 \
         > "$O/ncu_G_1layer_bf16.csv" 2> "$O/ncu.err"; el "ncu rc=$? $(wc -l < "$O/ncu_G_1layer_bf16.csv") lines; $(tail -n 2 "$O/ncu.err")"
@@ -72,7 +76,7 @@ fi
 
 # 4. the AMX level: unit tests in the background on cores 4.., 2 threads each
 amx_pid=
-if grep -q amx_tile "$O/cpu.txt" && [ "$NC" -ge 8 ]; then
+if grep -q amx_tile "$O/cpu.txt" && [ "$NC" -ge 8 ] && want amx; then
     el "AMX: unit tests at x86-64-v4-amx on cores 4-$((NC - 1))"
     (
         ls build/tests/test_* | xargs -P $(( (NC - 4) / 2 )) -I{} sh -c \
@@ -83,14 +87,14 @@ if grep -q amx_tile "$O/cpu.txt" && [ "$NC" -ge 8 ]; then
 fi
 
 # 5. make test-gpu
-if left 150; then
+if want testgpu && left 150; then
     el "make test-gpu (tests/gpu/run.sh)"
     timeout $(( S - 120 - ($(date +%s) - t0) )) taskset -c 0-3 bash tests/gpu/run.sh > "$O/test_gpu.log" 2>&1
     el "test-gpu rc=$?: $(grep -E 'passed .* failed$' "$O/test_gpu.log" | tr -s ' ' | tr '\n' ';') $(tail -n 1 "$O/test_gpu.log")"
 fi
 
 # 6. attention kernels in detail
-if [ -n "$NCU" ] && left 70; then
+if [ -n "$NCU" ] && want attention && left 70; then
     timeout 60 "$NCU" --set full -k regex:k_att --launch-count 4 --csv --page details \
         build/bench/train_step --device cuda --precision bf16 --config G --seq 1024 --layers 1 --steps 1 \
         > "$O/ncu_att_full.csv" 2> "$O/ncu_att.err"; el "ncu attention rc=$? $(wc -l < "$O/ncu_att_full.csv") lines"
