@@ -87,6 +87,10 @@ typedef struct {
      * shadow keeps row r at r * ld (ld > width, a multiple of CUDA_PRODUCT_ALIGN): a product
      * reading such a matrix gets 16-byte aligned columns (shadow_view) */
     int width, ld;
+    /* a compact shadow's zero elements after its n (storage for them included in cap): a matrix of
+     * an odd number of columns gets zero columns up to a multiple of CUDA_PRODUCT_ALIGN, so a
+     * product can run its k or m dimension padded (the head's weight: V = 50257 -> 50304) */
+    size_t tail;
 } cu_shadow_t;
 /* Products whose matrices have a leading dimension that is not a multiple of 8 bf16 (16 bytes)
  * run on cuBLAS's kernels without that alignment requirement: measured on an H200, the
@@ -134,7 +138,8 @@ typedef struct {
     size_t stage_bytes;
     size_t shadow_bytes;      /* their storage */
     long shadow_hits;         /* products that read a shadow (device_cuda_shadow_hits) */
-    long staged, padded_reads; /* products staged; operands read from a padded shadow (device_cuda_aligned_counts) */
+    long staged, padded_reads, padded_products; /* products staged; operands read from a padded shadow; products
+                                                   run with k or m padded (device_cuda_aligned_counts) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -213,22 +218,29 @@ static void out_to_end(device_t *d, const void *p) {
     }
     out_bytes(d, p, (size_t)-1 - (uintptr_t)p); /* not an allocation of ours: everything above it */
 }
-/* the valid shadow holding the matrix view x (rows x cols, column stride ld) -- a compact one, or
+/* The valid shadow holding the matrix view x (rows x cols, column stride ld) -- a compact one, or
  * a padded one of the same width (the view's columns are rows of its tensor) -- at x's element,
- * with its column stride in *lds; NULL if none */
-static const __nv_bfloat16 *shadow_view(device_t *d, const float *x, int rows, int cols, int ld, int *lds) {
+ * with its column stride in *lds; NULL if none. *rows_av, *cols_av: the rows and columns the
+ * shadow gives the view when zero ones are counted (a padded shadow's padding, written zero by
+ * its writer, below the view's last row of a tensor row; a compact shadow's zero tail after a
+ * compact view that ends with it), >= rows, cols. */
+static const __nv_bfloat16 *shadow_view(device_t *d, const float *x, int rows, int cols, int ld, int *lds, int *rows_av,
+                                        int *cols_av) {
     cuda_impl_t *c = impl_of(d);
     const size_t span = (size_t)ld * (cols - 1) + rows;
+    *rows_av = rows, *cols_av = cols;
     for (int i = 0; i < c->n_shadow; i++) {
         const cu_shadow_t *s = &c->shadow[i];
         if (!s->valid || x < s->src || x + span > s->src + s->n) continue;
         const size_t off = (size_t)(x - s->src);
         if (!s->ld) {
             *lds = ld;
+            if (ld == rows && x + span == s->src + s->n) *cols_av = cols + (int)(s->tail / (size_t)ld);
             return s->data + off;
         }
         if (ld == s->width && (int)(off % (size_t)s->width) + rows <= s->width) {
             *lds = s->ld;
+            if ((int)(off % (size_t)s->width) + rows == s->width) *rows_av = rows + s->ld - s->width;
             c->padded_reads++;
             return s->data + (off / (size_t)s->width) * (size_t)s->ld + off % (size_t)s->width;
         }
@@ -238,12 +250,13 @@ static const __nv_bfloat16 *shadow_view(device_t *d, const float *x, int rows, i
 /* storage for the shadow of x[0 .. n), marked valid (the caller fills it, on the stream, before
  * anything reads it); NULL when the table is full or the GPU would keep less than
  * CUDA_SHADOW_SPARE free */
-static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld);
-static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) { return shadow_take_rows(d, x, n, 0, 0); }
-/* the same for a tensor of rows of `width` elements kept at row stride ld (0, 0: in order) */
-static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld) {
+static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld, size_t tail);
+static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) { return shadow_take_rows(d, x, n, 0, 0, 0); }
+/* the same for a tensor of rows of `width` elements kept at row stride ld (0, 0: in order), or
+ * in order with `tail` zero elements after it (zeroed here, on the stream) */
+static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld, size_t tail) {
     cuda_impl_t *c = impl_of(d);
-    const size_t need = ld ? n / (size_t)width * (size_t)ld : n;
+    const size_t need = ld ? n / (size_t)width * (size_t)ld : n + tail;
     cu_shadow_t *s = NULL;
     for (int i = 0; i < c->n_shadow && !s; i++)
         if (c->shadow[i].src == x) s = &c->shadow[i];
@@ -277,6 +290,11 @@ static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, in
     s->n = n;
     s->width = width;
     s->ld = ld;
+    s->tail = ld ? 0 : tail;
+    if (s->tail && cudaMemsetAsync(s->data + n, 0, sizeof(__nv_bfloat16) * s->tail, c->stream) != cudaSuccess) {
+        cudaGetLastError();
+        s->tail = 0;
+    }
     s->valid = 1;
     return s->data;
 }
@@ -326,7 +344,7 @@ static __nv_bfloat16 *product_output_shadow_rows(device_t *d, const float *out, 
     if (d->precision != PRECISION_BF16 || !out || !rows || width <= 0) return NULL;
     if (!impl_of(d)->align_products || width % 8 == 0) return shadow_take(d, out, rows * (size_t)width);
     *ld = (width + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
-    return shadow_take_rows(d, out, rows * (size_t)width, width, *ld);
+    return shadow_take_rows(d, out, rows * (size_t)width, width, *ld, 0);
 }
 /* FT_BF16_SHADOW_CHECK: *bad += the elements of the shadow sh of the view x (rows x n / rows,
  * column strides lds and ldx) that are not the rounding of x */
@@ -463,11 +481,12 @@ static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, fl
  * of its columns), one made now by rounding it; NULL where neither (a strided view, no memory)
  * -- the product then rounds the view into the work buffer. In checking mode a shadow found is
  * compared with a fresh rounding (k_shadow_check). */
-static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows, int cols, int ld, int *lds) {
+static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows, int cols, int ld, int pad_cols,
+                                           int *lds, int *rows_av, int *cols_av) {
     cuda_impl_t *c = impl_of(d);
     const size_t span = (size_t)ld * (cols - 1) + rows;
     *lds = ld;
-    const __nv_bfloat16 *s = shadow_view(d, X, rows, cols, ld, lds);
+    const __nv_bfloat16 *s = shadow_view(d, X, rows, cols, ld, lds, rows_av, cols_av);
     if (s) {
         c->shadow_hits++;
         if (c->shadow_check) {
@@ -477,13 +496,18 @@ static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows
         return s;
     }
     if (ld != rows) return NULL;
-    __nv_bfloat16 *t = shadow_take(d, X, span);
-    if (t) g_to_bf16<<<GRID(span)>>>(span, t, X, rows, rows);
+    /* an odd number of columns: zero ones up to a multiple of CUDA_PRODUCT_ALIGN after it */
+    const int cols_pad = pad_cols && c->align_products && cols % 8 ? (cols + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN : cols;
+    __nv_bfloat16 *t = shadow_take_rows(d, X, span, 0, 0, (size_t)(cols_pad - cols) * rows);
+    if (t) {
+        g_to_bf16<<<GRID(span)>>>(span, t, X, rows, rows);
+        shadow_view(d, X, rows, cols, ld, lds, rows_av, cols_av); /* the new shadow's zero columns */
+    }
     return t;
 }
 
 static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
-                        int lda, const float *B, int ldb, float beta, float *C, int ldc);
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc, int m_room);
 /* the staging buffer of at least `bytes`, or NULL (the product then runs unstaged) */
 static float *stage_buffer(device_t *d, size_t bytes) {
     cuda_impl_t *c = impl_of(d);
@@ -522,18 +546,28 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
         (double)m * n * k >= c->stage_min)
         S = stage_buffer(d, sizeof(float) * (size_t)lds * n);
     if (!S) {
-        gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, m);
         return;
     }
     c->staged++;
     if (beta != 0.0f) copy_rows_launch(c->stream, S, NULL, (size_t)lds, 0, C, (size_t)ldc, 0, (size_t)n, m);
-    gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, S, lds);
+    gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, S, lds, lds);
     out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
     copy_rows_launch(c->stream, C, NULL, (size_t)ldc, 0, S, (size_t)lds, 0, (size_t)n, m);
     check_launch(d, "gemm: copying the staged result");
 }
+/* Padding a product's dimensions with zeros (bf16, both operands from shadows): an odd k (the
+ * input gradient through the head: k = V) up to a multiple of CUDA_PRODUCT_ALIGN where both
+ * shadows give zero rows/columns that far, an odd m (the logits: m = V) where C has room for it
+ * (the staging buffer: m_room rows) and A's shadow zero columns. Aligned leading dimensions
+ * alone did not move cuBLAS off its Turing-era kernels for those two products on an H100
+ * (bench/NOTES.md): an extent that is not a multiple of 8 does. Zeros add nothing to a sum. */
+static int padded_extent(int x, int room_a, int room_b) {
+    const int p = (x + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
+    return x % 8 && room_a >= p && room_b >= p ? p : x;
+}
 static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
-                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc, int m_room) {
     cuda_impl_t *c = impl_of(d);
     out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
     const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -546,8 +580,15 @@ static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k
          * never grows past what device_cuda_open reserved */
         const int ra = ta == GEMM_N ? m : k, rb = tb == GEMM_N ? k : n;
         int lsa, lsb; /* the shadows' column strides (a padded shadow's differ from lda, ldb) */
-        const __nv_bfloat16 *sa = operand_shadow(d, A, ra, ta == GEMM_N ? k : m, lda, &lsa);
-        const __nv_bfloat16 *sb = operand_shadow(d, B, rb, tb == GEMM_N ? n : k, ldb, &lsb);
+        int ra_av, ca_av, rb_av, cb_av; /* rows and columns with the shadows' zeros counted */
+        const __nv_bfloat16 *sa = operand_shadow(d, A, ra, ta == GEMM_N ? k : m, lda, 1, &lsa, &ra_av, &ca_av);
+        const __nv_bfloat16 *sb = operand_shadow(d, B, rb, tb == GEMM_N ? n : k, ldb, 1, &lsb, &rb_av, &cb_av);
+        if (sa && sb && c->align_products) {
+            const int k0 = k, m0 = m;
+            k = padded_extent(k, ta == GEMM_N ? ca_av : ra_av, tb == GEMM_N ? rb_av : cb_av);
+            m = padded_extent(m, ta == GEMM_N ? ra_av : ca_av, m_room);
+            if (k != k0 || m != m0) c->padded_products++;
+        }
         out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m); /* again: a shadow just made of A or B may overlap C */
         size_t kc = sa && sb ? (size_t)k : CUDA_BF16_WORK_BYTES / (sizeof(__nv_bfloat16) * ((size_t)(sa ? 0 : m) + (sb ? 0 : n)));
         if (kc < 1) kc = 1;
@@ -751,11 +792,11 @@ static att_bf16_t attention_shadows(device_t *d, const float *q, const float *k,
                                     size_t nq, size_t nkv) {
     att_bf16_t c = {NULL, NULL, NULL, NULL};
     if (d->precision != PRECISION_BF16 || !nq || !nkv || nq > INT_MAX || nkv > INT_MAX) return c;
-    int ld; /* single columns: a shadow of any layout gives them compact */
-    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq, &ld);
-    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv, &ld);
-    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv, &ld);
-    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq, &ld);
+    int ld, r, cl; /* single columns: a shadow of any layout gives them compact */
+    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq, 0, &ld, &r, &cl);
+    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv, 0, &ld, &r, &cl);
+    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv, 0, &ld, &r, &cl);
+    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq, 0, &ld, &r, &cl);
     check_launch(d, "attention bf16 operands");
     return c;
 }
@@ -1193,9 +1234,10 @@ static const device_ops_t cuda_ops = {
 
 /* Products that read a bf16 shadow so far (tests: that the shadows are used at all). */
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
-extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads) {
+extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products) {
     *staged = ((const cuda_impl_t *)d->impl)->staged;
     *padded_reads = ((const cuda_impl_t *)d->impl)->padded_reads;
+    *padded_products = ((const cuda_impl_t *)d->impl)->padded_products;
 }
 
 extern "C" void device_cuda_close(device_t *d);

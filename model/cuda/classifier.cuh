@@ -92,8 +92,9 @@ __device__ static inline float ce_cache_row(float *row, const float *zr, int V) 
 }
 /* One block per row. row_loss (may be NULL): the row's loss, 0 when not counted. lse: the
  * row's log-sum-exp (when have_lse, it is read instead: the separate backward). dz may be NULL
- * or alias z; dz16 (may be NULL): dz's bf16 shadow, written beside it at a row stride of ld16
- * (dlogits feed the classifier's two products only; device_cuda.cu pads that stride). */
+ * or alias z; dz16 (may be NULL): dz's bf16 shadow, written beside it at a row stride of ld16,
+ * zeros after each row's V (dlogits feed the classifier's two products only; device_cuda.cu pads
+ * that stride). */
 __global__ void __launch_bounds__(CE_THREADS)
 k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld16, const float *z,
              const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
@@ -143,6 +144,9 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld
     const float scale = counted ? ce_scale(res, dloss) : 0.0f;
     float *dr = dz + n * V;
     __nv_bfloat16 *d16 = dz16 ? dz16 + n * (size_t)ld16 : NULL;
+    /* a padded shadow's padding is zero: products run their k over it (device_cuda.cu) */
+    if (d16)
+        for (int i = V + threadIdx.x; i < ld16; i += blockDim.x) d16[i] = __float2bfloat16_rn(0.0f);
     if (cache) {
         __syncthreads(); /* the target's logit was read above from the cache */
         /* 16-byte stores after dz's head; the shadow's 4 elements as one 8-byte store where they

@@ -205,7 +205,7 @@ static void test_bf16_shadows(void) {
     device_close(&d);
 }
 
-void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads);
+void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products);
 
 /* The head of a model with an odd vocabulary, at bf16: logits = x w^T, the classifier (dlogits
  * over the logits), dx and dw from dlogits; its results downloaded into out (logits, dlogits,
@@ -247,10 +247,11 @@ static void test_aligned_vocabulary_products(void) {
     unsetenv("FT_CUDA_STAGE_MIN");
     if (!d) { unsetenv("FT_BF16_SHADOW_CHECK"); CHECK(0, "open: %s", err); return; }
     head_bf16(d, a, xh, wh, th);
-    long staged = 0, padded = 0;
-    device_cuda_aligned_counts(d, &staged, &padded);
+    long staged = 0, padded = 0, extents = 0;
+    device_cuda_aligned_counts(d, &staged, &padded, &extents);
     CHECK(staged == 1, "the logits' product ran staged (%ld staged products)", staged);
     CHECK(padded == 2, "both gradient products read dlogits from the padded shadow (%ld reads)", padded);
+    CHECK(extents == 2, "the logits (m) and the input gradient (k) ran with V padded to 64 (%ld products)", extents);
     CHECK(DEV(d, sync, err, sizeof err) == 0, "the padded shadow is dlogits' rounding: %s", err);
     device_close(&d);
     /* unaligned, as before the change */
@@ -260,8 +261,9 @@ static void test_aligned_vocabulary_products(void) {
     unsetenv("FT_BF16_SHADOW_CHECK");
     if (!d) { CHECK(0, "open: %s", err); return; }
     head_bf16(d, b, xh, wh, th);
-    device_cuda_aligned_counts(d, &staged, &padded);
-    CHECK(staged == 0 && padded == 0, "FT_CUDA_ALIGN=0: nothing staged or padded (%ld, %ld)", staged, padded);
+    device_cuda_aligned_counts(d, &staged, &padded, &extents);
+    CHECK(staged == 0 && padded == 0 && extents == 0, "FT_CUDA_ALIGN=0: nothing staged or padded (%ld, %ld, %ld)", staged,
+          padded, extents);
     CHECK(DEV(d, sync, err, sizeof err) == 0, "unaligned run: %s", err);
     device_close(&d);
     CHECK(!memcmp(a, b, sizeof a), "logits, dlogits, dx, dw and the loss: the same bits aligned and not");
