@@ -21,6 +21,8 @@ strip --strip-debug "$G"/bin/* "$G"/build/*/*
 for f in "$G"/bin/* "$G"/build/*/*; do ldd "$f" | awk '{print $3}' | grep '^/' || true; done | sort -u |
     grep -Ev 'linux-vdso|libc.so|libm.so|libstdc|libgcc_s|libpthread|libdl.so|librt.so|ld-linux|libcublas|libcudart|libnccl|libresolv' |
     while read -r l; do cp -L "$l" "$G/lib/"; done
+# the tiktoken vocabularies (data/, not tracked: `make data`) for the tokenizer's tests
+mkdir -p "$G/data/tiktoken/encoders" && cp data/tiktoken/encoders/*.json "$G/data/tiktoken/encoders/" 2>/dev/null || true
 mkdir -p .gpu
 tar -C "$G" -cf - . | xz -T2 -6 > .gpu/bundle.tar.xz
 echo "gpu_bundle: .gpu/bundle.tar.xz $(du -h .gpu/bundle.tar.xz | cut -f1) ($(git rev-parse --short HEAD)$(git diff --quiet || echo ', uncommitted changes'))"
