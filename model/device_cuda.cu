@@ -136,10 +136,15 @@ typedef struct {
     double stage_min;         /* CUDA_STAGE_MIN_MACS, or $FT_CUDA_STAGE_MIN */
     float *stage;             /* the staging buffer of products with a misaligned result */
     size_t stage_bytes;
+    /* a staged result not yet copied out: C (m rows of n columns, ldc) is the staging buffer's
+     * (ld) until the next op (staged_flush); the classifier reading and overwriting all of C
+     * reads it from the staging buffer instead and the copy never runs (NULL dst: none) */
+    struct { float *dst; size_t ldc, ld; int m, n; } pending;
     size_t shadow_bytes;      /* their storage */
     long shadow_hits;         /* products that read a shadow (device_cuda_shadow_hits) */
     long staged, padded_reads, padded_products; /* products staged; operands read from a padded shadow; products
                                                    run with k or m padded (device_cuda_aligned_counts) */
+    long stage_reads;         /* classifier calls that read a staged result (no copy) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -532,13 +537,25 @@ static float *stage_buffer(device_t *d, size_t bytes) {
     c->stage_bytes = bytes;
     return c->stage;
 }
+/* the pending copy of a staged result, launched (every op but the classifier calls this first:
+ * FLUSHED in the ops table) */
+static void staged_flush(device_t *d) {
+    cuda_impl_t *c = impl_of(d);
+    if (!c->pending.dst) return;
+    copy_rows_launch(c->stream, c->pending.dst, NULL, c->pending.ldc, 0, c->stage, c->pending.ld, 0,
+                     (size_t)c->pending.n, c->pending.m);
+    c->pending.dst = NULL;
+    check_launch(d, "gemm: copying the staged result");
+}
 /* A bf16 product whose fp32 result C has a leading dimension that is not 16-byte aligned (the
  * logits: ldc = the vocabulary's size) runs into the staging buffer at an aligned leading
- * dimension and is copied out (copy_rows: ~2 x C's bytes of traffic, a fraction of what the
- * unaligned product costs, CUDA_PRODUCT_ALIGN above); other products run as they are. */
+ * dimension; its copy into C waits for the next op (pending above): copy_rows, ~2 x C's bytes of
+ * traffic (~1.4 ms at config G on an H100), unless that op is the classifier overwriting C with
+ * dlogits, which reads the staging buffer. Other products run as they are. */
 static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cuda_impl_t *c = impl_of(d);
+    staged_flush(d); /* one op may run two staged products (a Linear's dx and dw) */
     if (m <= 0 || n <= 0) return;
     float *S = NULL;
     const int lds = (m + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
@@ -553,8 +570,7 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
     if (beta != 0.0f) copy_rows_launch(c->stream, S, NULL, (size_t)lds, 0, C, (size_t)ldc, 0, (size_t)n, m);
     gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, S, lds, lds);
     out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
-    copy_rows_launch(c->stream, C, NULL, (size_t)ldc, 0, S, (size_t)lds, 0, (size_t)n, m);
-    check_launch(d, "gemm: copying the staged result");
+    c->pending.dst = C, c->pending.ldc = (size_t)ldc, c->pending.ld = (size_t)lds, c->pending.m = m, c->pending.n = n;
 }
 /* Padding a product's dimensions with zeros (bf16, both operands from shadows): an odd k (the
  * input gradient through the head: k = V) up to a multiple of CUDA_PRODUCT_ALIGN where both
@@ -860,6 +876,16 @@ static void cu_swiglu_backward_set(device_t *d, float *dg, float *du, const floa
  * logits), the count of counted rows and the mean loss reduced on the device. */
 static void classifier(device_t *d, float *row_loss, float *lse, float *dz, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss, int have_lse) {
     cuda_impl_t *c = impl_of(d);
+    /* the logits just staged and dlogits written over all of them: read from the staging buffer */
+    size_t ldz = (size_t)V;
+    if (c->pending.dst && c->pending.dst == z && dz == z && c->pending.ldc == (size_t)V && c->pending.m == V && c->pending.n == N) {
+        z = c->stage;
+        ldz = c->pending.ld;
+        c->pending.dst = NULL;
+        c->stage_reads++;
+    } else {
+        staged_flush(d);
+    }
     OUT(dz, (size_t)N * V);
     if (!have_lse) OUT(lse, N);
     const size_t cache = c->ce_cache && !have_lse && sizeof(float) * (size_t)V + 1024 <= c->smem_optin ? sizeof(float) * (size_t)V : 0;
@@ -873,7 +899,7 @@ static void classifier(device_t *d, float *row_loss, float *lse, float *dz, cons
     }
     int ld16 = V;
     __nv_bfloat16 *dz16 = product_output_shadow_rows(d, dz, (size_t)(N > 0 ? N : 0), V, &ld16);
-    classifier_launch(c->stream, c->ce, row_loss, lse, dz, dz16, ld16, z, tgt, mask, N, V, dloss, have_lse, cache);
+    classifier_launch(c->stream, c->ce, row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, N, V, dloss, have_lse, cache);
 }
 static float cu_crossentropy_forward(device_t *d, float *dz, float *lse, int *count, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
     cuda_impl_t *c = impl_of(d);
@@ -1167,74 +1193,87 @@ static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v,
 }
 
 /* C++20 designated initializers: in the table's order, which the compiler checks */
+/* Every op of the table but the classifier's (which may read a staged result in place) and the
+ * allocator's launches a staged result's pending copy first (staged_flush), so it sees C written;
+ * FLUSHED(f) is f with that before it. */
+template <auto F> struct after_flush;
+template <typename R, typename... A, R (*F)(device_t *, A...)> struct after_flush<F> {
+    static R call(device_t *d, A... a) {
+        staged_flush(d);
+        return F(d, a...);
+    }
+};
+#define FLUSHED(f) after_flush<f>::call
 static const device_ops_t cuda_ops = {
     .alloc = cu_alloc,
-    .free = cu_free,
-    .upload = cu_upload,
-    .download = cu_download,
-    .copy = cu_copy,
-    .zero = cu_zero,
-    .sync = cu_sync,
+    .free = FLUSHED(cu_free),
+    .upload = FLUSHED(cu_upload),
+    .download = FLUSHED(cu_download),
+    .copy = FLUSHED(cu_copy),
+    .zero = FLUSHED(cu_zero),
+    .sync = FLUSHED(cu_sync),
     .set_parallel = cu_set_parallel,
-    .gemm = cu_gemm,
-    .embedding_forward = cu_embedding_forward,
-    .embedding_backward = cu_embedding_backward,
-    .rmsnorm_forward = cu_rmsnorm_forward,
-    .rmsnorm_backward = cu_rmsnorm_backward,
-    .linear_forward = cu_linear_forward,
-    .linear_backward = cu_linear_backward,
-    .linear_backward_set = cu_linear_backward_set,
-    .rope_forward = cu_rope_forward,
-    .rope_backward = cu_rope_backward,
-    .qkv_split_rope = cu_qkv_split_rope,
-    .qkv_join_unrope = cu_qkv_join_unrope,
-    .attention_forward = cu_attention_forward,
-    .attention_backward = cu_attention_backward,
-    .swiglu_forward = cu_swiglu_forward,
-    .swiglu_backward = cu_swiglu_backward,
-    .swiglu_backward_set = cu_swiglu_backward_set,
+    .gemm = FLUSHED(cu_gemm),
+    .embedding_forward = FLUSHED(cu_embedding_forward),
+    .embedding_backward = FLUSHED(cu_embedding_backward),
+    .rmsnorm_forward = FLUSHED(cu_rmsnorm_forward),
+    .rmsnorm_backward = FLUSHED(cu_rmsnorm_backward),
+    .linear_forward = FLUSHED(cu_linear_forward),
+    .linear_backward = FLUSHED(cu_linear_backward),
+    .linear_backward_set = FLUSHED(cu_linear_backward_set),
+    .rope_forward = FLUSHED(cu_rope_forward),
+    .rope_backward = FLUSHED(cu_rope_backward),
+    .qkv_split_rope = FLUSHED(cu_qkv_split_rope),
+    .qkv_join_unrope = FLUSHED(cu_qkv_join_unrope),
+    .attention_forward = FLUSHED(cu_attention_forward),
+    .attention_backward = FLUSHED(cu_attention_backward),
+    .swiglu_forward = FLUSHED(cu_swiglu_forward),
+    .swiglu_backward = FLUSHED(cu_swiglu_backward),
+    .swiglu_backward_set = FLUSHED(cu_swiglu_backward_set),
     .crossentropy_forward = cu_crossentropy_forward,
     .crossentropy_backward = cu_crossentropy_backward,
-    .linear_rows = cu_linear_rows,
-    .qkv_split_rope_rows = cu_qkv_split_rope_rows,
-    .rope_rows = cu_rope_rows,
-    .attention_rows = cu_attention_rows,
-    .scatter_rows = cu_scatter_rows,
-    .add_forward = cu_add_forward,
-    .add_inplace = cu_add_inplace,
-    .scale_inplace = cu_scale_inplace,
-    .repeat_rows = cu_repeat_rows,
-    .sum_rows = cu_sum_rows,
-    .copy_rows = cu_copy_rows,
-    .uniform_fill = cu_uniform_fill,
-    .binmap_forward = cu_binmap_forward,
-    .binmap_kl_rows = cu_binmap_kl_rows,
-    .free_bits_forward = cu_free_bits_forward,
-    .free_bits_backward = cu_free_bits_backward,
-    .post_sampler_forward = cu_post_sampler_forward,
-    .post_sampler_backward = cu_post_sampler_backward,
-    .mixer_tril = cu_mixer_tril,
-    .mixer_bias_forward = cu_mixer_bias_forward,
-    .mixer_bias_backward = cu_mixer_bias_backward,
-    .unroll_forward = cu_unroll_forward,
-    .unroll_backward = cu_unroll_backward,
-    .embed_code_forward = cu_embed_code_forward,
-    .embed_code_backward = cu_embed_code_backward,
-    .sumsq = cu_sumsq,
-    .adamw_update = cu_adamw_update,
-    .attention_window_forward = cu_attention_window_forward,
-    .attention_window_backward = cu_attention_window_backward,
-    .latent_normal = cu_latent_normal,
-    .latent_sample = cu_latent_sample,
-    .latent_kl_rows = cu_latent_kl_rows,
-    .latent_backward = cu_latent_backward,
-    .sumsq_multi = cu_sumsq_multi,
-    .adamw_update_multi = cu_adamw_update_multi,
+    .linear_rows = FLUSHED(cu_linear_rows),
+    .qkv_split_rope_rows = FLUSHED(cu_qkv_split_rope_rows),
+    .rope_rows = FLUSHED(cu_rope_rows),
+    .attention_rows = FLUSHED(cu_attention_rows),
+    .scatter_rows = FLUSHED(cu_scatter_rows),
+    .add_forward = FLUSHED(cu_add_forward),
+    .add_inplace = FLUSHED(cu_add_inplace),
+    .scale_inplace = FLUSHED(cu_scale_inplace),
+    .repeat_rows = FLUSHED(cu_repeat_rows),
+    .sum_rows = FLUSHED(cu_sum_rows),
+    .copy_rows = FLUSHED(cu_copy_rows),
+    .uniform_fill = FLUSHED(cu_uniform_fill),
+    .binmap_forward = FLUSHED(cu_binmap_forward),
+    .binmap_kl_rows = FLUSHED(cu_binmap_kl_rows),
+    .free_bits_forward = FLUSHED(cu_free_bits_forward),
+    .free_bits_backward = FLUSHED(cu_free_bits_backward),
+    .post_sampler_forward = FLUSHED(cu_post_sampler_forward),
+    .post_sampler_backward = FLUSHED(cu_post_sampler_backward),
+    .mixer_tril = FLUSHED(cu_mixer_tril),
+    .mixer_bias_forward = FLUSHED(cu_mixer_bias_forward),
+    .mixer_bias_backward = FLUSHED(cu_mixer_bias_backward),
+    .unroll_forward = FLUSHED(cu_unroll_forward),
+    .unroll_backward = FLUSHED(cu_unroll_backward),
+    .embed_code_forward = FLUSHED(cu_embed_code_forward),
+    .embed_code_backward = FLUSHED(cu_embed_code_backward),
+    .sumsq = FLUSHED(cu_sumsq),
+    .adamw_update = FLUSHED(cu_adamw_update),
+    .attention_window_forward = FLUSHED(cu_attention_window_forward),
+    .attention_window_backward = FLUSHED(cu_attention_window_backward),
+    .latent_normal = FLUSHED(cu_latent_normal),
+    .latent_sample = FLUSHED(cu_latent_sample),
+    .latent_kl_rows = FLUSHED(cu_latent_kl_rows),
+    .latent_backward = FLUSHED(cu_latent_backward),
+    .sumsq_multi = FLUSHED(cu_sumsq_multi),
+    .adamw_update_multi = FLUSHED(cu_adamw_update_multi),
 };
 
 /* Products that read a bf16 shadow so far (tests: that the shadows are used at all). */
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
-extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products) {
+extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products,
+                                           long *stage_reads) {
+    *stage_reads = ((const cuda_impl_t *)d->impl)->stage_reads;
     *staged = ((const cuda_impl_t *)d->impl)->staged;
     *padded_reads = ((const cuda_impl_t *)d->impl)->padded_reads;
     *padded_products = ((const cuda_impl_t *)d->impl)->padded_products;

@@ -92,17 +92,18 @@ __device__ static inline float ce_cache_row(float *row, const float *zr, int V) 
 }
 /* One block per row. row_loss (may be NULL): the row's loss, 0 when not counted. lse: the
  * row's log-sum-exp (when have_lse, it is read instead: the separate backward). dz may be NULL
- * or alias z; dz16 (may be NULL): dz's bf16 shadow, written beside it at a row stride of ld16,
+ * or alias z (then ldz = V); z's rows are ldz apart (a product's staged result: device_cuda.cu);
+ * dz16 (may be NULL): dz's bf16 shadow, written beside it at a row stride of ld16,
  * zeros after each row's V (dlogits feed the classifier's two products only; device_cuda.cu pads
  * that stride). */
 __global__ void __launch_bounds__(CE_THREADS)
-k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld16, const float *z,
+k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld16, const float *z, size_t ldz,
              const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
              int have_lse, int cache) {
     __shared__ float scratch[32];
     DYN_SHARED(float, row);
     const size_t n = blockIdx.x;
-    const float *zr = z + n * V;
+    const float *zr = z + n * ldz;
     const int counted = !mask || mask[n];
     float l;
     if (have_lse) {
@@ -197,13 +198,13 @@ __global__ void k_ce_mean(ce_result_t *res, const float *row_loss, int N) {
 /* The forward (row_loss: N floats of work; res: device scratch; cache_bytes: 0 or V * 4 when
  * the row fits the block's shared memory) */
 static inline void classifier_launch(cudaStream_t s, ce_result_t *res, float *row_loss, float *lse, float *dz,
-                                     __nv_bfloat16 *dz16, int ld16, const float *z, const uint32_t *tgt,
+                                     __nv_bfloat16 *dz16, int ld16, const float *z, size_t ldz, const uint32_t *tgt,
                                      const uint8_t *mask, int N, int V, float dloss, int have_lse,
                                      size_t cache_bytes) {
     LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
     if (N <= 0) return;
     LAUNCH(k_classifier, N, CE_THREADS, cache_bytes, s)
-    (row_loss, lse, dz, dz16, ld16, z, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
+    (row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
     if (row_loss) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
 }
 #endif
