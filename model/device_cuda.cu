@@ -763,7 +763,10 @@ static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *
     OUT(dw, D);
     float *part = dw ? (float *)work(d, sizeof(float) * colred_work_floats(N, D)) : NULL;
     if (dw && !part) return;
-    rmsnorm_backward_launch(impl_of(d)->stream, dx, dw, part, dout, x, w, rstd, N, D);
+    /* dx, the residual stream's gradient, feeds the next products (a Linear's dy) before anything
+     * adds to it again: its shadow is written in the same pass */
+    rmsnorm_backward_launch(impl_of(d)->stream, dx, product_output_shadow(d, dx, (size_t)N * D), dw, part, dout, x, w,
+                            rstd, N, D);
     LAUNCHED("rmsnorm_backward");
 }
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {

@@ -88,9 +88,11 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, const float *x, con
  * row; with dw_part, block b also writes row b of the weight gradient's stage-1 partials:
  * sum over its rows (COLRED_ROWS, rows b*R .. b*R+R-1 with R = rows_per_block) of dy x r,
  * the warps' sums added in warp order. Vector path only (D % 4 == 0, D <= ROW_CACHE_MAX,
- * aligned); the general shapes run k_rmsnorm_bwd_dx and the generic column reduction. */
+ * aligned); the general shapes run k_rmsnorm_bwd_dx and the generic column reduction. dx16 (may be
+ * NULL): dx's bf16 shadow, written beside the new dx (the residual stream's gradient, which the
+ * next products read: device_cuda.cu's shadows). */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
-k_rmsnorm_bwd_vec(float *dx, float *dw_part, const float *dout, const float *x, const float *w,
+k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *dout, const float *x, const float *w,
                   const float *rstd, int N, int D, int rows_per_block) {
     __shared__ float4 red[ROW_WARPS][WARP * ROW_VECS];
     const int lane = threadIdx.x % WARP, wp = threadIdx.x / WARP;
@@ -133,6 +135,7 @@ k_rmsnorm_bwd_vec(float *dx, float *dw_part, const float *dout, const float *x, 
                     g.z += r * wv.z * cy[j].z - c * cx[j].z;
                     g.w += r * wv.w * cy[j].w - c * cx[j].w;
                     st4(dxr + i, g);
+                    if (dx16) st4_bf16(dx16 + (size_t)row * D + i, g.x, g.y, g.z, g.w);
                 }
             }
         }
@@ -156,8 +159,8 @@ k_rmsnorm_bwd_vec(float *dx, float *dw_part, const float *dout, const float *x, 
 }
 /* the general shapes: dx only, one warp per row, scalar */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
-k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x, const float *w, const float *rstd, int N,
-                 int D) {
+k_rmsnorm_bwd_dx(float *dx, __nv_bfloat16 *dx16, const float *dout, const float *x, const float *w, const float *rstd,
+                 int N, int D) {
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
     if (row >= N) return;
@@ -168,7 +171,10 @@ k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x, const float *w, c
     dot = warp_sum(dot);
     const float c = dot * r * r * r / (float)D;
     float *dxr = dx + (size_t)row * D;
-    for (int i = lane; i < D; i += WARP) dxr[i] += r * w[i] * dy[i] - c * xr[i];
+    for (int i = lane; i < D; i += WARP) {
+        dxr[i] += r * w[i] * dy[i] - c * xr[i];
+        if (dx16) dx16[(size_t)row * D + i] = to_bf16(dxr[i]);
+    }
 }
 
 /* ---- the generic column reduction ----
@@ -262,21 +268,22 @@ static inline void colsum_launch(cudaStream_t s, float *out, float *part, const 
     if (N > 0) LAUNCH(k_colred_partial, nb, 256, 0, s)(part, a, b, r, N, D, rpb, kind);
     LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(out, part, N > 0 ? nb : 0, D, accumulate);
 }
-static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, float *dw, float *part, const float *dout,
-                                           const float *x, const float *w, const float *rstd, int N, int D) {
+static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, __nv_bfloat16 *dx16, float *dw, float *part,
+                                           const float *dout, const float *x, const float *w, const float *rstd, int N,
+                                           int D) {
     if (N <= 0) return;
     const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(dout) && aligned16(x) && aligned16(w) &&
-                     (!dx || aligned16(dx));
+                     (!dx || aligned16(dx)) && ((uintptr_t)dx16 & 7u) == 0;
     if (vec) {
         int nb, rpb;
         colred_split(N, &nb, &rpb);
-        LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)(dx, dw ? part : NULL, dout, x, w, rstd, N, D, rpb);
+        LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)(dx, dx16, dw ? part : NULL, dout, x, w, rstd, N, D, rpb);
         if (dw) LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(dw, part, nb, D, 1);
         return;
     }
     if (dx)
         LAUNCH(k_rmsnorm_bwd_dx, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
-        (dx, dout, x, w, rstd, N, D);
+        (dx, dx16, dout, x, w, rstd, N, D);
     if (dw) colsum_launch(s, dw, part, dout, x, rstd, N, D, COLRED_RMS_DW, 1);
 }
 #endif
