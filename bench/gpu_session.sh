@@ -7,9 +7,10 @@
 #      vocabulary's products unaligned (FT_CUDA_ALIGN=0), with the classifier's row not kept in
 #      shared memory (FT_CUDA_CE_CACHE=0), in tf32 and fp32; config M bf16 and fp32;
 #   3. ncu: every kernel's time and DRAM bytes in one layer of config G, bf16;
-#   4. the CPU's AMX level (when the CPU has AMX): every unit-test binary at
-#      FT_CPU_ISA=x86-64-v4-amx, on cores 4.. (the GPU's host thread keeps cores 0-3), then
-#      the bf16 and fp32 step at S and M on 2 cores against the AMX product limit;
+#   4. the CPU's AMX level (when the CPU has AMX), in the background on cores 4.. (the GPU's host
+#      threads keep cores 0-3): every unit-test binary at FT_CPU_ISA=x86-64-v4-amx, then on 2
+#      cores the bf16 and fp32 step at S and M against the AMX product limit, batch-1 generation
+#      and the training bench against PyTorch, one repeat each;
 #   5. make test-gpu in full (tests/gpu/run.sh: the compares, the integration scripts on the
 #      GPU, NCCL data parallelism);
 #   6. ncu's full sections on the attention kernels.
@@ -81,15 +82,33 @@ if [ -n "$NCU" ] && want ncu && left 160; then
         > "$O/ncu_G_1layer_bf16.csv" 2> "$O/ncu.err"; el "ncu rc=$? $(wc -l < "$O/ncu_G_1layer_bf16.csv") lines; $(tail -n 2 "$O/ncu.err")"
 fi
 
-# 4. the AMX level: unit tests in the background on cores 4.., 2 threads each
+# 4. the AMX level, in the background on cores 4.. while the GPU's parts keep cores 0-3: every
+# unit test at FT_CPU_ISA=x86-64-v4-amx (2 threads each), then on cores 4-5 the step at S and M
+# against the AMX product limit, batch-1 generation and the training bench against PyTorch (one
+# repeat each; the machine's python3 has PyTorch)
 amx_pid=
 if grep -q amx_tile "$O/cpu.txt" && [ "$NC" -ge 8 ] && want amx; then
-    el "AMX: unit tests at x86-64-v4-amx on cores 4-$((NC - 1))"
+    el "AMX: unit tests at x86-64-v4-amx on cores 4-$((NC - 1)), then the CPU benches on cores 4-5"
+    sed -e 's#^PY=/usr/bin/python3#PY=python3#' -e 's#^make -s build/bench/generate.*##' bench/bench_generate.sh > bench/.bg.sh
+    sed -e 's#^PY=/usr/bin/python3#PY=python3#' bench/bench_train.sh > bench/.bt.sh
     (
         ls build/tests/test_* | xargs -P $(( (NC - 4) / 2 )) -I{} sh -c \
             'n=$(basename {}); FT_CPU_ISA=x86-64-v4-amx OMP_NUM_THREADS=2 timeout 150 taskset -c 4-'$((NC - 1))' {} > '"$O"'/amx.$n.log 2>&1; echo "$n rc=$? $(grep -E "^[0-9]+ passed, [0-9]+ failed" '"$O"'/amx.$n.log | tail -n 1)"' \
             > "$O/amx_tests.txt" 2>&1
-    ) &
+        echo "[amx] unit tests done at +$(( $(date +%s) - t0 ))s"
+        for c in S M; do
+            for p in fp32 bf16; do
+                OMP_NUM_THREADS=2 timeout 40 taskset -c 4,5 build/bench/train_step --device cpu --precision "$p" --config "$c" \
+                    --steps 3 --limit --json > "$O/cb.json" 2> /dev/null
+                [ -s "$O/cb.json" ] && sed "s/^{/{\"label\":\"cpu-$c-$p\",/" "$O/cb.json" >> "$O/amx_bench.jsonl"
+            done
+        done
+        echo "[amx] train_step done at +$(( $(date +%s) - t0 ))s"
+        BENCH_OUT=$O GENERATE_BENCH_ROUNDS=1 timeout 90 taskset -c 4,5 bash bench/.bg.sh > "$O/amx_generate.txt" 2>&1
+        echo "[amx] generate rc=$? at +$(( $(date +%s) - t0 ))s"
+        BENCH_OUT=$O TRAIN_BENCH_REPS=1 timeout 200 taskset -c 4,5 bash bench/.bt.sh > "$O/amx_train.txt" 2>&1
+        echo "[amx] bench_train rc=$? at +$(( $(date +%s) - t0 ))s"
+    ) > "$O/amx_progress.txt" 2>&1 &
     amx_pid=$!
 fi
 
@@ -108,17 +127,12 @@ if [ -n "$NCU" ] && want attention && left 70; then
 fi
 
 if [ -n "$amx_pid" ]; then
-    wait "$amx_pid"
+    while kill -0 "$amx_pid" 2>/dev/null && left 10; do sleep 2; done
+    kill -0 "$amx_pid" 2>/dev/null && { el "AMX benches: stopped, time"; pkill -P "$amx_pid"; kill "$amx_pid"; }
+    cat "$O/amx_progress.txt"
     el "AMX unit tests: $(grep -c 'rc=0' "$O/amx_tests.txt") of $(wc -l < "$O/amx_tests.txt") exited 0; not: $(grep -v 'rc=0' "$O/amx_tests.txt" | tr '\n' ';')"
     for f in "$O"/amx.*.log; do grep -q -E '^[0-9]+ passed, 0 failed' "$f" && rm -f "$f"; done
-    for c in S M; do
-        for p in fp32 bf16; do
-            left 20 || break
-            OMP_NUM_THREADS=2 timeout 40 taskset -c 0,1 build/bench/train_step --device cpu --precision "$p" --config "$c" \
-                --steps 3 --limit --json > "$O/b.json" 2> "$O/b.err"
-            [ -s "$O/b.json" ] && sed "s/^{/{\"label\":\"cpu-$c-$p\",/" "$O/b.json" >> "$O/amx_bench.jsonl"
-            el "CPU $c $p (2 cores): $(cut -c1-400 "$O/b.json") $(tail -n 1 "$O/b.err")"
-        done
-    done
+    jq -c '{label, tokens_per_s, step_s, limit_products_s, isa}' "$O/amx_bench.jsonl" 2>/dev/null
+    tail -n 8 "$O/amx_generate.txt" "$O/amx_train.txt" 2>/dev/null
 fi
 el end
