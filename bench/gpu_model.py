@@ -12,6 +12,7 @@ and predicts each kernel's time on an H100 SXM from its published peaks. PREDICT
 measurement. The assumptions are the constants below, written into the results too.
 
 usage: gpu_model.py [--precision P] [--results bench/results.json] RUN.json...
+       gpu_model.py --batch-of N RUN.json   (attention's kernels of one B=1 run at batch N)
 """
 import json, os, re, subprocess, sys, time
 
@@ -26,6 +27,11 @@ HBM = 3.35e12                       # bytes/s
 # The kernels' own arithmetic: CUDA-core FLOPs (the LLVM pass's count) at the fp32 peak, the
 # warp-wide products mma.sync runs (tests/emu's tensor_flops: attention's bf16 kernels) at the
 # tensor cores' bf16 peak.
+# Shared memory: 32 banks x 4 bytes per clock per SM, one 128-byte wavefront a clock (CUDA C
+# Programming Guide, "Shared Memory", compute capability 9.0; bank conflicts add wavefronts,
+# tests/emu/emu_banks.cc counts them) on 132 SMs at 1.83 GHz -- the clock at which 132 SMs x 4096
+# dense bf16 FLOP per clock give the whitepaper's 989.4 TFLOP/s.
+SMEM_WAVEFRONTS_PER_S = 132 * 1.83e9
 GEMM_FRACTION = 0.70                # assumed share of the tensor peak cuBLAS reaches at these shapes
 RESIDENT_THREADS = 132 * 2048       # 132 SMs x 2048 resident threads
 LAUNCH_MIN_S = 2e-6                 # assumed least time of one kernel launch (launch and tail)
@@ -61,12 +67,50 @@ def params_g():
     return G["vocab"] * d + G["layers"] * layer + d   # tied classifier, final norm
 
 
+def kernel_time(r, launches, par):
+    """r's bound_s, pred_s, smem_s, bank_conflict and pred_over_bound from its counts (launches,
+    parallelism par: the share of the resident threads its launches keep busy)"""
+    # arithmetic and shared memory: the CUDA cores', the tensor cores' and shared memory's
+    # wavefronts' time; the bound takes the larger (they may overlap; shared memory without bank
+    # conflicts), the prediction their sum (a kernel's staging, mma and softmax alternate between
+    # barriers)
+    cuda_s, tc_s = r["flops"] / PEAK["fp32"], r["tensor_flops"] / PEAK["bf16"]
+    r["smem_s"] = r["shared_wavefronts"] / SMEM_WAVEFRONTS_PER_S
+    r["bank_conflict"] = r["shared_wavefronts"] / r["shared_wavefronts_ideal"] if r["shared_wavefronts_ideal"] else None
+    r["bound_s"] = max(cuda_s, tc_s, r["shared_wavefronts_ideal"] / SMEM_WAVEFRONTS_PER_S,
+                       r["footprint_sectors"] * 32 / HBM)
+    r["pred_s"] = max(launches * LAUNCH_MIN_S, max(cuda_s + tc_s + r["smem_s"], r["sectors"] * 32 / HBM) / par)
+    r["pred_over_bound"] = r["pred_s"] / r["bound_s"] if r["bound_s"] else None
+
+
+def one_run(path, batch, prefix):
+    """--batch-of N RUN.json: the kernels named prefix... of one counted run (B=1) as N times its
+    counts -- right for kernels whose every count grows with B (attention's: its grid has a
+    dimension of B) -- with the same kernel time; a PREDICTION"""
+    with open(path) as fh: d = json.load(fh)
+    print(f"PREDICTION (no GPU ran): {path} x {batch} (batch), H100 SXM")
+    print(f"{'kernel':26s} {'TC GFLOP':>8s} {'GFLOP':>7s} {'MB req':>8s} {'coal':>5s} {'wavefr M':>8s} {'bank':>5s} "
+          f"{'par':>6s} {'smem us':>8s} {'bound us':>8s} {'pred us':>8s}")
+    for n, k in sorted(d["kernels"].items()):
+        if not n.startswith(prefix): continue
+        r = {f: k.get(f, 0) * batch for f in ["flops", "tensor_flops", "bytes_ld", "bytes_st", "sectors", "threads",
+                                              "footprint_sectors", "shared_wavefronts", "shared_wavefronts_ideal"]}
+        launches = k["launches"]
+        par = min(1.0, r["threads"] / launches / RESIDENT_THREADS)
+        kernel_time(r, launches, par)
+        byt = r["bytes_ld"] + r["bytes_st"]
+        print(f"{n:26s} {r['tensor_flops']/1e9:8.2f} {r['flops']/1e9:7.2f} {byt/1e6:8.1f} {byt/(32*r['sectors']):5.0%} "
+              f"{r['shared_wavefronts']/1e6:8.2f} {r['bank_conflict'] or 0:5.2f} {par:6.1%} {r['smem_s']*1e6:8.1f} "
+              f"{r['bound_s']*1e6:8.1f} {r['pred_s']*1e6:8.1f}")
+
+
 def main(argv):
     prec, results, files = "bf16", None, []
     i = 0
     while i < len(argv):
         if argv[i] == "--precision": prec = argv[i + 1]; i += 2
         elif argv[i] == "--results": results = argv[i + 1]; i += 2
+        elif argv[i] == "--batch-of": return one_run(argv[i + 2], int(argv[i + 1]), "k_att_")
         else: files.append(argv[i]); i += 1
     runs = []
     for f in files:
@@ -90,7 +134,7 @@ def main(argv):
             sys.exit(f"gpu_model.py: L={L} T={T} V={V}: counts without tensor_flops (taken before the emulator "
                      "counted mma.sync apart): count the runs again (not GPU_MODEL_REUSE)")
     kfields = ["launches", "threads", "flops", "tensor_flops", "bytes_ld", "bytes_st", "sectors", "footprint_sectors",
-               "shared_bytes", "local_bytes"]
+               "shared_bytes", "local_bytes", "shared_wavefronts", "shared_wavefronts_ideal"]
     rows, worst_resid = [], 0.0
     for n in names:
         r = {"kernel": n}
@@ -122,12 +166,7 @@ def main(argv):
         r["threads_per_launch"] = tpl
         r["parallelism"] = min(1.0, tpl / RESIDENT_THREADS)
         par = max(r["parallelism"], 1.0 / RESIDENT_THREADS)
-        # arithmetic: the CUDA cores' and the tensor cores' time; the bound takes the larger (they
-        # may overlap), the prediction their sum (a kernel's mma and its softmax alternate)
-        cuda_s, tc_s = r["flops"] / PEAK["fp32"], r["tensor_flops"] / PEAK["bf16"]
-        r["bound_s"] = max(cuda_s, tc_s, r["footprint_sectors"] * 32 / HBM)
-        r["pred_s"] = max(launches * LAUNCH_MIN_S, max(cuda_s + tc_s, r["sectors"] * 32 / HBM) / par)
-        r["pred_over_bound"] = r["pred_s"] / r["bound_s"] if r["bound_s"] else None
+        kernel_time(r, launches, par)
         rows.append(r)
     gnames = sorted({k for _, d in runs for k in d["gemms"]})
     grows = []
@@ -157,15 +196,17 @@ def main(argv):
     print(f"PREDICTION (no GPU ran): config G {prec}, B={G['batch']} T={G['seq']}, H100 SXM "
           f"({PEAK['bf16']/1e12:.0f} TFLOP/s bf16, {PEAK['fp32']/1e12:.1f} fp32, {HBM/1e12:.2f} TB/s); "
           f"cuBLAS at {GEMM_FRACTION:.0%} of its peak")
-    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'TC GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'share':>6s}"
+    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'TC GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'bank':>5s} {'smem ms':>8s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'share':>6s}"
     print(hdr)
     for r in sorted(rows, key=lambda r: -r["pred_s"]):
         co = f"{r['coalescing']:.0%}" if r["coalescing"] is not None else "-"
         xb = f"{r['pred_over_bound']:.1f}" if r["pred_over_bound"] else "-"
+        bk = f"{r['bank_conflict']:.1f}" if r["bank_conflict"] else "-"
         print(f"{r['kernel']:24s} {r['launches']:6d} {r['flops']/1e9:8.2f} {r['tensor_flops']/1e9:8.2f} {r['bytes']/1e9:8.2f} {co:>5s} "
+              f"{bk:>5s} {r['smem_s']*1e3:8.3f} "
               f"{r['parallelism']:6.1%} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {xb:>8s} {r['pred_s']/step_s:6.1%}")
     for r in sorted(grows, key=lambda r: -r["pred_s"]):
-        print(f"{r['product']:24.24s} {r['calls']:6d} {'':>8s} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>6s} "
+        print(f"{r['product']:24.24s} {r['calls']:6d} {'':>8s} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>5s} {'':>8s} {'':>6s} "
               f"{r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {r['pred_s']/r['bound_s']:8.1f} {r['pred_s']/step_s:6.1%}")
     print(f"host waits per step: {waits} (x {HOST_WAIT_S*1e6:.0f} us = {waits*HOST_WAIT_S*1e3:.2f} ms)")
     print(f"predicted step {step_s*1e3:.1f} ms (kernels {kern_s*1e3:.1f}, cuBLAS {gemm_s*1e3:.1f}); "
@@ -192,13 +233,15 @@ def main(argv):
             "assumptions": {"device": "H100 SXM", "peak_flops": PEAK, "hbm_bytes_per_s": HBM,
                             "gemm_fraction_of_peak": GEMM_FRACTION, "resident_threads": RESIDENT_THREADS,
                             "launch_min_s": LAUNCH_MIN_S, "host_wait_s": HOST_WAIT_S,
-                            "kernel_time": "max(FLOPs / fp32 peak + tensor_flops / bf16 peak, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
+                            "smem_wavefronts_per_s": SMEM_WAVEFRONTS_PER_S,
+                            "kernel_time": "max(FLOPs / fp32 peak + tensor_flops / bf16 peak + shared wavefronts / smem_wavefronts_per_s, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
                                            "parallelism = min(1, threads that touched global memory per launch / resident_threads; "
                                            "1 where a counted run already filled the resident threads); no cache reuse credited",
                             "sectors": "bytes requested at G x sectors per byte of the counted run that requested the most (sectors_fitted: the plain fit, not used)",
                             "coalescing": "bytes requested / (sectors x 32); above 1 where lanes read the same address (a broadcast)",
                             "flops": "flops: CUDA-core operations (the LLVM pass), charged at the fp32 peak; tensor_flops: mma.sync's (2 per product term), at the bf16 tensor peak",
-                            "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
+                            "bank_conflict": "shared wavefronts / the wavefronts of the same accesses without bank conflicts",
+                            "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, conflict-free shared wavefronts / smem_wavefronts_per_s, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
             "kernels": rows, "products": grows, "host_waits": waits,
             "step_s": step_s, "kernels_s": kern_s, "products_s": gemm_s, "bound_step_s": bound_step,
             "tokens_per_s": tokens / step_s, "model_flops_per_step": model_flops, "executed_flops_per_step": executed,

@@ -20,7 +20,8 @@
 #     registers or shared memory, several column-reduction blocks, lists of odd-sized tensors),
 #     fp32 and bf16;
 #  2b. test_emu_perf: the performance model's counters (FLOPs, bytes, 32-byte sectors per warp
-#     access, sampled blocks, cuBLAS products, host waits) on kernels counted by hand;
+#     access, shared-memory wavefronts and bank conflicts, sampled blocks, cuBLAS products, host
+#     waits) on kernels counted by hand;
 #  3. test_cuda_device: the device's contracts with faults injected into single CUDA/cuBLAS
 #     calls (every status checked, a fault reported once, free's count, the first step of a
 #     model created with nothing to spare, the bf16 shadows' coherence and their check).

@@ -5,11 +5,12 @@
 #     (a0 + a1 L + aV V + B T (b0 + b1 L + bV V) + c1 L B T^2): the values it extrapolates to
 #     config G are the form's own, the coalescing and the roofline bound follow from them (the
 #     tensor-core FLOPs at the bf16 tensor peak, the CUDA-core FLOPs at the fp32 one), the step
-#     time is the sum of the rows, counts without tensor_flops are refused, and the results file gets "gpu_model" labelled a prediction, the rest kept;
+#     time is the sum of the rows, shared memory's wavefronts are charged at 132 x 1.83e9 a second (their
+#     conflicts reported), counts without tensor_flops are refused, and the results file gets "gpu_model" labelled a prediction, the rest kept;
 #  2. build/emu/bench/train_step counting one real emulated step (config S's shapes, 1 layer,
 #     B=1, T=16, bf16, blocks sampled): the step is marked, every kernel the CPU profile of a
 #     step has is there with FLOPs and bytes, the products are bf16 on tensor cores, attention's
-#     bf16 kernels count their mma.sync products as tensor FLOPs.
+#     bf16 kernels count their mma.sync products as tensor FLOPs and their shared-memory wavefronts.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib/pipeline.sh
@@ -25,7 +26,8 @@ def f(c, L, T, V):   # a0 + a1 L + aV V + T (b0 + b1 L + bV V) + c1 L T^2 at B =
 K = {"launches": (3, 5, 0, 0, 0, 0, 0), "threads": (0, 0, 0, 10, 20, 0, 0), "flops": (100, 7, 1, 3, 11, 2, 2),
      "tensor_flops": (0, 0, 0, 0, 0, 0, 4e5),
      "bytes_ld": (64, 32, 4, 8, 16, 4, 4), "bytes_st": (32, 0, 4, 4, 4, 0, 0), "sectors": (4, 2, 1, 1, 1, 1, 1),
-     "footprint_sectors": (2, 1, 1, 1, 1, 0, 0), "shared_bytes": (0,) * 7, "local_bytes": (0,) * 7}
+     "footprint_sectors": (2, 1, 1, 1, 1, 0, 0), "shared_bytes": (0,) * 7, "local_bytes": (0,) * 7,
+     "shared_wavefronts": (0, 0, 0, 0, 0, 0, 30), "shared_wavefronts_ideal": (0, 0, 0, 0, 0, 0, 10)}
 for L, T, V in [(1, 64, 1024), (2, 64, 1024), (1, 128, 1024), (2, 128, 1024), (1, 256, 1024), (1, 64, 2048),
                 (1, 128, 2048), (2, 256, 2048)]:
     d = {"host_waits": f((4, 2, 0, 0, 0, 0, 0), L, T, V), "stepped": 1,
@@ -65,8 +67,11 @@ assert tc / 989e12 > max(k["flops"] / 66.9e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3
 assert abs(k["bound_s"] - max(k["flops"] / 66.9e12, tc / 989e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3.35e12)) < 1e-15, \
     ("bound: tensor FLOPs at 989 TFLOP/s", k["bound_s"], tc / 989e12, tc / 66.9e12)
 par = min(1.0, k["threads_per_launch"] / (132 * 2048))
-assert abs(k["pred_s"] - max(63 * 2e-6, max(k["flops"] / 66.9e12 + tc / 989e12, k["sectors"] * 32 / 3.35e12) / par)) < 1e-12, \
-    ("predicted: CUDA-core and tensor time added", k["pred_s"])
+# shared memory: one 128-byte wavefront per clock per SM, 132 SMs at 1.83 GHz; 3x conflicted
+wf = f((0, 0, 0, 0, 0, 0, 30))
+assert abs(k["bank_conflict"] - 3.0) < 1e-9 and abs(k["smem_s"] - wf / (132 * 1.83e9)) < 1e-15, (k["bank_conflict"], k["smem_s"])
+assert abs(k["pred_s"] - max(63 * 2e-6, max(k["flops"] / 66.9e12 + tc / 989e12 + k["smem_s"], k["sectors"] * 32 / 3.35e12) / par)) < 1e-12, \
+    ("predicted: CUDA-core, tensor and shared-memory time added", k["pred_s"])
 assert abs(g["executed_flops_per_step"] - (k["flops"] + tc + g["products"][0]["flops"])) < 1e-6 * g["executed_flops_per_step"]
 p = g["products"][0]
 assert p["calls"] == 1 + 7 * 12 and abs(p["flops"] - f((0, 0, 0, 2e6, 3e7, 1e3, 0))) < 1e-6 * p["flops"]
@@ -105,6 +110,9 @@ assert sum(c["flops"] for c in k.values()) > 0, "FLOPs counted"
 att = [n for n in k if n.startswith("k_att_") and "bf16" in n and n != "k_att_rowdot"]
 assert att and all(k[n]["tensor_flops"] > 0 for n in att), {n: k[n]["tensor_flops"] for n in att}
 assert all(c["tensor_flops"] == 0 for n, c in k.items() if n not in att), "tensor FLOPs outside attention"
+# their tiles live in shared memory: its wavefronts counted, never fewer than the conflict-free ones
+assert all(k[n]["shared_wavefronts"] >= k[n]["shared_wavefronts_ideal"] > 0 for n in att), \
+    {n: (k[n]["shared_wavefronts"], k[n]["shared_wavefronts_ideal"]) for n in att}
 assert any(n.endswith("bf16") and v["tensor"] == v["calls"] for n, v in d["gemms"].items()), d["gemms"]
 assert d["host_waits"] > 0
 print("checked", len(k), "kernels")

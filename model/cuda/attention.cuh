@@ -22,7 +22,17 @@
  * accumulation -- precision.h's bf16, as the CPU device's attention products), in fp32 and
  * tf32 the CUDA cores (fp32 FMAs over the shared-memory tiles; P and dS pass through a
  * per-warp shared buffer since a lane holds only a quarter of a row). The softmax, masking and
- * accumulation code is shared. Head dimensions up to ATT_MAX_HD are padded to 16, 32, 64 or
+ * accumulation code is shared.
+ *
+ * The bf16 engine is written for the shared-memory pipe (tests/emu counts its bank conflicts):
+ * every tile is row-major bf16 (rows of HD + 8), written with one 16-byte store per 8 elements
+ * from registers that 16-byte global loads filled; the products whose B operand runs down a
+ * tile's columns (P V, dS K, P^T dO, dS^T Q) build its fragments from two 16-bit loads instead
+ * of a transposed copy (whose staging put all of a warp's stores in two banks). The streamed
+ * tiles are double-buffered: the next tile's global loads are issued before the current tile's
+ * products and stored after them, one barrier per tile. The block's own rows (the forward's
+ * and dQ's queries, dK/dV's keys) pass through shared memory once, into A fragments held in
+ * registers for the whole walk. Head dimensions up to ATT_MAX_HD are padded to 16, 32, 64 or
  * 128 (zeros in shared memory); larger ones use kernels.h's per-row bodies.
  *
  * Exponentials are ops_math.h's ops_expf, the CPU reference's (its results still differ from
@@ -40,13 +50,6 @@
 #define ATT_THREADS 128 /* 4 warps, 16 rows each */
 #define ATT_MAX_HD 128
 
-template <bool BF> struct att_elt {
-    typedef float T;
-};
-template <> struct att_elt<true> {
-    typedef __nv_bfloat16 T;
-};
-
 /* tile shapes of the forward and the dQ pass (per block: BQ queries; key tiles of BK) */
 template <int HD, bool BF> struct att_cfg {
     static constexpr int BQ = 64;
@@ -57,7 +60,6 @@ template <int HD, bool BF> struct att_cfg {
     /* row stride of row-major tiles: bf16 rows padded by 8 (a 16-byte multiple, and the
      * fragment loads of 8 rows x 4 lanes fall into 32 distinct banks); fp32 rows by 1 */
     static constexpr int LD = BF ? HD + 8 : HD + 1;
-    static constexpr int LDT = BK + 8; /* transposed bf16 tiles (HD rows of BK keys) */
 };
 /* the dK/dV pass: 64 keys per block, query tiles of QT */
 template <int HD, bool BF> struct att_bwd_cfg {
@@ -67,23 +69,10 @@ template <int HD, bool BF> struct att_bwd_cfg {
     static constexpr int KS = HD / 16;
     static constexpr int DT = HD / 8;
     static constexpr int LD = BF ? HD + 8 : HD + 1;
-    static constexpr int LDT = QT + 8;
 };
 
-/* ---- staging a tile of head rows into shared memory ----
- * rows r < R of a head view (row r at src + r * stride floats), zero for r >= valid and for
- * columns >= hd, into a row-major tile (ld) and/or a transposed one (HD rows of ldt). */
-__device__ static inline void att_put(float *tile, int ld, float *, int, int r, int c, float x) {
-    if (tile) tile[r * ld + c] = x;
-}
-__device__ static inline void att_put(__nv_bfloat16 *tile, int ld, __nv_bfloat16 *tile_t, int ldt, int r, int c,
-                                      float x) {
-    const __nv_bfloat16 b = to_bf16(x);
-    if (tile) tile[r * ld + c] = b;
-    if (tile_t) tile_t[c * ldt + r] = b;
-}
 /* The bf16 copies of the inputs (device_cuda.cu's shadows: q, k, v and dout rounded once, the
- * values att_put's rounding gives) for the bf16 kernels, or NULL each: a tile is then staged from
+ * values att_ld16's rounding gives) for the bf16 kernels, or NULL each: a tile is then loaded from
  * 2-byte elements instead of rounding 4-byte ones (half the global-memory bytes of the tiles the
  * kernels stream). vec16: hd % 8 == 0 and every copy 16-byte aligned (rows of 8 bf16 moves). */
 typedef struct {
@@ -97,55 +86,75 @@ __host__ __device__ static inline bool att16_vec(const att_bf16_t &c, int hd) {
 __host__ __device__ static inline const __nv_bfloat16 *att16_at(const __nv_bfloat16 *p, size_t off) {
     return p ? p + off : (const __nv_bfloat16 *)NULL;
 }
-template <int HD, class T>
-__device__ static inline void att_stage(T *tile, int ld, T *tile_t, int ldt, const float *src, size_t stride, int R,
-                                        int valid, int hd, bool vec);
-/* the same from a bf16 copy when there is one (src16: the element src is), else from src */
-template <int HD, class T>
-__device__ static inline void att_stage(T *tile, int ld, T *tile_t, int ldt, const float *src,
-                                        const __nv_bfloat16 *src16, size_t stride, int R, int valid, int hd, bool vec,
-                                        bool vec16) {
-    if (!src16) {
-        att_stage<HD>(tile, ld, tile_t, ldt, src, stride, R, valid, hd, vec);
-        return;
-    }
-    if (vec16) { /* 8 bf16 (16 bytes) per thread and step */
-        for (int e = threadIdx.x; e < R * (HD / 8); e += blockDim.x) {
-            const int r = e / (HD / 8), c = (e % (HD / 8)) * 8;
-            uint4 x = make_uint4(0u, 0u, 0u, 0u);
-            if (r < valid && c < hd) x = ld16b(src16 + (size_t)r * stride + c);
-            const uint32_t u[4] = {x.x, x.y, x.z, x.w};
-            #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                att_put(tile, ld, tile_t, ldt, r, c + 2 * j, bf16_lo(u[j]));
-                att_put(tile, ld, tile_t, ldt, r, c + 2 * j + 1, bf16_hi(u[j]));
-            }
-        }
-        return;
-    }
-    for (int e = threadIdx.x; e < R * HD; e += blockDim.x) {
-        const int r = e / HD, c = e % HD;
-        att_put(tile, ld, tile_t, ldt, r, c, (r < valid && c < hd) ? bf16_to_f(src16[(size_t)r * stride + c]) : 0.0f);
-    }
-}
-template <int HD, class T>
-__device__ static inline void att_stage(T *tile, int ld, T *tile_t, int ldt, const float *src, size_t stride, int R,
-                                        int valid, int hd, bool vec) {
+
+/* ---- fp32 tiles: rows r < R of a head view (row r at src + r * stride floats) into a row-major
+ * shared tile (ld), zero for r >= valid and for columns >= hd ---- */
+template <int HD>
+__device__ static inline void att_stage(float *tile, int ld, const float *src, size_t stride, int R, int valid, int hd,
+                                        bool vec) {
     if (vec) { /* hd % 4 == 0, 16-byte aligned rows: one float4 per thread and step */
         for (int e = threadIdx.x; e < R * (HD / 4); e += blockDim.x) {
             const int r = e / (HD / 4), c = (e % (HD / 4)) * 4;
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
             if (r < valid && c < hd) x = ld4(src + (size_t)r * stride + c);
-            att_put(tile, ld, tile_t, ldt, r, c, x.x);
-            att_put(tile, ld, tile_t, ldt, r, c + 1, x.y);
-            att_put(tile, ld, tile_t, ldt, r, c + 2, x.z);
-            att_put(tile, ld, tile_t, ldt, r, c + 3, x.w);
+            tile[r * ld + c] = x.x, tile[r * ld + c + 1] = x.y, tile[r * ld + c + 2] = x.z, tile[r * ld + c + 3] = x.w;
         }
         return;
     }
     for (int e = threadIdx.x; e < R * HD; e += blockDim.x) {
         const int r = e / HD, c = e % HD;
-        att_put(tile, ld, tile_t, ldt, r, c, (r < valid && c < hd) ? src[(size_t)r * stride + c] : 0.0f);
+        tile[r * ld + c] = (r < valid && c < hd) ? src[(size_t)r * stride + c] : 0.0f;
+    }
+}
+
+/* ---- bf16 tiles, staged through registers ----
+ * A tile of R head rows, row-major in shared memory with rows of LD = HD + 8 bf16 (16-byte
+ * rows; 16-byte stores and the fragment loads below fall into distinct banks). Chunk e of the
+ * tile is row e / (HD / 8), columns 8 (e % (HD / 8)) .. + 7; thread x moves chunks x + 128 u,
+ * u < N. att_ld16 loads a thread's chunks into registers (from the bf16 copy with 16-byte
+ * loads when there is one, else rounding the fp32 rows to nearest even; zero past the valid
+ * rows and hd), att_st16 stores them with one 16-byte store each: a kernel issues the next
+ * tile's loads before it multiplies the current one, so their latency overlaps the products. */
+/* whether the next tile's loads are issued before the current tile's products (their registers
+ * live across them): up to hd 64; at 128 the accumulators alone take 128 registers a thread and
+ * the early loads made nvcc spill (dK/dV: 1.8 KB a thread), so they follow the products there */
+#define ATT_EARLY(HD) ((HD) <= 64)
+template <int R, int HD> struct att_regs {
+    static constexpr int N = R * (HD / 8) / ATT_THREADS;
+    static_assert(N >= 1 && N * ATT_THREADS == R * (HD / 8), "a tile is a whole number of chunks per thread");
+    uint4 x[N];
+};
+template <int R, int HD>
+__device__ static inline void att_ld16(att_regs<R, HD> &g, const float *src, const __nv_bfloat16 *src16,
+                                       size_t stride, int valid, int hd, bool vec, bool vec16) {
+    #pragma unroll
+    for (int u = 0; u < g.N; u++) {
+        const int e = threadIdx.x + ATT_THREADS * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
+        uint4 x = make_uint4(0u, 0u, 0u, 0u);
+        if (r < valid && c < hd) {
+            if (src16 && vec16) x = ld16b(src16 + (size_t)r * stride + c);
+            else {
+                float f[8];
+                if (!src16 && vec) { /* hd % 4 == 0: a second float4 when it is inside the row */
+                    const float4 a = ld4(src + (size_t)r * stride + c);
+                    const float4 b = c + 4 < hd ? ld4(src + (size_t)r * stride + c + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+                } else
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        f[j] = c + j >= hd ? 0.0f : src16 ? bf16_to_f(src16[(size_t)r * stride + c + j])
+                                                          : src[(size_t)r * stride + c + j];
+                x = make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
+            }
+        }
+        g.x[u] = x;
+    }
+}
+template <int R, int HD> __device__ static inline void att_st16(__nv_bfloat16 *tile, const att_regs<R, HD> &g) {
+    #pragma unroll
+    for (int u = 0; u < g.N; u++) {
+        const int e = threadIdx.x + ATT_THREADS * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
+        st16b(tile + r * (HD + 8) + c, g.x[u]);
     }
 }
 __device__ static inline uint32_t ld_b32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
@@ -192,11 +201,17 @@ __device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS
         }
 }
 /* out[jd] += P (the warp's 16 rows x 16*KP columns, registers in the C layout of NT = 2 KP
- * column tiles) times the tile whose TRANSPOSE is the row-major bf16 tile Bt (DT*8 rows of
- * ldt: Bt[n][k]) */
+ * column tiles) times B (rows 16 kk .. of the row-major bf16 tile B[k][n], ld). A B fragment register
+ * holds B[2t][n] and B[2t+1][n], two rows apart, so it is built from two 16-bit loads. Over a
+ * warp those fall on 16 distinct words in 16 banks (rows 2t of 36-word rows are 8 banks apart,
+ * columns g pairwise in one word): no bank conflicts, and no transposed copy of the tile. */
+__device__ static inline uint32_t att_col2(const __nv_bfloat16 *p, int ld) {
+    const unsigned short *u = (const unsigned short *)p;
+    return (uint32_t)u[0] | (uint32_t)u[ld] << 16;
+}
 template <int NT, int DT>
-__device__ static inline void att_pv_bf(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *Bt, int ldt,
-                                        int g, int t) {
+__device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
+                                        int t) {
 #pragma unroll
     for (int kk = 0; kk < NT / 2; kk++) {
         const uint32_t a[4] = {pack_bf16(P[2 * kk][0], P[2 * kk][1]), pack_bf16(P[2 * kk][2], P[2 * kk][3]),
@@ -204,8 +219,8 @@ __device__ static inline void att_pv_bf(float out[DT][4], const float P[NT][4], 
                                pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3])};
 #pragma unroll
         for (int jd = 0; jd < DT; jd++) {
-            const __nv_bfloat16 *row = Bt + (8 * jd + g) * ldt + 16 * kk + 2 * t;
-            mma_bf16(out[jd], a, ld_b32(row), ld_b32(row + 8));
+            const __nv_bfloat16 *col = B + (16 * kk + 2 * t) * ld + 8 * jd + g;
+            mma_bf16(out[jd], a, att_col2(col, ld), att_col2(col + 8 * ld, ld));
         }
     }
 }
@@ -247,109 +262,65 @@ __device__ static inline void att_rows_range(int i, int Tq, int Tk, int causal, 
 }
 
 /* ---- forward ---- */
-template <int HD, bool BF> static inline size_t att_fwd_smem() {
-    typedef att_cfg<HD, BF> C;
-    typedef typename att_elt<BF>::T T;
-    return sizeof(T) * ((size_t)C::BQ * C::LD + (size_t)C::BK * C::LD + (BF ? (size_t)HD * C::LDT : (size_t)C::BK * C::LD)) +
-           (BF ? 0 : sizeof(float) * 4 * 16 * (C::BK + 1));
-}
-template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS)
-k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
-          int hd, int causal, int window, float scale, att_bf16_t c16) {
-    typedef att_cfg<HD, BF> C;
-    typedef typename att_elt<BF>::T T;
-    DYN_SHARED(unsigned char, smem);
-    T *sQ = (T *)smem;
-    T *sK = sQ + C::BQ * C::LD;
-    T *sV = sK + C::BK * C::LD; /* bf16: transposed (HD x LDT); fp32: row-major (BK x LD) */
-    float *sP = (float *)(sV + (BF ? HD * C::LDT : C::BK * C::LD));
-    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
-    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    const float *kb = k + (size_t)b * Tk * ks + (size_t)kh * hd, *vb = v + (size_t)b * Tk * ks + (size_t)kh * hd;
-    const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
-    const int nq = min(C::BQ, Tq - i0);
-    const bool v16 = att16_vec(c16, hd);
-    const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
-    att_stage<HD>(sQ, C::LD, (T *)NULL, 0, q + qo, att16_at(c16.q, qo), qs, C::BQ, nq, hd, vec, v16);
-    int lo[2], hi[2], klo, khi, unused;
+/* One key tile's online softmax on a warp's registers: s (its 16 rows x NT 8-key column tiles
+ * of Q K^T from key k0) scaled, masked to each row's [lo, hi) and turned into P; the rows'
+ * running max m and sum l updated and o rescaled (a row's 4 lanes share m) */
+template <int NT, int DT>
+__device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], float m[2], float l[2], const int lo[2],
+                                               const int hi[2], int k0, float scale, int t) {
     #pragma unroll
-    for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * w + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
-    ops_att_range(i0, Tq, Tk, causal, window, &klo, &unused);
-    ops_att_range(i0 + nq - 1, Tq, Tk, causal, window, &unused, &khi);
-    __syncthreads();
-    uint32_t qa[C::KS][4];
-    if (BF) att_frags<C::KS>(qa, (const __nv_bfloat16 *)(sQ + 16 * w * C::LD), C::LD, g, t);
-    float o[C::DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    #pragma unroll
-    for (int jd = 0; jd < C::DT; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
-    for (int k0 = klo; k0 < khi; k0 += C::BK) {
-        const int nk = min(C::BK, Tk - k0);
-        __syncthreads(); /* the previous tile's readers are done */
-        const size_t ko = (size_t)k0 * ks;
-        att_stage<HD>(sK, C::LD, (T *)NULL, 0, kb + ko, att16_at(c16.k, kvb + ko), ks, C::BK, nk, hd, vec, v16);
-        if (BF) att_stage<HD>((T *)NULL, 0, sV, C::LDT, vb + ko, att16_at(c16.v, kvb + ko), ks, C::BK, nk, hd, vec, v16);
-        else att_stage<HD>(sV, C::LD, (T *)NULL, 0, vb + ko, ks, C::BK, nk, hd, vec);
-        __syncthreads();
-        float s[C::NT][4];
+    for (int rr = 0; rr < 2; rr++) {
+        float mx = -INFINITY;
         #pragma unroll
-        for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        if (BF) att_dots_bf<C::KS, C::NT>(s, qa, (const __nv_bfloat16 *)sK, C::LD, g, t);
-        else att_dots_f32<HD, C::NT>(s, (const float *)(sQ + 16 * w * C::LD), (const float *)sK, C::LD, g, t);
-        /* scale, mask, online softmax per row (a row's 4 lanes share m) */
-        #pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            float mx = -INFINITY;
+        for (int j = 0; j < NT; j++)
             #pragma unroll
-            for (int j = 0; j < C::NT; j++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int key = k0 + 8 * j + 2 * t + e;
-                    float x = s[j][2 * rr + e] * scale;
-                    if (key < lo[rr] || key >= hi[rr]) x = -INFINITY;
-                    s[j][2 * rr + e] = x;
-                    mx = fmaxf(mx, x);
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
-            const float mn = fmaxf(m[rr], mx);
-            if (mn == -INFINITY) { /* nothing visible yet in this row */
-                #pragma unroll
-                for (int j = 0; j < C::NT; j++) s[j][2 * rr] = s[j][2 * rr + 1] = 0.0f;
-                continue;
+            for (int e = 0; e < 2; e++) {
+                const int key = k0 + 8 * j + 2 * t + e;
+                float x = s[j][2 * rr + e] * scale;
+                if (key < lo[rr] || key >= hi[rr]) x = -INFINITY;
+                s[j][2 * rr + e] = x;
+                mx = fmaxf(mx, x);
             }
-            if (mn != m[rr]) {
-                const float f = m[rr] == -INFINITY ? 0.0f : ops_expf(m[rr] - mn);
-                l[rr] *= f;
-                #pragma unroll
-                for (int jd = 0; jd < C::DT; jd++) o[jd][2 * rr] *= f, o[jd][2 * rr + 1] *= f;
-                m[rr] = mn;
-            }
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+        const float mn = fmaxf(m[rr], mx);
+        if (mn == -INFINITY) { /* nothing visible yet in this row */
             #pragma unroll
-            for (int j = 0; j < C::NT; j++)
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float p = ops_expf(s[j][2 * rr + e] - mn);
-                    s[j][2 * rr + e] = p;
-                    l[rr] += p;
-                }
+            for (int j = 0; j < NT; j++) s[j][2 * rr] = s[j][2 * rr + 1] = 0.0f;
+            continue;
         }
-        if (BF) att_pv_bf<C::NT, C::DT>(o, s, (const __nv_bfloat16 *)sV, C::LDT, g, t);
-        else att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), (const float *)sV, C::LD, g, t);
+        if (mn != m[rr]) {
+            const float f = m[rr] == -INFINITY ? 0.0f : ops_expf(m[rr] - mn);
+            l[rr] *= f;
+            #pragma unroll
+            for (int jd = 0; jd < DT; jd++) o[jd][2 * rr] *= f, o[jd][2 * rr + 1] *= f;
+            m[rr] = mn;
+        }
+        #pragma unroll
+        for (int j = 0; j < NT; j++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p = ops_expf(s[j][2 * rr + e] - mn);
+                s[j][2 * rr + e] = p;
+                l[rr] += p;
+            }
     }
-    /* out = O / l, lse = m + log l (a row that saw no key: out 0, lse +inf) */
+}
+/* out = O / l, lse = m + log l for the warp's rows i0w + g, + 8 (a row that saw no key: out 0,
+ * lse +inf) */
+template <int DT>
+__device__ static inline void att_fwd_out(float *out, float *lse, const float o[DT][4], const float m[2], const float l[2],
+                                          int b, int h, int i0w, int Tq, int H, int hd, int g, int t) {
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         float lt = l[rr] + __shfl_xor_sync(FULL_MASK, l[rr], 1);
         lt += __shfl_xor_sync(FULL_MASK, lt, 2);
-        const int i = i0 + 16 * w + g + 8 * rr;
+        const int i = i0w + g + 8 * rr;
         if (i >= Tq) continue;
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-        const size_t ro = ((size_t)b * Tq + i) * qs + (size_t)h * hd;
-        float *orow = out + ro;
+        float *orow = out + ((size_t)b * Tq + i) * H * hd + (size_t)h * hd;
         #pragma unroll
-        for (int jd = 0; jd < C::DT; jd++) {
+        for (int jd = 0; jd < DT; jd++) {
             const int c = 8 * jd + 2 * t;
             const float y0 = o[jd][2 * rr] * inv, y1 = o[jd][2 * rr + 1] * inv;
             if (hd % 2 == 0 && aligned16(out)) {
@@ -360,6 +331,156 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
             }
         }
         if (t == 0) lse[((size_t)b * H + h) * Tq + i] = lt > 0.0f ? m[rr] + logf(lt) : INFINITY;
+    }
+}
+/* The key and value tiles a block of queries i0 .. i0 + nq - 1 walks in the bf16 forward and dQ
+ * passes (tile n: keys klo + BK n ..; k, v and their copies k16, v16 at the block's (b, kh)),
+ * double-buffered in shared memory (sk(n), sv(n)) through a thread's registers */
+template <int HD> struct att_kv_pipe {
+    typedef att_cfg<HD, true> C;
+    __nv_bfloat16 *s0; /* buffer n & 1: its key tile at sk(n), its value tile at sv(n) */
+    att_regs<C::BK, HD> rk, rv;
+    const float *k, *v;
+    const __nv_bfloat16 *k16, *v16;
+    size_t ks;
+    int klo, tiles, Tk, hd;
+    bool vec, vec16;
+    /* smem: 4 tiles of BK rows of LD */
+    __device__ att_kv_pipe(unsigned char *smem, const float *k_, const float *v_, const __nv_bfloat16 *k16_,
+                           const __nv_bfloat16 *v16_, size_t ks_, int i0, int nq, int Tq, int Tk_, int hd_, int causal,
+                           int window, bool vec_, bool vec16_)
+        : k(k_), v(v_), k16(k16_), v16(v16_), ks(ks_), Tk(Tk_), hd(hd_), vec(vec_), vec16(vec16_) {
+        s0 = (__nv_bfloat16 *)smem;
+        int khi, unused;
+        ops_att_range(i0, Tq, Tk, causal, window, &klo, &unused);
+        ops_att_range(i0 + nq - 1, Tq, Tk, causal, window, &unused, &khi);
+        tiles = khi > klo ? (khi - klo + C::BK - 1) / C::BK : 0;
+    }
+    /* (computed, not an array of pointers: a dynamically indexed array would live in local memory) */
+    __device__ __nv_bfloat16 *sk(int n) const { return s0 + (n & 1) * 2 * C::BK * C::LD; }
+    __device__ __nv_bfloat16 *sv(int n) const { return sk(n) + C::BK * C::LD; }
+    /* the block's own rows (nq of q and, when given, of dout, row stride qs) into sk(1), sv(1),
+     * then (after a barrier) into the warp's A fragments fa, fb */
+    __device__ void own_rows(uint32_t fa[C::KS][4], uint32_t fb[C::KS][4], const float *q, const __nv_bfloat16 *q16,
+                             const float *d, const __nv_bfloat16 *d16, size_t qs, int nq, int w, int g, int t) {
+        att_ld16(rk, q, q16, qs, nq, hd, vec, vec16);
+        att_st16(sk(1), rk);
+        if (d) {
+            att_ld16(rv, d, d16, qs, nq, hd, vec, vec16);
+            att_st16(sv(1), rv);
+        }
+        __syncthreads();
+        att_frags<C::KS>(fa, sk(1) + 16 * w * C::LD, C::LD, g, t);
+        if (d) att_frags<C::KS>(fb, sv(1) + 16 * w * C::LD, C::LD, g, t);
+    }
+    __device__ void load(int n) {
+        const int k0 = klo + C::BK * n, nk = min(C::BK, Tk - k0);
+        const size_t ko = (size_t)k0 * ks;
+        att_ld16(rk, k + ko, att16_at(k16, ko), ks, nk, hd, vec, vec16);
+        att_ld16(rv, v + ko, att16_at(v16, ko), ks, nk, hd, vec, vec16);
+    }
+    __device__ void store(int n) {
+        att_st16(sk(n), rk);
+        att_st16(sv(n), rv);
+    }
+    /* the first tile in place (after own_rows: its fragments are read before this barrier) */
+    __device__ void start() {
+        if (tiles) {
+            load(0);
+            store(0);
+        }
+        __syncthreads();
+    }
+};
+template <int HD, bool BF> static inline size_t att_fwd_smem() {
+    typedef att_cfg<HD, BF> C;
+    if (BF) /* att_fwd_bf: K and V tiles, twice */
+        return sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
+    return sizeof(float) * ((size_t)C::BQ * C::LD + 2 * (size_t)C::BK * C::LD + 4 * 16 * (C::BK + 1));
+}
+/* The bf16 engine's forward: the block's 64 query rows become each warp's A fragments once;
+ * the key and value tiles are double-buffered as in att_dkdv_bf (the next tile's loads in
+ * flight during the products, one barrier per tile), P V from the row-major value tile. */
+template <int HD>
+__device__ static inline void att_fwd_bf(float *out, float *lse, const float *q, const float *k, const float *v, int Tq,
+                                         int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
+                                         const att_bf16_t &c16) {
+    typedef att_cfg<HD, true> C;
+    static_assert(C::BQ == C::BK, "the query tile is staged in a key tile's buffer");
+    DYN_SHARED(unsigned char, smem);
+    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
+    const int nq = min(C::BQ, Tq - i0);
+    const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
+    att_kv_pipe<HD> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq, Tk, hd,
+                       causal, window, hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v), att16_vec(c16, hd));
+    int lo[2], hi[2];
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * w + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
+    uint32_t qa[C::KS][4];
+    kv.own_rows(qa, qa, q + qo, att16_at(c16.q, qo), NULL, NULL, qs, nq, w, g, t);
+    kv.start();
+    float o[C::DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int jd = 0; jd < C::DT; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
+    for (int n = 0; n < kv.tiles; n++) {
+        if (ATT_EARLY(HD) && n + 1 < kv.tiles) kv.load(n + 1);
+        float s[C::NT][4];
+        #pragma unroll
+        for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        att_dots_bf<C::KS, C::NT>(s, qa, kv.sk(n), C::LD, g, t);
+        att_softmax_tile<C::NT, C::DT>(s, o, m, l, lo, hi, kv.klo + C::BK * n, scale, t);
+        att_pv_rm<C::NT, C::DT>(o, s, kv.sv(n), C::LD, g, t);
+        if (n + 1 < kv.tiles) {
+            if (!ATT_EARLY(HD)) kv.load(n + 1);
+            kv.store(n + 1);
+        }
+        __syncthreads();
+    }
+    att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
+}
+template <int HD, bool BF>
+__global__ void __launch_bounds__(ATT_THREADS)
+k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
+          int hd, int causal, int window, float scale, att_bf16_t c16) {
+    if constexpr (BF) {
+        att_fwd_bf<HD>(out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        return;
+    } else { /* the fp32 engine: Q, K and V tiles row-major in shared memory, single-buffered */
+        typedef att_cfg<HD, false> C;
+        DYN_SHARED(float, sQ);
+        float *sK = sQ + C::BQ * C::LD, *sV = sK + C::BK * C::LD, *sP = sV + C::BK * C::LD;
+        const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+        const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+        const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
+        const float *kb = k + (size_t)b * Tk * ks + (size_t)kh * hd, *vb = v + (size_t)b * Tk * ks + (size_t)kh * hd;
+        const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v);
+        const int nq = min(C::BQ, Tq - i0);
+        att_stage<HD>(sQ, C::LD, q + ((size_t)b * Tq + i0) * qs + (size_t)h * hd, qs, C::BQ, nq, hd, vec);
+        int lo[2], hi[2], klo, khi, unused;
+        #pragma unroll
+        for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * w + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
+        ops_att_range(i0, Tq, Tk, causal, window, &klo, &unused);
+        ops_att_range(i0 + nq - 1, Tq, Tk, causal, window, &unused, &khi);
+        float o[C::DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        #pragma unroll
+        for (int jd = 0; jd < C::DT; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
+        for (int k0 = klo; k0 < khi; k0 += C::BK) {
+            const int nk = min(C::BK, Tk - k0);
+            __syncthreads(); /* the previous tile's readers are done */
+            const size_t ko = (size_t)k0 * ks;
+            att_stage<HD>(sK, C::LD, kb + ko, ks, C::BK, nk, hd, vec);
+            att_stage<HD>(sV, C::LD, vb + ko, ks, C::BK, nk, hd, vec);
+            __syncthreads();
+            float s[C::NT][4];
+            #pragma unroll
+            for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            att_dots_f32<HD, C::NT>(s, sQ + 16 * w * C::LD, sK, C::LD, g, t);
+            att_softmax_tile<C::NT, C::DT>(s, o, m, l, lo, hi, k0, scale, t);
+            att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), sV, C::LD, g, t);
+        }
+        att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
     }
 }
 
@@ -376,219 +497,378 @@ __global__ void k_att_rowdot(float *Drow, const float *dout, const float *out, i
     if (lane == 0) Drow[(b * H + h) * Tq + i] = s;
 }
 
+/* row[c] += a0, row[c + 1] += a1 for the columns below hd: one 8-byte access when v2 (a
+ * warp's 4 lanes of a row then cover one 32-byte sector: the gradients' read-modify-write was 2
+ * scalar accesses of half a sector's use) */
+__host__ __device__ static inline bool att_pairs(const float *p, int hd) { return hd % 2 == 0 && ((uintptr_t)p & 7u) == 0; }
+__device__ static inline void att_add2(float *row, int c, int hd, float a0, float a1, bool v2) {
+    if (c >= hd) return;
+    if (v2) {
+        float2 x = ld2(row + c);
+        x.x += a0, x.y += a1;
+        st2(row + c, x);
+        return;
+    }
+    row[c] += a0;
+    if (c + 1 < hd) row[c + 1] += a1;
+}
 /* ---- backward, dK and dV: a block owns 64 keys of (b, kh) ---- */
 template <int HD, bool BF> static inline size_t att_dkdv_smem() {
     typedef att_bwd_cfg<HD, BF> C;
-    typedef typename att_elt<BF>::T T;
-    if (BF) /* sK, sV (frags), sQ, sdO row-major, sQt, sdOt transposed */
-        return sizeof(T) * (2 * (size_t)C::KB * C::LD + 2 * (size_t)C::QT * C::LD + 2 * (size_t)HD * C::LDT) +
-               sizeof(float) * 2 * C::QT;
+    if (BF) /* att_dkdv_bf: Q and dO tiles, lse and D rows, twice */
+        return 2 * (sizeof(__nv_bfloat16) * 2 * (size_t)C::QT * C::LD + sizeof(float) * 2 * C::QT);
     return sizeof(float) * (2 * (size_t)C::KB * C::LD + 2 * (size_t)C::QT * C::LD + 4 * 16 * (C::QT + 1) + 2 * C::QT);
+}
+/* dk, dv += a warp's sums for keys key0 and key0 + 8 (rows of ks floats from base; the block is
+ * their only writer) */
+template <int DT>
+__device__ static inline void att_dkdv_out(float *dk, float *dv, const float dka[DT][4], const float dva[DT][4],
+                                           int key0, int Tk, size_t base, size_t ks, int hd, int t) {
+    const bool v2 = att_pairs(dk, hd) && att_pairs(dv, hd);
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int key = key0 + 8 * rr;
+        if (key >= Tk) continue;
+        const size_t o = base + (size_t)key * ks;
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) {
+            att_add2(dk + o, 8 * jd + 2 * t, hd, dka[jd][2 * rr], dka[jd][2 * rr + 1], v2);
+            att_add2(dv + o, 8 * jd + 2 * t, hd, dva[jd][2 * rr], dva[jd][2 * rr + 1], v2);
+        }
+    }
+}
+/* the query rows [lo, hi) that see any of keys [j0, j1): p = i + Tk - Tq with j0 <= p and
+ * p - window + 1 <= j1 - 1 */
+__device__ static inline void att_dkdv_queries(int j0, int j1, int Tq, int Tk, int causal, int window, int *lo,
+                                               int *hi) {
+    *lo = 0, *hi = Tq;
+    if (causal) {
+        *lo = max(0, j0 - (Tk - Tq));
+        if (window > 0) *hi = min(Tq, j1 + window - 1 - (Tk - Tq));
+    }
+}
+/* P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - D) scale, 0 where not visible, over a warp's
+ * keys key0, + 8 and the query tile from q0 (nq rows; L, D: its rows' lse and D). When every
+ * key of the block's [j0, j1) is visible from every query of the tile (the visible range's ends
+ * grow with the query: the last query's start and the first one's end decide) no element is
+ * masked and the per-element test is skipped. */
+template <int NTQ>
+__device__ static inline void att_dkdv_ds(float st[NTQ][4], float dpt[NTQ][4], const float *L, const float *D, int key0,
+                                          int q0, int nq, int j0, int j1, int Tq, int Tk, int causal, int window,
+                                          float scale, int t) {
+    int lo_last, hi_first, unused;
+    ops_att_range(q0 + nq - 1, Tq, Tk, causal, window, &lo_last, &unused);
+    ops_att_range(q0, Tq, Tk, causal, window, &unused, &hi_first);
+    const bool full = nq == NTQ * 8 && lo_last <= j0 && hi_first >= j1;
+    #pragma unroll
+    for (int j = 0; j < NTQ; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int col = 8 * j + 2 * t + (e & 1), key = key0 + 8 * (e >> 1);
+            bool vis = true;
+            if (!full) {
+                int lo, hi;
+                att_rows_range(q0 + col, Tq, Tk, causal, window, &lo, &hi);
+                vis = key >= lo && key < hi;
+            }
+            const float p = vis ? ops_expf(st[j][e] * scale - L[col]) : 0.0f;
+            st[j][e] = p;
+            dpt[j][e] = p * (dpt[j][e] - D[col]) * scale;
+        }
+}
+/* The bf16 engine's dK/dV pass. The block's 64 keys and values become each warp's A fragments
+ * once; then it walks the (query head, query tile) pairs with the tiles of Q and dO (and their
+ * rows' lse and D) double-buffered: tile n + 1 is loaded into registers before the products of
+ * tile n, stored into the other buffer after them, and one barrier per tile separates the two. */
+template <int HD>
+__device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, const float *k, const float *v,
+                                          const float *dout, const float *lse, const float *Drow, int Tq, int Tk,
+                                          int H, int Hkv, int hd, int causal, int window, float scale,
+                                          const att_bf16_t &c16) {
+    typedef att_bwd_cfg<HD, true> C;
+    static_assert(C::KB == C::QT, "the key and value tiles are staged in a query tile's buffers");
+    DYN_SHARED(unsigned char, smem);
+    /* buffer n & 1: its Q tile at sQ + (n & 1) QB, its dO tile QT LD further (computed: an array
+     * of pointers indexed by n would live in local memory) */
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem, *sdO = sQ + C::QT * C::LD;
+    const int QB = 2 * C::QT * C::LD;
+    float *sL = (float *)(sQ + 2 * QB), *sD = sL + 2 * C::QT; /* [2][QT] each */
+    const int b = blockIdx.z, kh = blockIdx.y, j0 = blockIdx.x * C::KB, rep = H / Hkv;
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
+    const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
+    const bool v16 = att16_vec(c16, hd);
+    const int nkv = min(C::KB, Tk - j0), j1 = j0 + nkv;
+    att_regs<C::QT, HD> ra, rb;
+    {
+        const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
+        att_ld16(ra, k + kvo, att16_at(c16.k, kvo), ks, nkv, hd, vec, v16);
+        att_ld16(rb, v + kvo, att16_at(c16.v, kvo), ks, nkv, hd, vec, v16);
+        att_st16(sQ + QB, ra);
+        att_st16(sdO + QB, rb);
+    }
+    int iq_lo, iq_hi;
+    att_dkdv_queries(j0, j1, Tq, Tk, causal, window, &iq_lo, &iq_hi);
+    const int nqt = iq_hi > iq_lo ? (iq_hi - iq_lo + C::QT - 1) / C::QT : 0, tiles = rep * nqt;
+    /* tile n: query head kh rep + n / nqt, queries from q0 = iq_lo + QT (n % nqt); a thread's
+     * loads of it into ra, rb and (threads < QT) its row's lse and D into l_, d_ */
+    float l_ = INFINITY, d_ = 0.0f;
+    auto load = [&](int n) {
+        const int h = kh * rep + n / nqt, q0 = iq_lo + C::QT * (n % nqt), nq = min(C::QT, Tq - q0);
+        const size_t qo = ((size_t)b * Tq + q0) * qs + (size_t)h * hd;
+        att_ld16(ra, q + qo, att16_at(c16.q, qo), qs, nq, hd, vec, v16);
+        att_ld16(rb, dout + qo, att16_at(c16.dout, qo), qs, nq, hd, vec, v16);
+        const int r = threadIdx.x;
+        if (r < C::QT) {
+            const size_t ro = ((size_t)b * H + h) * Tq + q0 + r;
+            l_ = r < nq ? lse[ro] : INFINITY;
+            d_ = r < nq ? Drow[ro] : 0.0f;
+        }
+    };
+    auto store = [&](int n) {
+        att_st16(sQ + (n & 1) * QB, ra);
+        att_st16(sdO + (n & 1) * QB, rb);
+        if (threadIdx.x < C::QT) sL[(n & 1) * C::QT + threadIdx.x] = l_, sD[(n & 1) * C::QT + threadIdx.x] = d_;
+    };
+    __syncthreads();
+    uint32_t ka[C::KS][4], va[C::KS][4];
+    att_frags<C::KS>(ka, sQ + QB + 16 * w * C::LD, C::LD, g, t);
+    att_frags<C::KS>(va, sdO + QB + 16 * w * C::LD, C::LD, g, t);
+    if (tiles) {
+        load(0);
+        store(0);
+    }
+    __syncthreads();
+    float dka[C::DT][4], dva[C::DT][4];
+    #pragma unroll
+    for (int jd = 0; jd < C::DT; jd++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) dka[jd][e] = dva[jd][e] = 0.0f;
+    const int key0 = j0 + 16 * w + g;
+    for (int n = 0; n < tiles; n++) {
+        if (ATT_EARLY(HD) && n + 1 < tiles) load(n + 1);
+        const __nv_bfloat16 *Q = sQ + (n & 1) * QB, *dO = sdO + (n & 1) * QB;
+        const float *L = sL + (n & 1) * C::QT, *D = sD + (n & 1) * C::QT;
+        const int q0 = iq_lo + C::QT * (n % nqt), nq = min(C::QT, Tq - q0);
+        /* S^T (16 keys x QT queries) and dP^T = V dO^T */
+        float st[C::NTQ][4], dpt[C::NTQ][4];
+        #pragma unroll
+        for (int j = 0; j < C::NTQ; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
+        att_dots_bf<C::KS, C::NTQ>(st, ka, Q, C::LD, g, t);
+        att_dots_bf<C::KS, C::NTQ>(dpt, va, dO, C::LD, g, t);
+        att_dkdv_ds<C::NTQ>(st, dpt, L, D, key0, q0, nq, j0, j1, Tq, Tk, causal, window, scale, t);
+        /* dV += P^T dO, dK += dS^T Q */
+        att_pv_rm<C::NTQ, C::DT>(dva, st, dO, C::LD, g, t);
+        att_pv_rm<C::NTQ, C::DT>(dka, dpt, Q, C::LD, g, t);
+        if (n + 1 < tiles) {
+            if (!ATT_EARLY(HD)) load(n + 1);
+            store(n + 1);
+        }
+        __syncthreads();
+    }
+    att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t);
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS)
 k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse,
                const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
                att_bf16_t c16) {
-    typedef att_bwd_cfg<HD, BF> C;
-    typedef typename att_elt<BF>::T T;
-    DYN_SHARED(unsigned char, smem);
-    T *sK = (T *)smem, *sV = sK + C::KB * C::LD, *sQ = sV + C::KB * C::LD, *sdO = sQ + C::QT * C::LD;
-    T *sQt = sdO + C::QT * C::LD, *sdOt = BF ? sQt + HD * C::LDT : sQt;
-    float *sP = (float *)(BF ? sdOt + HD * C::LDT : sQt); /* fp32 only: 4 warps x 16 x (QT + 1) */
-    float *sL = BF ? sP : sP + 4 * 16 * (C::QT + 1), *sD = sL + C::QT;
-    const int b = blockIdx.z, kh = blockIdx.y, j0 = blockIdx.x * C::KB, rep = H / Hkv;
-    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
-    const int nkv = min(C::KB, Tk - j0), j1 = j0 + nkv;
-    const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
-    const bool v16 = att16_vec(c16, hd);
-    att_stage<HD>(sK, C::LD, (T *)NULL, 0, k + kvo, att16_at(c16.k, kvo), ks, C::KB, nkv, hd, vec, v16);
-    att_stage<HD>(sV, C::LD, (T *)NULL, 0, v + kvo, att16_at(c16.v, kvo), ks, C::KB, nkv, hd, vec, v16);
-    __syncthreads();
-    uint32_t ka[C::KS][4], va[C::KS][4];
-    if (BF) {
-        att_frags<C::KS>(ka, (const __nv_bfloat16 *)(sK + 16 * w * C::LD), C::LD, g, t);
-        att_frags<C::KS>(va, (const __nv_bfloat16 *)(sV + 16 * w * C::LD), C::LD, g, t);
-    }
-    float dka[C::DT][4], dva[C::DT][4];
-    #pragma unroll
-    for (int jd = 0; jd < C::DT; jd++)
-        #pragma unroll
-        for (int e = 0; e < 4; e++) dka[jd][e] = dva[jd][e] = 0.0f;
-    /* the query rows that see any of keys [j0, j1): p = i + Tk - Tq with j0 <= p and
-     * p - window + 1 <= j1 - 1 */
-    int iq_lo = 0, iq_hi = Tq;
-    if (causal) {
-        iq_lo = max(0, j0 - (Tk - Tq));
-        if (window > 0) iq_hi = min(Tq, j1 + window - 1 - (Tk - Tq));
-    }
-    const int key0 = j0 + 16 * w + g;
-    for (int h = kh * rep; h < (kh + 1) * rep; h++)
-        for (int q0 = iq_lo; q0 < iq_hi; q0 += C::QT) {
-            const int nq = min(C::QT, Tq - q0);
-            const size_t qo = ((size_t)b * Tq + q0) * qs + (size_t)h * hd;
-            __syncthreads();
-            att_stage<HD>(sQ, C::LD, BF ? sQt : (T *)NULL, C::LDT, q + qo, att16_at(c16.q, qo), qs, C::QT, nq, hd, vec, v16);
-            att_stage<HD>(sdO, C::LD, BF ? sdOt : (T *)NULL, C::LDT, dout + qo, att16_at(c16.dout, qo), qs, C::QT, nq, hd,
-                          vec, v16);
-            for (int r = threadIdx.x; r < C::QT; r += blockDim.x) {
-                const size_t ro = ((size_t)b * H + h) * Tq + q0 + r;
-                sL[r] = r < nq ? lse[ro] : INFINITY;
-                sD[r] = r < nq ? Drow[ro] : 0.0f;
-            }
-            __syncthreads();
-            /* S^T (16 keys x QT queries) and dP^T = V dO^T */
-            float st[C::NTQ][4], dpt[C::NTQ][4];
-            #pragma unroll
-            for (int j = 0; j < C::NTQ; j++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
-            if (BF) {
-                att_dots_bf<C::KS, C::NTQ>(st, ka, (const __nv_bfloat16 *)sQ, C::LD, g, t);
-                att_dots_bf<C::KS, C::NTQ>(dpt, va, (const __nv_bfloat16 *)sdO, C::LD, g, t);
-            } else {
-                att_dots_f32<HD, C::NTQ>(st, (const float *)(sK + 16 * w * C::LD), (const float *)sQ, C::LD, g, t);
-                att_dots_f32<HD, C::NTQ>(dpt, (const float *)(sV + 16 * w * C::LD), (const float *)sdO, C::LD, g, t);
-            }
-            /* P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - D) scale, 0 where not visible */
-            #pragma unroll
-            for (int j = 0; j < C::NTQ; j++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int col = 8 * j + 2 * t + (e & 1), key = key0 + 8 * (e >> 1), i = q0 + col;
-                    int lo, hi;
-                    att_rows_range(i, Tq, Tk, causal, window, &lo, &hi);
-                    const bool vis = key >= lo && key < hi;
-                    const float p = vis ? ops_expf(st[j][e] * scale - sL[col]) : 0.0f;
-                    st[j][e] = p;
-                    dpt[j][e] = p * (dpt[j][e] - sD[col]) * scale;
-                }
-            /* dV += P^T dO, dK += dS^T Q */
-            if (BF) {
-                att_pv_bf<C::NTQ, C::DT>(dva, st, (const __nv_bfloat16 *)sdOt, C::LDT, g, t);
-                att_pv_bf<C::NTQ, C::DT>(dka, dpt, (const __nv_bfloat16 *)sQt, C::LDT, g, t);
-            } else {
-                float *pw = sP + w * 16 * (C::QT + 1);
-                att_pv_f32<C::NTQ, C::DT>(dva, st, pw, (const float *)sdO, C::LD, g, t);
-                att_pv_f32<C::NTQ, C::DT>(dka, dpt, pw, (const float *)sQ, C::LD, g, t);
-            }
-        }
-    /* dk, dv += the block's sums (this block is their only writer) */
-    #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int key = key0 + 8 * rr;
-        if (key >= Tk) continue;
-        const size_t o = ((size_t)b * Tk + key) * ks + (size_t)kh * hd;
+    if constexpr (BF) {
+        att_dkdv_bf<HD>(dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        return;
+    } else { /* the fp32 engine: K, V, Q and dO tiles row-major in shared memory, single-buffered */
+        typedef att_bwd_cfg<HD, false> C;
+        DYN_SHARED(float, sK);
+        float *sV = sK + C::KB * C::LD, *sQ = sV + C::KB * C::LD, *sdO = sQ + C::QT * C::LD, *sP = sdO + C::QT * C::LD;
+        float *sL = sP + 4 * 16 * (C::QT + 1), *sD = sL + C::QT;
+        const int b = blockIdx.z, kh = blockIdx.y, j0 = blockIdx.x * C::KB, rep = H / Hkv;
+        const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+        const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
+        const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
+        const int nkv = min(C::KB, Tk - j0), j1 = j0 + nkv;
+        const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
+        att_stage<HD>(sK, C::LD, k + kvo, ks, C::KB, nkv, hd, vec);
+        att_stage<HD>(sV, C::LD, v + kvo, ks, C::KB, nkv, hd, vec);
+        float dka[C::DT][4], dva[C::DT][4];
         #pragma unroll
         for (int jd = 0; jd < C::DT; jd++)
             #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = 8 * jd + 2 * t + e;
-                if (c < hd) {
-                    dk[o + c] += dka[jd][2 * rr + e];
-                    dv[o + c] += dva[jd][2 * rr + e];
+            for (int e = 0; e < 4; e++) dka[jd][e] = dva[jd][e] = 0.0f;
+        int iq_lo, iq_hi;
+        att_dkdv_queries(j0, j1, Tq, Tk, causal, window, &iq_lo, &iq_hi);
+        const int key0 = j0 + 16 * w + g;
+        for (int h = kh * rep; h < (kh + 1) * rep; h++)
+            for (int q0 = iq_lo; q0 < iq_hi; q0 += C::QT) {
+                const int nq = min(C::QT, Tq - q0);
+                const size_t qo = ((size_t)b * Tq + q0) * qs + (size_t)h * hd;
+                __syncthreads();
+                att_stage<HD>(sQ, C::LD, q + qo, qs, C::QT, nq, hd, vec);
+                att_stage<HD>(sdO, C::LD, dout + qo, qs, C::QT, nq, hd, vec);
+                for (int r = threadIdx.x; r < C::QT; r += blockDim.x) {
+                    const size_t ro = ((size_t)b * H + h) * Tq + q0 + r;
+                    sL[r] = r < nq ? lse[ro] : INFINITY;
+                    sD[r] = r < nq ? Drow[ro] : 0.0f;
                 }
+                __syncthreads();
+                float st[C::NTQ][4], dpt[C::NTQ][4];
+                #pragma unroll
+                for (int j = 0; j < C::NTQ; j++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
+                att_dots_f32<HD, C::NTQ>(st, sK + 16 * w * C::LD, sQ, C::LD, g, t);
+                att_dots_f32<HD, C::NTQ>(dpt, sV + 16 * w * C::LD, sdO, C::LD, g, t);
+                att_dkdv_ds<C::NTQ>(st, dpt, sL, sD, key0, q0, nq, j0, j1, Tq, Tk, causal, window, scale, t);
+                float *pw = sP + w * 16 * (C::QT + 1);
+                att_pv_f32<C::NTQ, C::DT>(dva, st, pw, sdO, C::LD, g, t);
+                att_pv_f32<C::NTQ, C::DT>(dka, dpt, pw, sQ, C::LD, g, t);
             }
+        att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t);
     }
 }
 
 /* ---- backward, dQ: a block owns 64 query rows of (b, h) ---- */
+/* a warp's rows i0w + g, + 8: the keys they see, their lse and D (+inf and 0 past Tq) */
+__device__ static inline void att_dq_rows(int lo[2], int hi[2], float L[2], float Dr[2], const float *lse,
+                                          const float *Drow, int b, int h, int i0w, int Tq, int Tk, int H, int causal,
+                                          int window, int g) {
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int i = i0w + g + 8 * rr;
+        att_rows_range(i, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
+        const size_t ro = ((size_t)b * H + h) * Tq + i;
+        L[rr] = i < Tq ? lse[ro] : INFINITY;
+        Dr[rr] = i < Tq ? Drow[ro] : 0.0f;
+    }
+}
+/* dS = P (dP - D) scale over one key tile from k0, P = exp(S scale - lse) (0 where not visible),
+ * into dp */
+template <int NT>
+__device__ static inline void att_dq_ds(const float s[NT][4], float dp[NT][4], const int lo[2], const int hi[2], int k0,
+                                        const float L[2], const float Dr[2], float scale, int t) {
+    #pragma unroll
+    for (int j = 0; j < NT; j++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int rr = e >> 1, key = k0 + 8 * j + 2 * t + (e & 1);
+            const bool vis = key >= lo[rr] && key < hi[rr];
+            const float p = vis ? ops_expf(s[j][e] * scale - L[rr]) : 0.0f;
+            dp[j][e] = p * (dp[j][e] - Dr[rr]) * scale;
+        }
+}
+/* dq += the warp's sums for rows i0w + g, + 8 (the block is their only writer) */
+template <int DT>
+__device__ static inline void att_dq_out(float *dq, const float dqa[DT][4], int b, int h, int i0w, int Tq, int H,
+                                         int hd, int g, int t) {
+    const bool v2 = att_pairs(dq, hd);
+    #pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int i = i0w + g + 8 * rr;
+        if (i >= Tq) continue;
+        float *row = dq + ((size_t)b * Tq + i) * H * hd + (size_t)h * hd;
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) att_add2(row, 8 * jd + 2 * t, hd, dqa[jd][2 * rr], dqa[jd][2 * rr + 1], v2);
+    }
+}
 template <int HD, bool BF> static inline size_t att_dq_smem() {
     typedef att_cfg<HD, BF> C;
-    typedef typename att_elt<BF>::T T;
-    if (BF) /* sQ, sdO, sK, sV row-major, sKt transposed */
-        return sizeof(T) * (2 * (size_t)C::BQ * C::LD + 2 * (size_t)C::BK * C::LD + (size_t)HD * C::LDT);
+    if (BF) /* att_dq_bf: K and V tiles, twice */
+        return sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
     return sizeof(float) * (2 * (size_t)C::BQ * C::LD + 2 * (size_t)C::BK * C::LD + 4 * 16 * (C::BK + 1));
+}
+/* The bf16 engine's dQ pass: Q and dO become each warp's A fragments once; key and value tiles
+ * double-buffered as in att_fwd_bf; dQ += dS K from the row-major key tile. */
+template <int HD>
+__device__ static inline void att_dq_bf(float *dq, const float *q, const float *k, const float *v, const float *dout,
+                                        const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd,
+                                        int causal, int window, float scale, const att_bf16_t &c16) {
+    typedef att_cfg<HD, true> C;
+    static_assert(C::BQ == C::BK, "the query tiles are staged in a key tile's buffers");
+    DYN_SHARED(unsigned char, smem);
+    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
+    const int nq = min(C::BQ, Tq - i0);
+    const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
+    att_kv_pipe<HD> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq, Tk, hd,
+                       causal, window, hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout),
+                       att16_vec(c16, hd));
+    int lo[2], hi[2];
+    float L[2], Dr[2];
+    att_dq_rows(lo, hi, L, Dr, lse, Drow, b, h, i0 + 16 * w, Tq, Tk, H, causal, window, g);
+    uint32_t qa[C::KS][4], da[C::KS][4];
+    kv.own_rows(qa, da, q + qo, att16_at(c16.q, qo), dout + qo, att16_at(c16.dout, qo), qs, nq, w, g, t);
+    kv.start();
+    float dqa[C::DT][4];
+    #pragma unroll
+    for (int jd = 0; jd < C::DT; jd++) dqa[jd][0] = dqa[jd][1] = dqa[jd][2] = dqa[jd][3] = 0.0f;
+    for (int n = 0; n < kv.tiles; n++) {
+        if (ATT_EARLY(HD) && n + 1 < kv.tiles) kv.load(n + 1);
+        float s[C::NT][4], dp[C::NT][4];
+        #pragma unroll
+        for (int j = 0; j < C::NT; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+        att_dots_bf<C::KS, C::NT>(s, qa, kv.sk(n), C::LD, g, t);
+        att_dots_bf<C::KS, C::NT>(dp, da, kv.sv(n), C::LD, g, t);
+        att_dq_ds<C::NT>(s, dp, lo, hi, kv.klo + C::BK * n, L, Dr, scale, t);
+        att_pv_rm<C::NT, C::DT>(dqa, dp, kv.sk(n), C::LD, g, t);
+        if (n + 1 < kv.tiles) {
+            if (!ATT_EARLY(HD)) kv.load(n + 1);
+            kv.store(n + 1);
+        }
+        __syncthreads();
+    }
+    att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t);
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS)
 k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse,
              const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
              att_bf16_t c16) {
-    typedef att_cfg<HD, BF> C;
-    typedef typename att_elt<BF>::T T;
-    DYN_SHARED(unsigned char, smem);
-    T *sQ = (T *)smem, *sdO = sQ + C::BQ * C::LD, *sK = sdO + C::BQ * C::LD, *sV = sK + C::BK * C::LD;
-    T *sKt = sV + C::BK * C::LD;
-    float *sP = (float *)sKt; /* fp32 only */
-    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
-    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    const float *kb = k + (size_t)b * Tk * ks + (size_t)kh * hd, *vb = v + (size_t)b * Tk * ks + (size_t)kh * hd;
-    const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
-    const int nq = min(C::BQ, Tq - i0);
-    const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd;
-    const bool v16 = att16_vec(c16, hd);
-    const size_t kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
-    att_stage<HD>(sQ, C::LD, (T *)NULL, 0, q + qo, att16_at(c16.q, qo), qs, C::BQ, nq, hd, vec, v16);
-    att_stage<HD>(sdO, C::LD, (T *)NULL, 0, dout + qo, att16_at(c16.dout, qo), qs, C::BQ, nq, hd, vec, v16);
-    int lo[2], hi[2], klo, khi, unused;
-    float L[2], Dr[2];
-    #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int i = i0 + 16 * w + g + 8 * rr;
-        att_rows_range(i, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
-        const size_t ro = ((size_t)b * H + h) * Tq + i;
-        L[rr] = i < Tq ? lse[ro] : INFINITY;
-        Dr[rr] = i < Tq ? Drow[ro] : 0.0f;
-    }
-    ops_att_range(i0, Tq, Tk, causal, window, &klo, &unused);
-    ops_att_range(i0 + nq - 1, Tq, Tk, causal, window, &unused, &khi);
-    __syncthreads();
-    uint32_t qa[C::KS][4], da[C::KS][4];
-    if (BF) {
-        att_frags<C::KS>(qa, (const __nv_bfloat16 *)(sQ + 16 * w * C::LD), C::LD, g, t);
-        att_frags<C::KS>(da, (const __nv_bfloat16 *)(sdO + 16 * w * C::LD), C::LD, g, t);
-    }
-    float dqa[C::DT][4];
-    #pragma unroll
-    for (int jd = 0; jd < C::DT; jd++) dqa[jd][0] = dqa[jd][1] = dqa[jd][2] = dqa[jd][3] = 0.0f;
-    for (int k0 = klo; k0 < khi; k0 += C::BK) {
-        const int nk = min(C::BK, Tk - k0);
-        __syncthreads();
-        const size_t ko = (size_t)k0 * ks;
-        att_stage<HD>(sK, C::LD, BF ? sKt : (T *)NULL, C::LDT, kb + ko, att16_at(c16.k, kvb + ko), ks, C::BK, nk, hd, vec,
-                      v16);
-        att_stage<HD>(sV, C::LD, (T *)NULL, 0, vb + ko, att16_at(c16.v, kvb + ko), ks, C::BK, nk, hd, vec, v16);
-        __syncthreads();
-        float s[C::NT][4], dp[C::NT][4];
+    if constexpr (BF) {
+        att_dq_bf<HD>(dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        return;
+    } else { /* the fp32 engine: Q, dO, K and V tiles row-major in shared memory, single-buffered */
+        typedef att_cfg<HD, false> C;
+        DYN_SHARED(float, sQ);
+        float *sdO = sQ + C::BQ * C::LD, *sK = sdO + C::BQ * C::LD, *sV = sK + C::BK * C::LD, *sP = sV + C::BK * C::LD;
+        const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+        const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+        const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
+        const float *kb = k + (size_t)b * Tk * ks + (size_t)kh * hd, *vb = v + (size_t)b * Tk * ks + (size_t)kh * hd;
+        const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
+        const int nq = min(C::BQ, Tq - i0);
+        const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd;
+        att_stage<HD>(sQ, C::LD, q + qo, qs, C::BQ, nq, hd, vec);
+        att_stage<HD>(sdO, C::LD, dout + qo, qs, C::BQ, nq, hd, vec);
+        int lo[2], hi[2], klo, khi, unused;
+        float L[2], Dr[2];
+        att_dq_rows(lo, hi, L, Dr, lse, Drow, b, h, i0 + 16 * w, Tq, Tk, H, causal, window, g);
+        ops_att_range(i0, Tq, Tk, causal, window, &klo, &unused);
+        ops_att_range(i0 + nq - 1, Tq, Tk, causal, window, &unused, &khi);
+        float dqa[C::DT][4];
         #pragma unroll
-        for (int j = 0; j < C::NT; j++)
+        for (int jd = 0; jd < C::DT; jd++) dqa[jd][0] = dqa[jd][1] = dqa[jd][2] = dqa[jd][3] = 0.0f;
+        for (int k0 = klo; k0 < khi; k0 += C::BK) {
+            const int nk = min(C::BK, Tk - k0);
+            __syncthreads();
+            const size_t ko = (size_t)k0 * ks;
+            att_stage<HD>(sK, C::LD, kb + ko, ks, C::BK, nk, hd, vec);
+            att_stage<HD>(sV, C::LD, vb + ko, ks, C::BK, nk, hd, vec);
+            __syncthreads();
+            float s[C::NT][4], dp[C::NT][4];
             #pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-        if (BF) {
-            att_dots_bf<C::KS, C::NT>(s, qa, (const __nv_bfloat16 *)sK, C::LD, g, t);
-            att_dots_bf<C::KS, C::NT>(dp, da, (const __nv_bfloat16 *)sV, C::LD, g, t);
-        } else {
-            att_dots_f32<HD, C::NT>(s, (const float *)(sQ + 16 * w * C::LD), (const float *)sK, C::LD, g, t);
-            att_dots_f32<HD, C::NT>(dp, (const float *)(sdO + 16 * w * C::LD), (const float *)sV, C::LD, g, t);
+            for (int j = 0; j < C::NT; j++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+            att_dots_f32<HD, C::NT>(s, sQ + 16 * w * C::LD, sK, C::LD, g, t);
+            att_dots_f32<HD, C::NT>(dp, sdO + 16 * w * C::LD, sV, C::LD, g, t);
+            att_dq_ds<C::NT>(s, dp, lo, hi, k0, L, Dr, scale, t);
+            att_pv_f32<C::NT, C::DT>(dqa, dp, sP + w * 16 * (C::BK + 1), sK, C::LD, g, t);
         }
-        #pragma unroll
-        for (int j = 0; j < C::NT; j++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int rr = e >> 1, key = k0 + 8 * j + 2 * t + (e & 1);
-                const bool vis = key >= lo[rr] && key < hi[rr];
-                const float p = vis ? ops_expf(s[j][e] * scale - L[rr]) : 0.0f;
-                dp[j][e] = p * (dp[j][e] - Dr[rr]) * scale;
-            }
-        if (BF) att_pv_bf<C::NT, C::DT>(dqa, dp, (const __nv_bfloat16 *)sKt, C::LDT, g, t);
-        else att_pv_f32<C::NT, C::DT>(dqa, dp, sP + w * 16 * (C::BK + 1), (const float *)sK, C::LD, g, t);
-    }
-    #pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        const int i = i0 + 16 * w + g + 8 * rr;
-        if (i >= Tq) continue;
-        float *row = dq + ((size_t)b * Tq + i) * qs + (size_t)h * hd;
-        #pragma unroll
-        for (int jd = 0; jd < C::DT; jd++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = 8 * jd + 2 * t + e;
-                if (c < hd) row[c] += dqa[jd][2 * rr + e];
-            }
+        att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t);
     }
 }
 

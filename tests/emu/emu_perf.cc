@@ -8,7 +8,9 @@
  *   lane, the access's size), the 32-byte sectors each warp-wide access touches (the distinct
  *   sectors of the lanes' byte ranges: what the memory system moves for it), the distinct
  *   sectors of each launch (its footprint: the least a launch can move from DRAM, summed over
- *   launches), and the bytes of shared and local memory accessed (reported, not modelled);
+ *   launches), the bytes of shared and local memory accessed, and shared memory's 128-byte
+ *   wavefronts (emu_banks.cc: per warp-wide access, the busiest bank's distinct words; beside
+ *   them the wavefronts the same words would take without bank conflicts);
  *
  * per cuBLAS product kind (function, transposes, element sizes): calls, FLOPs (2 m n k per
  * product) and the operand bytes (A and B read once, C written, and read when beta != 0);
@@ -34,7 +36,8 @@
 namespace {
 struct kcount {
     unsigned long long launches = 0, threads = 0, flops = 0, tensor_flops = 0, bytes_ld = 0, bytes_st = 0, sectors = 0,
-                       warp_accesses = 0, footprint_sectors = 0, shared_bytes = 0, local_bytes = 0;
+                       warp_accesses = 0, footprint_sectors = 0, shared_bytes = 0, local_bytes = 0,
+                       shared_accesses = 0, shared_wavefronts = 0, shared_wavefronts_ideal = 0;
     unsigned long long max_block_threads = 0, sampled_launches = 0;
 };
 struct gcount {
@@ -82,6 +85,9 @@ void on_launch(const emu_launch_info_t *l, int end, void *) {
     k.warp_accesses += (unsigned long long)(c.warp_accesses * scale);
     k.shared_bytes += (unsigned long long)(c.shared_bytes * scale);
     k.local_bytes += (unsigned long long)(c.local_bytes * scale);
+    k.shared_accesses += (unsigned long long)(c.shared_accesses * scale);
+    k.shared_wavefronts += (unsigned long long)(c.shared_wavefronts * scale);
+    k.shared_wavefronts_ideal += (unsigned long long)(c.shared_wavefronts_ideal * scale);
     k.sampled_launches += l->blocks_run < l->blocks;
     c = kcount();
     k.max_block_threads = std::max(k.max_block_threads, (unsigned long long)l->block[0] * l->block[1] * l->block[2]);
@@ -95,6 +101,10 @@ void on_warp(const emu_warp_access_t *a, void *) {
     const unsigned lanes = (unsigned)__builtin_popcount(a->mask);
     if (a->space == EMU_SHARED) {
         k.shared_bytes += (unsigned long long)lanes * a->size;
+        unsigned ideal = 0;
+        k.shared_wavefronts += emu_shared_wavefronts(a, &ideal);
+        k.shared_wavefronts_ideal += ideal;
+        k.shared_accesses++;
         return;
     }
     if (a->space == EMU_LOCAL) {
@@ -151,9 +161,11 @@ void write_out() {
                 "%s\n  \"%s\": {\"launches\": %llu, \"threads\": %llu, \"max_block_threads\": %llu, \"flops\": %llu, \"tensor_flops\": %llu, "
                 "\"bytes_ld\": %llu, \"bytes_st\": %llu, \"sectors\": %llu, \"warp_accesses\": %llu, "
                 "\"footprint_sectors\": %llu, \"shared_bytes\": %llu, \"local_bytes\": %llu, "
+                "\"shared_accesses\": %llu, \"shared_wavefronts\": %llu, \"shared_wavefronts_ideal\": %llu, "
                 "\"sampled_launches\": %llu}",
                 first ? "" : ",", e.first.c_str(), k.launches, k.threads, k.max_block_threads, k.flops, k.tensor_flops, k.bytes_ld,
-                k.bytes_st, k.sectors, k.warp_accesses, k.footprint_sectors, k.shared_bytes, k.local_bytes, k.sampled_launches);
+                k.bytes_st, k.sectors, k.warp_accesses, k.footprint_sectors, k.shared_bytes, k.local_bytes, k.shared_accesses,
+                k.shared_wavefronts, k.shared_wavefronts_ideal, k.sampled_launches);
         first = 0;
     }
     fprintf(f, "\n}, \"gemms\": {");

@@ -7,6 +7,10 @@
  *     (model/cuda/mma.cuh's mma_bf16, m16n8k16) 4096 tensor FLOPs and no CUDA-core ones;
  *   - the warp access hook's 32-byte sectors: a coalesced float copy moves 4 sectors per warp
  *     access (100%), a stride-8 read 32 (12.5%), a float4 copy 16 (100%);
+ *   - shared memory's wavefronts (emu_shared_wavefronts): a warp reading 32 consecutive words
+ *     takes 1, the same word broadcast 1, a stride of 32 words (every lane in bank 0) 32 -- 31 of
+ *     them conflicts --, a stride of 2 words 2; a warp's 16-byte accesses of 512 consecutive bytes
+ *     4 (the ideal), a 16-bit transposed store into rows of 72 bf16 (attention's old tile_t) 8;
  *   - FT_EMU_SAMPLE_BLOCKS=8 (set before the first launch): a 64-block launch observes 8 blocks
  *     (blocks_run), yet every block runs (the output is complete), and the sample scaled by
  *     64/8 gives a uniform kernel's exact count;
@@ -59,7 +63,29 @@ __global__ void k_copy4(int n, const float4 *a, float4 *out) {
     if (i < n) out[i] = a[i];
 }
 
+/* one warp: shared loads of s[f(lane)] for the patterns test_banks names, then a transposed bf16
+ * store (lane: column 8 (lane % 8), row lane / 8 of a 72-wide tile, as att_put's tile_t) */
+__global__ void k_banks(int pattern, float *out) {
+    __shared__ __align__(16) float s[32 * 33];
+    __shared__ uint16_t t[64 * 72];
+    const int l = threadIdx.x;
+    for (int i = l; i < 32 * 33; i += 32) s[i] = (float)i;
+    __syncwarp();
+    float x = 0;
+    if (pattern == 0) x = s[l];
+    if (pattern == 1) x = s[5];
+    if (pattern == 2) x = s[32 * l];
+    if (pattern == 3) x = s[2 * l];
+    if (pattern == 4) {
+        const float4 v = ld4(s + 4 * l);
+        x = v.x + v.w;
+    }
+    if (pattern == 5) ((volatile uint16_t *)t)[(8 * (l % 8)) * 72 + l / 8] = (uint16_t)l; /* never read: volatile */
+    out[l] = x;
+}
+
 struct counts {
+    unsigned long long sh_access, sh_wave, sh_ideal;
     unsigned long long flops, tensor_flops, blocks, blocks_run, ld_bytes, st_bytes, ld_sectors, st_sectors, ld_warp, st_warp;
 };
 static counts g_c;
@@ -71,6 +97,12 @@ static void on_launch(const emu_launch_info_t *l, int end, void *) {
     g_c.flops = l->flops, g_c.tensor_flops = l->tensor_flops, g_c.blocks = l->blocks, g_c.blocks_run = l->blocks_run;
 }
 static void on_warp(const emu_warp_access_t *a, void *) {
+    if (a->space == EMU_SHARED) {
+        unsigned ideal = 0;
+        g_c.sh_wave += emu_shared_wavefronts(a, &ideal);
+        g_c.sh_ideal += ideal, g_c.sh_access++;
+        return;
+    }
     if (a->space != EMU_GLOBAL) return;
     unsigned long long s[64];
     unsigned n = 0;
@@ -150,6 +182,25 @@ static void test_sectors(void) {
     cudaFree(a), cudaFree(c);
 }
 
+/* the wavefronts of the pattern's one shared access: the kernel's fill loop (33 stores of 32
+ * consecutive words, 1 each) and its own access */
+static void banks_case(int pattern, unsigned want, unsigned want_ideal, const char *what) {
+    float *out = dev_floats(32, 0);
+    k_banks<<<1, 32>>>(pattern, out);
+    const unsigned long long fill = 33, wave = g_c.sh_wave - fill, ideal = g_c.sh_ideal - fill;
+    CHECK(g_c.sh_access == fill + 1 && wave == want && ideal == want_ideal, "%s: %llu wavefronts (ideal %llu), want %u (%u)",
+          what, wave, ideal, want, want_ideal);
+    cudaFree(out);
+}
+static void test_banks(void) {
+    banks_case(0, 1, 1, "32 consecutive words");
+    banks_case(1, 1, 1, "one word broadcast");
+    banks_case(2, 32, 1, "stride 32 words: all lanes in bank 0");
+    banks_case(3, 2, 1, "stride 2 words: 2-way conflict");
+    banks_case(4, 4, 4, "16-byte lanes over 512 consecutive bytes");
+    banks_case(5, 8, 1, "16-bit transposed store into rows of 72");
+}
+
 static void test_sampling(void) {
     enum { N = 64 * 128 };
     float *a = dev_floats(N, 2), *b = dev_floats(N, 3), *c = dev_floats(N, 1);
@@ -199,6 +250,7 @@ int main(void) {
     RUN(test_flops);
     RUN(test_tensor_flops);
     RUN(test_sectors);
+    RUN(test_banks);
     RUN(test_sampling);
     RUN(test_gemm_hook_and_waits);
     return check_summary();

@@ -77,6 +77,13 @@ void emu_set_access_hook(emu_access_hook_fn fn, void *user);
  * of pc); a lane that executes pc fewer times is absent from the later groups. */
 void emu_set_warp_access_hook(emu_warp_access_hook_fn fn, void *user);
 
+/* The 128-byte wavefronts shared memory needs for warp access a (space EMU_SHARED): per phase of
+ * lanes served together (32 lanes; 16 for 8-byte, 8 for 16-byte accesses), the largest number of
+ * distinct 4-byte words any one of the 32 banks holds. *ideal (when not NULL): the wavefronts the
+ * same distinct words would take spread over all banks; the excess is bank conflicts
+ * (tests/emu/emu_banks.cc). */
+unsigned emu_shared_wavefronts(const emu_warp_access_t *a, unsigned *ideal);
+
 /* A cuBLAS product as it is called (after cuBLAS's argument checks passed): C (m x n) = op(A)
  * (m x k) op(B) (k x n), batch times; element sizes of A, B, C in bytes; beta_nonzero when C is
  * read; tensor when the hardware would run it on tensor cores (bf16 operands, or a TF32 / BF16
