@@ -220,9 +220,12 @@ static void att_gather(float *xs, const float *x, int b, int kh, int group, int 
     att_gather_e(xs, x, sizeof(float), b, kh, group, i0, np, Tq, H, hd);
 }
 
-/* ... and back: written over x's rows, or added into them (add). */
-static void att_scatter(float *x, const float *xs, int add, int b, int kh, int group, int i0,
-                        int np, int Tq, int H, int hd) {
+/* ... and back: written over x's rows, or added into them (add). Built per level
+ * (ops_clones.h): the backward's dq adds ran 4 lanes wide in the baseline build (an add per
+ * element either way: the same bits). */
+OPS_VARIANTS(void, att_scatter, (float *x, const float *xs, int add, int b, int kh, int group,
+                                 int i0, int np, int Tq, int H, int hd),
+             (x, xs, add, b, kh, group, i0, np, Tq, H, hd)) {
     for (int j = 0; j < group; j++)
         for (int i = 0; i < np; i++) {
             float *row = x + att_row(b, kh, group, j, i0, i, Tq, H, hd);
