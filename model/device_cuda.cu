@@ -83,7 +83,26 @@ typedef struct {
     size_t n, cap;        /* elements shadowed; elements the storage holds */
     __nv_bfloat16 *data;
     int valid;
+    /* 0, 0: the elements in their order. Else the tensor is rows of `width` elements and the
+     * shadow keeps row r at r * ld (ld > width, a multiple of CUDA_PRODUCT_ALIGN): a product
+     * reading such a matrix gets 16-byte aligned columns (shadow_view) */
+    int width, ld;
+    /* a compact shadow's zero elements after its n (storage for them included in cap): a matrix of
+     * an odd number of columns gets zero columns up to a multiple of CUDA_PRODUCT_ALIGN, so a
+     * product can run its k or m dimension padded (the head's weight: V = 50257 -> 50304) */
+    size_t tail;
 } cu_shadow_t;
+/* Products whose matrices have a leading dimension that is not a multiple of 8 bf16 (16 bytes)
+ * run on cuBLAS's kernels without that alignment requirement: measured on an H200, the
+ * vocabulary's products at V = 50257 ran Turing-era cutlass_75 kernels at ~95 TFLOP/s where the
+ * layer's products got Hopper kernels (bench/h200/, bench/NOTES.md). So a padded shadow keeps
+ * such a matrix at a leading dimension rounded up to CUDA_PRODUCT_ALIGN elements, and a product
+ * whose fp32 result has such a leading dimension is computed into an aligned staging buffer and
+ * copied out (gemm_run). $FT_CUDA_ALIGN=0 turns both off (for measuring what they give). */
+#define CUDA_PRODUCT_ALIGN 64
+/* below this many multiply-adds a product is not worth a staging copy ($FT_CUDA_STAGE_MIN: the
+ * emulator's tests stage every product whose result is misaligned, at their small shapes) */
+#define CUDA_STAGE_MIN_MACS ((double)(1 << 30))
 
 /* a tensor list of the optimizer kernels, kept on the device between steps */
 typedef struct {
@@ -111,8 +130,21 @@ typedef struct {
     cu_shadow_t shadow[CUDA_SHADOW_MAX]; /* the bf16 shadows (above), n_shadow slots in use */
     int n_shadow;
     int shadow_check;         /* $FT_BF16_SHADOW_CHECK */
+    int align_products;       /* padded shadows and staged results (CUDA_PRODUCT_ALIGN); $FT_CUDA_ALIGN */
+    int ce_cache;             /* the classifier keeps a row in shared memory when it fits; $FT_CUDA_CE_CACHE=0: never
+                                 (two reads of the row from global memory, for measuring the choice) */
+    double stage_min;         /* CUDA_STAGE_MIN_MACS, or $FT_CUDA_STAGE_MIN */
+    float *stage;             /* the staging buffer of products with a misaligned result */
+    size_t stage_bytes;
+    /* a staged result not yet copied out: C (m rows of n columns, ldc) is the staging buffer's
+     * (ld) until the next op (staged_flush); the classifier reading and overwriting all of C
+     * reads it from the staging buffer instead and the copy never runs (NULL dst: none) */
+    struct { float *dst; size_t ldc, ld; int m, n; } pending;
     size_t shadow_bytes;      /* their storage */
     long shadow_hits;         /* products that read a shadow (device_cuda_shadow_hits) */
+    long staged, padded_reads, padded_products; /* products staged; operands read from a padded shadow; products
+                                                   run with k or m padded (device_cuda_aligned_counts) */
+    long stage_reads;         /* classifier calls that read a staged result (no copy) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -191,20 +223,45 @@ static void out_to_end(device_t *d, const void *p) {
     }
     out_bytes(d, p, (size_t)-1 - (uintptr_t)p); /* not an allocation of ours: everything above it */
 }
-/* the valid shadow holding x[0 .. span), at x's element, or NULL */
-static const __nv_bfloat16 *shadow_find(device_t *d, const float *x, size_t span) {
+/* The valid shadow holding the matrix view x (rows x cols, column stride ld) -- a compact one, or
+ * a padded one of the same width (the view's columns are rows of its tensor) -- at x's element,
+ * with its column stride in *lds; NULL if none. *rows_av, *cols_av: the rows and columns the
+ * shadow gives the view when zero ones are counted (a padded shadow's padding, written zero by
+ * its writer, below the view's last row of a tensor row; a compact shadow's zero tail after a
+ * compact view that ends with it), >= rows, cols. */
+static const __nv_bfloat16 *shadow_view(device_t *d, const float *x, int rows, int cols, int ld, int *lds, int *rows_av,
+                                        int *cols_av) {
     cuda_impl_t *c = impl_of(d);
+    const size_t span = (size_t)ld * (cols - 1) + rows;
+    *rows_av = rows, *cols_av = cols;
     for (int i = 0; i < c->n_shadow; i++) {
         const cu_shadow_t *s = &c->shadow[i];
-        if (s->valid && x >= s->src && x + span <= s->src + s->n) return s->data + (x - s->src);
+        if (!s->valid || x < s->src || x + span > s->src + s->n) continue;
+        const size_t off = (size_t)(x - s->src);
+        if (!s->ld) {
+            *lds = ld;
+            if (ld == rows && x + span == s->src + s->n) *cols_av = cols + (int)(s->tail / (size_t)ld);
+            return s->data + off;
+        }
+        if (ld == s->width && (int)(off % (size_t)s->width) + rows <= s->width) {
+            *lds = s->ld;
+            if ((int)(off % (size_t)s->width) + rows == s->width) *rows_av = rows + s->ld - s->width;
+            c->padded_reads++;
+            return s->data + (off / (size_t)s->width) * (size_t)s->ld + off % (size_t)s->width;
+        }
     }
     return NULL;
 }
 /* storage for the shadow of x[0 .. n), marked valid (the caller fills it, on the stream, before
  * anything reads it); NULL when the table is full or the GPU would keep less than
  * CUDA_SHADOW_SPARE free */
-static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) {
+static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld, size_t tail);
+static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) { return shadow_take_rows(d, x, n, 0, 0, 0); }
+/* the same for a tensor of rows of `width` elements kept at row stride ld (0, 0: in order), or
+ * in order with `tail` zero elements after it (zeroed here, on the stream) */
+static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld, size_t tail) {
     cuda_impl_t *c = impl_of(d);
+    const size_t need = ld ? n / (size_t)width * (size_t)ld : n + tail;
     cu_shadow_t *s = NULL;
     for (int i = 0; i < c->n_shadow && !s; i++)
         if (c->shadow[i].src == x) s = &c->shadow[i];
@@ -216,9 +273,9 @@ static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) {
     if (!s) return NULL;
     s->valid = 0;
     s->src = x;
-    if (s->cap < n) {
+    if (s->cap < need) {
         size_t fr = 0, total = 0;
-        const size_t bytes = (n * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
+        const size_t bytes = (need * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
         void *p = NULL;
         if (cudaMemGetInfo(&fr, &total) != cudaSuccess || fr < bytes + CUDA_SHADOW_SPARE ||
             cudaMalloc(&p, bytes) != cudaSuccess) {
@@ -236,6 +293,13 @@ static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) {
         c->shadow_bytes += bytes;
     }
     s->n = n;
+    s->width = width;
+    s->ld = ld;
+    s->tail = ld ? 0 : tail;
+    if (s->tail && cudaMemsetAsync(s->data + n, 0, sizeof(__nv_bfloat16) * s->tail, c->stream) != cudaSuccess) {
+        cudaGetLastError();
+        s->tail = 0;
+    }
     s->valid = 1;
     return s->data;
 }
@@ -246,7 +310,7 @@ static __nv_bfloat16 *shadow_slice(device_t *d, const float *x, size_t n) {
     cuda_impl_t *c = impl_of(d);
     int keep = -1;
     for (int i = 0; i < c->n_shadow && keep < 0; i++)
-        if (c->shadow[i].valid && x >= c->shadow[i].src && x + n <= c->shadow[i].src + c->shadow[i].n) keep = i;
+        if (c->shadow[i].valid && !c->shadow[i].ld && x >= c->shadow[i].src && x + n <= c->shadow[i].src + c->shadow[i].n) keep = i;
     if (keep < 0) return NULL;
     const char *lo = (const char *)x, *hi = (const char *)(x + n);
     for (int i = 0; i < c->n_shadow; i++) {
@@ -277,9 +341,25 @@ static void shadow_forget(device_t *d, const void *p, size_t bytes) {
 static __nv_bfloat16 *product_output_shadow(device_t *d, const float *out, size_t n) {
     return d->precision == PRECISION_BF16 && out && n ? shadow_take(d, out, n) : NULL;
 }
-/* FT_BF16_SHADOW_CHECK: *bad += the elements of sh[0 .. n) that are not the rounding of x */
-__global__ void k_shadow_check(size_t n, unsigned long long *bad, const __nv_bfloat16 *sh, const float *x) {
-    FOR_ITEMS(n) if (__bfloat16_as_ushort(sh[it]) != __bfloat16_as_ushort(__float2bfloat16_rn(x[it]))) atomicAdd(bad, 1ull);
+/* The same for an output of `rows` rows of `width` elements; *ld: the shadow's row stride --
+ * width, or width rounded up to CUDA_PRODUCT_ALIGN when width is not a multiple of 8 (the
+ * classifier's dlogits, rows of the vocabulary's size) */
+static __nv_bfloat16 *product_output_shadow_rows(device_t *d, const float *out, size_t rows, int width, int *ld) {
+    *ld = width;
+    if (d->precision != PRECISION_BF16 || !out || !rows || width <= 0) return NULL;
+    if (!impl_of(d)->align_products || width % 8 == 0) return shadow_take(d, out, rows * (size_t)width);
+    *ld = (width + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
+    return shadow_take_rows(d, out, rows * (size_t)width, width, *ld, 0);
+}
+/* FT_BF16_SHADOW_CHECK: *bad += the elements of the shadow sh of the view x (rows x n / rows,
+ * column strides lds and ldx) that are not the rounding of x */
+__global__ void k_shadow_check(size_t n, unsigned long long *bad, const __nv_bfloat16 *sh, size_t lds, const float *x,
+                               size_t ldx, size_t rows) {
+    FOR_ITEMS(n) {
+        const size_t r = it % rows, col = it / rows;
+        if (__bfloat16_as_ushort(sh[col * lds + r]) != __bfloat16_as_ushort(__float2bfloat16_rn(x[col * ldx + r])))
+            atomicAdd(bad, 1ull);
+    }
 }
 
 /* ---- memory ---- */
@@ -406,25 +486,105 @@ static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, fl
  * of its columns), one made now by rounding it; NULL where neither (a strided view, no memory)
  * -- the product then rounds the view into the work buffer. In checking mode a shadow found is
  * compared with a fresh rounding (k_shadow_check). */
-static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows, int cols, int ld) {
+static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows, int cols, int ld, int pad_cols,
+                                           int *lds, int *rows_av, int *cols_av) {
     cuda_impl_t *c = impl_of(d);
     const size_t span = (size_t)ld * (cols - 1) + rows;
-    const __nv_bfloat16 *s = shadow_find(d, X, span);
+    *lds = ld;
+    const __nv_bfloat16 *s = shadow_view(d, X, rows, cols, ld, lds, rows_av, cols_av);
     if (s) {
         c->shadow_hits++;
-        if (c->shadow_check) k_shadow_check<<<GRID(span)>>>(span, c->shadow_bad, s, X);
+        if (c->shadow_check) {
+            const size_t n = (size_t)rows * cols;
+            k_shadow_check<<<GRID(n)>>>(n, c->shadow_bad, s, (size_t)*lds, X, (size_t)ld, (size_t)rows);
+        }
         return s;
     }
     if (ld != rows) return NULL;
-    __nv_bfloat16 *t = shadow_take(d, X, span);
-    if (t) g_to_bf16<<<GRID(span)>>>(span, t, X, rows, rows);
+    /* an odd number of columns: zero ones up to a multiple of CUDA_PRODUCT_ALIGN after it */
+    const int cols_pad = pad_cols && c->align_products && cols % 8 ? (cols + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN : cols;
+    __nv_bfloat16 *t = shadow_take_rows(d, X, span, 0, 0, (size_t)(cols_pad - cols) * rows);
+    if (t) {
+        g_to_bf16<<<GRID(span)>>>(span, t, X, rows, rows);
+        shadow_view(d, X, rows, cols, ld, lds, rows_av, cols_av); /* the new shadow's zero columns */
+    }
     return t;
 }
 
+static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc, int m_room);
+/* the staging buffer of at least `bytes`, or NULL (the product then runs unstaged) */
+static float *stage_buffer(device_t *d, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (bytes <= c->stage_bytes) return c->stage;
+    if (c->stage) {
+        /* the old buffer may still be read by queued kernels */
+        if (cudaStreamSynchronize(c->stream) != cudaSuccess) {
+            fault(d, "product staging: cudaStreamSynchronize", cudaGetErrorString(cudaGetLastError()));
+            return NULL;
+        }
+        cudaFree(c->stage);
+        c->stage = NULL;
+        c->stage_bytes = 0;
+    }
+    size_t fr = 0, total = 0;
+    void *p = NULL;
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess || fr < bytes + CUDA_SHADOW_SPARE || cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    c->stage = (float *)p;
+    c->stage_bytes = bytes;
+    return c->stage;
+}
+/* the pending copy of a staged result, launched (every op but the classifier calls this first:
+ * FLUSHED in the ops table) */
+static void staged_flush(device_t *d) {
+    cuda_impl_t *c = impl_of(d);
+    if (!c->pending.dst) return;
+    copy_rows_launch(c->stream, c->pending.dst, NULL, c->pending.ldc, 0, c->stage, c->pending.ld, 0,
+                     (size_t)c->pending.n, c->pending.m);
+    c->pending.dst = NULL;
+    check_launch(d, "gemm: copying the staged result");
+}
+/* A bf16 product whose fp32 result C has a leading dimension that is not 16-byte aligned (the
+ * logits: ldc = the vocabulary's size) runs into the staging buffer at an aligned leading
+ * dimension; its copy into C waits for the next op (pending above): copy_rows, ~2 x C's bytes of
+ * traffic (~1.4 ms at config G on an H100), unless that op is the classifier overwriting C with
+ * dlogits, which reads the staging buffer. Other products run as they are. */
 static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cuda_impl_t *c = impl_of(d);
+    staged_flush(d); /* one op may run two staged products (a Linear's dx and dw) */
     if (m <= 0 || n <= 0) return;
+    float *S = NULL;
+    const int lds = (m + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
+    if (d->precision == PRECISION_BF16 && c->align_products && k > 0 && (ldc % 4 != 0 || !aligned16(C)) &&
+        (double)m * n * k >= c->stage_min)
+        S = stage_buffer(d, sizeof(float) * (size_t)lds * n);
+    if (!S) {
+        gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, m);
+        return;
+    }
+    c->staged++;
+    if (beta != 0.0f) copy_rows_launch(c->stream, S, NULL, (size_t)lds, 0, C, (size_t)ldc, 0, (size_t)n, m);
+    gemm_cublas(d, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, S, lds, lds);
+    out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
+    c->pending.dst = C, c->pending.ldc = (size_t)ldc, c->pending.ld = (size_t)lds, c->pending.m = m, c->pending.n = n;
+}
+/* Padding a product's dimensions with zeros (bf16, both operands from shadows): an odd k (the
+ * input gradient through the head: k = V) up to a multiple of CUDA_PRODUCT_ALIGN where both
+ * shadows give zero rows/columns that far, an odd m (the logits: m = V) where C has room for it
+ * (the staging buffer: m_room rows) and A's shadow zero columns. Aligned leading dimensions
+ * alone did not move cuBLAS off its Turing-era kernels for those two products on an H100
+ * (bench/NOTES.md): an extent that is not a multiple of 8 does. Zeros add nothing to a sum. */
+static int padded_extent(int x, int room_a, int room_b) {
+    const int p = (x + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
+    return x % 8 && room_a >= p && room_b >= p ? p : x;
+}
+static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc, int m_room) {
+    cuda_impl_t *c = impl_of(d);
     out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m);
     const cublasOperation_t oa = ta == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t ob = tb == GEMM_T ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -435,8 +595,16 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
          * CUDA_BF16_WORK_BYTES (a chunk after the first adds into C: beta 1), so the buffer
          * never grows past what device_cuda_open reserved */
         const int ra = ta == GEMM_N ? m : k, rb = tb == GEMM_N ? k : n;
-        const __nv_bfloat16 *sa = operand_shadow(d, A, ra, ta == GEMM_N ? k : m, lda);
-        const __nv_bfloat16 *sb = operand_shadow(d, B, rb, tb == GEMM_N ? n : k, ldb);
+        int lsa, lsb; /* the shadows' column strides (a padded shadow's differ from lda, ldb) */
+        int ra_av, ca_av, rb_av, cb_av; /* rows and columns with the shadows' zeros counted */
+        const __nv_bfloat16 *sa = operand_shadow(d, A, ra, ta == GEMM_N ? k : m, lda, 1, &lsa, &ra_av, &ca_av);
+        const __nv_bfloat16 *sb = operand_shadow(d, B, rb, tb == GEMM_N ? n : k, ldb, 1, &lsb, &rb_av, &cb_av);
+        if (sa && sb && c->align_products) {
+            const int k0 = k, m0 = m;
+            k = padded_extent(k, ta == GEMM_N ? ca_av : ra_av, tb == GEMM_N ? rb_av : cb_av);
+            m = padded_extent(m, ta == GEMM_N ? ra_av : ca_av, m_room);
+            if (k != k0 || m != m0) c->padded_products++;
+        }
         out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m); /* again: a shadow just made of A or B may overlap C */
         size_t kc = sa && sb ? (size_t)k : CUDA_BF16_WORK_BYTES / (sizeof(__nv_bfloat16) * ((size_t)(sa ? 0 : m) + (sb ? 0 : n)));
         if (kc < 1) kc = 1;
@@ -445,6 +613,7 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
             /* the chunk's views: op(A) columns k0.., op(B) rows k0.. (offsets into a shadow are
              * the same: it keeps the operand's column stride) */
             const size_t oA = ta == GEMM_N ? (size_t)k0 * lda : (size_t)k0, oB = tb == GEMM_N ? (size_t)k0 : (size_t)k0 * ldb;
+            const size_t oAs = ta == GEMM_N ? (size_t)k0 * lsa : (size_t)k0, oBs = tb == GEMM_N ? (size_t)k0 : (size_t)k0 * lsb;
             const int rac = ta == GEMM_N ? ra : kn, cac = ta == GEMM_N ? kn : m;
             const int rbc = tb == GEMM_N ? kn : rb, cbc = tb == GEMM_N ? n : kn;
             const size_t na = sa ? 0 : (size_t)rac * cac, nb = sb ? 0 : (size_t)rbc * cbc;
@@ -457,9 +626,9 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
             if (nb) g_to_bf16<<<GRID(nb)>>>(nb, w + na, B + oB, rbc, ldb);
             check_launch(d, "gemm bf16 operands");
             const float b = k0 == 0 ? beta : 1.0f;
-            st = cublasGemmEx(c->blas, oa, ob, m, n, kn, &alpha, sa ? (const void *)(sa + oA) : (const void *)w, CUDA_R_16BF,
-                              sa ? lda : rac, sb ? (const void *)(sb + oB) : (const void *)(w + na), CUDA_R_16BF,
-                              sb ? ldb : rbc, &b, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            st = cublasGemmEx(c->blas, oa, ob, m, n, kn, &alpha, sa ? (const void *)(sa + oAs) : (const void *)w, CUDA_R_16BF,
+                              sa ? lsa : rac, sb ? (const void *)(sb + oBs) : (const void *)(w + na), CUDA_R_16BF,
+                              sb ? lsb : rbc, &b, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
             if (st != CUBLAS_STATUS_SUCCESS) break;
         }
     } else if (d->precision == PRECISION_TF32) {
@@ -639,10 +808,11 @@ static att_bf16_t attention_shadows(device_t *d, const float *q, const float *k,
                                     size_t nq, size_t nkv) {
     att_bf16_t c = {NULL, NULL, NULL, NULL};
     if (d->precision != PRECISION_BF16 || !nq || !nkv || nq > INT_MAX || nkv > INT_MAX) return c;
-    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq);
-    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv);
-    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv);
-    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq);
+    int ld, r, cl; /* single columns: a shadow of any layout gives them compact */
+    c.q = operand_shadow(d, q, (int)nq, 1, (int)nq, 0, &ld, &r, &cl);
+    c.k = operand_shadow(d, k, (int)nkv, 1, (int)nkv, 0, &ld, &r, &cl);
+    c.v = operand_shadow(d, v, (int)nkv, 1, (int)nkv, 0, &ld, &r, &cl);
+    if (dout) c.dout = operand_shadow(d, dout, (int)nq, 1, (int)nq, 0, &ld, &r, &cl);
     check_launch(d, "attention bf16 operands");
     return c;
 }
@@ -706,9 +876,19 @@ static void cu_swiglu_backward_set(device_t *d, float *dg, float *du, const floa
  * logits), the count of counted rows and the mean loss reduced on the device. */
 static void classifier(device_t *d, float *row_loss, float *lse, float *dz, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss, int have_lse) {
     cuda_impl_t *c = impl_of(d);
+    /* the logits just staged and dlogits written over all of them: read from the staging buffer */
+    size_t ldz = (size_t)V;
+    if (c->pending.dst && c->pending.dst == z && dz == z && c->pending.ldc == (size_t)V && c->pending.m == V && c->pending.n == N) {
+        z = c->stage;
+        ldz = c->pending.ld;
+        c->pending.dst = NULL;
+        c->stage_reads++;
+    } else {
+        staged_flush(d);
+    }
     OUT(dz, (size_t)N * V);
     if (!have_lse) OUT(lse, N);
-    const size_t cache = !have_lse && sizeof(float) * (size_t)V + 1024 <= c->smem_optin ? sizeof(float) * (size_t)V : 0;
+    const size_t cache = c->ce_cache && !have_lse && sizeof(float) * (size_t)V + 1024 <= c->smem_optin ? sizeof(float) * (size_t)V : 0;
     if (cache > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k_classifier, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache);
         if (e != cudaSuccess) {
@@ -717,8 +897,9 @@ static void classifier(device_t *d, float *row_loss, float *lse, float *dz, cons
             return;
         }
     }
-    classifier_launch(c->stream, c->ce, row_loss, lse, dz, product_output_shadow(d, dz, (size_t)N * V), z, tgt, mask, N, V,
-                      dloss, have_lse, cache);
+    int ld16 = V;
+    __nv_bfloat16 *dz16 = product_output_shadow_rows(d, dz, (size_t)(N > 0 ? N : 0), V, &ld16);
+    classifier_launch(c->stream, c->ce, row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, N, V, dloss, have_lse, cache);
 }
 static float cu_crossentropy_forward(device_t *d, float *dz, float *lse, int *count, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
     cuda_impl_t *c = impl_of(d);
@@ -1012,73 +1193,91 @@ static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v,
 }
 
 /* C++20 designated initializers: in the table's order, which the compiler checks */
+/* Every op of the table but the classifier's (which may read a staged result in place) and the
+ * allocator's launches a staged result's pending copy first (staged_flush), so it sees C written;
+ * FLUSHED(f) is f with that before it. */
+template <auto F> struct after_flush;
+template <typename R, typename... A, R (*F)(device_t *, A...)> struct after_flush<F> {
+    static R call(device_t *d, A... a) {
+        staged_flush(d);
+        return F(d, a...);
+    }
+};
+#define FLUSHED(f) after_flush<f>::call
 static const device_ops_t cuda_ops = {
     .alloc = cu_alloc,
-    .free = cu_free,
-    .upload = cu_upload,
-    .download = cu_download,
-    .copy = cu_copy,
-    .zero = cu_zero,
-    .sync = cu_sync,
+    .free = FLUSHED(cu_free),
+    .upload = FLUSHED(cu_upload),
+    .download = FLUSHED(cu_download),
+    .copy = FLUSHED(cu_copy),
+    .zero = FLUSHED(cu_zero),
+    .sync = FLUSHED(cu_sync),
     .set_parallel = cu_set_parallel,
-    .gemm = cu_gemm,
-    .embedding_forward = cu_embedding_forward,
-    .embedding_backward = cu_embedding_backward,
-    .rmsnorm_forward = cu_rmsnorm_forward,
-    .rmsnorm_backward = cu_rmsnorm_backward,
-    .linear_forward = cu_linear_forward,
-    .linear_backward = cu_linear_backward,
-    .linear_backward_set = cu_linear_backward_set,
-    .rope_forward = cu_rope_forward,
-    .rope_backward = cu_rope_backward,
-    .qkv_split_rope = cu_qkv_split_rope,
-    .qkv_join_unrope = cu_qkv_join_unrope,
-    .attention_forward = cu_attention_forward,
-    .attention_backward = cu_attention_backward,
-    .swiglu_forward = cu_swiglu_forward,
-    .swiglu_backward = cu_swiglu_backward,
-    .swiglu_backward_set = cu_swiglu_backward_set,
+    .gemm = FLUSHED(cu_gemm),
+    .embedding_forward = FLUSHED(cu_embedding_forward),
+    .embedding_backward = FLUSHED(cu_embedding_backward),
+    .rmsnorm_forward = FLUSHED(cu_rmsnorm_forward),
+    .rmsnorm_backward = FLUSHED(cu_rmsnorm_backward),
+    .linear_forward = FLUSHED(cu_linear_forward),
+    .linear_backward = FLUSHED(cu_linear_backward),
+    .linear_backward_set = FLUSHED(cu_linear_backward_set),
+    .rope_forward = FLUSHED(cu_rope_forward),
+    .rope_backward = FLUSHED(cu_rope_backward),
+    .qkv_split_rope = FLUSHED(cu_qkv_split_rope),
+    .qkv_join_unrope = FLUSHED(cu_qkv_join_unrope),
+    .attention_forward = FLUSHED(cu_attention_forward),
+    .attention_backward = FLUSHED(cu_attention_backward),
+    .swiglu_forward = FLUSHED(cu_swiglu_forward),
+    .swiglu_backward = FLUSHED(cu_swiglu_backward),
+    .swiglu_backward_set = FLUSHED(cu_swiglu_backward_set),
     .crossentropy_forward = cu_crossentropy_forward,
     .crossentropy_backward = cu_crossentropy_backward,
-    .linear_rows = cu_linear_rows,
-    .qkv_split_rope_rows = cu_qkv_split_rope_rows,
-    .rope_rows = cu_rope_rows,
-    .attention_rows = cu_attention_rows,
-    .scatter_rows = cu_scatter_rows,
-    .add_forward = cu_add_forward,
-    .add_inplace = cu_add_inplace,
-    .scale_inplace = cu_scale_inplace,
-    .repeat_rows = cu_repeat_rows,
-    .sum_rows = cu_sum_rows,
-    .copy_rows = cu_copy_rows,
-    .uniform_fill = cu_uniform_fill,
-    .binmap_forward = cu_binmap_forward,
-    .binmap_kl_rows = cu_binmap_kl_rows,
-    .free_bits_forward = cu_free_bits_forward,
-    .free_bits_backward = cu_free_bits_backward,
-    .post_sampler_forward = cu_post_sampler_forward,
-    .post_sampler_backward = cu_post_sampler_backward,
-    .mixer_tril = cu_mixer_tril,
-    .mixer_bias_forward = cu_mixer_bias_forward,
-    .mixer_bias_backward = cu_mixer_bias_backward,
-    .unroll_forward = cu_unroll_forward,
-    .unroll_backward = cu_unroll_backward,
-    .embed_code_forward = cu_embed_code_forward,
-    .embed_code_backward = cu_embed_code_backward,
-    .sumsq = cu_sumsq,
-    .adamw_update = cu_adamw_update,
-    .attention_window_forward = cu_attention_window_forward,
-    .attention_window_backward = cu_attention_window_backward,
-    .latent_normal = cu_latent_normal,
-    .latent_sample = cu_latent_sample,
-    .latent_kl_rows = cu_latent_kl_rows,
-    .latent_backward = cu_latent_backward,
-    .sumsq_multi = cu_sumsq_multi,
-    .adamw_update_multi = cu_adamw_update_multi,
+    .linear_rows = FLUSHED(cu_linear_rows),
+    .qkv_split_rope_rows = FLUSHED(cu_qkv_split_rope_rows),
+    .rope_rows = FLUSHED(cu_rope_rows),
+    .attention_rows = FLUSHED(cu_attention_rows),
+    .scatter_rows = FLUSHED(cu_scatter_rows),
+    .add_forward = FLUSHED(cu_add_forward),
+    .add_inplace = FLUSHED(cu_add_inplace),
+    .scale_inplace = FLUSHED(cu_scale_inplace),
+    .repeat_rows = FLUSHED(cu_repeat_rows),
+    .sum_rows = FLUSHED(cu_sum_rows),
+    .copy_rows = FLUSHED(cu_copy_rows),
+    .uniform_fill = FLUSHED(cu_uniform_fill),
+    .binmap_forward = FLUSHED(cu_binmap_forward),
+    .binmap_kl_rows = FLUSHED(cu_binmap_kl_rows),
+    .free_bits_forward = FLUSHED(cu_free_bits_forward),
+    .free_bits_backward = FLUSHED(cu_free_bits_backward),
+    .post_sampler_forward = FLUSHED(cu_post_sampler_forward),
+    .post_sampler_backward = FLUSHED(cu_post_sampler_backward),
+    .mixer_tril = FLUSHED(cu_mixer_tril),
+    .mixer_bias_forward = FLUSHED(cu_mixer_bias_forward),
+    .mixer_bias_backward = FLUSHED(cu_mixer_bias_backward),
+    .unroll_forward = FLUSHED(cu_unroll_forward),
+    .unroll_backward = FLUSHED(cu_unroll_backward),
+    .embed_code_forward = FLUSHED(cu_embed_code_forward),
+    .embed_code_backward = FLUSHED(cu_embed_code_backward),
+    .sumsq = FLUSHED(cu_sumsq),
+    .adamw_update = FLUSHED(cu_adamw_update),
+    .attention_window_forward = FLUSHED(cu_attention_window_forward),
+    .attention_window_backward = FLUSHED(cu_attention_window_backward),
+    .latent_normal = FLUSHED(cu_latent_normal),
+    .latent_sample = FLUSHED(cu_latent_sample),
+    .latent_kl_rows = FLUSHED(cu_latent_kl_rows),
+    .latent_backward = FLUSHED(cu_latent_backward),
+    .sumsq_multi = FLUSHED(cu_sumsq_multi),
+    .adamw_update_multi = FLUSHED(cu_adamw_update_multi),
 };
 
 /* Products that read a bf16 shadow so far (tests: that the shadows are used at all). */
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
+extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products,
+                                           long *stage_reads) {
+    *stage_reads = ((const cuda_impl_t *)d->impl)->stage_reads;
+    *staged = ((const cuda_impl_t *)d->impl)->staged;
+    *padded_reads = ((const cuda_impl_t *)d->impl)->padded_reads;
+    *padded_products = ((const cuda_impl_t *)d->impl)->padded_products;
+}
 
 extern "C" void device_cuda_close(device_t *d);
 extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precision, char *err, size_t errlen) {
@@ -1148,6 +1347,12 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         c->shadow_bad = (unsigned long long *)(c->norm + 1);
         const char *chk = getenv("FT_BF16_SHADOW_CHECK");
         c->shadow_check = chk && *chk && strcmp(chk, "0") != 0;
+        const char *al = getenv("FT_CUDA_ALIGN");
+        c->align_products = !(al && strcmp(al, "0") == 0);
+        const char *cc = getenv("FT_CUDA_CE_CACHE");
+        c->ce_cache = !(cc && strcmp(cc, "0") == 0);
+        const char *sm = getenv("FT_CUDA_STAGE_MIN");
+        c->stage_min = sm && *sm ? atof(sm) : CUDA_STAGE_MIN_MACS;
     }
     if (what) {
         char code[64] = "";
@@ -1168,6 +1373,7 @@ extern "C" void device_cuda_close(device_t *d) {
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->work) cudaFree(c->work);
+        if (c->stage) cudaFree(c->stage);
         if (c->ce) cudaFree(c->ce);
         for (int i = 0; i < c->n_shadow; i++)
             if (c->shadow[i].data) cudaFree(c->shadow[i].data);

@@ -54,43 +54,67 @@ __device__ static inline float ce_scale(const ce_result_t *res, float dloss) {
     return cnt > 0 ? dloss / (float)cnt : 0.0f;
 }
 
+/* the elements before p's first 16-byte boundary (p 4-byte aligned), at most V: a row of a
+ * vocabulary of odd size starts anywhere in a 16-byte word, so its loads and stores are
+ * vectorized after this many (ce_head) and before the last (V - head) % 4 */
+__device__ static inline int ce_head(const void *p, int V) {
+    const int h = (int)((16u - ((uintptr_t)p & 15u)) & 15u) / 4;
+    return h < V ? h : V;
+}
+/* row[0 .. V) = zr[0 .. V) through shared memory, returning the max of the block's share: 16-byte
+ * loads after the row's head, four in flight per thread (a block per SM: its loads must overlap) */
+__device__ static inline float ce_cache_row(float *row, const float *zr, int V) {
+    float mx = -INFINITY;
+    const int a = ce_head(zr, V), nb = (V - a) / 4, tail = a + 4 * nb;
+    for (int i = threadIdx.x; i < a; i += blockDim.x) row[i] = zr[i], mx = fmaxf(mx, zr[i]);
+    const float *zb = zr + a;
+    float *rb = row + a;
+    int j = threadIdx.x;
+    for (; j + 3 * (int)blockDim.x < nb; j += 4 * blockDim.x) {
+        float4 v[4];
+        #pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = ld4_stream(zb + 4 * (j + u * blockDim.x));
+        #pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float *r = rb + 4 * (j + u * blockDim.x);
+            r[0] = v[u].x, r[1] = v[u].y, r[2] = v[u].z, r[3] = v[u].w;
+            mx = fmaxf(fmaxf(mx, fmaxf(v[u].x, v[u].y)), fmaxf(v[u].z, v[u].w));
+        }
+    }
+    for (; j < nb; j += blockDim.x) {
+        const float4 v = ld4_stream(zb + 4 * j);
+        float *r = rb + 4 * j;
+        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+        mx = fmaxf(fmaxf(mx, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
+    }
+    for (int i = tail + threadIdx.x; i < V; i += blockDim.x) row[i] = zr[i], mx = fmaxf(mx, zr[i]);
+    return mx;
+}
 /* One block per row. row_loss (may be NULL): the row's loss, 0 when not counted. lse: the
  * row's log-sum-exp (when have_lse, it is read instead: the separate backward). dz may be NULL
- * or alias z; dz16 (may be NULL): dz's bf16 shadow, written beside it (dlogits feed the
- * classifier's two products only). */
+ * or alias z (then ldz = V); z's rows are ldz apart (a product's staged result: device_cuda.cu);
+ * dz16 (may be NULL): dz's bf16 shadow, written beside it at a row stride of ld16,
+ * zeros after each row's V (dlogits feed the classifier's two products only; device_cuda.cu pads
+ * that stride). */
 __global__ void __launch_bounds__(CE_THREADS)
-k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, const float *z,
+k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld16, const float *z, size_t ldz,
              const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
              int have_lse, int cache) {
     __shared__ float scratch[32];
     DYN_SHARED(float, row);
     const size_t n = blockIdx.x;
-    const float *zr = z + n * V;
+    const float *zr = z + n * ldz;
     const int counted = !mask || mask[n];
-    const bool vec = V % 4 == 0 && aligned16(z);
     float l;
     if (have_lse) {
         l = lse[n];
         if (cache) {
-            for (int i = threadIdx.x; i < V; i += blockDim.x) row[i] = zr[i];
+            ce_cache_row(row, zr, V);
             __syncthreads();
         }
     } else if (cache) {
         /* one read of the row: max, then the sum of exp over the cached copy */
-        float mx = -INFINITY;
-        if (vec) {
-            for (int i = 4 * threadIdx.x; i < V; i += 4 * blockDim.x) {
-                const float4 v = ld4_stream(zr + i);
-                row[i] = v.x, row[i + 1] = v.y, row[i + 2] = v.z, row[i + 3] = v.w;
-                mx = fmaxf(fmaxf(mx, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
-            }
-        } else {
-            for (int i = threadIdx.x; i < V; i += blockDim.x) {
-                const float v = zr[i];
-                row[i] = v;
-                mx = fmaxf(mx, v);
-            }
-        }
+        float mx = ce_cache_row(row, zr, V);
         mx = block_max(mx, scratch);
         float s = 0.0f;
         for (int i = threadIdx.x; i < V; i += blockDim.x) s += ops_expf(row[i] - mx);
@@ -120,25 +144,36 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, const 
     if (!dz) return;
     const float scale = counted ? ce_scale(res, dloss) : 0.0f;
     float *dr = dz + n * V;
-    __nv_bfloat16 *d16 = dz16 ? dz16 + n * V : NULL;
+    __nv_bfloat16 *d16 = dz16 ? dz16 + n * (size_t)ld16 : NULL;
+    /* a padded shadow's padding is zero: products run their k over it (device_cuda.cu) */
+    if (d16)
+        for (int i = V + threadIdx.x; i < ld16; i += blockDim.x) d16[i] = __float2bfloat16_rn(0.0f);
     if (cache) {
         __syncthreads(); /* the target's logit was read above from the cache */
-        if (vec && aligned16(dz) && ((uintptr_t)dz16 & 7u) == 0) {
-            for (int i = 4 * threadIdx.x; i < V; i += 4 * blockDim.x) {
-                float4 g;
-                g.x = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
-                g.y = scale * ops_expf(row[i + 1] - l) - (i + 1 == (int)t ? scale : 0.0f);
-                g.z = scale * ops_expf(row[i + 2] - l) - (i + 2 == (int)t ? scale : 0.0f);
-                g.w = scale * ops_expf(row[i + 3] - l) - (i + 3 == (int)t ? scale : 0.0f);
-                st4_stream(dr + i, g);
-                if (d16) st4_bf16(d16 + i, g.x, g.y, g.z, g.w);
-            }
-        } else {
-            for (int i = threadIdx.x; i < V; i += blockDim.x) {
-                const float g = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
-                dr[i] = g;
-                if (d16) d16[i] = to_bf16(g);
-            }
+        /* 16-byte stores after dz's head; the shadow's 4 elements as one 8-byte store where they
+         * are 8-byte aligned (a padded stride and an aligned dz row), else one by one */
+        const int a = ce_head(dr, V), nb = (V - a) / 4, tail = a + 4 * nb;
+        const bool v16 = d16 && (((uintptr_t)(d16 + a)) & 7u) == 0;
+        for (int i = threadIdx.x; i < a; i += blockDim.x) {
+            const float g = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+            dr[i] = g;
+            if (d16) d16[i] = to_bf16(g);
+        }
+        for (int j = threadIdx.x; j < nb; j += blockDim.x) {
+            const int i = a + 4 * j;
+            float4 g;
+            g.x = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+            g.y = scale * ops_expf(row[i + 1] - l) - (i + 1 == (int)t ? scale : 0.0f);
+            g.z = scale * ops_expf(row[i + 2] - l) - (i + 2 == (int)t ? scale : 0.0f);
+            g.w = scale * ops_expf(row[i + 3] - l) - (i + 3 == (int)t ? scale : 0.0f);
+            st4_stream(dr + i, g);
+            if (v16) st4_bf16(d16 + i, g.x, g.y, g.z, g.w);
+            else if (d16) d16[i] = to_bf16(g.x), d16[i + 1] = to_bf16(g.y), d16[i + 2] = to_bf16(g.z), d16[i + 3] = to_bf16(g.w);
+        }
+        for (int i = tail + threadIdx.x; i < V; i += blockDim.x) {
+            const float g = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
+            dr[i] = g;
+            if (d16) d16[i] = to_bf16(g);
         }
         return;
     }
@@ -163,13 +198,13 @@ __global__ void k_ce_mean(ce_result_t *res, const float *row_loss, int N) {
 /* The forward (row_loss: N floats of work; res: device scratch; cache_bytes: 0 or V * 4 when
  * the row fits the block's shared memory) */
 static inline void classifier_launch(cudaStream_t s, ce_result_t *res, float *row_loss, float *lse, float *dz,
-                                     __nv_bfloat16 *dz16, const float *z, const uint32_t *tgt,
+                                     __nv_bfloat16 *dz16, int ld16, const float *z, size_t ldz, const uint32_t *tgt,
                                      const uint8_t *mask, int N, int V, float dloss, int have_lse,
                                      size_t cache_bytes) {
     LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
     if (N <= 0) return;
     LAUNCH(k_classifier, N, CE_THREADS, cache_bytes, s)
-    (row_loss, lse, dz, dz16, z, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
+    (row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
     if (row_loss) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
 }
 #endif

@@ -11,7 +11,11 @@
  *     after the "largest batch that fits" probe had passed);
  * and the bf16 shadows (device_cuda.cu: operands rounded once and kept, weights refreshed by
  * the optimizer): products read them, every write through the device invalidates or refreshes
- * them, and FT_BF16_SHADOW_CHECK reports one made stale behind the device's back. */
+ * them, and FT_BF16_SHADOW_CHECK reports one made stale behind the device's back; and the
+ * vocabulary's products at bf16 with every matrix 16-byte aligned (an odd vocabulary's logits
+ * computed through the staging buffer, dlogits read from the classifier's padded shadow: on an
+ * H200 the unaligned ones ran cuBLAS's Turing-era kernels at a tenth of the layer products' rate),
+ * giving the bits of the unaligned products. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +205,79 @@ static void test_bf16_shadows(void) {
     device_close(&d);
 }
 
+void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products,
+                                long *stage_reads);
+
+/* The head of a model with an odd vocabulary, at bf16: logits = x w^T, the classifier (dlogits
+ * over the logits), dx and dw from dlogits; its results downloaded into out (logits, dlogits,
+ * dx, dw, loss). peek: the logits downloaded before the classifier (else the classifier follows
+ * the product directly and may read its staged result; out's logits then stay as they were) */
+enum { HN = 24, HD = 40, HV = 61 };
+static void head_bf16(device_t *d, float *out, const float *xh, const float *wh, const uint32_t *th, int peek) {
+    float *x = DEV(d, alloc, sizeof(float) * HN * HD), *w = DEV(d, alloc, sizeof(float) * HV * HD);
+    float *z = DEV(d, alloc, sizeof(float) * HN * HV), *lse = DEV(d, alloc, sizeof(float) * HN);
+    float *dx = DEV(d, alloc, sizeof(float) * HN * HD), *dw = DEV(d, alloc, sizeof(float) * HV * HD);
+    uint32_t *t = DEV(d, alloc, sizeof(uint32_t) * HN);
+    DEV(d, upload, x, xh, sizeof(float) * HN * HD);
+    DEV(d, upload, w, wh, sizeof(float) * HV * HD);
+    DEV(d, upload, t, th, sizeof(uint32_t) * HN);
+    DEV(d, linear_forward, z, x, w, HN, HD, HV);
+    if (peek) DEV(d, download, out, z, sizeof(float) * HN * HV);
+    out += HN * HV;
+    int count = 0;
+    const float loss = DEV(d, crossentropy_forward, z, lse, &count, z, t, NULL, HN, HV, 1.0f);
+    DEV(d, linear_backward_set, dx, dw, z, x, w, HN, HD, HV);
+    DEV(d, download, out, z, sizeof(float) * HN * HV);
+    DEV(d, download, out + HN * HV, dx, sizeof(float) * HN * HD);
+    DEV(d, download, out + HN * HV + HN * HD, dw, sizeof(float) * HV * HD);
+    out[HN * HV + HN * HD + HV * HD] = loss;
+    DEV(d, free, x), DEV(d, free, w), DEV(d, free, z), DEV(d, free, lse), DEV(d, free, dx), DEV(d, free, dw);
+    DEV(d, free, t);
+}
+static void test_aligned_vocabulary_products(void) {
+    enum { NOUT = 2 * HN * HV + HN * HD + HV * HD + 1 };
+    static float xh[HN * HD], wh[HV * HD], a[NOUT], b[NOUT], c[NOUT];
+    uint32_t th[HN];
+    for (int i = 0; i < HN * HD; i++) xh[i] = (float)((i * 37) % 101 - 50) / 47.0f;
+    for (int i = 0; i < HV * HD; i++) wh[i] = (float)((i * 53) % 89 - 44) / 61.0f;
+    for (int i = 0; i < HN; i++) th[i] = (uint32_t)((i * 7) % HV);
+    char err[256];
+    /* aligned (the default), staging even this small product; the shadows checked on the device */
+    setenv("FT_BF16_SHADOW_CHECK", "1", 1);
+    setenv("FT_CUDA_STAGE_MIN", "0", 1);
+    device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
+    unsetenv("FT_CUDA_STAGE_MIN");
+    if (!d) { unsetenv("FT_BF16_SHADOW_CHECK"); CHECK(0, "open: %s", err); return; }
+    head_bf16(d, a, xh, wh, th, 1);
+    long staged = 0, padded = 0, extents = 0, in_place = 0;
+    device_cuda_aligned_counts(d, &staged, &padded, &extents, &in_place);
+    CHECK(staged == 1, "the logits' product ran staged (%ld staged products)", staged);
+    CHECK(padded == 2, "both gradient products read dlogits from the padded shadow (%ld reads)", padded);
+    CHECK(extents == 2, "the logits (m) and the input gradient (k) ran with V padded to 64 (%ld products)", extents);
+    CHECK(in_place == 0, "logits downloaded: the staged result was copied out before the classifier (%ld)", in_place);
+    /* the classifier right after the product: it reads the staging buffer, the copy never runs */
+    memcpy(c, a, sizeof(float) * HN * HV);
+    head_bf16(d, c, xh, wh, th, 0);
+    device_cuda_aligned_counts(d, &staged, &padded, &extents, &in_place);
+    CHECK(staged == 2 && in_place == 1, "the classifier read the staged logits in place (%ld staged, %ld)", staged, in_place);
+    CHECK(!memcmp(a, c, sizeof a), "the same results with the classifier reading the staged logits");
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "the padded shadow is dlogits' rounding: %s", err);
+    device_close(&d);
+    /* unaligned, as before the change */
+    setenv("FT_CUDA_ALIGN", "0", 1);
+    d = open_cuda(PRECISION_BF16, err, sizeof err);
+    unsetenv("FT_CUDA_ALIGN");
+    unsetenv("FT_BF16_SHADOW_CHECK");
+    if (!d) { CHECK(0, "open: %s", err); return; }
+    head_bf16(d, b, xh, wh, th, 1);
+    device_cuda_aligned_counts(d, &staged, &padded, &extents, &in_place);
+    CHECK(staged == 0 && padded == 0 && extents == 0, "FT_CUDA_ALIGN=0: nothing staged or padded (%ld, %ld, %ld)", staged,
+          padded, extents);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "unaligned run: %s", err);
+    device_close(&d);
+    CHECK(!memcmp(a, b, sizeof a), "logits, dlogits, dx, dw and the loss: the same bits aligned and not");
+}
+
 int main(void) {
     RUN(test_open_checks_every_call);
     RUN(test_gemm_timer_checks_events);
@@ -208,5 +285,6 @@ int main(void) {
     RUN(test_free_counts);
     RUN(test_first_step_allocates_nothing);
     RUN(test_bf16_shadows);
+    RUN(test_aligned_vocabulary_products);
     return check_summary();
 }
