@@ -4,7 +4,7 @@
  *
  *   build/bench/train_step [--config S|M|G|both] [--model llama|free] [--latent-bits H]
  *                          [--steps N] [--batch B] [--seq T] [--device D] [--precision P]
- *                          [--json]
+ *                          [--json] [--profile] [--limit] [--digest]
  *
  * S: d=256, 4 layers, 4/2 heads, ff 768, vocab 4096; M: d=512, 8 layers, 8/4 heads, ff 1536,
  * vocab 8192; both tied, B=8, T=256 unless overridden. G (the GPU bench's GPT-2-small size,
@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 static double now(void) {
     struct timespec ts;
@@ -182,7 +183,7 @@ static void sync_dev(void) {
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
-static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, limit_reps = 5, layers = 0, vocab = 0;
+static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, digest = 0, limit_reps = 5, layers = 0, vocab = 0;
 
 /* The execution-model emulator's performance counters (tests/emu/emu_perf.cc, linked only into
  * build/emu/bench/train_step for bench/gpu_model.sh): they count the first timed step alone. */
@@ -230,6 +231,26 @@ static void profile_report(int nsteps, int nlines, const double *step_s) {
         fprintf(stderr, "  %-50s %9.3f %6.1f%% %9.0f\n", nm, med[i] * 1e3,
                 100.0 * med[i] / step_med, prof_calls[i] / nsteps);
     }
+}
+
+/* --digest: one hash of every parameter's bits after the steps, so that two builds can be shown
+ * to train to the same bits (an op change that must not move one), without a checkpoint. */
+static int print_digest(const tensor_view_t *pv, int np, float loss) {
+    XXH64_state_t *st = XXH64_createState();
+    int rc = !st || XXH64_reset(st, 0) == XXH_ERROR;
+    for (int i = 0; i < np && !rc; i++) {
+        const size_t bytes = sizeof(float) * (size_t)tensor_numel(&pv[i]);
+        float *h = device_is_host(pv[i].dev) ? NULL : malloc(bytes ? bytes : 1);
+        if (!device_is_host(pv[i].dev) && !h) rc = 1;
+        else if (h) tensor_view_download(&pv[i], h);
+        if (!rc) rc = XXH64_update(st, h ? h : pv[i].data, bytes) == XXH_ERROR;
+        free(h);
+    }
+    if (!rc) printf("   digest of the parameters after the steps: %016llx (loss %.9g)\n",
+                    (unsigned long long)XXH64_digest(st), loss);
+    else fprintf(stderr, "train_step: --digest: out of memory\n");
+    XXH64_freeState(st);
+    return rc;
 }
 
 static int run(char name, const char *model, int H, int mh, int mk, int B, int T, int steps, int json) {
@@ -329,6 +350,7 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         if (!rc && steps > 0) profile_report(steps < PROF_MAX_STEPS ? steps : PROF_MAX_STEPS, nprof, step_s);
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
+    if (digest && !rc) rc = print_digest(pv, np, loss);
     /* the timed steps end here: the cuBLAS pass below is not part of the throughput (until
      * 2026-11-26 it was, which halved every GPU tokens/s; found on the first H200 run) */
     double total = now() - t0, tps = (double)B * T * steps / total;
@@ -399,13 +421,14 @@ int main(int argc, char **argv) {
                    "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
                    "                  [--mixer-heads h] [--mixer-kernel k] [--layers L] [--vocab V] [--json] [--profile]\n"
-                   "                  [--limit [--limit-reps R]]\n"
+                   "                  [--limit [--limit-reps R]] [--digest]\n"
                    "FAMILY: %s\n", family_names());
             printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n"
                    "--layers L, --vocab V: the config with L layers, a vocabulary of V, instead of its own.\n"
                    "--profile: each op's median time per step on stderr (model/prof.h).\n"
                    "--limit: then the step's products alone, each at its shape, at the same precision:\n"
-                   "  the product limit (GFLOP/s) a step of only products would reach (llama only).\n");
+                   "  the product limit (GFLOP/s) a step of only products would reach (llama only).\n"
+                   "--digest: a hash of the parameters' bits after the steps (two builds, the same bits?).\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -425,6 +448,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--limit")) limit = 1;
+        else if (!strcmp(argv[i], "--digest")) digest = 1;
         else if (!strcmp(argv[i], "--limit-reps") && i + 1 < argc) limit_reps = atoi(argv[++i]);
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }

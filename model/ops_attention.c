@@ -201,6 +201,15 @@ static inline size_t att_lse_at(int b, int kh, int group, int j, int i0, int Tq,
  * head by head (np rows each, stride hd); esz: the element's bytes (fp32, or bf16 patterns) ... */
 static void att_gather_e(void *xs, const void *x, size_t esz, int b, int kh, int group, int i0,
                          int np, int Tq, int H, int hd) {
+    /* a row of 64 bf16 (hd 64, the bench's configs): a copy of constant size, inlined, instead
+     * of a call to memcpy per row */
+    if (esz * hd == 128) {
+        for (int j = 0; j < group; j++)
+            for (int i = 0; i < np; i++)
+                memcpy((char *)xs + ((size_t)j * np + i) * 128,
+                       (const char *)x + att_row(b, kh, group, j, i0, i, Tq, H, hd) * esz, 128);
+        return;
+    }
     for (int j = 0; j < group; j++)
         for (int i = 0; i < np; i++)
             memcpy((char *)xs + ((size_t)j * np + i) * hd * esz,
@@ -211,9 +220,12 @@ static void att_gather(float *xs, const float *x, int b, int kh, int group, int 
     att_gather_e(xs, x, sizeof(float), b, kh, group, i0, np, Tq, H, hd);
 }
 
-/* ... and back: written over x's rows, or added into them (add). */
-static void att_scatter(float *x, const float *xs, int add, int b, int kh, int group, int i0,
-                        int np, int Tq, int H, int hd) {
+/* ... and back: written over x's rows, or added into them (add). Built per level
+ * (ops_clones.h): the backward's dq adds ran 4 lanes wide in the baseline build (an add per
+ * element either way: the same bits). */
+OPS_VARIANTS(void, att_scatter, (float *x, const float *xs, int add, int b, int kh, int group,
+                                 int i0, int np, int Tq, int H, int hd),
+             (x, xs, add, b, kh, group, i0, np, Tq, H, hd)) {
     for (int j = 0; j < group; j++)
         for (int i = 0; i < np; i++) {
             float *row = x + att_row(b, kh, group, j, i0, i, Tq, H, hd);
@@ -223,6 +235,28 @@ static void att_scatter(float *x, const float *xs, int add, int b, int kh, int g
 #pragma omp simd
                 for (int d = 0; d < hd; d++) row[d] += srow[d];
         }
+}
+
+/* max of s[lo .. hi): 16 lane maxima, folded pairwise, then the tail in order. A max is exact
+ * in any order (vectorised, the same value; the scalar loop's compare-and-branch cost a tenth
+ * of a bf16 step's attention). The one thing the order can change is the sign of a zero
+ * maximum, which moves no bit below: s - (+0) and s - (-0) differ only for s = 0, whose exp is
+ * 1 either way, and the log-sum-exp adds mx to log(l) >= +0. This form replaces `omp simd
+ * reduction(max)`, whose lanes went through memory around every row: 16 scalar stores
+ * before and 16 dependent scalar maxima after each row's vector loop. */
+static inline __attribute__((always_inline)) float att_row_max(const float *s, int lo, int hi) {
+    float m[16];
+    for (int u = 0; u < 16; u++) m[u] = -INFINITY;
+    int j = lo;
+    for (; j + 16 <= hi; j += 16)
+        for (int u = 0; u < 16; u++) m[u] = s[j + u] > m[u] ? s[j + u] : m[u];
+    /* (the folds written out: a loop over the widths stayed scalar) */
+    for (int u = 0; u < 8; u++) m[u] = m[u + 8] > m[u] ? m[u + 8] : m[u];
+    for (int u = 0; u < 4; u++) m[u] = m[u + 4] > m[u] ? m[u + 4] : m[u];
+    for (int u = 0; u < 2; u++) m[u] = m[u + 2] > m[u] ? m[u + 2] : m[u];
+    float mx = m[1] > m[0] ? m[1] : m[0];
+    for (; j < hi; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
 }
 
 /* Softmax of the rows of S in place; S's columns are keys klo .. klo + nk - 1, and the keys a
@@ -238,11 +272,7 @@ OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *lse, int i0
         ops_att_range(i0 + r, Tq, Tk, causal, window, &lo, &hi);
         lo -= klo, hi -= klo;
         if (hi < lo) hi = lo;
-        /* (a max is exact in any order: vectorised, the same value; the scalar loop's
-         * compare-and-branch cost a tenth of a bf16 step's attention) */
-        float mx = -INFINITY;
-        OPS_SIMD_MAX(mx)
-        for (int j = lo; j < hi; j++) mx = s[j] > mx ? s[j] : mx;
+        const float mx = att_row_max(s, lo, hi);
         float l = 0.0f;
 #pragma omp simd reduction(+ : l)
         for (int j = lo; j < hi; j++) {
@@ -508,13 +538,24 @@ static void att16_free(att16_t *a) {
     free(a->D);
 }
 
-/* Os's rows (the stacked copy) into out16's rows, as bf16. */
-static void att_scatter16(uint16_t *out16, const float *Os, int b, int kh, int group, int i0,
-                          int np, int Tq, int H, int hd) {
+/* Os's rows (the stacked copy) into out's rows and, as bf16, into out16's, in one pass over
+ * each row while it is in L1 (a copy and a rounding: the same bits at every level). Was a
+ * memcpy and a packing call per row of hd floats: two calls and two loops per head and position. */
+OPS_VARIANTS(void, att_scatter_out16, (float *out, uint16_t *out16, const float *Os, int b, int kh,
+                                       int group, int i0, int np, int Tq, int H, int hd),
+             (out, out16, Os, b, kh, group, i0, np, Tq, H, hd)) {
     for (int j = 0; j < group; j++)
-        for (int i = 0; i < np; i++)
-            ops_bf16_pack_serial(out16 + att_row(b, kh, group, j, i0, i, Tq, H, hd),
-                                 Os + ((size_t)j * np + i) * hd, (size_t)hd);
+        for (int i = 0; i < np; i++) {
+            const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
+            float *restrict row = out + o;
+            uint16_t *restrict row16 = out16 + o;
+            const float *restrict srow = Os + ((size_t)j * np + i) * hd;
+            OPS_SIMD
+            for (int d = 0; d < hd; d++) {
+                row[d] = srow[d];
+                row16[d] = ops_bf16_from_float(srow[d]);
+            }
+        }
 }
 
 /* One thread's scratch for the bf16 blocks (rows x Tk and rows x hd). */
@@ -565,8 +606,8 @@ static void att_block_forward16(float *out, uint16_t *out16, float *lse, const a
         model_gemm_bf16(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, a->v + ko, ldk, w->P16, Tk, 0.0f, w->Os,
                         hd);
     }
-    att_scatter(out, w->Os, 0, b, kh, group, i0, np, Tq, H, hd);
-    if (out16) att_scatter16(out16, w->Os, b, kh, group, i0, np, Tq, H, hd);
+    if (out16) att_scatter_out16(out, out16, w->Os, b, kh, group, i0, np, Tq, H, hd);
+    else att_scatter(out, w->Os, 0, b, kh, group, i0, np, Tq, H, hd);
 }
 
 /* The forward on bf16 blocks; -1 (nothing written) when it does not apply or has no memory. */
