@@ -148,6 +148,7 @@ typedef struct {
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
+static void staged_flush(device_t *d);
 
 static void fault(device_t *d, const char *what, const char *why) {
     cuda_impl_t *c = impl_of(d);
@@ -398,7 +399,16 @@ static void cu_free(device_t *d, void *p) {
     if (e == cudaSuccess) e = cudaFree(p);
     if (e != cudaSuccess) fault(d, "free", cudaGetErrorString(e));
 }
+/* An upload flushes a staged result only when it writes into it: a training step uploads its
+ * targets between the logits' product and the classifier (llama.c), which would otherwise cost
+ * the copy the classifier saves. */
 static void cu_upload(device_t *d, void *dst, const void *src, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (c->pending.dst && bytes) {
+        const char *lo = (const char *)c->pending.dst,
+                   *hi = lo + sizeof(float) * ((size_t)(c->pending.n - 1) * c->pending.ldc + (size_t)c->pending.m);
+        if ((const char *)dst < hi && lo < (const char *)dst + bytes) staged_flush(d);
+    }
     out_bytes(d, dst, bytes);
     if (bytes && cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_of(d)->stream) != cudaSuccess)
         fault(d, "upload", cudaGetErrorString(cudaGetLastError()));
@@ -1196,8 +1206,8 @@ static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v,
 }
 
 /* C++20 designated initializers: in the table's order, which the compiler checks */
-/* Every op of the table but the classifier's (which may read a staged result in place) and the
- * allocator's launches a staged result's pending copy first (staged_flush), so it sees C written;
+/* Every op of the table but the classifier's (which may read a staged result in place), the
+ * allocator's and upload's (which flushes only a staged result it overwrites) launches a staged result's pending copy first (staged_flush), so it sees C written;
  * FLUSHED(f) is f with that before it. */
 template <auto F> struct after_flush;
 template <typename R, typename... A, R (*F)(device_t *, A...)> struct after_flush<F> {
@@ -1210,7 +1220,7 @@ template <typename R, typename... A, R (*F)(device_t *, A...)> struct after_flus
 static const device_ops_t cuda_ops = {
     .alloc = cu_alloc,
     .free = FLUSHED(cu_free),
-    .upload = FLUSHED(cu_upload),
+    .upload = cu_upload, /* flushes only what it overwrites */
     .download = FLUSHED(cu_download),
     .copy = FLUSHED(cu_copy),
     .zero = FLUSHED(cu_zero),

@@ -220,8 +220,8 @@ static void head_bf16(device_t *d, float *out, const float *xh, const float *wh,
     uint32_t *t = DEV(d, alloc, sizeof(uint32_t) * HN);
     DEV(d, upload, x, xh, sizeof(float) * HN * HD);
     DEV(d, upload, w, wh, sizeof(float) * HV * HD);
-    DEV(d, upload, t, th, sizeof(uint32_t) * HN);
     DEV(d, linear_forward, z, x, w, HN, HD, HV);
+    DEV(d, upload, t, th, sizeof(uint32_t) * HN); /* as a training step: not into the logits */
     if (peek) DEV(d, download, out, z, sizeof(float) * HN * HV);
     out += HN * HV;
     int count = 0;
@@ -261,6 +261,21 @@ static void test_aligned_vocabulary_products(void) {
     device_cuda_aligned_counts(d, &staged, &padded, &extents, &in_place);
     CHECK(staged == 2 && in_place == 1, "the classifier read the staged logits in place (%ld staged, %ld)", staged, in_place);
     CHECK(!memcmp(a, c, sizeof a), "the same results with the classifier reading the staged logits");
+    /* an upload into a staged result lands after the result's copy, not under it */
+    {
+        float *x = DEV(d, alloc, sizeof xh), *w = DEV(d, alloc, sizeof wh), *z = DEV(d, alloc, sizeof(float) * HN * HV);
+        float row[HV], back[HV];
+        for (int i = 0; i < HV; i++) row[i] = 1000.0f + (float)i;
+        DEV(d, upload, x, xh, sizeof xh);
+        DEV(d, upload, w, wh, sizeof wh);
+        DEV(d, linear_forward, z, x, w, HN, HD, HV);
+        DEV(d, upload, z + 3 * HV, row, sizeof row);
+        DEV(d, download, back, z + 3 * HV, sizeof back);
+        CHECK(!memcmp(row, back, sizeof row), "a row uploaded over the staged logits reads back as uploaded");
+        DEV(d, download, back, z + 2 * HV, sizeof back);
+        CHECK(!memcmp(a + 2 * HV, back, sizeof back), "the row before it is the product's");
+        DEV(d, free, x), DEV(d, free, w), DEV(d, free, z);
+    }
     CHECK(DEV(d, sync, err, sizeof err) == 0, "the padded shadow is dlogits' rounding: %s", err);
     device_close(&d);
     /* unaligned, as before the change */
