@@ -48,6 +48,19 @@
 #include "model/ops_math.h"
 
 #define ATT_THREADS 128 /* 4 warps, 16 rows each */
+/* Blocks per SM the backward kernels are compiled for at head dimensions up to 64
+ * (__launch_bounds__' second argument caps their registers at 64K / (128 x this)); at 1 they take
+ * 247 (dQ) and 254 (dK/dV) registers, 2 blocks a SM (ncu on an H100: 12% occupancy, no eligible
+ * warp on 62-66% of cycles). Measured on an H100 at config G bf16, two rounds: dQ at 3 (168
+ * registers, 192 bytes spilled) 33.8 ms a step against 34.2; dK/dV at 3 too (950 bytes
+ * spilled) 34.2-34.4, no gain, so it stays at 1. Larger head dimensions keep 1 (their
+ * accumulators need the registers). Build knobs (-D) for measuring again. */
+#ifndef ATT_DQ_MIN_BLOCKS
+#define ATT_DQ_MIN_BLOCKS 3
+#endif
+#ifndef ATT_DKDV_MIN_BLOCKS
+#define ATT_DKDV_MIN_BLOCKS 1
+#endif
 #define ATT_MAX_HD 128
 
 /* tile shapes of the forward and the dQ pass (per block: BQ queries; key tiles of BK) */
@@ -671,7 +684,7 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
     att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1)
 k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse,
                const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
                att_bf16_t c16) {
@@ -823,7 +836,7 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
     att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_DQ_MIN_BLOCKS : 1)
 k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse,
              const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
              att_bf16_t c16) {
