@@ -17,11 +17,10 @@
 #include "model/cuda/common.cuh"
 #include "model/ops_math.h"
 
+/* The blocks' width. k_classifier's vocabulary-sized row cached in shared memory leaves room for
+ * one block per SM (201 KB at V = 50257); measured on an H100 at config G, 1024 threads took
+ * 2.22 ms a call against 2.24 at 512 (1.83 TB/s): the width is not what holds it back */
 #define CE_THREADS 512
-/* k_classifier's block. A vocabulary-sized row cached in shared memory leaves room for one block
- * per SM (201 KB at V = 50257); measured on an H100 at config G, 1024 threads took 2.22 ms a
- * call against 2.24 at 512 (1.83 TB/s): the width is not what holds it back */
-#define CE_ROW_THREADS 512
 
 /* what the host downloads after a forward: the loss sum (double, rows in a fixed order) and
  * the count of counted rows */
@@ -100,7 +99,7 @@ __device__ static inline float ce_cache_row(float *row, const float *zr, int V) 
  * dz16 (may be NULL): dz's bf16 shadow, written beside it at a row stride of ld16,
  * zeros after each row's V (dlogits feed the classifier's two products only; device_cuda.cu pads
  * that stride). */
-__global__ void __launch_bounds__(CE_ROW_THREADS)
+__global__ void __launch_bounds__(CE_THREADS)
 k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld16, const float *z, size_t ldz,
              const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
              int have_lse, int cache) {
@@ -207,7 +206,7 @@ static inline void classifier_launch(cudaStream_t s, ce_result_t *res, float *ro
                                      size_t cache_bytes) {
     LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
     if (N <= 0) return;
-    LAUNCH(k_classifier, N, CE_ROW_THREADS, cache_bytes, s)
+    LAUNCH(k_classifier, N, CE_THREADS, cache_bytes, s)
     (row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
     if (row_loss) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
 }
