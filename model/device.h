@@ -64,6 +64,13 @@ typedef struct device_ops {
                             int N, int D, float eps);
     void (*rmsnorm_backward)(device_t *d, float *dx, float *dw, const float *dout, const float *x,
                              const float *w, const float *rstd, int N, int D);
+    /* the residual add and the next RMSNorm in one pass (ops.h: add_rmsnorm_forward), and
+     * RMSNorm's backward writing res + its input gradient (rmsnorm_backward_res) */
+    void (*add_rmsnorm_forward)(device_t *d, float *y, float *out, float *rstd, const float *a,
+                                const float *b, const float *w, int N, int D, float eps);
+    void (*rmsnorm_backward_res)(device_t *d, float *dx, float *dw, const float *dout,
+                                 const float *x, const float *w, const float *rstd,
+                                 const float *res, int N, int D);
     void (*linear_forward)(device_t *d, float *y, const float *x, const float *w, int N, int in,
                            int out);
     void (*linear_backward)(device_t *d, float *dx, float *dw, const float *dy, const float *x,

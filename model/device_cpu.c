@@ -90,6 +90,8 @@ static void cpu_embedding_forward(device_t *d, float *out, const uint32_t *token
 static void cpu_embedding_backward(device_t *d, float *dtable, const float *dout, const uint32_t *tokens, int N, int D) { (void)d; out_token_rows(dtable, tokens, N, D); embedding_backward(dtable, dout, tokens, N, D); }
 static void cpu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) { OUT(out, (size_t)N * D); OUT(rstd, N); AT_PRECISION(d, rmsnorm_forward(out, rstd, x, w, N, D, eps)); }
 static void cpu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) { (void)d; OUT(dx, (size_t)N * D); OUT(dw, D); rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D); }
+static void cpu_add_rmsnorm_forward(device_t *d, float *y, float *out, float *rstd, const float *a, const float *b, const float *w, int N, int D, float eps) { OUT(y, (size_t)N * D); OUT(out, (size_t)N * D); OUT(rstd, N); AT_PRECISION(d, add_rmsnorm_forward(y, out, rstd, a, b, w, N, D, eps)); }
+static void cpu_rmsnorm_backward_res(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, const float *res, int N, int D) { (void)d; OUT(dx, (size_t)N * D); OUT(dw, D); rmsnorm_backward_res(dx, dw, dout, x, w, rstd, res, N, D); }
 static void cpu_linear_forward(device_t *d, float *y, const float *x, const float *w, int N, int in, int out) { OUT(y, (size_t)N * out); AT_PRECISION(d, linear_forward(y, x, w, N, in, out)); }
 static void cpu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { OUT(dx, (size_t)N * in); OUT(dw, (size_t)out * in); AT_PRECISION(d, linear_backward(dx, dw, dy, x, w, N, in, out)); }
 static void cpu_linear_backward_set(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in, int out) { OUT(dx, (size_t)N * in); OUT(dw, (size_t)out * in); AT_PRECISION(d, linear_backward_set(dx, dw, dy, x, w, N, in, out)); }
@@ -187,6 +189,7 @@ static const device_ops_t cpu_ops = {
     .gemm = cpu_gemm,
     .embedding_forward = cpu_embedding_forward, .embedding_backward = cpu_embedding_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,
+    .add_rmsnorm_forward = cpu_add_rmsnorm_forward, .rmsnorm_backward_res = cpu_rmsnorm_backward_res,
     .linear_forward = cpu_linear_forward, .linear_backward = cpu_linear_backward,
     .linear_backward_set = cpu_linear_backward_set, .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward, .qkv_split_rope = cpu_qkv_split_rope,

@@ -765,10 +765,23 @@ static void cu_embedding_backward(device_t *d, float *dt, const float *dout, con
 static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
     OUT(out, (size_t)N * D);
     OUT(rstd, N);
-    rmsnorm_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * D), rstd, x, w, N, D, eps);
+    rmsnorm_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * D), rstd, NULL, x, NULL, w,
+                           N, D, eps);
     LAUNCHED("rmsnorm_forward");
 }
-static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
+/* the residual add and the norm in one pass: y = a + b is the stream (read again by the next
+ * residual add and the norm's backward, so fp32 and no shadow); out feeds products only */
+static void cu_add_rmsnorm_forward(device_t *d, float *y, float *out, float *rstd, const float *a, const float *b,
+                                   const float *w, int N, int D, float eps) {
+    OUT(y, (size_t)N * D);
+    OUT(out, (size_t)N * D);
+    OUT(rstd, N);
+    rmsnorm_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * D), rstd, y, a, b, w, N, D,
+                           eps);
+    LAUNCHED("add_rmsnorm_forward");
+}
+static void cu_rmsnorm_backward_res(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
+                                    const float *rstd, const float *res, int N, int D) {
     OUT(dx, (size_t)N * D);
     OUT(dw, D);
     float *part = dw ? (float *)work(d, sizeof(float) * colred_work_floats(N, D)) : NULL;
@@ -776,8 +789,11 @@ static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *
     /* dx, the residual stream's gradient, feeds the next products (a Linear's dy) before anything
      * adds to it again: its shadow is written in the same pass */
     rmsnorm_backward_launch(impl_of(d)->stream, dx, product_output_shadow(d, dx, (size_t)N * D), dw, part, dout, x, w,
-                            rstd, N, D);
+                            rstd, res, N, D);
     LAUNCHED("rmsnorm_backward");
+}
+static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
+    cu_rmsnorm_backward_res(d, dx, dw, dout, x, w, rstd, NULL, N, D);
 }
 static void cu_rope_forward(device_t *d, float *out, const float *x, const float *cs, const float *sn, int B, int T, int H, int hd, int pos0) {
     const size_t ld = (size_t)H * hd;
@@ -1231,6 +1247,8 @@ static const device_ops_t cuda_ops = {
     .embedding_backward = FLUSHED(cu_embedding_backward),
     .rmsnorm_forward = FLUSHED(cu_rmsnorm_forward),
     .rmsnorm_backward = FLUSHED(cu_rmsnorm_backward),
+    .add_rmsnorm_forward = FLUSHED(cu_add_rmsnorm_forward),
+    .rmsnorm_backward_res = FLUSHED(cu_rmsnorm_backward_res),
     .linear_forward = FLUSHED(cu_linear_forward),
     .linear_backward = FLUSHED(cu_linear_backward),
     .linear_backward_set = FLUSHED(cu_linear_backward_set),

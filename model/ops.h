@@ -35,6 +35,19 @@ void rmsnorm_forward(float *out /* (N,D) */, float *rstd /* (N) saved for backwa
 void rmsnorm_backward(float *dx /* (N,D) += or NULL */, float *dw /* (D) += or NULL */,
                       const float *dout /* (N,D) */, const float *x /* (N,D) */,
                       const float *w /* (D) */, const float *rstd /* (N) */, int N, int D);
+/* The residual stream's fusions (a block's add and the next norm are one pass over the rows):
+ * y = a + b, then out = rmsnorm(y) as rmsnorm_forward (the same bits as add_forward followed
+ * by rmsnorm_forward); y may be a or b. */
+void add_rmsnorm_forward(float *y /* (N,D) */, float *out /* (N,D) */, float *rstd /* (N) */,
+                         const float *a /* (N,D) */, const float *b /* (N,D) */,
+                         const float *w /* (D) */, int N, int D, float eps);
+/* dx = res + the input gradient rmsnorm_backward adds (res = dx, or NULL, is rmsnorm_backward):
+ * a copy of res into dx, or an add of res after it, folded into the pass. res may not
+ * overlap dx other than being dx. */
+void rmsnorm_backward_res(float *dx /* (N,D) */, float *dw /* (D) += or NULL */,
+                          const float *dout /* (N,D) */, const float *x /* (N,D) */,
+                          const float *w /* (D) */, const float *rstd /* (N) */,
+                          const float *res /* (N,D) */, int N, int D);
 
 /* ---- Linear without bias: y = x W^T (HF layout W = (out, in)) ---- */
 void linear_forward(float *y /* (N,out) */, const float *x /* (N,in) */,

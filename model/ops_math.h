@@ -84,16 +84,22 @@ OPS_FN float ops_rmsnorm_row(float *y, const float *x, const float *w, int d, fl
     for (int i = 0; i < d; i++) y[i] = w[i] * (x[i] * r);
     return r;
 }
-/* Backward of one row: dx += r*(w*dy) - x * r^3/d * sum(w*dy*x); dw is NOT touched here
- * (the caller reduces dw over rows in a fixed order, see ops_rmsnorm.c). */
-OPS_FN void ops_rmsnorm_row_backward(float *dx, const float *dy, const float *x, const float *w,
-                                     float r, int d) {
+/* Backward of one row with a residual: dx = res + (r*(w*dy) - x * r^3/d * sum(w*dy*x)); res
+ * may be dx (then it is dx += ..., the same expression); dw is NOT touched here (the caller
+ * reduces dw over rows in a fixed order, see ops_rmsnorm.c). */
+OPS_FN void ops_rmsnorm_row_backward_res(float *dx, const float *res, const float *dy,
+                                         const float *x, const float *w, float r, int d) {
     float dot = 0.0f;
     OPS_SIMD_SUM(dot)
     for (int i = 0; i < d; i++) dot += w[i] * dy[i] * x[i];
     float c = dot * r * r * r / (float)d;
     OPS_SIMD
-    for (int i = 0; i < d; i++) dx[i] += r * w[i] * dy[i] - c * x[i];
+    for (int i = 0; i < d; i++) dx[i] = res[i] + (r * w[i] * dy[i] - c * x[i]);
+}
+/* dx += r*(w*dy) - x * r^3/d * sum(w*dy*x) */
+OPS_FN void ops_rmsnorm_row_backward(float *dx, const float *dy, const float *x, const float *w,
+                                     float r, int d) {
+    ops_rmsnorm_row_backward_res(dx, dx, dy, x, w, r, d);
 }
 
 /* ---- Rotary embedding, rotate_half layout -----------------------------------------------

@@ -26,12 +26,39 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
     }
 }
 
-OPS_VARIANTS(void, rms_bwd_rows, (float *dx, const float *dout, const float *x, const float *w,
-                         const float *rstd, int n0, int n1, int D),
-             (dx, dout, x, w, rstd, n0, n1, D)) {
+/* y = a + b, then RMSNorm of y, a row at a time: the sum is the add_forward's expression and
+ * the norm reads the row from L1 (one pass over a and b instead of add_forward's pass and the
+ * norm's read of y) */
+OPS_VARIANTS(void, add_rms_fwd_rows, (float *y, float *out, uint16_t *o16, float *rstd, const float *a,
+                                      const float *b, const float *w, int n0, int n1, int D, float eps),
+             (y, out, o16, rstd, a, b, w, n0, n1, D, eps)) {
+    for (int n = n0; n < n1; n++) {
+        float *yr = y + (size_t)n * D;
+        const float *ar = a + (size_t)n * D, *br = b + (size_t)n * D;
+        OPS_SIMD
+        for (int i = 0; i < D; i++) yr[i] = ar[i] + br[i];
+        rstd[n] = ops_rmsnorm_row(out + (size_t)n * D, yr, w, D, eps);
+        if (o16) ops_bf16_pack_row(o16 + (size_t)n * D, out + (size_t)n * D, (size_t)D);
+    }
+}
+
+void add_rmsnorm_forward(float *y, float *out, float *rstd, const float *a, const float *b,
+                         const float *w, int N, int D, float eps) {
+    uint16_t *o16 = ops_bf16_shadows() ? ops_bf16_shadow_take(out, (size_t)N * D) : NULL;
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        ops_thread_range((size_t)N, &lo, &hi);
+        add_rms_fwd_rows(y, out, o16, rstd, a, b, w, (int)lo, (int)hi, D, eps);
+    }
+}
+
+OPS_VARIANTS(void, rms_bwd_rows, (float *dx, const float *res, const float *dout, const float *x,
+                                  const float *w, const float *rstd, int n0, int n1, int D),
+             (dx, res, dout, x, w, rstd, n0, n1, D)) {
     for (int n = n0; n < n1; n++)
-        ops_rmsnorm_row_backward(dx + (size_t)n * D, dout + (size_t)n * D, x + (size_t)n * D, w,
-                                 rstd[n], D);
+        ops_rmsnorm_row_backward_res(dx + (size_t)n * D, res + (size_t)n * D, dout + (size_t)n * D,
+                                     x + (size_t)n * D, w, rstd[n], D);
 }
 
 /* dw[lo..hi) += sum over rows of dy * x * r, rows in order (deterministic). */
@@ -49,22 +76,23 @@ OPS_VARIANTS(void, rms_dw_cols, (float *dw, const float *dout, const float *x, c
 /* One thread, both outputs: each row's dx, then its terms of dw, while the row is in L1 (one
  * pass over dout and x instead of two); dw's sums run in row order as in rms_dw_cols, the
  * same expression, so the same bits. */
-OPS_VARIANTS(void, rms_bwd_rows_dw, (float *dx, float *dw, const float *dout, const float *x,
-                                     const float *w, const float *rstd, int N, int D),
-             (dx, dw, dout, x, w, rstd, N, D)) {
+OPS_VARIANTS(void, rms_bwd_rows_dw, (float *dx, float *dw, const float *res, const float *dout,
+                                     const float *x, const float *w, const float *rstd, int N, int D),
+             (dx, dw, res, dout, x, w, rstd, N, D)) {
     for (int n = 0; n < N; n++) {
         const float *dy = dout + (size_t)n * D, *xr = x + (size_t)n * D;
         const float r = rstd[n];
-        ops_rmsnorm_row_backward(dx + (size_t)n * D, dy, xr, w, r, D);
+        ops_rmsnorm_row_backward_res(dx + (size_t)n * D, res + (size_t)n * D, dy, xr, w, r, D);
         OPS_SIMD
         for (int i = 0; i < D; i++) dw[i] += dy[i] * xr[i] * r;
     }
 }
 
-void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
-                      const float *rstd, int N, int D) {
+void rmsnorm_backward_res(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                          const float *rstd, const float *res, int N, int D) {
+    if (!res) res = dx;
     if (dx && dw && (omp_get_max_threads() == 1 || omp_in_parallel())) {
-        rms_bwd_rows_dw(dx, dw, dout, x, w, rstd, N, D);
+        rms_bwd_rows_dw(dx, dw, res, dout, x, w, rstd, N, D);
         return;
     }
     /* dw sums over all rows: split columns, not rows, so each sum runs in row order (the
@@ -77,11 +105,16 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
         if (dx) {
             size_t lo, hi;
             ops_thread_range((size_t)N, &lo, &hi);
-            rms_bwd_rows(dx, dout, x, w, rstd, (int)lo, (int)hi, D);
+            rms_bwd_rows(dx, res, dout, x, w, rstd, (int)lo, (int)hi, D);
         }
         /* no barrier needed between the two: dw reads only dout, x and rstd */
 #pragma omp for schedule(static)
         for (int c = 0; c < (dw ? nch : 0); c++)
             rms_dw_cols(dw, dout, x, rstd, N, D, c * CH, c * CH + CH < D ? c * CH + CH : D);
     }
+}
+
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                      const float *rstd, int N, int D) {
+    rmsnorm_backward_res(dx, dw, dout, x, w, rstd, dx, N, D);
 }

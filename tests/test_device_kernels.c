@@ -152,8 +152,25 @@ static void rmsnorm_case(int N, int D) {
     DEV(B, rmsnorm_backward, NULL, FB(dw), FB(dout), FB(x), FB(wt), FB(r), N, D);
     snprintf(w, sizeof w, "rmsnorm_backward dw only N=%d D=%d", N, D);
     same(w, &dw, 1e-5, 1e-5);
-    dbuf_t *all[] = {&x, &wt, &y, &r, &dout, &dx, &dw};
-    for (int i = 0; i < 7; i++) dfree(all[i]);
+    /* the fusions: the residual add and the norm (y written over the branch b, as a block may
+     * pass it), and the norm's backward writing res + its term */
+    dbuf_t b = dfloats((size_t)N * D, 1), res = dfloats((size_t)N * D, 1);
+    DEV(A, add_rmsnorm_forward, FA(b), FA(y), FA(r), FA(x), FA(b), FA(wt), N, D, 1e-5f);
+    DEV(B, add_rmsnorm_forward, FB(b), FB(y), FB(r), FB(x), FB(b), FB(wt), N, D, 1e-5f);
+    snprintf(w, sizeof w, "add_rmsnorm_forward sum N=%d D=%d", N, D);
+    same(w, &b, 0, 0); /* one add per element: bit for bit */
+    snprintf(w, sizeof w, "add_rmsnorm_forward N=%d D=%d", N, D);
+    same(w, &y, 1e-6, 1e-5);
+    snprintf(w, sizeof w, "add_rmsnorm_forward rstd N=%d D=%d", N, D);
+    same(w, &r, 1e-6, 1e-5);
+    DEV(A, rmsnorm_backward_res, FA(dx), FA(dw), FA(dout), FA(b), FA(wt), FA(r), FA(res), N, D);
+    DEV(B, rmsnorm_backward_res, FB(dx), FB(dw), FB(dout), FB(b), FB(wt), FB(r), FB(res), N, D);
+    snprintf(w, sizeof w, "rmsnorm_backward_res dx N=%d D=%d", N, D);
+    same(w, &dx, 1e-5, 1e-5);
+    snprintf(w, sizeof w, "rmsnorm_backward_res dw N=%d D=%d", N, D);
+    same(w, &dw, 1e-5, 1e-5);
+    dbuf_t *all[] = {&x, &wt, &y, &r, &dout, &dx, &dw, &b, &res};
+    for (int i = 0; i < 9; i++) dfree(all[i]);
 }
 static void test_rmsnorm(void) {
     rmsnorm_case(70, 48);

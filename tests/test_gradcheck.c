@@ -44,6 +44,27 @@ static void test_rmsnorm(void) {
     free(dx1); free(dx2); free(dw);
 }
 
+/* ------------------------------------------- the residual add and RMSNorm, fused
+ * out = (y, rmsnorm(y)) with y = a + b, both outputs checked: the backward is the block's,
+ * da = dy + rmsnorm_backward_res's term (res = dy), db = da */
+static void arn_fwd(gc_case_t *c) {
+    add_rmsnorm_forward(c->out, c->out + RN_N * RN_D, rn_rstd, c->in[0].x, c->in[1].x, c->in[2].x, RN_N, RN_D,
+                        1e-5f);
+}
+static void arn_bwd(gc_case_t *c) {
+    enum { n = RN_N * RN_D };
+    rmsnorm_backward_res(c->in[0].dx, c->in[2].dx, c->w + n, c->out, c->in[2].x, rn_rstd, c->w, RN_N, RN_D);
+    for (int i = 0; i < n; i++) c->in[1].dx[i] += c->in[0].dx[i];
+}
+static void test_add_rmsnorm(void) {
+    enum { n = RN_N * RN_D };
+    gc_case_t c = {arn_fwd, arn_bwd, zeros(2 * n), rnd(2 * n, 1), 2 * n, {{0}}, 3, 0};
+    c.in[0] = (gc_in_t){"a", rnd(n, 1), zeros(n), n};
+    c.in[1] = (gc_in_t){"b", rnd(n, 1), zeros(n), n};
+    c.in[2] = (gc_in_t){"w", rnd(RN_D, 1), zeros(RN_D), RN_D};
+    gc_run("add + rmsnorm, backward with the residual", &c);
+}
+
 /* ---------------------------------------------------------------- linear */
 enum { LN_N = 6, LN_IN = 7, LN_OUT = 5 };
 static void ln_fwd(gc_case_t *c) { linear_forward(c->out, c->in[0].x, c->in[1].x, LN_N, LN_IN, LN_OUT); }
@@ -345,6 +366,7 @@ int main(void) {
     rng_seed(&R, 20251022);
     RUN(test_embedding);
     RUN(test_rmsnorm);
+    RUN(test_add_rmsnorm);
     RUN(test_linear);
     RUN(test_rope);
     RUN(test_attention_causal_gqa);

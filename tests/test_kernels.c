@@ -106,6 +106,37 @@ static void test_rmsnorm(void) {
     free(x); free(w); free(o_k); free(o_c); free(dout); free(dx_k); free(dx_c); free(dw_k); free(dw_c);
 }
 
+/* The residual fusions of the CPU ops give the bits of the passes they replace:
+ * add_rmsnorm_forward = add_forward + rmsnorm_forward, rmsnorm_backward_res = a copy of res
+ * + rmsnorm_backward (and with res = dx, rmsnorm_backward), at this level's kernels, on rows
+ * of an odd width and of a vector multiple, with the stream written over its input. */
+static void fused_norm_case(int N, int D) {
+    const size_t n = (size_t)N * D;
+    float *a = rnd(n, 2), *b = rnd(n, 1), *w = rnd(D, 1), *y1 = rnd(n, 1), *o1 = rnd(n, 1);
+    float *y2 = dup_(b, n), *o2 = rnd(n, 1), *r1 = rnd(N, 1), *r2 = rnd(N, 1);
+    add_forward(y1, a, b, n);
+    rmsnorm_forward(o1, r1, y1, w, N, D, 1e-5f);
+    add_rmsnorm_forward(y2, o2, r2, a, y2, w, N, D, 1e-5f); /* y over b */
+    CHECK(!memcmp(y1, y2, sizeof(float) * n) && !memcmp(o1, o2, sizeof(float) * n) &&
+              !memcmp(r1, r2, sizeof(float) * N),
+          "add_rmsnorm_forward = add_forward + rmsnorm_forward bit for bit (N=%d D=%d)", N, D);
+    float *dout = rnd(n, 1), *res = rnd(n, 1), *dx1 = dup_(res, n), *dx2 = rnd(n, 1);
+    float *dw1 = rnd(D, 1), *dw2 = dup_(dw1, D);
+    rmsnorm_backward(dx1, dw1, dout, y1, w, r1, N, D);
+    rmsnorm_backward_res(dx2, dw2, dout, y1, w, r1, res, N, D);
+    CHECK(!memcmp(dx1, dx2, sizeof(float) * n) && !memcmp(dw1, dw2, sizeof(float) * D),
+          "rmsnorm_backward_res = copy + rmsnorm_backward bit for bit (N=%d D=%d)", N, D);
+    float *dx3 = dup_(res, n);
+    rmsnorm_backward_res(dx3, NULL, dout, y1, w, r1, dx3, N, D);
+    CHECK(!memcmp(dx1, dx3, sizeof(float) * n), "rmsnorm_backward_res with res = dx (N=%d D=%d)", N, D);
+    float *all[] = {a, b, w, y1, o1, y2, o2, r1, r2, dout, res, dx1, dx2, dw1, dw2, dx3};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+static void test_fused_norm(void) {
+    fused_norm_case(29, 131);
+    fused_norm_case(70, 64);
+}
+
 static void test_rope_qkv(void) {
     enum { B = 3, T = 7, H = 5, Hkv = 1, hd = 6, S = 16, pos0 = 4 };
     float cs[S * hd / 2], sn[S * hd / 2];
@@ -406,6 +437,7 @@ int main(void) {
     RUN(test_launch_coverage);
     RUN(test_embedding);
     RUN(test_rmsnorm);
+    RUN(test_fused_norm);
     RUN(test_rope_qkv);
     RUN(test_attention);
     RUN(test_swiglu_ce);

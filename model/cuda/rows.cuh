@@ -30,17 +30,22 @@
 
 /* ---- RMSNorm forward: out = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) ----
  * one warp per row; out16 (may be NULL): out's bf16 shadow, written beside it (the output
- * feeds products only) */
+ * feeds products only). With b (add_rmsnorm_forward): the row normed is x + b, written to y
+ * in the same pass (the residual add fused; y may be x or b: each lane reads its elements
+ * before it writes them). */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
-k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const float *x, const float *b, const float *w,
+              int N, int D, float eps) {
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
     if (row >= N) return;
     const float *xr = x + (size_t)row * D;
+    const float *br = b ? b + (size_t)row * D : NULL;
+    float *yr = b ? y + (size_t)row * D : NULL;
     float *orow = out + (size_t)row * D;
     __nv_bfloat16 *o16 = out16 ? out16 + (size_t)row * D : NULL;
     const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(x) && aligned16(out) && aligned16(w) &&
-                     ((uintptr_t)out16 & 7u) == 0;
+                     (!b || (aligned16(b) && aligned16(y))) && ((uintptr_t)out16 & 7u) == 0;
     if (vec) {
         float4 c[ROW_VECS];
         float ss = 0.0f;
@@ -49,6 +54,14 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, const float *x, con
             const int i = (lane + j * WARP) * 4;
             if (i < D) {
                 c[j] = ld4_stream(xr + i);
+                if (br) {
+                    const float4 t = ld4_stream(br + i);
+                    c[j].x = c[j].x + t.x;
+                    c[j].y = c[j].y + t.y;
+                    c[j].z = c[j].z + t.z;
+                    c[j].w = c[j].w + t.w;
+                    st4(yr + i, c[j]);
+                }
                 ss += c[j].x * c[j].x + c[j].y * c[j].y + c[j].z * c[j].z + c[j].w * c[j].w;
             }
         }
@@ -59,26 +72,31 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, const float *x, con
             const int i = (lane + j * WARP) * 4;
             if (i < D) {
                 const float4 wv = ld4(w + i);
-                float4 y;
-                y.x = wv.x * (c[j].x * r);
-                y.y = wv.y * (c[j].y * r);
-                y.z = wv.z * (c[j].z * r);
-                y.w = wv.w * (c[j].w * r);
-                st4(orow + i, y);
-                if (o16) st4_bf16(o16 + i, y.x, y.y, y.z, y.w);
+                float4 o;
+                o.x = wv.x * (c[j].x * r);
+                o.y = wv.y * (c[j].y * r);
+                o.z = wv.z * (c[j].z * r);
+                o.w = wv.w * (c[j].w * r);
+                st4(orow + i, o);
+                if (o16) st4_bf16(o16 + i, o.x, o.y, o.z, o.w);
             }
         }
         if (lane == 0) rstd[row] = r;
         return;
+    }
+    /* the scalar path: the sum written first, then read back as x (the lane's own elements) */
+    if (br) {
+        for (int i = lane; i < D; i += WARP) yr[i] = xr[i] + br[i];
+        xr = yr;
     }
     float ss = 0.0f;
     for (int i = lane; i < D; i += WARP) ss += xr[i] * xr[i];
     ss = warp_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
     for (int i = lane; i < D; i += WARP) {
-        const float y = w[i] * (xr[i] * r);
-        orow[i] = y;
-        if (o16) o16[i] = to_bf16(y);
+        const float o = w[i] * (xr[i] * r);
+        orow[i] = o;
+        if (o16) o16[i] = to_bf16(o);
     }
     if (lane == 0) rstd[row] = r;
 }
@@ -90,10 +108,11 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, const float *x, con
  * the warps' sums added in warp order. Vector path only (D % 4 == 0, D <= ROW_CACHE_MAX,
  * aligned); the general shapes run k_rmsnorm_bwd_dx and the generic column reduction. dx16 (may be
  * NULL): dx's bf16 shadow, written beside the new dx (the residual stream's gradient, which the
- * next products read: device_cuda.cu's shadows). */
+ * next products read: device_cuda.cu's shadows). res (rmsnorm_backward_res): dx = res + the
+ * row's term instead of dx += it (res = dx is the same). */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
 k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *dout, const float *x, const float *w,
-                  const float *rstd, int N, int D, int rows_per_block) {
+                  const float *rstd, const float *res, int N, int D, int rows_per_block) {
     __shared__ float4 red[ROW_WARPS][WARP * ROW_VECS];
     const int lane = threadIdx.x % WARP, wp = threadIdx.x / WARP;
     const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
@@ -129,7 +148,7 @@ k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *d
                 const int i = (lane + j * WARP) * 4;
                 if (i < D) {
                     const float4 wv = ld4(w + i);
-                    float4 g = ld4(dxr + i);
+                    float4 g = ld4(res + (size_t)row * D + i);
                     g.x += r * wv.x * cy[j].x - c * cx[j].x;
                     g.y += r * wv.y * cy[j].y - c * cx[j].y;
                     g.z += r * wv.z * cy[j].z - c * cx[j].z;
@@ -160,7 +179,7 @@ k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *d
 /* the general shapes: dx only, one warp per row, scalar */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
 k_rmsnorm_bwd_dx(float *dx, __nv_bfloat16 *dx16, const float *dout, const float *x, const float *w, const float *rstd,
-                 int N, int D) {
+                 const float *res, int N, int D) {
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
     if (row >= N) return;
@@ -172,7 +191,7 @@ k_rmsnorm_bwd_dx(float *dx, __nv_bfloat16 *dx16, const float *dout, const float 
     const float c = dot * r * r * r / (float)D;
     float *dxr = dx + (size_t)row * D;
     for (int i = lane; i < D; i += WARP) {
-        dxr[i] += r * w[i] * dy[i] - c * xr[i];
+        dxr[i] = res[(size_t)row * D + i] + (r * w[i] * dy[i] - c * xr[i]);
         if (dx16) dx16[(size_t)row * D + i] = to_bf16(dxr[i]);
     }
 }
@@ -254,11 +273,12 @@ static inline size_t colred_work_floats(int N, int D) {
 }
 
 /* ---- launchers (the device's op wrappers call these; part: colred_work_floats) ---- */
-static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *rstd,
-                                          const float *x, const float *w, int N, int D, float eps) {
+/* y, b: NULL, or the fused residual add (y = x + b, normed) */
+static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *rstd, float *y,
+                                          const float *x, const float *b, const float *w, int N, int D, float eps) {
     if (N <= 0) return;
     LAUNCH(k_rmsnorm_fwd, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
-    (out, out16, rstd, x, w, N, D, eps);
+    (out, out16, rstd, y, x, b, w, N, D, eps);
 }
 static inline void colsum_launch(cudaStream_t s, float *out, float *part, const float *a, const float *b,
                                  const float *r, int N, int D, int kind, int accumulate) {
@@ -268,22 +288,24 @@ static inline void colsum_launch(cudaStream_t s, float *out, float *part, const 
     if (N > 0) LAUNCH(k_colred_partial, nb, 256, 0, s)(part, a, b, r, N, D, rpb, kind);
     LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(out, part, N > 0 ? nb : 0, D, accumulate);
 }
+/* res: NULL (dx +=) or dx = res + the term */
 static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, __nv_bfloat16 *dx16, float *dw, float *part,
-                                           const float *dout, const float *x, const float *w, const float *rstd, int N,
-                                           int D) {
+                                           const float *dout, const float *x, const float *w, const float *rstd,
+                                           const float *res, int N, int D) {
     if (N <= 0) return;
+    if (!res) res = dx;
     const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(dout) && aligned16(x) && aligned16(w) &&
-                     (!dx || aligned16(dx)) && ((uintptr_t)dx16 & 7u) == 0;
+                     (!dx || (aligned16(dx) && aligned16(res))) && ((uintptr_t)dx16 & 7u) == 0;
     if (vec) {
         int nb, rpb;
         colred_split(N, &nb, &rpb);
-        LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)(dx, dx16, dw ? part : NULL, dout, x, w, rstd, N, D, rpb);
+        LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)(dx, dx16, dw ? part : NULL, dout, x, w, rstd, res, N, D, rpb);
         if (dw) LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(dw, part, nb, D, 1);
         return;
     }
     if (dx)
         LAUNCH(k_rmsnorm_bwd_dx, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
-        (dx, dx16, dout, x, w, rstd, N, D);
+        (dx, dx16, dout, x, w, rstd, res, N, D);
     if (dw) colsum_launch(s, dw, part, dout, x, rstd, N, D, COLRED_RMS_DW, 1);
 }
 #endif
