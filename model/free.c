@@ -394,7 +394,7 @@ int free_backward(free_t *m, char *err, size_t errlen) {
     DEV(d, zero, m->denc_out, sizeof(float) * N * D);
     DEV(d, rmsnorm_backward, m->denc_out, m->g.enc_norm, m->dxn, m->enc_out, m->w.enc_norm,
         m->enc_rstd, N, D);
-    DEV(d, zero, m->dzq, sizeof(float) * N * D);
+    /* the block writes dzq (no zeroing pass) */
     llama_block_backward(d, m->dzq, dx, &m->g.enc, m->denc_out, &m->enc, &m->w.enc, m->zq,
                          llama_stream(dec, m->half), c, llama_rope_cos(dec), llama_rope_sin(dec),
                          m->B, m->T, 0, llama_scratch(dec));

@@ -42,6 +42,9 @@ struct llama {
      * overwritten. logits_are_grad: the buffer holds dlogits at dlogits_scale. */
     int logits_are_grad;
     float dlogits_scale;
+    /* xf and rstd_f hold the final norm of the last block's output: llama_blocks_forward
+     * computed it in that block's residual add; llama_head_forward takes it and clears this */
+    int head_normed;
 };
 
 int llama_config_check(const model_config_t *c, int B, int T, char *err, size_t errlen) {
@@ -355,6 +358,7 @@ static int check_ids(const uint32_t *ids, const uint8_t *mask, int N, int V, con
 int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
     const int N = m->B * m->T;
     m->has_targets = 0;  /* a refused forward leaves nothing to differentiate */
+    m->head_normed = 0;
     if (!tokens) { snprintf(err, errlen, "llama_forward: no tokens"); return LLAMA_EARG; }
     int rc = check_ids(tokens, NULL, N, m->cfg.vocab_size, "token", err, errlen);
     if (rc) return rc;
@@ -365,21 +369,38 @@ int llama_embed(llama_t *m, const uint32_t *tokens, char *err, size_t errlen) {
 
 void llama_block_forward_kv(llama_t *m, int l, const float *x_kv) {
     float *x = llama_stream(m, l);
+    m->head_normed = 0;
     llama_block_forward(m->dev, llama_stream(m, l + 1), &m->acts[l], &m->w[l], x, x_kv ? x_kv : x, &m->cfg,
                         m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch);
 }
 
+/* Each block computes the norm that reads its output in its last residual add: the next
+ * block's attention norm (inside [l0, l1)), or after the last layer the final norm */
 void llama_blocks_forward(llama_t *m, int l0, int l1) {
-    for (int l = l0; l < l1; l++) llama_block_forward_kv(m, l, NULL);
+    const int L = m->cfg.n_layers;
+    m->head_normed = 0;
+    for (int l = l0; l < l1; l++) {
+        float *x = llama_stream(m, l);
+        llama_norm_next_t nx = {0};
+        if (l + 1 < l1) nx = (llama_norm_next_t){m->w[l + 1].attn_norm, m->acts[l + 1].xn, m->acts[l + 1].rstd};
+        else if (l + 1 == L) nx = (llama_norm_next_t){m->norm_f, m->xf, m->rstd_f};
+        llama_block_forward_chain(m->dev, llama_stream(m, l + 1), &m->acts[l], &m->w[l], x, x, &m->cfg,
+                                  m->rope_cos, m->rope_sin, m->B, m->T, 1, &m->scratch, l > l0,
+                                  nx.w ? &nx : NULL);
+        m->head_normed = l + 1 == L;
+    }
 }
 
 int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask, float *loss,
                        char *err, size_t errlen) {
     const model_config_t *c = &m->cfg;
     const int N = m->B * m->T;
-    // final rmsnorm and the language-model head (tied: the embedding table)
-    DEV(m->dev, rmsnorm_forward, m->xf, m->rstd_f, llama_stream(m, c->n_layers), m->norm_f, N,
-        c->d_model, c->norm_eps);
+    // final rmsnorm (unless the last block computed it) and the language-model head (tied: the
+    // embedding table)
+    if (!m->head_normed)
+        DEV(m->dev, rmsnorm_forward, m->xf, m->rstd_f, llama_stream(m, c->n_layers), m->norm_f, N,
+            c->d_model, c->norm_eps);
+    m->head_normed = 0;
     DEV(m->dev, linear_forward, m->logits, m->xf, m->lm_head, N, c->d_model, c->vocab_size);
     m->has_targets = targets != NULL;
     m->logits_are_grad = 0;
@@ -432,9 +453,8 @@ void llama_head_backward(llama_t *m) { head_backward(m, 1); }
 void llama_head_backward_input(llama_t *m) { head_backward(m, 0); }
 
 void llama_block_backward_kv(llama_t *m, int l, const float *x_kv, float *dx_kv) {
-    const int N = m->B * m->T, D = m->cfg.d_model;
     float *x = llama_stream(m, l);
-    DEV(m->dev, zero, m->dstream2, sizeof(float) * N * D);
+    /* the block writes dstream2 (no zeroing pass) */
     llama_block_backward(m->dev, m->dstream2, x_kv ? dx_kv : m->dstream2, &m->g[l], m->dstream, &m->acts[l],
                          &m->w[l], x, x_kv ? x_kv : x, &m->cfg, m->rope_cos, m->rope_sin, m->B,
                          m->T, 1, &m->scratch);

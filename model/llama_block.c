@@ -103,16 +103,17 @@ static int grads_fused(const llama_block_w_t *g, int D, int Dq, int Dkv) {
     return !g->wq || qkv_contiguous(g, D, Dq, Dkv);
 }
 
-void llama_block_attn_forward(device_t *d, float *x_mid, llama_block_acts_t *a,
-                              const llama_block_w_t *w, const float *x_q, const float *x_kv,
-                              const model_config_t *c, const float *rope_cos,
-                              const float *rope_sin, int B, int T, int causal,
-                              llama_block_scratch_t *s) {
+/* the attention branch into s->branch (the residual add is the caller's) */
+static void attn_branch(device_t *d, llama_block_acts_t *a, const llama_block_w_t *w,
+                        const float *x_q, const float *x_kv, const model_config_t *c,
+                        const float *rope_cos, const float *rope_sin, int B, int T, int causal,
+                        llama_block_scratch_t *s, int normed) {
     const int N = B * T, D = c->d_model, H = c->n_heads, Hkv = c->n_kv_heads;
     const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
     a->separate_kv = x_kv != x_q;
-    // attention rmsnorm (of each input when queries and keys/values differ)
-    DEV(d, rmsnorm_forward, a->xn, a->rstd, x_q, w->attn_norm, N, D, c->norm_eps);
+    // attention rmsnorm (of each input when queries and keys/values differ; the query input's
+    // may be done: normed, by the previous block's last residual add)
+    if (!normed) DEV(d, rmsnorm_forward, a->xn, a->rstd, x_q, w->attn_norm, N, D, c->norm_eps);
     const float *kv_in = a->xn;
     if (a->separate_kv) {
         DEV(d, rmsnorm_forward, a->xn_kv, a->rstd_kv, x_kv, w->attn_norm, N, D, c->norm_eps);
@@ -140,33 +141,66 @@ void llama_block_attn_forward(device_t *d, float *x_mid, llama_block_acts_t *a,
         DEV(d, rope_forward, a->q, a->q, rope_cos, rope_sin, B, T, H, hd, 0);
         DEV(d, rope_forward, a->k, a->k, rope_cos, rope_sin, B, T, Hkv, hd, 0);
     }
-    // attention (a sliding window when the config has one), output projection, residual on
-    // the query stream
+    // attention (a sliding window when the config has one), output projection
     DEV(d, attention_window_forward, a->att, a->lse, a->q, a->k, a->v, B, T, T, H, Hkv, hd, causal,
         c->sliding_window);
     DEV(d, linear_forward, s->branch, a->att, w->wo, N, Dq, D);
-    DEV(d, add_forward, x_mid, x_q, s->branch, (size_t)N * D);
+}
+
+void llama_block_attn_forward(device_t *d, float *x_mid, llama_block_acts_t *a,
+                              const llama_block_w_t *w, const float *x_q, const float *x_kv,
+                              const model_config_t *c, const float *rope_cos,
+                              const float *rope_sin, int B, int T, int causal,
+                              llama_block_scratch_t *s) {
+    attn_branch(d, a, w, x_q, x_kv, c, rope_cos, rope_sin, B, T, causal, s, 0);
+    // residual on the query stream
+    DEV(d, add_forward, x_mid, x_q, s->branch, (size_t)c->d_model * B * T);
+}
+
+/* the MLP after its norm (a->xn2 holds rmsnorm(x_in)); next: the norm of x_out to compute in
+ * the residual add's pass, or NULL */
+static void mlp_after_norm(device_t *d, float *x_out, llama_block_acts_t *a,
+                           const llama_block_w_t *w, const float *x_in, const model_config_t *c,
+                           int B, int T, llama_block_scratch_t *s, const llama_norm_next_t *next) {
+    const int N = B * T, D = c->d_model, F = c->d_ff;
+    DEV(d, linear_forward, a->gate, a->xn2, w->wgate, N, D, F);
+    DEV(d, linear_forward, a->up, a->xn2, w->wup, N, D, F);
+    DEV(d, swiglu_forward, a->h, a->gate, a->up, N, F);
+    DEV(d, linear_forward, s->branch, a->h, w->wdown, N, F, D);
+    if (next)
+        DEV(d, add_rmsnorm_forward, x_out, next->out, next->rstd, x_in, s->branch, next->w, N, D,
+            c->norm_eps);
+    else
+        DEV(d, add_forward, x_out, x_in, s->branch, (size_t)N * D);
 }
 
 void llama_block_mlp_forward(device_t *d, float *x_out, llama_block_acts_t *a,
                              const llama_block_w_t *w, const float *x_in,
                              const model_config_t *c, int B, int T, llama_block_scratch_t *s) {
-    const int N = B * T, D = c->d_model, F = c->d_ff;
     // MLP rmsnorm, SwiGLU, down projection, residual
-    DEV(d, rmsnorm_forward, a->xn2, a->rstd2, x_in, w->mlp_norm, N, D, c->norm_eps);
-    DEV(d, linear_forward, a->gate, a->xn2, w->wgate, N, D, F);
-    DEV(d, linear_forward, a->up, a->xn2, w->wup, N, D, F);
-    DEV(d, swiglu_forward, a->h, a->gate, a->up, N, F);
-    DEV(d, linear_forward, s->branch, a->h, w->wdown, N, F, D);
-    DEV(d, add_forward, x_out, x_in, s->branch, (size_t)N * D);
+    DEV(d, rmsnorm_forward, a->xn2, a->rstd2, x_in, w->mlp_norm, B * T, c->d_model, c->norm_eps);
+    mlp_after_norm(d, x_out, a, w, x_in, c, B, T, s, NULL);
+}
+
+void llama_block_forward_chain(device_t *d, float *x_out, llama_block_acts_t *a,
+                               const llama_block_w_t *w, const float *x_q, const float *x_kv,
+                               const model_config_t *c, const float *rope_cos,
+                               const float *rope_sin, int B, int T, int causal,
+                               llama_block_scratch_t *s, int normed,
+                               const llama_norm_next_t *next) {
+    attn_branch(d, a, w, x_q, x_kv, c, rope_cos, rope_sin, B, T, causal, s, normed);
+    /* x_mid = x_q + branch and the MLP's norm of it in one pass over the rows */
+    DEV(d, add_rmsnorm_forward, a->x_mid, a->xn2, a->rstd2, x_q, s->branch, w->mlp_norm, B * T,
+        c->d_model, c->norm_eps);
+    mlp_after_norm(d, x_out, a, w, a->x_mid, c, B, T, s, next);
 }
 
 void llama_block_forward(device_t *d, float *x_out, llama_block_acts_t *a, const llama_block_w_t *w,
                          const float *x_q, const float *x_kv, const model_config_t *c,
                          const float *rope_cos, const float *rope_sin, int B, int T, int causal,
                          llama_block_scratch_t *s) {
-    llama_block_attn_forward(d, a->x_mid, a, w, x_q, x_kv, c, rope_cos, rope_sin, B, T, causal, s);
-    llama_block_mlp_forward(d, x_out, a, w, a->x_mid, c, B, T, s);
+    llama_block_forward_chain(d, x_out, a, w, x_q, x_kv, c, rope_cos, rope_sin, B, T, causal, s, 0,
+                              NULL);
 }
 
 void llama_block_mlp_backward(device_t *d, float *dx_in, const llama_block_w_t *g,
@@ -174,15 +208,14 @@ void llama_block_mlp_backward(device_t *d, float *dx_in, const llama_block_w_t *
                               const llama_block_w_t *w, const float *x_in,
                               const model_config_t *c, int B, int T, llama_block_scratch_t *s) {
     const int N = B * T, D = c->d_model, F = c->d_ff;
-    const size_t ND = (size_t)N * D;
     // MLP branch: x_out = x_in + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_in)
-    DEV(d, copy, dx_in, dout, sizeof(float) * ND);
     /* the first write into a scratch gradient overwrites (_set): no zeroing pass */
     DEV(d, linear_backward_set, s->dh, g->wdown, dout, a->h, w->wdown, N, F, D);
     DEV(d, swiglu_backward_set, s->dgate, s->dup, s->dh, a->gate, a->up, N, F);
     DEV(d, linear_backward_set, s->dxn, g->wgate, s->dgate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_backward, s->dxn, g->wup, s->dup, a->xn2, w->wup, N, D, F);
-    DEV(d, rmsnorm_backward, dx_in, g->mlp_norm, s->dxn, x_in, w->mlp_norm, a->rstd2, N, D);
+    /* dx_in = dout (the residual path) + the norm's input gradient, in the norm's pass */
+    DEV(d, rmsnorm_backward_res, dx_in, g->mlp_norm, s->dxn, x_in, w->mlp_norm, a->rstd2, dout, N, D);
 }
 
 void llama_block_attn_backward(device_t *d, float *dx_q, float *dx_kv, const llama_block_w_t *g,
@@ -193,7 +226,6 @@ void llama_block_attn_backward(device_t *d, float *dx_q, float *dx_kv, const lla
                                llama_block_scratch_t *s) {
     const int N = B * T, D = c->d_model, H = c->n_heads, Hkv = c->n_kv_heads;
     const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
-    const size_t ND = (size_t)N * D;
     // attention branch: x_mid = x_q + o(attention(rope(q), rope(k), v))
     DEV(d, linear_backward_set, s->datt, g->wo, dx_mid, a->att, w->wo, N, Dq, D);
     DEV(d, zero, s->dq, sizeof(float) * N * Dq);
@@ -219,9 +251,8 @@ void llama_block_attn_backward(device_t *d, float *dx_q, float *dx_kv, const lla
             DEV(d, linear_backward, s->dxn, g->wv, s->dv, a->xn, w->wv, N, D, Dkv);
         }
     }
-    DEV(d, rmsnorm_backward, dx_q, g->attn_norm, s->dxn, x_q, w->attn_norm, a->rstd, N, D);
-    // the residual path
-    DEV(d, add_inplace, dx_q, dx_mid, ND);
+    // dx_q = dx_mid (the residual path) + the norm's input gradient, one pass
+    DEV(d, rmsnorm_backward_res, dx_q, g->attn_norm, s->dxn, x_q, w->attn_norm, a->rstd, dx_mid, N, D);
 }
 
 void llama_block_backward(device_t *d, float *dx_q, float *dx_kv, const llama_block_w_t *g, const float *dout,

@@ -81,6 +81,22 @@ void llama_block_forward(device_t *d, float *x_out /* (B,T,D) */, llama_block_ac
                          const float *x_kv /* (B,T,D) */, const model_config_t *c,
                          const float *rope_cos, const float *rope_sin, int B, int T, int causal,
                          llama_block_scratch_t *s);
+/* A stack of blocks: the norm that reads a block's output (the next block's attention norm,
+ * or the model's final norm) computed in the block's last residual add (add_rmsnorm_forward:
+ * the same bits, one pass fewer over the stream). next (or NULL): that norm's weight and
+ * where its output and rstd go; normed: a->xn and a->rstd already hold the attention norm of
+ * x_q (the previous block's next). llama_block_forward is normed = 0, next = NULL. */
+typedef struct {
+    const float *w;  /* (D) */
+    float *out;      /* (B,T,D) */
+    float *rstd;     /* (B,T) */
+} llama_norm_next_t;
+void llama_block_forward_chain(device_t *d, float *x_out, llama_block_acts_t *a,
+                               const llama_block_w_t *w, const float *x_q, const float *x_kv,
+                               const model_config_t *c, const float *rope_cos,
+                               const float *rope_sin, int B, int T, int causal,
+                               llama_block_scratch_t *s, int normed,
+                               const llama_norm_next_t *next);
 /* The two sublayers apart, for a family that puts a sublayer between them (the LTM's
  * cross-attention, model/ltm.h): llama_block_forward is
  *     attn:  x_mid = x_q + o(attention(q of x_q, k/v of x_kv))   (a->x_mid in the whole block)
@@ -88,7 +104,8 @@ void llama_block_forward(device_t *d, float *x_out /* (B,T,D) */, llama_block_ac
  * and the backward is mlp_backward then attn_backward. The attention is causal with the
  * config's sliding_window (0: unlimited). mlp_backward OVERWRITES dx_in (= dout + the branch's
  * gradient; it must not alias dout); attn_backward reads dx_mid (which must not be one of the
- * scratch's buffers other than dx_mid) and accumulates into dx_q / dx_kv. A gradient table g
+ * scratch's buffers other than dx_mid), OVERWRITES dx_q (= dx_mid + the branch's gradient, in
+ * the norm's backward pass: no zeroing before, no add after) and accumulates into dx_kv. A gradient table g
  * whose pointers are NULL computes no weight gradients (input gradients only). */
 void llama_block_attn_forward(device_t *d, float *x_mid /* (B,T,D) */, llama_block_acts_t *a,
                               const llama_block_w_t *w, const float *x_q, const float *x_kv,
@@ -102,17 +119,18 @@ void llama_block_mlp_backward(device_t *d, float *dx_in /* (B,T,D) = */, const l
                               const float *dout, const llama_block_acts_t *a,
                               const llama_block_w_t *w, const float *x_in,
                               const model_config_t *c, int B, int T, llama_block_scratch_t *s);
-void llama_block_attn_backward(device_t *d, float *dx_q /* += */, float *dx_kv /* += */,
+void llama_block_attn_backward(device_t *d, float *dx_q /* = */, float *dx_kv /* += */,
                                const llama_block_w_t *g, const float *dx_mid,
                                const llama_block_acts_t *a, const llama_block_w_t *w,
                                const float *x_q, const float *x_kv, const model_config_t *c,
                                const float *rope_cos, const float *rope_sin, int B, int T,
                                int causal, llama_block_scratch_t *s);
 
-/* Accumulates the input gradients into dx_q and dx_kv (dx_kv is ignored when the forward had
- * x_kv == x_q; it may equal dx_q otherwise) and the weight gradients into g. dout must not
- * alias dx_q / dx_kv. x_q / x_kv are the forward's inputs. */
-void llama_block_backward(device_t *d, float *dx_q /* (B,T,D) += */, float *dx_kv /* (B,T,D) += */,
+/* Writes the query input's gradient into dx_q (overwritten: dout + the block's terms),
+ * accumulates the key/value input's into dx_kv (ignored when the forward had x_kv == x_q; it
+ * must differ from dx_q otherwise, since dx_q is written after it) and the weight gradients
+ * into g. dout must not alias dx_q / dx_kv. x_q / x_kv are the forward's inputs. */
+void llama_block_backward(device_t *d, float *dx_q /* (B,T,D) = */, float *dx_kv /* (B,T,D) += */,
                           const llama_block_w_t *g, const float *dout /* (B,T,D) */,
                           const llama_block_acts_t *a, const llama_block_w_t *w,
                           const float *x_q, const float *x_kv, const model_config_t *c,

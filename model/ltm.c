@@ -438,7 +438,7 @@ static void blocks_backward(ltm_t *m, int inner) {
         cross_backward(m, l, s->dx_mid, a->x_mid, inner ? &no_c : &m->g[l], inner ? m->dz : NULL);
         if (inner && l == 0) return;
         float *next = cur == m->gA ? m->gB : m->gA;
-        DEV(d, zero, next, sizeof(float) * ND);
+        /* the block writes next (no zeroing pass) */
         llama_block_attn_backward(d, next, NULL, &g, s->dx_mid, a, &w, x, x, dc, llama_rope_cos(m->dec),
                                   llama_rope_sin(m->dec), m->B, m->T, 1, s);
         cur = next;
