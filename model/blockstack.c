@@ -97,10 +97,9 @@ void blockstack_forward(blockstack_t *s, blockstack_shared_t *sh, device_t *d, i
 }
 
 void blockstack_backward(blockstack_t *s, blockstack_shared_t *sh, device_t *d, int B, int T) {
-    const size_t ND = (size_t)B * T * s->cfg->d_model;
     for (int l = s->L - 1; l >= 0; l--) {
         float *x = blockstack_stream(s, l);
-        DEV(d, zero, sh->dB, sizeof(float) * ND);
+        /* both blocks write dB (no zeroing pass) */
         if (s->kind == BLOCKS_MIXER)
             mixer_block_backward(d, sh->dB, &s->mg[l], sh->dA, &s->ma[l], &s->mw[l], x, s->cfg, B, T,
                                  s->causal, &sh->ms);

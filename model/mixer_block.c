@@ -74,9 +74,9 @@ void mixer_block_forward(device_t *d, float *x_out, mixer_block_acts_t *a,
         DEV(d, linear_forward, s->branch, a->u, w->out_proj, N, D, D);
         branch = s->branch;
     }
-    DEV(d, add_forward, a->x_mid, x, branch, (size_t)N * D);
-    // MLP rmsnorm, SwiGLU, down projection, residual
-    DEV(d, rmsnorm_forward, a->xn2, a->rstd2, a->x_mid, w->mlp_norm, N, D, c->norm_eps);
+    // ... and the MLP's rmsnorm of x_mid, in one pass
+    DEV(d, add_rmsnorm_forward, a->x_mid, a->xn2, a->rstd2, x, branch, w->mlp_norm, N, D, c->norm_eps);
+    // SwiGLU, down projection, residual
     DEV(d, linear_forward, a->gate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_forward, a->up, a->xn2, w->wup, N, D, F);
     DEV(d, swiglu_forward, a->h, a->gate, a->up, N, F);
@@ -89,15 +89,14 @@ void mixer_block_backward(device_t *d, float *dx, const mixer_block_w_t *g, cons
                           const model_config_t *c, int B, int T, int causal,
                           mixer_block_scratch_t *s) {
     const int N = B * T, D = c->d_model, F = c->d_ff;
-    const size_t ND = (size_t)N * D;
     const mixer_mix_t mix = mixer_block_mix(c, causal);
     // MLP branch: x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
-    DEV(d, copy, s->dx_mid, dout, sizeof(float) * ND);
     DEV(d, linear_backward_set, s->dh, g->wdown, dout, a->h, w->wdown, N, F, D);
     DEV(d, swiglu_backward_set, s->dgate, s->dup, s->dh, a->gate, a->up, N, F);
     DEV(d, linear_backward_set, s->dxn, g->wgate, s->dgate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_backward, s->dxn, g->wup, s->dup, a->xn2, w->wup, N, D, F);
-    DEV(d, rmsnorm_backward, s->dx_mid, g->mlp_norm, s->dxn, a->x_mid, w->mlp_norm, a->rstd2, N, D);
+    /* dx_mid = dout (the residual path) + the norm's input gradient, one pass */
+    DEV(d, rmsnorm_backward_res, s->dx_mid, g->mlp_norm, s->dxn, a->x_mid, w->mlp_norm, a->rstd2, dout, N, D);
     // mixing branch: x_mid = x + out(mix(in(rmsnorm(x))))
     const float *du = s->dx_mid;
     if (w->out_proj) {
@@ -108,7 +107,6 @@ void mixer_block_backward(device_t *d, float *dx, const mixer_block_w_t *g, cons
     float *dz = w->in_proj ? s->dz : s->dxn;
     mixer_mix_backward(d, dz, g->mix_w, g->mix_b, du, z, w->mix_w, s->wm, s->dws, B, T, D, &mix);
     if (w->in_proj) DEV(d, linear_backward_set, s->dxn, g->in_proj, s->dz, a->xn, w->in_proj, N, D, D);
-    DEV(d, rmsnorm_backward, dx, g->mix_norm, s->dxn, x, w->mix_norm, a->rstd, N, D);
-    // the residual path
-    DEV(d, add_inplace, dx, s->dx_mid, ND);
+    // dx = dx_mid (the residual path) + the norm's input gradient, one pass
+    DEV(d, rmsnorm_backward_res, dx, g->mix_norm, s->dxn, x, w->mix_norm, a->rstd, s->dx_mid, N, D);
 }

@@ -74,7 +74,8 @@ void mixer_block_forward(device_t *d, float *x_out /* (B,T,D) */, mixer_block_ac
                          const mixer_block_w_t *w, const float *x /* (B,T,D) */,
                          const model_config_t *c, int B, int T, int causal,
                          mixer_block_scratch_t *s);
-/* dx (B,T,D) += d/dx; the weight gradients += into g. dout must not alias dx. */
+/* dx (B,T,D) = d/dx (overwritten: no zeroing before); the weight gradients += into g. dout
+ * must not alias dx. */
 void mixer_block_backward(device_t *d, float *dx, const mixer_block_w_t *g, const float *dout,
                           const mixer_block_acts_t *a, const mixer_block_w_t *w, const float *x,
                           const model_config_t *c, int B, int T, int causal,
