@@ -89,10 +89,11 @@ static void test_ops(void) {
     DEV(B, rmsnorm_backward, FB(dx), FB(dw), FB(dout), FB(x), FB(w), FB(rstd), N, D);
     same("rmsnorm_backward dx", &dx, 1e-5, 1e-5);
     same("rmsnorm_backward dw", &dw, 1e-5, 1e-5);
-    /* the residual fusions: y2 = x + y normed; dx = dout + the norm's term */
-    dbuf_t y2 = dfloats(N * D, 1), yn = dfloats(N * D, 1);
-    DEV(A, add_rmsnorm_forward, FA(y2), FA(yn), FA(rstd), FA(x), FA(y), FA(w), N, D, 1e-5f);
-    DEV(B, add_rmsnorm_forward, FB(y2), FB(yn), FB(rstd), FB(x), FB(y), FB(w), N, D, 1e-5f);
+    /* the residual fusions: y2 = x + br normed (br fresh: equal inputs, so the sum is exact);
+     * dx = dout + the norm's term */
+    dbuf_t y2 = dfloats(N * D, 1), yn = dfloats(N * D, 1), br = dfloats(N * D, 1);
+    DEV(A, add_rmsnorm_forward, FA(y2), FA(yn), FA(rstd), FA(x), FA(br), FA(w), N, D, 1e-5f);
+    DEV(B, add_rmsnorm_forward, FB(y2), FB(yn), FB(rstd), FB(x), FB(br), FB(w), N, D, 1e-5f);
     same("add_rmsnorm_forward sum", &y2, 0, 0);
     same("add_rmsnorm_forward", &yn, 1e-6, 1e-5);
     DEV(A, rmsnorm_backward_res, FA(dx), FA(dw), FA(yn), FA(y2), FA(w), FA(rstd), FA(dout), N, D);
@@ -101,6 +102,7 @@ static void test_ops(void) {
     same("rmsnorm_backward_res dw", &dw, 1e-5, 1e-5);
     dfree(&y2);
     dfree(&yn);
+    dfree(&br);
     /* linear: the products */
     dbuf_t W = dfloats(F * D, 0.2f), ylin = dfloats(N * F, 1), dylin = dfloats(N * F, 1);
     DEV(A, linear_forward, FA(ylin), FA(x), FA(W), N, D, F);
