@@ -99,9 +99,9 @@ root0=$(avail /); tmp0=$(avail /tmp)
 # evaluator's programs and not at another test's sandbox running on the same machine
 bin/evaluator --task code --file "$W/h.jsonl" --completions "$W/hc.jsonl" --timeout 20 --cpu-limit 1 --jobs 2 \
     --samples-out "$W/hs.jsonl" --out "$W/results.jsonl" --run hostile >"$W/h.json" 2>"$W/h.log" & evp=$!
-(sleep 300; kill -9 $evp) 2>/dev/null & wd=$!
+(sleep 300 && kill -9 $evp) 2>/dev/null & wd=$!
 wait $evp; rc=$?
-kill $wd 2>/dev/null; wait $wd 2>/dev/null
+pkill -P $wd sleep; wait $wd 2>/dev/null  # the watchdog ends with its sleep, its kill not run
 uid_lo=$((1073741824 + (evp % 4194304) * 256))
 # this evaluator's programs left running (any uid of its slots), and programs running as root
 mine() { ps -eo uid=,pid=,etimes=,args= | awk -v lo=$uid_lo '$1 >= lo && $1 < lo + 256'; }
