@@ -66,6 +66,7 @@ struct thread_t {
     uint3 tid;
     unsigned linear, warp, lane;
     int state;
+    int acquire;                 /* 1: a __threadfence after an atomic of its block (check_access's acquired) */
     int bar_op, bar_pred, bar_res;
     int wk, warg, wwidth;
     unsigned wmask;
@@ -96,6 +97,7 @@ struct launch_state {
     uint3 bid;
     unsigned block_linear;
     uint32_t block_serial, epoch;
+    int block_atomic;            /* a thread of the running block has done an atomic */
     thread_t *threads;
     char *dyn;
     sbyte *dyn_shadow;
@@ -433,7 +435,10 @@ void *dyn_shared() {
     need_thread("extern __shared__");
     return cur_launch->dyn;
 }
-void threadfence() { need_thread("__threadfence"); }
+void threadfence() {
+    thread_t *t = need_thread("__threadfence");
+    if (cur_launch->block_atomic) t->acquire = 1;
+}
 long long clock64() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -600,8 +605,8 @@ EMU_HOT static void on_access(const void *addr, unsigned size, unsigned flags, c
             if (al->device != L->device)
                 fail("%s on device %d accesses memory of device %d at %p (no peer access in this program)",
                      where(wb, sizeof wb), L->device, al->device, addr);
-            check_access(&L->op, al, addr, size, (flags & EMU_STORE) != 0, (flags & EMU_ATOMIC) != 0, 
-                         L->block_linear * L->nthreads + t->linear, L->nthreads, L->epoch);
+            check_access(&L->op, al, addr, size, (flags & EMU_STORE) != 0, (flags & EMU_ATOMIC) != 0,
+                         L->block_linear * L->nthreads + t->linear, L->nthreads, L->epoch, t->acquire);
             space = EMU_GLOBAL;
         } else if (a >= g_static_lo && a < g_static_hi) {
             space = EMU_STATIC;
@@ -624,6 +629,7 @@ uint64_t atomic(void *p, int op, int type, uint64_t v, uint64_t cmp) {
     static const unsigned sizes[] = {4, 4, 8, 8, 4, 8, 2, 2, 4};
     const unsigned size = sizes[type];
     on_access(p, size, EMU_LOAD | EMU_STORE | EMU_ATOMIC, __builtin_return_address(0));
+    cur_launch->block_atomic = 1;
     uint64_t old = 0;
     memcpy(&old, p, size);
     uint64_t nv = old;
@@ -860,12 +866,14 @@ static void run_block(launch_state *L, uint64_t rng) {
     host_ctx *h = H;
     thread_t *T = h->threads.data();
     const unsigned n = L->nthreads;
+    L->block_atomic = 0;
     for (unsigned i = 0; i < n; i++) {
         thread_t &t = T[i];
         t.linear = i;
         t.tid = uint3{i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y)};
         t.warp = i / 32, t.lane = i % 32;
         t.state = T_RUN;
+        t.acquire = 0;
         t.log.clear();
         fiber_init(&t);
     }
