@@ -1005,10 +1005,15 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
         while (std::gcd(stride, nb) != 1) stride += 2;
     }
     const unsigned long long acc0 = g_accesses, flops0 = t_flops, tensor0 = t_tensor_flops;
-    /* FT_EMU_SAMPLE_BLOCKS=N: of a launch of more than N blocks, every k-th block (k = ceil(nb / N))
-     * is observed; the others run unobserved (no checks, no hooks, no FLOP count) */
+    /* FT_EMU_SAMPLE_BLOCKS=N: of a launch of more than N blocks, every k-th block (k = ceil(nb / N),
+     * raised to the next k that shares no factor with gridDim.x) is observed; the others run
+     * unobserved (no checks, no hooks, no FLOP count). Coprime to gridDim.x, the sample takes every
+     * blockIdx.x equally often: attention's work grows with its tile index x, and k = 2 over a grid
+     * of x = 0..1 had observed only x = 0 (the T = 128 runs of bench/gpu_model.sh: the dQ pass's
+     * least and dK/dV's most work, both scaled to the whole grid) */
     static const unsigned sample = emu_env_unsigned("FT_EMU_SAMPLE_BLOCKS", 0);
-    const uint64_t every = sample && nb > sample ? (nb + sample - 1) / sample : 1;
+    uint64_t every = sample && nb > sample ? (nb + sample - 1) / sample : 1;
+    while (every > 1 && std::gcd(every, (uint64_t)grid.x) != 1) every++;
     L.info.blocks = nb, L.info.blocks_run = (nb + every - 1) / every;
     for (uint64_t i = 0; i < nb; i++) {
         const uint64_t b = perm.empty() ? (start + i * stride) % nb : perm[i];
