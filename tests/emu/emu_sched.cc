@@ -1012,7 +1012,18 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
      * of x = 0..1 had observed only x = 0 (the T = 128 runs of bench/gpu_model.sh: the dQ pass's
      * least and dK/dV's most work, both scaled to the whole grid) */
     static const unsigned sample = emu_env_unsigned("FT_EMU_SAMPLE_BLOCKS", 0);
-    uint64_t every = sample && nb > sample ? (nb + sample - 1) / sample : 1;
+    /* FT_EMU_SAMPLE_EXCEPT=name,name: kernels observed whole, never sampled (blocks whose work is
+     * data-dependent, e.g. k_emb_accumulate's: a few blocks walk every chain, the rest return) */
+    static const char *except = getenv("FT_EMU_SAMPLE_EXCEPT");
+    bool whole = false;
+    if (except && L.name)
+        for (const char *p = except; *p;) {
+            const char *e = strchr(p, ',');
+            const size_t len = e ? (size_t)(e - p) : strlen(p);
+            if (len == strlen(L.name) && !strncmp(p, L.name, len)) whole = true;
+            p += len + (e ? 1 : 0);
+        }
+    uint64_t every = sample && nb > sample && !whole ? (nb + sample - 1) / sample : 1;
     while (every > 1 && std::gcd(every, (uint64_t)grid.x) != 1) every++;
     L.info.blocks = nb, L.info.blocks_run = (nb + every - 1) / every;
     for (uint64_t i = 0; i < nb; i++) {
