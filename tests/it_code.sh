@@ -92,11 +92,20 @@ bodies = [
 for name, body in bodies:
     print(json.dumps({"task_id": "H/0", "completion": body, "name": name}))
 PYEOF
-sandbox_procs() { ps -eo uid= | awk '$1 >= 1073741824' | wc -l; }
 avail() { df -Pk "$1" | awk 'NR == 2 {print $4}'; }
 root0=$(avail /); tmp0=$(avail /tmp)
-ev --task code --file "$W/h.jsonl" --completions "$W/hc.jsonl" --timeout 20 --cpu-limit 1 --jobs 2 \
-    --samples-out "$W/hs.jsonl" --out "$W/results.jsonl" --run hostile >"$W/h.json" 2>"$W/h.log"; rc=$?
+# run directly (not under timeout, whose child it would be) to know its pid: the slots' user ids
+# are 2^30 + (pid mod 2^22) x 256 + slot (evaluator/sandbox.c), so the checks below look at this
+# evaluator's programs and not at another test's sandbox running on the same machine
+bin/evaluator --task code --file "$W/h.jsonl" --completions "$W/hc.jsonl" --timeout 20 --cpu-limit 1 --jobs 2 \
+    --samples-out "$W/hs.jsonl" --out "$W/results.jsonl" --run hostile >"$W/h.json" 2>"$W/h.log" & evp=$!
+(sleep 300 && kill -9 $evp) 2>/dev/null & wd=$!
+wait $evp; rc=$?
+pkill -P $wd sleep; wait $wd 2>/dev/null  # the watchdog ends with its sleep, its kill not run
+uid_lo=$((1073741824 + (evp % 4194304) * 256))
+# this evaluator's programs left running (any uid of its slots), and programs running as root
+mine() { ps -eo uid=,pid=,etimes=,args= | awk -v lo=$uid_lo '$1 >= lo && $1 < lo + 256'; }
+sandbox_procs() { mine | wc -l; }
 ok "the evaluator survives the hostile programs (exit $rc) and scores them" "[ $rc = 0 ] && [ \"\$(val $W/h.json samples)\" = 12 ]"
 end_of() { jq -r "select(.sample == $1) | .end" "$W/hs.jsonl"; }
 names=(wrong spin sleep forkbomb memory disk network outside killparent killall orphan right)
@@ -116,8 +125,10 @@ ok "the ends are counted by limit" \
 ok "the result went to --out with the run name" "jq -s -e 'any(.[]; .run == \"hostile\" and .task == \"code\")' $W/results.jsonl >/dev/null"
 ok "nothing was written outside the working directory" "[ ! -e $W/escaped ]"
 ok "no connection reached this machine's listener" "! grep -q connected $W/net.log"
-ok "no sandboxed process is left (fork bomb, orphan)" "[ \$(sandbox_procs) = 0 ]"
-ok "no program is left running" "! pgrep -f 'python3 main.py' >/dev/null"
+left=$(mine | head -n 3 | tr '\n' ';')
+ok "no sandboxed process is left (fork bomb, orphan)${left:+: $left}" "[ \$(sandbox_procs) = 0 ]"
+left=$(pgrep -af -U 0 'python3 main.py' | head -n 3 | tr '\n' ';')
+ok "no program is left running as root either${left:+: $left}" "! pgrep -f -U 0 'python3 main.py' >/dev/null"
 root1=$(avail /); tmp1=$(avail /tmp)
 # other programs on the machine write too: a filler that escaped would have written gigabytes
 ok "free disk as it was (/: $root0 -> $root1 KiB, /tmp: $tmp0 -> $tmp1 KiB)" \
@@ -141,11 +152,11 @@ PYEOF
     chmod 644 "$NR"/*
     nobody() { (cd "$NR" && setpriv --reuid=65534 --regid=65534 --clear-groups "$OLDPWD/bin/evaluator" "$@"); }
     nobody --task code --file "$NR/example_humaneval.jsonl" --canonical --quiet >"$W/nr.json" 2>"$W/nr.log"
-    ok "not root: canonical solutions pass in the user-namespace sandbox" "[ \"\$(val $W/nr.json pass@1)\" = 1 ]"
+    ok "not root: canonical solutions pass in the user-namespace sandbox (pass@1 $(val $W/nr.json pass@1 2>&1); $(tail -n 1 $W/nr.log))" "[ \"\$(val $W/nr.json pass@1)\" = 1 ]"
     nobody --task code --file "$NR/h.jsonl" --completions "$NR/c.jsonl" --jobs 2 --samples-out "$NR/s.jsonl" --quiet >"$W/nr1.json" 2>"$W/nr1.log"
     # (kill(getppid()) reaches the namespace's init, of the same user id here, which ignores
     # it: the evaluator never sees it, and the sample's answer counts)
-    ok "not root: writing outside and the network score 0 beside a right answer, the evaluator unharmed by a kill of its parent" \
+    ok "not root: writing outside and the network score 0 beside a right answer, the evaluator unharmed by a kill of its parent (passed: $(jq -r .passed $NR/s.jsonl 2>&1 | tr '\n' ,) ends: $(jq -r .end $NR/s.jsonl 2>&1 | tr '\n' ,))" \
        "[ \"\$(jq -r .passed $NR/s.jsonl | sed -n '1p;2p;4p' | tr '\n' ,)\" = 'false,false,true,' ] && [ ! -e $NR/escaped ] && \
         ! grep -q connected $W/net.log && [ \"\$(val $W/nr1.json samples)\" = 4 ]"
     unshare -U -r sh -c "echo 0 >/proc/sys/user/max_user_namespaces && exec bin/evaluator --task code --file evaluator/tasks/example_humaneval.jsonl --canonical --quiet" \
@@ -153,7 +164,7 @@ PYEOF
     ok "no namespace possible: refused (exit $rc) in one line that names --sandbox none" \
        "[ $rc = 2 ] && [ \$(wc -l < $W/nons.log) = 1 ] && grep -q 'cannot isolate programs here.*--sandbox none' $W/nons.log"
     nobody --task code --file "$NR/example_humaneval.jsonl" --canonical --quiet --sandbox none >"$W/nr2.json" 2>&1
-    ok "--sandbox none: trusted code runs without namespaces" "[ \"\$(val $W/nr2.json pass@1)\" = 1 ]"
+    ok "--sandbox none: trusted code runs without namespaces ($(head -c 300 $W/nr2.json | tr '\n' ' '))" "[ \"\$(val $W/nr2.json pass@1)\" = 1 ]"
     rm -rf "$NR"
 fi
 # 4. end to end: the toy language of small Python functions; a baseline and a Free Transformer
@@ -191,7 +202,7 @@ wait_for "grep -q '^| step | 400 | 100 | |\$' $W/live.log && [ \"\$(tail -1 $W/l
 kill -TERM $lt; wait $lt 2>/dev/null
 p1=$(jq -r 'select(.run == "base" and .task == "pyfuncs" and .step == 400) | .values["pass@1"]' "$W/table.jsonl")
 ok "the baseline solves held-out problems: pass@1 $p1 > 0" "awk -v p='$p1' 'BEGIN {exit !(p > 0)}'"
-ok "the live evaluators evaluated every checkpoint of both runs, each once" \
+ok "the live evaluators evaluated every checkpoint of both runs, each once (results: $(got_results | tr '\n' ,) $(grep -c . "$W/table.jsonl") lines)" \
    "[ \"\$(got_results)\" = \"\$(want_results)\" ] && [ \$(grep -c . $W/table.jsonl) = 8 ]"
 ok "the live table shows the final steps of both" "grep -q '^| step | 400 | 100 | |$' $W/live.log"
 ok "the table holds both rows, the Free Transformer's value with its change" \
@@ -204,7 +215,7 @@ bin/trainer --loaders "ipc://$W/l0" $PF --model free --latent-bits 4 --kappa 0.5
 ok "Free Transformer at kappa 1/2 bit trained (30 steps, $((SECONDS - t0)) s)" "[ -d $W/free05/ckpt-00000030 ]"
 evaluator/paper_table.sh --tasks "$W/tasks.txt" --out "$W/table.jsonl" Baseline="$W/base" "1 bit"="$W/free" "1/2 bit"="$W/free05" \
     >"$W/once.md" 2>"$W/once.log"
-ok "after the fact: only the new run evaluated, the first columns as live" \
+ok "after the fact: only the new run evaluated, the first columns as live ($(grep -c . "$W/table.jsonl") lines)" \
    "[ \"\$(grep -c . $W/table.jsonl)\" = 10 ] && \
     diff <(grep '^| pyfuncs' $W/once.md | cut -d'|' -f1-5) <(grep '^| pyfuncs' $W/live.log | tail -1 | cut -d'|' -f1-5) >/dev/null"
 ok "one column per kappa, each with its value and change" \
@@ -214,7 +225,7 @@ cat "$W/once.md"
 # the Free Transformer's latent-per-sample path: 4 greedy samples per problem, each with its own latents
 ev --run free --run-dir "$W/free" --task code --file "$W/pf_test.jsonl" --limit 10 --vocab bytes --samples 4 --max-new 40 \
     --once --no-bus --quiet --samples-out "$W/free_samples.jsonl" >"$W/free.json" 2>"$W/free_ev.log"
-ok "Free Transformer: 4 samples of each of 10 problems generated and run" \
+ok "Free Transformer: 4 samples of each of 10 problems generated and run ($(jq -c '.values | {samples, end_error, gen_s}' "$W/free.json" 2>&1), $(grep -c . "$W/free_samples.jsonl") lines)" \
    "[ \"\$(val $W/free.json samples)\" = 4 ] && [ \"\$(grep -c . $W/free_samples.jsonl)\" = 40 ] && jq -e '.values.gen_s > 0 and .values.end_error == 0' $W/free.json >/dev/null"
 echo "Free Transformer, 4 samples of 10 problems: pass@1 $(val "$W/free.json" pass@1), pass@4 $(val "$W/free.json" pass@4)," \
      "$(jq -r '.task_id + " " + .completion' "$W/free_samples.jsonl" | sort -u | wc -l) distinct (problem, completion) of 40"
@@ -224,7 +235,7 @@ echo "Free Transformer, 4 samples of 10 problems: pass@1 $(val "$W/free.json" pa
 # before each) scored by their final number (test_eval's test_em_gsm8k checks the judging)
 ev --run base --run-dir "$W/base" --task code --file evaluator/tasks/example_mbpp.jsonl --vocab bytes --max-new 40 --timeout 5 \
     --jobs 2 --once --no-bus --quiet >"$W/mbpp_gen.json" 2>"$W/mbpp_gen.log"
-ok "MBPP: the baseline's completions of the 5 problems generated and each run to an end" \
+ok "MBPP: the baseline's completions of the 5 problems generated and each run to an end ($(jq -c '.values | with_entries(select(.key | test("^(problems|samples|end_)")))' "$W/mbpp_gen.json" 2>&1))" \
    "jq -e '.values | .problems == 5 and .samples == 1 and .gen_s > 0 and .end_error == 0 and ([to_entries[] | select(.key | startswith(\"end_\")) | .value] | add) == 5' $W/mbpp_gen.json >/dev/null"
 ev --run base --run-dir "$W/base" --task em --file evaluator/tasks/example_gsm8k.jsonl --fewshot evaluator/tasks/example_gsm8k.jsonl \
     --shots 1 --vocab bytes --max-new 16 --once --no-bus --quiet >"$W/gsm.json" 2>"$W/gsm.log"

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 export FT_TEST_TMP=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}
 mkdir -p "$FT_TEST_TMP" || { echo "tests/run.sh: cannot create FT_TEST_TMP=$FT_TEST_TMP"; exit 1; }
 limit=${FT_TEST_TIMEOUT:-600}
-total_pass=0; total_fail=0; failed_names=(); skipped=()
+total_pass=0; total_fail=0; failed_names=(); failed_logs=(); skipped=()
 run_one() {
     local name=$1 label=$2 suffix=$3; shift 3
     local log="$FT_TEST_TMP/$(basename "$name")$suffix.log" start=$SECONDS
@@ -33,7 +33,7 @@ run_one() {
         skipped+=("$label"); printf '%-44s skipped: %s\n' "$label" "${skip#SKIP: }"; return
     fi
     printf '%-44s %4d passed %3d failed  %3ds\n' "$label" "$p" "$f" $((SECONDS - start))
-    if [ "$f" != 0 ]; then failed_names+=("$label"); sed 's/^/    | /' "$log" | tail -n 40; fi
+    if [ "$f" != 0 ]; then failed_names+=("$label"); failed_logs+=("$log"); sed 's/^/    | /' "$log" | tail -n 40; fi
 }
 levels=$(build/tests/test_cpu_isa --levels 2>/dev/null) || levels=x86-64-v2
 echo "instruction-set levels of this CPU: $(echo $levels)"
@@ -49,7 +49,11 @@ for s in tests/it_*.sh; do
     run_one "$s" "$(basename "$s")" "" bash "$s"
 done
 echo
-[ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
+# the failed checks again, at the end where a log's tail (CI's) shows them
+for i in "${!failed_names[@]}"; do
+    echo "failed: ${failed_names[$i]}"
+    { grep -E '^(FAIL|  \(killed|  \(no closing)' "${failed_logs[$i]}" || tail -n 3 "${failed_logs[$i]}"; } | head -n 8 | sed 's/^/    /'
+done
 echo "${#skipped[@]} skipped${skipped:+: ${skipped[*]}}"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]
