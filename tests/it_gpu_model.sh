@@ -100,7 +100,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["stepped"] == 1, "the step was marked"
 k = d["kernels"]
-for name in ["g_embedding_fwd", "g_rmsnorm_fwd", "g_att_fwd", "g_swiglu_fwd", "g_ce_fwd", "g_adamw"]:
+for name in ["g_embedding_fwd", "g_rmsnorm_fwd", "g_att_fwd", "g_swiglu_fwd", "g_classifier_fwd", "g_adamw"]:
     hit = [n for n in k if name.split("_", 1)[1].split("_")[0] in n]
     assert hit, f"no kernel like {name}: {sorted(k)}"
 for n, c in k.items():

@@ -244,7 +244,8 @@ static void embedding_case(int N, int D, uint32_t below, uint32_t offset) {
 static void test_embedding(void) {
     embedding_case(300, 40, 5, 0);        /* ~60 rows per token: pieces joined */
     embedding_case(200, 37, 97, 65530);   /* ids across 2^16, odd D */
-    embedding_case(600, 33, 40, 7);       /* 3 tiles of the link stage, chains across them; a part warp */
+    embedding_case(600, 33, 40, 7);       /* 19 blocks of the link stage, chains across them; a part warp */
+    embedding_case(1100, 9, 13, 3);       /* two tiles of the link stage's rows (1024 a tile), 35 blocks */
 }
 
 /* ---- element-wise ---- */

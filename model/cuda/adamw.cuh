@@ -6,9 +6,12 @@
  * Both walk the tensors in chunks of OPS_SUMSQ_CHUNK elements counted from each tensor's
  * start (ops_adamw.c's chunks): chunk c of the list belongs to the tensor whose first chunk
  * index (chunk0, a prefix sum over the list) is the largest <= c. The sum of squares is one
- * double per chunk (a warp's lanes, then its shuffle tree), then one block adds the chunk
- * sums in an order fixed by their count: the same bits on every run, not the CPU's order
- * (CPU and GPU norms agree to double rounding). */
+ * double per chunk (a warp's lanes, then its shuffle tree), then the last block of that launch
+ * (an atomic ticket counts the blocks done) adds the chunk sums in an order fixed by their
+ * count (block_sum_fixed_width at MT_FINISH_THREADS): the same bits on every run, not the CPU's
+ * order (CPU and GPU norms agree to double rounding). Opened with FT_CUDA_FINISH=kernels the
+ * device adds them in a second launch instead (k_sumsq_finish, one block of MT_FINISH_THREADS:
+ * the same order, the same bits). */
 #ifndef MODEL_CUDA_ADAMW_CUH
 #define MODEL_CUDA_ADAMW_CUH
 #include "model/cuda/common.cuh"
@@ -41,25 +44,41 @@ __device__ static inline int mt_tensor_of(const mt_tensor_t *t, int count, size_
     return lo;
 }
 
-/* one warp per chunk: part[c] = sum over the chunk of x^2, in double */
-__global__ void k_sumsq_chunks(double *part, const mt_tensor_t *t, int count, size_t chunks) {
+/* one warp per chunk: part[c] = sum over the chunk of x^2, in double. finish: then the last block
+ * to be done writes *total (k_sumsq_finish's sum) and sets *ticket (0 at the launch) back to 0 */
+__global__ void k_sumsq_chunks(double *part, const mt_tensor_t *t, int count, size_t chunks, double *total,
+                               unsigned *ticket, int finish) {
     const size_t c = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (c >= chunks) return;
     const int lane = threadIdx.x % WARP;
-    const mt_tensor_t *x = &t[mt_tensor_of(t, count, c)];
-    const size_t lo = (c - x->chunk0) * OPS_SUMSQ_CHUNK, hi = mt_min(x->n, lo + (size_t)OPS_SUMSQ_CHUNK);
-    const float *g = x->g;
-    double s = 0.0;
-    if (aligned16(g) && lo % 4 == 0 && (hi - lo) % 4 == 0) {
-        for (size_t i = lo + 4 * lane; i < hi; i += 4 * WARP) {
-            const float4 v = ld4(g + i);
-            s += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+    if (c < chunks) {
+        const mt_tensor_t *x = &t[mt_tensor_of(t, count, c)];
+        const size_t lo = (c - x->chunk0) * OPS_SUMSQ_CHUNK, hi = mt_min(x->n, lo + (size_t)OPS_SUMSQ_CHUNK);
+        const float *g = x->g;
+        double s = 0.0;
+        if (aligned16(g) && lo % 4 == 0 && (hi - lo) % 4 == 0) {
+            for (size_t i = lo + 4 * lane; i < hi; i += 4 * WARP) {
+                const float4 v = ld4(g + i);
+                s += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+            }
+        } else {
+            for (size_t i = lo + lane; i < hi; i += WARP) s += (double)g[i] * g[i];
         }
-    } else {
-        for (size_t i = lo + lane; i < hi; i += WARP) s += (double)g[i] * g[i];
+        s = warp_sum_d(s);
+        if (lane == 0) {
+            part[c] = s;
+            if (finish) __threadfence(); /* seen by whichever block is last */
+        }
     }
-    s = warp_sum_d(s);
-    if (lane == 0) part[c] = s;
+    if (!finish) return;
+    __shared__ int last;
+    __shared__ double red[MT_FINISH_THREADS];
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const double tot = block_sum_fixed_width(part, chunks, red, MT_FINISH_THREADS);
+    if (threadIdx.x == 0) *total = tot, atomicExch(ticket, 0u);
 }
 /* one block: *total = sum of part (block_sum_fixed: strided per thread, so a warp's lanes read
  * consecutive doubles, then a tree; the order is fixed by chunks alone) */
@@ -111,10 +130,14 @@ static inline size_t mt_layout(mt_tensor_t *t, int count) {
     }
     return c;
 }
-static inline void sumsq_multi_launch(cudaStream_t s, double *total, double *part, const mt_tensor_t *t_dev,
-                                      int count, size_t chunks) {
-    if (chunks) LAUNCH(k_sumsq_chunks, blocks_for(chunks, 8, 1u << 30), 8 * WARP, 0, s)(part, t_dev, count, chunks);
-    LAUNCH(k_sumsq_finish, 1, MT_FINISH_THREADS, 0, s)(total, part, chunks);
+/* ticket: a device counter at 0 (k_sumsq_chunks leaves it at 0); apart: the sum finished by
+ * k_sumsq_finish (FT_CUDA_FINISH=kernels) */
+static inline void sumsq_multi_launch(cudaStream_t s, double *total, double *part, unsigned *ticket,
+                                      const mt_tensor_t *t_dev, int count, size_t chunks, int apart) {
+    if (chunks)
+        LAUNCH(k_sumsq_chunks, blocks_for(chunks, 8, 1u << 30), 8 * WARP, 0, s)
+        (part, t_dev, count, chunks, total, ticket, !apart);
+    if (apart || !chunks) LAUNCH(k_sumsq_finish, 1, MT_FINISH_THREADS, 0, s)(total, part, chunks);
 }
 static inline void adamw_multi_launch(cudaStream_t s, const mt_tensor_t *t_dev, int count, size_t chunks,
                                       const mt_scalars_t &sc) {

@@ -49,17 +49,33 @@
 
 #define ATT_THREADS 128 /* 4 warps, 16 rows each */
 /* Blocks per SM the backward kernels are compiled for at head dimensions up to 64
- * (__launch_bounds__' second argument caps their registers at 64K / (128 x this)); at 1 they take
+ * (__launch_bounds__' second argument caps their registers at 64K / (128 x this)); at 1 they took
  * 247 (dQ) and 254 (dK/dV) registers, 2 blocks a SM (ncu on an H100: 12% occupancy, no eligible
  * warp on 62-66% of cycles). Measured on an H100 at config G bf16, two rounds: dQ at 3 (168
  * registers, 192 bytes spilled) 33.8 ms a step against 34.2; dK/dV at 3 too (950 bytes
- * spilled) 34.2-34.4, no gain, so it stays at 1. Larger head dimensions keep 1 (their
- * accumulators need the registers). Build knobs (-D) for measuring again. */
+ * spilled) 34.2-34.4, no gain. Since then both passes take their tiles in parts (below), which
+ * frees the registers of the parts not live: nvcc 13, sm_90, -Xptxas -v: dQ at 3 blocks 168
+ * registers and no spill (2 parts), dK/dV at 3 blocks 168 registers and 178 bytes spilled
+ * (4 parts; 630 with 2), so dK/dV is compiled for 3 blocks a SM as well -- NOT yet timed on a GPU
+ * (the measured build: -DATT_DKDV_MIN_BLOCKS=1 -DATT_DKDV_PARTS=1 -DATT_DQ_PARTS=1). Larger head
+ * dimensions keep 1 (their accumulators need the registers). Build knobs (-D) for measuring. */
 #ifndef ATT_DQ_MIN_BLOCKS
 #define ATT_DQ_MIN_BLOCKS 3
 #endif
 #ifndef ATT_DKDV_MIN_BLOCKS
-#define ATT_DKDV_MIN_BLOCKS 1
+#define ATT_DKDV_MIN_BLOCKS 3
+#endif
+/* The bf16 dK/dV pass takes each query tile in ATT_DKDV_PARTS parts (of QT / parts queries):
+ * S^T, dP^T and dS^T of a part are live at a time, not of the whole tile. The products run in
+ * the same order (dV += P^T dO and dK += dS^T Q over the queries, 16 at a time, in order): the
+ * same bits. 1: the whole tile at once (the kernel before). */
+#ifndef ATT_DKDV_PARTS
+#define ATT_DKDV_PARTS 4
+#endif
+/* The same for the bf16 dQ pass: each key tile in ATT_DQ_PARTS parts (S, dP and dS of BK / parts
+ * keys live at a time; dQ += dS K over the keys, 16 at a time, in order: the same bits) */
+#ifndef ATT_DQ_PARTS
+#define ATT_DQ_PARTS 2
 #endif
 #define ATT_MAX_HD 128
 
@@ -663,18 +679,25 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
         const __nv_bfloat16 *Q = sQ + (n & 1) * QB, *dO = sdO + (n & 1) * QB;
         const float *L = sL + (n & 1) * C::QT, *D = sD + (n & 1) * C::QT;
         const int q0 = iq_lo + C::QT * (n % nqt), nq = min(C::QT, Tq - q0);
-        /* S^T (16 keys x QT queries) and dP^T = V dO^T */
-        float st[C::NTQ][4], dpt[C::NTQ][4];
+        /* per part of PQ queries from r0: S^T (16 keys x PQ queries) and dP^T = V dO^T, then
+         * dV += P^T dO, dK += dS^T Q */
+        constexpr int NP = C::NTQ / ATT_DKDV_PARTS, PQ = 8 * NP;
+        static_assert(NP % 2 == 0 && NP * ATT_DKDV_PARTS == C::NTQ, "parts of 16 queries");
         #pragma unroll
-        for (int j = 0; j < C::NTQ; j++)
+        for (int part = 0; part < ATT_DKDV_PARTS; part++) {
+            const int r0 = PQ * part;
+            float st[NP][4], dpt[NP][4];
             #pragma unroll
-            for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
-        att_dots_bf<C::KS, C::NTQ>(st, ka, Q, C::LD, g, t);
-        att_dots_bf<C::KS, C::NTQ>(dpt, va, dO, C::LD, g, t);
-        att_dkdv_ds<C::NTQ>(st, dpt, L, D, key0, q0, nq, j0, j1, Tq, Tk, causal, window, scale, t);
-        /* dV += P^T dO, dK += dS^T Q */
-        att_pv_rm<C::NTQ, C::DT>(dva, st, dO, C::LD, g, t);
-        att_pv_rm<C::NTQ, C::DT>(dka, dpt, Q, C::LD, g, t);
+            for (int j = 0; j < NP; j++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
+            att_dots_bf<C::KS, NP>(st, ka, Q + r0 * C::LD, C::LD, g, t);
+            att_dots_bf<C::KS, NP>(dpt, va, dO + r0 * C::LD, C::LD, g, t);
+            att_dkdv_ds<NP>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
+                            window, scale, t);
+            att_pv_rm<NP, C::DT>(dva, st, dO + r0 * C::LD, C::LD, g, t);
+            att_pv_rm<NP, C::DT>(dka, dpt, Q + r0 * C::LD, C::LD, g, t);
+        }
         if (n + 1 < tiles) {
             if (!ATT_EARLY(HD)) load(n + 1);
             store(n + 1);
@@ -818,15 +841,23 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
     for (int jd = 0; jd < C::DT; jd++) dqa[jd][0] = dqa[jd][1] = dqa[jd][2] = dqa[jd][3] = 0.0f;
     for (int n = 0; n < kv.tiles; n++) {
         if (ATT_EARLY(HD) && n + 1 < kv.tiles) kv.load(n + 1);
-        float s[C::NT][4], dp[C::NT][4];
+        /* per part of PK keys from c0: S and dP, dS, then dQ += dS K */
+        constexpr int NP = C::NT / ATT_DQ_PARTS, PK = 8 * NP;
+        static_assert(NP % 2 == 0 && NP * ATT_DQ_PARTS == C::NT, "parts of 16 keys");
         #pragma unroll
-        for (int j = 0; j < C::NT; j++)
+        for (int part = 0; part < ATT_DQ_PARTS; part++) {
+            const int c0 = PK * part;
+            const __nv_bfloat16 *K = kv.sk(n) + c0 * C::LD, *V = kv.sv(n) + c0 * C::LD;
+            float s[NP][4], dp[NP][4];
             #pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-        att_dots_bf<C::KS, C::NT>(s, qa, kv.sk(n), C::LD, g, t);
-        att_dots_bf<C::KS, C::NT>(dp, da, kv.sv(n), C::LD, g, t);
-        att_dq_ds<C::NT>(s, dp, lo, hi, kv.klo + C::BK * n, L, Dr, scale, t);
-        att_pv_rm<C::NT, C::DT>(dqa, dp, kv.sk(n), C::LD, g, t);
+            for (int j = 0; j < NP; j++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+            att_dots_bf<C::KS, NP>(s, qa, K, C::LD, g, t);
+            att_dots_bf<C::KS, NP>(dp, da, V, C::LD, g, t);
+            att_dq_ds<NP>(s, dp, lo, hi, kv.klo + C::BK * n + c0, L, Dr, scale, t);
+            att_pv_rm<NP, C::DT>(dqa, dp, K, C::LD, g, t);
+        }
         if (n + 1 < kv.tiles) {
             if (!ATT_EARLY(HD)) kv.load(n + 1);
             kv.store(n + 1);

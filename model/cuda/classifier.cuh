@@ -10,8 +10,12 @@
  * the row is read twice: an online max-and-sum pass (ops_online_softmax's rescaling), then
  * the gradient pass.
  *
- * The count of counted rows and the mean loss stay on the device (k_ce_count, k_ce_mean):
- * the scale dloss / count is read by each block, and the host downloads one result. */
+ * The count of counted rows and the mean loss stay on the device: the scale dloss / count is
+ * read by each block, and the host downloads one result. Without a mask the count is the grid's
+ * rows; with one, k_ce_count counts it first. The mean's sum is finished by the classifier's
+ * last block (ce_finish: every block writes its row's loss, a ticket in the result tells the
+ * last one, which adds the rows in block_sum_fixed's order -- the bits of the separate
+ * k_ce_mean, still launched when the device is opened with FT_CUDA_FINISH=kernels). */
 #ifndef MODEL_CUDA_CLASSIFIER_CUH
 #define MODEL_CUDA_CLASSIFIER_CUH
 #include "model/cuda/common.cuh"
@@ -27,7 +31,7 @@
 typedef struct {
     double loss_sum;
     int count;
-    int pad_;
+    unsigned ticket; /* the blocks of k_classifier done with their row's loss (0 between launches) */
 } ce_result_t;
 static_assert(sizeof(ce_result_t) == 16, "ce_result_t is written as one 16-byte access");
 
@@ -45,16 +49,41 @@ __global__ void k_ce_count(ce_result_t *res, const uint8_t *mask, int N) {
         ce_result_t r;
         r.loss_sum = 0.0;
         r.count = (int)tot;
-        r.pad_ = 0;
+        r.ticket = 0;
         uint4 u;
         memcpy(&u, &r, sizeof u);
         st16b(res, u);
     }
 }
 
-__device__ static inline float ce_scale(const ce_result_t *res, float dloss) {
-    const int cnt = res->count;
+/* dloss / the count of counted rows: every row without a mask (one block per row), else
+ * k_ce_count's */
+__device__ static inline float ce_scale(const ce_result_t *res, const uint8_t *mask, float dloss) {
+    const int cnt = mask ? res->count : (int)gridDim.x;
     return cnt > 0 ? dloss / (float)cnt : 0.0f;
+}
+
+/* The last block of k_classifier to write its row's loss (row_loss[blockIdx.x], by thread 0)
+ * writes *res: loss_sum the rows' sum in block_sum_fixed's order (k_ce_mean's bits), the count
+ * (k_ce_count's with a mask, else the rows), and the ticket back to 0 (an atomic: the other
+ * blocks' ticks were atomics). Called by every thread. The emulator's race check accepts the
+ * last block's reads of the others' rows because it took a ticket and then fenced (tests/emu). */
+__device__ static inline void ce_finish(ce_result_t *res, const float *row_loss, const uint8_t *mask,
+                                        double *part) {
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        __threadfence(); /* the row's loss, seen by whichever block is last */
+        last = atomicAdd(&res->ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const double t = block_sum_fixed(row_loss, (size_t)gridDim.x, part);
+    if (threadIdx.x == 0) {
+        res->loss_sum = t;
+        if (!mask) res->count = (int)gridDim.x;
+        atomicExch(&res->ticket, 0u);
+    }
 }
 
 /* the elements before p's first 16-byte boundary (p 4-byte aligned), at most V: a row of a
@@ -101,9 +130,10 @@ __device__ static inline float ce_cache_row(float *row, const float *zr, int V) 
  * that stride). */
 __global__ void __launch_bounds__(CE_THREADS)
 k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld16, const float *z, size_t ldz,
-             const uint32_t *tgt, const uint8_t *mask, const ce_result_t *res, int V, float dloss,
-             int have_lse, int cache) {
+             const uint32_t *tgt, const uint8_t *mask, ce_result_t *res, int V, float dloss,
+             int have_lse, int cache, int finish) {
     __shared__ float scratch[32];
+    __shared__ double part[CE_THREADS]; /* ce_finish's */
     DYN_SHARED(float, row);
     const size_t n = blockIdx.x;
     const float *zr = z + n * ldz;
@@ -144,8 +174,9 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld
         if (!have_lse) lse[n] = l;
         if (row_loss) row_loss[n] = counted ? l - (cache ? row[t] : zr[t]) : 0.0f;
     }
+    if (finish && row_loss) ce_finish(res, row_loss, mask, part);
     if (!dz) return;
-    const float scale = counted ? ce_scale(res, dloss) : 0.0f;
+    const float scale = counted ? ce_scale(res, mask, dloss) : 0.0f;
     float *dr = dz + n * V;
     __nv_bfloat16 *d16 = dz16 ? dz16 + n * (size_t)ld16 : NULL;
     /* a padded shadow's padding is zero: products run their k over it (device_cuda.cu) */
@@ -198,16 +229,18 @@ __global__ void k_ce_mean(ce_result_t *res, const float *row_loss, int N) {
     if (threadIdx.x == 0) res->loss_sum = t;
 }
 
-/* The forward (row_loss: N floats of work; res: device scratch; cache_bytes: 0 or V * 4 when
- * the row fits the block's shared memory) */
+/* The forward (row_loss: N floats of work; res: device scratch, its ticket 0; cache_bytes: 0 or
+ * V * 4 when the row fits the block's shared memory; apart: the count and the mean as kernels of
+ * their own, k_ce_count and k_ce_mean, every time -- the layout before the last-block finish,
+ * kept for comparing: the same bits) */
 static inline void classifier_launch(cudaStream_t s, ce_result_t *res, float *row_loss, float *lse, float *dz,
                                      __nv_bfloat16 *dz16, int ld16, const float *z, size_t ldz, const uint32_t *tgt,
                                      const uint8_t *mask, int N, int V, float dloss, int have_lse,
-                                     size_t cache_bytes) {
-    LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
+                                     size_t cache_bytes, int apart) {
+    if (apart || mask || N <= 0) LAUNCH(k_ce_count, 1, CE_THREADS, 0, s)(res, mask, N);
     if (N <= 0) return;
     LAUNCH(k_classifier, N, CE_THREADS, cache_bytes, s)
-    (row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0);
-    if (row_loss) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
+    (row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, res, V, dloss, have_lse, cache_bytes > 0, !apart);
+    if (row_loss && apart) LAUNCH(k_ce_mean, 1, CE_THREADS, 0, s)(res, row_loss, N);
 }
 #endif

@@ -165,21 +165,29 @@ __device__ static inline float block_max(float v, float *scratch) {
     return warp_max(v);
 }
 
-/* One block's sum of x[0..n) in double, in an order fixed by n and blockDim alone: thread t adds
- * x[t], x[t + blockDim], ... (a warp reads consecutive elements), then a tree over the
- * threads (blockDim a power of two). red: blockDim doubles of shared memory; every thread
- * gets the sum. */
+/* One block's sum of x[0..n) in double, in an order fixed by n and width alone: virtual thread
+ * v < width adds x[v], x[v + width], ... (a warp reads consecutive elements), then a tree over
+ * the width (a power of two, a multiple of blockDim: each thread plays width / blockDim of
+ * them, so a narrower block gives a wider one's bits). red: width doubles of shared memory;
+ * every thread gets the sum. */
 template <typename T>
-__device__ static inline double block_sum_fixed(const T *x, size_t n, double *red) {
-    double s = 0.0;
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
-    red[threadIdx.x] = s;
+__device__ static inline double block_sum_fixed_width(const T *x, size_t n, double *red, int width) {
+    for (int v = threadIdx.x; v < width; v += blockDim.x) {
+        double s = 0.0;
+        for (size_t i = v; i < n; i += width) s += x[i];
+        red[v] = s;
+    }
     __syncthreads();
-    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-        if ((int)threadIdx.x < o) red[threadIdx.x] += red[threadIdx.x + o];
+    for (int o = width / 2; o > 0; o >>= 1) {
+        for (int v = threadIdx.x; v < o; v += blockDim.x) red[v] += red[v + o];
         __syncthreads();
     }
     return red[0];
+}
+/* the same with width = blockDim (red: blockDim doubles) */
+template <typename T>
+__device__ static inline double block_sum_fixed(const T *x, size_t n, double *red) {
+    return block_sum_fixed_width(x, n, red, (int)blockDim.x);
 }
 
 /* blocks for n items of `per` items per block, at least 1, at most cap */

@@ -118,10 +118,13 @@ struct alloc_t {
 alloc_t *find_alloc(const void *p, size_t n);
 /* Stream-order and race checks of an operation's access to [p, p + n) of allocation a; thread
  * is the kernel thread (global linear id in the launch) or NO_THREAD, epoch its block's barrier
- * count. Reports through fail(). */
+ * count; acquired: the thread has done an atomic and then a __threadfence in its block (the
+ * last-block pattern: every block writes, fences and takes a ticket; the block that draws the
+ * last one fences and reads the others' writes), so its reads of other blocks' writes in this
+ * launch are not reported (the writers' own fences are not checked). Reports through fail(). */
 enum { NO_THREAD = 0xffffffffu };
 void check_access(const op_t *op, alloc_t *a, const void *p, size_t n, int write, int atomic,
-                  uint32_t thread, uint32_t block_threads, uint32_t epoch);
+                  uint32_t thread, uint32_t block_threads, uint32_t epoch, int acquired = 0);
 /* The same for a host-visible range that must be device memory of device dev: 0, or -1 (and
  * the report) when it is not inside one allocation. */
 int check_device_range(const op_t *op, int dev, const void *p, size_t n, int write, const char *what);

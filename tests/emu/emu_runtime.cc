@@ -149,7 +149,7 @@ static const char *who(const op_t *op, uint32_t thread, uint32_t bt, char *buf, 
 }
 
 EMU_HOT void check_access(const op_t *op, alloc_t *a, const void *p, size_t n, int write, int atomic, uint32_t thread,
-                  uint32_t bt, uint32_t epoch) {
+                  uint32_t bt, uint32_t epoch, int acquired) {
     if (!g_checks || !n) return;
     const size_t off = (const char *)p - a->base;
     const size_t w0 = off / 4, w1 = (off + n - 1) / 4;
@@ -178,7 +178,7 @@ EMU_HOT void check_access(const op_t *op, alloc_t *a, const void *p, size_t n, i
                 /* a plain read of what an atomic wrote is the CAS loop's first guess (the CUDA
                  * guide's own pattern): not reported */
                 if (kernel && w.wt != thread && w.wt != NO_THREAD && (w.wmask & mask) && !w.watom &&
-                    !block_ordered(w.wt, w.wep)) {
+                    !block_ordered(w.wt, w.wep) && !(acquired && w.wt / bt != thread / bt)) {
                     fail("%s reads %p, which thread %u of block %u wrote in the same launch with no barrier "
                          "between (a race: the result depends on the order of blocks or warps)",
                          who(op, thread, bt, b1, sizeof b1), p, w.wt % bt, w.wt / bt);

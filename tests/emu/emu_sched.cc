@@ -66,6 +66,7 @@ struct thread_t {
     uint3 tid;
     unsigned linear, warp, lane;
     int state;
+    int acquire;                 /* 1: a __threadfence after an atomic of its block (check_access's acquired) */
     int bar_op, bar_pred, bar_res;
     int wk, warg, wwidth;
     unsigned wmask;
@@ -96,6 +97,7 @@ struct launch_state {
     uint3 bid;
     unsigned block_linear;
     uint32_t block_serial, epoch;
+    int block_atomic;            /* a thread of the running block has done an atomic */
     thread_t *threads;
     char *dyn;
     sbyte *dyn_shadow;
@@ -433,7 +435,10 @@ void *dyn_shared() {
     need_thread("extern __shared__");
     return cur_launch->dyn;
 }
-void threadfence() { need_thread("__threadfence"); }
+void threadfence() {
+    thread_t *t = need_thread("__threadfence");
+    if (cur_launch->block_atomic) t->acquire = 1;
+}
 long long clock64() {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -600,8 +605,8 @@ EMU_HOT static void on_access(const void *addr, unsigned size, unsigned flags, c
             if (al->device != L->device)
                 fail("%s on device %d accesses memory of device %d at %p (no peer access in this program)",
                      where(wb, sizeof wb), L->device, al->device, addr);
-            check_access(&L->op, al, addr, size, (flags & EMU_STORE) != 0, (flags & EMU_ATOMIC) != 0, 
-                         L->block_linear * L->nthreads + t->linear, L->nthreads, L->epoch);
+            check_access(&L->op, al, addr, size, (flags & EMU_STORE) != 0, (flags & EMU_ATOMIC) != 0,
+                         L->block_linear * L->nthreads + t->linear, L->nthreads, L->epoch, t->acquire);
             space = EMU_GLOBAL;
         } else if (a >= g_static_lo && a < g_static_hi) {
             space = EMU_STATIC;
@@ -624,6 +629,7 @@ uint64_t atomic(void *p, int op, int type, uint64_t v, uint64_t cmp) {
     static const unsigned sizes[] = {4, 4, 8, 8, 4, 8, 2, 2, 4};
     const unsigned size = sizes[type];
     on_access(p, size, EMU_LOAD | EMU_STORE | EMU_ATOMIC, __builtin_return_address(0));
+    cur_launch->block_atomic = 1;
     uint64_t old = 0;
     memcpy(&old, p, size);
     uint64_t nv = old;
@@ -860,12 +866,14 @@ static void run_block(launch_state *L, uint64_t rng) {
     host_ctx *h = H;
     thread_t *T = h->threads.data();
     const unsigned n = L->nthreads;
+    L->block_atomic = 0;
     for (unsigned i = 0; i < n; i++) {
         thread_t &t = T[i];
         t.linear = i;
         t.tid = uint3{i % L->block.x, (i / L->block.x) % L->block.y, i / (L->block.x * L->block.y)};
         t.warp = i / 32, t.lane = i % 32;
         t.state = T_RUN;
+        t.acquire = 0;
         t.log.clear();
         fiber_init(&t);
     }
@@ -997,10 +1005,26 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
         while (std::gcd(stride, nb) != 1) stride += 2;
     }
     const unsigned long long acc0 = g_accesses, flops0 = t_flops, tensor0 = t_tensor_flops;
-    /* FT_EMU_SAMPLE_BLOCKS=N: of a launch of more than N blocks, every k-th block (k = ceil(nb / N))
-     * is observed; the others run unobserved (no checks, no hooks, no FLOP count) */
+    /* FT_EMU_SAMPLE_BLOCKS=N: of a launch of more than N blocks, every k-th block (k = ceil(nb / N),
+     * raised to the next k that shares no factor with gridDim.x) is observed; the others run
+     * unobserved (no checks, no hooks, no FLOP count). Coprime to gridDim.x, the sample takes every
+     * blockIdx.x equally often: attention's work grows with its tile index x, and k = 2 over a grid
+     * of x = 0..1 had observed only x = 0 (the T = 128 runs of bench/gpu_model.sh: the dQ pass's
+     * least and dK/dV's most work, both scaled to the whole grid) */
     static const unsigned sample = emu_env_unsigned("FT_EMU_SAMPLE_BLOCKS", 0);
-    const uint64_t every = sample && nb > sample ? (nb + sample - 1) / sample : 1;
+    /* FT_EMU_SAMPLE_EXCEPT=name,name: kernels observed whole, never sampled (blocks whose work is
+     * data-dependent, e.g. k_emb_accumulate's: a few blocks walk every chain, the rest return) */
+    static const char *except = getenv("FT_EMU_SAMPLE_EXCEPT");
+    bool whole = false;
+    if (except && L.name)
+        for (const char *p = except; *p;) {
+            const char *e = strchr(p, ',');
+            const size_t len = e ? (size_t)(e - p) : strlen(p);
+            if (len == strlen(L.name) && !strncmp(p, L.name, len)) whole = true;
+            p += len + (e ? 1 : 0);
+        }
+    uint64_t every = sample && nb > sample && !whole ? (nb + sample - 1) / sample : 1;
+    while (every > 1 && std::gcd(every, (uint64_t)grid.x) != 1) every++;
     L.info.blocks = nb, L.info.blocks_run = (nb + every - 1) / every;
     for (uint64_t i = 0; i < nb; i++) {
         const uint64_t b = perm.empty() ? (start + i * stride) % nb : perm[i];

@@ -15,7 +15,10 @@
  * vocabulary's products at bf16 with every matrix 16-byte aligned (an odd vocabulary's logits
  * computed through the staging buffer, dlogits read from the classifier's padded shadow: on an
  * H200 the unaligned ones ran cuBLAS's Turing-era kernels at a tenth of the layer products' rate),
- * giving the bits of the unaligned products. */
+ * giving the bits of the unaligned products; and the reductions finished by the last block of
+ * the kernel before them (the classifier's mean loss, the gradient norm's sum) give the bits of
+ * the finishing kernels they replaced (FT_CUDA_FINISH=kernels), over many blocks, twice in a row
+ * (the ticket goes back to 0). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,6 +296,68 @@ static void test_aligned_vocabulary_products(void) {
     CHECK(!memcmp(a, b, sizeof a), "logits, dlogits, dx, dw and the loss: the same bits aligned and not");
 }
 
+/* the classifier's loss and count and the norm's sum of squares, twice each (a ticket left
+ * nonzero would show in the second), with and without a mask; dz's bits into out */
+enum { FN = 700, FV = 37, FT = 3 };
+static void finish_case(device_t *d, double *res, float *dzh) {
+    float zh[FN * FV];
+    uint32_t th[FN];
+    uint8_t mh[FN];
+    for (int i = 0; i < FN * FV; i++) zh[i] = (float)((i * 37) % 101 - 50) / 13.0f;
+    for (int i = 0; i < FN; i++) th[i] = (uint32_t)(i * 7 % FV), mh[i] = i % 3 != 1;
+    float *z = DEV(d, alloc, sizeof zh), *lse = DEV(d, alloc, sizeof(float) * FN);
+    uint32_t *t = DEV(d, alloc, sizeof th);
+    uint8_t *m = DEV(d, alloc, sizeof mh);
+    DEV(d, upload, t, th, sizeof th);
+    DEV(d, upload, m, mh, sizeof mh);
+    for (int k = 0; k < 4; k++) {
+        DEV(d, upload, z, zh, sizeof zh);
+        int count = -1;
+        res[2 * k] = DEV(d, crossentropy_forward, z, lse, &count, z, t, k % 2 ? m : NULL, FN, FV, 1.0f);
+        res[2 * k + 1] = count;
+        DEV(d, download, dzh + (size_t)k * FN * FV, z, sizeof zh);
+    }
+    /* 3 tensors of 120k, 4097 and 9000 elements: 33 chunks, 5 blocks of k_sumsq_chunks */
+    const size_t n[FT] = {120000, 4097, 9000};
+    float *x[FT];
+    for (int i = 0; i < FT; i++) {
+        float *h = malloc(sizeof(float) * n[i]);
+        for (size_t j = 0; j < n[i]; j++) h[j] = (float)((j * 53 + i) % 89) / 61.0f - 0.7f;
+        x[i] = DEV(d, alloc, sizeof(float) * n[i]);
+        DEV(d, upload, x[i], h, sizeof(float) * n[i]);
+        free(h);
+    }
+    res[8] = DEV(d, sumsq_multi, (const float *const *)x, n, FT);
+    res[9] = DEV(d, sumsq_multi, (const float *const *)x, n, FT);
+    res[10] = DEV(d, sumsq, x[1], n[1]);
+    for (int i = 0; i < FT; i++) DEV(d, free, x[i]);
+    DEV(d, free, z), DEV(d, free, lse), DEV(d, free, t), DEV(d, free, m);
+}
+/* The last block's finish gives the finishing kernels' bits (FT_CUDA_FINISH=kernels, read at open) */
+static void test_finish_in_last_block(void) {
+    char err[256];
+    setenv("FT_CUDA_FINISH", "kernels", 1);
+    device_t *a = open_cuda(PRECISION_FP32, err, sizeof err);
+    unsetenv("FT_CUDA_FINISH");
+    if (!a) { CHECK(0, "open: %s", err); return; }
+    device_t *b = open_cuda(PRECISION_FP32, err, sizeof err);
+    if (!b) { CHECK(0, "open: %s", err); device_close(&a); return; }
+    double ra[11], rb[11];
+    float *da = malloc(sizeof(float) * 4 * FN * FV), *db = malloc(sizeof(float) * 4 * FN * FV);
+    finish_case(a, ra, da);
+    finish_case(b, rb, db);
+    const char *what[11] = {"loss", "count", "masked loss", "masked count", "loss again", "count again",
+                            "masked loss again", "masked count again", "sumsq_multi", "sumsq_multi again", "sumsq"};
+    for (int i = 0; i < 11; i++)
+        CHECK(!memcmp(&ra[i], &rb[i], sizeof ra[i]), "%s: %.17g (finishing kernels) vs %.17g (last block)", what[i], ra[i], rb[i]);
+    CHECK(ra[1] == FN && ra[3] == FN - FN / 3, "the counts: %g, %g masked", ra[1], ra[3]);
+    CHECK(ra[0] == ra[4] && ra[2] == ra[6] && ra[8] == ra[9], "the same loss and norm when repeated");
+    CHECK(!memcmp(da, db, sizeof(float) * 4 * FN * FV), "dlogits: the same bits");
+    CHECK(DEV(a, sync, err, sizeof err) == 0 && DEV(b, sync, err, sizeof err) == 0, "no fault: %s", err);
+    free(da), free(db);
+    device_close(&a);
+    device_close(&b);
+}
 int main(void) {
     RUN(test_open_checks_every_call);
     RUN(test_gemm_timer_checks_events);
@@ -301,5 +366,6 @@ int main(void) {
     RUN(test_first_step_allocates_nothing);
     RUN(test_bf16_shadows);
     RUN(test_aligned_vocabulary_products);
+    RUN(test_finish_in_last_block);
     return check_summary();
 }

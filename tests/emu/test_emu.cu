@@ -9,7 +9,8 @@
  *     host's answer;
  *   - deliberately broken ones -- a missing __syncthreads, an out-of-bounds read of device and
  *     of shared memory, a host pointer in a kernel, a divergent shuffle, a barrier some threads
- *     skipped, two blocks writing one element, a stream race, an event waited for but never
+ *     skipped, two blocks writing one element, a last block reading the others' writes
+ *     without a fence after its ticket, a stream race, an event waited for but never
  *     recorded, a read of memory never written, ranks issuing different collectives -- each run
  *     in a child process that must die
  *     with the emulator's (or AddressSanitizer's) report naming the fault. */
@@ -164,6 +165,47 @@ __global__ void k_atomics(unsigned *hist, float *fsum, int *mx, const int *in, i
     __syncthreads();
     if (threadIdx.x < 8) atomicAdd(&hist[threadIdx.x], sh[threadIdx.x]);
 }
+/* the last-block pattern: every block writes its part and fences, thread 0 takes a ticket, and
+ * the block that draws the last one fences and adds the parts (fence = 0: it does not fence) */
+__global__ void k_last_block(float *part, float *total, unsigned *ticket, int fence) {
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = (float)(blockIdx.x + 1);
+        __threadfence();
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    if (fence) __threadfence();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (unsigned b = 0; b < gridDim.x; b++) s += part[b];
+        *total = s;
+        atomicExch(ticket, 0u);
+    }
+}
+static void last_block(int fence, float *got, unsigned *left) {
+    float *part = dev_floats(NULL, 64), *total = dev_floats(NULL, 1);
+    unsigned *ticket;
+    cudaMalloc(&ticket, sizeof(unsigned));
+    cudaMemset(ticket, 0, sizeof(unsigned));
+    k_last_block<<<64, 32>>>(part, total, ticket, fence);
+    cudaMemcpy(got, total, sizeof *got, cudaMemcpyDeviceToHost);
+    cudaMemcpy(left, ticket, sizeof *left, cudaMemcpyDeviceToHost);
+}
+static void test_last_block(void) {
+    float got = 0;
+    unsigned left = 1;
+    last_block(1, &got, &left);
+    CHECK(got == 64 * 65 / 2 && left == 0, "the last block adds every block's part: %g (want %d), ticket %u", got,
+          64 * 65 / 2, left);
+}
+static void broken_last_block_unfenced(void) {
+    float got;
+    unsigned left;
+    last_block(0, &got, &left);
+}
+
 static void test_atomics(void) {
     enum { N = 1000 };
     int h[N], hm = 0;
@@ -568,6 +610,8 @@ static void test_broken_kernels(void) {
     expect_report("divergent shuffle", broken_divergent_shuffle, "divergent __shfl_xor_sync in kernel k_divergent");
     expect_report("__syncthreads after some threads exited", broken_barrier_exit, "have exited");
     expect_report("two blocks writing one element", broken_block_race, "also wrote in the same launch");
+    expect_report("the last block reading the others' parts without a fence after its ticket",
+                  broken_last_block_unfenced, "wrote in the same launch with no barrier");
     expect_report("a pageable copy read on a non-blocking stream", broken_stream_race, "stream race");
     expect_report("waiting for an event never recorded", broken_event_never_recorded, "never recorded");
     expect_report("reading memory never written", broken_uninitialised, "nothing has written since cudaMalloc");
@@ -580,6 +624,7 @@ int main(void) {
     RUN(test_shared_reduce);
     RUN(test_warp_ops);
     RUN(test_atomics);
+    RUN(test_last_block);
     RUN(test_dynamic_shared);
     RUN(test_barrier_reductions);
     RUN(test_bf16);

@@ -13,7 +13,8 @@
  *     4 (the ideal), a 16-bit transposed store into rows of 72 bf16 (attention's old tile_t) 8;
  *   - FT_EMU_SAMPLE_BLOCKS=8 (set before the first launch): a 64-block launch observes 8 blocks
  *     (blocks_run), yet every block runs (the output is complete), and the sample scaled by
- *     64/8 gives a uniform kernel's exact count;
+ *     64/8 gives a uniform kernel's exact count; a kernel FT_EMU_SAMPLE_EXCEPT names is
+ *     observed whole;
  *   - the cuBLAS hook sees m, n, k, batch and the element sizes; host waits count the
  *     synchronising copy and stream synchronisation. */
 #include <cublas_v2.h>
@@ -28,6 +29,11 @@
 #include "tests/check.h"
 
 __global__ void k_fma(int n, const float *a, const float *b, float *c) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] * b[i] + c[i];
+}
+/* k_fma under another name, which FT_EMU_SAMPLE_EXCEPT lists (never sampled) */
+__global__ void k_fma_whole(int n, const float *a, const float *b, float *c) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) c[i] = a[i] * b[i] + c[i];
 }
@@ -218,6 +224,9 @@ static void test_sampling(void) {
     free(h);
     k_fma<<<8, 128>>>(8 * 128, a, b, c);
     CHECK(g_c.blocks == 8 && g_c.blocks_run == 8 && g_c.flops == 2 * 8 * 128, "8 blocks or fewer: all observed");
+    k_fma_whole<<<64, 128>>>(N, a, b, c);
+    CHECK(g_c.blocks == 64 && g_c.blocks_run == 64 && g_c.flops == 2ull * N,
+          "a kernel FT_EMU_SAMPLE_EXCEPT names: all 64 blocks observed (%llu)", g_c.blocks_run);
     cudaFree(a), cudaFree(b), cudaFree(c);
 }
 
@@ -244,6 +253,7 @@ static void test_gemm_hook_and_waits(void) {
 
 int main(void) {
     setenv("FT_EMU_SAMPLE_BLOCKS", "8", 1); /* read at the first launch */
+    setenv("FT_EMU_SAMPLE_EXCEPT", "k_none,k_fma_whole", 1);
     emu_set_launch_hook(on_launch, NULL);
     emu_set_warp_access_hook(on_warp, NULL);
     emu_set_gemm_hook(on_gemm, NULL);
