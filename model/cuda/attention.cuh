@@ -26,9 +26,11 @@
  *
  * The bf16 engine is written for the shared-memory pipe (tests/emu counts its bank conflicts):
  * every tile is row-major bf16 (rows of HD + 8), written with one 16-byte store per 8 elements
- * from registers that 16-byte global loads filled; the products whose B operand runs down a
- * tile's columns (P V, dS K, P^T dO, dS^T Q) build its fragments from two 16-bit loads instead
- * of a transposed copy (whose staging put all of a warp's stores in two banks). The streamed
+ * from registers that 16-byte global loads filled; every fragment is read with ldmatrix
+ * (mma.cuh: one 128-byte wavefront per 8x8 matrix), and the products whose B operand runs down a
+ * tile's columns (P V, dS K, P^T dO, dS^T Q) take it with ldmatrix.trans instead of a transposed
+ * copy (whose staging put all of a warp's stores in two banks) or two 16-bit loads per register
+ * (twice the wavefronts). The streamed
  * tiles are double-buffered: the next tile's global loads are issued before the current tile's
  * products and stored after them, one barrier per tile. The block's own rows (the forward's
  * and dQ's queries, dK/dV's keys) pass through shared memory once, into A fragments held in
@@ -61,6 +63,14 @@
  * dimensions keep 1 (their accumulators need the registers). Build knobs (-D) for measuring. */
 #ifndef ATT_DQ_MIN_BLOCKS
 #define ATT_DQ_MIN_BLOCKS 3
+#endif
+/* The forward at hd 64 likewise. With ldmatrix (the B fragments of two column tiles loaded at
+ * once) nvcc 13 gave it 185 registers unbounded (2 blocks a SM; 165 before, 3 blocks); bounded
+ * to 3 blocks it takes 168 with 28 bytes spilled (bench/NOTES.md, i-att3; NOT timed on a GPU:
+ * -DATT_FWD_MIN_BLOCKS=1 builds the unbounded one). The same change moved dQ from no spill to
+ * 4 bytes and dK/dV from 178 to 218 bytes, at 168 registers each. */
+#ifndef ATT_FWD_MIN_BLOCKS
+#define ATT_FWD_MIN_BLOCKS 3
 #endif
 #ifndef ATT_DKDV_MIN_BLOCKS
 #define ATT_DKDV_MIN_BLOCKS 3
@@ -186,7 +196,6 @@ template <int R, int HD> __device__ static inline void att_st16(__nv_bfloat16 *t
         st16b(tile + r * (HD + 8) + c, g.x[u]);
     }
 }
-__device__ static inline uint32_t ld_b32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
 
 /* ---- the two product engines over a warp's 16 rows ----
  * acc[j][*] (+)= rows (r = 16 w + g, r + 8) of A times rows (8 j + 2 t, 8 j + 2 t + 1) of B,
@@ -206,50 +215,62 @@ __device__ static inline void att_dots_f32(float acc[NT][4], const float *A, con
         }
     }
 }
-/* A fragments of a warp's 16 rows (row-major bf16 tile, ld) for every 16-wide step of HD */
+/* A fragments of a warp's 16 rows (row-major bf16 tile, ld) for every 16-wide step of HD: one
+ * ldmatrix each (mma.cuh; matrices rows 0-7 and 8-15 of columns 16 kk .. + 7, then of + 8 .. + 15:
+ * lane l points at row l % 16, column 16 kk + 8 (l / 16)) */
 template <int KS>
 __device__ static inline void att_frags(uint32_t fa[KS][4], const __nv_bfloat16 *A, int ld, int g, int t) {
+    const int lane = 4 * g + t;
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-        fa[kk][0] = ld_b32(A + g * ld + 16 * kk + 2 * t);
-        fa[kk][1] = ld_b32(A + (g + 8) * ld + 16 * kk + 2 * t);
-        fa[kk][2] = ld_b32(A + g * ld + 16 * kk + 2 * t + 8);
-        fa[kk][3] = ld_b32(A + (g + 8) * ld + 16 * kk + 2 * t + 8);
-    }
+    for (int kk = 0; kk < KS; kk++) ldsm_x4(fa[kk], A + (lane & 15) * ld + 16 * kk + 8 * (lane >> 4));
 }
-/* acc[j] += A (fragments) times rows 8 j .. 8 j + 7 of the row-major tile B, over HD */
+/* acc[j] += A (fragments) times rows 8 j .. 8 j + 7 of the row-major tile B, over HD. The B
+ * fragments of two column tiles j, j + 1 and one 16-wide step kk are one ldmatrix (mma.cuh):
+ * matrices (j, kk's low 8 columns), (j, high 8), (j + 1, low), (j + 1, high); lane l points at
+ * row 8 (j + l / 16) + l % 8, column 16 kk + 8 (l / 8 % 2). Per accumulator the products run
+ * over kk in order, as before. */
 template <int KS, int NT>
 __device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS][4], const __nv_bfloat16 *B, int ld,
                                           int g, int t) {
+    static_assert(NT % 2 == 0, "column tiles in pairs");
+    const int lane = 4 * g + t;
+    const __nv_bfloat16 *p = B + (8 * (lane >> 4) + (lane & 7)) * ld + 8 * ((lane >> 3) & 1);
 #pragma unroll
-    for (int j = 0; j < NT; j++)
+    for (int j = 0; j < NT; j += 2)
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
-            const __nv_bfloat16 *row = B + (8 * j + g) * ld + 16 * kk + 2 * t;
-            mma_bf16(acc[j], fa[kk], ld_b32(row), ld_b32(row + 8));
+            uint32_t b[4];
+            ldsm_x4(b, p + 8 * j * ld + 16 * kk);
+            mma_bf16(acc[j], fa[kk], b[0], b[1]);
+            mma_bf16(acc[j + 1], fa[kk], b[2], b[3]);
         }
 }
 /* out[jd] += P (the warp's 16 rows x 16*KP columns, registers in the C layout of NT = 2 KP
- * column tiles) times B (rows 16 kk .. of the row-major bf16 tile B[k][n], ld). A B fragment register
- * holds B[2t][n] and B[2t+1][n], two rows apart, so it is built from two 16-bit loads. Over a
- * warp those fall on 16 distinct words in 16 banks (rows 2t of 36-word rows are 8 banks apart,
- * columns g pairwise in one word): no bank conflicts, and no transposed copy of the tile. */
-__device__ static inline uint32_t att_col2(const __nv_bfloat16 *p, int ld) {
-    const unsigned short *u = (const unsigned short *)p;
-    return (uint32_t)u[0] | (uint32_t)u[ld] << 16;
-}
+ * column tiles) times B (rows 16 kk .. of the row-major bf16 tile B[k][n], ld). A B fragment
+ * register holds B[2t][n] and B[2t+1][n], two rows apart: ldmatrix.trans (mma.cuh) gives them
+ * from the row-major tile, the fragments of two column tiles jd, jd + 1 at once -- matrices
+ * (rows 16 kk .. + 7, columns 8 jd ..), (rows + 8, 8 jd), (rows 16 kk, 8 (jd + 1)), (+ 8,
+ * 8 (jd + 1)); lane l points at row 16 kk + 8 (l / 8 % 2) + l % 8, column 8 (jd + l / 16). Rows
+ * of LD = HD + 8 bf16 put a matrix's 8 rows in distinct banks: one wavefront per matrix, half
+ * the wavefronts of the two 16-bit loads per register the tile took before (and no transposed
+ * copy of the tile). Per output tile the products run over kk in order, as before. */
 template <int NT, int DT>
 __device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
                                         int t) {
+    static_assert(DT % 2 == 0, "column tiles in pairs");
+    const int lane = 4 * g + t;
+    const __nv_bfloat16 *p = B + (8 * ((lane >> 3) & 1) + (lane & 7)) * ld + 8 * (lane >> 4);
 #pragma unroll
     for (int kk = 0; kk < NT / 2; kk++) {
         const uint32_t a[4] = {pack_bf16(P[2 * kk][0], P[2 * kk][1]), pack_bf16(P[2 * kk][2], P[2 * kk][3]),
                                pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]),
                                pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3])};
 #pragma unroll
-        for (int jd = 0; jd < DT; jd++) {
-            const __nv_bfloat16 *col = B + (16 * kk + 2 * t) * ld + 8 * jd + g;
-            mma_bf16(out[jd], a, att_col2(col, ld), att_col2(col + 8 * ld, ld));
+        for (int jd = 0; jd < DT; jd += 2) {
+            uint32_t b[4];
+            ldsm_x4_t(b, p + 16 * kk * ld + 8 * jd);
+            mma_bf16(out[jd], a, b[0], b[1]);
+            mma_bf16(out[jd + 1], a, b[2], b[3]);
         }
     }
 }
@@ -470,7 +491,7 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
     att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1)
 k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
           int hd, int causal, int window, float scale, att_bf16_t c16) {
     if constexpr (BF) {
