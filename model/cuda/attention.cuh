@@ -37,8 +37,11 @@
  * registers for the whole walk. Head dimensions up to ATT_MAX_HD are padded to 16, 32, 64 or
  * 128 (zeros in shared memory); larger ones use kernels.h's per-row bodies.
  *
- * Exponentials are ops_math.h's ops_expf, the CPU reference's (its results still differ from
- * the CPU's in the last bits: sums in another order).
+ * Exponentials (att_exp): the fp32 engine's are ops_math.h's ops_expf, the CPU reference's (its
+ * results still differ from the CPU's in the last bits: sums in another order); the bf16
+ * engine's are exp2f(x log2 e), a GPU's special-function unit (ex2, 2 ulp) in place of
+ * ops_expf's ~20 CUDA-core operations per element (what FlashAttention does; the results move
+ * by a few ulps of the exponential, far inside bf16's tolerances against the CPU device).
  *
  * The decode step's attention (attention_rows: one query row per (row, head) over a cache
  * range) is k_att_rows: one warp per row and head, key tiles of 32 staged by the warp, lane j
@@ -302,6 +305,23 @@ __device__ static inline void att_pv_f32(float out[DT][4], const float P[NT][4],
     __syncwarp();
 }
 
+/* the softmax's exponential (see the top): the bf16 engine's 2^(x log2 e) -- on a GPU PTX's
+ * ex2.approx.ftz.f32, one special-function instruction (exp2f's guard of the subnormal range
+ * took registers: nvcc spilled more in both backward passes), under the emulator the host's
+ * exp2f (results below 2^-126 are not flushed there: they are 0 to a bf16 product either way) --,
+ * the fp32 engine's ops_expf */
+template <bool BF> __device__ static inline float att_exp(float x) {
+    if constexpr (BF) {
+#if CUDA_EMU
+        return exp2f(x * 1.44269504088896341f);
+#else
+        float y;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504088896341f));
+        return y;
+#endif
+    } else
+        return ops_expf(x);
+}
 /* the keys a query row sees ([lo, hi)); nothing for rows past Tq */
 __device__ static inline void att_rows_range(int i, int Tq, int Tk, int causal, int window, int *lo, int *hi) {
     if (i >= Tq) {
@@ -315,7 +335,7 @@ __device__ static inline void att_rows_range(int i, int Tq, int Tk, int causal, 
 /* One key tile's online softmax on a warp's registers: s (its 16 rows x NT 8-key column tiles
  * of Q K^T from key k0) scaled, masked to each row's [lo, hi) and turned into P; the rows'
  * running max m and sum l updated and o rescaled (a row's 4 lanes share m) */
-template <int NT, int DT>
+template <int NT, int DT, bool BF>
 __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], float m[2], float l[2], const int lo[2],
                                                const int hi[2], int k0, float scale, int t) {
     #pragma unroll
@@ -340,7 +360,7 @@ __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], f
             continue;
         }
         if (mn != m[rr]) {
-            const float f = m[rr] == -INFINITY ? 0.0f : ops_expf(m[rr] - mn);
+            const float f = m[rr] == -INFINITY ? 0.0f : att_exp<BF>(m[rr] - mn);
             l[rr] *= f;
             #pragma unroll
             for (int jd = 0; jd < DT; jd++) o[jd][2 * rr] *= f, o[jd][2 * rr + 1] *= f;
@@ -350,7 +370,7 @@ __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], f
         for (int j = 0; j < NT; j++)
             #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float p = ops_expf(s[j][2 * rr + e] - mn);
+                const float p = att_exp<BF>(s[j][2 * rr + e] - mn);
                 s[j][2 * rr + e] = p;
                 l[rr] += p;
             }
@@ -480,7 +500,7 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
         #pragma unroll
         for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
         att_dots_bf<C::KS, C::NT>(s, qa, kv.sk(n), C::LD, g, t);
-        att_softmax_tile<C::NT, C::DT>(s, o, m, l, lo, hi, kv.klo + C::BK * n, scale, t);
+        att_softmax_tile<C::NT, C::DT, true>(s, o, m, l, lo, hi, kv.klo + C::BK * n, scale, t);
         att_pv_rm<C::NT, C::DT>(o, s, kv.sv(n), C::LD, g, t);
         if (n + 1 < kv.tiles) {
             if (!ATT_EARLY(HD)) kv.load(n + 1);
@@ -527,7 +547,7 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
             #pragma unroll
             for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
             att_dots_f32<HD, C::NT>(s, sQ + 16 * w * C::LD, sK, C::LD, g, t);
-            att_softmax_tile<C::NT, C::DT>(s, o, m, l, lo, hi, k0, scale, t);
+            att_softmax_tile<C::NT, C::DT, false>(s, o, m, l, lo, hi, k0, scale, t);
             att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), sV, C::LD, g, t);
         }
         att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
@@ -602,7 +622,7 @@ __device__ static inline void att_dkdv_queries(int j0, int j1, int Tq, int Tk, i
  * key of the block's [j0, j1) is visible from every query of the tile (the visible range's ends
  * grow with the query: the last query's start and the first one's end decide) no element is
  * masked and the per-element test is skipped. */
-template <int NTQ>
+template <int NTQ, bool BF>
 __device__ static inline void att_dkdv_ds(float st[NTQ][4], float dpt[NTQ][4], const float *L, const float *D, int key0,
                                           int q0, int nq, int j0, int j1, int Tq, int Tk, int causal, int window,
                                           float scale, int t) {
@@ -621,7 +641,7 @@ __device__ static inline void att_dkdv_ds(float st[NTQ][4], float dpt[NTQ][4], c
                 att_rows_range(q0 + col, Tq, Tk, causal, window, &lo, &hi);
                 vis = key >= lo && key < hi;
             }
-            const float p = vis ? ops_expf(st[j][e] * scale - L[col]) : 0.0f;
+            const float p = vis ? att_exp<BF>(st[j][e] * scale - L[col]) : 0.0f;
             st[j][e] = p;
             dpt[j][e] = p * (dpt[j][e] - D[col]) * scale;
         }
@@ -714,7 +734,7 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
                 for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
             att_dots_bf<C::KS, NP>(st, ka, Q + r0 * C::LD, C::LD, g, t);
             att_dots_bf<C::KS, NP>(dpt, va, dO + r0 * C::LD, C::LD, g, t);
-            att_dkdv_ds<NP>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
+            att_dkdv_ds<NP, true>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
                             window, scale, t);
             att_pv_rm<NP, C::DT>(dva, st, dO + r0 * C::LD, C::LD, g, t);
             att_pv_rm<NP, C::DT>(dka, dpt, Q + r0 * C::LD, C::LD, g, t);
@@ -776,7 +796,7 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
                     for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
                 att_dots_f32<HD, C::NTQ>(st, sK + 16 * w * C::LD, sQ, C::LD, g, t);
                 att_dots_f32<HD, C::NTQ>(dpt, sV + 16 * w * C::LD, sdO, C::LD, g, t);
-                att_dkdv_ds<C::NTQ>(st, dpt, sL, sD, key0, q0, nq, j0, j1, Tq, Tk, causal, window, scale, t);
+                att_dkdv_ds<C::NTQ, false>(st, dpt, sL, sD, key0, q0, nq, j0, j1, Tq, Tk, causal, window, scale, t);
                 float *pw = sP + w * 16 * (C::QT + 1);
                 att_pv_f32<C::NTQ, C::DT>(dva, st, pw, sdO, C::LD, g, t);
                 att_pv_f32<C::NTQ, C::DT>(dka, dpt, pw, sQ, C::LD, g, t);
@@ -801,7 +821,7 @@ __device__ static inline void att_dq_rows(int lo[2], int hi[2], float L[2], floa
 }
 /* dS = P (dP - D) scale over one key tile from k0, P = exp(S scale - lse) (0 where not visible),
  * into dp */
-template <int NT>
+template <int NT, bool BF>
 __device__ static inline void att_dq_ds(const float s[NT][4], float dp[NT][4], const int lo[2], const int hi[2], int k0,
                                         const float L[2], const float Dr[2], float scale, int t) {
     #pragma unroll
@@ -810,7 +830,7 @@ __device__ static inline void att_dq_ds(const float s[NT][4], float dp[NT][4], c
         for (int e = 0; e < 4; e++) {
             const int rr = e >> 1, key = k0 + 8 * j + 2 * t + (e & 1);
             const bool vis = key >= lo[rr] && key < hi[rr];
-            const float p = vis ? ops_expf(s[j][e] * scale - L[rr]) : 0.0f;
+            const float p = vis ? att_exp<BF>(s[j][e] * scale - L[rr]) : 0.0f;
             dp[j][e] = p * (dp[j][e] - Dr[rr]) * scale;
         }
 }
@@ -876,7 +896,7 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
                 for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
             att_dots_bf<C::KS, NP>(s, qa, K, C::LD, g, t);
             att_dots_bf<C::KS, NP>(dp, da, V, C::LD, g, t);
-            att_dq_ds<NP>(s, dp, lo, hi, kv.klo + C::BK * n + c0, L, Dr, scale, t);
+            att_dq_ds<NP, true>(s, dp, lo, hi, kv.klo + C::BK * n + c0, L, Dr, scale, t);
             att_pv_rm<NP, C::DT>(dqa, dp, K, C::LD, g, t);
         }
         if (n + 1 < kv.tiles) {
@@ -930,7 +950,7 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
                 for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
             att_dots_f32<HD, C::NT>(s, sQ + 16 * w * C::LD, sK, C::LD, g, t);
             att_dots_f32<HD, C::NT>(dp, sdO + 16 * w * C::LD, sV, C::LD, g, t);
-            att_dq_ds<C::NT>(s, dp, lo, hi, k0, L, Dr, scale, t);
+            att_dq_ds<C::NT, false>(s, dp, lo, hi, k0, L, Dr, scale, t);
             att_pv_f32<C::NT, C::DT>(dqa, dp, sP + w * 16 * (C::BK + 1), sK, C::LD, g, t);
         }
         att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t);
