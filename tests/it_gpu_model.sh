@@ -89,6 +89,9 @@ assert cp["calls"] == 2 and abs(cp["pred_s"] - max(2 * 2e-6, 2 * f((0, 0, 0, 1e3
 assert abs(g["step_s"] - (k["pred_s"] + p["pred_s"] + ms["pred_s"] + cp["pred_s"] + g["host_waits"] * 10e-6)) < 1e-12, \
     ("the step: kernels, products, memsets and copies, host waits", g["step_s"])
 assert g["mfu"] > 0 and g["targets"]["mfu_met"] == (g["mfu"] >= 0.4)
+pm = max(p["calls"] * 2e-6, p["flops"] / (989e12 * 0.506), p["bytes"] / 3.35e12)
+assert abs(g["step_s_at_measured_gemm"] - (g["step_s"] - p["pred_s"] + pm)) < 1e-12, \
+    ("the step with cuBLAS at the H100's measured share", g["step_s_at_measured_gemm"])
 print("checked")
 PY
 ok "synthetic counts extrapolated by the form's own coefficients; results labelled a prediction ($(tail -1 "$W/check.txt"))" \
