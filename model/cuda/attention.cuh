@@ -39,7 +39,7 @@
  *
  * Exponentials (att_exp): the fp32 engine's are ops_math.h's ops_expf, the CPU reference's (its
  * results still differ from the CPU's in the last bits: sums in another order); the bf16
- * engine's are exp2f(x log2 e), a GPU's special-function unit (ex2, 2 ulp) in place of
+ * engine's are 2^(x log2 e), a GPU's special-function unit (ex2.approx) in place of
  * ops_expf's ~20 CUDA-core operations per element (what FlashAttention does; the results move
  * by a few ulps of the exponential, far inside bf16's tolerances against the CPU device).
  *
@@ -69,9 +69,10 @@
 #endif
 /* The forward at hd 64 likewise. With ldmatrix (the B fragments of two column tiles loaded at
  * once) nvcc 13 gave it 185 registers unbounded (2 blocks a SM; 165 before, 3 blocks); bounded
- * to 3 blocks it takes 168 with 28 bytes spilled (bench/NOTES.md, i-att3; NOT timed on a GPU:
- * -DATT_FWD_MIN_BLOCKS=1 builds the unbounded one). The same change moved dQ from no spill to
- * 4 bytes and dK/dV from 178 to 218 bytes, at 168 registers each. */
+ * to 3 blocks it takes 168 with 28 bytes spilled, 12 with ex2 below (bench/NOTES.md, i-att3; NOT
+ * timed on a GPU: -DATT_FWD_MIN_BLOCKS=1 builds the unbounded one, 204 registers). With both,
+ * dQ went from no spill to 12 bytes and dK/dV from 178 to 302 bytes, at 168 registers each
+ * (-DATT_DKDV_MIN_BLOCKS=2: 248 registers, no spill, 2 blocks a SM). */
 #ifndef ATT_FWD_MIN_BLOCKS
 #define ATT_FWD_MIN_BLOCKS 3
 #endif
@@ -308,7 +309,8 @@ __device__ static inline void att_pv_f32(float out[DT][4], const float P[NT][4],
 /* the softmax's exponential (see the top): the bf16 engine's 2^(x log2 e) -- on a GPU PTX's
  * ex2.approx.ftz.f32, one special-function instruction (exp2f's guard of the subnormal range
  * took registers: nvcc spilled more in both backward passes), under the emulator the host's
- * exp2f (results below 2^-126 are not flushed there: they are 0 to a bf16 product either way) --,
+ * exp2f (results below 2^-126 are not flushed to 0 there: negligible beside the row's largest
+ * term, 1) --,
  * the fp32 engine's ops_expf */
 template <bool BF> __device__ static inline float att_exp(float x) {
     if constexpr (BF) {
