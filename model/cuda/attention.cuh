@@ -26,17 +26,22 @@
  *
  * The bf16 engine is written for the shared-memory pipe (tests/emu counts its bank conflicts):
  * every tile is row-major bf16 (rows of HD + 8), written with one 16-byte store per 8 elements
- * from registers that 16-byte global loads filled; the products whose B operand runs down a
- * tile's columns (P V, dS K, P^T dO, dS^T Q) build its fragments from two 16-bit loads instead
- * of a transposed copy (whose staging put all of a warp's stores in two banks). The streamed
+ * from registers that 16-byte global loads filled; every fragment is read with ldmatrix
+ * (mma.cuh: one 128-byte wavefront per 8x8 matrix), and the products whose B operand runs down a
+ * tile's columns (P V, dS K, P^T dO, dS^T Q) take it with ldmatrix.trans instead of a transposed
+ * copy (whose staging put all of a warp's stores in two banks) or two 16-bit loads per register
+ * (twice the wavefronts). The streamed
  * tiles are double-buffered: the next tile's global loads are issued before the current tile's
  * products and stored after them, one barrier per tile. The block's own rows (the forward's
  * and dQ's queries, dK/dV's keys) pass through shared memory once, into A fragments held in
  * registers for the whole walk. Head dimensions up to ATT_MAX_HD are padded to 16, 32, 64 or
  * 128 (zeros in shared memory); larger ones use kernels.h's per-row bodies.
  *
- * Exponentials are ops_math.h's ops_expf, the CPU reference's (its results still differ from
- * the CPU's in the last bits: sums in another order).
+ * Exponentials (att_exp): the fp32 engine's are ops_math.h's ops_expf, the CPU reference's (its
+ * results still differ from the CPU's in the last bits: sums in another order); the bf16
+ * engine's are 2^(x log2 e), a GPU's special-function unit (ex2.approx) in place of
+ * ops_expf's ~20 CUDA-core operations per element (what FlashAttention does; the results move
+ * by a few ulps of the exponential, far inside bf16's tolerances against the CPU device).
  *
  * The decode step's attention (attention_rows: one query row per (row, head) over a cache
  * range) is k_att_rows: one warp per row and head, key tiles of 32 staged by the warp, lane j
@@ -61,6 +66,15 @@
  * dimensions keep 1 (their accumulators need the registers). Build knobs (-D) for measuring. */
 #ifndef ATT_DQ_MIN_BLOCKS
 #define ATT_DQ_MIN_BLOCKS 3
+#endif
+/* The forward at hd 64 likewise. With ldmatrix (the B fragments of two column tiles loaded at
+ * once) nvcc 13 gave it 185 registers unbounded (2 blocks a SM; 165 before, 3 blocks); bounded
+ * to 3 blocks it takes 168 with 28 bytes spilled, 12 with ex2 below (bench/NOTES.md, i-att3; NOT
+ * timed on a GPU: -DATT_FWD_MIN_BLOCKS=1 builds the unbounded one, 204 registers). With both,
+ * dQ went from no spill to 12 bytes and dK/dV from 178 to 302 bytes, at 168 registers each
+ * (-DATT_DKDV_MIN_BLOCKS=2: 248 registers, no spill, 2 blocks a SM). */
+#ifndef ATT_FWD_MIN_BLOCKS
+#define ATT_FWD_MIN_BLOCKS 3
 #endif
 #ifndef ATT_DKDV_MIN_BLOCKS
 #define ATT_DKDV_MIN_BLOCKS 3
@@ -186,7 +200,6 @@ template <int R, int HD> __device__ static inline void att_st16(__nv_bfloat16 *t
         st16b(tile + r * (HD + 8) + c, g.x[u]);
     }
 }
-__device__ static inline uint32_t ld_b32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
 
 /* ---- the two product engines over a warp's 16 rows ----
  * acc[j][*] (+)= rows (r = 16 w + g, r + 8) of A times rows (8 j + 2 t, 8 j + 2 t + 1) of B,
@@ -206,50 +219,62 @@ __device__ static inline void att_dots_f32(float acc[NT][4], const float *A, con
         }
     }
 }
-/* A fragments of a warp's 16 rows (row-major bf16 tile, ld) for every 16-wide step of HD */
+/* A fragments of a warp's 16 rows (row-major bf16 tile, ld) for every 16-wide step of HD: one
+ * ldmatrix each (mma.cuh; matrices rows 0-7 and 8-15 of columns 16 kk .. + 7, then of + 8 .. + 15:
+ * lane l points at row l % 16, column 16 kk + 8 (l / 16)) */
 template <int KS>
 __device__ static inline void att_frags(uint32_t fa[KS][4], const __nv_bfloat16 *A, int ld, int g, int t) {
+    const int lane = 4 * g + t;
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-        fa[kk][0] = ld_b32(A + g * ld + 16 * kk + 2 * t);
-        fa[kk][1] = ld_b32(A + (g + 8) * ld + 16 * kk + 2 * t);
-        fa[kk][2] = ld_b32(A + g * ld + 16 * kk + 2 * t + 8);
-        fa[kk][3] = ld_b32(A + (g + 8) * ld + 16 * kk + 2 * t + 8);
-    }
+    for (int kk = 0; kk < KS; kk++) ldsm_x4(fa[kk], A + (lane & 15) * ld + 16 * kk + 8 * (lane >> 4));
 }
-/* acc[j] += A (fragments) times rows 8 j .. 8 j + 7 of the row-major tile B, over HD */
+/* acc[j] += A (fragments) times rows 8 j .. 8 j + 7 of the row-major tile B, over HD. The B
+ * fragments of two column tiles j, j + 1 and one 16-wide step kk are one ldmatrix (mma.cuh):
+ * matrices (j, kk's low 8 columns), (j, high 8), (j + 1, low), (j + 1, high); lane l points at
+ * row 8 (j + l / 16) + l % 8, column 16 kk + 8 (l / 8 % 2). Per accumulator the products run
+ * over kk in order, as before. */
 template <int KS, int NT>
 __device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS][4], const __nv_bfloat16 *B, int ld,
                                           int g, int t) {
+    static_assert(NT % 2 == 0, "column tiles in pairs");
+    const int lane = 4 * g + t;
+    const __nv_bfloat16 *p = B + (8 * (lane >> 4) + (lane & 7)) * ld + 8 * ((lane >> 3) & 1);
 #pragma unroll
-    for (int j = 0; j < NT; j++)
+    for (int j = 0; j < NT; j += 2)
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
-            const __nv_bfloat16 *row = B + (8 * j + g) * ld + 16 * kk + 2 * t;
-            mma_bf16(acc[j], fa[kk], ld_b32(row), ld_b32(row + 8));
+            uint32_t b[4];
+            ldsm_x4(b, p + 8 * j * ld + 16 * kk);
+            mma_bf16(acc[j], fa[kk], b[0], b[1]);
+            mma_bf16(acc[j + 1], fa[kk], b[2], b[3]);
         }
 }
 /* out[jd] += P (the warp's 16 rows x 16*KP columns, registers in the C layout of NT = 2 KP
- * column tiles) times B (rows 16 kk .. of the row-major bf16 tile B[k][n], ld). A B fragment register
- * holds B[2t][n] and B[2t+1][n], two rows apart, so it is built from two 16-bit loads. Over a
- * warp those fall on 16 distinct words in 16 banks (rows 2t of 36-word rows are 8 banks apart,
- * columns g pairwise in one word): no bank conflicts, and no transposed copy of the tile. */
-__device__ static inline uint32_t att_col2(const __nv_bfloat16 *p, int ld) {
-    const unsigned short *u = (const unsigned short *)p;
-    return (uint32_t)u[0] | (uint32_t)u[ld] << 16;
-}
+ * column tiles) times B (rows 16 kk .. of the row-major bf16 tile B[k][n], ld). A B fragment
+ * register holds B[2t][n] and B[2t+1][n], two rows apart: ldmatrix.trans (mma.cuh) gives them
+ * from the row-major tile, the fragments of two column tiles jd, jd + 1 at once -- matrices
+ * (rows 16 kk .. + 7, columns 8 jd ..), (rows + 8, 8 jd), (rows 16 kk, 8 (jd + 1)), (+ 8,
+ * 8 (jd + 1)); lane l points at row 16 kk + 8 (l / 8 % 2) + l % 8, column 8 (jd + l / 16). Rows
+ * of LD = HD + 8 bf16 put a matrix's 8 rows in distinct banks: one wavefront per matrix, half
+ * the wavefronts of the two 16-bit loads per register the tile took before (and no transposed
+ * copy of the tile). Per output tile the products run over kk in order, as before. */
 template <int NT, int DT>
 __device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
                                         int t) {
+    static_assert(DT % 2 == 0, "column tiles in pairs");
+    const int lane = 4 * g + t;
+    const __nv_bfloat16 *p = B + (8 * ((lane >> 3) & 1) + (lane & 7)) * ld + 8 * (lane >> 4);
 #pragma unroll
     for (int kk = 0; kk < NT / 2; kk++) {
         const uint32_t a[4] = {pack_bf16(P[2 * kk][0], P[2 * kk][1]), pack_bf16(P[2 * kk][2], P[2 * kk][3]),
                                pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]),
                                pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3])};
 #pragma unroll
-        for (int jd = 0; jd < DT; jd++) {
-            const __nv_bfloat16 *col = B + (16 * kk + 2 * t) * ld + 8 * jd + g;
-            mma_bf16(out[jd], a, att_col2(col, ld), att_col2(col + 8 * ld, ld));
+        for (int jd = 0; jd < DT; jd += 2) {
+            uint32_t b[4];
+            ldsm_x4_t(b, p + 16 * kk * ld + 8 * jd);
+            mma_bf16(out[jd], a, b[0], b[1]);
+            mma_bf16(out[jd + 1], a, b[2], b[3]);
         }
     }
 }
@@ -281,6 +306,24 @@ __device__ static inline void att_pv_f32(float out[DT][4], const float P[NT][4],
     __syncwarp();
 }
 
+/* the softmax's exponential (see the top): the bf16 engine's 2^(x log2 e) -- on a GPU PTX's
+ * ex2.approx.ftz.f32, one special-function instruction (exp2f's guard of the subnormal range
+ * took registers: nvcc spilled more in both backward passes), under the emulator the host's
+ * exp2f (results below 2^-126 are not flushed to 0 there: negligible beside the row's largest
+ * term, 1) --,
+ * the fp32 engine's ops_expf */
+template <bool BF> __device__ static inline float att_exp(float x) {
+    if constexpr (BF) {
+#if CUDA_EMU
+        return exp2f(x * 1.44269504088896341f);
+#else
+        float y;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504088896341f));
+        return y;
+#endif
+    } else
+        return ops_expf(x);
+}
 /* the keys a query row sees ([lo, hi)); nothing for rows past Tq */
 __device__ static inline void att_rows_range(int i, int Tq, int Tk, int causal, int window, int *lo, int *hi) {
     if (i >= Tq) {
@@ -294,7 +337,7 @@ __device__ static inline void att_rows_range(int i, int Tq, int Tk, int causal, 
 /* One key tile's online softmax on a warp's registers: s (its 16 rows x NT 8-key column tiles
  * of Q K^T from key k0) scaled, masked to each row's [lo, hi) and turned into P; the rows'
  * running max m and sum l updated and o rescaled (a row's 4 lanes share m) */
-template <int NT, int DT>
+template <int NT, int DT, bool BF>
 __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], float m[2], float l[2], const int lo[2],
                                                const int hi[2], int k0, float scale, int t) {
     #pragma unroll
@@ -319,7 +362,7 @@ __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], f
             continue;
         }
         if (mn != m[rr]) {
-            const float f = m[rr] == -INFINITY ? 0.0f : ops_expf(m[rr] - mn);
+            const float f = m[rr] == -INFINITY ? 0.0f : att_exp<BF>(m[rr] - mn);
             l[rr] *= f;
             #pragma unroll
             for (int jd = 0; jd < DT; jd++) o[jd][2 * rr] *= f, o[jd][2 * rr + 1] *= f;
@@ -329,7 +372,7 @@ __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], f
         for (int j = 0; j < NT; j++)
             #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float p = ops_expf(s[j][2 * rr + e] - mn);
+                const float p = att_exp<BF>(s[j][2 * rr + e] - mn);
                 s[j][2 * rr + e] = p;
                 l[rr] += p;
             }
@@ -459,7 +502,7 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
         #pragma unroll
         for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
         att_dots_bf<C::KS, C::NT>(s, qa, kv.sk(n), C::LD, g, t);
-        att_softmax_tile<C::NT, C::DT>(s, o, m, l, lo, hi, kv.klo + C::BK * n, scale, t);
+        att_softmax_tile<C::NT, C::DT, true>(s, o, m, l, lo, hi, kv.klo + C::BK * n, scale, t);
         att_pv_rm<C::NT, C::DT>(o, s, kv.sv(n), C::LD, g, t);
         if (n + 1 < kv.tiles) {
             if (!ATT_EARLY(HD)) kv.load(n + 1);
@@ -470,7 +513,7 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
     att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1)
 k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
           int hd, int causal, int window, float scale, att_bf16_t c16) {
     if constexpr (BF) {
@@ -506,7 +549,7 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
             #pragma unroll
             for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
             att_dots_f32<HD, C::NT>(s, sQ + 16 * w * C::LD, sK, C::LD, g, t);
-            att_softmax_tile<C::NT, C::DT>(s, o, m, l, lo, hi, k0, scale, t);
+            att_softmax_tile<C::NT, C::DT, false>(s, o, m, l, lo, hi, k0, scale, t);
             att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), sV, C::LD, g, t);
         }
         att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
@@ -581,7 +624,7 @@ __device__ static inline void att_dkdv_queries(int j0, int j1, int Tq, int Tk, i
  * key of the block's [j0, j1) is visible from every query of the tile (the visible range's ends
  * grow with the query: the last query's start and the first one's end decide) no element is
  * masked and the per-element test is skipped. */
-template <int NTQ>
+template <int NTQ, bool BF>
 __device__ static inline void att_dkdv_ds(float st[NTQ][4], float dpt[NTQ][4], const float *L, const float *D, int key0,
                                           int q0, int nq, int j0, int j1, int Tq, int Tk, int causal, int window,
                                           float scale, int t) {
@@ -600,7 +643,7 @@ __device__ static inline void att_dkdv_ds(float st[NTQ][4], float dpt[NTQ][4], c
                 att_rows_range(q0 + col, Tq, Tk, causal, window, &lo, &hi);
                 vis = key >= lo && key < hi;
             }
-            const float p = vis ? ops_expf(st[j][e] * scale - L[col]) : 0.0f;
+            const float p = vis ? att_exp<BF>(st[j][e] * scale - L[col]) : 0.0f;
             st[j][e] = p;
             dpt[j][e] = p * (dpt[j][e] - D[col]) * scale;
         }
@@ -693,7 +736,7 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
                 for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
             att_dots_bf<C::KS, NP>(st, ka, Q + r0 * C::LD, C::LD, g, t);
             att_dots_bf<C::KS, NP>(dpt, va, dO + r0 * C::LD, C::LD, g, t);
-            att_dkdv_ds<NP>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
+            att_dkdv_ds<NP, true>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
                             window, scale, t);
             att_pv_rm<NP, C::DT>(dva, st, dO + r0 * C::LD, C::LD, g, t);
             att_pv_rm<NP, C::DT>(dka, dpt, Q + r0 * C::LD, C::LD, g, t);
@@ -755,7 +798,7 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
                     for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
                 att_dots_f32<HD, C::NTQ>(st, sK + 16 * w * C::LD, sQ, C::LD, g, t);
                 att_dots_f32<HD, C::NTQ>(dpt, sV + 16 * w * C::LD, sdO, C::LD, g, t);
-                att_dkdv_ds<C::NTQ>(st, dpt, sL, sD, key0, q0, nq, j0, j1, Tq, Tk, causal, window, scale, t);
+                att_dkdv_ds<C::NTQ, false>(st, dpt, sL, sD, key0, q0, nq, j0, j1, Tq, Tk, causal, window, scale, t);
                 float *pw = sP + w * 16 * (C::QT + 1);
                 att_pv_f32<C::NTQ, C::DT>(dva, st, pw, sdO, C::LD, g, t);
                 att_pv_f32<C::NTQ, C::DT>(dka, dpt, pw, sQ, C::LD, g, t);
@@ -780,7 +823,7 @@ __device__ static inline void att_dq_rows(int lo[2], int hi[2], float L[2], floa
 }
 /* dS = P (dP - D) scale over one key tile from k0, P = exp(S scale - lse) (0 where not visible),
  * into dp */
-template <int NT>
+template <int NT, bool BF>
 __device__ static inline void att_dq_ds(const float s[NT][4], float dp[NT][4], const int lo[2], const int hi[2], int k0,
                                         const float L[2], const float Dr[2], float scale, int t) {
     #pragma unroll
@@ -789,7 +832,7 @@ __device__ static inline void att_dq_ds(const float s[NT][4], float dp[NT][4], c
         for (int e = 0; e < 4; e++) {
             const int rr = e >> 1, key = k0 + 8 * j + 2 * t + (e & 1);
             const bool vis = key >= lo[rr] && key < hi[rr];
-            const float p = vis ? ops_expf(s[j][e] * scale - L[rr]) : 0.0f;
+            const float p = vis ? att_exp<BF>(s[j][e] * scale - L[rr]) : 0.0f;
             dp[j][e] = p * (dp[j][e] - Dr[rr]) * scale;
         }
 }
@@ -855,7 +898,7 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
                 for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
             att_dots_bf<C::KS, NP>(s, qa, K, C::LD, g, t);
             att_dots_bf<C::KS, NP>(dp, da, V, C::LD, g, t);
-            att_dq_ds<NP>(s, dp, lo, hi, kv.klo + C::BK * n + c0, L, Dr, scale, t);
+            att_dq_ds<NP, true>(s, dp, lo, hi, kv.klo + C::BK * n + c0, L, Dr, scale, t);
             att_pv_rm<NP, C::DT>(dqa, dp, K, C::LD, g, t);
         }
         if (n + 1 < kv.tiles) {
@@ -909,7 +952,7 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
                 for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
             att_dots_f32<HD, C::NT>(s, sQ + 16 * w * C::LD, sK, C::LD, g, t);
             att_dots_f32<HD, C::NT>(dp, sdO + 16 * w * C::LD, sV, C::LD, g, t);
-            att_dq_ds<C::NT>(s, dp, lo, hi, k0, L, Dr, scale, t);
+            att_dq_ds<C::NT, false>(s, dp, lo, hi, k0, L, Dr, scale, t);
             att_pv_f32<C::NT, C::DT>(dqa, dp, sP + w * 16 * (C::BK + 1), sK, C::LD, g, t);
         }
         att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t);

@@ -1105,6 +1105,19 @@ __attribute__((no_sanitize("address"))) void mma_m16n8k16_bf16(float c[4], const
     }
     if (lane == 0 && cur_thread && !cur_launch->fast) t_tensor_flops += 2 * 16 * 8 * 16;
 }
+__attribute__((no_sanitize("address"))) void ldmatrix_b16(uint32_t r[4], const uint32_t (*rows)[4], unsigned lane,
+                                                          int trans) {
+    const unsigned g = lane / 4, t = lane % 4;
+    for (unsigned i = 0; i < 4; i++) {
+        const uint32_t(*m)[4] = rows + 8 * i; /* matrix i's rows */
+        if (!trans) {
+            r[i] = m[g][t];
+            continue;
+        }
+        const uint32_t lo = m[2 * t][g / 2] >> (16 * (g & 1)) & 0xffffu, hi = m[2 * t + 1][g / 2] >> (16 * (g & 1)) & 0xffffu;
+        r[i] = lo | hi << 16;
+    }
+}
 } // namespace emu
 extern "C" EMU_HOT void __emu_loadN(uintptr_t p, size_t n) {
     if (emu::cur_thread && n) emu::on_access((const void *)p, (unsigned)n, EMU_LOAD, __builtin_return_address(0));

@@ -11,6 +11,10 @@
  *     takes 1, the same word broadcast 1, a stride of 32 words (every lane in bank 0) 32 -- 31 of
  *     them conflicts --, a stride of 2 words 2; a warp's 16-byte accesses of 512 consecutive bytes
  *     4 (the ideal), a 16-bit transposed store into rows of 72 bf16 (attention's old tile_t) 8;
+ *   - ldmatrix (mma.cuh's ldsm_x4, ldsm_x4_t): every lane's registers against the PTX ISA's
+ *     layout, plain and transposed (each check shown to reject the other layout), a product fed
+ *     by them equal to the host's and a wrong choice of layout caught; its wavefronts one per 8x8
+ *     matrix without conflicts (rows of 24 b16), two with rows 4 apart in one bank (rows of 16);
  *   - FT_EMU_SAMPLE_BLOCKS=8 (set before the first launch): a 64-block launch observes 8 blocks
  *     (blocks_run), yet every block runs (the output is complete), and the sample scaled by
  *     64/8 gives a uniform kernel's exact count; a kernel FT_EMU_SAMPLE_EXCEPT names is
@@ -88,6 +92,45 @@ __global__ void k_banks(int pattern, float *out) {
     }
     if (pattern == 5) ((volatile uint16_t *)t)[(8 * (l % 8)) * 72 + l / 8] = (uint16_t)l; /* never read: volatile */
     out[l] = x;
+}
+
+/* one warp, a 16 x 16 b16 tile in shared memory with rows of ld elements. Modes 0-2: element
+ * (r, c) holds the bits 32 r + c + 1; 0 stops there, 1 loads the tile's four 8x8 matrices with
+ * ldmatrix.x4 (mma.cuh's ldsm_x4; lane l at row l % 16, column 8 (l / 16): matrix i is rows
+ * 8 (i % 2) .., columns 8 (i / 2) ..), 2 the same with .trans; out: each lane's 4 registers.
+ * Modes 3, 4: element (r, c) is the bf16 of T[r][c] = (5 r + 3 c) % 11 - 5 and the warp
+ * computes T T with mma_bf16, A's fragments by ldsm_x4, B's (the tile read as B[k][n], two
+ * 8-column tiles) by ldsm_x4_t (3) or, the wrong layout for a [k][n] tile, by ldsm_x4 (4); out:
+ * each lane's 8 outputs as float bits. */
+__global__ void k_ldsm(int ld, int mode, uint32_t *out) {
+    __shared__ __align__(16) uint16_t tile[16 * 24];
+    const int l = threadIdx.x, g = l / 4, t = l % 4;
+    for (int e = l; e < 256; e += 32) {
+        const int r = e / 16, c = e % 16;
+        tile[r * ld + c] = mode <= 2 ? (uint16_t)(32 * r + c + 1) : __bfloat16_as_ushort(__float2bfloat16_rn((float)((5 * r + 3 * c) % 11 - 5)));
+    }
+    __syncwarp();
+    const __nv_bfloat16 *base = (const __nv_bfloat16 *)tile;
+    uint32_t r[4] = {0, 0, 0, 0};
+    if (mode == 1) ldsm_x4(r, base + (l & 15) * ld + 8 * (l >> 4));
+    if (mode == 2) ldsm_x4_t(r, base + (l & 15) * ld + 8 * (l >> 4));
+    if (mode <= 2) {
+        for (int i = 0; i < 4; i++) out[4 * l + i] = r[i];
+        return;
+    }
+    uint32_t a[4], b[4];
+    ldsm_x4(a, base + (l & 15) * ld + 8 * (l >> 4));
+    const __nv_bfloat16 *pb = base + (8 * ((l >> 3) & 1) + (l & 7)) * ld + 8 * (l >> 4);
+    if (mode == 3) ldsm_x4_t(b, pb);
+    else ldsm_x4(b, pb);
+    float c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0};
+    mma_bf16(c0, a, b[0], b[1]);
+    mma_bf16(c1, a, b[2], b[3]);
+    for (int e = 0; e < 4; e++) {
+        memcpy(&out[8 * l + e], &c0[e], 4);
+        memcpy(&out[8 * l + 4 + e], &c1[e], 4);
+    }
+    (void)g, (void)t;
 }
 
 struct counts {
@@ -207,6 +250,77 @@ static void test_banks(void) {
     banks_case(5, 8, 1, "16-bit transposed store into rows of 72");
 }
 
+/* ldmatrix (mma.cuh) against the PTX ISA's fragment layout, computed here on its own: lane
+ * (g, t)'s register i holds matrix i's elements (g, 2t), (g, 2t + 1), or with .trans (2t, g),
+ * (2t + 1, g), the first in the low half; every element's bits are distinct, so a lane
+ * mapping that differs anywhere fails */
+static uint32_t *ldsm_run(int ld, int mode, uint32_t *h, size_t n) {
+    uint32_t *d = NULL;
+    cudaMalloc(&d, n * sizeof *d);
+    k_ldsm<<<1, 32>>>(ld, mode, d);
+    cudaMemcpy(h, d, n * sizeof *d, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    return h;
+}
+static int ldsm_mismatches(const uint32_t *h, int trans) {
+    int bad = 0;
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            const int g = l / 4, t = l % 4, r0 = 8 * (i % 2), c0 = 8 * (i / 2);
+            const int ra = trans ? r0 + 2 * t : r0 + g, ca = trans ? c0 + g : c0 + 2 * t;
+            const int rb = trans ? ra + 1 : ra, cb = trans ? ca : ca + 1;
+            const uint32_t want = (uint32_t)(32 * ra + ca + 1) | (uint32_t)(32 * rb + cb + 1) << 16;
+            bad += h[4 * l + i] != want;
+        }
+    return bad;
+}
+static void test_ldmatrix_layout(void) {
+    uint32_t h[128];
+    CHECK(ldsm_mismatches(ldsm_run(24, 1, h, 128), 0) == 0, "ldmatrix.x4: every lane's registers as the PTX ISA's layout");
+    CHECK(ldsm_mismatches(h, 1) > 0, "the check tells the plain layout from the transposed one");
+    CHECK(ldsm_mismatches(ldsm_run(24, 2, h, 128), 1) == 0, "ldmatrix.x4.trans: every lane's registers");
+    CHECK(ldsm_mismatches(h, 0) > 0, "and the transposed load is not the plain one");
+    /* T T through mma: right with .trans for the [k][n] operand, wrong (detected) without */
+    float T[16][16], D[16][16];
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) T[r][c] = (float)((5 * r + 3 * c) % 11 - 5);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            D[i][j] = 0;
+            for (int k = 0; k < 16; k++) D[i][j] += T[i][k] * T[k][j];
+        }
+    for (int mode = 3; mode <= 4; mode++) {
+        uint32_t o[256];
+        ldsm_run(24, mode, o, 256);
+        int bad = 0;
+        for (int l = 0; l < 32; l++)
+            for (int jt = 0; jt < 2; jt++)
+                for (int e = 0; e < 4; e++) {
+                    float x;
+                    memcpy(&x, &o[8 * l + 4 * jt + e], 4);
+                    bad += x != D[l / 4 + 8 * (e / 2)][8 * jt + 2 * (l % 4) + e % 2];
+                }
+        if (mode == 3) CHECK(bad == 0, "T T from ldmatrix fragments (B by .trans): %d of 256 outputs wrong", bad);
+        else CHECK(bad > 0, "B by the plain ldmatrix from a [k][n] tile (the wrong layout) gives another product");
+    }
+}
+/* ldmatrix's shared wavefronts: one per 8x8 matrix when its 8 rows of 16 bytes fall into
+ * distinct banks (rows of 24 b16: 12 words apart), two when rows 4 apart share banks (rows of 16:
+ * 8 words apart); the ideal is 4 either way */
+static void test_ldmatrix_banks(void) {
+    uint32_t h[128];
+    for (int ld = 16; ld <= 24; ld += 8) {
+        ldsm_run(ld, 0, h, 128);
+        const unsigned long long w0 = g_c.sh_wave, i0 = g_c.sh_ideal, a0 = g_c.sh_access;
+        ldsm_run(ld, 1, h, 128);
+        const unsigned long long w = g_c.sh_wave - w0, i = g_c.sh_ideal - i0, a = g_c.sh_access - a0;
+        const unsigned want = ld == 24 ? 4 : 8;
+        CHECK(a == 1 && w == want && i == 4, "ldmatrix.x4 over rows of %d: %llu access, %llu wavefronts (ideal %llu), want 1, %u (4)",
+              ld, a, w, i, want);
+        CHECK(ldsm_mismatches(h, 0) == 0, "rows of %d: the registers", ld);
+    }
+}
+
 static void test_sampling(void) {
     enum { N = 64 * 128 };
     float *a = dev_floats(N, 2), *b = dev_floats(N, 3), *c = dev_floats(N, 1);
@@ -285,6 +399,8 @@ int main(void) {
     RUN(test_tensor_flops);
     RUN(test_sectors);
     RUN(test_banks);
+    RUN(test_ldmatrix_layout);
+    RUN(test_ldmatrix_banks);
     RUN(test_sampling);
     RUN(test_gemm_hook_and_waits);
     RUN(test_copy_hook);

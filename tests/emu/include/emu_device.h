@@ -98,6 +98,14 @@ uint64_t atomic(void *p, int op, int type, uint64_t v, uint64_t cmp);
  * instrument: the launch counts the warp's 2 x 16 x 8 x 16 products as tensor-core FLOPs
  * (emu_launch_info_t.tensor_flops, once per warp: lane 0's call), not as CUDA-core ones. */
 void mma_m16n8k16_bf16(float c[4], const uint32_t (*a)[4], const uint32_t (*b)[2], unsigned lane);
+/* The exchange of PTX's ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for one lane
+ * (model/cuda/mma.cuh, after the warp's 32 lanes posted the 16-byte row each read: rows[lane]
+ * holds 8 b16 elements, two per word, the lower column low). Lanes 8 i .. 8 i + 7 gave the rows
+ * 0 .. 7 of matrix i; register r[i] receives, with g = lane / 4 and t = lane % 4, elements
+ * (g, 2t) and (g, 2t + 1) of matrix i, or with trans elements (2t, g) and (2t + 1, g) (PTX ISA,
+ * "Warp-level matrix load instruction: ldmatrix"), the first in the low half. Not counted and
+ * not observed: the rows' loads are the kernel's own (16 bytes a lane, 8 lanes a phase). */
+void ldmatrix_b16(uint32_t r[4], const uint32_t (*rows)[4], unsigned lane, int trans);
 
 /* ---- launches ---- */
 typedef void (*body_fn)(void *);
