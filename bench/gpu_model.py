@@ -92,6 +92,12 @@ def kernel_time(r, launches, par):
                        r["footprint_sectors"] * 32 / HBM)
     r["pred_s"] = max(launches * LAUNCH_MIN_S, max(cuda_s + tc_s + r["smem_s"], r["sectors"] * 32 / HBM) / par)
     r["pred_over_bound"] = r["pred_s"] / r["bound_s"] if r["bound_s"] else None
+    # the same bound with a sector read and written by one launch (an in-place update: AdamW, dlogits
+    # over the logits) moved twice, in and out: distinct sectors read + distinct sectors written
+    # (counted since 2026-11-26 23:00; absent from older counts)
+    rw = r.get("footprint_rw_sectors")
+    r["bound_rw_s"] = max(r["bound_s"], rw * 32 / HBM) if rw else None
+    r["pred_over_bound_rw"] = r["pred_s"] / r["bound_rw_s"] if r["bound_rw_s"] else None
 
 
 def one_run(path, batch, prefix):
@@ -146,6 +152,8 @@ def main(argv):
                      "counted mma.sync apart): count the runs again (not GPU_MODEL_REUSE)")
     kfields = ["launches", "threads", "flops", "tensor_flops", "bytes_ld", "bytes_st", "sectors", "footprint_sectors",
                "shared_bytes", "local_bytes", "shared_wavefronts", "shared_wavefronts_ideal"]
+    have_rw = all("footprint_rw_sectors" in k for _, d in runs for k in d["kernels"].values())
+    if have_rw: kfields.append("footprint_rw_sectors")
     rows, worst_resid = [], 0.0
     for n in names:
         r = {"kernel": n}
@@ -225,21 +233,22 @@ def main(argv):
     print(f"PREDICTION (no GPU ran): config G {prec}, B={G['batch']} T={G['seq']}, H100 SXM "
           f"({PEAK['bf16']/1e12:.0f} TFLOP/s bf16, {PEAK['fp32']/1e12:.1f} fp32, {HBM/1e12:.2f} TB/s); "
           f"cuBLAS at {GEMM_FRACTION:.0%} of its peak")
-    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'TC GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'bank':>5s} {'smem ms':>8s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'share':>6s}"
+    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'TC GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'bank':>5s} {'smem ms':>8s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'x rw':>5s} {'share':>6s}"
     print(hdr)
     for r in sorted(rows, key=lambda r: -r["pred_s"]):
         co = f"{r['coalescing']:.0%}" if r["coalescing"] is not None else "-"
         xb = f"{r['pred_over_bound']:.1f}" if r["pred_over_bound"] else "-"
         bk = f"{r['bank_conflict']:.1f}" if r["bank_conflict"] else "-"
+        xr = f"{r['pred_over_bound_rw']:.2f}" if r.get("pred_over_bound_rw") else "-"
         print(f"{r['kernel']:24s} {r['launches']:6d} {r['flops']/1e9:8.2f} {r['tensor_flops']/1e9:8.2f} {r['bytes']/1e9:8.2f} {co:>5s} "
               f"{bk:>5s} {r['smem_s']*1e3:8.3f} "
-              f"{r['parallelism']:6.1%} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {xb:>8s} {r['pred_s']/step_s:6.1%}")
+              f"{r['parallelism']:6.1%} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {xb:>8s} {xr:>5s} {r['pred_s']/step_s:6.1%}")
     for r in sorted(grows, key=lambda r: -r["pred_s"]):
         print(f"{r['product']:24.24s} {r['calls']:6d} {'':>8s} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>5s} {'':>8s} {'':>6s} "
-              f"{r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {r['pred_s']/r['bound_s']:8.1f} {r['pred_s']/step_s:6.1%}")
+              f"{r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {r['pred_s']/r['bound_s']:8.1f} {'':>5s} {r['pred_s']/step_s:6.1%}")
     for r in sorted(crows, key=lambda r: -r["pred_s"]):
         print(f"{r['copy']:32.32s} {r['calls']:6d} {r['bytes']/1e9:8.2f} GB {'':>36s} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} "
-              f"{'':>8s} {r['pred_s']/step_s:6.1%}")
+              f"{'':>8s} {'':>5s} {r['pred_s']/step_s:6.1%}")
     print(f"host waits per step: {waits} (x {HOST_WAIT_S*1e6:.0f} us = {waits*HOST_WAIT_S*1e3:.2f} ms)")
     print(f"predicted step {step_s*1e3:.1f} ms (kernels {kern_s*1e3:.1f}, cuBLAS {gemm_s*1e3:.1f}, memsets and copies {copy_s*1e3:.2f}); "
           f"sum of roofline bounds {bound_step*1e3:.1f} ms; {tokens/step_s:,.0f} tokens/s; "
@@ -252,6 +261,10 @@ def main(argv):
     print(f"targets (issue 25): MFU >= {TARGETS['mfu']:.0%}: {'met' if mfu >= TARGETS['mfu'] else 'NOT met'}; "
           f"coalescing >= {TARGETS['coalescing']:.0%}: {len(rows)-len(bad_co)}/{len(rows)} kernels; "
           f"predicted <= {TARGETS['pred_over_bound']:.0f}x bound: {len(rows)-len(bad_x)}/{len(rows)} kernels")
+    bad_rw = [r["kernel"] for r in rows if r.get("pred_over_bound_rw") and r["pred_over_bound_rw"] > TARGETS["pred_over_bound"]]
+    if have_rw:
+        print(f"x rw: the prediction over the bound with a sector both read and written by a launch moved twice "
+              f"(in-place updates); <= {TARGETS['pred_over_bound']:.0f}x that bound: {len(rows)-len(bad_rw)}/{len(rows)} kernels")
     if worst_resid: print(f"fit: largest relative residual over the runs {worst_resid:.2%}")
 
     if results:
@@ -279,13 +292,15 @@ def main(argv):
                             "coalescing": "bytes requested / (sectors x 32); above 1 where lanes read the same address (a broadcast)",
                             "flops": "flops: CUDA-core operations (the LLVM pass), charged at the fp32 peak; tensor_flops: mma.sync's (2 per product term), at the bf16 tensor peak",
                             "bank_conflict": "shared wavefronts / the wavefronts of the same accesses without bank conflicts",
-                            "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, conflict-free shared wavefronts / smem_wavefronts_per_s, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
+                            "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, conflict-free shared wavefronts / smem_wavefronts_per_s, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)",
+                            "bound_rw": "the bound with (distinct sectors read + distinct sectors written) of each launch in place of its distinct sectors: an in-place update's sectors move in and out"},
             "kernels": rows, "products": grows, "copies": crows, "host_waits": waits,
             "step_s": step_s, "kernels_s": kern_s, "products_s": gemm_s, "copies_s": copy_s, "bound_step_s": bound_step,
             "tokens_per_s": tokens / step_s, "model_flops_per_step": model_flops, "executed_flops_per_step": executed,
             "mfu": mfu,
             "step_s_at_measured_gemm": step_meas_s, "mfu_at_measured_gemm": mfu_meas,
-            "targets": dict(TARGETS, mfu_met=mfu >= TARGETS["mfu"], coalescing_below=bad_co, slower_than_2x_bound=bad_x),
+            "targets": dict(TARGETS, mfu_met=mfu >= TARGETS["mfu"], coalescing_below=bad_co, slower_than_2x_bound=bad_x,
+                            slower_than_2x_bound_rw=bad_rw if have_rw else None),
         }
         # merged by jq, as bench/run.sh and gpu.sh write the file (its layout kept)
         frag, tmp = results + ".gpu_model.tmp", results + ".tmp"

@@ -41,8 +41,10 @@ run_point() {
     [ "${GPU_MODEL_REUSE:-0}" = 1 ] && [ -s "$f" ] && return 0
     t0=$(date +%s)
     # k_emb_accumulate unsampled: its blocks' work is data-dependent (a token's first row walks
-    # the token's rows, the others return), and a sample of 16 blocks extrapolated to 3.7 GB
-    if FT_EMU_SAMPLE_BLOCKS=$SAMPLE FT_EMU_SAMPLE_EXCEPT=k_emb_accumulate FT_EMU_MAX_GRID=1056 FT_EMU_CHECKS=0 FT_EMU_SEED=1 FT_EMU_PERF="$f.tmp" \
+    # the token's rows, the others return), and a sample of 16 blocks extrapolated to 3.7 GB;
+    # the column reductions' first stages too: the last block of each group and of the launch
+    # adds the partial rows (rows.cuh's folded finish), once a launch, not once a block
+    if FT_EMU_SAMPLE_BLOCKS=$SAMPLE FT_EMU_SAMPLE_EXCEPT=k_emb_accumulate,k_rmsnorm_bwd_vec,k_colred_partial FT_EMU_MAX_GRID=1056 FT_EMU_CHECKS=0 FT_EMU_SEED=1 FT_EMU_PERF="$f.tmp" \
        OMP_NUM_THREADS=1 "$BIN" --config G --layers "$L" --vocab "$V" --batch 1 --seq "$T" --steps 1 --device cuda \
        --precision "$PREC" > "$OUT/$name.log" 2>&1 && grep -q '"stepped": 1' "$f.tmp"; then
         mv "$f.tmp" "$f"

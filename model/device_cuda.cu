@@ -58,8 +58,10 @@ extern "C" {
 #define CUDA_WORK_RESERVE (CUDA_BF16_WORK_BYTES > sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS ? CUDA_BF16_WORK_BYTES : sizeof(float) * CUDA_BINMAP_CHUNK_FLOATS)
 
 /* the reductions' results, one allocation: the classifier's (ce_result_t, its ticket inside), the
- * norm's double, k_shadow_check's count, the norm's ticket (padded to 8 bytes) */
-#define CUDA_RESULTS_BYTES (sizeof(ce_result_t) + sizeof(double) + 2 * sizeof(unsigned long long))
+ * norm's double, k_shadow_check's count, the norm's ticket (padded to 8 bytes), the column
+ * reductions' tickets (rows.cuh: COLRED_TICKETS) */
+#define CUDA_RESULTS_BYTES \
+    (sizeof(ce_result_t) + sizeof(double) + 2 * sizeof(unsigned long long) + COLRED_TICKETS * sizeof(unsigned))
 
 /* A bf16 shadow (precision bf16): an fp32 tensor's elements rounded to bf16 (ties to even, the
  * bits g_to_bf16 and the CPU's ops_bf16_from_float give), kept on the device beside it so a
@@ -131,6 +133,7 @@ typedef struct {
     ce_result_t *ce;          /* device results: the classifier's count and loss sum, */
     double *norm;             /* the gradient norm's sum of squares (one allocation) */
     unsigned *norm_ticket;    /* k_sumsq_chunks' count of blocks done (same allocation; 0 between launches) */
+    unsigned *colred_tickets; /* the column reductions' folded finish (same allocation; 0 between launches) */
     int finish_apart;         /* $FT_CUDA_FINISH=kernels: the count, mean and norm finished by kernels of
                                  their own, not by the last block (the layout before; the same bits) */
     unsigned long long *shadow_bad; /* k_shadow_check's count of stale elements (same allocation) */
@@ -809,8 +812,8 @@ static void cu_rmsnorm_backward_res(device_t *d, float *dx, float *dw, const flo
     if (dw && !part) return;
     /* dx, the residual stream's gradient, feeds the next products (a Linear's dy) before anything
      * adds to it again: its shadow is written in the same pass */
-    rmsnorm_backward_launch(impl_of(d)->stream, dx, product_output_shadow(d, dx, (size_t)N * D), dw, part, dout, x, w,
-                            rstd, res, N, D);
+    rmsnorm_backward_launch(impl_of(d)->stream, dx, product_output_shadow(d, dx, (size_t)N * D), dw, part,
+                            impl_of(d)->colred_tickets, dout, x, w, rstd, res, N, D);
     LAUNCHED("rmsnorm_backward");
 }
 static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
@@ -1027,7 +1030,7 @@ static void cu_sum_rows(device_t *d, float *out, const float *x, int N, int D) {
     OUT(out, D);
     float *part = (float *)work(d, sizeof(float) * colred_work_floats(N, D));
     if (!part) return;
-    colsum_launch(impl_of(d)->stream, out, part, x, NULL, NULL, N, D, COLRED_SUM, 1);
+    colsum_launch(impl_of(d)->stream, out, part, impl_of(d)->colred_tickets, x, NULL, NULL, N, D, COLRED_SUM, 1);
     LAUNCHED("sum_rows");
 }
 static void cu_copy_rows(device_t *d, float *dst, int ldd, const float *src, int lds, int rows, int D) {
@@ -1401,8 +1404,10 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         c->norm = (double *)(c->ce + 1);
         c->shadow_bad = (unsigned long long *)(c->norm + 1);
         c->norm_ticket = (unsigned *)(c->shadow_bad + 1);
+        c->colred_tickets = (unsigned *)(c->shadow_bad + 2);
         const char *fin = getenv("FT_CUDA_FINISH");
         c->finish_apart = fin && strcmp(fin, "kernels") == 0;
+        if (c->finish_apart) c->colred_tickets = NULL; /* k_colred_finish launched */
         const char *chk = getenv("FT_BF16_SHADOW_CHECK");
         c->shadow_check = chk && *chk && strcmp(chk, "0") != 0;
         const char *al = getenv("FT_CUDA_ALIGN");

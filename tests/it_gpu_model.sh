@@ -4,7 +4,8 @@
 #  1. bench/gpu_model.py on synthetic counts built from known coefficients of its scaling form
 #     (a0 + a1 L + aV V + B T (b0 + b1 L + bV V) + c1 L B T^2): the values it extrapolates to
 #     config G are the form's own, the coalescing and the roofline bound follow from them (the
-#     tensor-core FLOPs at the bf16 tensor peak, the CUDA-core FLOPs at the fp32 one), the step
+#     tensor-core FLOPs at the bf16 tensor peak, the CUDA-core FLOPs at the fp32 one; the bound
+#     with a sector read and written moved twice from footprint_rw), the step
 #     time is the sum of the rows, shared memory's wavefronts are charged at 132 x 1.83e9 a second (their
 #     conflicts reported), counts without tensor_flops are refused, and the results file gets "gpu_model" labelled a prediction, the rest kept;
 #  2. build/emu/bench/train_step counting one real emulated step (config S's shapes, 1 layer,
@@ -26,7 +27,7 @@ def f(c, L, T, V):   # a0 + a1 L + aV V + T (b0 + b1 L + bV V) + c1 L T^2 at B =
 K = {"launches": (3, 5, 0, 0, 0, 0, 0), "threads": (0, 0, 0, 10, 20, 0, 0), "flops": (100, 7, 1, 3, 11, 2, 2),
      "tensor_flops": (0, 0, 0, 0, 0, 0, 4e5),
      "bytes_ld": (64, 32, 4, 8, 16, 4, 4), "bytes_st": (32, 0, 4, 4, 4, 0, 0), "sectors": (4, 2, 1, 1, 1, 1, 1),
-     "footprint_sectors": (2, 1, 1, 1, 1, 0, 0), "shared_bytes": (0,) * 7, "local_bytes": (0,) * 7,
+     "footprint_sectors": (2, 1, 1, 1, 1, 0, 0), "footprint_rw_sectors": (3, 1, 1, 2, 1, 1, 0), "shared_bytes": (0,) * 7, "local_bytes": (0,) * 7,
      "shared_wavefronts": (0, 0, 0, 0, 0, 0, 30), "shared_wavefronts_ideal": (0, 0, 0, 0, 0, 0, 10)}
 for L, T, V in [(1, 64, 1024), (2, 64, 1024), (1, 128, 1024), (2, 128, 1024), (1, 256, 1024), (1, 64, 2048),
                 (1, 128, 2048), (2, 256, 2048)]:
@@ -70,6 +71,10 @@ assert abs(k["tensor_flops"] - tc) <= 1e-6 * tc, ("tensor_flops", k["tensor_flop
 assert tc / 989e12 > max(k["flops"] / 66.9e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3.35e12), "the synthetic tensor FLOPs bound the kernel"
 assert abs(k["bound_s"] - max(k["flops"] / 66.9e12, tc / 989e12, f((2, 1, 1, 1, 1, 0, 0)) * 32 / 3.35e12)) < 1e-15, \
     ("bound: tensor FLOPs at 989 TFLOP/s", k["bound_s"], tc / 989e12, tc / 66.9e12)
+# the bound with in-place sectors moved twice: the same maximum over the read + written sectors
+rw = f((3, 1, 1, 2, 1, 1, 0))
+assert abs(k["bound_rw_s"] - max(k["bound_s"], rw * 32 / 3.35e12)) < 1e-15, ("bound_rw", k["bound_rw_s"])
+assert abs(k["pred_over_bound_rw"] - k["pred_s"] / k["bound_rw_s"]) < 1e-9
 par = min(1.0, k["threads_per_launch"] / (132 * 2048))
 # shared memory: one 128-byte wavefront per clock per SM, 132 SMs at 1.83 GHz; 3x conflicted
 wf = f((0, 0, 0, 0, 0, 0, 30))
@@ -130,6 +135,12 @@ assert all(k[n]["shared_wavefronts"] >= k[n]["shared_wavefronts_ideal"] > 0 for 
     {n: (k[n]["shared_wavefronts"], k[n]["shared_wavefronts_ideal"]) for n in att}
 assert any(n.endswith("bf16") and v["tensor"] == v["calls"] for n, v in d["gemms"].items()), d["gemms"]
 assert d["host_waits"] > 0
+# distinct sectors read + written: at least the distinct sectors, at most twice; AdamW's update in
+# place reads and writes the same sectors
+for n, c in k.items():
+    assert c["footprint_sectors"] <= c["footprint_rw_sectors"] <= 2 * c["footprint_sectors"], (n, c)
+ad = [c for n, c in k.items() if "adamw" in n]
+assert ad and ad[0]["footprint_rw_sectors"] >= 1.5 * ad[0]["footprint_sectors"], ad
 print("checked", len(k), "kernels")
 PY
     ok "the step's counts: every kernel family, FLOPs, bytes, sectors, bf16 products ($(tail -1 "$W/step_check.txt"))" \

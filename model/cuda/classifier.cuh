@@ -94,13 +94,17 @@ __device__ static inline int ce_head(const void *p, int V) {
     return h < V ? h : V;
 }
 /* row[0 .. V) = zr[0 .. V) through shared memory, returning the max of the block's share: 16-byte
- * loads after the row's head, four in flight per thread (a block per SM: its loads must overlap) */
+ * loads after the row's head, four in flight per thread (a block per SM: its loads must overlap).
+ * Stored as 16-byte words where row + head is 16-byte aligned (a staged row's head is 0): four
+ * 4-byte stores 16 bytes apart put lanes l, l + 8, l + 16, l + 24 in one bank (4 wavefronts a
+ * warp each, 16 for the 512 bytes), one 16-byte store takes the 4 a warp's 512 bytes need */
 __device__ static inline float ce_cache_row(float *row, const float *zr, int V) {
     float mx = -INFINITY;
     const int a = ce_head(zr, V), nb = (V - a) / 4, tail = a + 4 * nb;
     for (int i = threadIdx.x; i < a; i += blockDim.x) row[i] = zr[i], mx = fmaxf(mx, zr[i]);
     const float *zb = zr + a;
     float *rb = row + a;
+    const bool s16 = aligned16(rb);
     int j = threadIdx.x;
     for (; j + 3 * (int)blockDim.x < nb; j += 4 * blockDim.x) {
         float4 v[4];
@@ -109,14 +113,16 @@ __device__ static inline float ce_cache_row(float *row, const float *zr, int V) 
         #pragma unroll
         for (int u = 0; u < 4; u++) {
             float *r = rb + 4 * (j + u * blockDim.x);
-            r[0] = v[u].x, r[1] = v[u].y, r[2] = v[u].z, r[3] = v[u].w;
+            if (s16) st4(r, v[u]);
+            else r[0] = v[u].x, r[1] = v[u].y, r[2] = v[u].z, r[3] = v[u].w;
             mx = fmaxf(fmaxf(mx, fmaxf(v[u].x, v[u].y)), fmaxf(v[u].z, v[u].w));
         }
     }
     for (; j < nb; j += blockDim.x) {
         const float4 v = ld4_stream(zb + 4 * j);
         float *r = rb + 4 * j;
-        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+        if (s16) st4(r, v);
+        else r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
         mx = fmaxf(fmaxf(mx, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
     }
     for (int i = tail + threadIdx.x; i < V; i += blockDim.x) row[i] = zr[i], mx = fmaxf(mx, zr[i]);
@@ -188,6 +194,9 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld
          * are 8-byte aligned (a padded stride and an aligned dz row), else one by one */
         const int a = ce_head(dr, V), nb = (V - a) / 4, tail = a + 4 * nb;
         const bool v16 = d16 && (((uintptr_t)(d16 + a)) & 7u) == 0;
+        /* the cached logits as 16-byte words where dz's head leaves them aligned (as the stores
+         * above: 4 wavefronts a warp, not 16) */
+        const bool r16 = aligned16(row + a);
         for (int i = threadIdx.x; i < a; i += blockDim.x) {
             const float g = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
             dr[i] = g;
@@ -195,11 +204,12 @@ k_classifier(float *row_loss, float *lse, float *dz, __nv_bfloat16 *dz16, int ld
         }
         for (int j = threadIdx.x; j < nb; j += blockDim.x) {
             const int i = a + 4 * j;
+            const float4 zc = r16 ? ld4(row + i) : make_float4(row[i], row[i + 1], row[i + 2], row[i + 3]);
             float4 g;
-            g.x = scale * ops_expf(row[i] - l) - (i == (int)t ? scale : 0.0f);
-            g.y = scale * ops_expf(row[i + 1] - l) - (i + 1 == (int)t ? scale : 0.0f);
-            g.z = scale * ops_expf(row[i + 2] - l) - (i + 2 == (int)t ? scale : 0.0f);
-            g.w = scale * ops_expf(row[i + 3] - l) - (i + 3 == (int)t ? scale : 0.0f);
+            g.x = scale * ops_expf(zc.x - l) - (i == (int)t ? scale : 0.0f);
+            g.y = scale * ops_expf(zc.y - l) - (i + 1 == (int)t ? scale : 0.0f);
+            g.z = scale * ops_expf(zc.z - l) - (i + 2 == (int)t ? scale : 0.0f);
+            g.w = scale * ops_expf(zc.w - l) - (i + 3 == (int)t ? scale : 0.0f);
             st4_stream(dr + i, g);
             if (v16) st4_bf16(d16 + i, g.x, g.y, g.z, g.w);
             else if (d16) d16[i] = to_bf16(g.x), d16[i + 1] = to_bf16(g.y), d16[i + 2] = to_bf16(g.z), d16[i + 3] = to_bf16(g.w);

@@ -8,7 +8,9 @@
  * stage 1 gives each block a fixed range of rows and writes one partial row per block
  * (colred_partial); stage 2 (k_colred_finish) adds the partials in a fixed order (a warp per
  * range of partial rows, lanes over columns, then the warps' sums in warp order). The number of blocks depends on N alone (COLRED_ROWS rows per block), so the
- * result is the same on every run and every GPU.
+ * result is the same on every run and every GPU. By default stage 2 is folded into stage 1's
+ * last blocks (colred_finish_folded: the same additions in the same order, the same bits, no
+ * launch of its own); FT_CUDA_FINISH=kernels launches k_colred_finish instead.
  *
  * Fast paths: D % 4 == 0 with 16-byte aligned rows uses 128-bit accesses, and rows of up to
  * ROW_CACHE_MAX floats stay in registers between a row's two passes (one read of x per row);
@@ -101,6 +103,57 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const flo
     if (lane == 0) rstd[row] = r;
 }
 
+/* ---- stage 2 folded into stage 1 (tickets != NULL) ----
+ * k_colred_finish's warp w adds the partial rows of group w ([w per, w per + per), per =
+ * ceil(nb / COLRED_FIN_WARPS)) in order, then warp 0 adds the groups' sums in group order. Here the
+ * last block of group w to write its partial row (an atomic ticket per group) adds the group's
+ * rows into row w of gpart (COLRED_FIN_WARPS rows after the nb partial rows), and the last group
+ * to finish (one more ticket) adds those rows in group order into out: the same additions in the
+ * same order as the launch it replaces, so the same bits. Each finisher reads per (or
+ * COLRED_FIN_WARPS) rows of D floats -- 96 KB at config G's 1024 x 768 -- where one finishing
+ * block for all nb rows would stream 3 MB through one SM. Tickets: COLRED_TICKETS counters at 0
+ * between launches (the finishers put theirs back; one stream, so launches do not overlap).
+ * Called by every thread of the block after its partial row is written; go: a __shared__ int. */
+#define COLRED_FIN_WARPS 32
+#define COLRED_TICKETS (COLRED_FIN_WARPS + 1)
+__device__ static inline void colred_finish_folded(float *out, int accumulate, unsigned *tickets, float *part,
+                                                   int nb, int D, int *go) {
+    const int per = (nb + COLRED_FIN_WARPS - 1) / COLRED_FIN_WARPS, groups = (nb + per - 1) / per;
+    const int g = blockIdx.x / per, b0 = g * per, b1 = min(nb, b0 + per);
+    /* groups of one row (nb <= COLRED_FIN_WARPS): a group's sum 0 + x is x but for x = -0, and t,
+     * a sum from +0, is never -0 (t + -0 = t + +0 = t), so the last block adds the partial rows
+     * themselves: the same bits, one ticket, no copy */
+    float *gpart = per == 1 ? part : part + (size_t)nb * D;
+    __threadfence(); /* this block's partial row, seen by the group's finisher */
+    __syncthreads();
+    if (per > 1) {
+        if (threadIdx.x == 0) *go = atomicAdd(&tickets[g], 1u) == (unsigned)(b1 - b0 - 1);
+        __syncthreads();
+        if (!*go) return;
+        __threadfence();
+        for (int c = threadIdx.x; c < D; c += blockDim.x) {
+            float s = 0.0f;
+            for (int b = b0; b < b1; b++) s += part[(size_t)b * D + c];
+            gpart[(size_t)g * D + c] = s;
+        }
+        __threadfence();
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if (per > 1) atomicExch(&tickets[g], 0u);
+        *go = atomicAdd(&tickets[COLRED_FIN_WARPS], 1u) == (unsigned)(groups - 1);
+    }
+    __syncthreads();
+    if (!*go) return;
+    __threadfence();
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float t = 0.0f;
+        for (int i = 0; i < COLRED_FIN_WARPS; i++) t += i < groups ? gpart[(size_t)i * D + c] : 0.0f;
+        out[c] = accumulate ? out[c] + t : t;
+    }
+    if (threadIdx.x == 0) atomicExch(&tickets[COLRED_FIN_WARPS], 0u);
+}
+
 /* ---- RMSNorm backward ----
  * dx += r w dy - c x with c = r^3 / D sum(w dy x) (ops_rmsnorm_row_backward), one warp per
  * row; with dw_part, block b also writes row b of the weight gradient's stage-1 partials:
@@ -109,11 +162,14 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const flo
  * aligned); the general shapes run k_rmsnorm_bwd_dx and the generic column reduction. dx16 (may be
  * NULL): dx's bf16 shadow, written beside the new dx (the residual stream's gradient, which the
  * next products read: device_cuda.cu's shadows). res (rmsnorm_backward_res): dx = res + the
- * row's term instead of dx += it (res = dx is the same). */
+ * row's term instead of dx += it (res = dx is the same). tickets (with dw_part): the weight
+ * gradient's stage 2 folded in, dw += the partials' sum (colred_finish_folded); NULL: the partials
+ * only (k_colred_finish adds them). */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
 k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *dout, const float *x, const float *w,
-                  const float *rstd, const float *res, int N, int D, int rows_per_block) {
+                  const float *rstd, const float *res, int N, int D, int rows_per_block, float *dw, unsigned *tickets) {
     __shared__ float4 red[ROW_WARPS][WARP * ROW_VECS];
+    __shared__ int go;
     const int lane = threadIdx.x % WARP, wp = threadIdx.x / WARP;
     const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
     float4 acc[ROW_VECS];
@@ -175,6 +231,7 @@ k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *d
         }
         st4(dw_part + (size_t)blockIdx.x * D + 4 * v, s);
     }
+    if (tickets) colred_finish_folded(dw, 1, tickets, dw_part, gridDim.x, D, &go);
 }
 /* the general shapes: dx only, one warp per row, scalar */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
@@ -202,7 +259,8 @@ k_rmsnorm_bwd_dx(float *dx, __nv_bfloat16 *dx16, const float *dout, const float 
 enum { COLRED_SUM = 0,      /* x[n][c] */
        COLRED_RMS_DW = 1 }; /* dy[n][c] x[n][c] r[n] */
 __global__ void k_colred_partial(float *part, const float *a, const float *b, const float *r, int N, int D,
-                                 int rows_per_block, int kind) {
+                                 int rows_per_block, int kind, float *out, int accumulate, unsigned *tickets) {
+    __shared__ int go;
     const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
     const bool vec = D % 4 == 0 && aligned16(a) && (!b || aligned16(b));
     if (vec) {
@@ -226,20 +284,20 @@ __global__ void k_colred_partial(float *part, const float *a, const float *b, co
             }
             st4(part + (size_t)blockIdx.x * D + 4 * v, s);
         }
-        return;
+    } else {
+        for (int c = threadIdx.x; c < D; c += blockDim.x) {
+            float s = 0.0f;
+            for (int n = r0; n < r1; n++)
+                s += kind == COLRED_SUM ? a[(size_t)n * D + c] : a[(size_t)n * D + c] * b[(size_t)n * D + c] * r[n];
+            part[(size_t)blockIdx.x * D + c] = s;
+        }
     }
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float s = 0.0f;
-        for (int n = r0; n < r1; n++)
-            s += kind == COLRED_SUM ? a[(size_t)n * D + c] : a[(size_t)n * D + c] * b[(size_t)n * D + c] * r[n];
-        part[(size_t)blockIdx.x * D + c] = s;
-    }
+    if (tickets) colred_finish_folded(out, accumulate, tickets, part, gridDim.x, D, &go);
 }
 /* stage 2: out[c] (+)= sum over the nb partial rows. A block of COLRED_FIN_WARPS warps takes
  * WARP consecutive columns (lane = column: a warp reads 128 contiguous bytes); warp w adds
  * its fixed range of partial rows in order, then warp 0 adds the warps' sums in warp order --
  * an order fixed by nb and D alone. */
-#define COLRED_FIN_WARPS 32
 __global__ void k_colred_finish(float *out, const float *part, int nb, int D, int accumulate) {
     __shared__ float red[COLRED_FIN_WARPS][WARP + 1];
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
@@ -265,11 +323,12 @@ static inline void colred_split(int N, int *blocks, int *rows_per_block) {
     *rows_per_block = (N + nb - 1) / nb;
     *blocks = N > 0 ? (N + *rows_per_block - 1) / *rows_per_block : 1;
 }
-/* work floats the column reductions need for N rows of D */
+/* work floats the column reductions need for N rows of D (the partial rows, then the folded
+ * finish's group rows) */
 static inline size_t colred_work_floats(int N, int D) {
     int nb, rpb;
     colred_split(N, &nb, &rpb);
-    return (size_t)nb * D;
+    return (size_t)(nb + COLRED_FIN_WARPS) * D;
 }
 
 /* ---- launchers (the device's op wrappers call these; part: colred_work_floats) ---- */
@@ -280,17 +339,20 @@ static inline void rmsnorm_forward_launch(cudaStream_t s, float *out, __nv_bfloa
     LAUNCH(k_rmsnorm_fwd, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
     (out, out16, rstd, y, x, b, w, N, D, eps);
 }
-static inline void colsum_launch(cudaStream_t s, float *out, float *part, const float *a, const float *b,
-                                 const float *r, int N, int D, int kind, int accumulate) {
+/* tickets: COLRED_TICKETS counters at 0 (the finish folded into stage 1), or NULL (k_colred_finish) */
+static inline void colsum_launch(cudaStream_t s, float *out, float *part, unsigned *tickets, const float *a,
+                                 const float *b, const float *r, int N, int D, int kind, int accumulate) {
     if (D <= 0) return;
     int nb, rpb;
     colred_split(N, &nb, &rpb);
-    if (N > 0) LAUNCH(k_colred_partial, nb, 256, 0, s)(part, a, b, r, N, D, rpb, kind);
-    LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(out, part, N > 0 ? nb : 0, D, accumulate);
+    if (N > 0) LAUNCH(k_colred_partial, nb, 256, 0, s)(part, a, b, r, N, D, rpb, kind, out, accumulate, tickets);
+    if (N <= 0 || !tickets)
+        LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)
+        (out, part, N > 0 ? nb : 0, D, accumulate);
 }
 /* res: NULL (dx +=) or dx = res + the term */
 static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, __nv_bfloat16 *dx16, float *dw, float *part,
-                                           const float *dout, const float *x, const float *w, const float *rstd,
+                                           unsigned *tickets, const float *dout, const float *x, const float *w, const float *rstd,
                                            const float *res, int N, int D) {
     if (N <= 0) return;
     if (!res) res = dx;
@@ -299,13 +361,14 @@ static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, __nv_bfloa
     if (vec) {
         int nb, rpb;
         colred_split(N, &nb, &rpb);
-        LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)(dx, dx16, dw ? part : NULL, dout, x, w, rstd, res, N, D, rpb);
-        if (dw) LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(dw, part, nb, D, 1);
+        LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)
+        (dx, dx16, dw ? part : NULL, dout, x, w, rstd, res, N, D, rpb, dw, dw ? tickets : NULL);
+        if (dw && !tickets) LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(dw, part, nb, D, 1);
         return;
     }
     if (dx)
         LAUNCH(k_rmsnorm_bwd_dx, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
         (dx, dx16, dout, x, w, rstd, res, N, D);
-    if (dw) colsum_launch(s, dw, part, dout, x, rstd, N, D, COLRED_RMS_DW, 1);
+    if (dw) colsum_launch(s, dw, part, tickets, dout, x, rstd, N, D, COLRED_RMS_DW, 1);
 }
 #endif

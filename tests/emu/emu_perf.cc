@@ -7,8 +7,10 @@
  *   tensor_flops), the global-memory bytes requested (loads, stores, atomics: per
  *   lane, the access's size), the 32-byte sectors each warp-wide access touches (the distinct
  *   sectors of the lanes' byte ranges: what the memory system moves for it), the distinct
- *   sectors of each launch (its footprint: the least a launch can move from DRAM, summed over
- *   launches), the bytes of shared and local memory accessed, and shared memory's 128-byte
+ *   sectors of each launch (its footprint, summed over launches; and footprint_rw, its distinct
+ *   sectors read plus its distinct sectors written: a sector read and written back by the same
+ *   launch -- an in-place update -- counts twice, the least a launch can move between DRAM and
+ *   the chip), the bytes of shared and local memory accessed, and shared memory's 128-byte
  *   wavefronts (emu_banks.cc: per warp-wide access, the busiest bank's distinct words; beside
  *   them the wavefronts the same words would take without bank conflicts);
  *
@@ -37,7 +39,7 @@
 namespace {
 struct kcount {
     unsigned long long launches = 0, threads = 0, flops = 0, tensor_flops = 0, bytes_ld = 0, bytes_st = 0, sectors = 0,
-                       warp_accesses = 0, footprint_sectors = 0, shared_bytes = 0, local_bytes = 0,
+                       warp_accesses = 0, footprint_sectors = 0, footprint_rw_sectors = 0, shared_bytes = 0, local_bytes = 0,
                        shared_accesses = 0, shared_wavefronts = 0, shared_wavefronts_ideal = 0;
     unsigned long long max_block_threads = 0, sampled_launches = 0;
 };
@@ -56,7 +58,8 @@ int g_on;
 unsigned long long g_waits0, g_waits;
 int g_stepped;
 /* the running launch */
-std::unordered_set<unsigned long long> &g_sect = *new std::unordered_set<unsigned long long>; /* its distinct sectors */
+/* its distinct sectors, each with 1 if loaded, 2 if stored (an atomic: both) */
+std::unordered_map<unsigned long long, unsigned char> &g_sect = *new std::unordered_map<unsigned long long, unsigned char>;
 /* (block, warp) -> lanes that touched global memory */
 std::unordered_map<unsigned long long, unsigned> &g_lanes = *new std::unordered_map<unsigned long long, unsigned>;
 
@@ -77,9 +80,11 @@ void on_launch(const emu_launch_info_t *l, int end, void *) {
     unsigned long long threads = 0;
     for (auto &e : g_lanes) threads += (unsigned)__builtin_popcount(e.second);
     c.flops = l->flops, c.footprint_sectors = g_sect.size(), c.threads = threads;
+    for (auto &e : g_sect) c.footprint_rw_sectors += (e.second & 1) + (e.second >> 1 & 1);
     k.flops += (unsigned long long)(c.flops * scale);
     k.tensor_flops += (unsigned long long)(l->tensor_flops * scale);
     k.footprint_sectors += (unsigned long long)(c.footprint_sectors * scale);
+    k.footprint_rw_sectors += (unsigned long long)(c.footprint_rw_sectors * scale);
     k.threads += (unsigned long long)(c.threads * scale);
     k.bytes_ld += (unsigned long long)(c.bytes_ld * scale);
     k.bytes_st += (unsigned long long)(c.bytes_st * scale);
@@ -130,7 +135,9 @@ void on_warp(const emu_warp_access_t *a, void *) {
     const unsigned d = (unsigned)(std::unique(s, s + n) - s);
     k.sectors += d;
     k.warp_accesses++;
-    for (unsigned i = 0; i < d; i++) g_sect.insert(s[i]);
+    const unsigned char rw = (unsigned char)((a->flags & (EMU_LOAD | EMU_ATOMIC) || !(a->flags & EMU_STORE) ? 1 : 0) |
+                                             (a->flags & (EMU_STORE | EMU_ATOMIC) ? 2 : 0));
+    for (unsigned i = 0; i < d; i++) g_sect[s[i]] |= rw;
     g_lanes[(unsigned long long)a->block << 6 | a->warp] |= a->mask;
 }
 
@@ -172,11 +179,11 @@ void write_out() {
         fprintf(f,
                 "%s\n  \"%s\": {\"launches\": %llu, \"threads\": %llu, \"max_block_threads\": %llu, \"flops\": %llu, \"tensor_flops\": %llu, "
                 "\"bytes_ld\": %llu, \"bytes_st\": %llu, \"sectors\": %llu, \"warp_accesses\": %llu, "
-                "\"footprint_sectors\": %llu, \"shared_bytes\": %llu, \"local_bytes\": %llu, "
+                "\"footprint_sectors\": %llu, \"footprint_rw_sectors\": %llu, \"shared_bytes\": %llu, \"local_bytes\": %llu, "
                 "\"shared_accesses\": %llu, \"shared_wavefronts\": %llu, \"shared_wavefronts_ideal\": %llu, "
                 "\"sampled_launches\": %llu}",
                 first ? "" : ",", e.first.c_str(), k.launches, k.threads, k.max_block_threads, k.flops, k.tensor_flops, k.bytes_ld,
-                k.bytes_st, k.sectors, k.warp_accesses, k.footprint_sectors, k.shared_bytes, k.local_bytes, k.shared_accesses,
+                k.bytes_st, k.sectors, k.warp_accesses, k.footprint_sectors, k.footprint_rw_sectors, k.shared_bytes, k.local_bytes, k.shared_accesses,
                 k.shared_wavefronts, k.shared_wavefronts_ideal, k.sampled_launches);
         first = 0;
     }

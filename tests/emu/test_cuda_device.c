@@ -18,7 +18,8 @@
  * giving the bits of the unaligned products; and the reductions finished by the last block of
  * the kernel before them (the classifier's mean loss, the gradient norm's sum) give the bits of
  * the finishing kernels they replaced (FT_CUDA_FINISH=kernels), over many blocks, twice in a row
- * (the ticket goes back to 0). */
+ * (the ticket goes back to 0); and the column reductions' finish folded into their first stage
+ * (RMSNorm's weight gradient, sum_rows) gives k_colred_finish's bits the same way. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -333,15 +334,23 @@ static void finish_case(device_t *d, double *res, float *dzh) {
     for (int i = 0; i < FT; i++) DEV(d, free, x[i]);
     DEV(d, free, z), DEV(d, free, lse), DEV(d, free, t), DEV(d, free, m);
 }
+/* a: opened with FT_CUDA_FINISH=kernels (read at open: the finishing kernels launched), b: without
+ * (finished in the kernels before them); -1 (a failed check) when either does not open */
+static int open_finish_pair(device_t **a, device_t **b) {
+    char err[256];
+    setenv("FT_CUDA_FINISH", "kernels", 1);
+    *a = open_cuda(PRECISION_FP32, err, sizeof err);
+    unsetenv("FT_CUDA_FINISH");
+    if (!*a) { CHECK(0, "open: %s", err); return -1; }
+    *b = open_cuda(PRECISION_FP32, err, sizeof err);
+    if (!*b) { CHECK(0, "open: %s", err); device_close(a); return -1; }
+    return 0;
+}
 /* The last block's finish gives the finishing kernels' bits (FT_CUDA_FINISH=kernels, read at open) */
 static void test_finish_in_last_block(void) {
     char err[256];
-    setenv("FT_CUDA_FINISH", "kernels", 1);
-    device_t *a = open_cuda(PRECISION_FP32, err, sizeof err);
-    unsetenv("FT_CUDA_FINISH");
-    if (!a) { CHECK(0, "open: %s", err); return; }
-    device_t *b = open_cuda(PRECISION_FP32, err, sizeof err);
-    if (!b) { CHECK(0, "open: %s", err); device_close(&a); return; }
+    device_t *a, *b;
+    if (open_finish_pair(&a, &b)) return;
     double ra[11], rb[11];
     float *da = malloc(sizeof(float) * 4 * FN * FV), *db = malloc(sizeof(float) * 4 * FN * FV);
     finish_case(a, ra, da);
@@ -358,6 +367,63 @@ static void test_finish_in_last_block(void) {
     device_close(&a);
     device_close(&b);
 }
+/* RMSNorm's weight gradient (vector path at D = 768, the generic reduction at D = 37) and
+ * sum_rows, twice each (dw accumulates; a ticket left nonzero would show in the second), over
+ * N = 1100 rows (138 partial rows, groups of 5, 28 of the 32 groups used) or N = 200 (25 partial
+ * rows, groups of one: the last block adds them). Results into out. */
+enum { CN = 1100, CD = 768, CS = 37 };
+static void colred_case(device_t *d, int N, float *out /* 2 CD + 2 CS + 2 CD + 2 CS */) {
+    float *h = malloc(sizeof(float) * CN * CD * 2);
+    for (size_t i = 0; i < (size_t)CN * CD * 2; i++) h[i] = (float)((int)(i * 29 % 97) - 48) / 17.0f;
+    float *dy = DEV(d, alloc, sizeof(float) * CN * CD), *x = DEV(d, alloc, sizeof(float) * CN * CD);
+    float *w = DEV(d, alloc, sizeof(float) * CD), *r = DEV(d, alloc, sizeof(float) * CN);
+    float *dx = DEV(d, alloc, sizeof(float) * CN * CD), *dw = DEV(d, alloc, sizeof(float) * CD);
+    float *s = DEV(d, alloc, sizeof(float) * CD);
+    DEV(d, upload, dy, h, sizeof(float) * CN * CD);
+    DEV(d, upload, x, h + (size_t)CN * CD, sizeof(float) * CN * CD);
+    DEV(d, upload, w, h + 5, sizeof(float) * CD);
+    for (int i = 0; i < CN; i++) h[i] = 0.5f + (float)(i % 13) / 8.0f;
+    DEV(d, upload, r, h, sizeof(float) * CN);
+    size_t o = 0;
+    for (int k = 0; k < 2; k++) {
+        const int D = k ? CS : CD;
+        memset(h, 0, sizeof(float) * CD);
+        DEV(d, upload, dw, h, sizeof(float) * D);
+        DEV(d, upload, s, h, sizeof(float) * D);
+        for (int rep = 0; rep < 2; rep++) {
+            DEV(d, upload, dx, h, sizeof(float) * CN * D);
+            DEV(d, rmsnorm_backward, dx, dw, dy, x, w, r, N, D);
+            DEV(d, download, out + o, dw, sizeof(float) * D), o += D;
+            DEV(d, sum_rows, s, x, N, D);
+            DEV(d, download, out + o, s, sizeof(float) * D), o += D;
+        }
+    }
+    free(h);
+    DEV(d, free, dy), DEV(d, free, x), DEV(d, free, w), DEV(d, free, r), DEV(d, free, dx), DEV(d, free, dw),
+        DEV(d, free, s);
+}
+/* The column reductions' folded finish gives k_colred_finish's bits (FT_CUDA_FINISH=kernels) */
+static void test_colred_finish_folded(void) {
+    char err[256];
+    device_t *a, *b;
+    if (open_finish_pair(&a, &b)) return;
+    enum { NO = 4 * CD + 4 * CS };
+    float *oa = calloc(2 * NO, sizeof(float)), *ob = calloc(2 * NO, sizeof(float));
+    colred_case(a, CN, oa);
+    colred_case(b, CN, ob);
+    colred_case(a, 200, oa + NO);
+    colred_case(b, 200, ob + NO);
+    CHECK(!memcmp(oa, ob, sizeof(float) * NO), "dw and the row sums over 1100 rows: the same bits folded and launched");
+    CHECK(!memcmp(oa + NO, ob + NO, sizeof(float) * NO), "over 200 rows: the same bits folded and launched");
+    int nonzero = 0;
+    for (int i = 0; i < NO; i++) nonzero += oa[i] != 0.0f;
+    CHECK(nonzero > NO / 2, "the case computes something (%d of %d nonzero)", nonzero, NO);
+    CHECK(oa[0] != oa[CD + CD], "dw accumulates over the two calls (%g, %g)", oa[0], oa[2 * CD]);
+    CHECK(DEV(a, sync, err, sizeof err) == 0 && DEV(b, sync, err, sizeof err) == 0, "no fault: %s", err);
+    free(oa), free(ob);
+    device_close(&a);
+    device_close(&b);
+}
 int main(void) {
     RUN(test_open_checks_every_call);
     RUN(test_gemm_timer_checks_events);
@@ -367,5 +433,6 @@ int main(void) {
     RUN(test_bf16_shadows);
     RUN(test_aligned_vocabulary_products);
     RUN(test_finish_in_last_block);
+    RUN(test_colred_finish_folded);
     return check_summary();
 }
