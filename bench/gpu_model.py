@@ -33,9 +33,20 @@ HBM = 3.35e12                       # bytes/s
 # dense bf16 FLOP per clock give the whitepaper's 989.4 TFLOP/s.
 SMEM_WAVEFRONTS_PER_S = 132 * 1.83e9
 GEMM_FRACTION = 0.70                # assumed share of the tensor peak cuBLAS reaches at these shapes
+# ... and the share it reached on the H100 (bench/h100/ncu_G_1layer_bf16_final.csv, one layer of
+# config G and the head, bf16, three passes): the layer's six products 348 GFLOP in 0.707 ms
+# (492 TFLOP/s), the head's three 1899 GFLOP in 3.66 ms (519 TFLOP/s); composed for 12 layers,
+# 500 TFLOP/s = 50.6% of 989. ncu locks the SM clock to its base by default, so in a normal run
+# the products may be faster: the step is also predicted with this share, beside the assumed one.
+GEMM_FRACTION_MEASURED = 0.506
 RESIDENT_THREADS = 132 * 2048       # 132 SMs x 2048 resident threads
 LAUNCH_MIN_S = 2e-6                 # assumed least time of one kernel launch (launch and tail)
 HOST_WAIT_S = 10e-6                 # assumed GPU idle per host wait (drain, then the next launch)
+# memsets and copies (tests/emu counts them: emu_api.h's copy hook): on a GPU a memset writes its
+# bytes and a device-to-device copy reads and writes them, at HBM speed, each at least a launch;
+# a copy to or from the host crosses the host link, assumed at 25 GB/s (PCIe 5 x16 peaks at 64,
+# pageable host memory is staged through a pinned buffer)
+HOST_LINK = 25e9                    # bytes/s
 G = {"layers": 12, "batch": 8, "seq": 1024, "d_model": 768, "heads": 12, "kv_heads": 12, "d_ff": 2048,
      "vocab": 50257}
 TARGETS = {"mfu": 0.40, "coalescing": 0.80, "pred_over_bound": 2.0}
@@ -180,16 +191,34 @@ def main(argv):
         r["bound_s"] = max(r["flops"] / PEAK[kind], r["bytes"] / HBM)
         r["pred_s"] = max(r["calls"] * LAUNCH_MIN_S, r["flops"] / (PEAK[kind] * GEMM_FRACTION), r["bytes"] / HBM)
         grows.append(r)
+    cnames = sorted({k for _, d in runs for k in d.get("copies", {})})
+    crows = []
+    for n in cnames:
+        r = {"copy": n}
+        for f in ["calls", "bytes"]:
+            r[f], _ = fitted(lambda d: d.get("copies", {}).get(n, {}).get(f, 0))
+        r["calls"] = round(r["calls"])
+        host = "Host" in n
+        moved = r["bytes"] * (2 if n.endswith("DeviceToDevice") else 1)
+        r["bound_s"] = moved / (HOST_LINK if host else HBM)
+        r["pred_s"] = max(r["calls"] * LAUNCH_MIN_S, r["bound_s"]) if r["calls"] else 0.0
+        crows.append(r)
+    copy_s = sum(r["pred_s"] for r in crows)
+    # the products again at the share the H100 measured (GEMM_FRACTION_MEASURED)
+    gemm_meas_s = sum(max(r["calls"] * LAUNCH_MIN_S, r["flops"] / (r["peak_flops"] * GEMM_FRACTION_MEASURED),
+                          r["bytes"] / HBM) for r in grows)
     waits, _ = fitted(lambda d: d["host_waits"])
     waits = round(waits)
     kern_s = sum(r["pred_s"] for r in rows)
     gemm_s = sum(r["pred_s"] for r in grows)
-    step_s = kern_s + gemm_s + waits * HOST_WAIT_S
+    step_s = kern_s + gemm_s + copy_s + waits * HOST_WAIT_S
     P = params_g()
     tokens = G["batch"] * G["seq"]
     model_flops = tokens * (6.0 * P + 12.0 * G["layers"] * G["d_model"] * G["seq"])
     mfu = model_flops / (step_s * PEAK["bf16"])
-    bound_step = sum(r["bound_s"] for r in rows) + sum(r["bound_s"] for r in grows)
+    step_meas_s = step_s - gemm_s + gemm_meas_s
+    mfu_meas = model_flops / (step_meas_s * PEAK["bf16"])
+    bound_step = sum(r["bound_s"] for r in rows) + sum(r["bound_s"] for r in grows) + sum(r["bound_s"] for r in crows)
     executed = sum(r["flops"] + r["tensor_flops"] for r in rows) + sum(r["flops"] for r in grows)
 
     # the table
@@ -208,11 +237,16 @@ def main(argv):
     for r in sorted(grows, key=lambda r: -r["pred_s"]):
         print(f"{r['product']:24.24s} {r['calls']:6d} {'':>8s} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>5s} {'':>8s} {'':>6s} "
               f"{r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {r['pred_s']/r['bound_s']:8.1f} {r['pred_s']/step_s:6.1%}")
+    for r in sorted(crows, key=lambda r: -r["pred_s"]):
+        print(f"{r['copy']:32.32s} {r['calls']:6d} {r['bytes']/1e9:8.2f} GB {'':>36s} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} "
+              f"{'':>8s} {r['pred_s']/step_s:6.1%}")
     print(f"host waits per step: {waits} (x {HOST_WAIT_S*1e6:.0f} us = {waits*HOST_WAIT_S*1e3:.2f} ms)")
-    print(f"predicted step {step_s*1e3:.1f} ms (kernels {kern_s*1e3:.1f}, cuBLAS {gemm_s*1e3:.1f}); "
+    print(f"predicted step {step_s*1e3:.1f} ms (kernels {kern_s*1e3:.1f}, cuBLAS {gemm_s*1e3:.1f}, memsets and copies {copy_s*1e3:.2f}); "
           f"sum of roofline bounds {bound_step*1e3:.1f} ms; {tokens/step_s:,.0f} tokens/s; "
           f"model FLOPs {model_flops/1e12:.2f} T/step (6 x {P/1e6:.1f}M params + attention), executed {executed/1e12:.2f} T; "
           f"predicted MFU {mfu:.1%}")
+    print(f"with cuBLAS at the {GEMM_FRACTION_MEASURED:.1%} of peak it reached on the H100 (ncu, base clocks): "
+          f"step {step_meas_s*1e3:.1f} ms, predicted MFU {mfu_meas:.1%}")
     bad_co = [r["kernel"] for r in rows if r["coalescing"] is not None and r["coalescing"] < TARGETS["coalescing"]]
     bad_x = [r["kernel"] for r in rows if r["pred_over_bound"] and r["pred_over_bound"] > TARGETS["pred_over_bound"]]
     print(f"targets (issue 25): MFU >= {TARGETS['mfu']:.0%}: {'met' if mfu >= TARGETS['mfu'] else 'NOT met'}; "
@@ -231,8 +265,12 @@ def main(argv):
             "scaling": "every count fitted as a0 + a1 L + aV V + B T (b0 + b1 L + bV V) + c1 L B T^2 over the counted runs, "
                        "evaluated at L=12 B=8 T=1024 V=50257",
             "assumptions": {"device": "H100 SXM", "peak_flops": PEAK, "hbm_bytes_per_s": HBM,
-                            "gemm_fraction_of_peak": GEMM_FRACTION, "resident_threads": RESIDENT_THREADS,
-                            "launch_min_s": LAUNCH_MIN_S, "host_wait_s": HOST_WAIT_S,
+                            "gemm_fraction_of_peak": GEMM_FRACTION,
+                            "gemm_fraction_measured_h100": GEMM_FRACTION_MEASURED,
+                            "gemm_fraction_measured_from": "bench/h100/ncu_G_1layer_bf16_final.csv: cuBLAS's kernels of one layer of G and the head, composed for 12 layers; ncu's default base clocks",
+                            "resident_threads": RESIDENT_THREADS,
+                            "launch_min_s": LAUNCH_MIN_S, "host_wait_s": HOST_WAIT_S, "host_link_bytes_per_s": HOST_LINK,
+                            "copies": "a memset writes its bytes, a device-to-device copy reads and writes them, at HBM speed; a host copy at host_link_bytes_per_s; each call at least launch_min_s",
                             "smem_wavefronts_per_s": SMEM_WAVEFRONTS_PER_S,
                             "kernel_time": "max(FLOPs / fp32 peak + tensor_flops / bf16 peak + shared wavefronts / smem_wavefronts_per_s, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
                                            "parallelism = min(1, threads that touched global memory per launch / resident_threads; "
@@ -242,10 +280,11 @@ def main(argv):
                             "flops": "flops: CUDA-core operations (the LLVM pass), charged at the fp32 peak; tensor_flops: mma.sync's (2 per product term), at the bf16 tensor peak",
                             "bank_conflict": "shared wavefronts / the wavefronts of the same accesses without bank conflicts",
                             "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, conflict-free shared wavefronts / smem_wavefronts_per_s, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)"},
-            "kernels": rows, "products": grows, "host_waits": waits,
-            "step_s": step_s, "kernels_s": kern_s, "products_s": gemm_s, "bound_step_s": bound_step,
+            "kernels": rows, "products": grows, "copies": crows, "host_waits": waits,
+            "step_s": step_s, "kernels_s": kern_s, "products_s": gemm_s, "copies_s": copy_s, "bound_step_s": bound_step,
             "tokens_per_s": tokens / step_s, "model_flops_per_step": model_flops, "executed_flops_per_step": executed,
             "mfu": mfu,
+            "step_s_at_measured_gemm": step_meas_s, "mfu_at_measured_gemm": mfu_meas,
             "targets": dict(TARGETS, mfu_met=mfu >= TARGETS["mfu"], coalescing_below=bad_co, slower_than_2x_bound=bad_x),
         }
         # merged by jq, as bench/run.sh and gpu.sh write the file (its layout kept)

@@ -34,7 +34,11 @@ for L, T, V in [(1, 64, 1024), (2, 64, 1024), (1, 128, 1024), (2, 128, 1024), (1
          "kernels": {"k": {k: f(c, L, T, V) for k, c in K.items()}},
          "gemms": {"cublasGemmEx NN bf16": {"calls": f((1, 7, 0, 0, 0, 0, 0), L, T, V), "tensor": 0,
                                             "flops": f((0, 0, 0, 2e6, 3e7, 1e3, 0), L, T, V),
-                                            "bytes": f((1e6, 1e5, 10, 10, 10, 0, 0), L, T, V)}}}
+                                            "bytes": f((1e6, 1e5, 10, 10, 10, 0, 0), L, T, V)}},
+         "copies": {"cudaMemsetAsync": {"calls": f((1, 3, 0, 0, 0, 0, 0), L, T, V),
+                                        "bytes": f((1e6, 0, 4, 0, 4e3, 0, 0), L, T, V)},
+                    "cudaMemcpyAsync DeviceToDevice": {"calls": f((2, 0, 0, 0, 0, 0, 0), L, T, V),
+                                                       "bytes": f((0, 0, 0, 1e3, 0, 0, 0), L, T, V)}}}
     json.dump(d, open(f"{W}/bf16-L{L}-T{T}-V{V}.json", "w"))
 json.dump({"other": {"kept": 1}}, open(f"{W}/results.json", "w"))
 PY
@@ -76,8 +80,18 @@ assert abs(g["executed_flops_per_step"] - (k["flops"] + tc + g["products"][0]["f
 p = g["products"][0]
 assert p["calls"] == 1 + 7 * 12 and abs(p["flops"] - f((0, 0, 0, 2e6, 3e7, 1e3, 0))) < 1e-6 * p["flops"]
 assert g["host_waits"] == 4 + 2 * 12
-assert abs(g["step_s"] - (k["pred_s"] + p["pred_s"] + g["host_waits"] * 10e-6)) < 1e-12
+cm = {c["copy"]: c for c in g["copies"]}
+ms, cp = cm["cudaMemsetAsync"], cm["cudaMemcpyAsync DeviceToDevice"]
+assert ms["calls"] == 1 + 3 * 12 and abs(ms["pred_s"] - max(37 * 2e-6, f((1e6, 0, 4, 0, 4e3, 0, 0)) / 3.35e12)) < 1e-12, \
+    ("a memset: its bytes written at HBM speed", ms)
+assert cp["calls"] == 2 and abs(cp["pred_s"] - max(2 * 2e-6, 2 * f((0, 0, 0, 1e3, 0, 0, 0)) / 3.35e12)) < 1e-12, \
+    ("a device copy: its bytes read and written", cp)
+assert abs(g["step_s"] - (k["pred_s"] + p["pred_s"] + ms["pred_s"] + cp["pred_s"] + g["host_waits"] * 10e-6)) < 1e-12, \
+    ("the step: kernels, products, memsets and copies, host waits", g["step_s"])
 assert g["mfu"] > 0 and g["targets"]["mfu_met"] == (g["mfu"] >= 0.4)
+pm = max(p["calls"] * 2e-6, p["flops"] / (989e12 * 0.506), p["bytes"] / 3.35e12)
+assert abs(g["step_s_at_measured_gemm"] - (g["step_s"] - p["pred_s"] + pm)) < 1e-12, \
+    ("the step with cuBLAS at the H100's measured share", g["step_s_at_measured_gemm"])
 print("checked")
 PY
 ok "synthetic counts extrapolated by the form's own coefficients; results labelled a prediction ($(tail -1 "$W/check.txt"))" \
@@ -106,6 +120,7 @@ for name in ["g_embedding_fwd", "g_rmsnorm_fwd", "g_att_fwd", "g_swiglu_fwd", "g
 for n, c in k.items():
     assert c["launches"] > 0 and c["bytes_ld"] + c["bytes_st"] > 0 and c["sectors"] > 0, n
 assert sum(c["flops"] for c in k.values()) > 0, "FLOPs counted"
+assert d["copies"].get("cudaMemsetAsync", {}).get("calls", 0) > 0, ("the step's memsets counted", d["copies"])
 # attention's bf16 kernels multiply on tensor cores (mma.sync): counted apart, and nothing else does
 att = [n for n in k if n.startswith("k_att_") and "bf16" in n and n != "k_att_rowdot"]
 assert att and all(k[n]["tensor_flops"] > 0 for n in att), {n: k[n]["tensor_flops"] for n in att}

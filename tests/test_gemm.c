@@ -25,6 +25,8 @@
 #include "model/cpu_isa.h"
 #include "model/gemm.h"
 #include "model/gemm_impl.h"
+#include "model/ops.h"
+#include "model/ops_bf16.h"
 #include "model/ops_math.h"
 #include "model/precision.h"
 #include "common/rng.h"
@@ -479,6 +481,36 @@ static void test_precision_names(void) {
           "the CPU refuses tf32 with one line: %s", err);
 }
 
+/* A Linear's backward at bf16 (model/ops_linear.c) gives the bits of its two products through
+ * model_gemm_prec, dx set or accumulated: below native bf16 it rounds dy once for both products
+ * instead of letting each product round it (shadows off, so a native level takes the products'
+ * own path and this holds trivially there). */
+static void test_linear_backward_bf16(void) {
+    const int N = 70, in = 48, out = 96;
+    float *x = rnd((size_t)N * in), *w = rnd((size_t)out * in), *dy = rnd((size_t)N * out);
+    float *dx0 = rnd((size_t)N * in), *dw0 = rnd((size_t)out * in);
+    float *dx = malloc(sizeof(float) * N * in), *dw = malloc(sizeof(float) * out * in);
+    float *ex = malloc(sizeof(float) * N * in), *ew = malloc(sizeof(float) * out * in);
+    const precision_t saved = ops_product_precision;
+    ops_product_precision = PRECISION_BF16;
+    ops_bf16_shadows_enable(0);
+    for (int set = 0; set < 2; set++) {
+        memcpy(dx, dx0, sizeof(float) * N * in), memcpy(ex, dx0, sizeof(float) * N * in);
+        memcpy(dw, dw0, sizeof(float) * out * in), memcpy(ew, dw0, sizeof(float) * out * in);
+        if (set) linear_backward_set(dx, dw, dy, x, w, N, in, out);
+        else linear_backward(dx, dw, dy, x, w, N, in, out);
+        model_gemm_prec(PRECISION_BF16, GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, set ? 0.0f : 1.0f, ex, in);
+        model_gemm_prec(PRECISION_BF16, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, ew, in);
+        CHECK(!memcmp(dx, ex, sizeof(float) * N * in), "%s: dx has the products' bits",
+              set ? "linear_backward_set" : "linear_backward");
+        CHECK(!memcmp(dw, ew, sizeof(float) * out * in), "%s: dw has the products' bits",
+              set ? "linear_backward_set" : "linear_backward");
+    }
+    ops_bf16_shadows_enable(1);
+    ops_product_precision = saved;
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(dx), free(dw), free(ex), free(ew);
+}
+
 int main(void) {
     rng_seed(&R, 11);
     RUN(test_bf16_cases);
@@ -493,6 +525,7 @@ int main(void) {
     RUN(test_batched);
     RUN(test_repeatable);
     RUN(test_in_parallel);
+    RUN(test_linear_backward_bf16);
     RUN(test_cache_hits);
     RUN(test_cache_bound);
     return check_summary();

@@ -14,7 +14,8 @@
  *
  * per cuBLAS product kind (function, transposes, element sizes): calls, FLOPs (2 m n k per
  * product) and the operand bytes (A and B read once, C written, and read when beta != 0);
- * and the host's waits for the device.
+ * per memset and copy kind (cudaMemsetAsync, cudaMemcpyAsync DeviceToDevice, ...): calls and
+ * bytes; and the host's waits for the device.
  *
  * $FT_EMU_PERF=FILE turns it on; counting runs between emu_perf_step(1) and emu_perf_step(0)
  * (bench/train_step.c calls them around its first timed step; the hooks are installed only
@@ -49,6 +50,7 @@ struct gcount {
 std::map<std::string, kcount> &g_k = *new std::map<std::string, kcount>;
 kcount g_cur; /* the running launch's */
 std::map<std::string, gcount> &g_g = *new std::map<std::string, gcount>;
+std::map<std::string, gcount> &g_c = *new std::map<std::string, gcount>; /* memsets and copies: calls, bytes */
 const char *g_path;
 int g_on;
 unsigned long long g_waits0, g_waits;
@@ -145,6 +147,16 @@ void on_gemm(const emu_gemm_info_t *g, void *) {
     c.bytes += b * (m * k * g->a_size + k * n * g->b_size + m * n * g->c_size * (g->beta_nonzero ? 2 : 1));
 }
 
+void on_copy(const emu_copy_info_t *c, void *) {
+    if (!g_on) return;
+    static const char *kn[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice"};
+    std::string key = c->name;
+    if (c->kind >= 0 && c->kind < 4) key += std::string(" ") + kn[c->kind];
+    gcount &g = g_c[key];
+    g.calls++;
+    g.bytes += (double)c->bytes;
+}
+
 void write_out() {
     if (!g_path) return;
     if (g_on) g_waits = emu_host_waits() - g_waits0;
@@ -174,6 +186,12 @@ void write_out() {
         fprintf(f, "%s\n  \"%s\": {\"calls\": %llu, \"tensor\": %llu, \"flops\": %.0f, \"bytes\": %.0f}", first ? "" : ",",
                 e.first.c_str(), e.second.calls, e.second.tensor, e.second.flops, e.second.bytes),
             first = 0;
+    fprintf(f, "\n}, \"copies\": {");
+    first = 1;
+    for (auto &e : g_c)
+        fprintf(f, "%s\n  \"%s\": {\"calls\": %llu, \"bytes\": %.0f}", first ? "" : ",", e.first.c_str(),
+                e.second.calls, e.second.bytes),
+            first = 0;
     fprintf(f, "\n}}\n");
     if (fclose(f)) fprintf(stderr, "emu_perf: cannot write %s\n", g_path);
 }
@@ -190,6 +208,7 @@ void hooks(int on) {
     emu_set_launch_hook(on ? on_launch : NULL, NULL);
     emu_set_warp_access_hook(on ? on_warp : NULL, NULL);
     emu_set_gemm_hook(on ? on_gemm : NULL, NULL);
+    emu_set_copy_hook(on ? on_copy : NULL, NULL);
     g_on = on;
 }
 } // namespace
@@ -199,6 +218,7 @@ extern "C" void emu_perf_step(int begin) {
     if (begin) {
         g_k.clear();
         g_g.clear();
+        g_c.clear();
         g_waits0 = emu_host_waits();
         hooks(1);
         g_stepped = 1;

@@ -582,6 +582,16 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *total) {
     return cudaSuccess;
 }
 
+/* the performance counters' view of memsets and copies (emu_api.h) */
+static emu_copy_hook_fn g_copy_hook;
+static void *g_copy_user;
+void emu_set_copy_hook(emu_copy_hook_fn fn, void *user) { g_copy_hook = fn, g_copy_user = user; }
+static void copy_seen(const char *name, int kind, size_t n) {
+    if (!g_copy_hook) return;
+    emu_copy_info_t c = {name, kind, n};
+    g_copy_hook(&c, g_copy_user);
+}
+
 /* One copy as an operation of stream s; sync: cudaMemcpy's rules, else cudaMemcpyAsync's. */
 static cudaError_t memcpy_op(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t sh, int sync) {
     if (!n) return cudaSuccess;
@@ -617,6 +627,7 @@ static cudaError_t memcpy_op(void *dst, const void *src, size_t n, cudaMemcpyKin
     if (sa) check_access(&op, sa, src, n, 0, 0, NO_THREAD, 1, 0);
     if (da) check_access(&op, da, dst, n, 1, 0, NO_THREAD, 1, 0);
     memmove(dst, src, n);
+    copy_seen(sync ? "cudaMemcpy" : "cudaMemcpyAsync", (int)kind, n);
     /* when the host may go on: pageable H2D once staged (not when the device has it), D2H when
      * complete (also from cudaMemcpyAsync into pageable memory), pinned sync copies when done */
     if (kind == cudaMemcpyDeviceToHost && (sync || !is_pinned(dst, n))) g_host_waits++, host_joins(s);
@@ -649,6 +660,7 @@ static cudaError_t memset_op(void *p, int v, size_t n, cudaStream_t sh, const ch
     op_begin(&op, s, what);
     check_access(&op, a, p, n, 1, 0, NO_THREAD, 1, 0);
     memset(p, v, n);
+    copy_seen(what, -1, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) {

@@ -251,6 +251,30 @@ static void test_gemm_hook_and_waits(void) {
     cudaFree(A), cudaFree(B), cudaFree(C);
 }
 
+static int g_copies;
+static emu_copy_info_t g_copy;
+static void on_copy(const emu_copy_info_t *c, void *) { g_copy = *c, g_copies++; }
+
+/* memsets and copies reach the copy hook with their kind and bytes (the model charges them)
+ * (one past its allocation is not tested here: the emulator stops the program at it) */
+static void test_copy_hook(void) {
+    float *a = dev_floats(256, 1), *b = dev_floats(256, 0), h[4];
+    emu_set_copy_hook(on_copy, NULL);
+    g_copies = 0;
+    cudaMemsetAsync(b, 0, 100 * sizeof(float), 0);
+    CHECK(g_copies == 1 && g_copy.kind == -1 && g_copy.bytes == 400 && !strcmp(g_copy.name, "cudaMemsetAsync"),
+          "a memset: %d call, kind %d, %zu bytes", g_copies, g_copy.kind, g_copy.bytes);
+    cudaMemcpyAsync(b, a, 256 * sizeof(float), cudaMemcpyDeviceToDevice, 0);
+    CHECK(g_copies == 2 && g_copy.kind == cudaMemcpyDeviceToDevice && g_copy.bytes == 1024,
+          "a device-to-device copy: kind %d, %zu bytes", g_copy.kind, g_copy.bytes);
+    cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(g_copies == 3 && g_copy.kind == cudaMemcpyDeviceToHost && g_copy.bytes == sizeof h, "a copy to the host");
+    emu_set_copy_hook(NULL, NULL);
+    cudaMemsetAsync(b, 0, 4, 0);
+    CHECK(g_copies == 3, "no hook, no count");
+    cudaFree(a), cudaFree(b);
+}
+
 int main(void) {
     setenv("FT_EMU_SAMPLE_BLOCKS", "8", 1); /* read at the first launch */
     setenv("FT_EMU_SAMPLE_EXCEPT", "k_none,k_fma_whole", 1);
@@ -263,5 +287,6 @@ int main(void) {
     RUN(test_banks);
     RUN(test_sampling);
     RUN(test_gemm_hook_and_waits);
+    RUN(test_copy_hook);
     return check_summary();
 }

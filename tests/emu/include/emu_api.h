@@ -97,6 +97,19 @@ typedef struct {
 typedef void (*emu_gemm_hook_fn)(const emu_gemm_info_t *g, void *user);
 void emu_set_gemm_hook(emu_gemm_hook_fn fn, void *user);
 
+/* A memset or a copy as it is queued (after its checks passed): what (cudaMemsetAsync,
+ * cudaMemcpy, ...), the direction (cudaMemcpyKind's value; -1 for a memset) and the bytes. On a
+ * GPU a memset and a device-to-device copy are kernels of their own that move their bytes through
+ * memory (the performance model, bench/gpu_model.py, charges them). Called on the calling thread
+ * with the emulator's lock held. */
+typedef struct {
+    const char *name;
+    int kind;
+    size_t bytes;
+} emu_copy_info_t;
+typedef void (*emu_copy_hook_fn)(const emu_copy_info_t *c, void *user);
+void emu_set_copy_hook(emu_copy_hook_fn fn, void *user);
+
 /* How many times the host has waited for a device so far (a synchronising copy to the host,
  * cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize). */
 unsigned long long emu_host_waits(void);
