@@ -50,6 +50,14 @@ typedef struct device_ops {
      * run the ops without its parallel machinery (the CPU: one OpenMP thread, since a region's
      * barrier with a descheduled peer costs more than such an op; a GPU ignores it). */
     void (*set_parallel)(device_t *d, int on);
+    /* A hint: p[0 .. bytes), memory of this device, holds tensors that only products read (as
+     * the operands of gemm and the Linear ops) until the buffer is freed. A device whose bf16
+     * products read a rounded copy it keeps beside a tensor (a bf16 shadow: model/ops_bf16.h,
+     * device_cuda.cu) may then write only that copy where an op's output lies there, and skip
+     * the fp32 one; where it keeps no copy (fp32, no native bf16, no room) it writes fp32 as
+     * always. The products read the same bf16 values either way: results never depend on
+     * whether the hint took effect (docs/DEVICES.md "Precision"). Marking again is cheap. */
+    void (*products_only)(device_t *d, const void *p, size_t bytes);
 
     /* ---- products (gemm.h), at the device's precision ---- */
     void (*gemm)(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
@@ -223,6 +231,11 @@ typedef struct {
         (void)dev_prof_;                                                                   \
         (d)->ops->op((d), __VA_ARGS__);                                                    \
     })
+
+/* The hint above for n floats at p (no timer: not an op). */
+static inline void dev_products_only(device_t *d, const float *p, size_t n) {
+    d->ops->products_only(d, p, sizeof(float) * n);
+}
 
 /* Opens "cpu", "cuda" (= cuda:0) or "cuda:N" at a precision. Where the build has no CUDA
  * device, or the machine no GPU or driver, one line says so and the status is -1. */

@@ -70,6 +70,11 @@ static void cpu_set_parallel(device_t *d, int on) {
     omp_set_num_threads(on ? c->threads : 1);
 }
 
+/* recorded where the products may read shadows (ops_bf16.h, "products only") */
+static void cpu_products_only(device_t *d, const void *p, size_t bytes) {
+    if (d->precision == PRECISION_BF16) ops_bf16_products_only(p, bytes);
+}
+
 static void cpu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc) {
@@ -186,6 +191,7 @@ static void cpu_post_sampler_backward(device_t *d, float *dw, float *dlogits, co
 static const device_ops_t cpu_ops = {
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
     .copy = cpu_copy, .zero = cpu_zero, .sync = cpu_sync, .set_parallel = cpu_set_parallel,
+    .products_only = cpu_products_only,
     .gemm = cpu_gemm,
     .embedding_forward = cpu_embedding_forward, .embedding_backward = cpu_embedding_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward, .rmsnorm_backward = cpu_rmsnorm_backward,

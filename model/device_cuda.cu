@@ -155,6 +155,11 @@ typedef struct {
     long staged, padded_reads, padded_products; /* products staged; operands read from a padded shadow; products
                                                    run with k or m padded (device_cuda_aligned_counts) */
     long stage_reads;         /* classifier calls that read a staged result (no copy) */
+    /* the ranges marked read by products only (device.h products_only; "bf16 shadows" above) */
+    struct { const char *lo, *hi; } only[CUDA_SHADOW_MAX];
+    int n_only;
+    int only_mode;            /* $FT_BF16_SHADOW_ONLY: 0 off, 1 on (default), 2 poison */
+    long only_writes;         /* outputs written as shadows alone (device_cuda_only_writes) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -344,6 +349,8 @@ static void shadow_forget(device_t *d, const void *p, size_t bytes) {
         }
     }
     while (c->n_shadow > 0 && !c->shadow[c->n_shadow - 1].src) c->n_shadow--;
+    for (int i = 0; i < c->n_only; i++) /* the buffer's marks go with it */
+        if (c->only[i].lo < hi && lo < c->only[i].hi) c->only[i--] = c->only[--c->n_only];
 }
 /* The shadow an op writes beside its output out[0 .. n) when that output feeds products only
  * (RMSNorm's, SwiGLU's and its gradients, the classifier's dlogits, q|k|v split for attention
@@ -351,6 +358,46 @@ static void shadow_forget(device_t *d, const void *p, size_t bytes) {
  * after OUT(out): the op fills it in the same pass. */
 static __nv_bfloat16 *product_output_shadow(device_t *d, const float *out, size_t n) {
     return d->precision == PRECISION_BF16 && out && n ? shadow_take(d, out, n) : NULL;
+}
+/* Tensors read by products only (device.h products_only). At bf16 the device records the range;
+ * an op whose output out[0 .. n) lies in one and gets its shadow (product_output_shadow_only)
+ * writes the shadow alone: the kernel gets out = NULL (rows.cuh, elementwise.cuh) and skips the
+ * fp32 stores. Where no shadow is taken (fp32, a full table, no memory) it writes fp32 as always;
+ * the products read the shadow either way, so the bits are the same. $FT_BF16_SHADOW_ONLY=0
+ * turns it off, =poison writes the skipped fp32 copy as NaN (all ones; a reader that is not a
+ * product then fails), and FT_BF16_SHADOW_CHECK (which compares shadows with fresh roundings of
+ * the fp32 copies) turns it off. */
+static void cu_products_only(device_t *d, const void *p, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (d->precision != PRECISION_BF16 || !c->only_mode || c->shadow_check || !p || !bytes) return;
+    const char *lo = (const char *)p, *hi = lo + bytes;
+    int i = 0;
+    while (i < c->n_only && c->only[i].lo != lo) i++;
+    if (i < c->n_only) {
+        if (hi > c->only[i].hi) c->only[i].hi = hi;
+    } else if (c->n_only < CUDA_SHADOW_MAX) {
+        c->only[c->n_only].lo = lo, c->only[c->n_only++].hi = hi;
+    }
+}
+/* product_output_shadow, and *out = NULL when the shadow alone is written (out marked, a shadow
+ * taken); then only_done after the launch (the poison mode's NaN) */
+static __nv_bfloat16 *product_output_shadow_only(device_t *d, float **out, size_t n) {
+    cuda_impl_t *c = impl_of(d);
+    __nv_bfloat16 *sh = product_output_shadow(d, *out, n);
+    if (!sh || !c->n_only || !c->only_mode || c->shadow_check) return sh;
+    const char *lo = (const char *)*out, *hi = (const char *)(*out + n);
+    for (int i = 0; i < c->n_only; i++)
+        if (c->only[i].lo <= lo && hi <= c->only[i].hi) {
+            *out = NULL;
+            c->only_writes++;
+            break;
+        }
+    return sh;
+}
+static void only_done(device_t *d, float *skipped, const float *out, size_t n) {
+    if (!skipped && impl_of(d)->only_mode == 2 &&
+        cudaMemsetAsync((void *)out, 0xff, sizeof(float) * n, impl_of(d)->stream) != cudaSuccess)
+        fault(d, "FT_BF16_SHADOW_ONLY=poison", cudaGetErrorString(cudaGetLastError()));
 }
 /* The same for an output of `rows` rows of `width` elements; *ld: the shadow's row stride --
  * width, or width rounded up to CUDA_PRODUCT_ALIGN when width is not a multiple of 8 (the
@@ -789,9 +836,11 @@ static void cu_embedding_backward(device_t *d, float *dt, const float *dout, con
 static void cu_rmsnorm_forward(device_t *d, float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
     OUT(out, (size_t)N * D);
     OUT(rstd, N);
-    rmsnorm_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * D), rstd, NULL, x, NULL, w,
-                           N, D, eps);
+    float *o = out;
+    __nv_bfloat16 *o16 = product_output_shadow_only(d, &o, (size_t)N * D);
+    rmsnorm_forward_launch(impl_of(d)->stream, o, o16, rstd, NULL, x, NULL, w, N, D, eps);
     LAUNCHED("rmsnorm_forward");
+    only_done(d, o, out, (size_t)N * D);
 }
 /* the residual add and the norm in one pass: y = a + b is the stream (read again by the next
  * residual add and the norm's backward, so fp32 and no shadow); out feeds products only */
@@ -800,9 +849,11 @@ static void cu_add_rmsnorm_forward(device_t *d, float *y, float *out, float *rst
     OUT(y, (size_t)N * D);
     OUT(out, (size_t)N * D);
     OUT(rstd, N);
-    rmsnorm_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * D), rstd, y, a, b, w, N, D,
-                           eps);
+    float *o = out;
+    __nv_bfloat16 *o16 = product_output_shadow_only(d, &o, (size_t)N * D);
+    rmsnorm_forward_launch(impl_of(d)->stream, o, o16, rstd, y, a, b, w, N, D, eps);
     LAUNCHED("add_rmsnorm_forward");
+    only_done(d, o, out, (size_t)N * D);
 }
 static void cu_rmsnorm_backward_res(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
                                     const float *rstd, const float *res, int N, int D) {
@@ -912,15 +963,23 @@ static void cu_attention_backward(device_t *d, float *dq, float *dk, float *dv, 
 }
 static void cu_swiglu_forward(device_t *d, float *out, const float *gate, const float *up, int N, int F) {
     OUT(out, (size_t)N * F);
-    swiglu_forward_launch(impl_of(d)->stream, out, product_output_shadow(d, out, (size_t)N * F), gate, up, (size_t)N * F);
+    float *o = out;
+    __nv_bfloat16 *o16 = out != gate && out != up ? product_output_shadow_only(d, &o, (size_t)N * F)
+                                                  : product_output_shadow(d, out, (size_t)N * F);
+    swiglu_forward_launch(impl_of(d)->stream, o, o16, gate, up, (size_t)N * F);
     LAUNCHED("swiglu_forward");
+    only_done(d, o, out, (size_t)N * F);
 }
 static void swiglu_bwd(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F, int acc) {
     OUT(dg, (size_t)N * F);
     OUT(du, (size_t)N * F);
-    swiglu_backward_launch(impl_of(d)->stream, dg, du, product_output_shadow(d, dg, (size_t)N * F),
-                           product_output_shadow(d, du, (size_t)N * F), dout, gate, up, (size_t)N * F, acc);
+    float *g = dg, *u = du;
+    __nv_bfloat16 *g16 = acc ? product_output_shadow(d, dg, (size_t)N * F) : product_output_shadow_only(d, &g, (size_t)N * F);
+    __nv_bfloat16 *u16 = acc ? product_output_shadow(d, du, (size_t)N * F) : product_output_shadow_only(d, &u, (size_t)N * F);
+    swiglu_backward_launch(impl_of(d)->stream, g, u, g16, u16, dout, gate, up, (size_t)N * F, acc);
     LAUNCHED("swiglu_backward");
+    only_done(d, g, dg, (size_t)N * F);
+    only_done(d, u, du, (size_t)N * F);
 }
 static void cu_swiglu_backward(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 1); }
 static void cu_swiglu_backward_set(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 0); }
@@ -1269,6 +1328,7 @@ static const device_ops_t cuda_ops = {
     .zero = FLUSHED(cu_zero),
     .sync = FLUSHED(cu_sync),
     .set_parallel = cu_set_parallel,
+    .products_only = cu_products_only,
     .gemm = FLUSHED(cu_gemm),
     .embedding_forward = FLUSHED(cu_embedding_forward),
     .embedding_backward = FLUSHED(cu_embedding_backward),
@@ -1327,6 +1387,8 @@ static const device_ops_t cuda_ops = {
     .adamw_update_multi = FLUSHED(cu_adamw_update_multi),
 };
 
+/* Outputs written as bf16 shadows alone so far (cu_products_only). */
+extern "C" long device_cuda_only_writes(const device_t *d) { return ((const cuda_impl_t *)d->impl)->only_writes; }
 /* Products that read a bf16 shadow so far (tests: that the shadows are used at all). */
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
 extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products,
@@ -1410,6 +1472,8 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         if (c->finish_apart) c->colred_tickets = NULL; /* k_colred_finish launched */
         const char *chk = getenv("FT_BF16_SHADOW_CHECK");
         c->shadow_check = chk && *chk && strcmp(chk, "0") != 0;
+        const char *so = getenv("FT_BF16_SHADOW_ONLY");
+        c->only_mode = !so || !*so ? 1 : strcmp(so, "poison") == 0 ? 2 : strcmp(so, "0") != 0;
         const char *al = getenv("FT_CUDA_ALIGN");
         c->align_products = !(al && strcmp(al, "0") == 0);
         const char *cc = getenv("FT_CUDA_CE_CACHE");

@@ -111,6 +111,10 @@ static void attn_branch(device_t *d, llama_block_acts_t *a, const llama_block_w_
     const int N = B * T, D = c->d_model, H = c->n_heads, Hkv = c->n_kv_heads;
     const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
     a->separate_kv = x_kv != x_q;
+    /* the norms' outputs feed the projections only (their input and weight gradients): a hint
+     * to the device (device.h products_only), here and for xn2, h, dgate and dup below */
+    dev_products_only(d, a->xn, (size_t)N * D);
+    if (a->separate_kv) dev_products_only(d, a->xn_kv, (size_t)N * D);
     // attention rmsnorm (of each input when queries and keys/values differ; the query input's
     // may be done: normed, by the previous block's last residual add)
     if (!normed) DEV(d, rmsnorm_forward, a->xn, a->rstd, x_q, w->attn_norm, N, D, c->norm_eps);
@@ -165,8 +169,10 @@ static void mlp_after_norm(device_t *d, float *x_out, llama_block_acts_t *a,
     const int N = B * T, D = c->d_model, F = c->d_ff;
     DEV(d, linear_forward, a->gate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_forward, a->up, a->xn2, w->wup, N, D, F);
+    dev_products_only(d, a->h, (size_t)N * F);
     DEV(d, swiglu_forward, a->h, a->gate, a->up, N, F);
     DEV(d, linear_forward, s->branch, a->h, w->wdown, N, F, D);
+    if (next) dev_products_only(d, next->out, (size_t)N * D);
     if (next)
         DEV(d, add_rmsnorm_forward, x_out, next->out, next->rstd, x_in, s->branch, next->w, N, D,
             c->norm_eps);
@@ -178,6 +184,7 @@ void llama_block_mlp_forward(device_t *d, float *x_out, llama_block_acts_t *a,
                              const llama_block_w_t *w, const float *x_in,
                              const model_config_t *c, int B, int T, llama_block_scratch_t *s) {
     // MLP rmsnorm, SwiGLU, down projection, residual
+    dev_products_only(d, a->xn2, (size_t)B * T * c->d_model);
     DEV(d, rmsnorm_forward, a->xn2, a->rstd2, x_in, w->mlp_norm, B * T, c->d_model, c->norm_eps);
     mlp_after_norm(d, x_out, a, w, x_in, c, B, T, s, NULL);
 }
@@ -190,6 +197,7 @@ void llama_block_forward_chain(device_t *d, float *x_out, llama_block_acts_t *a,
                                const llama_norm_next_t *next) {
     attn_branch(d, a, w, x_q, x_kv, c, rope_cos, rope_sin, B, T, causal, s, normed);
     /* x_mid = x_q + branch and the MLP's norm of it in one pass over the rows */
+    dev_products_only(d, a->xn2, (size_t)B * T * c->d_model);
     DEV(d, add_rmsnorm_forward, a->x_mid, a->xn2, a->rstd2, x_q, s->branch, w->mlp_norm, B * T,
         c->d_model, c->norm_eps);
     mlp_after_norm(d, x_out, a, w, a->x_mid, c, B, T, s, next);
@@ -211,6 +219,8 @@ void llama_block_mlp_backward(device_t *d, float *dx_in, const llama_block_w_t *
     // MLP branch: x_out = x_in + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_in)
     /* the first write into a scratch gradient overwrites (_set): no zeroing pass */
     DEV(d, linear_backward_set, s->dh, g->wdown, dout, a->h, w->wdown, N, F, D);
+    dev_products_only(d, s->dgate, (size_t)N * F);
+    dev_products_only(d, s->dup, (size_t)N * F);
     DEV(d, swiglu_backward_set, s->dgate, s->dup, s->dh, a->gate, a->up, N, F);
     DEV(d, linear_backward_set, s->dxn, g->wgate, s->dgate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_backward, s->dxn, g->wup, s->dup, a->xn2, w->wup, N, D, F);

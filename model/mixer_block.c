@@ -74,7 +74,10 @@ void mixer_block_forward(device_t *d, float *x_out, mixer_block_acts_t *a,
         DEV(d, linear_forward, s->branch, a->u, w->out_proj, N, D, D);
         branch = s->branch;
     }
-    // ... and the MLP's rmsnorm of x_mid, in one pass
+    // ... and the MLP's rmsnorm of x_mid, in one pass (its output, SwiGLU's and SwiGLU's
+    // gradients feed products only: device.h products_only)
+    dev_products_only(d, a->xn2, (size_t)N * D);
+    dev_products_only(d, a->h, (size_t)N * F);
     DEV(d, add_rmsnorm_forward, a->x_mid, a->xn2, a->rstd2, x, branch, w->mlp_norm, N, D, c->norm_eps);
     // SwiGLU, down projection, residual
     DEV(d, linear_forward, a->gate, a->xn2, w->wgate, N, D, F);
@@ -92,6 +95,8 @@ void mixer_block_backward(device_t *d, float *dx, const mixer_block_w_t *g, cons
     const mixer_mix_t mix = mixer_block_mix(c, causal);
     // MLP branch: x_out = x_mid + down(swiglu(gate(n2), up(n2))), n2 = rmsnorm(x_mid)
     DEV(d, linear_backward_set, s->dh, g->wdown, dout, a->h, w->wdown, N, F, D);
+    dev_products_only(d, s->dgate, (size_t)N * F);
+    dev_products_only(d, s->dup, (size_t)N * F);
     DEV(d, swiglu_backward_set, s->dgate, s->dup, s->dh, a->gate, a->up, N, F);
     DEV(d, linear_backward_set, s->dxn, g->wgate, s->dgate, a->xn2, w->wgate, N, D, F);
     DEV(d, linear_backward, s->dxn, g->wup, s->dup, a->xn2, w->wup, N, D, F);

@@ -90,8 +90,13 @@ typedef struct {
 static shadow_t tab[SHADOW_MAX];
 static int ntab;          /* slots in use at the front of tab (some may be free) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int enabled = -1, checking = -1;
-static long stale, hits;
+static int enabled = -1, checking = -1, only_mode = -1;
+static long stale, hits, only_writes;
+
+/* the ranges a device marked as read by products only (ops_bf16_products_only) */
+#define ONLY_MAX 1024
+static struct { const char *lo, *hi; } only_tab[ONLY_MAX];
+static int n_only;
 
 static int env_flag(const char *name, int dflt) {
     const char *e = getenv(name);
@@ -100,6 +105,10 @@ static int env_flag(const char *name, int dflt) {
 
 void ops_bf16_shadows_enable(int on) { enabled = !!on; }
 void ops_bf16_shadow_check(int on) { checking = !!on; }
+static int check_on(void) {
+    if (checking < 0) checking = env_flag("FT_BF16_SHADOW_CHECK", 0);
+    return checking;
+}
 long ops_bf16_shadow_stale(void) { return stale; }
 long ops_bf16_shadow_hits(void) { return hits; }
 
@@ -121,8 +130,7 @@ static shadow_t *lookup(const float *x) {
 
 /* In checking mode: does shadow s hold the rounding of its tensor? Counts it when not. */
 static void check_one(const shadow_t *s) {
-    if (checking < 0) checking = env_flag("FT_BF16_SHADOW_CHECK", 0);
-    if (!checking) return;
+    if (!check_on()) return;
     for (size_t i = 0; i < s->n; i++)
         if (s->data[i] != ops_bf16_from_float(s->src[i])) {
             __atomic_add_fetch(&stale, 1, __ATOMIC_RELAXED);
@@ -213,9 +221,11 @@ void ops_bf16_clobber(const void *p, size_t bytes) {
 }
 
 void ops_bf16_forget(const void *p, size_t bytes) {
-    if (!ntab || !p) return;
+    if ((!ntab && !n_only) || !p) return;
     const char *lo = p, *hi = lo + bytes;
     pthread_mutex_lock(&lock);
+    for (int i = 0; i < n_only; i++)   /* the marks inside the buffer go with it */
+        if (only_tab[i].lo < hi && lo < only_tab[i].hi) only_tab[i--] = only_tab[--n_only];
     for (int i = 0; i < ntab; i++)
         if (overlaps(&tab[i], lo, hi)) {
             free(tab[i].data);
@@ -223,4 +233,47 @@ void ops_bf16_forget(const void *p, size_t bytes) {
         }
     while (ntab > 0 && !tab[ntab - 1].src) ntab--;
     pthread_mutex_unlock(&lock);
+}
+
+/* ---- tensors read by products only (ops_bf16.h) ---- */
+
+int ops_bf16_only_mode(void) {
+    if (only_mode < 0) {
+        const char *e = getenv("FT_BF16_SHADOW_ONLY");
+        only_mode = !e || !*e ? 1 : !strcmp(e, "poison") ? 2 : strcmp(e, "0") != 0;
+    }
+    return only_mode;
+}
+void ops_bf16_only_set(int mode) { only_mode = mode < 0 ? -1 : mode > 2 ? 2 : mode; }
+long ops_bf16_only_writes(void) { return only_writes; }
+
+void ops_bf16_products_only(const void *p, size_t bytes) {
+    if (!p || !bytes) return;
+    const char *lo = p, *hi = lo + bytes;
+    pthread_mutex_lock(&lock);
+    int i = 0;
+    while (i < n_only && only_tab[i].lo != lo) i++;
+    if (i < n_only) {
+        if (hi > only_tab[i].hi) only_tab[i].hi = hi;
+    } else if (n_only < ONLY_MAX) {
+        only_tab[n_only].lo = lo, only_tab[n_only++].hi = hi;
+    }   /* (a full table: the tensor keeps its fp32 copy) */
+    pthread_mutex_unlock(&lock);
+}
+
+uint16_t *ops_bf16_shadow_take_out(const float *x, size_t n, int *only) {
+    *only = 0;
+    if (!ops_bf16_shadows()) return NULL;
+    uint16_t *r = ops_bf16_shadow_take(x, n);
+    if (!r || !n_only || !ops_bf16_only_mode() || check_on()) return r;
+    const char *lo = (const char *)x, *hi = (const char *)(x + n);
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < n_only && !*only; i++) *only = only_tab[i].lo <= lo && hi <= only_tab[i].hi;
+    if (*only) only_writes++;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+void ops_bf16_only_done(float *x, size_t n) {
+    if (ops_bf16_only_mode() == 2) memset(x, 0xff, sizeof(float) * n);   /* all ones: a NaN */
 }

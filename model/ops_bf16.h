@@ -27,6 +27,21 @@
  * FT_BF16_SHADOW_CHECK=1 (or ops_bf16_shadow_check(1)) compares every shadow a product reads
  * with a fresh rounding and counts mismatches (ops_bf16_shadow_stale).
  *
+ * Products only. A tensor that only products read needs no fp32 copy once its shadow exists:
+ * a family says so through the device table (device.h: products_only, for a buffer it
+ * allocated: SwiGLU's output and gradients, the norms' outputs that feed the projections), the
+ * CPU device records the range (ops_bf16_products_only), and an op writing a tensor inside such
+ * a range that takes its shadow (ops_bf16_shadow_take_out) writes the shadow alone, skipping the
+ * fp32 stores (RMSNorm's output, add_rmsnorm's normed output, SwiGLU's output, SwiGLU's
+ * overwriting backward's gradients). Where no shadow is taken (fp32, a level without native
+ * bf16, shadows off, a full table, no memory) the op writes fp32 as before, so a result never
+ * depends on whether the hint took effect: products read the same bf16 values either way.
+ * $FT_BF16_SHADOW_ONLY: 1 (default) on; 0 off (A/B); "poison": the fp32 copy is written as NaN
+ * (all bits one) instead of skipped, so a reader that is not a product shows up as a wrong
+ * result. FT_BF16_SHADOW_CHECK=1 turns the hint off (the check compares shadows with fresh
+ * roundings of the fp32 copies). A product finding a shadow reads it even where its weight has
+ * none (ops_linear.c rounds the weight into its own buffer then).
+ *
  * When. Shadows are used only where bf16 products run natively (model_gemm_bf16_native: the
  * bf16 operands go to oneDNN as they are) and only inside ops the CPU device runs at bf16
  * (ops_product_precision, ops.h); FT_BF16_SHADOWS=0 turns them off (A/B measurements). The
@@ -97,4 +112,19 @@ long ops_bf16_shadow_stale(void);
 long ops_bf16_shadow_hits(void);
 /* Turns shadows on or off for the process (default on unless FT_BF16_SHADOWS=0). */
 void ops_bf16_shadows_enable(int on);
+
+/* ---- tensors read by products only (see the top) ---- */
+/* p[0 .. bytes) holds tensors that only products read, until the buffer is freed through the
+ * device (ops_bf16_forget drops the mark); marking a range again with the same start widens it. */
+void ops_bf16_products_only(const void *p, size_t bytes);
+/* ops_bf16_shadow_take for an op's output x[0 .. n), *only = 1 when the op may write the shadow
+ * alone (x inside a marked range, the hint on, not checking); NULL (and *only = 0) when the op
+ * runs without shadows. An op that skipped x calls ops_bf16_only_done(x, n) after (poison). */
+uint16_t *ops_bf16_shadow_take_out(const float *x, size_t n, int *only);
+void ops_bf16_only_done(float *x, size_t n);
+/* $FT_BF16_SHADOW_ONLY as 0 (off), 1 (on), 2 (poison); ops_bf16_only_set overrides it (-1: the
+ * environment's again). ops_bf16_only_writes: how many outputs were written as shadows alone. */
+int ops_bf16_only_mode(void);
+void ops_bf16_only_set(int mode);
+long ops_bf16_only_writes(void);
 #endif

@@ -86,8 +86,18 @@ static const uint16_t *act16(const float *x, size_t n, int slot) {
     return buf;
 }
 
+/* The weight's shadow, else w rounded into this thread's buffer: an activation that has only its
+ * shadow (ops_bf16.h, "products only") must be read through this path, never the fp32 one. */
+static const uint16_t *weight16(const float *w, size_t n) {
+    const uint16_t *s = ops_bf16_shadow_weight(w, n);
+    if (s) return s;
+    uint16_t *buf = gemm_tls_buffer(GEMM_TLS_OPS_W, n * sizeof(uint16_t));
+    if (buf) ops_bf16_pack(buf, w, n);
+    return buf;
+}
+
 static int linear_forward_bf16(float *y, const float *x, const float *w, int N, int in, int out) {
-    const uint16_t *w16 = ops_bf16_shadow_weight(w, (size_t)out * in);
+    const uint16_t *w16 = weight16(w, (size_t)out * in);
     const uint16_t *x16 = w16 ? act16(x, (size_t)N * in, GEMM_TLS_OPS_X) : NULL;
     if (!x16) return -1;
     model_gemm_bf16(GEMM_T, GEMM_N, out, N, in, 1.0f, w16, in, x16, in, 0.0f, y, out);
@@ -98,7 +108,7 @@ static int linear_forward_bf16(float *y, const float *x, const float *w, int N, 
 static int linear_backward_bf16(float *dx, float dx_beta, float *dw, const float *dy,
                                 const float *x, const float *w, int N, int in, int out) {
     const uint16_t *dy16 = act16(dy, (size_t)N * out, GEMM_TLS_OPS_Y), *w16 = NULL, *x16 = NULL;
-    if (!dy16 || (dx && !(w16 = ops_bf16_shadow_weight(w, (size_t)out * in))) ||
+    if (!dy16 || (dx && !(w16 = weight16(w, (size_t)out * in))) ||
         (dw && !(x16 = act16(x, (size_t)N * in, GEMM_TLS_OPS_X))))
         return -1;
     if (dx) model_gemm_bf16(GEMM_N, GEMM_N, in, N, out, 1.0f, w16, in, dy16, out, dx_beta, dx, in);

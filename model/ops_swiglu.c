@@ -25,16 +25,28 @@ OPS_VARIANTS(void, swiglu_fwd_range16, (float *out, uint16_t *restrict o16, cons
     }
 }
 
+/* The shadow alone (the output is read by products only: ops_bf16.h). */
+OPS_VARIANTS(void, swiglu_fwd_only16, (uint16_t *restrict o16, const float *restrict gate,
+                                       const float *restrict up, size_t lo, size_t hi),
+             (o16, gate, up, lo, hi)) {
+    OPS_SIMD
+    for (size_t i = lo; i < hi; i++) o16[i] = ops_bf16_from_float(ops_silu(gate[i]) * up[i]);
+}
+
 void swiglu_forward(float *out, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
-    uint16_t *o16 = ops_bf16_shadows() ? ops_bf16_shadow_take(out, n) : NULL;
+    int only = 0;
+    uint16_t *o16 = out != gate && out != up ? ops_bf16_shadow_take_out(out, n, &only)
+                                             : ops_bf16_shadows() ? ops_bf16_shadow_take(out, n) : NULL;
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
-        if (o16) swiglu_fwd_range16(out, o16, gate, up, lo, hi);
+        if (only) swiglu_fwd_only16(o16, gate, up, lo, hi);
+        else if (o16) swiglu_fwd_range16(out, o16, gate, up, lo, hi);
         else swiglu_fwd_range(out, gate, up, lo, hi);
     }
+    if (only) ops_bf16_only_done(out, n);
 }
 
 /* One sigmoid for both silu and its derivative (ops_math.h's formulas, inlined). acc = 1 adds
@@ -68,6 +80,19 @@ OPS_VARIANTS(void, swiglu_bwd_set16, (float *restrict dgate, float *restrict dup
         du16[i] = ops_bf16_from_float(du);
     }
 }
+/* The gradients' shadows alone (read by products only: ops_bf16.h). */
+OPS_VARIANTS(void, swiglu_bwd_only16, (uint16_t *restrict dg16, uint16_t *restrict du16,
+                                       const float *restrict dout, const float *restrict gate,
+                                       const float *restrict up, size_t lo, size_t hi),
+             (dg16, du16, dout, gate, up, lo, hi)) {
+    OPS_SIMD
+    for (size_t i = lo; i < hi; i++) {
+        float g = gate[i], s = ops_sigmoid(g);
+        float dg = dout[i] * up[i] * (s * (1.0f + g * (1.0f - s))), du = dout[i] * (g * s);
+        dg16[i] = ops_bf16_from_float(dg);
+        du16[i] = ops_bf16_from_float(du);
+    }
+}
 OPS_VARIANTS(void, swiglu_bwd_add, (float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t lo, size_t hi),
              (dgate, dup, dout, gate, up, lo, hi)) {
@@ -83,17 +108,21 @@ static void swiglu_bwd(float *dgate, float *dup, const float *dout, const float 
                        const float *up, int N, int F, int acc) {
     size_t n = (size_t)N * F;
     uint16_t *dg16 = NULL, *du16 = NULL;
-    if (!acc && ops_bf16_shadows() && (dg16 = ops_bf16_shadow_take(dgate, n)) &&
-        !(du16 = ops_bf16_shadow_take(dup, n)))
+    int og = 0, ou = 0;
+    if (!acc && (dg16 = ops_bf16_shadow_take_out(dgate, n, &og)) &&
+        !(du16 = ops_bf16_shadow_take_out(dup, n, &ou)))
         ops_bf16_clobber(dgate, sizeof(float) * n), dg16 = NULL;   /* both or neither */
+    const int only = dg16 && og && ou;   /* (both read by products only, else both in fp32) */
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
         if (acc) swiglu_bwd_add(dgate, dup, dout, gate, up, lo, hi);
+        else if (only) swiglu_bwd_only16(dg16, du16, dout, gate, up, lo, hi);
         else if (dg16) swiglu_bwd_set16(dgate, dup, dg16, du16, dout, gate, up, lo, hi);
         else swiglu_bwd_set(dgate, dup, dout, gate, up, lo, hi);
     }
+    if (only) ops_bf16_only_done(dgate, n), ops_bf16_only_done(dup, n);
 }
 
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,

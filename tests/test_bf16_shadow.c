@@ -109,8 +109,8 @@ typedef struct {
     size_t n;
 } run_t;
 
-/* `steps` training steps of `family` at bf16 (shadows on or off); losses and final weights. */
-static int train(const char *family, int shadows, int steps, run_t *out) {
+/* `steps` training steps of `family` at precision p (shadows on or off); losses and final weights. */
+static int train_at(const char *family, precision_t p, int shadows, int steps, run_t *out) {
     model_config_t c = {.kind = family_find(family)->kind, .vocab_size = 61, .d_model = 48,
                         .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .d_ff = 96, .max_seq = 32,
                         .rope_theta = 10000.f, .norm_eps = 1e-5f, .tied = 1, .latent_bits = 6,
@@ -128,7 +128,7 @@ static int train(const char *family, int shadows, int steps, run_t *out) {
     int rc = -1;
     ops_bf16_shadows_enable(shadows);
     const model_family_t *f = family_find(family);
-    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err) || f->create(&m, d, &c, B, T, 5, err, sizeof err)) {
+    if (device_open(&d, "cpu", p, err, sizeof err) || f->create(&m, d, &c, B, T, 5, err, sizeof err)) {
         CHECK(0, "%s: %s", family, err);
         goto out;
     }
@@ -160,6 +160,9 @@ out:
     ops_bf16_shadows_enable(1);
     return rc;
 }
+static int train(const char *family, int shadows, int steps, run_t *out) {
+    return train_at(family, PRECISION_BF16, shadows, steps, out);
+}
 
 static void test_families(void) {
     const char *families[] = {"llama", "free", "ltm", "mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"};
@@ -188,6 +191,90 @@ static void test_families(void) {
         free(off.params);
     }
     ops_bf16_shadow_check(0);
+}
+
+/* One norm into a buffer marked read by products only, then a product of it: poisoned, a
+ * download of the norm's output (not a product) sees NaN where the hint took effect, and the
+ * product's result is the bits of the run with the hint off (so the family test below can fail:
+ * a reader that is not a product gets NaN). */
+static void norm_product(int mode, float *xn_out, float *y_out) {
+    char err[256];
+    device_t *d = NULL;
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { N = 5, D = 32, OUT = 8 };
+    float *x = DEV(d, alloc, sizeof(float) * N * D), *xn = DEV(d, alloc, sizeof(float) * N * D);
+    float *rstd = DEV(d, alloc, sizeof(float) * N), *nw = DEV(d, alloc, sizeof(float) * D);
+    float *w = DEV(d, alloc, sizeof(float) * OUT * D), *y = DEV(d, alloc, sizeof(float) * N * OUT);
+    float hx[N * D], hnw[D], hw[OUT * D];
+    for (int i = 0; i < N * D; i++) hx[i] = 0.37f * (float)(i % 11) - 1.5f;
+    for (int i = 0; i < D; i++) hnw[i] = 1.0f + 0.01f * (float)i;
+    for (int i = 0; i < OUT * D; i++) hw[i] = 0.05f * (float)(i % 13) - 0.3f;
+    DEV(d, upload, x, hx, sizeof hx);
+    DEV(d, upload, nw, hnw, sizeof hnw);
+    DEV(d, upload, w, hw, sizeof hw);
+    ops_bf16_only_set(mode);
+    dev_products_only(d, xn, (size_t)N * D);
+    DEV(d, rmsnorm_forward, xn, rstd, x, nw, N, D, 1e-5f);
+    DEV(d, linear_forward, y, xn, w, N, D, OUT);
+    ops_bf16_only_set(-1);
+    DEV(d, download, xn_out, xn, sizeof(float) * N * D);
+    DEV(d, download, y_out, y, sizeof(float) * N * OUT);
+    float *bufs[] = {x, xn, rstd, nw, w, y};
+    for (int i = 0; i < 6; i++) DEV(d, free, bufs[i]);
+    device_close(&d);
+}
+static void test_poison(void) {
+    enum { N = 5, D = 32, OUT = 8 };
+    float xn_p[N * D], y_p[N * OUT], xn_0[N * D], y_0[N * OUT];
+    norm_product(2, xn_p, y_p);
+    norm_product(0, xn_0, y_0);
+    int nan = 0, nan0 = 0;
+    for (int i = 0; i < N * D; i++) nan += xn_p[i] != xn_p[i], nan0 += xn_0[i] != xn_0[i];
+    CHECK(nan0 == 0, "the hint off: the norm's fp32 output is written (%d NaN)", nan0);
+    if (native) CHECK(nan == N * D, "poisoned: a reader that is not a product sees NaN (%d of %d)", nan, N * D);
+    else CHECK(nan == 0, "no native bf16: the fp32 output is written (%d NaN)", nan);
+    CHECK(!memcmp(y_p, y_0, sizeof y_p), "the product reads the same values either way");
+}
+
+/* Tensors read by products only (ops_bf16.h; device.h products_only): every family at fp32 and
+ * bf16 with the skipped fp32 copies written as NaN (FT_BF16_SHADOW_ONLY=poison) gives the
+ * losses and trained weights of the run with the hint off, bit for bit -- so nothing but a
+ * product read those tensors, and the products read the same values either way. Where bf16 is
+ * native the hint must have taken effect (outputs written as shadows alone). */
+static void test_products_only(void) {
+    const char *families[] = {"llama", "free", "ltm", "mixer", "mixer-ae", "llama-ae", "mixer-mem", "llama-mem"};
+    const precision_t precs[] = {PRECISION_FP32, PRECISION_BF16};
+    ops_bf16_shadow_check(0);
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        for (int p = 0; p < 2; p++) {
+            enum { STEPS = 3 };
+            run_t on, off;
+            memset(&on, 0, sizeof on);
+            memset(&off, 0, sizeof off);
+            ops_bf16_only_set(2);
+            const long w0 = ops_bf16_only_writes();
+            const int r = train_at(families[i], precs[p], 1, STEPS, &on);
+            const long writes = ops_bf16_only_writes() - w0;
+            ops_bf16_only_set(0);
+            const int r0 = r ? r : train_at(families[i], precs[p], 1, STEPS, &off);
+            ops_bf16_only_set(-1);
+            if (r || r0) continue;
+            const char *pn = precs[p] == PRECISION_BF16 ? "bf16" : "fp32";
+            if (native && precs[p] == PRECISION_BF16)
+                CHECK(writes > 0, "%s %s: outputs written as shadows alone (%ld)", families[i], pn, writes);
+            else
+                CHECK(writes == 0, "%s %s: none without native bf16 shadows (%ld)", families[i], pn, writes);
+            int finite = 1;
+            for (int s = 0; s < STEPS; s++) finite &= on.loss[s] == on.loss[s];
+            CHECK(finite, "%s %s: the losses are numbers (%g %g %g)", families[i], pn, on.loss[0], on.loss[1], on.loss[2]);
+            CHECK(!memcmp(on.loss, off.loss, sizeof on.loss), "%s %s: losses %.9g %.9g %.9g poisoned, %.9g %.9g %.9g without the hint",
+                  families[i], pn, on.loss[0], on.loss[1], on.loss[2], off.loss[0], off.loss[1], off.loss[2]);
+            CHECK(on.n == off.n && !memcmp(on.params, off.params, sizeof(float) * on.n),
+                  "%s %s: the trained weights are the same bits", families[i], pn);
+            fprintf(stderr, "  %s %s: %ld outputs as shadows alone (poisoned)\n", families[i], pn, writes);
+            free(on.params);
+            free(off.params);
+        }
 }
 
 /* The logits of a freshly made evaluator model of `family` (weights from seed) on a bf16 CPU
@@ -255,6 +342,8 @@ int main(void) {
     RUN(test_weight_rewritten);
     RUN(test_optimizer_refresh);
     RUN(test_families);
+    RUN(test_poison);
+    RUN(test_products_only);
     RUN(test_evaluator);
     return check_summary();
 }

@@ -4,7 +4,9 @@
  * tensor of the benchmark configs). Formulas: ops_math.h (ops_silu, ops_silu_grad), as
  * kernels.h's kb_swiglu_fwd and kb_swiglu_bwd. SwiGLU's outputs feed products only: the device
  * passes their bf16 shadows (out16, dg16, du16; NULL when it keeps none) and the kernels write
- * each value's rounding beside it (device_cuda.cu, "bf16 shadows"). */
+ * each value's rounding beside it (device_cuda.cu, "bf16 shadows"). An fp32 output given as
+ * NULL (out; dgate, dup when overwritten) is not written: the tensor is read by products only
+ * and the shadow is all that is kept (device.h products_only). */
 #ifndef MODEL_CUDA_ELEMENTWISE_CUH
 #define MODEL_CUDA_ELEMENTWISE_CUH
 #include "model/cuda/common.cuh"
@@ -30,14 +32,14 @@ __global__ void k_swiglu_fwd(size_t n, float *out, __nv_bfloat16 *out16, const f
             y.y = ops_silu(g.y) * u.y;
             y.z = ops_silu(g.z) * u.z;
             y.w = ops_silu(g.w) * u.w;
-            st4(out + 4 * i, y);
+            if (out) st4(out + 4 * i, y);
             if (out16) st4_bf16(out16 + 4 * i, y.x, y.y, y.z, y.w);
         }
         return;
     }
     EW_LOOP(I, n) {
         const float y = ops_silu(gate[i]) * up[i];
-        out[i] = y;
+        if (out) out[i] = y;
         if (out16) out16[i] = to_bf16(y);
     }
 }
@@ -63,8 +65,8 @@ __global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, __nv_bfloat16 *
                 a = make_float4(a.x + a0.x, a.y + a0.y, a.z + a0.z, a.w + a0.w);
                 b = make_float4(b.x + b0.x, b.y + b0.y, b.z + b0.z, b.w + b0.w);
             }
-            st4(dgate + 4 * i, a);
-            st4(dup + 4 * i, b);
+            if (dgate) st4(dgate + 4 * i, a);
+            if (dup) st4(dup + 4 * i, b);
             if (dg16) st4_bf16(dg16 + 4 * i, a.x, a.y, a.z, a.w);
             if (du16) st4_bf16(du16 + 4 * i, b.x, b.y, b.z, b.w);
         }
@@ -74,8 +76,8 @@ __global__ void k_swiglu_bwd(size_t n, float *dgate, float *dup, __nv_bfloat16 *
         float a, b;
         swiglu_grad1(&a, &b, dout[i], gate[i], up[i]);
         if (acc) a += dgate[i], b += dup[i];
-        dgate[i] = a;
-        dup[i] = b;
+        if (dgate) dgate[i] = a;
+        if (dup) dup[i] = b;
         if (dg16) dg16[i] = to_bf16(a);
         if (du16) du16[i] = to_bf16(b);
     }

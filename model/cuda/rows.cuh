@@ -32,7 +32,7 @@
 
 /* ---- RMSNorm forward: out = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) ----
  * one warp per row; out16 (may be NULL): out's bf16 shadow, written beside it (the output
- * feeds products only). With b (add_rmsnorm_forward): the row normed is x + b, written to y
+ * feeds products only); out NULL: the shadow alone (device.h products_only). With b (add_rmsnorm_forward): the row normed is x + b, written to y
  * in the same pass (the residual add fused; y may be x or b: each lane reads its elements
  * before it writes them). */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
@@ -44,7 +44,7 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const flo
     const float *xr = x + (size_t)row * D;
     const float *br = b ? b + (size_t)row * D : NULL;
     float *yr = b ? y + (size_t)row * D : NULL;
-    float *orow = out + (size_t)row * D;
+    float *orow = out ? out + (size_t)row * D : NULL; /* NULL: the shadow alone (products only) */
     __nv_bfloat16 *o16 = out16 ? out16 + (size_t)row * D : NULL;
     const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(x) && aligned16(out) && aligned16(w) &&
                      (!b || (aligned16(b) && aligned16(y))) && ((uintptr_t)out16 & 7u) == 0;
@@ -79,7 +79,7 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const flo
                 o.y = wv.y * (c[j].y * r);
                 o.z = wv.z * (c[j].z * r);
                 o.w = wv.w * (c[j].w * r);
-                st4(orow + i, o);
+                if (orow) st4(orow + i, o);
                 if (o16) st4_bf16(o16 + i, o.x, o.y, o.z, o.w);
             }
         }
@@ -97,7 +97,7 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const flo
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
     for (int i = lane; i < D; i += WARP) {
         const float o = w[i] * (xr[i] * r);
-        orow[i] = o;
+        if (orow) orow[i] = o;
         if (o16) o16[i] = to_bf16(o);
     }
     if (lane == 0) rstd[row] = r;

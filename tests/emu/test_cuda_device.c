@@ -209,6 +209,82 @@ static void test_bf16_shadows(void) {
     device_close(&d);
 }
 
+long device_cuda_only_writes(const device_t *d);
+
+/* Tensors read by products only (device.h products_only): a norm, SwiGLU and its backward into
+ * marked buffers, then products of them, with FT_BF16_SHADOW_ONLY=mode (read at open). out: the
+ * fp32 copies downloaded (xn, h, dgate, dup), then the products (y of xn, y of h, dx of dgate);
+ * *writes: outputs written as shadows alone. */
+enum { PO_N = 20, PO_D = 32, PO_F = 48 };
+#define PO_OUT (PO_N * PO_D + 3 * PO_N * PO_F + PO_N * PO_F + PO_N * PO_D + PO_N * PO_D)
+static int products_only_run(const char *mode, int check, float *out, long *writes) {
+    enum { N = PO_N, D = PO_D, F = PO_F };
+    setenv("FT_BF16_SHADOW_ONLY", mode, 1);
+    if (check) setenv("FT_BF16_SHADOW_CHECK", "1", 1);
+    char err[256];
+    device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
+    unsetenv("FT_BF16_SHADOW_ONLY");
+    unsetenv("FT_BF16_SHADOW_CHECK");
+    if (!d) { CHECK(0, "open: %s", err); return -1; }
+    static float xh[N * D], nwh[D], wgh[F * D], gh[N * F], dh[N * F];
+    for (int i = 0; i < N * D; i++) xh[i] = (float)((i * 37) % 101 - 50) / 47.0f;
+    for (int i = 0; i < D; i++) nwh[i] = 1.0f + 0.01f * (float)i;
+    for (int i = 0; i < F * D; i++) wgh[i] = (float)((i * 53) % 89 - 44) / 61.0f;
+    for (int i = 0; i < N * F; i++) gh[i] = (float)((i * 29) % 83 - 41) / 23.0f, dh[i] = (float)((i * 17) % 71 - 35) / 31.0f;
+    float *x = DEV(d, alloc, sizeof xh), *nw = DEV(d, alloc, sizeof nwh), *rstd = DEV(d, alloc, sizeof(float) * N);
+    float *xn = DEV(d, alloc, sizeof xh), *wg = DEV(d, alloc, sizeof wgh), *gate = DEV(d, alloc, sizeof gh);
+    float *up = DEV(d, alloc, sizeof gh), *h = DEV(d, alloc, sizeof gh), *dout = DEV(d, alloc, sizeof dh);
+    float *dg = DEV(d, alloc, sizeof gh), *du = DEV(d, alloc, sizeof gh), *y = DEV(d, alloc, sizeof gh);
+    float *dx = DEV(d, alloc, sizeof xh);
+    DEV(d, upload, x, xh, sizeof xh);
+    DEV(d, upload, nw, nwh, sizeof nwh);
+    DEV(d, upload, wg, wgh, sizeof wgh);
+    DEV(d, upload, gate, gh, sizeof gh);
+    DEV(d, upload, up, dh, sizeof dh);
+    DEV(d, upload, dout, dh, sizeof dh);
+    dev_products_only(d, xn, (size_t)N * D);
+    dev_products_only(d, h, (size_t)N * F);
+    dev_products_only(d, dg, (size_t)N * F);
+    dev_products_only(d, du, (size_t)N * F);
+    const long w0 = device_cuda_only_writes(d);
+    DEV(d, rmsnorm_forward, xn, rstd, x, nw, N, D, 1e-5f);
+    DEV(d, swiglu_forward, h, gate, up, N, F);
+    DEV(d, swiglu_backward_set, dg, du, dout, gate, up, N, F);
+    float *o = out;
+    DEV(d, download, o, xn, sizeof xh), o += N * D;
+    DEV(d, download, o, h, sizeof gh), o += N * F;
+    DEV(d, download, o, dg, sizeof gh), o += N * F;
+    DEV(d, download, o, du, sizeof gh), o += N * F;
+    DEV(d, linear_forward, y, xn, wg, N, D, F); /* y = xn wg^T: (N, F) */
+    DEV(d, download, o, y, sizeof gh), o += N * F;
+    DEV(d, linear_forward, dx, h, wg, N, F, D); /* h (N, F) through wg read as (D, F): (N, D) */
+    DEV(d, download, o, dx, sizeof xh), o += N * D;
+    DEV(d, linear_backward_set, dx, NULL, dg, xn, wg, N, D, F); /* dx = dg wg */
+    DEV(d, download, o, dx, sizeof xh);
+    *writes = device_cuda_only_writes(d) - w0;
+    const int rc = DEV(d, sync, err, sizeof err);
+    CHECK(rc == 0, "FT_BF16_SHADOW_ONLY=%s%s: %s", mode, check ? " with the check" : "", rc ? err : "");
+    float *bufs[] = {x, nw, rstd, xn, wg, gate, up, h, dout, dg, du, y, dx};
+    for (int i = 0; i < 13; i++) DEV(d, free, bufs[i]);
+    device_close(&d);
+    return rc;
+}
+static void test_products_only(void) {
+    static float p[PO_OUT], off[PO_OUT], chk[PO_OUT];
+    long wp, w0, wc;
+    if (products_only_run("poison", 0, p, &wp) || products_only_run("0", 0, off, &w0) ||
+        products_only_run("1", 1, chk, &wc))
+        return;
+    const size_t copies = PO_N * PO_D + 3 * PO_N * PO_F, prods = PO_OUT - copies;
+    size_t nan = 0, nan0 = 0;
+    for (size_t i = 0; i < copies; i++) nan += p[i] != p[i], nan0 += off[i] != off[i];
+    CHECK(wp == 4 && w0 == 0 && wc == 0, "outputs as shadows alone: %ld poisoned, %ld off, %ld with the check (4, 0, 0)", wp, w0, wc);
+    CHECK(nan == copies && nan0 == 0, "the skipped fp32 copies are NaN when poisoned (%zu of %zu), written when off (%zu NaN)",
+          nan, copies, nan0);
+    CHECK(!memcmp(p + copies, off + copies, sizeof(float) * prods), "the products read the same values either way");
+    CHECK(!memcmp(chk, off, sizeof off), "the check turns the hint off (the same copies and products)");
+}
+
 void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products,
                                 long *stage_reads);
 
@@ -431,6 +507,7 @@ int main(void) {
     RUN(test_free_counts);
     RUN(test_first_step_allocates_nothing);
     RUN(test_bf16_shadows);
+    RUN(test_products_only);
     RUN(test_aligned_vocabulary_products);
     RUN(test_finish_in_last_block);
     RUN(test_colred_finish_folded);
