@@ -7,8 +7,9 @@ headers, many headers, bad percent-encodings and UTF-8, huge numbers, broken bod
 chunked encodings, connections cut mid-request and mid-stream), with 40 slow clients (one byte
 every half second) and 20 event streams that never read held open meanwhile. Between cases
 the server must keep answering GET /api/health. After each round every socket is closed and
-the server's descriptors must come back to what they were before the first (within 30 s: a
-suspended event stream notices its peer left at its next ping); its resident memory after the
+the server's descriptors must come back to what they were before the first and stay there
+(within 60 s: a suspended event stream notices its peer left at its next ping, every 15 s, and
+the machine may be loaded); its resident memory after the
 second round must be within 4 MiB of what it was after the first (a leak grows with the number
 of requests, and the second round sends as many as the first). Prints "ok ..." / "FAIL: ..."
 lines and the counts."""
@@ -204,10 +205,19 @@ def round_(n_round):
 
 
 def settle(want, what):
-    deadline = time.time() + 30
-    while time.time() < deadline and fds() > want:
+    """the count must stay at or below want for three readings in a row (1 s): right after a
+    round the server may still accept a closed client's connection from its backlog, and read
+    and close it -- a count that dips once is not settled, and one reading serves the message
+    and the verdict (two readings once disagreed under load: "back to 12 (now 12)" failed)"""
+    deadline = time.time() + 60
+    n, low = fds(), 0
+    while time.time() < deadline:
+        n = fds()
+        low = low + 1 if n <= want else 0
+        if low >= 3:
+            break
         time.sleep(0.5)
-    check("%s: descriptors back to %d (now %d)" % (what, want, fds()), fds() <= want)
+    check("%s: descriptors back to %d (now %d)" % (what, want, n), low >= 3)
 
 
 time.sleep(0.5)
