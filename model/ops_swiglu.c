@@ -49,7 +49,14 @@ void swiglu_forward(float *out, const float *gate, const float *up, int N, int F
     if (only) ops_bf16_only_done(out, n);
 }
 
-/* One sigmoid for both silu and its derivative (ops_math.h's formulas, inlined). acc = 1 adds
+/* Element i's gradients: one sigmoid for both silu and its derivative (ops_math.h's formulas,
+ * inlined), for every loop below (their bits are this expression's). */
+static inline __attribute__((always_inline)) void swiglu_grad(float d, float g, float u, float *dg,
+                                                               float *du) {
+    const float s = ops_sigmoid(g);
+    *dg = d * u * (s * (1.0f + g * (1.0f - s))), *du = d * (g * s);
+}
+/* The loop of the accumulating and overwriting backwards: acc = 1 adds
  * into dgate/dup (the op's contract), acc = 0 overwrites them: the same bits as adding into
  * zeroes, without the zeroing pass. acc is a constant at each call, so each clone below gets
  * a branch-free loop. */
@@ -58,8 +65,8 @@ static inline __attribute__((always_inline)) void swiglu_bwd_body(
     const float *restrict gate, const float *restrict up, size_t lo, size_t hi, int acc) {
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) {
-        float g = gate[i], s = ops_sigmoid(g);
-        float dg = dout[i] * up[i] * (s * (1.0f + g * (1.0f - s))), du = dout[i] * (g * s);
+        float dg, du;
+        swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
         dgate[i] = acc ? dgate[i] + dg : dg;
         dup[i] = acc ? dup[i] + du : du;
     }
@@ -72,8 +79,8 @@ OPS_VARIANTS(void, swiglu_bwd_set16, (float *restrict dgate, float *restrict dup
              (dgate, dup, dg16, du16, dout, gate, up, lo, hi)) {
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) {
-        float g = gate[i], s = ops_sigmoid(g);
-        float dg = dout[i] * up[i] * (s * (1.0f + g * (1.0f - s))), du = dout[i] * (g * s);
+        float dg, du;
+        swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
         dgate[i] = dg;
         dup[i] = du;
         dg16[i] = ops_bf16_from_float(dg);
@@ -87,8 +94,8 @@ OPS_VARIANTS(void, swiglu_bwd_only16, (uint16_t *restrict dg16, uint16_t *restri
              (dg16, du16, dout, gate, up, lo, hi)) {
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) {
-        float g = gate[i], s = ops_sigmoid(g);
-        float dg = dout[i] * up[i] * (s * (1.0f + g * (1.0f - s))), du = dout[i] * (g * s);
+        float dg, du;
+        swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
         dg16[i] = ops_bf16_from_float(dg);
         du16[i] = ops_bf16_from_float(du);
     }
