@@ -86,13 +86,16 @@ extern "C" {
 #define CUDA_SHADOW_SPARE ((size_t)256 << 20)
 typedef struct {
     const float *src;     /* the fp32 tensor (NULL: a free slot) */
-    size_t n, cap;        /* elements shadowed; elements the storage holds */
-    __nv_bfloat16 *data;
+    size_t n, cap;        /* elements shadowed; elements `own` holds */
+    __nv_bfloat16 *data;  /* own, or memory of the tensor's own buffer (shadow_borrow) */
+    __nv_bfloat16 *own;   /* the shadow's storage (cudaMalloc), kept while data is borrowed */
     int valid;
     /* 0, 0: the elements in their order. Else the tensor is rows of `width` elements and the
      * shadow keeps row r at r * ld (ld > width, a multiple of CUDA_PRODUCT_ALIGN): a product
-     * reading such a matrix gets 16-byte aligned columns (shadow_view) */
-    int width, ld;
+     * reading such a matrix gets 16-byte aligned columns (shadow_view); zpad: the zero elements
+     * its writer puts after each row (ld - width, but 0 where a borrowed shadow's rows lie in
+     * the fp32 rows they shadow: shadow_borrow) */
+    int width, ld, zpad;
     /* a compact shadow's zero elements after its n (storage for them included in cap): a matrix of
      * an odd number of columns gets zero columns up to a multiple of CUDA_PRODUCT_ALIGN, so a
      * product can run its k or m dimension padded (the head's weight: V = 50257 -> 50304) */
@@ -261,7 +264,7 @@ static const __nv_bfloat16 *shadow_view(device_t *d, const float *x, int rows, i
         }
         if (ld == s->width && (int)(off % (size_t)s->width) + rows <= s->width) {
             *lds = s->ld;
-            if ((int)(off % (size_t)s->width) + rows == s->width) *rows_av = rows + s->ld - s->width;
+            if ((int)(off % (size_t)s->width) + rows == s->width) *rows_av = rows + s->zpad;
             c->padded_reads++;
             return s->data + (off / (size_t)s->width) * (size_t)s->ld + off % (size_t)s->width;
         }
@@ -275,17 +278,20 @@ static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, in
 static __nv_bfloat16 *shadow_take(device_t *d, const float *x, size_t n) { return shadow_take_rows(d, x, n, 0, 0, 0); }
 /* the same for a tensor of rows of `width` elements kept at row stride ld (0, 0: in order), or
  * in order with `tail` zero elements after it (zeroed here, on the stream) */
+/* x's slot: its own, else a free one, else an invalid one, else a new one; NULL when full */
+static cu_shadow_t *shadow_slot(cuda_impl_t *c, const float *x) {
+    for (int i = 0; i < c->n_shadow; i++)
+        if (c->shadow[i].src == x) return &c->shadow[i];
+    for (int i = 0; i < c->n_shadow; i++)
+        if (!c->shadow[i].src) return &c->shadow[i];
+    for (int i = 0; i < c->n_shadow; i++)
+        if (!c->shadow[i].valid) return &c->shadow[i];
+    return c->n_shadow < CUDA_SHADOW_MAX ? &c->shadow[c->n_shadow++] : NULL;
+}
 static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, int width, int ld, size_t tail) {
     cuda_impl_t *c = impl_of(d);
     const size_t need = ld ? n / (size_t)width * (size_t)ld : n + tail;
-    cu_shadow_t *s = NULL;
-    for (int i = 0; i < c->n_shadow && !s; i++)
-        if (c->shadow[i].src == x) s = &c->shadow[i];
-    for (int i = 0; i < c->n_shadow && !s; i++) /* a free slot, else an invalid one, else a new one */
-        if (!c->shadow[i].src) s = &c->shadow[i];
-    for (int i = 0; i < c->n_shadow && !s; i++)
-        if (!c->shadow[i].valid) s = &c->shadow[i];
-    if (!s && c->n_shadow < CUDA_SHADOW_MAX) s = &c->shadow[c->n_shadow++];
+    cu_shadow_t *s = shadow_slot(c, x);
     if (!s) return NULL;
     s->valid = 0;
     s->src = x;
@@ -298,19 +304,21 @@ static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, in
             cudaGetLastError(); /* no shadow: the product rounds as without one */
             return NULL;
         }
-        if (s->data) {
+        if (s->own) {
             /* the old storage may still be read by queued products */
             if (cudaStreamSynchronize(c->stream) != cudaSuccess) fault(d, "bf16 shadow", cudaGetErrorString(cudaGetLastError()));
-            cudaFree(s->data);
+            cudaFree(s->own);
             c->shadow_bytes -= s->cap * sizeof(__nv_bfloat16);
         }
-        s->data = (__nv_bfloat16 *)p;
+        s->own = (__nv_bfloat16 *)p;
         s->cap = bytes / sizeof(__nv_bfloat16);
         c->shadow_bytes += bytes;
     }
+    s->data = s->own;
     s->n = n;
     s->width = width;
     s->ld = ld;
+    s->zpad = ld - width;
     s->tail = ld ? 0 : tail;
     if (s->tail && cudaMemsetAsync(s->data + n, 0, sizeof(__nv_bfloat16) * s->tail, c->stream) != cudaSuccess) {
         cudaGetLastError();
@@ -318,6 +326,16 @@ static __nv_bfloat16 *shadow_take_rows(device_t *d, const float *x, size_t n, in
     }
     s->valid = 1;
     return s->data;
+}
+/* A shadow of x[0 .. n) kept in memory the caller owns, `data` (the classifier's dlogits over the
+ * logits' own buffer: products-only, no fp32 copy written); width, ld as shadow_take_rows (0, 0:
+ * compact), zpad: the zero elements its writer puts after each row. The slot keeps its own
+ * storage for a later shadow_take. Valid until x is written (OUT), like any other. */
+static int shadow_borrow(device_t *d, const float *x, size_t n, int width, int ld, int zpad, __nv_bfloat16 *data) {
+    cu_shadow_t *s = shadow_slot(impl_of(d), x);
+    if (!s) return -1; /* a full table: the caller writes the fp32 copy */
+    s->src = x, s->data = data, s->n = n, s->width = width, s->ld = ld, s->zpad = zpad, s->tail = 0, s->valid = 1;
+    return 0;
 }
 /* the slice of a valid shadow holding x[0 .. n), for an op about to write x that writes the
  * slice in the same pass (the optimizer); every other shadow overlapping x becomes invalid.
@@ -343,7 +361,7 @@ static void shadow_forget(device_t *d, const void *p, size_t bytes) {
     for (int i = 0; i < c->n_shadow; i++) {
         cu_shadow_t *s = &c->shadow[i];
         if (s->src && (const char *)s->src >= lo && (const char *)s->src < hi) {
-            cudaFree(s->data);
+            cudaFree(s->own);
             c->shadow_bytes -= s->cap * sizeof(__nv_bfloat16);
             memset(s, 0, sizeof *s);
         }
@@ -984,8 +1002,23 @@ static void swiglu_bwd(device_t *d, float *dg, float *du, const float *dout, con
 static void cu_swiglu_backward(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 1); }
 static void cu_swiglu_backward_set(device_t *d, float *dg, float *du, const float *dout, const float *gate, const float *up, int N, int F) { swiglu_bwd(d, dg, du, dout, gate, up, N, F, 0); }
 
+/* 1 when x[0 .. n) lies in a range marked products-only and the hint is on (cu_products_only) */
+static int products_only_range(device_t *d, const float *x, size_t n) {
+    cuda_impl_t *c = impl_of(d);
+    if (d->precision != PRECISION_BF16 || !c->n_only || !c->only_mode || c->shadow_check || !x || !n) return 0;
+    const char *lo = (const char *)x, *hi = (const char *)(x + n);
+    for (int i = 0; i < c->n_only; i++)
+        if (c->only[i].lo <= lo && hi <= c->only[i].hi) return 1;
+    return 0;
+}
 /* The classifier (classifier.cuh): the row kept in shared memory when it fits (one read of the
- * logits), the count of counted rows and the mean loss reduced on the device. */
+ * logits), the count of counted rows and the mean loss reduced on the device. dlogits marked
+ * products-only (the families' logits buffer, at bf16) are written as their bf16 shadow alone,
+ * kept in dz's own buffer: compact (or at the padded stride of product_output_shadow_rows) where
+ * the kernel does not read that buffer (the logits read from the staging buffer, or dz not z),
+ * else row n's bf16 over the first half of its own fp32 row (row stride 2 V, no zero padding:
+ * the kernel reads a row before it writes over it). Poison writes NaN over what the shadow
+ * leaves of dz. */
 static void classifier(device_t *d, float *row_loss, float *lse, float *dz, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss, int have_lse) {
     cuda_impl_t *c = impl_of(d);
     /* the logits just staged and dlogits written over all of them: read from the staging buffer */
@@ -1001,7 +1034,7 @@ static void classifier(device_t *d, float *row_loss, float *lse, float *dz, cons
     OUT(dz, (size_t)N * V);
     if (!have_lse) OUT(lse, N);
     /* the margin: the kernel's static shared memory (ce_finish's CE_THREADS doubles, its scratch) */
-    const size_t cache = c->ce_cache && !have_lse && sizeof(float) * (size_t)V + sizeof(double) * CE_THREADS + 1024 <= c->smem_optin
+    const size_t cache = c->ce_cache && sizeof(float) * (size_t)V + sizeof(double) * CE_THREADS + 1024 <= c->smem_optin
                              ? sizeof(float) * (size_t)V : 0;
     if (cache > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k_classifier, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache);
@@ -1011,10 +1044,41 @@ static void classifier(device_t *d, float *row_loss, float *lse, float *dz, cons
             return;
         }
     }
-    int ld16 = V;
-    __nv_bfloat16 *dz16 = product_output_shadow_rows(d, dz, (size_t)(N > 0 ? N : 0), V, &ld16);
-    classifier_launch(c->stream, c->ce, row_loss, lse, dz, dz16, ld16, z, ldz, tgt, mask, N, V, dloss, have_lse, cache,
-                      c->finish_apart);
+    int ld16 = V, pad16 = 0;
+    __nv_bfloat16 *dz16 = NULL;
+    float *dzf = dz; /* the fp32 dlogits the kernel writes: NULL for the shadow alone */
+    size_t keep = 0; /* the bytes of dz the shadow takes (poison spares them) */
+    if (N > 0 && products_only_range(d, dz, (size_t)N * V)) {
+        const int P = c->align_products && V % 8 ? (V + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN : V;
+        const int compact = z != dz && P <= 2 * V; /* dz's buffer not read (dz not z, or z staged); N P bf16 fit in N V floats */
+        ld16 = compact ? P : 2 * V;
+        pad16 = compact ? P - V : 0;
+        const int width = compact && P == V ? 0 : V, ld = compact && P == V ? 0 : ld16;
+        if (!shadow_borrow(d, dz, (size_t)N * V, width, ld, pad16, (__nv_bfloat16 *)dz)) {
+            dz16 = (__nv_bfloat16 *)dz;
+            dzf = NULL;
+            keep = compact ? sizeof(__nv_bfloat16) * (size_t)N * P : 0;
+            c->only_writes++;
+        }
+    }
+    if (dzf) {
+        ld16 = V, pad16 = 0;
+        dz16 = product_output_shadow_rows(d, dz, (size_t)(N > 0 ? N : 0), V, &ld16);
+        pad16 = ld16 - V;
+    }
+    classifier_launch(c->stream, c->ce, row_loss, lse, dzf, dz16, ld16, pad16, z, ldz, tgt, mask, N, V, dloss, have_lse,
+                      cache, c->finish_apart);
+    if (!dzf && c->only_mode == 2) {
+        /* poison: NaN (all ones) over dz's bytes the shadow does not hold -- after it, or the
+         * second half of each row */
+        cudaError_t e = cudaSuccess;
+        if (keep)
+            e = cudaMemsetAsync((char *)dz + keep, 0xff, sizeof(float) * (size_t)N * V - keep, c->stream);
+        else /* (a test mode: a call per row) */
+            for (int r = 0; r < N && e == cudaSuccess && V > 1; r++)
+                e = cudaMemsetAsync(dz + (size_t)r * V + (V + 1) / 2, 0xff, sizeof(float) * (size_t)(V / 2), c->stream);
+        if (e != cudaSuccess) fault(d, "FT_BF16_SHADOW_ONLY=poison", cudaGetErrorString(cudaGetLastError()));
+    }
 }
 static float cu_crossentropy_forward(device_t *d, float *dz, float *lse, int *count, const float *z, const uint32_t *tgt, const uint8_t *mask, int N, int V, float dloss) {
     cuda_impl_t *c = impl_of(d);
@@ -1503,7 +1567,7 @@ extern "C" void device_cuda_close(device_t *d) {
         if (c->stage) cudaFree(c->stage);
         if (c->ce) cudaFree(c->ce);
         for (int i = 0; i < c->n_shadow; i++)
-            if (c->shadow[i].data) cudaFree(c->shadow[i].data);
+            if (c->shadow[i].own) cudaFree(c->shadow[i].own);
         if (c->mt_norm.dev) cudaFree(c->mt_norm.dev);
         if (c->mt_adam.dev) cudaFree(c->mt_adam.dev);
         free(c->mt_norm.host);

@@ -416,7 +416,12 @@ int llama_head_forward(llama_t *m, const uint32_t *targets, const uint8_t *mask,
         for (int n = 0; n < N; n++)
             if (!mask[n]) m->targets_host[n] = 0;
     DEV(m->dev, upload, m->targets, m->targets_host, sizeof(uint32_t) * N);
-    /* in place: dlogits over the logits (ops.h allows the alias; the loss is read first) */
+    /* in place: dlogits over the logits (ops.h allows the alias; the loss is read first). The
+     * head's two products (head_backward) are the only readers of dlogits (llama_logits makes
+     * the logits again), so at bf16 they may be kept as their shadow alone (device.h
+     * products_only: the mark is honoured by the ops that write shadows, the classifier here;
+     * the logits' product writes its fp32 result as always) */
+    dev_products_only(m->dev, m->logits, (size_t)N * c->vocab_size);
     float l = DEV(m->dev, crossentropy_forward, m->logits, m->lse, &m->count, m->logits,
                   m->targets, m->has_mask ? m->mask : NULL, N, c->vocab_size, m->grad_scale);
     m->logits_are_grad = 1;

@@ -142,7 +142,9 @@ int mixers_forward_enc(mixers_t *m, const uint32_t *tokens, const uint32_t *enc_
     DEV(d, rmsnorm_forward, m->xf, m->rstd_f, blockstack_stream(&m->dec, m->dec.L), m->w.norm, N, D, c->norm_eps);
     DEV(d, linear_forward, m->logits, m->xf, m->w.head, N, D, V);
     if (m->has_targets) {
-        /* in place: dlogits over the logits */
+        /* in place: dlogits over the logits, read by the head's products alone (mixers_logits
+         * makes the logits again): at bf16 kept as their shadow alone (llama.c, device.h) */
+        dev_products_only(d, m->logits, (size_t)N * V);
         float l = DEV(d, crossentropy_forward, m->logits, m->lse, &m->count, m->logits, m->targets,
                       m->has_mask ? m->mask : NULL, N, V, m->grad_scale);
         m->logits_are_grad = 1;

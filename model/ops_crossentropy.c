@@ -14,30 +14,42 @@ static int ce_count(const uint8_t *mask, int N) {
     return c;
 }
 
-/* One row: its log-sum-exp into *lse, its loss returned (0 when not counted), and with dz the
- * fused gradient (the same formula as the separate backward: same bits). */
-/* dz16: dz's row of its bf16 shadow (ops_bf16.h) or NULL, packed while the row is in cache */
-OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, const float *z, uint32_t t,
-                            int counted, int V, float scale),
-             (dz, dz16, lse, z, t, counted, V, scale)) {
-    float l = ops_logsumexp_row(z, V);
+/* One row: its log-sum-exp into *lse, its loss returned (0 when not counted), and the fused
+ * gradient into dz (fp32; may alias z) and/or dz16 (its bf16 shadow, ops_bf16.h, packed while
+ * the row is in cache), either may be NULL: dz NULL with dz16 is a shadow written alone (the
+ * logits' buffer marked products-only). e: the thread's scratch row of V floats, which keeps
+ * exp(z - max) between the sum and the gradient (one exponential per logit, ops_math.h; V
+ * floats stay in the core's cache from row to row, where the fp32 dz would go out to memory). */
+OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, float *e, const float *z,
+                                     uint32_t t, int counted, int V, float scale),
+             (dz, dz16, lse, e, z, t, counted, V, scale)) {
+    const float mx = ops_max_row(z, V);
+    const float loss_z = z[t];   /* before dz, which may overwrite z */
+    const float l = mx + logf(ops_exp_row(e, z, mx, V));
     *lse = l;
-    float loss = counted ? l - z[t] : 0.0f;   /* before dz, which may overwrite z */
-    if (dz && dz16 && counted) {   /* dz and its rounding in one loop (the same values) */
+    if (!counted) {
+        if (dz) memset(dz, 0, sizeof(float) * V);
+        if (dz16) memset(dz16, 0, sizeof(uint16_t) * V);   /* bf16 zero: all bits 0 */
+        return 0.0f;
+    }
+    const float c = ops_ce_factor(mx, l, scale), gt = ops_ce_grad_target(e[t], c, scale);
+    if (dz && dz16) {   /* dz and its rounding in one loop (the same values) */
         OPS_SIMD
         for (int i = 0; i < V; i++) {
-            const float g = ops_ce_grad(z[i], l, scale);
+            const float g = ops_ce_grad(e[i], c);
             dz[i] = g;
             dz16[i] = ops_bf16_from_float(g);
         }
-        dz[t] -= scale;
-        dz16[t] = ops_bf16_from_float(dz[t]);
     } else if (dz) {
-        if (!counted) memset(dz, 0, sizeof(float) * V);
-        else ops_crossentropy_row_backward(dz, z, l, (int)t, V, scale);
-        if (dz16) ops_bf16_pack_row(dz16, dz, (size_t)V);
+        OPS_SIMD
+        for (int i = 0; i < V; i++) dz[i] = ops_ce_grad(e[i], c);
+    } else if (dz16) {
+        OPS_SIMD
+        for (int i = 0; i < V; i++) dz16[i] = ops_bf16_from_float(ops_ce_grad(e[i], c));
     }
-    return loss;
+    if (dz) dz[t] = gt;
+    if (dz16) dz16[t] = ops_bf16_from_float(gt);
+    return l - loss_z;
 }
 
 OPS_VARIANTS(void, ce_row_backward, (float *dz, const float *z, float lse, uint32_t t, int counted, int V,
@@ -56,13 +68,31 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
     /* Per-row losses are kept aside because dlogits may overwrite the logits. */
     float *row_loss = malloc(sizeof(float) * (N > 0 ? N : 1));
     if (!row_loss) return NAN;
-    uint16_t *d16 = dlogits && ops_bf16_shadows() ? ops_bf16_shadow_take(dlogits, (size_t)N * V) : NULL;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        row_loss[n] = ce_row_forward(dlogits ? dlogits + (size_t)n * V : NULL,
-                                     d16 ? d16 + (size_t)n * V : NULL, &lse[n],
-                                     logits + (size_t)n * V, targets[n], !mask || mask[n], V,
-                                     scale);
+    /* at native bf16 the shadow of dlogits; alone (no fp32 dlogits) where the family marked the
+     * buffer products-only (device.h): the head's two products are dlogits' only readers */
+    int only = 0, fail = 0;
+    uint16_t *d16 = dlogits ? ops_bf16_shadow_take_out(dlogits, (size_t)N * V, &only) : NULL;
+    float *dz = only ? NULL : dlogits;
+#pragma omp parallel
+    {
+        float *e = malloc(sizeof(float) * (V > 0 ? V : 1));
+        if (!e) {
+#pragma omp atomic write
+            fail = 1;
+        }
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++)
+            if (e)
+                row_loss[n] = ce_row_forward(dz ? dz + (size_t)n * V : NULL, d16 ? d16 + (size_t)n * V : NULL,
+                                             &lse[n], e, logits + (size_t)n * V, targets[n], !mask || mask[n], V,
+                                             scale);
+        free(e);
+    }
+    if (only) ops_bf16_only_done(dlogits, (size_t)N * V);
+    if (fail) {
+        free(row_loss);
+        return NAN;
+    }
     /* Summed serially in row order (N terms; cheap) for determinism, in double so the mean
      * is as exact as the row losses themselves. */
     double sum = 0.0;

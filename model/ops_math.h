@@ -147,24 +147,49 @@ OPS_FN void ops_att_range(int i, int Tq, int Tk, int causal, int window, int *lo
 }
 
 /* ---- Cross-entropy of one row of logits -------------------------------------------------
- * Returns log-sum-exp of the row; the loss of target t is lse - z[t]. */
-OPS_FN float ops_logsumexp_row(const float *z, int v) {
+ * One exponential per logit: e_i = exp(z_i - max) is kept (in a scratch row, or a GPU block's
+ * shared memory) while its sum s is taken, lse = max + log s, the loss of target t is
+ * lse - z[t], and the gradient dz = scale (softmax(z) - onehot(t)) is written from the kept e_i as
+ * dz_i = e_i c, c = scale exp(max - lse) (= scale / s, to rounding; lse's own rounding enters
+ * as it did in the former scale exp(z_i - lse)), dz[t] = e_t c - scale. The separate backward,
+ * given lse, finds the max again (no exponential) and recomputes e_i: the fused forward's bits. */
+OPS_FN float ops_max_row(const float *z, int v) {
     float mx = -INFINITY;
     OPS_SIMD_MAX(mx)
     for (int i = 0; i < v; i++) mx = z[i] > mx ? z[i] : mx;
+    return mx;
+}
+/* e[i] = exp(z[i] - mx) (e may alias z), returning their sum */
+OPS_FN float ops_exp_row(float *e, const float *z, float mx, int v) {
+    float s = 0.0f;
+    OPS_SIMD_SUM(s)
+    for (int i = 0; i < v; i++) {
+        const float x = ops_expf(z[i] - mx);
+        e[i] = x;
+        s += x;
+    }
+    return s;
+}
+/* log-sum-exp of a row without keeping e (the kernel bodies, kernels.h) */
+OPS_FN float ops_logsumexp_row(const float *z, int v) {
+    const float mx = ops_max_row(z, v);
     float s = 0.0f;
     OPS_SIMD_SUM(s)
     for (int i = 0; i < v; i++) s += ops_expf(z[i] - mx);
     return mx + logf(s);
 }
-/* dz = scale * (softmax(z) - onehot(t)); dz may alias z. ops_ce_grad is one element of the
- * softmax part (the CPU's fused rounding, ops_crossentropy.c, calls it in its own loop). */
-OPS_FN float ops_ce_grad(float z, float lse, float scale) { return scale * ops_expf(z - lse); }
+/* the gradient's factor c (above) and its two element forms */
+OPS_FN float ops_ce_factor(float mx, float lse, float scale) { return scale * ops_expf(mx - lse); }
+OPS_FN float ops_ce_grad(float e, float c) { return e * c; }
+OPS_FN float ops_ce_grad_target(float e, float c, float scale) { return e * c - scale; }
+/* dz = scale * (softmax(z) - onehot(t)) given lse; dz may alias z. */
 OPS_FN void ops_crossentropy_row_backward(float *dz, const float *z, float lse, int t, int v,
                                           float scale) {
+    const float mx = ops_max_row(z, v), c = ops_ce_factor(mx, lse, scale);
+    const float et = ops_expf(z[t] - mx);   /* before dz, which may overwrite z */
     OPS_SIMD
-    for (int i = 0; i < v; i++) dz[i] = ops_ce_grad(z[i], lse, scale);
-    dz[t] -= scale;
+    for (int i = 0; i < v; i++) dz[i] = ops_ce_grad(ops_expf(z[i] - mx), c);
+    dz[t] = ops_ce_grad_target(et, c, scale);
 }
 
 /* ---- the gradient norm's sum of squares: chunks of this many elements, each summed in

@@ -335,6 +335,58 @@ static void test_evaluator(void) {
     ops_bf16_shadow_check(0);
 }
 
+/* The head at bf16 on the CPU device: logits = x w^T, the classifier over them (dlogits over the
+ * logits, the buffer marked products-only as the families mark it), dx and dw from dlogits; dx,
+ * dw and the loss into out, with the hint in `mode` (ops_bf16_only_set). How many outputs were
+ * written as shadows alone goes to *writes. */
+enum { CN = 12, CD = 24, CV = 61 };
+static void head_at(int mode, float *out, long *writes) {
+    char err[256];
+    device_t *d = NULL;
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        return;
+    }
+    float *x = DEV(d, alloc, sizeof(float) * CN * CD), *w = DEV(d, alloc, sizeof(float) * CV * CD);
+    float *z = DEV(d, alloc, sizeof(float) * CN * CV), *lse = DEV(d, alloc, sizeof(float) * CN);
+    float *dx = DEV(d, alloc, sizeof(float) * CN * CD), *dw = DEV(d, alloc, sizeof(float) * CV * CD);
+    uint32_t *t = DEV(d, alloc, sizeof(uint32_t) * CN);
+    for (int i = 0; i < CN * CD; i++) x[i] = (float)((i * 37) % 101 - 50) / 47.0f;
+    for (int i = 0; i < CV * CD; i++) w[i] = (float)((i * 53) % 89 - 44) / 61.0f;
+    for (int i = 0; i < CN; i++) t[i] = (uint32_t)((i * 7) % CV);
+    ops_bf16_only_set(mode);
+    const long w0 = ops_bf16_only_writes();
+    DEV(d, linear_forward, z, x, w, CN, CD, CV);
+    dev_products_only(d, z, (size_t)CN * CV);
+    int count = 0;
+    out[0] = DEV(d, crossentropy_forward, z, lse, &count, z, t, NULL, CN, CV, 1.0f);
+    DEV(d, linear_backward_set, dx, dw, z, x, w, CN, CD, CV);
+    *writes = ops_bf16_only_writes() - w0;
+    ops_bf16_only_set(-1);
+    memcpy(out + 1, dx, sizeof(float) * CN * CD);
+    memcpy(out + 1 + CN * CD, dw, sizeof(float) * CV * CD);
+    DEV(d, free, x), DEV(d, free, w), DEV(d, free, z), DEV(d, free, lse), DEV(d, free, dx), DEV(d, free, dw);
+    DEV(d, free, t);
+    device_close(&d);
+}
+/* dlogits read by the head's products alone (issue 25): at native bf16 the classifier writes
+ * their shadow alone; dx, dw and the loss are the bits of the run that writes fp32 dlogits, with
+ * the hint on and with the fp32 copy poisoned */
+static void test_classifier_products_only(void) {
+    enum { NOUT = 1 + CN * CD + CV * CD };
+    static float off[NOUT], on[NOUT], poison[NOUT];
+    long w_off = 0, w_on = 0, w_poison = 0;
+    head_at(0, off, &w_off);
+    head_at(1, on, &w_on);
+    head_at(2, poison, &w_poison);
+    CHECK(w_off == 0, "hint off: nothing written as a shadow alone (%ld)", w_off);
+    CHECK(w_on == native && w_poison == native, "dlogits as the shadow alone: %ld, poisoned %ld (expected %d)", w_on,
+          w_poison, native);
+    CHECK(!memcmp(off, on, sizeof off), "dx, dw and the loss: the same bits with the hint");
+    CHECK(!memcmp(off, poison, sizeof off), "the same bits with the fp32 dlogits poisoned");
+    CHECK(off[0] == off[0] && off[0] > 0.0f, "the loss is a positive number (%g)", off[0]);
+}
+
 int main(void) {
     native = model_gemm_bf16_native();
     fprintf(stderr, "bf16 products %s: shadows %s\n", native ? "native" : "emulated", native ? "on" : "off");
@@ -344,6 +396,7 @@ int main(void) {
     RUN(test_families);
     RUN(test_poison);
     RUN(test_products_only);
+    RUN(test_classifier_products_only);
     RUN(test_evaluator);
     return check_summary();
 }

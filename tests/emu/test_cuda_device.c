@@ -291,9 +291,12 @@ void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_re
 /* The head of a model with an odd vocabulary, at bf16: logits = x w^T, the classifier (dlogits
  * over the logits), dx and dw from dlogits; its results downloaded into out (logits, dlogits,
  * dx, dw, loss). peek: the logits downloaded before the classifier (else the classifier follows
- * the product directly and may read its staged result; out's logits then stay as they were) */
+ * the product directly and may read its staged result; out's logits then stay as they were).
+ * only: the logits' buffer marked products-only (device.h), as the families mark it: dlogits are
+ * then their bf16 shadow alone and out's dlogits stay as they were */
 enum { HN = 24, HD = 40, HV = 61 };
-static void head_bf16(device_t *d, float *out, const float *xh, const float *wh, const uint32_t *th, int peek) {
+static void head_bf16_as(device_t *d, float *out, const float *xh, const float *wh, const uint32_t *th, int peek,
+                         int only) {
     float *x = DEV(d, alloc, sizeof(float) * HN * HD), *w = DEV(d, alloc, sizeof(float) * HV * HD);
     float *z = DEV(d, alloc, sizeof(float) * HN * HV), *lse = DEV(d, alloc, sizeof(float) * HN);
     float *dx = DEV(d, alloc, sizeof(float) * HN * HD), *dw = DEV(d, alloc, sizeof(float) * HV * HD);
@@ -305,22 +308,72 @@ static void head_bf16(device_t *d, float *out, const float *xh, const float *wh,
     if (peek) DEV(d, download, out, z, sizeof(float) * HN * HV);
     out += HN * HV;
     int count = 0;
+    if (only) dev_products_only(d, z, (size_t)HN * HV);
     const float loss = DEV(d, crossentropy_forward, z, lse, &count, z, t, NULL, HN, HV, 1.0f);
     DEV(d, linear_backward_set, dx, dw, z, x, w, HN, HD, HV);
-    DEV(d, download, out, z, sizeof(float) * HN * HV);
+    if (!only) DEV(d, download, out, z, sizeof(float) * HN * HV);
     DEV(d, download, out + HN * HV, dx, sizeof(float) * HN * HD);
     DEV(d, download, out + HN * HV + HN * HD, dw, sizeof(float) * HV * HD);
     out[HN * HV + HN * HD + HV * HD] = loss;
     DEV(d, free, x), DEV(d, free, w), DEV(d, free, z), DEV(d, free, lse), DEV(d, free, dx), DEV(d, free, dw);
     DEV(d, free, t);
 }
+static void head_bf16(device_t *d, float *out, const float *xh, const float *wh, const uint32_t *th, int peek) {
+    head_bf16_as(d, out, xh, wh, th, peek, 0);
+}
+/* The head's inputs of test_aligned_vocabulary_products */
+static void head_inputs(float *xh, float *wh, uint32_t *th) {
+    for (int i = 0; i < HN * HD; i++) xh[i] = (float)((i * 37) % 101 - 50) / 47.0f;
+    for (int i = 0; i < HV * HD; i++) wh[i] = (float)((i * 53) % 89 - 44) / 61.0f;
+    for (int i = 0; i < HN; i++) th[i] = (uint32_t)((i * 7) % HV);
+}
+/* dlogits marked products-only (issue 25): the classifier writes their bf16 shadow alone in the
+ * logits' own buffer -- compact at the padded stride where it reads the staged logits, over the
+ * first half of each fp32 row where it reads the logits' buffer itself (not staged; unaligned) --
+ * and the head's products give the bits they give from the fp32 dlogits' shadow: dx, dw and the
+ * loss, with the hint on and with the rest of the buffer poisoned */
+static void test_products_only_dlogits(void) {
+    enum { NOUT = 2 * HN * HV + HN * HD + HV * HD + 1 };
+    static float xh[HN * HD], wh[HV * HD], ref[NOUT], got[NOUT];
+    uint32_t th[HN];
+    head_inputs(xh, wh, th);
+    const char *layouts[] = {"staged", "not staged", "unaligned"};
+    for (int l = 0; l < 3; l++)
+        for (int mode = 1; mode <= 2; mode++) {
+            char err[256];
+            if (l == 0) setenv("FT_CUDA_STAGE_MIN", "0", 1);
+            if (l == 2) setenv("FT_CUDA_ALIGN", "0", 1);
+            setenv("FT_BF16_SHADOW_ONLY", "0", 1);
+            device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
+            setenv("FT_BF16_SHADOW_ONLY", mode == 2 ? "poison" : "1", 1);
+            device_t *e = d ? open_cuda(PRECISION_BF16, err, sizeof err) : NULL;
+            unsetenv("FT_BF16_SHADOW_ONLY"), unsetenv("FT_CUDA_STAGE_MIN"), unsetenv("FT_CUDA_ALIGN");
+            if (!d || !e) {
+                CHECK(0, "open: %s", err);
+                device_close(&d);
+                return;
+            }
+            memset(ref, 0, sizeof ref), memset(got, 0, sizeof got);
+            head_bf16_as(d, ref, xh, wh, th, 0, 1);
+            const long w0 = device_cuda_only_writes(e);
+            head_bf16_as(e, got, xh, wh, th, 0, 1);
+            const long writes = device_cuda_only_writes(e) - w0;
+            long staged = 0, padded = 0, extents = 0, in_place = 0;
+            device_cuda_aligned_counts(e, &staged, &padded, &extents, &in_place);
+            CHECK(writes == 1, "%s, %s: dlogits written as the shadow alone (%ld)", layouts[l], mode == 2 ? "poison" : "on", writes);
+            CHECK(in_place == (l == 0), "%s: the classifier read the staged logits: %ld", layouts[l], in_place);
+            CHECK(!memcmp(ref + 2 * HN * HV, got + 2 * HN * HV, sizeof(float) * (NOUT - 2 * HN * HV)),
+                  "%s, %s: dx, dw and the loss the same bits as from fp32 dlogits", layouts[l], mode == 2 ? "poison" : "on");
+            CHECK(DEV(e, sync, err, sizeof err) == 0, "%s: %s", layouts[l], err);
+            device_close(&d);
+            device_close(&e);
+        }
+}
 static void test_aligned_vocabulary_products(void) {
     enum { NOUT = 2 * HN * HV + HN * HD + HV * HD + 1 };
     static float xh[HN * HD], wh[HV * HD], a[NOUT], b[NOUT], c[NOUT];
     uint32_t th[HN];
-    for (int i = 0; i < HN * HD; i++) xh[i] = (float)((i * 37) % 101 - 50) / 47.0f;
-    for (int i = 0; i < HV * HD; i++) wh[i] = (float)((i * 53) % 89 - 44) / 61.0f;
-    for (int i = 0; i < HN; i++) th[i] = (uint32_t)((i * 7) % HV);
+    head_inputs(xh, wh, th);
     char err[256];
     /* aligned (the default), staging even this small product; the shadows checked on the device */
     setenv("FT_BF16_SHADOW_CHECK", "1", 1);
@@ -509,6 +562,7 @@ int main(void) {
     RUN(test_bf16_shadows);
     RUN(test_products_only);
     RUN(test_aligned_vocabulary_products);
+    RUN(test_products_only_dlogits);
     RUN(test_finish_in_last_block);
     RUN(test_colred_finish_folded);
     return check_summary();
