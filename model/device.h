@@ -56,7 +56,10 @@ typedef struct device_ops {
      * device_cuda.cu) may then write only that copy where an op's output lies there, and skip
      * the fp32 one; where it keeps no copy (fp32, no native bf16, no room) it writes fp32 as
      * always. The products read the same bf16 values either way: results never depend on
-     * whether the hint took effect (docs/DEVICES.md "Precision"). Marking again is cheap. */
+     * whether the hint took effect (docs/DEVICES.md "Precision"). Marking again is cheap. The
+     * hint binds the ops that write such shadows (the norms, SwiGLU, the classifier's dlogits),
+     * not a product's own fp32 result: the families mark the logits buffer, whose logits the
+     * classifier reads and whose dlogits only the head's products do. */
     void (*products_only)(device_t *d, const void *p, size_t bytes);
 
     /* ---- products (gemm.h), at the device's precision ---- */

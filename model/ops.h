@@ -116,7 +116,8 @@ void swiglu_backward_set(float *dgate /* (N,F) = */, float *dup /* (N,F) = */,
  * Returns the mean loss (0 when no row counts) and writes lse (N) for the backward; *count
  * receives the number of counted rows. If dlogits != NULL, the same pass also writes
  * dlogits = dloss * (softmax - onehot) / count for counted rows and 0 for the others
- * (fused forward+backward: one read of the logits). dlogits may alias logits. */
+ * (fused forward+backward: one read of the logits; one exponential per logit, ops_math.h).
+ * dlogits may alias logits. The separate backward gives the fused pass's bits. */
 float crossentropy_forward(float *dlogits /* (N,V) or NULL */, float *lse /* (N) */,
                            int *count, const float *logits /* (N,V) */,
                            const uint32_t *targets /* (N) */, const uint8_t *mask /* (N) or NULL */,
