@@ -238,15 +238,18 @@ void llama_block_attn_backward(device_t *d, float *dx_q, float *dx_kv, const lla
     const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
     // attention branch: x_mid = x_q + o(attention(rope(q), rope(k), v))
     DEV(d, linear_backward_set, s->datt, g->wo, dx_mid, a->att, w->wo, N, Dq, D);
-    DEV(d, zero, s->dq, sizeof(float) * N * Dq);
-    DEV(d, zero, s->dk, sizeof(float) * N * Dkv);
-    DEV(d, zero, s->dv, sizeof(float) * N * Dkv);
-    DEV(d, attention_window_backward, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v,
-        B, T, T, H, Hkv, hd, causal, c->sliding_window);
     if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv) && grads_fused(g, D, Dq, Dkv)) {
-        DEV(d, qkv_join_unrope, s->dq0, s->dq, s->dk, s->dv, rope_cos, rope_sin, N, T, H, Hkv, hd, 0);
+        /* the fused rows' gradient straight from attention's backward (overwritten, un-rotated:
+         * no zeroing, no join pass where the device fuses them; s->dq, dk, dv its scratch) */
+        DEV(d, attention_backward_qkv, s->dq0, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q,
+            a->k, a->v, rope_cos, rope_sin, B, T, H, Hkv, hd, causal, c->sliding_window, 0);
         DEV(d, linear_backward_set, s->dxn, g->wq, s->dq0, a->xn, w->wq, N, D, Dq + 2 * Dkv);
     } else {
+        DEV(d, zero, s->dq, sizeof(float) * N * Dq);
+        DEV(d, zero, s->dk, sizeof(float) * N * Dkv);
+        DEV(d, zero, s->dv, sizeof(float) * N * Dkv);
+        DEV(d, attention_window_backward, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k,
+            a->v, B, T, T, H, Hkv, hd, causal, c->sliding_window);
         DEV(d, zero, s->dq0, sizeof(float) * N * Dq);
         DEV(d, zero, s->dk0, sizeof(float) * N * Dkv);
         DEV(d, rope_backward, s->dq0, s->dq, rope_cos, rope_sin, B, T, H, hd, 0);
