@@ -56,7 +56,11 @@ typedef struct device_ops {
      * device_cuda.cu) may then write only that copy where an op's output lies there, and skip
      * the fp32 one; where it keeps no copy (fp32, no native bf16, no room) it writes fp32 as
      * always. The products read the same bf16 values either way: results never depend on
-     * whether the hint took effect (docs/DEVICES.md "Precision"). Marking again is cheap. */
+     * whether the hint took effect (docs/DEVICES.md "Precision"). Marking again is cheap.
+     * Attention's q, k, v count as such tensors (their only readers are attention's products,
+     * QK^T and PV, and their backward): a device that writes their copy alone must read them in
+     * its attention ops only through that copy (the CUDA device: qkv_split_rope, where its tiled
+     * bf16 kernels take them). */
     void (*products_only)(device_t *d, const void *p, size_t bytes);
 
     /* ---- products (gemm.h), at the device's precision ---- */

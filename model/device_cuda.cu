@@ -886,10 +886,25 @@ static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const f
     OUT(q, (size_t)N * H * hd);
     OUT(k, (size_t)N * Hkv * hd);
     OUT(v, (size_t)N * Hkv * hd);
-    /* q, k, v feed attention only: their bf16 shadows written in the same pass (attention_shadows) */
-    qkv_split_launch(impl_of(d)->stream, q, k, v, product_output_shadow(d, q, (size_t)N * H * hd),
-                     product_output_shadow(d, k, (size_t)N * Hkv * hd), product_output_shadow(d, v, (size_t)N * Hkv * hd), qkv,
-                     cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    /* q, k, v feed attention only: their bf16 shadows written in the same pass (attention_shadows).
+     * Marked products_only (the family's hint: attention's products are their only readers), the
+     * shadows alone are written where the attention kernels read nothing else: the tiled bf16
+     * engine with 16-byte rows of shadow (hd % 8 == 0, hd <= ATT_MAX_HD, aligned shadows) */
+    const size_t nq = (size_t)N * H * hd, nkv = (size_t)N * Hkv * hd;
+    __nv_bfloat16 *q16, *k16, *v16;
+    float *q1 = q, *k1 = k, *v1 = v;
+    if (hd % 8 == 0 && hd <= ATT_MAX_HD) {
+        q16 = q ? product_output_shadow_only(d, &q1, nq) : NULL;
+        k16 = k ? product_output_shadow_only(d, &k1, nkv) : NULL;
+        v16 = v ? product_output_shadow_only(d, &v1, nkv) : NULL;
+        if (!aligned16(q16) || !aligned16(k16) || !aligned16(v16)) q1 = q, k1 = k, v1 = v; /* fp32 as well */
+    } else {
+        q16 = product_output_shadow(d, q, nq), k16 = product_output_shadow(d, k, nkv), v16 = product_output_shadow(d, v, nkv);
+    }
+    qkv_split_launch(impl_of(d)->stream, q1, k1, v1, q16, k16, v16, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    if (q) only_done(d, q1, q, nq);
+    if (k) only_done(d, k1, k, nkv);
+    if (v) only_done(d, v1, v, nkv);
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {

@@ -131,6 +131,11 @@ static void attn_branch(device_t *d, llama_block_acts_t *a, const llama_block_w_
          * the baseline bit for bit" needs k, v of x + 0 to be those of x on every CPU. The
          * q columns of that product are computed and dropped: Dq x D more per row, in the
          * one or two blocks that take separate inputs. */
+        /* q, k, v, split from the fused rows, are read by attention's products only (device.h
+         * products_only) */
+        dev_products_only(d, a->q, (size_t)N * Dq);
+        dev_products_only(d, a->k, (size_t)N * Dkv);
+        dev_products_only(d, a->v, (size_t)N * Dkv);
         if (a->separate_kv) {
             DEV(d, linear_forward, s->dq0, kv_in, w->wq, N, D, Dq + 2 * Dkv);
             DEV(d, qkv_split_rope, NULL, a->k, a->v, s->dq0, rope_cos, rope_sin, N, T, H, Hkv, hd, 0);

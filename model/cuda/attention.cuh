@@ -600,43 +600,53 @@ typedef struct {
     size_t ld;
     int Dq, Dkv, pos0;
 } att_join_t;
-/* a warp's row rr (of the C layout: rows g, g + 8) of acc stored into row (and row16), rotated
- * back by cs, sn when cs is given */
+/* A warp's row rr (of the C layout: rows g, g + 8) of acc stored into row (and row16), rotated
+ * back by cs, sn when cs is given; ok: the row exists (every lane of the warp calls this, for
+ * the shuffle). A lane holds 2 columns of each 8 (a row's 4 lanes: 32 bytes of fp32, one
+ * sector); for the shadow, lanes t and t ^ 1 swap halves so that each stores 4 bf16 (8 bytes)
+ * and a row's 4 lanes fill the 32-byte sector of two column groups, not half of each. */
 template <int DT>
 __device__ static inline void att_join_row(float *row, __nv_bfloat16 *row16, const float acc[DT][4], int rr,
-                                           const float *cs, const float *sn, int t) {
+                                           const float *cs, const float *sn, int t, bool ok) {
+    static_assert(DT % 2 == 0, "column groups in pairs");
+    float r[DT][2];
     if (cs) {
-        constexpr int H2 = 4 * DT; /* hd / 2 */
         #pragma unroll
         for (int jd = 0; jd < DT / 2; jd++) {
             const int c = 8 * jd + 2 * t;
-            float lo[2], hi[2];
+            const float2 cc = ok ? ld2(cs + c) : make_float2(0.f, 0.f), sv = ok ? ld2(sn + c) : make_float2(0.f, 0.f);
+            const float c2[2] = {cc.x, cc.y}, s2[2] = {-sv.x, -sv.y};
             #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float a = acc[jd][2 * rr + e], b = acc[jd + DT / 2][2 * rr + e], cc = cs[c + e], s = -sn[c + e];
-                lo[e] = a * cc - b * s;
-                hi[e] = b * cc + a * s;
-            }
-            st2(row + c, make_float2(lo[0], lo[1]));
-            st2(row + c + H2, make_float2(hi[0], hi[1]));
-            if (row16) {
-                *(uint32_t *)(row16 + c) = pack_bf16(lo[0], lo[1]);
-                *(uint32_t *)(row16 + c + H2) = pack_bf16(hi[0], hi[1]);
+                const float a = acc[jd][2 * rr + e], b = acc[jd + DT / 2][2 * rr + e];
+                r[jd][e] = a * c2[e] - b * s2[e];
+                r[jd + DT / 2][e] = b * c2[e] + a * s2[e];
             }
         }
-        return;
+    } else {
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) r[jd][0] = acc[jd][2 * rr], r[jd][1] = acc[jd][2 * rr + 1];
     }
+    if (ok)
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) st2(row + 8 * jd + 2 * t, make_float2(r[jd][0], r[jd][1]));
+    if (!row16) return;
     #pragma unroll
-    for (int jd = 0; jd < DT; jd++) {
-        const int c = 8 * jd + 2 * t;
-        st2(row + c, make_float2(acc[jd][2 * rr], acc[jd][2 * rr + 1]));
-        if (row16) *(uint32_t *)(row16 + c) = pack_bf16(acc[jd][2 * rr], acc[jd][2 * rr + 1]);
+    for (int jd = 0; jd < DT; jd += 2) {
+        const uint32_t a = pack_bf16(r[jd][0], r[jd][1]), b = pack_bf16(r[jd + 1][0], r[jd + 1][1]);
+        const uint32_t got = __shfl_xor_sync(FULL_MASK, (t & 1) ? a : b, 1);
+        if (!ok) continue;
+        if (t & 1) /* group jd + 1's columns 2 (t - 1) .. + 3 */
+            *(uint2 *)(row16 + 8 * (jd + 1) + 2 * (t - 1)) = make_uint2(got, b);
+        else /* group jd's columns 2 t .. + 3 */
+            *(uint2 *)(row16 + 8 * jd + 2 * t) = make_uint2(a, got);
     }
 }
-/* the host's check for the fused store (hd == the kernels' padded HD, aligned rows) */
+/* the host's check for the fused store (hd == the kernels' padded HD, aligned rows and tables) */
 static inline bool attention_join_ok(const att_join_t &jo, int hd) {
     return jo.out && (hd == 16 || hd == 32 || hd == 64 || hd == 128) && ((uintptr_t)jo.out & 7u) == 0 &&
-           ((uintptr_t)jo.out16 & 3u) == 0 && jo.ld % 2 == 0;
+           ((uintptr_t)jo.out16 & 7u) == 0 && ((uintptr_t)jo.cs & 7u) == 0 && ((uintptr_t)jo.sn & 7u) == 0 &&
+           jo.ld % 4 == 0;
 }
 
 /* ---- backward, dK and dV: a block owns 64 keys of (b, kh) ---- */
@@ -656,11 +666,11 @@ __device__ static inline void att_dkdv_out(float *dk, float *dv, const float dka
         #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
             const int key = key0 + 8 * rr;
-            if (key >= Tk) continue;
-            const size_t n = (size_t)b * Tk + key, ok = n * jo.ld + jo.Dq + (size_t)kh * hd, ov = ok + jo.Dkv;
-            const size_t p = (size_t)(jo.pos0 + key) * (hd / 2);
-            att_join_row<DT>(jo.out + ok, jo.out16 ? jo.out16 + ok : NULL, dka, rr, jo.cs + p, jo.sn + p, t);
-            att_join_row<DT>(jo.out + ov, jo.out16 ? jo.out16 + ov : NULL, dva, rr, NULL, NULL, t);
+            const bool in = key < Tk;
+            const size_t n = (size_t)b * Tk + (in ? key : 0), ok = n * jo.ld + jo.Dq + (size_t)kh * hd, ov = ok + jo.Dkv;
+            const size_t p = (size_t)(jo.pos0 + (in ? key : 0)) * (hd / 2);
+            att_join_row<DT>(jo.out + ok, jo.out16 ? jo.out16 + ok : NULL, dka, rr, jo.cs + p, jo.sn + p, t, in);
+            att_join_row<DT>(jo.out + ov, jo.out16 ? jo.out16 + ov : NULL, dva, rr, NULL, NULL, t, in);
         }
         return;
     }
@@ -912,9 +922,10 @@ __device__ static inline void att_dq_out(float *dq, const float dqa[DT][4], int 
         #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
             const int i = i0w + g + 8 * rr;
-            if (i >= Tq) continue;
-            const size_t o = ((size_t)b * Tq + i) * jo.ld + (size_t)h * hd, p = (size_t)(jo.pos0 + i) * (hd / 2);
-            att_join_row<DT>(jo.out + o, jo.out16 ? jo.out16 + o : NULL, dqa, rr, jo.cs + p, jo.sn + p, t);
+            const bool in = i < Tq;
+            const size_t o = ((size_t)b * Tq + (in ? i : 0)) * jo.ld + (size_t)h * hd;
+            const size_t p = (size_t)(jo.pos0 + (in ? i : 0)) * (hd / 2);
+            att_join_row<DT>(jo.out + o, jo.out16 ? jo.out16 + o : NULL, dqa, rr, jo.cs + p, jo.sn + p, t, in);
         }
         return;
     }
