@@ -32,6 +32,14 @@ HBM = 3.35e12                       # bytes/s
 # tests/emu/emu_banks.cc counts them) on 132 SMs at 1.83 GHz -- the clock at which 132 SMs x 4096
 # dense bf16 FLOP per clock give the whitepaper's 989.4 TFLOP/s.
 SMEM_WAVEFRONTS_PER_S = 132 * 1.83e9
+# Special-function units (MUFU: ex2, lg2, rcp, rsq, sin, cos): 16 results per clock per SM on
+# compute capability 9.0 (CUDA C Programming Guide, "Arithmetic Instructions", the throughput
+# table's row "32-bit floating-point reciprocal, reciprocal square root, base-2 logarithm
+# (__log2f), base 2 exponential (exp2f), sine (__sinf), cosine (__cosf)"), on 132 SMs at the same
+# 1.83 GHz: 3.87e12 a second -- the "3.9 TFLOPS of special functions" FlashAttention-3 (Shah et
+# al. 2024, section 3) gives the H100 SXM5. The emulator counts them (tests/emu/flops_pass.cc's
+# __emu_sfu: exponentials, logarithms, square roots, divisions' reciprocals; emu_perf.cc "sfu").
+SFU_PER_S = 132 * 16 * 1.83e9
 GEMM_FRACTION = 0.70                # assumed share of the tensor peak cuBLAS reaches at these shapes
 # ... and the share it reached on the H100 (bench/h100/ncu_G_1layer_bf16_final.csv, one layer of
 # config G and the head, bf16, three passes): the layer's six products 348 GFLOP in 0.707 ms
@@ -85,12 +93,16 @@ def kernel_time(r, launches, par):
     # wavefronts' time; the bound takes the larger (they may overlap; shared memory without bank
     # conflicts), the prediction their sum (a kernel's staging, mma and softmax alternate between
     # barriers)
+    # the special-function units' operations (exp2, rsqrt, ...) likewise: their own pipe, added
+    # to the prediction, their own term of the bound
     cuda_s, tc_s = r["flops"] / PEAK["fp32"], r["tensor_flops"] / PEAK["bf16"]
+    r["sfu_s"] = r.get("sfu", 0) / SFU_PER_S
     r["smem_s"] = r["shared_wavefronts"] / SMEM_WAVEFRONTS_PER_S
     r["bank_conflict"] = r["shared_wavefronts"] / r["shared_wavefronts_ideal"] if r["shared_wavefronts_ideal"] else None
-    r["bound_s"] = max(cuda_s, tc_s, r["shared_wavefronts_ideal"] / SMEM_WAVEFRONTS_PER_S,
+    r["bound_s"] = max(cuda_s, tc_s, r["sfu_s"], r["shared_wavefronts_ideal"] / SMEM_WAVEFRONTS_PER_S,
                        r["footprint_sectors"] * 32 / HBM)
-    r["pred_s"] = max(launches * LAUNCH_MIN_S, max(cuda_s + tc_s + r["smem_s"], r["sectors"] * 32 / HBM) / par)
+    r["pred_s"] = max(launches * LAUNCH_MIN_S,
+                      max(cuda_s + tc_s + r["sfu_s"] + r["smem_s"], r["sectors"] * 32 / HBM) / par)
     r["pred_over_bound"] = r["pred_s"] / r["bound_s"] if r["bound_s"] else None
     # the same bound with a sector read and written by one launch (an in-place update: AdamW, dlogits
     # over the logits) moved twice, in and out: distinct sectors read + distinct sectors written
@@ -107,17 +119,17 @@ def one_run(path, batch, prefix):
     with open(path) as fh: d = json.load(fh)
     print(f"PREDICTION (no GPU ran): {path} x {batch} (batch), H100 SXM")
     print(f"{'kernel':26s} {'TC GFLOP':>8s} {'GFLOP':>7s} {'MB req':>8s} {'coal':>5s} {'wavefr M':>8s} {'bank':>5s} "
-          f"{'par':>6s} {'smem us':>8s} {'bound us':>8s} {'pred us':>8s}")
+          f"{'par':>6s} {'smem us':>8s} {'sfu us':>7s} {'bound us':>8s} {'pred us':>8s}")
     for n, k in sorted(d["kernels"].items()):
         if not n.startswith(prefix): continue
-        r = {f: k.get(f, 0) * batch for f in ["flops", "tensor_flops", "bytes_ld", "bytes_st", "sectors", "threads",
+        r = {f: k.get(f, 0) * batch for f in ["flops", "tensor_flops", "sfu", "bytes_ld", "bytes_st", "sectors", "threads",
                                               "footprint_sectors", "shared_wavefronts", "shared_wavefronts_ideal"]}
         launches = k["launches"]
         par = min(1.0, r["threads"] / launches / RESIDENT_THREADS)
         kernel_time(r, launches, par)
         byt = r["bytes_ld"] + r["bytes_st"]
         print(f"{n:26s} {r['tensor_flops']/1e9:8.2f} {r['flops']/1e9:7.2f} {byt/1e6:8.1f} {byt/(32*r['sectors']):5.0%} "
-              f"{r['shared_wavefronts']/1e6:8.2f} {r['bank_conflict'] or 0:5.2f} {par:6.1%} {r['smem_s']*1e6:8.1f} "
+              f"{r['shared_wavefronts']/1e6:8.2f} {r['bank_conflict'] or 0:5.2f} {par:6.1%} {r['smem_s']*1e6:8.1f} {r['sfu_s']*1e6:7.1f} "
               f"{r['bound_s']*1e6:8.1f} {r['pred_s']*1e6:8.1f}")
 
 
@@ -150,7 +162,10 @@ def main(argv):
         if any("tensor_flops" not in k for k in d["kernels"].values()):
             sys.exit(f"gpu_model.py: L={L} T={T} V={V}: counts without tensor_flops (taken before the emulator "
                      "counted mma.sync apart): count the runs again (not GPU_MODEL_REUSE)")
-    kfields = ["launches", "threads", "flops", "tensor_flops", "bytes_ld", "bytes_st", "sectors", "footprint_sectors",
+        if any("sfu" not in k for k in d["kernels"].values()):
+            sys.exit(f"gpu_model.py: L={L} T={T} V={V}: counts without sfu (taken before the emulator counted "
+                     "the special-function units' operations): count the runs again (not GPU_MODEL_REUSE)")
+    kfields = ["launches", "threads", "flops", "tensor_flops", "sfu", "bytes_ld", "bytes_st", "sectors", "footprint_sectors",
                "shared_bytes", "local_bytes", "shared_wavefronts", "shared_wavefronts_ideal"]
     have_rw = all("footprint_rw_sectors" in k for _, d in runs for k in d["kernels"].values())
     if have_rw: kfields.append("footprint_rw_sectors")
@@ -233,7 +248,7 @@ def main(argv):
     print(f"PREDICTION (no GPU ran): config G {prec}, B={G['batch']} T={G['seq']}, H100 SXM "
           f"({PEAK['bf16']/1e12:.0f} TFLOP/s bf16, {PEAK['fp32']/1e12:.1f} fp32, {HBM/1e12:.2f} TB/s); "
           f"cuBLAS at {GEMM_FRACTION:.0%} of its peak")
-    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'TC GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'bank':>5s} {'smem ms':>8s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'x rw':>5s} {'share':>6s}"
+    hdr = f"{'kernel':24s} {'launch':>6s} {'GFLOP':>8s} {'TC GFLOP':>8s} {'GB req':>8s} {'coal':>5s} {'bank':>5s} {'smem ms':>8s} {'sfu ms':>7s} {'par':>6s} {'bound ms':>9s} {'pred ms':>9s} {'x bound':>8s} {'x rw':>5s} {'share':>6s}"
     print(hdr)
     for r in sorted(rows, key=lambda r: -r["pred_s"]):
         co = f"{r['coalescing']:.0%}" if r["coalescing"] is not None else "-"
@@ -241,7 +256,7 @@ def main(argv):
         bk = f"{r['bank_conflict']:.1f}" if r["bank_conflict"] else "-"
         xr = f"{r['pred_over_bound_rw']:.2f}" if r.get("pred_over_bound_rw") else "-"
         print(f"{r['kernel']:24s} {r['launches']:6d} {r['flops']/1e9:8.2f} {r['tensor_flops']/1e9:8.2f} {r['bytes']/1e9:8.2f} {co:>5s} "
-              f"{bk:>5s} {r['smem_s']*1e3:8.3f} "
+              f"{bk:>5s} {r['smem_s']*1e3:8.3f} {r['sfu_s']*1e3:7.3f} "
               f"{r['parallelism']:6.1%} {r['bound_s']*1e3:9.3f} {r['pred_s']*1e3:9.2f} {xb:>8s} {xr:>5s} {r['pred_s']/step_s:6.1%}")
     for r in sorted(grows, key=lambda r: -r["pred_s"]):
         print(f"{r['product']:24.24s} {r['calls']:6d} {'':>8s} {r['flops']/1e9:8.1f} {r['bytes']/1e9:8.2f} {'':>5s} {'':>5s} {'':>8s} {'':>6s} "
@@ -285,14 +300,16 @@ def main(argv):
                             "launch_min_s": LAUNCH_MIN_S, "host_wait_s": HOST_WAIT_S, "host_link_bytes_per_s": HOST_LINK,
                             "copies": "a memset writes its bytes, a device-to-device copy reads and writes them, at HBM speed; a host copy at host_link_bytes_per_s; each call at least launch_min_s",
                             "smem_wavefronts_per_s": SMEM_WAVEFRONTS_PER_S,
-                            "kernel_time": "max(FLOPs / fp32 peak + tensor_flops / bf16 peak + shared wavefronts / smem_wavefronts_per_s, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
+                            "sfu_ops_per_s": SFU_PER_S,
+                            "sfu": "special-function unit operations counted by the LLVM pass (exp, exp2, log, log2, sqrt, sin, cos 1 per element; pow, tanh 2; a division's reciprocal 1) at 16 per clock per SM (CUDA C Programming Guide's throughput table, cc 9.0), 132 SMs, 1.83 GHz",
+                            "kernel_time": "max(FLOPs / fp32 peak + tensor_flops / bf16 peak + sfu / sfu_ops_per_s + shared wavefronts / smem_wavefronts_per_s, sectors x 32 B / HBM) / parallelism, at least launch_min_s per launch; "
                                            "parallelism = min(1, threads that touched global memory per launch / resident_threads; "
                                            "1 where a counted run already filled the resident threads); no cache reuse credited",
                             "sectors": "bytes requested at G x sectors per byte of the counted run that requested the most (sectors_fitted: the plain fit, not used)",
                             "coalescing": "bytes requested / (sectors x 32); above 1 where lanes read the same address (a broadcast)",
                             "flops": "flops: CUDA-core operations (the LLVM pass), charged at the fp32 peak; tensor_flops: mma.sync's (2 per product term), at the bf16 tensor peak",
                             "bank_conflict": "shared wavefronts / the wavefronts of the same accesses without bank conflicts",
-                            "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, conflict-free shared wavefronts / smem_wavefronts_per_s, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)",
+                            "bound": "max(FLOPs / fp32 peak, tensor_flops / bf16 peak, sfu / sfu_ops_per_s, conflict-free shared wavefronts / smem_wavefronts_per_s, distinct sectors of each launch x 32 B / HBM); products: max(2mnk / peak, operand bytes / HBM)",
                             "bound_rw": "the bound with (distinct sectors read + distinct sectors written) of each launch in place of its distinct sectors: an in-place update's sectors move in and out"},
             "kernels": rows, "products": grows, "copies": crows, "host_waits": waits,
             "step_s": step_s, "kernels_s": kern_s, "products_s": gemm_s, "copies_s": copy_s, "bound_step_s": bound_step,

@@ -159,14 +159,19 @@ void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t
     /* heartbeats on every connection (tcp and ipc): a peer that vanished without a FIN (its
      * machine cut off or gone) is dropped after at most ivl + timeout instead of the kernel's
      * hours, and a connecting socket then reconnects by itself; the TTL asks the peer to do
-     * the same when our pings stop, for peers that send none of their own */
+     * the same when our pings stop, for peers that send none of their own. libzmq produces a
+     * PING only when its output buffer is empty: a socket whose kernel send buffer filled
+     * after the peer vanished (a publisher of metrics) never pings, so its time-out never
+     * starts. The kernel's user time-out (ZMQ_TCP_MAXRT: TCP_USER_TIMEOUT on Linux) closes a
+     * connection whose sent bytes stay unacknowledged that long: the same bound for that case */
     int ivl = g.hb_ivl_ms, hto = g.hb_timeout_ms, cto = BUS_CONNECT_TIMEOUT_MS;
     if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max, sizeof max) ||
         zmq_setsockopt(s, ZMQ_CONNECT_TIMEOUT, &cto, sizeof cto) ||
         (ivl > 0 && (zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl) ||
                      zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &hto, sizeof hto) ||
-                     zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &hto, sizeof hto)))) {
+                     zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &hto, sizeof hto) ||
+                     zmq_setsockopt(s, ZMQ_TCP_MAXRT, &hto, sizeof hto)))) {
         err_fail(err, errlen, BUS_ERR_ZMQ, "socket options: %s", zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;

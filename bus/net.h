@@ -22,7 +22,11 @@
  * asked of the peer). So a half-open connection (the peer's machine cut off, or gone without a
  * FIN) is noticed within IVL + TIMEOUT, 5 s by default, and a connecting socket reconnects
  * (every 100 ms, libzmq's default) until the peer is back, each attempt given up after
- * BUS_CONNECT_TIMEOUT_MS. FT_HEARTBEAT_IVL_MS (0: off) and
+ * BUS_CONNECT_TIMEOUT_MS. With heartbeats on, the same time-out is also the kernel's
+ * (ZMQ_TCP_MAXRT: TCP_USER_TIMEOUT on Linux): a tcp connection whose sent bytes stay
+ * unacknowledged that long is closed. libzmq (4.3) sends its PING only once its output buffer
+ * is empty, so a publisher that filled its kernel send buffer after the cut never pings and the
+ * heartbeat's time-out never starts; the kernel's does. FT_HEARTBEAT_IVL_MS (0: off) and
  * FT_HEARTBEAT_TIMEOUT_MS change them (docs/NETWORK.md).
  *
  * The configuration is process-wide: a program's main calls bus_net_setup once, before its

@@ -56,10 +56,14 @@ typedef struct device_ops {
      * device_cuda.cu) may then write only that copy where an op's output lies there, and skip
      * the fp32 one; where it keeps no copy (fp32, no native bf16, no room) it writes fp32 as
      * always. The products read the same bf16 values either way: results never depend on
-     * whether the hint took effect (docs/DEVICES.md "Precision"). Marking again is cheap. The
-     * hint binds the ops that write such shadows (the norms, SwiGLU, the classifier's dlogits),
-     * not a product's own fp32 result: the families mark the logits buffer, whose logits the
-     * classifier reads and whose dlogits only the head's products do. */
+     * whether the hint took effect (docs/DEVICES.md "Precision"). Marking again is cheap.
+     * Attention's q, k, v count as such tensors (their only readers are attention's products,
+     * QK^T and PV, and their backward): a device that writes their copy alone must read them in
+     * its attention ops only through that copy (the CUDA device: qkv_split_rope, where its tiled
+     * bf16 kernels take them). The hint binds the ops that write such shadows (the norms,
+     * SwiGLU, q|k|v, the classifier's dlogits), not a product's own fp32 result: the families
+     * mark the logits buffer, whose logits the classifier reads and whose dlogits only the head's
+     * products do. */
     void (*products_only)(device_t *d, const void *p, size_t bytes);
 
     /* ---- products (gemm.h), at the device's precision ---- */
@@ -187,6 +191,19 @@ typedef struct device_ops {
                                       const float *q, const float *k, const float *v, int B,
                                       int Tq, int Tk, int H, int Hkv, int hd, int causal,
                                       int window);
+    /* The attention backward of a fused q|k|v product's rows, written straight into their
+     * gradient: dqkv (B*T, Dq + 2 Dkv) = qkv_join_unrope of attention_window_backward's dq, dk,
+     * dv (Tq = Tk = T, row n at position pos0 + n % T), OVERWRITTEN (every element, also of key
+     * rows no query sees: zeros) -- no zeroing pass before it. q, k, v, out, lse as the forward
+     * left them (q, k rotated). dq (B*T, Dq), dk, dv (B*T, Dkv): scratch the device may use
+     * (the CPU composes the three ops through them: the bits of zero + attention_window_backward
+     * + qkv_join_unrope) or leave alone (the CUDA device un-rotates in the attention kernels'
+     * stores); their contents afterwards are undefined. */
+    void (*attention_backward_qkv)(device_t *d, float *dqkv, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *out, const float *lse,
+                                   const float *q, const float *k, const float *v,
+                                   const float *cos_t, const float *sin_t, int B, int T, int H,
+                                   int Hkv, int hd, int causal, int window, int pos0);
 
     /* ---- the LTM's Gaussian latents (ops.h, ltm.h) ---- */
     void (*latent_normal)(device_t *d, float *x, int L, int B, int n, uint64_t key, uint64_t row0,

@@ -904,10 +904,25 @@ static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const f
     OUT(q, (size_t)N * H * hd);
     OUT(k, (size_t)N * Hkv * hd);
     OUT(v, (size_t)N * Hkv * hd);
-    /* q, k, v feed attention only: their bf16 shadows written in the same pass (attention_shadows) */
-    qkv_split_launch(impl_of(d)->stream, q, k, v, product_output_shadow(d, q, (size_t)N * H * hd),
-                     product_output_shadow(d, k, (size_t)N * Hkv * hd), product_output_shadow(d, v, (size_t)N * Hkv * hd), qkv,
-                     cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    /* q, k, v feed attention only: their bf16 shadows written in the same pass (attention_shadows).
+     * Marked products_only (the family's hint: attention's products are their only readers), the
+     * shadows alone are written where the attention kernels read nothing else: the tiled bf16
+     * engine with 16-byte rows of shadow (hd % 8 == 0, hd <= ATT_MAX_HD, aligned shadows) */
+    const size_t nq = (size_t)N * H * hd, nkv = (size_t)N * Hkv * hd;
+    __nv_bfloat16 *q16, *k16, *v16;
+    float *q1 = q, *k1 = k, *v1 = v;
+    if (hd % 8 == 0 && hd <= ATT_MAX_HD) {
+        q16 = q ? product_output_shadow_only(d, &q1, nq) : NULL;
+        k16 = k ? product_output_shadow_only(d, &k1, nkv) : NULL;
+        v16 = v ? product_output_shadow_only(d, &v1, nkv) : NULL;
+        if (!aligned16(q16) || !aligned16(k16) || !aligned16(v16)) q1 = q, k1 = k, v1 = v; /* fp32 as well */
+    } else {
+        q16 = product_output_shadow(d, q, nq), k16 = product_output_shadow(d, k, nkv), v16 = product_output_shadow(d, v, nkv);
+    }
+    qkv_split_launch(impl_of(d)->stream, q1, k1, v1, q16, k16, v16, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    if (q) only_done(d, q1, q, nq);
+    if (k) only_done(d, k1, k, nkv);
+    if (v) only_done(d, v1, v, nkv);
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
@@ -972,6 +987,35 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
         if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
     }
     LAUNCHED("attention_backward");
+}
+/* device.h attention_backward_qkv: the tiled kernels store dq, dk rotated back and dv straight
+ * into the fused rows (and their bf16 shadow), every row written: no zeroing of dq, dk, dv and no
+ * join pass (attention.cuh att_join_t). Where they cannot (hd not 16, 32, 64 or 128: the
+ * padded kernels' partner column is not in the lane; unaligned rows; hd > ATT_MAX_HD) the
+ * three ops run through the scratch dq, dk, dv as the CPU device runs them. */
+static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, const float *cs, const float *sn, int B, int T, int H, int Hkv, int hd, int causal, int window, int pos0) {
+    if (!att_head_dim_ok(d, hd)) return;
+    const size_t N = (size_t)B * T, ld = (size_t)(H + 2 * Hkv) * hd;
+    att_join_t jo = {dqkv, NULL, cs, sn, ld, H * hd, Hkv * hd, pos0};
+    if (hd <= ATT_MAX_HD && attention_join_ok(jo, hd)) {
+        OUT(dqkv, N * ld);
+        jo.out16 = product_output_shadow(d, dqkv, N * ld);
+        const size_t nq = (size_t)B * H * T;
+        float *Drow = (float *)work(d, sizeof(float) * nq);
+        if (!Drow) return;
+        if (attention_join_ok(jo, hd)) {
+            cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, NULL, NULL, NULL, Drow, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window,
+                                                      attention_shadows(d, q, k, v, dout, N * H * hd, N * Hkv * hd), jo);
+            if (e != cudaSuccess) fault(d, "attention_backward_qkv", cudaGetErrorString(e));
+            LAUNCHED("attention_backward_qkv");
+            return;
+        }
+    }
+    cu_zero(d, dq, sizeof(float) * N * H * hd);
+    cu_zero(d, dk, sizeof(float) * N * Hkv * hd);
+    cu_zero(d, dv, sizeof(float) * N * Hkv * hd);
+    cu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window);
+    cu_qkv_join_unrope(d, dqkv, dq, dk, dv, cs, sn, (int)N, T, H, Hkv, hd, pos0);
 }
 static void cu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) {
     cu_attention_window_forward(d, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0);
@@ -1443,6 +1487,7 @@ static const device_ops_t cuda_ops = {
     .adamw_update = FLUSHED(cu_adamw_update),
     .attention_window_forward = FLUSHED(cu_attention_window_forward),
     .attention_window_backward = FLUSHED(cu_attention_window_backward),
+    .attention_backward_qkv = FLUSHED(cu_attention_backward_qkv),
     .latent_normal = FLUSHED(cu_latent_normal),
     .latent_sample = FLUSHED(cu_latent_sample),
     .latent_kl_rows = FLUSHED(cu_latent_kl_rows),

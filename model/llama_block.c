@@ -131,6 +131,11 @@ static void attn_branch(device_t *d, llama_block_acts_t *a, const llama_block_w_
          * the baseline bit for bit" needs k, v of x + 0 to be those of x on every CPU. The
          * q columns of that product are computed and dropped: Dq x D more per row, in the
          * one or two blocks that take separate inputs. */
+        /* q, k, v, split from the fused rows, are read by attention's products only (device.h
+         * products_only) */
+        dev_products_only(d, a->q, (size_t)N * Dq);
+        dev_products_only(d, a->k, (size_t)N * Dkv);
+        dev_products_only(d, a->v, (size_t)N * Dkv);
         if (a->separate_kv) {
             DEV(d, linear_forward, s->dq0, kv_in, w->wq, N, D, Dq + 2 * Dkv);
             DEV(d, qkv_split_rope, NULL, a->k, a->v, s->dq0, rope_cos, rope_sin, N, T, H, Hkv, hd, 0);
@@ -238,15 +243,18 @@ void llama_block_attn_backward(device_t *d, float *dx_q, float *dx_kv, const lla
     const int hd = D / H, Dq = hd * H, Dkv = hd * Hkv;
     // attention branch: x_mid = x_q + o(attention(rope(q), rope(k), v))
     DEV(d, linear_backward_set, s->datt, g->wo, dx_mid, a->att, w->wo, N, Dq, D);
-    DEV(d, zero, s->dq, sizeof(float) * N * Dq);
-    DEV(d, zero, s->dk, sizeof(float) * N * Dkv);
-    DEV(d, zero, s->dv, sizeof(float) * N * Dkv);
-    DEV(d, attention_window_backward, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k, a->v,
-        B, T, T, H, Hkv, hd, causal, c->sliding_window);
     if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv) && grads_fused(g, D, Dq, Dkv)) {
-        DEV(d, qkv_join_unrope, s->dq0, s->dq, s->dk, s->dv, rope_cos, rope_sin, N, T, H, Hkv, hd, 0);
+        /* the fused rows' gradient straight from attention's backward (overwritten, un-rotated:
+         * no zeroing, no join pass where the device fuses them; s->dq, dk, dv its scratch) */
+        DEV(d, attention_backward_qkv, s->dq0, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q,
+            a->k, a->v, rope_cos, rope_sin, B, T, H, Hkv, hd, causal, c->sliding_window, 0);
         DEV(d, linear_backward_set, s->dxn, g->wq, s->dq0, a->xn, w->wq, N, D, Dq + 2 * Dkv);
     } else {
+        DEV(d, zero, s->dq, sizeof(float) * N * Dq);
+        DEV(d, zero, s->dk, sizeof(float) * N * Dkv);
+        DEV(d, zero, s->dv, sizeof(float) * N * Dkv);
+        DEV(d, attention_window_backward, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q, a->k,
+            a->v, B, T, T, H, Hkv, hd, causal, c->sliding_window);
         DEV(d, zero, s->dq0, sizeof(float) * N * Dq);
         DEV(d, zero, s->dk0, sizeof(float) * N * Dkv);
         DEV(d, rope_backward, s->dq0, s->dq, rope_cos, rope_sin, B, T, H, hd, 0);

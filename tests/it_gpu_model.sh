@@ -7,11 +7,13 @@
 #     tensor-core FLOPs at the bf16 tensor peak, the CUDA-core FLOPs at the fp32 one; the bound
 #     with a sector read and written moved twice from footprint_rw), the step
 #     time is the sum of the rows, shared memory's wavefronts are charged at 132 x 1.83e9 a second (their
-#     conflicts reported), counts without tensor_flops are refused, and the results file gets "gpu_model" labelled a prediction, the rest kept;
+#     conflicts reported), the special-function units' operations at 132 x 16 x 1.83e9 (added to the
+#     prediction, a term of the bound), counts without tensor_flops or sfu are refused, and the results file gets "gpu_model" labelled a prediction, the rest kept;
 #  2. build/emu/bench/train_step counting one real emulated step (config S's shapes, 1 layer,
 #     B=1, T=16, bf16, blocks sampled): the step is marked, every kernel the CPU profile of a
 #     step has is there with FLOPs and bytes, the products are bf16 on tensor cores, attention's
-#     bf16 kernels count their mma.sync products as tensor FLOPs and their shared-memory wavefronts.
+#     bf16 kernels count their mma.sync products as tensor FLOPs and their shared-memory wavefronts,
+#     and their exponentials (ex2) as special-function operations, at least one per score.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib/pipeline.sh
@@ -25,7 +27,7 @@ def f(c, L, T, V):   # a0 + a1 L + aV V + T (b0 + b1 L + bV V) + c1 L T^2 at B =
 # tensor_flops large enough that its time at the bf16 tensor peak is the bound: charged at the fp32
 # peak (the model before tensor FLOPs were counted apart) the bound would be 15x too large
 K = {"launches": (3, 5, 0, 0, 0, 0, 0), "threads": (0, 0, 0, 10, 20, 0, 0), "flops": (100, 7, 1, 3, 11, 2, 2),
-     "tensor_flops": (0, 0, 0, 0, 0, 0, 4e5),
+     "tensor_flops": (0, 0, 0, 0, 0, 0, 4e5), "sfu": (0, 0, 0, 0, 0, 0, 1.2e3),
      "bytes_ld": (64, 32, 4, 8, 16, 4, 4), "bytes_st": (32, 0, 4, 4, 4, 0, 0), "sectors": (4, 2, 1, 1, 1, 1, 1),
      "footprint_sectors": (2, 1, 1, 1, 1, 0, 0), "footprint_rw_sectors": (3, 1, 1, 2, 1, 1, 0), "shared_bytes": (0,) * 7, "local_bytes": (0,) * 7,
      "shared_wavefronts": (0, 0, 0, 0, 0, 0, 30), "shared_wavefronts_ideal": (0, 0, 0, 0, 0, 0, 10)}
@@ -79,8 +81,13 @@ par = min(1.0, k["threads_per_launch"] / (132 * 2048))
 # shared memory: one 128-byte wavefront per clock per SM, 132 SMs at 1.83 GHz; 3x conflicted
 wf = f((0, 0, 0, 0, 0, 0, 30))
 assert abs(k["bank_conflict"] - 3.0) < 1e-9 and abs(k["smem_s"] - wf / (132 * 1.83e9)) < 1e-15, (k["bank_conflict"], k["smem_s"])
-assert abs(k["pred_s"] - max(63 * 2e-6, max(k["flops"] / 66.9e12 + tc / 989e12 + k["smem_s"], k["sectors"] * 32 / 3.35e12) / par)) < 1e-12, \
-    ("predicted: CUDA-core, tensor and shared-memory time added", k["pred_s"])
+# special-function units: 16 a clock per SM, 132 SMs at 1.83 GHz
+sf = f((0, 0, 0, 0, 0, 0, 1.2e3))
+assert abs(k["sfu"] - sf) <= 1e-6 * sf and abs(k["sfu_s"] - sf / (132 * 16 * 1.83e9)) < 1e-15, (k["sfu"], k["sfu_s"])
+# below the tensor time (which stays the bound) yet a fifth of the compute-bound prediction
+assert tc / 989e12 > k["sfu_s"] > 0.2 * k["pred_s"] * par, ("the synthetic SFU time is a visible part of the prediction", k["sfu_s"], k["pred_s"])
+assert abs(k["pred_s"] - max(63 * 2e-6, max(k["flops"] / 66.9e12 + tc / 989e12 + k["sfu_s"] + k["smem_s"], k["sectors"] * 32 / 3.35e12) / par)) < 1e-12, \
+    ("predicted: CUDA-core, tensor, special-function and shared-memory time added", k["pred_s"])
 assert abs(g["executed_flops_per_step"] - (k["flops"] + tc + g["products"][0]["flops"])) < 1e-6 * g["executed_flops_per_step"]
 p = g["products"][0]
 assert p["calls"] == 1 + 7 * 12 and abs(p["flops"] - f((0, 0, 0, 2e6, 3e7, 1e3, 0))) < 1e-6 * p["flops"]
@@ -101,13 +108,21 @@ print("checked")
 PY
 ok "synthetic counts extrapolated by the form's own coefficients; results labelled a prediction ($(tail -1 "$W/check.txt"))" \
    'grep -q "^checked" "$W/check.txt"'
-# counts taken before tensor FLOPs were counted apart (no tensor_flops) are refused, not read as 0
-mkdir -p "$W/old"
-for f in "$W"/bf16-L*-T*-V*.json; do
-    /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [k.pop("tensor_flops") for k in d["kernels"].values()]; json.dump(d, open(sys.argv[2], "w"))' "$f" "$W/old/$(basename "$f")"
-done
-/usr/bin/python3 bench/gpu_model.py "$W"/old/bf16-L*-T*-V*.json > "$W/old.txt" 2>&1
-ok "counts without tensor_flops are refused (rc $?)" '[ $? != 0 ] && grep -q "count the runs again" "$W/old.txt"'
+# counts taken before a field was counted (tensor_flops: mma.sync apart; sfu: the special-function
+# units) are refused, not read as 0. without FIELD: the synthetic runs with FIELD dropped from every
+# kernel, through gpu_model.py (its status is the function's)
+without() {
+    mkdir -p "$W/no-$1"
+    for f in "$W"/bf16-L*-T*-V*.json; do
+        /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [k.pop(sys.argv[3]) for k in d["kernels"].values()]; json.dump(d, open(sys.argv[2], "w"))' \
+            "$f" "$W/no-$1/$(basename "$f")" "$1"
+    done
+    /usr/bin/python3 bench/gpu_model.py "$W/no-$1"/bf16-L*-T*-V*.json > "$W/no-$1.txt" 2>&1
+}
+without tensor_flops
+ok "counts without tensor_flops are refused (rc $?)" '[ $? != 0 ] && grep -q "without tensor_flops" "$W/no-tensor_flops.txt"'
+without sfu
+ok "counts without sfu are refused (rc $?)" '[ $? != 0 ] && grep -q "without sfu" "$W/no-sfu.txt"'
 # 2. one emulated step counted
 BIN=build/emu/bench/train_step
 if [ -x $BIN ]; then
@@ -133,6 +148,13 @@ assert all(c["tensor_flops"] == 0 for n, c in k.items() if n not in att), "tenso
 # their tiles live in shared memory: its wavefronts counted, never fewer than the conflict-free ones
 assert all(k[n]["shared_wavefronts"] >= k[n]["shared_wavefronts_ideal"] > 0 for n in att), \
     {n: (k[n]["shared_wavefronts"], k[n]["shared_wavefronts_ideal"]) for n in att}
+# their softmax's exponentials on the special-function units: at least one per score of the causal
+# T x T (T = 16) the forward computes, for every head; a copy has none
+H, T = 4, 16   # config S: 4 heads
+fw = [n for n in att if n.startswith("k_att_fwd")]
+assert fw and k[fw[0]]["sfu"] >= H * T * (T + 1) // 2, ("ex2 counted per score", {n: k[n]["sfu"] for n in att})
+assert all(c["sfu"] == 0 for n, c in k.items() if n.startswith("k_copy") or n.startswith("g_to_bf16")), \
+    {n: c["sfu"] for n, c in k.items()}
 assert any(n.endswith("bf16") and v["tensor"] == v["calls"] for n, v in d["gemms"].items()), d["gemms"]
 assert d["host_waits"] > 0
 # distinct sectors read + written: at least the distinct sectors, at most twice; AdamW's update in

@@ -2,7 +2,8 @@
  * CPU device, at shapes chosen to take every path of each kernel:
  *   - attention: several query and key tiles (T > 64), grouped-query heads, causal with
  *     Tq < Tk (a KV cache's prefill), a sliding window, non-causal, head dimensions that are
- *     padded (12 -> 16) or not (16, 64); forward and both backward passes; the decode rows
+ *     padded (12 -> 16) or not (16, 64); forward and both backward passes; the backward into
+ *     the fused q|k|v rows (attention_backward_qkv: stored, un-rotated); the decode rows
  *     with caches of 0, 1 and several tiles of keys;
  *   - RMSNorm: the vector path (D % 4 == 0, D <= 1024), the scalar one (D = 37) and a row too
  *     long for the registers (D = 1100); several column-reduction blocks (N > 32);
@@ -106,6 +107,43 @@ static void attention_case(int Bt, int Tq, int Tk, int H, int Hkv, int hd, int c
     same(w2, &dv, at, rt);
     dbuf_t *all[] = {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv};
     for (int i = 0; i < 9; i++) dfree(all[i]);
+}
+/* attention_backward_qkv: the gradient of the fused q|k|v rows, un-rotated, written over dqkv
+ * (random beforehand on both sides: an accumulating or partial store differs); the CUDA device
+ * stores it from the kernels at hd 16, 32, 64, 128 and composes the three ops elsewhere */
+static void attention_qkv_case(int Bt, int T, int H, int Hkv, int hd, int causal, int window, int pos0) {
+    char what[160];
+    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, N = Bt * T, S = pos0 + T;
+    dbuf_t q = dfloats((size_t)N * Dq, 1.5f), k = dfloats((size_t)N * Dkv, 1.5f), v = dfloats((size_t)N * Dkv, 1);
+    dbuf_t out = dfloats((size_t)N * Dq, 1), lse = dfloats((size_t)Bt * H * T, 1), dout = dfloats((size_t)N * Dq, 1);
+    dbuf_t dqkv = dfloats((size_t)N * ld, 3), dq = dfloats((size_t)N * Dq, 1), dk = dfloats((size_t)N * Dkv, 1);
+    dbuf_t dv = dfloats((size_t)N * Dkv, 1);
+    dbuf_t cs = dbuf((size_t)S * hd / 2, sizeof(float)), sn = dbuf((size_t)S * hd / 2, sizeof(float));
+    rope_table_init((float *)cs.host, (float *)sn.host, S, hd, 10000.f);
+    dbuf_put(&cs);
+    dbuf_put(&sn);
+    const double rt = bf16 ? 3e-2 : 1e-4, at = bf16 ? 1e-2 : 1e-5;
+    /* the forward on the CPU, its out and lse on both sides */
+    DEV(A, attention_window_forward, FA(out), FA(lse), FA(q), FA(k), FA(v), Bt, T, T, H, Hkv, hd, causal, window);
+    DEV(A, download, out.host, out.a, sizeof(float) * out.n);
+    DEV(A, download, lse.host, lse.a, sizeof(float) * lse.n);
+    dbuf_put(&out);
+    dbuf_put(&lse);
+    DEV(A, attention_backward_qkv, FA(dqkv), FA(dq), FA(dk), FA(dv), FA(dout), FA(out), FA(lse), FA(q), FA(k), FA(v),
+        FA(cs), FA(sn), Bt, T, H, Hkv, hd, causal, window, pos0);
+    DEV(B, attention_backward_qkv, FB(dqkv), FB(dq), FB(dk), FB(dv), FB(dout), FB(out), FB(lse), FB(q), FB(k), FB(v),
+        FB(cs), FB(sn), Bt, T, H, Hkv, hd, causal, window, pos0);
+    snprintf(what, sizeof what, "attention_backward_qkv B=%d T=%d H=%d/%d hd=%d causal=%d window=%d pos0=%d: dqkv", Bt,
+             T, H, Hkv, hd, causal, window, pos0);
+    same(what, &dqkv, at, rt);
+    dbuf_t *all[] = {&q, &k, &v, &out, &lse, &dout, &dqkv, &dq, &dk, &dv, &cs, &sn};
+    for (int i = 0; i < 12; i++) dfree(all[i]);
+}
+static void test_attention_qkv(void) {
+    attention_qkv_case(2, 100, 4, 2, 64, 1, 0, 3);  /* the fused store: two tiles, GQA, causal */
+    attention_qkv_case(1, 130, 2, 2, 16, 1, 40, 0); /* a sliding window across tiles */
+    attention_qkv_case(1, 70, 2, 1, 32, 0, 0, 5);   /* non-causal */
+    attention_qkv_case(1, 37, 2, 1, 12, 1, 0, 0);   /* hd padded to 16: the composed path */
 }
 static void test_attention(void) {
     attention_case(2, 100, 100, 4, 2, 16, 1, 0);  /* two query tiles, GQA, causal */
@@ -392,6 +430,7 @@ int main(int argc, char **argv) {
     printf("comparing %s against %s\n", B->name, A->name);
     rng_seed(&R, 77);
     RUN(test_attention);
+    RUN(test_attention_qkv);
     RUN(test_attention_rows);
     RUN(test_rmsnorm);
     RUN(test_sum_rows);

@@ -15,7 +15,8 @@
  * recomputing P = exp(S - lse) and dS = P (dP - D) scale, accumulating dV += P^T dO and
  * dK += dS^T Q in registers; dQ (k_att_bwd_dq): a block owns 64 query rows of (b, h) and
  * walks the key tiles, dQ += dS K. Results are added (+=) to dq, dk, dv once, at the end:
- * the same bits on every run.
+ * the same bits on every run. Or (att_join_t) stored into the fused q|k|v rows' gradient,
+ * dq and dk rotated back on the way: no zeroing before and no join pass after.
  *
  * Two product engines fill the same register layout: in precision bf16 the tensor cores
  * (mma.sync m16n8k16: Q, K, V, dO, P and dS rounded to bf16 at the product's input, fp32
@@ -584,6 +585,70 @@ __device__ static inline void att_add2(float *row, int c, int hd, float a0, floa
     row[c] += a0;
     if (c + 1 < hd) row[c + 1] += a1;
 }
+/* The backward written into the fused q|k|v rows' gradient (device.h attention_backward_qkv):
+ * when out is set, dq, dk and dv are not touched; row n = b T + i (Tq = Tk = T) of out (ld
+ * floats) gets dq's head h at h hd, dk's head kh at Dq + kh hd, both rotated back at position
+ * pos0 + i (ops_qkv_join_row's arithmetic), and dv's at Dq + Dkv + kh hd, STORED (not added:
+ * every row of the grid is written, zeros where no query saw a key), with out16, out's bf16
+ * shadow, beside them. Taken only when hd == HD (a column's rotation partner, hd / 2 further,
+ * is then in the same lane's registers: tile jd + DT / 2) and out, out16 are 8- and 4-byte
+ * aligned with an even ld (attention_join_ok). */
+typedef struct {
+    float *out;
+    __nv_bfloat16 *out16;
+    const float *cs, *sn; /* (positions, hd / 2) */
+    size_t ld;
+    int Dq, Dkv, pos0;
+} att_join_t;
+/* A warp's row rr (of the C layout: rows g, g + 8) of acc stored into row (and row16), rotated
+ * back by cs, sn when cs is given; ok: the row exists (every lane of the warp calls this, for
+ * the shuffle). A lane holds 2 columns of each 8 (a row's 4 lanes: 32 bytes of fp32, one
+ * sector); for the shadow, lanes t and t ^ 1 swap halves so that each stores 4 bf16 (8 bytes)
+ * and a row's 4 lanes fill the 32-byte sector of two column groups, not half of each. */
+template <int DT>
+__device__ static inline void att_join_row(float *row, __nv_bfloat16 *row16, const float acc[DT][4], int rr,
+                                           const float *cs, const float *sn, int t, bool ok) {
+    static_assert(DT % 2 == 0, "column groups in pairs");
+    float r[DT][2];
+    if (cs) {
+        #pragma unroll
+        for (int jd = 0; jd < DT / 2; jd++) {
+            const int c = 8 * jd + 2 * t;
+            const float2 cc = ok ? ld2(cs + c) : make_float2(0.f, 0.f), sv = ok ? ld2(sn + c) : make_float2(0.f, 0.f);
+            const float c2[2] = {cc.x, cc.y}, s2[2] = {-sv.x, -sv.y};
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float a = acc[jd][2 * rr + e], b = acc[jd + DT / 2][2 * rr + e];
+                r[jd][e] = a * c2[e] - b * s2[e];
+                r[jd + DT / 2][e] = b * c2[e] + a * s2[e];
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) r[jd][0] = acc[jd][2 * rr], r[jd][1] = acc[jd][2 * rr + 1];
+    }
+    if (ok)
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) st2(row + 8 * jd + 2 * t, make_float2(r[jd][0], r[jd][1]));
+    if (!row16) return;
+    #pragma unroll
+    for (int jd = 0; jd < DT; jd += 2) {
+        const uint32_t a = pack_bf16(r[jd][0], r[jd][1]), b = pack_bf16(r[jd + 1][0], r[jd + 1][1]);
+        const uint32_t got = __shfl_xor_sync(FULL_MASK, (t & 1) ? a : b, 1);
+        if (!ok) continue;
+        if (t & 1) /* group jd + 1's columns 2 (t - 1) .. + 3 */
+            *(uint2 *)(row16 + 8 * (jd + 1) + 2 * (t - 1)) = make_uint2(got, b);
+        else /* group jd's columns 2 t .. + 3 */
+            *(uint2 *)(row16 + 8 * jd + 2 * t) = make_uint2(a, got);
+    }
+}
+/* the host's check for the fused store (hd == the kernels' padded HD, aligned rows and tables) */
+static inline bool attention_join_ok(const att_join_t &jo, int hd) {
+    return jo.out && (hd == 16 || hd == 32 || hd == 64 || hd == 128) && ((uintptr_t)jo.out & 7u) == 0 &&
+           ((uintptr_t)jo.out16 & 7u) == 0 && ((uintptr_t)jo.cs & 7u) == 0 && ((uintptr_t)jo.sn & 7u) == 0 &&
+           jo.ld % 4 == 0;
+}
+
 /* ---- backward, dK and dV: a block owns 64 keys of (b, kh) ---- */
 template <int HD, bool BF> static inline size_t att_dkdv_smem() {
     typedef att_bwd_cfg<HD, BF> C;
@@ -595,7 +660,20 @@ template <int HD, bool BF> static inline size_t att_dkdv_smem() {
  * their only writer) */
 template <int DT>
 __device__ static inline void att_dkdv_out(float *dk, float *dv, const float dka[DT][4], const float dva[DT][4],
-                                           int key0, int Tk, size_t base, size_t ks, int hd, int t) {
+                                           int key0, int Tk, size_t base, size_t ks, int hd, int t,
+                                           const att_join_t &jo, int b, int kh) {
+    if (jo.out) { /* into the fused rows: dk rotated back, dv as it is */
+        #pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const int key = key0 + 8 * rr;
+            const bool in = key < Tk;
+            const size_t n = (size_t)b * Tk + (in ? key : 0), ok = n * jo.ld + jo.Dq + (size_t)kh * hd, ov = ok + jo.Dkv;
+            const size_t p = (size_t)(jo.pos0 + (in ? key : 0)) * (hd / 2);
+            att_join_row<DT>(jo.out + ok, jo.out16 ? jo.out16 + ok : NULL, dka, rr, jo.cs + p, jo.sn + p, t, in);
+            att_join_row<DT>(jo.out + ov, jo.out16 ? jo.out16 + ov : NULL, dva, rr, NULL, NULL, t, in);
+        }
+        return;
+    }
     const bool v2 = att_pairs(dk, hd) && att_pairs(dv, hd);
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
@@ -656,7 +734,7 @@ template <int HD>
 __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, const float *k, const float *v,
                                           const float *dout, const float *lse, const float *Drow, int Tq, int Tk,
                                           int H, int Hkv, int hd, int causal, int window, float scale,
-                                          const att_bf16_t &c16) {
+                                          const att_bf16_t &c16, const att_join_t &jo) {
     typedef att_bwd_cfg<HD, true> C;
     static_assert(C::KB == C::QT, "the key and value tiles are staged in a query tile's buffers");
     DYN_SHARED(unsigned char, smem);
@@ -747,15 +825,15 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
         }
         __syncthreads();
     }
-    att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t);
+    att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t, jo, b, kh);
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1)
 k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse,
                const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
-               att_bf16_t c16) {
+               att_bf16_t c16, att_join_t jo) {
     if constexpr (BF) {
-        att_dkdv_bf<HD>(dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        att_dkdv_bf<HD>(dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
         return;
     } else { /* the fp32 engine: K, V, Q and dO tiles row-major in shared memory, single-buffered */
         typedef att_bwd_cfg<HD, false> C;
@@ -803,7 +881,7 @@ k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float
                 att_pv_f32<C::NTQ, C::DT>(dva, st, pw, sdO, C::LD, g, t);
                 att_pv_f32<C::NTQ, C::DT>(dka, dpt, pw, sQ, C::LD, g, t);
             }
-        att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t);
+        att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t, jo, b, kh);
     }
 }
 
@@ -839,7 +917,18 @@ __device__ static inline void att_dq_ds(const float s[NT][4], float dp[NT][4], c
 /* dq += the warp's sums for rows i0w + g, + 8 (the block is their only writer) */
 template <int DT>
 __device__ static inline void att_dq_out(float *dq, const float dqa[DT][4], int b, int h, int i0w, int Tq, int H,
-                                         int hd, int g, int t) {
+                                         int hd, int g, int t, const att_join_t &jo) {
+    if (jo.out) { /* into the fused rows, rotated back */
+        #pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const int i = i0w + g + 8 * rr;
+            const bool in = i < Tq;
+            const size_t o = ((size_t)b * Tq + (in ? i : 0)) * jo.ld + (size_t)h * hd;
+            const size_t p = (size_t)(jo.pos0 + (in ? i : 0)) * (hd / 2);
+            att_join_row<DT>(jo.out + o, jo.out16 ? jo.out16 + o : NULL, dqa, rr, jo.cs + p, jo.sn + p, t, in);
+        }
+        return;
+    }
     const bool v2 = att_pairs(dq, hd);
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
@@ -861,7 +950,8 @@ template <int HD, bool BF> static inline size_t att_dq_smem() {
 template <int HD>
 __device__ static inline void att_dq_bf(float *dq, const float *q, const float *k, const float *v, const float *dout,
                                         const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd,
-                                        int causal, int window, float scale, const att_bf16_t &c16) {
+                                        int causal, int window, float scale, const att_bf16_t &c16,
+                                        const att_join_t &jo) {
     typedef att_cfg<HD, true> C;
     static_assert(C::BQ == C::BK, "the query tiles are staged in a key tile's buffers");
     DYN_SHARED(unsigned char, smem);
@@ -907,15 +997,15 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
         }
         __syncthreads();
     }
-    att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t);
+    att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t, jo);
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_DQ_MIN_BLOCKS : 1)
 k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse,
              const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
-             att_bf16_t c16) {
+             att_bf16_t c16, att_join_t jo) {
     if constexpr (BF) {
-        att_dq_bf<HD>(dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        att_dq_bf<HD>(dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
         return;
     } else { /* the fp32 engine: Q, dO, K and V tiles row-major in shared memory, single-buffered */
         typedef att_cfg<HD, false> C;
@@ -955,7 +1045,7 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
             att_dq_ds<C::NT, false>(s, dp, lo, hi, k0, L, Dr, scale, t);
             att_pv_f32<C::NT, C::DT>(dqa, dp, sP + w * 16 * (C::BK + 1), sK, C::LD, g, t);
         }
-        att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t);
+        att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t, jo);
     }
 }
 
@@ -1058,7 +1148,7 @@ template <int HD, bool BF>
 static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, float *dv, float *Drow,
                                          const float *dout, const float *out, const float *lse, const float *q,
                                          const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv,
-                                         int hd, int causal, int window, att_bf16_t c16) {
+                                         int hd, int causal, int window, att_bf16_t c16, att_join_t jo) {
     if (!BF) c16 = att_bf16_t{};
     const size_t s_kv = att_dkdv_smem<HD, BF>(), s_q = att_dq_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_bwd_dkdv<HD, BF>, s_kv);
@@ -1067,22 +1157,22 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t items = (size_t)B * Tq * H;
     LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout, out, Tq, H, hd, items);
-    if (dk || dv) {
+    if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
         const dim3 grid((Tk + 63) / 64, Hkv, B);
         void (*kern)(float *, float *, const float *, const float *, const float *, const float *, const float *,
-                     const float *, int, int, int, int, int, int, int, float, att_bf16_t) = k_att_bwd_dkdv<HD, BF>;
+                     const float *, int, int, int, int, int, int, int, float, att_bf16_t, att_join_t) = k_att_bwd_dkdv<HD, BF>;
         const char *nm = att_kname<HD, BF>(1);
     LAUNCH_AS(kern, nm, grid, ATT_THREADS, s_kv, s)
-        (dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        (dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
     }
-    if (dq) {
+    if (dq || jo.out) {
         const dim3 grid((Tq + 63) / 64, H, B);
         void (*kern)(float *, const float *, const float *, const float *, const float *, const float *,
-                     const float *, int, int, int, int, int, int, int, float, att_bf16_t) = k_att_bwd_dq<HD, BF>;
+                     const float *, int, int, int, int, int, int, int, float, att_bf16_t, att_join_t) = k_att_bwd_dq<HD, BF>;
         const char *nm = att_kname<HD, BF>(2);
     LAUNCH_AS(kern, nm, grid, ATT_THREADS, s_q, s)
-        (dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        (dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
     }
     return cudaSuccess;
 }
@@ -1099,16 +1189,18 @@ static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float
     const int HDP = att_pad_hd(hd);
     return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
 }
-/* Drow: B * H * Tq floats of scratch */
+/* Drow: B * H * Tq floats of scratch; jo.out set (attention_join_ok, Tq = Tk): the gradients go
+ * into the fused rows, dq, dk, dv are not touched */
 static inline cudaError_t attention_backward_launch(cudaStream_t s, int bf, float *dq, float *dk, float *dv,
                                                     float *Drow, const float *dout, const float *out,
                                                     const float *lse, const float *q, const float *k,
                                                     const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
-                                                    int causal, int window, att_bf16_t c16) {
+                                                    int causal, int window, att_bf16_t c16,
+                                                    att_join_t jo = att_join_t{}) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
     return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
-                        hd, causal, window, c16);
+                        hd, causal, window, c16, jo);
 }
 static inline cudaError_t attention_rows_launch(cudaStream_t s, float *out, const float *q, const float *kc,
                                                 const float *vc, const int *base, const int *len, int N, int H,

@@ -37,8 +37,10 @@ __global__ void k_rope(float *dst, __nv_bfloat16 *dst16, size_t dst_ld, size_t d
                 lo = make_float4(l0.x + lo.x, l0.y + lo.y, l0.z + lo.z, l0.w + lo.w);
                 hi = make_float4(h0.x + hi.x, h0.y + hi.y, h0.z + hi.z, h0.w + hi.w);
             }
-            st4(y + j, lo);
-            st4(y + j + h2, hi);
+            if (dst) { /* NULL: the shadow alone (qkv_split_launch) */
+                st4(y + j, lo);
+                st4(y + j + h2, hi);
+            }
             if (dst16) {
                 st4_bf16(dst16 + yo + j, lo.x, lo.y, lo.z, lo.w);
                 st4_bf16(dst16 + yo + j + h2, hi.x, hi.y, hi.z, hi.w);
@@ -47,8 +49,7 @@ __global__ void k_rope(float *dst, __nv_bfloat16 *dst16, size_t dst_ld, size_t d
             const float a = x[j], b = x[j + h2], c = cs[j], s = sign * sn[j];
             const float r0 = a * c - b * s, r1 = b * c + a * s;
             const float y0 = acc ? y[j] + r0 : r0, y1 = acc ? y[j + h2] + r1 : r1;
-            y[j] = y0;
-            y[j + h2] = y1;
+            if (dst) y[j] = y0, y[j + h2] = y1;
             if (dst16) dst16[yo + j] = to_bf16(y0), dst16[yo + j + h2] = to_bf16(y1);
         }
     }
@@ -64,11 +65,11 @@ __global__ void k_copy_rows(float *dst, __nv_bfloat16 *dst16, size_t ld_dst, siz
         const size_t o = n * ld_dst + dst_off + c;
         if (vec) {
             const float4 x = ld4(src + n * ld_src + src_off + c);
-            st4(dst + o, x);
+            if (dst) st4(dst + o, x);
             if (dst16) st4_bf16(dst16 + o, x.x, x.y, x.z, x.w);
         } else {
             const float x = src[n * ld_src + src_off + c];
-            dst[o] = x;
+            if (dst) dst[o] = x;
             if (dst16) dst16[o] = to_bf16(x);
         }
     }
@@ -96,15 +97,16 @@ static inline void copy_rows_launch(cudaStream_t s, float *dst, __nv_bfloat16 *d
     const size_t items = rows * (vec ? D / 4 : D);
     EW_DISPATCH(k_copy_rows, items, items, s, dst, dst16, ld_dst, dst_off, src, ld_src, src_off, rows, D, vec);
 }
-/* qkv (N, Dq + 2 Dkv) -> q, k rotated, v copied (NULL outputs skipped); pos as k_rope's; q16,
+/* qkv (N, Dq + 2 Dkv) -> q, k rotated, v copied (an output NULL with its shadow NULL skipped,
+ * NULL beside a shadow: the shadow alone); pos as k_rope's; q16,
  * k16, v16: their bf16 shadows or NULL */
 static inline void qkv_split_launch(cudaStream_t s, float *q, float *k, float *v, __nv_bfloat16 *q16,
                                     __nv_bfloat16 *k16, __nv_bfloat16 *v16, const float *qkv, const float *cs,
                                     const float *sn, int N, int T, int H, int Hkv, int hd, int pos0, const int *pos) {
     const size_t Dq = (size_t)H * hd, Dkv = (size_t)Hkv * hd, ld = Dq + 2 * Dkv;
-    if (q) rope_launch(s, q, q16, Dq, 0, qkv, ld, 0, cs, sn, N, H, hd, T, pos0, pos, 1.0f, 0);
-    if (k) rope_launch(s, k, k16, Dkv, 0, qkv, ld, Dq, cs, sn, N, Hkv, hd, T, pos0, pos, 1.0f, 0);
-    if (v) copy_rows_launch(s, v, v16, Dkv, 0, qkv, ld, Dq + Dkv, N, (int)Dkv);
+    if (q || q16) rope_launch(s, q, q16, Dq, 0, qkv, ld, 0, cs, sn, N, H, hd, T, pos0, pos, 1.0f, 0);
+    if (k || k16) rope_launch(s, k, k16, Dkv, 0, qkv, ld, Dq, cs, sn, N, Hkv, hd, T, pos0, pos, 1.0f, 0);
+    if (v || v16) copy_rows_launch(s, v, v16, Dkv, 0, qkv, ld, Dq + Dkv, N, (int)Dkv);
 }
 /* the backward: dqkv rows overwritten with dq, dk rotated back and dv (dqkv16: its shadow or NULL) */
 static inline void qkv_join_launch(cudaStream_t s, float *dqkv, __nv_bfloat16 *dqkv16, const float *dq, const float *dk,

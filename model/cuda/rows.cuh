@@ -30,6 +30,17 @@
 #define COLRED_ROWS 8
 #define COLRED_MAX_BLOCKS 4096
 
+/* The norm's weight row, read by every row of a block: staged once per block in shared memory
+ * (ws: WARP * ROW_VECS float4, D <= ROW_CACHE_MAX, w 16-byte aligned), so a block of ROW_WARPS
+ * rows reads w from global memory once, not once per row (at config G: 3 KB a block where the
+ * rows read 24 KB; the performance model credits no cache reuse, and on the GPU the re-reads
+ * are L1 traffic). Lane l of a warp reads ws[l + j WARP]: 16 consecutive bytes per lane, no
+ * bank conflict. Every thread of the block calls it (it holds a __syncthreads). */
+__device__ static inline void stage_row_weights(float4 *ws, const float *w, int D) {
+    for (int v = threadIdx.x; v < D / 4; v += blockDim.x) ws[v] = ld4(w + 4 * v);
+    __syncthreads();
+}
+
 /* ---- RMSNorm forward: out = w * (x * r), r = 1 / sqrt(mean(x^2) + eps) ----
  * one warp per row; out16 (may be NULL): out's bf16 shadow, written beside it (the output
  * feeds products only); out NULL: the shadow alone (device.h products_only). With b (add_rmsnorm_forward): the row normed is x + b, written to y
@@ -38,9 +49,9 @@
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
 k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const float *x, const float *b, const float *w,
               int N, int D, float eps) {
+    __shared__ float4 ws[WARP * ROW_VECS];
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * ROW_WARPS + threadIdx.x / WARP;
-    if (row >= N) return;
     const float *xr = x + (size_t)row * D;
     const float *br = b ? b + (size_t)row * D : NULL;
     float *yr = b ? y + (size_t)row * D : NULL;
@@ -48,6 +59,9 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const flo
     __nv_bfloat16 *o16 = out16 ? out16 + (size_t)row * D : NULL;
     const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(x) && aligned16(out) && aligned16(w) &&
                      (!b || (aligned16(b) && aligned16(y))) && ((uintptr_t)out16 & 7u) == 0;
+    /* vec is the same for every thread of the block (pointers and D): the whole block stages w */
+    if (vec) stage_row_weights(ws, w, D);
+    if (row >= N) return;
     if (vec) {
         float4 c[ROW_VECS];
         float ss = 0.0f;
@@ -73,7 +87,7 @@ k_rmsnorm_fwd(float *out, __nv_bfloat16 *out16, float *rstd, float *y, const flo
         for (int j = 0; j < ROW_VECS; j++) {
             const int i = (lane + j * WARP) * 4;
             if (i < D) {
-                const float4 wv = ld4(w + i);
+                const float4 wv = ws[lane + j * WARP];
                 float4 o;
                 o.x = wv.x * (c[j].x * r);
                 o.y = wv.y * (c[j].y * r);
@@ -169,9 +183,11 @@ __global__ void __launch_bounds__(ROW_WARPS * WARP)
 k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *dout, const float *x, const float *w,
                   const float *rstd, const float *res, int N, int D, int rows_per_block, float *dw, unsigned *tickets) {
     __shared__ float4 red[ROW_WARPS][WARP * ROW_VECS];
+    __shared__ float4 ws[WARP * ROW_VECS];
     __shared__ int go;
     const int lane = threadIdx.x % WARP, wp = threadIdx.x / WARP;
     const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
+    stage_row_weights(ws, w, D);
     float4 acc[ROW_VECS];
 #pragma unroll
     for (int j = 0; j < ROW_VECS; j++) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -186,7 +202,7 @@ k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *d
             if (i < D) {
                 cy[j] = ld4_stream(dy + i);
                 cx[j] = ld4(xr + i);
-                const float4 wv = ld4(w + i);
+                const float4 wv = ws[lane + j * WARP];
                 dot += wv.x * cy[j].x * cx[j].x + wv.y * cy[j].y * cx[j].y + wv.z * cy[j].z * cx[j].z +
                        wv.w * cy[j].w * cx[j].w;
                 acc[j].x += cy[j].x * cx[j].x * r;
@@ -203,7 +219,7 @@ k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *d
             for (int j = 0; j < ROW_VECS; j++) {
                 const int i = (lane + j * WARP) * 4;
                 if (i < D) {
-                    const float4 wv = ld4(w + i);
+                    const float4 wv = ws[lane + j * WARP];
                     float4 g = ld4(res + (size_t)row * D + i);
                     g.x += r * wv.x * cy[j].x - c * cx[j].x;
                     g.y += r * wv.y * cy[j].y - c * cx[j].y;

@@ -3,7 +3,8 @@
  * on the emulated CUDA device (build/emu/bench/train_step), it counts, per kernel:
  *
  *   launches, the threads that touched global memory, the floating-point operations executed
- *   on CUDA cores (tests/emu/flops_pass.cc) and on tensor cores (mma.sync: emu_api.h's
+ *   on CUDA cores (tests/emu/flops_pass.cc; of them, those of the special-function units: sfu)
+ *   and on tensor cores (mma.sync: emu_api.h's
  *   tensor_flops), the global-memory bytes requested (loads, stores, atomics: per
  *   lane, the access's size), the 32-byte sectors each warp-wide access touches (the distinct
  *   sectors of the lanes' byte ranges: what the memory system moves for it), the distinct
@@ -38,7 +39,7 @@
 
 namespace {
 struct kcount {
-    unsigned long long launches = 0, threads = 0, flops = 0, tensor_flops = 0, bytes_ld = 0, bytes_st = 0, sectors = 0,
+    unsigned long long launches = 0, threads = 0, flops = 0, tensor_flops = 0, sfu = 0, bytes_ld = 0, bytes_st = 0, sectors = 0,
                        warp_accesses = 0, footprint_sectors = 0, footprint_rw_sectors = 0, shared_bytes = 0, local_bytes = 0,
                        shared_accesses = 0, shared_wavefronts = 0, shared_wavefronts_ideal = 0;
     unsigned long long max_block_threads = 0, sampled_launches = 0;
@@ -83,6 +84,7 @@ void on_launch(const emu_launch_info_t *l, int end, void *) {
     for (auto &e : g_sect) c.footprint_rw_sectors += (e.second & 1) + (e.second >> 1 & 1);
     k.flops += (unsigned long long)(c.flops * scale);
     k.tensor_flops += (unsigned long long)(l->tensor_flops * scale);
+    k.sfu += (unsigned long long)(l->sfu * scale);
     k.footprint_sectors += (unsigned long long)(c.footprint_sectors * scale);
     k.footprint_rw_sectors += (unsigned long long)(c.footprint_rw_sectors * scale);
     k.threads += (unsigned long long)(c.threads * scale);
@@ -177,12 +179,12 @@ void write_out() {
     for (auto &e : g_k) {
         const kcount &k = e.second;
         fprintf(f,
-                "%s\n  \"%s\": {\"launches\": %llu, \"threads\": %llu, \"max_block_threads\": %llu, \"flops\": %llu, \"tensor_flops\": %llu, "
+                "%s\n  \"%s\": {\"launches\": %llu, \"threads\": %llu, \"max_block_threads\": %llu, \"flops\": %llu, \"tensor_flops\": %llu, \"sfu\": %llu, "
                 "\"bytes_ld\": %llu, \"bytes_st\": %llu, \"sectors\": %llu, \"warp_accesses\": %llu, "
                 "\"footprint_sectors\": %llu, \"footprint_rw_sectors\": %llu, \"shared_bytes\": %llu, \"local_bytes\": %llu, "
                 "\"shared_accesses\": %llu, \"shared_wavefronts\": %llu, \"shared_wavefronts_ideal\": %llu, "
                 "\"sampled_launches\": %llu}",
-                first ? "" : ",", e.first.c_str(), k.launches, k.threads, k.max_block_threads, k.flops, k.tensor_flops, k.bytes_ld,
+                first ? "" : ",", e.first.c_str(), k.launches, k.threads, k.max_block_threads, k.flops, k.tensor_flops, k.sfu, k.bytes_ld,
                 k.bytes_st, k.sectors, k.warp_accesses, k.footprint_sectors, k.footprint_rw_sectors, k.shared_bytes, k.local_bytes, k.shared_accesses,
                 k.shared_wavefronts, k.shared_wavefronts_ideal, k.sampled_launches);
         first = 0;

@@ -110,6 +110,7 @@ struct launch_state {
 thread_local launch_state *cur_launch;
 static thread_local unsigned long long t_flops; /* __emu_flops of this host thread's kernel threads */
 static thread_local unsigned long long t_tensor_flops; /* mma_m16n8k16_bf16's, the same way */
+static thread_local unsigned long long t_sfu; /* __emu_sfu: special-function unit operations, the same way */
 static thread_local thread_t *cur_thread;
 
 /* ---- process-wide settings ---- */
@@ -1004,7 +1005,7 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
         stride = (mix64(rng) % nb) | 1;
         while (std::gcd(stride, nb) != 1) stride += 2;
     }
-    const unsigned long long acc0 = g_accesses, flops0 = t_flops, tensor0 = t_tensor_flops;
+    const unsigned long long acc0 = g_accesses, flops0 = t_flops, tensor0 = t_tensor_flops, sfu0 = t_sfu;
     /* FT_EMU_SAMPLE_BLOCKS=N: of a launch of more than N blocks, every k-th block (k = ceil(nb / N),
      * raised to the next k that shares no factor with gridDim.x) is observed; the others run
      * unobserved (no checks, no hooks, no FLOP count). Coprime to gridDim.x, the sample takes every
@@ -1036,6 +1037,7 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
     cur_launch = save;
     L.info.flops = t_flops - flops0;
     L.info.tensor_flops = t_tensor_flops - tensor0;
+    L.info.sfu = t_sfu - sfu0;
     if (g_stats) {
         kstat &k = g_kstats[name];
         k.launches++;
@@ -1078,6 +1080,10 @@ EMU_CB(16)
 /* tests/emu/flops_pass.cc's count of a basic block: a kernel thread's operations go to its launch */
 extern "C" EMU_HOT void __emu_flops(unsigned long long n) {
     if (emu::cur_thread && !emu::cur_launch->fast) emu::t_flops += n;
+}
+/* ... and of those, the special-function unit's (exp2, sqrt, a division's reciprocal, ...) */
+extern "C" EMU_HOT void __emu_sfu(unsigned long long n) {
+    if (emu::cur_thread && !emu::cur_launch->fast) emu::t_sfu += n;
 }
 /* the tensor-core product of one lane (emu_device.h): compiled here, outside the FLOP-counting
  * pass, so its multiply-adds are not counted as CUDA-core FLOPs; the warp's are counted once as

@@ -5,6 +5,8 @@
  *   - FLOPs: a fused multiply-add per element (2 each), a loop of k adds per thread, a call of
  *     expf (1), and none for integer work or copies; a warp's tensor-core product
  *     (model/cuda/mma.cuh's mma_bf16, m16n8k16) 4096 tensor FLOPs and no CUDA-core ones;
+ *   - special-function unit operations (sfu, counted apart from and among the FLOPs): expf 1,
+ *     exp2f + sqrtf + a division 3, 1 / sqrtf 2 (rcp and rsq), a multiply-add or a copy 0;
  *   - the warp access hook's 32-byte sectors: a coalesced float copy moves 4 sectors per warp
  *     access (100%), a stride-8 read 32 (12.5%), a float4 copy 16 (100%);
  *   - shared memory's wavefronts (emu_shared_wavefronts): a warp reading 32 consecutive words
@@ -51,6 +53,16 @@ __global__ void k_sum(int n, int k, const float *a, float *out) {
 __global__ void k_exp(int n, const float *a, float *out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = expf(a[i]);
+}
+/* exp2f, sqrtf and a division per element: 3 special-function operations (ex2, rsq, rcp) */
+__global__ void k_sfu3(int n, const float *a, float *out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = exp2f(a[i]) + sqrtf(a[i]) / (a[i] + 1.0f);
+}
+/* 1 / sqrt: a reciprocal and a square root, 2 */
+__global__ void k_rsqrt(int n, const float *a, float *out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 1.0f / sqrtf(a[i]);
 }
 __global__ void k_copy(int n, const float *a, float *out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -135,7 +147,7 @@ __global__ void k_ldsm(int ld, int mode, uint32_t *out) {
 
 struct counts {
     unsigned long long sh_access, sh_wave, sh_ideal;
-    unsigned long long flops, tensor_flops, blocks, blocks_run, ld_bytes, st_bytes, ld_sectors, st_sectors, ld_warp, st_warp;
+    unsigned long long flops, tensor_flops, sfu, blocks, blocks_run, ld_bytes, st_bytes, ld_sectors, st_sectors, ld_warp, st_warp;
 };
 static counts g_c;
 static void on_launch(const emu_launch_info_t *l, int end, void *) {
@@ -143,7 +155,7 @@ static void on_launch(const emu_launch_info_t *l, int end, void *) {
         memset(&g_c, 0, sizeof g_c);
         return;
     }
-    g_c.flops = l->flops, g_c.tensor_flops = l->tensor_flops, g_c.blocks = l->blocks, g_c.blocks_run = l->blocks_run;
+    g_c.flops = l->flops, g_c.tensor_flops = l->tensor_flops, g_c.sfu = l->sfu, g_c.blocks = l->blocks, g_c.blocks_run = l->blocks_run;
 }
 static void on_warp(const emu_warp_access_t *a, void *) {
     if (a->space == EMU_SHARED) {
@@ -186,16 +198,34 @@ static void test_flops(void) {
     float *a = dev_floats(N, 2), *b = dev_floats(N, 3), *c = dev_floats(N, 1);
     k_fma<<<(N + 127) / 128, 128>>>(N, a, b, c);
     CHECK(g_c.flops == 2 * N, "a*b+c: 2 FLOPs per element: %llu for %d", g_c.flops, N);
+    CHECK(g_c.sfu == 0, "a*b+c: no special-function operation: %llu", g_c.sfu);
     k_sum<<<(N + 127) / 128, 128>>>(N, 7, a, c);
     CHECK(g_c.flops == 7 * N, "a loop of 7 adds per thread: %llu for %d threads", g_c.flops, N);
     k_exp<<<(N + 127) / 128, 128>>>(N, a, c);
     CHECK(g_c.flops == N, "expf: 1 per element: %llu", g_c.flops);
+    CHECK(g_c.sfu == N, "expf: 1 special-function operation per element: %llu", g_c.sfu);
     k_copy<<<(N + 127) / 128, 128>>>(N, a, c);
     CHECK(g_c.flops == 0, "a copy: no FLOPs: %llu", g_c.flops);
     float h = 0;
     cudaMemcpy(&h, c, sizeof h, cudaMemcpyDeviceToHost);
     CHECK(h == 2.0f, "the copy's result");
     cudaFree(a), cudaFree(b), cudaFree(c);
+}
+
+static void test_sfu(void) {
+    enum { N = 1000 };
+    float *a = dev_floats(N, 4), *c = dev_floats(N, 0);
+    k_sfu3<<<(N + 127) / 128, 128>>>(N, a, c);
+    CHECK(g_c.sfu == 3 * N, "exp2f + sqrtf / x: 3 per element: %llu for %d", g_c.sfu, N);
+    CHECK(g_c.flops >= g_c.sfu, "counted among the FLOPs too: %llu of %llu", g_c.sfu, g_c.flops);
+    float h = 0;
+    cudaMemcpy(&h, c, sizeof h, cudaMemcpyDeviceToHost);
+    CHECK(h == 16.0f + 2.0f / 5.0f, "exp2f(4) + sqrtf(4) / 5: %g", h);
+    k_rsqrt<<<(N + 127) / 128, 128>>>(N, a, c);
+    CHECK(g_c.sfu == 2 * N, "1 / sqrtf: 2 per element: %llu", g_c.sfu);
+    k_copy<<<(N + 127) / 128, 128>>>(N, a, c);
+    CHECK(g_c.sfu == 0, "a copy: none: %llu", g_c.sfu);
+    cudaFree(a), cudaFree(c);
 }
 
 static void test_tensor_flops(void) {
@@ -396,6 +426,7 @@ int main(void) {
     emu_set_warp_access_hook(on_warp, NULL);
     emu_set_gemm_hook(on_gemm, NULL);
     RUN(test_flops);
+    RUN(test_sfu);
     RUN(test_tensor_flops);
     RUN(test_sectors);
     RUN(test_banks);

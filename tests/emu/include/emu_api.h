@@ -35,6 +35,10 @@ typedef struct {
      * checks, access hooks and the FLOP count; the others run unchecked. For the performance
      * model, bench/gpu_model.sh: a launch's counts are those of its observed blocks, a sample) */
     unsigned long long blocks, blocks_run;
+    /* of the flops, the operations a GPU's special-function units run (exp2, log2, sqrt, a
+     * division's reciprocal, ...: tests/emu/flops_pass.cc's __emu_sfu; 0 without the pass),
+     * counted like flops, before the end call */
+    unsigned long long sfu;
 } emu_launch_info_t;
 
 enum { EMU_LOAD = 1, EMU_STORE = 2, EMU_ATOMIC = 4 };
