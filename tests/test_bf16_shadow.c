@@ -135,7 +135,10 @@ static int train_at(const char *family, precision_t p, int shadows, int steps, r
     int np = f->params(m, pv, 256);
     f->grads(m, gv, 256);
     adamw_config_t ac = adamw_config_default();
-    if (adamw_create(&opt, pv, np, &ac, err, sizeof err)) goto out;
+    if (adamw_create(&opt, pv, np, &ac, err, sizeof err)) {
+        CHECK(0, "%s: %s", family, err); /* a failed run is a failure, never a skipped family */
+        goto out;
+    }
     uint32_t tok[B * T], tgt[B * T];
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < B * T; i++) tok[i] = (uint32_t)((i * 7 + s * 3) % 61), tgt[i] = (uint32_t)((i * 7 + s * 3 + 1) % 61);
@@ -151,6 +154,10 @@ static int train_at(const char *family, precision_t p, int shadows, int steps, r
     out->n = 0;
     for (int i = 0; i < np; i++) out->n += (size_t)tensor_numel(&pv[i]);
     out->params = malloc(sizeof(float) * out->n);
+    if (!out->params) {
+        CHECK(0, "%s: out of memory for %zu parameters", family, out->n);
+        goto out;
+    }
     for (int i = 0, o = 0; i < np; o += (int)tensor_numel(&pv[i]), i++) tensor_view_download(&pv[i], out->params + o);
     rc = 0;
 out:
