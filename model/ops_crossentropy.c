@@ -24,7 +24,8 @@ OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, floa
                                      uint32_t t, int counted, int V, float scale),
              (dz, dz16, lse, e, z, t, counted, V, scale)) {
     const float mx = ops_max_row(z, V);
-    const float loss_z = z[t];   /* before dz, which may overwrite z */
+    /* before dz, which may overwrite z; a row not counted may carry any target (never read) */
+    const float loss_z = counted ? z[t] : 0.0f;
     const float l = mx + logf(ops_exp_row(e, z, mx, V));
     *lse = l;
     if (!counted) {
