@@ -22,9 +22,9 @@ trap 'echo TERM >"$W/mpirun.sig"; exit 143' TERM
 set -- \$FAKE_MODE
 case \$1 in
     end) "$F/trainer" 1; exit \$2;;
-    linger) "$F/trainer" 1; sleep 600 & wait;;
+    linger) "$F/trainer" 1; exec sleep 600;;
     norank) sleep \$2 & wait; exit 0;;
-    rank) "$F/trainer" 600 & wait;;
+    rank) "$F/trainer" 600 & echo \$! >"$W/rank.pid"; wait;;
 esac
 EOF
 chmod +x "$F/mpirun"
@@ -55,7 +55,7 @@ wait_for "[ -s $W/mpirun.pid ] && pgrep -P \$(cat $W/mpirun.pid) -x trainer >/de
 kill -TERM $launcher
 wait_for "! kill -0 $launcher 2>/dev/null" 5; gone=$?
 ok "SIGTERM to the launcher reaches mpirun, and both end" "[ $gone = 0 ] && [ \"\$(cat $W/mpirun.sig 2>/dev/null)\" = TERM ]"
-pkill -P "$(cat "$W/mpirun.pid" 2>/dev/null || echo 0)" -x trainer 2>/dev/null
+kill "$(cat "$W/rank.pid" 2>/dev/null || echo 0)" 2>/dev/null # the stand-in's rank, orphaned by its TERM
 
 FT_MPIRUN_GRACE_S=soon launch "end 0"; rc=$?
 ok "FT_MPIRUN_GRACE_S=soon is refused in one line (rc $rc)" \

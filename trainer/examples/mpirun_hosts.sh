@@ -37,14 +37,17 @@ mpirun --hostfile "$hostfile" -np "$np" "${x[@]}" \
     bin/trainer --dp mpi --rendezvous "tcp://*:$FT_PORT_RENDEZVOUS" "$@" &
 mpi=$!
 trap 'kill -TERM $mpi 2>/dev/null || true' TERM INT HUP
+# milliseconds now (bash's EPOCHREALTIME: $SECONDS counts whole seconds, and a grace timed by it
+# could end up to a second early)
+now_ms() { local t=${EPOCHREALTIME//[.,]/}; echo $((t / 1000)); }
 # the ranks on this host are mpirun's own children (its daemon's role here)
 seen=0 ended_at=
 while kill -0 $mpi 2>/dev/null; do
     if pgrep -P $mpi -x trainer >/dev/null; then
         seen=1 ended_at=
     elif [ $seen = 1 ]; then
-        ended_at=${ended_at:-$SECONDS}
-        if [ $((SECONDS - ended_at)) -ge "$grace" ]; then
+        ended_at=${ended_at:-$(now_ms)}
+        if [ $(($(now_ms) - ended_at)) -ge $((grace * 1000)) ]; then
             echo "mpirun_hosts: this host's ranks ended $grace s ago and mpirun still waits (for a host it cannot reach?); stopping it (FT_MPIRUN_GRACE_S)" >&2
             # not SIGTERM: Open MPI 4.1's mpirun crashed on it there, waiting again
             kill -KILL $mpi 2>/dev/null || true
