@@ -3,7 +3,8 @@
  * grouped-query (head h reads key/value head h / (H/Hkv)), causal with Tq <= Tk (queries are
  * the last Tq positions), sliding windows (ops_math.h ops_att_range: the keys a row sees).
  *
- * Forward (k_att_fwd): a block of 4 warps takes 64 query rows of one (b, h), 16 per warp; key
+ * Forward (k_att_fwd): a block takes 64 query rows of one (b, h), 16 per warp (or per pair
+ * of warps: split tiles, below); key
  * tiles of BK rows are staged in shared memory; S = Q K^T lands in each warp's registers in
  * the mma layout (mma.cuh), the online softmax (ops_online_softmax's rescaling: running max
  * m, sum l, the accumulator scaled by exp(m_old - m_new)) runs on those registers, and
@@ -17,6 +18,15 @@
  * walks the key tiles, dQ += dS K. Results are added (+=) to dq, dk, dv once, at the end:
  * the same bits on every run. Or (att_join_t) stored into the fused q|k|v rows' gradient,
  * dq and dk rotated back on the way: no zeroing before and no join pass after.
+ *
+ * Split tiles (bf16, hd 32 and 64; ATT_FWD_SPLIT, ATT_DKDV_SPLIT, ATT_DQ_SPLIT, 2 by default):
+ * the three kernels' blocks have 8 warps, two per 16 rows, each taking half of every streamed
+ * tile (the forward's and dQ's keys, dK/dV's queries) with its own accumulators; at the end the
+ * second share hands its sums (the forward: its softmax state m, l, o, merged by rescaling) to
+ * the first through shared memory, which adds them and stores the rows -- in that fixed order,
+ * so the bits are the same on every run. The same products and exponentials as 4 warps a block;
+ * twice the warps in flight (2 blocks of 8 a SM at <= 128 registers where 3 blocks of 4 took
+ * 168: the backward was latency-bound on an H100).
  *
  * Two product engines fill the same register layout: in precision bf16 the tensor cores
  * (mma.sync m16n8k16: Q, K, V, dO, P and dS rounded to bf16 at the product's input, fp32
@@ -77,6 +87,19 @@
 #ifndef ATT_FWD_MIN_BLOCKS
 #define ATT_FWD_MIN_BLOCKS 3
 #endif
+/* The bf16 forward at head dimensions 32 and 64 splits each key tile between ATT_FWD_SPLIT warps
+ * per 16 queries (blocks of 128 ATT_FWD_SPLIT threads; warp w: queries 16 (w % 4) .., keys
+ * 64 / ATT_FWD_SPLIT (w / 4) .. of each tile), each with its own online softmax (max m, sum l,
+ * accumulator o); at the end share 0's warps merge the others' in share order (m the larger,
+ * each side scaled by exp(m_side - m): fixed, the same bits on every run). As the backward's
+ * split: twice the warps a SM keeps in flight for the same work, compiled for
+ * ATT_FWD_SPLIT_MIN_BLOCKS blocks a SM (2: 16 warps, at most 128 registers). 1: no split. */
+#ifndef ATT_FWD_SPLIT
+#define ATT_FWD_SPLIT 2
+#endif
+#ifndef ATT_FWD_SPLIT_MIN_BLOCKS
+#define ATT_FWD_SPLIT_MIN_BLOCKS 2
+#endif
 #ifndef ATT_DKDV_MIN_BLOCKS
 #define ATT_DKDV_MIN_BLOCKS 3
 #endif
@@ -129,6 +152,13 @@ template <int HD, bool BF> struct att_cfg {
     /* row stride of row-major tiles: bf16 rows padded by 8 (a 16-byte multiple, and the
      * fragment loads of 8 rows x 4 lanes fall into 32 distinct banks); fp32 rows by 1 */
     static constexpr int LD = BF ? HD + 8 : HD + 1;
+};
+/* the forward's split (att_cfg's tiles; SPLIT warps per 16 queries, NTH threads, MINB blocks a SM) */
+template <int HD, bool BF> struct att_fwd_cfg {
+    static constexpr int SPLIT = (BF && HD >= 32 && HD <= 64) ? ATT_FWD_SPLIT : 1;
+    static constexpr int NTH = ATT_THREADS * SPLIT;
+    static constexpr int MINB = SPLIT > 1 ? ATT_FWD_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1;
+    static_assert(att_cfg<HD, BF>::NT % (2 * SPLIT) == 0, "a share's column tiles in pairs");
 };
 /* the dQ pass's split (att_cfg's tiles; SPLIT warps per 16 queries, NTH threads, MINB blocks a SM) */
 template <int HD, bool BF> struct att_dq_cfg {
@@ -203,14 +233,18 @@ __device__ static inline void att_stage(float *tile, int ld, const float *src, s
 /* The backward passes' choice, split (ATT_DKDV_SPLIT, ATT_DQ_SPLIT) or not: split, the loads
  * follow the products -- 16 warps a SM cover their latency, and early their registers made
  * nvcc 13 spill more at the 128 a thread 2 blocks of 256 leave (sm_90, hd 64: dK/dV 712 bytes of
- * spill stores early, 296 late; dQ 120 and 12). Build knobs (-D) for measuring. */
+ * spill stores early, 296 late; dQ 120 and 12). The split forward keeps them early (126
+ * registers, no spill). Build knobs (-D) for measuring. */
 #ifndef ATT_DKDV_EARLY
 #define ATT_DKDV_EARLY(HD, SPLIT) (ATT_EARLY(HD) && (SPLIT) == 1)
 #endif
 #ifndef ATT_DQ_EARLY
 #define ATT_DQ_EARLY(HD, SPLIT) (ATT_EARLY(HD) && (SPLIT) == 1)
 #endif
-/* (NTH: the block's threads, ATT_THREADS but for the split dK/dV pass's) */
+#ifndef ATT_FWD_EARLY
+#define ATT_FWD_EARLY(HD, SPLIT) ATT_EARLY(HD)
+#endif
+/* (NTH: the block's threads: ATT_THREADS, or 128 x the split kernels' ATT_*_SPLIT) */
 template <int R, int HD, int NTH = ATT_THREADS> struct att_regs {
     static constexpr int N = R * (HD / 8) / NTH;
     static_assert(N >= 1 && N * NTH == R * (HD / 8), "a tile is a whole number of chunks per thread");
@@ -516,9 +550,53 @@ template <int HD, int NTH = ATT_THREADS> struct att_kv_pipe {
 };
 template <int HD, bool BF> static inline size_t att_fwd_smem() {
     typedef att_cfg<HD, BF> C;
-    if (BF) /* att_fwd_bf: K and V tiles, twice */
-        return sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
+    if (BF) { /* att_fwd_bf: K and V tiles, twice; the shares' states after them */
+        const size_t tiles = sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
+        const size_t red = att_fwd_cfg<HD, BF>::SPLIT > 1 ? sizeof(float) * ATT_THREADS * (C::DT + 1) * 4 : 0;
+        return tiles > red ? tiles : red;
+    }
     return sizeof(float) * ((size_t)C::BQ * C::LD + 2 * (size_t)C::BK * C::LD + 4 * 16 * (C::BK + 1));
+}
+/* The split forward's shares meet (ATT_FWD_SPLIT): share sh = 1, 2, ... hands its state (o, and
+ * m, l of the lane's two rows) to share 0's warp of the same rows through shared memory (red,
+ * idle by then: a lane's float4s o's DT tiles, then (m, l), at (wk (DT + 1) + u) 32 + lane),
+ * which merges it: m' = max(m, m_sh), o' = o exp(m - m') + o_sh exp(m_sh - m'), the same for l
+ * (a side that saw no key yet, m = -inf, counts 0). In share order: fixed. */
+template <int DT, int SPLIT>
+__device__ static inline void att_fwd_merge(float4 *red, float o[DT][4], float m[2], float l[2], int wk, int wq,
+                                            int lane) {
+    constexpr int NU = DT + 1;
+    #pragma unroll 1
+    for (int sh = 1; sh < SPLIT; sh++) {
+        if (wq == sh) {
+            #pragma unroll
+            for (int jd = 0; jd < DT; jd++) red[(wk * NU + jd) * WARP + lane] = make_float4(o[jd][0], o[jd][1], o[jd][2], o[jd][3]);
+            red[(wk * NU + DT) * WARP + lane] = make_float4(m[0], m[1], l[0], l[1]);
+        }
+        __syncthreads();
+        if (wq == 0) {
+            const float4 ml = red[(wk * NU + DT) * WARP + lane];
+            const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
+            float f0[2], f1[2];
+            #pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const float mn = fmaxf(m[rr], m1[rr]);
+                f0[rr] = m[rr] == -INFINITY ? 0.0f : att_exp<true>(m[rr] - mn);
+                f1[rr] = m1[rr] == -INFINITY ? 0.0f : att_exp<true>(m1[rr] - mn);
+                m[rr] = mn;
+                l[rr] = l[rr] * f0[rr] + l1[rr] * f1[rr];
+            }
+            #pragma unroll
+            for (int jd = 0; jd < DT; jd++) {
+                const float4 x = red[(wk * NU + jd) * WARP + lane];
+                o[jd][0] = o[jd][0] * f0[0] + x.x * f1[0];
+                o[jd][1] = o[jd][1] * f0[0] + x.y * f1[0];
+                o[jd][2] = o[jd][2] * f0[1] + x.z * f1[1];
+                o[jd][3] = o[jd][3] * f0[1] + x.w * f1[1];
+            }
+        }
+        __syncthreads();
+    }
 }
 /* The bf16 engine's forward: the block's 64 query rows become each warp's A fragments once;
  * the key and value tiles are double-buffered as in att_dkdv_bf (the next tile's loads in
@@ -528,42 +606,53 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
                                          int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
                                          const att_bf16_t &c16) {
     typedef att_cfg<HD, true> C;
+    typedef att_fwd_cfg<HD, true> S;
+    /* W4 warps per share; a share's NS column tiles of 8 keys, KSH keys, of each key tile */
+    constexpr int W4 = ATT_THREADS / WARP, NS = C::NT / S::SPLIT, KSH = 8 * NS;
     static_assert(C::BQ == C::BK, "the query tile is staged in a key tile's buffer");
     DYN_SHARED(unsigned char, smem);
     const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+    /* warp w: queries 16 wk .., keys KSH wq .. of each tile */
     const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wk = S::SPLIT > 1 ? w % W4 : w, wq = S::SPLIT > 1 ? w / W4 : 0; /* (unsplit: w, 0) */
     const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
     const int nq = min(C::BQ, Tq - i0);
     const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
-    att_kv_pipe<HD> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq, Tk, hd,
-                       causal, window, hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v), att16_vec(c16, hd));
+    att_kv_pipe<HD, S::NTH> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq,
+                               Tk, hd, causal, window, hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v),
+                               att16_vec(c16, hd));
     int lo[2], hi[2];
     #pragma unroll
-    for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * w + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
+    for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * wk + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
     uint32_t qa[C::KS][4];
-    kv.own_rows(qa, qa, q + qo, att16_at(c16.q, qo), NULL, NULL, qs, nq, w, g, t);
+    kv.own_rows(qa, qa, q + qo, att16_at(c16.q, qo), NULL, NULL, qs, nq, wk, g, t);
     kv.start();
     float o[C::DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     #pragma unroll
     for (int jd = 0; jd < C::DT; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
+    const int c0 = KSH * wq; /* the share's first key of a tile */
     for (int n = 0; n < kv.tiles; n++) {
-        if (ATT_EARLY(HD) && n + 1 < kv.tiles) kv.load(n + 1);
-        float s[C::NT][4];
+        if (ATT_FWD_EARLY(HD, S::SPLIT) && n + 1 < kv.tiles) kv.load(n + 1);
+        float s[NS][4];
         #pragma unroll
-        for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        att_dots_bf<C::KS, C::NT>(s, qa, kv.sk(n), C::LD, g, t);
-        att_softmax_tile<C::NT, C::DT, true>(s, o, m, l, lo, hi, kv.klo + C::BK * n, scale, t);
-        att_pv_rm<C::NT, C::DT>(o, s, kv.sv(n), C::LD, g, t);
+        for (int j = 0; j < NS; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        att_dots_bf<C::KS, NS>(s, qa, kv.sk(n) + c0 * C::LD, C::LD, g, t);
+        att_softmax_tile<NS, C::DT, true>(s, o, m, l, lo, hi, kv.klo + C::BK * n + c0, scale, t);
+        att_pv_rm<NS, C::DT>(o, s, kv.sv(n) + c0 * C::LD, C::LD, g, t);
         if (n + 1 < kv.tiles) {
-            if (!ATT_EARLY(HD)) kv.load(n + 1);
+            if (!ATT_FWD_EARLY(HD, S::SPLIT)) kv.load(n + 1);
             kv.store(n + 1);
         }
         __syncthreads();
     }
-    att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
+    if constexpr (S::SPLIT > 1) { /* the shares' states into share 0's warps, which store the rows */
+        att_fwd_merge<C::DT, S::SPLIT>((float4 *)smem, o, m, l, wk, wq, lane);
+        if (wq) return;
+    }
+    att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * wk, Tq, H, hd, g, t);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1)
+__global__ void __launch_bounds__(att_fwd_cfg<HD, BF>::NTH, att_fwd_cfg<HD, BF>::MINB)
 k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
           int hd, int causal, int window, float scale, att_bf16_t c16) {
     if constexpr (BF) {
@@ -830,7 +919,8 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
     float *sL = (float *)(sQ + 2 * QB), *sD = sL + 2 * C::QT; /* [2][QT] each */
     const int b = blockIdx.z, kh = blockIdx.y, j0 = blockIdx.x * C::KB, rep = H / Hkv;
     /* warp w: keys 16 wk .., share wq of each query tile */
-    const int w = threadIdx.x / WARP, wk = w % W4, wq = w / W4, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wk = C::SPLIT > 1 ? w % W4 : w, wq = C::SPLIT > 1 ? w / W4 : 0; /* (unsplit: w, 0) */
     const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
     const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
     const bool v16 = att16_vec(c16, hd);
@@ -1052,7 +1142,8 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
     DYN_SHARED(unsigned char, smem);
     const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
     /* warp w: queries 16 wk .., share wq of each key tile */
-    const int w = threadIdx.x / WARP, wk = w % W4, wq = w / W4, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wk = S::SPLIT > 1 ? w % W4 : w, wq = S::SPLIT > 1 ? w / W4 : 0; /* (unsplit: w, 0) */
     const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
     const int nq = min(C::BQ, Tq - i0);
     const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
@@ -1241,7 +1332,8 @@ static inline cudaError_t att_forward_t(cudaStream_t s, float *out, float *lse, 
     void (*kern)(float *, float *, const float *, const float *, const float *, int, int, int, int,
                  int, int, int, float, att_bf16_t) = k_att_fwd<HD, BF>;
     const char *nm = att_kname<HD, BF>(0);
-    LAUNCH_AS(kern, nm, grid, ATT_THREADS, smem, s)
+    const int nth = att_fwd_cfg<HD, BF>::NTH;
+    LAUNCH_AS(kern, nm, grid, nth, smem, s)
     (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd), BF ? c16 : att_bf16_t{});
     return cudaSuccess;
 }
