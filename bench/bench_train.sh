@@ -15,17 +15,24 @@
 # where the CPU has no AVX512-BF16, PyTorch's bf16 is ~25x slower than its fp32 (oneDNN 2.6
 # has no bf16 matmul there), so it runs once, one timed step (TRAIN_BENCH_PT_BF16_ALWAYS=1
 # runs it every repeat). The machine's limit is measured in the same run, at the step's own
-# shapes (issue 26): `train_step --limit` times, right after the step, every product the step
-# needs at its shape (each Linear's forward, input and weight gradients; attention as six
-# batched T x T x hd products per layer) on operands of the step's precision, at the default
-# instruction-set level (the best this CPU has: AMX where present), with the same threads;
-# limit = the step's FLOPs / that time, fp32 and bf16 (limit_fp32_gflops, limit_bf16_gflops:
-# the best repeat, as for sgemm; ours against it is the fraction of the step that is
-# products). The per-repeat pairs (ours and the limit of the same process, seconds apart) are
-# recorded too. For comparison with older entries the head's shape alone (the tied head's
-# forward, V x B*T x d: build/bench/sgemm --engine onednn|bf16) is kept as head_limit_*.
+# shapes (issue 26): `train_step --limit` times every product the step needs at its shape (each
+# Linear's forward, input and weight gradients; attention as six batched T x T x hd products
+# per layer) on operands of the step's precision, at the default instruction-set level (the
+# best this CPU has: AMX where present), with the same threads, one pass over them after each
+# timed step of the same process, by the same clock (wall at 2 threads); limit = the step's
+# FLOPs / a pass's time. The fraction of a repeat is the best pass over the best step of that
+# process (the same statistic of both, their samples interleaved: a slow moment of the machine
+# lengthens steps and passes alike, and load only ever adds time, so the best of each is what
+# the machine does unhindered; train_step.c's comment above limit_ctx_t says more); the
+# headline fraction is the median of the repeats' fractions (paired_fraction_of_limit_*: all
+# of them). Until 2026-11-27 the limit was the median of 5 passes after the steps against the
+# steps' mean, and the headline ours' median tokens/s against the best repeat's limit: two
+# moments, two statistics. limit_*_gflops is the best repeat's limit (the machine's best),
+# limit_*_gflops_range the repeats' lowest and highest (its spread in this run). For
+# comparison with older entries the head's shape alone (the tied head's forward, V x B*T x d:
+# build/bench/sgemm --engine onednn|bf16) is kept as head_limit_*.
 # results.json records the CPU model, the level (FT_CPU_ISA's name) and oneDNN's ISA.
-#   TRAIN_BENCH_REPS=5 TRAIN_BENCH_STEPS_S=4 TRAIN_BENCH_STEPS_M=2 bash bench/bench_train.sh
+#   TRAIN_BENCH_REPS=5 TRAIN_BENCH_STEPS_S=6 TRAIN_BENCH_STEPS_M=3 bash bench/bench_train.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${BENCH_OUT:-build/bench-out}
@@ -36,7 +43,7 @@ REPS=${TRAIN_BENCH_REPS:-5}
 # robustness on a machine shared with other builds; on a quiet machine that cost our side
 # 5-25% of S's tokens/s (every join then sleeps and wakes through the kernel: 3981 context
 # switches in a 9-step run against 162), and a user runs with the default. PyTorch's products run on OpenBLAS's own threads, which ignore it.
-declare -A STEPS=([S]=${TRAIN_BENCH_STEPS_S:-6} [M]=${TRAIN_BENCH_STEPS_M:-2})
+declare -A STEPS=([S]=${TRAIN_BENCH_STEPS_S:-6} [M]=${TRAIN_BENCH_STEPS_M:-3})
 PY=/usr/bin/python3
 for f in build/bench/train_step build/bench/sgemm; do
     [ -x "$f" ] || { echo "bench_train: $f missing (run: make bench-bins)"; exit 1; }
@@ -74,7 +81,7 @@ for r in $(seq 1 "$REPS"); do
             --json --threads 1 >> "$T/pt_1thr.$c" || { echo "bench_train: torch (1 thread) $c failed"; exit 1; }
         printf '  repeat %d %s: ours %.0f (bf16 %.0f, %.2f of its limit), PyTorch defaults %.0f, PyTorch 1 thread + ob2 %.0f (bf16 %.0f) tokens/s\n' "$r" "$c" \
             "$(tail -1 "$T/ours.$c" | jq .tokens_per_s)" "$(tail -1 "$T/ours_bf16.$c" | jq .tokens_per_s)" \
-            "$(tail -1 "$T/ours_bf16.$c" | jq '.gflops / .limit_gflops')" \
+            "$(tail -1 "$T/ours_bf16.$c" | jq .fraction)" \
             "$(tail -1 "$T/pt_default.$c" | jq .tokens_per_s)" "$(tail -1 "$T/pt_1thr.$c" | jq .tokens_per_s)" \
             "$(tail -1 "$T/pt_bf16.$c" | jq .tokens_per_s)"
     done
@@ -102,24 +109,29 @@ for c in S M; do
         'BEGIN {f = 6 * n + 12 * L * d * t; g = o * f / 1e9; printf "%.3f %.2f %.4f", o / p, g, g / s}')"
     printf '%-6s %10.0f %10.0f %9s %12.0f %7s %8s %12s   per repeat: %s\n' "$c" "$ours" "$pt" "$mode" "$other" \
         "$ratio" "$gf" "$frac" "$paired"
-    # bf16 and the machine's limit (the best repeat of the step's products alone, train_step
-    # --limit), and the head's shape alone (sgemm) as before
+    # bf16 and the machine's limit (train_step --limit: the step's products alone, timed between
+    # its steps; the fractions paired within each process, their median the headline), and the
+    # head's shape alone (sgemm) as before
     ob=$(tps "$T/ours_bf16.$c"); pb=$(tps "$T/pt_bf16.$c"); pbn=$(wc -l < "$T/pt_bf16.$c")
     lf=$(jq .limit_gflops "$T/ours.$c" | sort -g | tail -1); lb=$(jq .limit_gflops "$T/ours_bf16.$c" | sort -g | tail -1)
+    lfr=$(jq -s -c 'map(.limit_gflops) | [min, max]' "$T/ours.$c"); lbr=$(jq -s -c 'map(.limit_gflops) | [min, max]' "$T/ours_bf16.$c")
     hf=$(sort -g "$T/limit_fp32.$c" | tail -1); hb=$(sort -g "$T/limit_bf16.$c" | tail -1)
-    pairf=$(jq -s -c 'map(.gflops / .limit_gflops * 1000 | round / 1000)' "$T/ours.$c")
-    pairb=$(jq -s -c 'map(.gflops / .limit_gflops * 1000 | round / 1000)' "$T/ours_bf16.$c")
+    pairf=$(jq -s -c 'map(.fraction * 1000 | round / 1000)' "$T/ours.$c")
+    pairb=$(jq -s -c 'map(.fraction * 1000 | round / 1000)' "$T/ours_bf16.$c")
+    jq .fraction "$T/ours.$c" > "$T/frac.$c"; jq .fraction "$T/ours_bf16.$c" > "$T/frac_bf16.$c"
+    fracf=$(median "$T/frac.$c"); fracb=$(median "$T/frac_bf16.$c")
     isa=$(head -1 "$T/ours_bf16.$c" | jq -r .isa); engine=$(head -1 "$T/ours_bf16.$c" | jq -r .gemm_engine)
-    read -r gfb fracf fracb rb <<< "$(awk -v o="$ours" -v ob="$ob" -v n="$params" -v L="$L" -v d="$D" -v t="$Tn" -v lf="$lf" -v lb="$lb" -v pb="$pb" \
-        'BEGIN {f = 6 * n + 12 * L * d * t; printf "%.2f %.4f %.4f %.3f", ob * f / 1e9, o * f / 1e9 / lf, ob * f / 1e9 / lb, ob / pb}')"
-    printf '%-6s bf16: ours %.0f tok/s (%s GFLOP/s, %s of the bf16 limit %s at the step'"'"'s shapes; per repeat %s), PyTorch bf16 autocast %.0f (%s run(s)): %sx; fp32: %s of the fp32 limit %s GFLOP/s (per repeat %s); the head'"'"'s shape alone: bf16 %s, fp32 %s GFLOP/s\n' \
-        "$c" "$ob" "$gfb" "$fracb" "$lb" "$pairb" "$pb" "$pbn" "$rb" "$fracf" "$lf" "$pairf" "$hb" "$hf"
+    read -r gfb rb <<< "$(awk -v ob="$ob" -v n="$params" -v L="$L" -v d="$D" -v t="$Tn" -v pb="$pb" \
+        'BEGIN {f = 6 * n + 12 * L * d * t; printf "%.2f %.3f", ob * f / 1e9, ob / pb}')"
+    printf '%-6s bf16: ours %.0f tok/s (%s GFLOP/s), %s of the bf16 limit at the step'"'"'s shapes (median of the repeats %s; the limit best %s, range %s GFLOP/s), PyTorch bf16 autocast %.0f (%s run(s)): %sx; fp32: %s of the fp32 limit (per repeat %s; best %s, range %s GFLOP/s); the head'"'"'s shape alone: bf16 %s, fp32 %s GFLOP/s\n' \
+        "$c" "$ob" "$gfb" "$fracb" "$pairb" "$lb" "$lbr" "$pb" "$pbn" "$rb" "$fracf" "$pairf" "$lf" "$lfr" "$hb" "$hf"
     json=$(jq -c --arg c "$c" --argjson o "$ours" --argjson p "$pt" --argjson r "$ratio" --argjson s "$sgemm" \
         --argjson f "$frac" --argjson pd "$ptd" --argjson p1 "$pt1" --argjson n "$params" --arg m "$mode" \
         --arg e "${OPENBLAS_CORETYPE:-unset}" --arg w "${OMP_WAIT_POLICY:-unset}" --argjson reps "$REPS" --argjson pr "[$paired]" \
         --argjson ob "$ob" --argjson pb "$pb" --argjson pbn "$pbn" --argjson lf "$lf" --argjson lb "$lb" \
         --argjson ff "$fracf" --argjson fb "$fracb" --argjson rb "$rb" --argjson nat "$native_bf16" \
         --argjson hf "$hf" --argjson hb "$hb" --argjson pf "$pairf" --argjson pbb "$pairb" --arg isa "$isa" \
+        --argjson lfr "$lfr" --argjson lbr "$lbr" \
         --arg eng "$engine" --arg cpu "$cpu" \
         '.train[$c] = {ours_tok_s: $o, pytorch_tok_s: $p, ratio: $r, sgemm_gflops: $s, ours_fraction_of_sgemm: $f,
                        pytorch_mode: $m, pytorch_defaults_tok_s: $pd, pytorch_1thread_ob2_tok_s: $p1, params: $n,
@@ -127,7 +139,9 @@ for c in S M; do
                        ours_bf16_tok_s: $ob, pytorch_bf16_tok_s: $pb, pytorch_bf16_runs: $pbn, bf16_ratio: $rb,
                        limit_fp32_gflops: $lf, limit_bf16_gflops: $lb, ours_fraction_of_limit_fp32: $ff,
                        ours_bf16_fraction_of_limit_bf16: $fb, cpu_native_bf16: ($nat == 1),
-                       limit_at: "the step'"'"'s products, each at its shape (train_step --limit)",
+                       limit_at: "the step'"'"'s products, each at its shape, one pass after each step (train_step --limit)",
+                       fraction_rule: "best pass / best step within each repeat; headline: the median of the repeats",
+                       limit_fp32_gflops_range: $lfr, limit_bf16_gflops_range: $lbr,
                        paired_fraction_of_limit_fp32: $pf, paired_fraction_of_limit_bf16: $pbb,
                        head_limit_fp32_gflops: $hf, head_limit_bf16_gflops: $hb,
                        cpu_model: $cpu, isa_level: $isa, gemm_engine: $eng}' <<< "$json")

@@ -90,12 +90,23 @@ static double clock_now(void) {
  * each T x T x hd with the full T x T (scores, P V; dP, dV, dK, dQ), which is the 12 x d x T
  * per token of the FLOP rule. They run through model/gemm.h at the step's precision on
  * operands of the right type (bf16: already rounded, as the step's shadows give them), with
- * the process's threads and the ISA level in force (the default: the best this CPU has), each
- * product's time taken alone, the list's total the median of `reps` passes (at one thread by
- * the thread's CPU clock, else the wall clock; the step's cpu_step_s the same). The limit is the
- * step's FLOPs (flops_per_token x B x T) over that total: a step that did nothing but its
- * products at oneDNN's speed would run at it, so ours / limit is the share of the step's time
- * that is products. */
+ * the process's threads and the ISA level in force (the default: the best this CPU has). The
+ * limit is the step's FLOPs (flops_per_token x B x T) over the time of one pass over the list:
+ * a step that did nothing but its products at oneDNN's speed would run at it, so (a pass's
+ * time) / (a step's time) is the share of the step's time that is products.
+ *
+ * How the two are timed (issue 26, 2026-11-27): the passes are interleaved with the steps in
+ * this process -- after every timed step, --limit-reps passes (default 1), by the same clock
+ * (at one thread the thread's CPU clock, else the wall clock) -- so a slow moment of a shared
+ * machine falls on steps and passes alike, and the same statistic is taken of both: the best
+ * (shortest) step against the best pass, "fraction" = best pass / best step. Load only ever
+ * adds time to either, so the best of each is the nearest to what the machine does unhindered;
+ * taken of equally many samples of similar length, neither side is favoured (a pass is a bit
+ * shorter than a step, so a little likelier to miss a burst of load: if anything the limit is
+ * flattered, not the step). The medians of both are printed too ("fraction_median"). Until
+ * then the limit was the median of 5 passes run after all the steps, against the steps' mean:
+ * two moments, two statistics; under load its per-process figure moved from 0.47 to 1.64
+ * between two runs a minute apart. */
 typedef struct {
     gemm_op ta, tb;
     int m, n, k, batch;
@@ -132,12 +143,22 @@ static int step_products(const model_config_t *c, int B, int T, prod_t *p) {
     return n;
 }
 
-static int cmp_double(const void *a, const void *b);
-static double median_of(double *v, int n);
+/* The operands of the list's largest products (compact, random in [-0.5, 0.5), bf16 copies
+ * for a native bf16 step), set up once; limit_pass times one pass over the list. */
+typedef struct {
+    const prod_t *p;
+    int np, native16;
+    precision_t prec;
+    float *A, *B, *C;
+    uint16_t *A16, *B16;
+} limit_ctx_t;
 
-/* Seconds of the whole list at precision prec (the median of reps passes, after one warm-up
- * pass that also creates oneDNN's primitives); -1 when out of memory. */
-static double products_seconds(const prod_t *p, int np, precision_t prec, int reps) {
+static void limit_free(limit_ctx_t *L) {
+    free(L->A); free(L->B); free(L->C); free(L->A16); free(L->B16);
+    memset(L, 0, sizeof *L);
+}
+
+static int limit_init(limit_ctx_t *L, const prod_t *p, int np, precision_t prec) {
     size_t na = 0, nb = 0, nc = 0;
     for (int i = 0; i < np; i++) {
         const size_t b = (size_t)p[i].batch;
@@ -145,37 +166,37 @@ static double products_seconds(const prod_t *p, int np, precision_t prec, int re
         nb = (size_t)p[i].k * p[i].n * b > nb ? (size_t)p[i].k * p[i].n * b : nb;
         nc = (size_t)p[i].m * p[i].n * b > nc ? (size_t)p[i].m * p[i].n * b : nc;
     }
-    float *A = malloc(sizeof(float) * na), *Bm = malloc(sizeof(float) * nb), *C = calloc(nc, sizeof(float));
-    uint16_t *A16 = malloc(sizeof(uint16_t) * na), *B16 = malloc(sizeof(uint16_t) * nb);
-    double *pass = malloc(sizeof(double) * (reps + 1)), r = -1.0;
-    if (!A || !Bm || !C || !A16 || !B16 || !pass) goto out;
+    *L = (limit_ctx_t){.p = p, .np = np, .prec = prec,
+                       .native16 = prec == PRECISION_BF16 && model_gemm_bf16_native()};
+    L->A = malloc(sizeof(float) * na), L->B = malloc(sizeof(float) * nb), L->C = calloc(nc, sizeof(float));
+    L->A16 = malloc(sizeof(uint16_t) * na), L->B16 = malloc(sizeof(uint16_t) * nb);
+    if (!L->A || !L->B || !L->C || !L->A16 || !L->B16) return limit_free(L), -1;
     rng_t g;
     rng_seed(&g, 7);
-    for (size_t i = 0; i < na; i++) A[i] = (float)(rng_f32(&g) - 0.5);
-    for (size_t i = 0; i < nb; i++) Bm[i] = (float)(rng_f32(&g) - 0.5);
-    ops_bf16_pack(A16, A, na);
-    ops_bf16_pack(B16, Bm, nb);
-    const int native16 = prec == PRECISION_BF16 && model_gemm_bf16_native();
-    for (int rep = 0; rep <= reps; rep++) {
-        const double t0 = clock_now();
-        for (int i = 0; i < np; i++) {
-            const prod_t *q = &p[i];
-            /* compact operands: op(A) is m x k, stored (ta ? k x m : m x k) */
-            const int lda = q->ta == GEMM_N ? q->m : q->k, ldb = q->tb == GEMM_N ? q->k : q->n;
-            const long long sa = (long long)q->m * q->k, sb = (long long)q->k * q->n, sc = (long long)q->m * q->n;
-            if (native16)
-                model_gemm_bf16_batched(q->ta, q->tb, q->m, q->n, q->k, q->alpha, A16, lda, sa, B16, ldb,
-                                        sb, q->beta, C, q->m, sc, q->batch);
-            else
-                model_gemm_batched_prec(prec, q->ta, q->tb, q->m, q->n, q->k, q->alpha, A, lda, sa, Bm,
-                                        ldb, sb, q->beta, C, q->m, sc, q->batch);
-        }
-        pass[rep] = clock_now() - t0;
+    for (size_t i = 0; i < na; i++) L->A[i] = (float)(rng_f32(&g) - 0.5);
+    for (size_t i = 0; i < nb; i++) L->B[i] = (float)(rng_f32(&g) - 0.5);
+    ops_bf16_pack(L->A16, L->A, na);
+    ops_bf16_pack(L->B16, L->B, nb);
+    return 0;
+}
+
+/* One pass over the list, in seconds of clock_now (the first call also creates oneDNN's
+ * primitives: run it untimed). */
+static double limit_pass(const limit_ctx_t *L) {
+    const double t0 = clock_now();
+    for (int i = 0; i < L->np; i++) {
+        const prod_t *q = &L->p[i];
+        /* compact operands: op(A) is m x k, stored (ta ? k x m : m x k) */
+        const int lda = q->ta == GEMM_N ? q->m : q->k, ldb = q->tb == GEMM_N ? q->k : q->n;
+        const long long sa = (long long)q->m * q->k, sb = (long long)q->k * q->n, sc = (long long)q->m * q->n;
+        if (L->native16)
+            model_gemm_bf16_batched(q->ta, q->tb, q->m, q->n, q->k, q->alpha, L->A16, lda, sa, L->B16, ldb,
+                                    sb, q->beta, L->C, q->m, sc, q->batch);
+        else
+            model_gemm_batched_prec(L->prec, q->ta, q->tb, q->m, q->n, q->k, q->alpha, L->A, lda, sa, L->B,
+                                    ldb, sb, q->beta, L->C, q->m, sc, q->batch);
     }
-    r = median_of(pass + 1, reps);
-out:
-    free(A); free(Bm); free(C); free(A16); free(B16); free(pass);
-    return r;
+    return clock_now() - t0;
 }
 
 static void sync_dev(void) {
@@ -183,7 +204,7 @@ static void sync_dev(void) {
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
-static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, digest = 0, limit_reps = 5, layers = 0, vocab = 0;
+static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, digest = 0, limit_reps = 1, layers = 0, vocab = 0;
 
 /* The execution-model emulator's performance counters (tests/emu/emu_perf.cc, linked only into
  * build/emu/bench/train_step for bench/gpu_model.sh): they count the first timed step alone. */
@@ -263,6 +284,10 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         return 2;
     }
     c.kind = fam->kind;
+    if (limit && c.kind != MODEL_LLAMA) {
+        fprintf(stderr, "train_step: --limit knows the products of --model llama only\n");
+        return 2;
+    }
     if (c.kind == MODEL_FREE) c.latent_bits = H, c.kappa_nats = 0.5f * 0.6931472f;
     if (c.kind == MODEL_LTM)
         c.latent_vectors = ltm_m, c.inner_steps = ltm_K, c.sliding_window = ltm_W, c.fast_lr = 0.3f,
@@ -303,18 +328,27 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     uint32_t *in = malloc(sizeof(uint32_t) * B * T), *tg = malloc(sizeof(uint32_t) * B * T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) { in[b * T + t] = tok[b * (T + 1) + t]; tg[b * T + t] = tok[b * (T + 1) + t + 1]; }
-    double t_fwd = 0, t_bwd = 0, t_opt = 0, t0 = 0, step_s[PROF_MAX_STEPS], clock0 = 0;
+    double t_fwd = 0, t_bwd = 0, t_opt = 0, step_s[PROF_MAX_STEPS], wall_sum = 0, clock_sum = 0;
     prof_line_t prev[PROF_LINES];
     int nprof = 0, nprev = 0;
     float loss = 0;
     int rc = 0;
+    /* --limit: the product list and its operands, set up before the steps: its passes run
+     * between them (the comment above limit_ctx_t) */
+    double fpt = flops_per_token(&c, nparams, not_per_token, T);
+    prod_t *pl = NULL;
+    limit_ctx_t lc = {0};
+    double *clk_step = NULL, *clk_pass = NULL;
+    int npass = 0;
+    if (limit && (!(pl = malloc(sizeof(prod_t) * (21 * c.n_layers + 3))) ||
+                  limit_init(&lc, pl, step_products(&c, B, T, pl), dev->precision) ||
+                  !(clk_step = malloc(sizeof(double) * steps)) ||
+                  !(clk_pass = malloc(sizeof(double) * (size_t)steps * limit_reps))))
+        rc = 1, snprintf(err, sizeof err, "--limit: out of memory");
     for (int s = -1; s < steps && !rc; s++) {   /* s = -1: warm-up, not timed */
+        if (s == 0 && profile) prof_start(omp_get_max_threads() == 1);
         double a = now();
-        if (s == 0) {
-            t0 = a;
-            clock0 = clock_now();
-            if (profile) prof_start(omp_get_max_threads() == 1);
-        }
+        const double clock_a = clock_now();
         if (s == 0 && emu_perf_step) emu_perf_step(1);
         const double a_prof = prof_now();
         if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
@@ -329,8 +363,13 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         rc |= adamw_step(opt, gv, np, 1e-3f, 1.0f, 1.0f, &norm, err, sizeof(err));
         sync_dev();
         double d = now();
+        const double clock_d = clock_now();
         if (s == 0 && emu_perf_step) emu_perf_step(0);
-        if (s >= 0) { t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2; }
+        if (s >= 0) {
+            t_fwd += b - a; t_bwd += c2 - b; t_opt += d - c2;
+            wall_sum += d - a, clock_sum += clock_d - clock_a;
+            if (limit) clk_step[s] = clock_d - clock_a;
+        }
         if (profile && s >= 0 && s < PROF_MAX_STEPS) {   /* this step's share of every line */
             prof_line_t now_l[PROF_LINES];
             nprof = prof_snapshot(now_l, PROF_LINES);
@@ -344,6 +383,15 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
             nprev = nprof;
             step_s[s] = prof_now() - a_prof;
         }
+        if (limit && !rc) {   /* the product passes after this step (after the warm-up: one, untimed) */
+            const int on = prof_on_;
+            prof_stop();   /* the passes' products are no op's */
+            for (int k = 0; k < (s < 0 ? 1 : limit_reps); k++) {
+                const double t = limit_pass(&lc);
+                if (s >= 0) clk_pass[npass++] = t;
+            }
+            if (on) prof_resume();
+        }
     }
     if (profile) {
         prof_stop();
@@ -351,10 +399,11 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     }
     if (rc) fprintf(stderr, "train_step: %s\n", err);
     if (digest && !rc) rc = print_digest(pv, np, loss);
-    /* the timed steps end here: the cuBLAS pass below is not part of the throughput (until
-     * 2026-11-26 it was, which halved every GPU tokens/s; found on the first H200 run) */
-    double total = now() - t0, tps = (double)B * T * steps / total;
-    const double clock_step = (clock_now() - clock0) / steps;
+    /* the timed steps' own time (the limit's passes between them not counted; the cuBLAS pass
+     * below is not part of the throughput either: until 2026-11-26 it was, which halved every GPU
+     * tokens/s; found on the first H200 run) */
+    double total = wall_sum, tps = (double)B * T * steps / total;
+    const double clock_step = clock_sum / steps;
     /* cuBLAS' share, from a second pass with every product timed (it waits for each product,
      * so it is not part of the throughput above) */
     double gemm_share = -1;
@@ -371,41 +420,40 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         gemm_share = dev->gemm_seconds / (now() - a);
         dev->profile_gemm = 0;
     }
-    double fpt = flops_per_token(&c, nparams, not_per_token, T);
-    /* --limit: the product limit at this step's shapes, measured after the steps */
-    double limit_s = -1.0, limit_gflops = -1.0;
-    if (limit && !rc) {
-        if (c.kind != MODEL_LLAMA) {
-            fprintf(stderr, "train_step: --limit knows the products of --model llama only\n");
-            rc = 1;
-        } else {
-            prod_t *pl = malloc(sizeof(prod_t) * (21 * c.n_layers + 3));
-            const int np2 = pl ? step_products(&c, B, T, pl) : 0;
-            limit_s = pl ? products_seconds(pl, np2, dev->precision, limit_reps) : -1.0;
-            free(pl);
-            if (limit_s > 0) limit_gflops = fpt * B * T / limit_s / 1e9;
-            else rc = 1, fprintf(stderr, "train_step: --limit: out of memory\n");
-        }
+    /* --limit: the best (and the median) pass against the best (and the median) step */
+    double limit_s = -1.0, limit_gflops = -1.0, limit_med = -1.0, step_best = -1.0, step_med = -1.0;
+    if (limit && !rc && npass > 0) {
+        limit_med = median_of(clk_pass, npass), limit_s = clk_pass[0];   /* sorted by median_of */
+        step_med = median_of(clk_step, steps), step_best = clk_step[0];
+        limit_gflops = fpt * B * T / limit_s / 1e9;
     }
+    free(pl), free(clk_step), free(clk_pass);
+    limit_free(&lc);
     if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"tr_flops_per_token\":%.0f,"
                "\"exec_flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
                "\"gemm_share\":%.4f,\"isa\":\"%s\",\"gemm_engine\":\"%s\",\"limit_products_s\":%.5f,"
-               "\"limit_gflops\":%.2f,\"gflops\":%.2f,\"clock_step_s\":%.5f,\"clock\":\"%s\"}\n",
+               "\"limit_gflops\":%.2f,\"gflops\":%.2f,\"clock_step_s\":%.5f,\"clock\":\"%s\","
+               "\"limit_passes\":%d,\"step_best_s\":%.5f,\"step_median_s\":%.5f,\"limit_median_s\":%.5f,"
+               "\"fraction\":%.4f,\"fraction_median\":%.4f}\n",
                name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
                t_bwd / steps, t_opt / steps, tps, fpt, ltm_train_flops(&c, T), ltm_exec_flops(&c, T), loss, dev->name,
                precision_name(dev->precision), gemm_share, cpu_isa_name(cpu_isa()), model_gemm_describe(),
-               limit_s, limit_gflops, tps * fpt / 1e9, clock_step, omp_get_max_threads() == 1 ? "thread-cpu" : "wall");
+               limit_s, limit_gflops, tps * fpt / 1e9, clock_step, omp_get_max_threads() == 1 ? "thread-cpu" : "wall",
+               npass, step_best, step_med, limit_med, limit_s > 0 ? limit_s / step_best : -1.0,
+               limit_s > 0 ? limit_med / step_med : -1.0);
     else
         printf("C  config %c (%s): %lld params, B=%d T=%d, %d threads: %.3f s/step (fwd %.3f bwd %.3f opt %.3f) "
                "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
                total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, loss);
     if (!json && limit_gflops > 0)
-        printf("   %.1f GFLOP/s; the product limit at this step's shapes %.1f GFLOP/s: %.1f ms of products\n"
-               "   against %.1f ms per step (%s clock): %.3f\n", tps * fpt / 1e9, limit_gflops, limit_s * 1e3,
-               clock_step * 1e3, omp_get_max_threads() == 1 ? "thread CPU" : "wall", limit_s / clock_step);
+        printf("   %.1f GFLOP/s; the product limit at this step's shapes %.1f GFLOP/s (best of %d passes between\n"
+               "   the steps, %s clock): best pass %.1f ms of products against the best step %.1f ms: %.3f\n"
+               "   (medians: %.1f against %.1f ms: %.3f)\n", tps * fpt / 1e9, limit_gflops, npass,
+               omp_get_max_threads() == 1 ? "thread CPU" : "wall", limit_s * 1e3, step_best * 1e3,
+               limit_s / step_best, limit_med * 1e3, step_med * 1e3, limit_med / step_med);
     free(tok); free(in); free(tg);
     adamw_destroy(&opt);
     fam->destroy(&m);
@@ -426,8 +474,9 @@ int main(int argc, char **argv) {
             printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n"
                    "--layers L, --vocab V: the config with L layers, a vocabulary of V, instead of its own.\n"
                    "--profile: each op's median time per step on stderr (model/prof.h).\n"
-                   "--limit: then the step's products alone, each at its shape, at the same precision:\n"
-                   "  the product limit (GFLOP/s) a step of only products would reach (llama only).\n"
+                   "--limit: also the step's products alone, each at its shape, at the same precision, timed\n"
+                   "  between the steps (R passes after each, --limit-reps R, default 1): the product limit\n"
+                   "  (GFLOP/s) a step of only products would reach, and the best pass / the best step (llama only).\n"
                    "--digest: a hash of the parameters' bits after the steps (two builds, the same bits?).\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];

@@ -1,5 +1,6 @@
 /* model/ops_embedding.c: token embedding lookup and its scatter-add backward. */
 #include "model/ops.h"
+#include <omp.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -9,17 +10,20 @@ void embedding_forward(float *out, const uint32_t *tokens, const float *table, i
 }
 
 /* Two rows with the same token add into the same table row, so rows are not split across
- * threads; columns are: each thread owns a slice of D and walks the rows in order, which keeps
- * the summation order fixed whatever the thread count. */
+ * threads; columns are: each thread owns one slab of D (a multiple of 16 wide) and walks the
+ * rows in order, which keeps the summation order fixed whatever the thread count. (Slabs of 64
+ * columns made D / 64 passes over dout, and the add was scalar: GCC at -O2 does not vectorise
+ * a loop whose two arrays may overlap. 3.1 ms of an M step at one thread, 2026-11-27.) */
 void embedding_backward(float *dtable, const float *dout, const uint32_t *tokens, int N, int D) {
-    const int CH = 64;
-    int nch = (D + CH - 1) / CH;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < nch; c++) {
-        int lo = c * CH, hi = lo + CH < D ? lo + CH : D;
-        for (int n = 0; n < N; n++) {
-            float *dst = dtable + (size_t)tokens[n] * D;
-            const float *src = dout + (size_t)n * D;
+#pragma omp parallel
+    {
+        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int CH = ((D + nt - 1) / nt + 15) / 16 * 16;
+        const int lo = t * CH < D ? t * CH : D, hi = lo + CH < D ? lo + CH : D;
+        for (int n = 0; n < N && lo < hi; n++) {
+            float *restrict dst = dtable + (size_t)tokens[n] * D;
+            const float *restrict src = dout + (size_t)n * D;
+#pragma omp simd
             for (int i = lo; i < hi; i++) dst[i] += src[i];
         }
     }

@@ -5,10 +5,41 @@
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
+#include <string.h>
 
 /* The row loops are built per level (ops_clones.h) without FMA contraction (the Makefile:
  * a rotation is two products and a sum, which contraction would round once less), so every
  * level gives the baseline's bits, faster (they were only built for x86-64-v2). */
+/* One head's rotation (ops_rope_rotate's expressions, in its order) with the bf16 of each output
+ * (o16: NULL for none) in the same loop. out and x never overlap here (the split writes q and k
+ * apart from the fused rows, the join the fused rows from dq and dk), so the loop is declared
+ * vectorisable: GCC at -O2 kept ops_rope_rotate scalar (out may alias x there), 1.3 ns an element
+ * of the split at config M; without contraction (the Makefile) each lane gives the scalar bits. */
+static inline __attribute__((always_inline)) void qkv_rotate16(float *restrict out, uint16_t *restrict o16,
+                                                               const float *restrict x,
+                                                               const float *restrict cs,
+                                                               const float *restrict sn, int hd,
+                                                               float sign) {
+    const int h = hd / 2;
+    if (o16) {
+        OPS_SIMD
+        for (int i = 0; i < h; i++) {
+            const float a = x[i], b = x[i + h], c = cs[i], s = sign * sn[i];
+            out[i] = a * c - b * s;
+            out[i + h] = b * c + a * s;
+            o16[i] = ops_bf16_from_float(out[i]);
+            o16[i + h] = ops_bf16_from_float(out[i + h]);
+        }
+    } else {
+        OPS_SIMD
+        for (int i = 0; i < h; i++) {
+            const float a = x[i], b = x[i + h], c = cs[i], s = sign * sn[i];
+            out[i] = a * c - b * s;
+            out[i + h] = b * c + a * s;
+        }
+    }
+}
+
 OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uint16_t *k16,
                                 uint16_t *v16, const float *qkv, const float *cos_t,
                                 const float *sin_t, int n0, int n1, int T, int H, int Hkv, int hd,
@@ -17,12 +48,22 @@ OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uin
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
     for (int n = n0; n < n1; n++) {
         const size_t t = (size_t)(pos0 + n % T);
-        ops_qkv_split_row(q ? q + (size_t)n * Dq : NULL, k ? k + (size_t)n * Dkv : NULL,
-                          v ? v + (size_t)n * Dkv : NULL, qkv + (size_t)n * ld, cos_t + t * h2,
-                          sin_t + t * h2, H, Hkv, hd);
-        if (q16) ops_bf16_pack_row(q16 + (size_t)n * Dq, q + (size_t)n * Dq, (size_t)Dq);
-        if (k16) ops_bf16_pack_row(k16 + (size_t)n * Dkv, k + (size_t)n * Dkv, (size_t)Dkv);
-        if (v16) ops_bf16_pack_row(v16 + (size_t)n * Dkv, v + (size_t)n * Dkv, (size_t)Dkv);
+        /* ops_qkv_split_row's work, each row's bf16 written in the same loops */
+        const float *row = qkv + (size_t)n * ld, *cs = cos_t + t * h2, *sn = sin_t + t * h2;
+        if (q)
+            for (int h = 0; h < H; h++)
+                qkv_rotate16(q + (size_t)n * Dq + h * hd, q16 ? q16 + (size_t)n * Dq + h * hd : NULL,
+                             row + h * hd, cs, sn, hd, 1.0f);
+        if (k)
+            for (int h = 0; h < Hkv; h++)
+                qkv_rotate16(k + (size_t)n * Dkv + h * hd, k16 ? k16 + (size_t)n * Dkv + h * hd : NULL,
+                             row + Dq + h * hd, cs, sn, hd, 1.0f);
+        if (v) {
+            float *restrict vr = v + (size_t)n * Dkv;
+            const float *restrict src = row + Dq + Dkv;
+            memcpy(vr, src, sizeof(float) * Dkv);
+            if (v16) ops_bf16_pack_row(v16 + (size_t)n * Dkv, src, (size_t)Dkv);
+        }
     }
 }
 
@@ -33,9 +74,18 @@ OPS_VARIANTS(void, join_rows, (float *dqkv, uint16_t *d16, const float *dq, cons
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
     for (int n = n0; n < n1; n++) {
         const size_t t = (size_t)(pos0 + n % T);
-        ops_qkv_join_row(dqkv + (size_t)n * ld, dq + (size_t)n * Dq, dk + (size_t)n * Dkv,
-                         dv + (size_t)n * Dkv, cos_t + t * h2, sin_t + t * h2, H, Hkv, hd);
-        if (d16) ops_bf16_pack_row(d16 + (size_t)n * ld, dqkv + (size_t)n * ld, (size_t)ld);
+        /* ops_qkv_join_row's work, the row's bf16 written in the same loops */
+        float *row = dqkv + (size_t)n * ld;
+        uint16_t *r16 = d16 ? d16 + (size_t)n * ld : NULL;
+        const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
+        for (int h = 0; h < H; h++)
+            qkv_rotate16(row + h * hd, r16 ? r16 + h * hd : NULL, dq + (size_t)n * Dq + h * hd, cs, sn,
+                         hd, -1.0f);
+        for (int h = 0; h < Hkv; h++)
+            qkv_rotate16(row + Dq + h * hd, r16 ? r16 + Dq + h * hd : NULL, dk + (size_t)n * Dkv + h * hd,
+                         cs, sn, hd, -1.0f);
+        memcpy(row + Dq + Dkv, dv + (size_t)n * Dkv, sizeof(float) * Dkv);
+        if (r16) ops_bf16_pack_row(r16 + Dq + Dkv, dv + (size_t)n * Dkv, (size_t)Dkv);
     }
 }
 

@@ -36,6 +36,8 @@ void prof_start(int cpu_clock) {
 
 void prof_stop(void) { prof_on_ = 0; }
 
+void prof_resume(void) { prof_on_ = 1; }
+
 int prof_snapshot(prof_line_t *out, int cap) {
     for (int i = 0; i < nlines && i < cap; i++) out[i] = lines[i];
     return nlines;

@@ -38,6 +38,8 @@ void prof_add(const char *name, double seconds);
  * where the wall clock also counts the time other processes held the core. */
 void prof_start(int cpu_clock);
 void prof_stop(void);
+/* Turns the timers back on after prof_stop, the lines kept (a pause). */
+void prof_resume(void);
 /* Copies the lines (at most cap) into out; returns how many there are. */
 int prof_snapshot(prof_line_t *out, int cap);
 

@@ -162,6 +162,10 @@ static void test_attention(void) {
     attention_case(1, 37, 150, 2, 1, 12, 1, 0);   /* Tq < Tk, hd padded to 16 */
     attention_case(1, 130, 130, 2, 2, 64, 1, 40); /* a sliding window across tiles */
     attention_case(1, 20, 70, 2, 1, 32, 0, 0);    /* non-causal */
+    /* bf16 at hd 32, 64: tiles split between two warps (attention.cuh ATT_*_SPLIT) -- rows whose
+     * half of a tile sees no key (causal, windows), Tq < Tk, T not a multiple of 64, GQA */
+    attention_case(2, 77, 141, 4, 1, 64, 1, 0);
+    attention_case(1, 200, 200, 4, 2, 32, 1, 70);
 }
 static void test_attention_rows(void) {
     enum { N = 3, H = 4, Hkv = 2, hd = 16, S = 80 };

@@ -3,7 +3,8 @@
  * grouped-query (head h reads key/value head h / (H/Hkv)), causal with Tq <= Tk (queries are
  * the last Tq positions), sliding windows (ops_math.h ops_att_range: the keys a row sees).
  *
- * Forward (k_att_fwd): a block of 4 warps takes 64 query rows of one (b, h), 16 per warp; key
+ * Forward (k_att_fwd): a block takes 64 query rows of one (b, h), 16 per warp (or per pair
+ * of warps: split tiles, below); key
  * tiles of BK rows are staged in shared memory; S = Q K^T lands in each warp's registers in
  * the mma layout (mma.cuh), the online softmax (ops_online_softmax's rescaling: running max
  * m, sum l, the accumulator scaled by exp(m_old - m_new)) runs on those registers, and
@@ -17,6 +18,15 @@
  * walks the key tiles, dQ += dS K. Results are added (+=) to dq, dk, dv once, at the end:
  * the same bits on every run. Or (att_join_t) stored into the fused q|k|v rows' gradient,
  * dq and dk rotated back on the way: no zeroing before and no join pass after.
+ *
+ * Split tiles (bf16, hd 32 and 64; ATT_FWD_SPLIT, ATT_DKDV_SPLIT, ATT_DQ_SPLIT, 2 by default):
+ * the three kernels' blocks have 8 warps, two per 16 rows, each taking half of every streamed
+ * tile (the forward's and dQ's keys, dK/dV's queries) with its own accumulators; at the end the
+ * second share hands its sums (the forward: its softmax state m, l, o, merged by rescaling) to
+ * the first through shared memory, which adds them and stores the rows -- in that fixed order,
+ * so the bits are the same on every run. The same products and exponentials as 4 warps a block;
+ * twice the warps in flight (2 blocks of 8 a SM at <= 128 registers where 3 blocks of 4 took
+ * 168: the backward was latency-bound on an H100).
  *
  * Two product engines fill the same register layout: in precision bf16 the tensor cores
  * (mma.sync m16n8k16: Q, K, V, dO, P and dS rounded to bf16 at the product's input, fp32
@@ -77,6 +87,19 @@
 #ifndef ATT_FWD_MIN_BLOCKS
 #define ATT_FWD_MIN_BLOCKS 3
 #endif
+/* The bf16 forward at head dimensions 32 and 64 splits each key tile between ATT_FWD_SPLIT warps
+ * per 16 queries (blocks of 128 ATT_FWD_SPLIT threads; warp w: queries 16 (w % 4) .., keys
+ * 64 / ATT_FWD_SPLIT (w / 4) .. of each tile), each with its own online softmax (max m, sum l,
+ * accumulator o); at the end share 0's warps merge the others' in share order (m the larger,
+ * each side scaled by exp(m_side - m): fixed, the same bits on every run). As the backward's
+ * split: twice the warps a SM keeps in flight for the same work, compiled for
+ * ATT_FWD_SPLIT_MIN_BLOCKS blocks a SM (2: 16 warps, at most 128 registers). 1: no split. */
+#ifndef ATT_FWD_SPLIT
+#define ATT_FWD_SPLIT 2
+#endif
+#ifndef ATT_FWD_SPLIT_MIN_BLOCKS
+#define ATT_FWD_SPLIT_MIN_BLOCKS 2
+#endif
 #ifndef ATT_DKDV_MIN_BLOCKS
 #define ATT_DKDV_MIN_BLOCKS 3
 #endif
@@ -87,10 +110,35 @@
 #ifndef ATT_DKDV_PARTS
 #define ATT_DKDV_PARTS 4
 #endif
+/* The bf16 dK/dV pass at head dimensions 32 and 64 splits each query tile between ATT_DKDV_SPLIT
+ * warps per 16 keys (blocks of 128 ATT_DKDV_SPLIT threads; warp w takes keys 16 (w % 4) .. + 15
+ * and the parts w / 4 of ATT_DKDV_PARTS / ATT_DKDV_SPLIT), each summing its share of the
+ * queries; at the end the shares' sums meet in shared memory, added in share order (fixed:
+ * the same bits on every run). Twice the threads for the same work: the warps a SM can keep in
+ * flight to hide the latency of each other's products and loads (the backward was latency-bound
+ * on an H100: no eligible warp on 62-66% of cycles at 8-12 warps a SM), with a thread's share of
+ * a tile's staging halved (its registers: 8 a tile in place of 16). Compiled for
+ * ATT_DKDV_SPLIT_MIN_BLOCKS blocks a SM (2: 16 warps, at most 128 registers). 1: no split. */
+#ifndef ATT_DKDV_SPLIT
+#define ATT_DKDV_SPLIT 2
+#endif
+#ifndef ATT_DKDV_SPLIT_MIN_BLOCKS
+#define ATT_DKDV_SPLIT_MIN_BLOCKS 2
+#endif
 /* The same for the bf16 dQ pass: each key tile in ATT_DQ_PARTS parts (S, dP and dS of BK / parts
  * keys live at a time; dQ += dS K over the keys, 16 at a time, in order: the same bits) */
 #ifndef ATT_DQ_PARTS
 #define ATT_DQ_PARTS 2
+#endif
+/* The bf16 dQ pass at head dimensions 32 and 64 likewise splits each key tile between
+ * ATT_DQ_SPLIT warps per 16 queries (warp w: queries 16 (w % 4) .., parts w / 4 of
+ * ATT_DQ_PARTS / ATT_DQ_SPLIT), the shares' sums added at the end in share order; compiled for
+ * ATT_DQ_SPLIT_MIN_BLOCKS blocks a SM. 1: no split. */
+#ifndef ATT_DQ_SPLIT
+#define ATT_DQ_SPLIT 2
+#endif
+#ifndef ATT_DQ_SPLIT_MIN_BLOCKS
+#define ATT_DQ_SPLIT_MIN_BLOCKS 2
 #endif
 #define ATT_MAX_HD 128
 
@@ -105,7 +153,22 @@ template <int HD, bool BF> struct att_cfg {
      * fragment loads of 8 rows x 4 lanes fall into 32 distinct banks); fp32 rows by 1 */
     static constexpr int LD = BF ? HD + 8 : HD + 1;
 };
-/* the dK/dV pass: 64 keys per block, query tiles of QT */
+/* the forward's split (att_cfg's tiles; SPLIT warps per 16 queries, NTH threads, MINB blocks a SM) */
+template <int HD, bool BF> struct att_fwd_cfg {
+    static constexpr int SPLIT = (BF && HD >= 32 && HD <= 64) ? ATT_FWD_SPLIT : 1;
+    static constexpr int NTH = ATT_THREADS * SPLIT;
+    static constexpr int MINB = SPLIT > 1 ? ATT_FWD_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1;
+    static_assert(att_cfg<HD, BF>::NT % (2 * SPLIT) == 0, "a share's column tiles in pairs");
+};
+/* the dQ pass's split (att_cfg's tiles; SPLIT warps per 16 queries, NTH threads, MINB blocks a SM) */
+template <int HD, bool BF> struct att_dq_cfg {
+    static constexpr int SPLIT = (BF && HD >= 32 && HD <= 64) ? ATT_DQ_SPLIT : 1;
+    static constexpr int NTH = ATT_THREADS * SPLIT;
+    static constexpr int MINB = SPLIT > 1 ? ATT_DQ_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DQ_MIN_BLOCKS : 1;
+    static_assert(ATT_DQ_PARTS % SPLIT == 0, "whole parts per warp");
+};
+/* the dK/dV pass: 64 keys per block, query tiles of QT, split between SPLIT warps per 16 keys
+ * (NTH threads a block, compiled for MINB blocks a SM) */
 template <int HD, bool BF> struct att_bwd_cfg {
     static constexpr int KB = 64;
     static constexpr int QT = (BF || HD <= 64) ? 64 : 32;
@@ -113,6 +176,10 @@ template <int HD, bool BF> struct att_bwd_cfg {
     static constexpr int KS = HD / 16;
     static constexpr int DT = HD / 8;
     static constexpr int LD = BF ? HD + 8 : HD + 1;
+    static constexpr int SPLIT = (BF && HD >= 32 && HD <= 64) ? ATT_DKDV_SPLIT : 1;
+    static constexpr int NTH = ATT_THREADS * SPLIT;
+    static constexpr int MINB = SPLIT > 1 ? ATT_DKDV_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1;
+    static_assert(ATT_DKDV_PARTS % SPLIT == 0, "whole parts per warp");
 };
 
 /* The bf16 copies of the inputs (device_cuda.cu's shadows: q, k, v and dout rounded once, the
@@ -163,17 +230,32 @@ __device__ static inline void att_stage(float *tile, int ld, const float *src, s
  * live across them): up to hd 64; at 128 the accumulators alone take 128 registers a thread and
  * the early loads made nvcc spill (dK/dV: 1.8 KB a thread), so they follow the products there */
 #define ATT_EARLY(HD) ((HD) <= 64)
-template <int R, int HD> struct att_regs {
-    static constexpr int N = R * (HD / 8) / ATT_THREADS;
-    static_assert(N >= 1 && N * ATT_THREADS == R * (HD / 8), "a tile is a whole number of chunks per thread");
+/* The backward passes' choice, split (ATT_DKDV_SPLIT, ATT_DQ_SPLIT) or not: split, the loads
+ * follow the products -- 16 warps a SM cover their latency, and early their registers made
+ * nvcc 13 spill more at the 128 a thread 2 blocks of 256 leave (sm_90, hd 64: dK/dV 712 bytes of
+ * spill stores early, 296 late; dQ 120 and 12). The split forward keeps them early (126
+ * registers, no spill). Build knobs (-D) for measuring. */
+#ifndef ATT_DKDV_EARLY
+#define ATT_DKDV_EARLY(HD, SPLIT) (ATT_EARLY(HD) && (SPLIT) == 1)
+#endif
+#ifndef ATT_DQ_EARLY
+#define ATT_DQ_EARLY(HD, SPLIT) (ATT_EARLY(HD) && (SPLIT) == 1)
+#endif
+#ifndef ATT_FWD_EARLY
+#define ATT_FWD_EARLY(HD, SPLIT) ATT_EARLY(HD)
+#endif
+/* (NTH: the block's threads: ATT_THREADS, or 128 x the split kernels' ATT_*_SPLIT) */
+template <int R, int HD, int NTH = ATT_THREADS> struct att_regs {
+    static constexpr int N = R * (HD / 8) / NTH;
+    static_assert(N >= 1 && N * NTH == R * (HD / 8), "a tile is a whole number of chunks per thread");
     uint4 x[N];
 };
-template <int R, int HD>
-__device__ static inline void att_ld16(att_regs<R, HD> &g, const float *src, const __nv_bfloat16 *src16,
+template <int R, int HD, int NTH>
+__device__ static inline void att_ld16(att_regs<R, HD, NTH> &g, const float *src, const __nv_bfloat16 *src16,
                                        size_t stride, int valid, int hd, bool vec, bool vec16) {
     #pragma unroll
     for (int u = 0; u < g.N; u++) {
-        const int e = threadIdx.x + ATT_THREADS * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
+        const int e = threadIdx.x + NTH * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
         uint4 x = make_uint4(0u, 0u, 0u, 0u);
         if (r < valid && c < hd) {
             if (src16 && vec16) x = ld16b(src16 + (size_t)r * stride + c);
@@ -194,10 +276,11 @@ __device__ static inline void att_ld16(att_regs<R, HD> &g, const float *src, con
         g.x[u] = x;
     }
 }
-template <int R, int HD> __device__ static inline void att_st16(__nv_bfloat16 *tile, const att_regs<R, HD> &g) {
+template <int R, int HD, int NTH>
+__device__ static inline void att_st16(__nv_bfloat16 *tile, const att_regs<R, HD, NTH> &g) {
     #pragma unroll
     for (int u = 0; u < g.N; u++) {
-        const int e = threadIdx.x + ATT_THREADS * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
+        const int e = threadIdx.x + NTH * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
         st16b(tile + r * (HD + 8) + c, g.x[u]);
     }
 }
@@ -409,10 +492,10 @@ __device__ static inline void att_fwd_out(float *out, float *lse, const float o[
 /* The key and value tiles a block of queries i0 .. i0 + nq - 1 walks in the bf16 forward and dQ
  * passes (tile n: keys klo + BK n ..; k, v and their copies k16, v16 at the block's (b, kh)),
  * double-buffered in shared memory (sk(n), sv(n)) through a thread's registers */
-template <int HD> struct att_kv_pipe {
+template <int HD, int NTH = ATT_THREADS> struct att_kv_pipe {
     typedef att_cfg<HD, true> C;
     __nv_bfloat16 *s0; /* buffer n & 1: its key tile at sk(n), its value tile at sv(n) */
-    att_regs<C::BK, HD> rk, rv;
+    att_regs<C::BK, HD, NTH> rk, rv;
     const float *k, *v;
     const __nv_bfloat16 *k16, *v16;
     size_t ks;
@@ -433,7 +516,7 @@ template <int HD> struct att_kv_pipe {
     __device__ __nv_bfloat16 *sk(int n) const { return s0 + (n & 1) * 2 * C::BK * C::LD; }
     __device__ __nv_bfloat16 *sv(int n) const { return sk(n) + C::BK * C::LD; }
     /* the block's own rows (nq of q and, when given, of dout, row stride qs) into sk(1), sv(1),
-     * then (after a barrier) into the warp's A fragments fa, fb */
+     * then (after a barrier) into the A fragments fa, fb of rows 16 w .. + 15 */
     __device__ void own_rows(uint32_t fa[C::KS][4], uint32_t fb[C::KS][4], const float *q, const __nv_bfloat16 *q16,
                              const float *d, const __nv_bfloat16 *d16, size_t qs, int nq, int w, int g, int t) {
         att_ld16(rk, q, q16, qs, nq, hd, vec, vec16);
@@ -467,9 +550,53 @@ template <int HD> struct att_kv_pipe {
 };
 template <int HD, bool BF> static inline size_t att_fwd_smem() {
     typedef att_cfg<HD, BF> C;
-    if (BF) /* att_fwd_bf: K and V tiles, twice */
-        return sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
+    if (BF) { /* att_fwd_bf: K and V tiles, twice; the shares' states after them */
+        const size_t tiles = sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
+        const size_t red = att_fwd_cfg<HD, BF>::SPLIT > 1 ? sizeof(float) * ATT_THREADS * (C::DT + 1) * 4 : 0;
+        return tiles > red ? tiles : red;
+    }
     return sizeof(float) * ((size_t)C::BQ * C::LD + 2 * (size_t)C::BK * C::LD + 4 * 16 * (C::BK + 1));
+}
+/* The split forward's shares meet (ATT_FWD_SPLIT): share sh = 1, 2, ... hands its state (o, and
+ * m, l of the lane's two rows) to share 0's warp of the same rows through shared memory (red,
+ * idle by then: a lane's float4s o's DT tiles, then (m, l), at (wk (DT + 1) + u) 32 + lane),
+ * which merges it: m' = max(m, m_sh), o' = o exp(m - m') + o_sh exp(m_sh - m'), the same for l
+ * (a side that saw no key yet, m = -inf, counts 0). In share order: fixed. */
+template <int DT, int SPLIT>
+__device__ static inline void att_fwd_merge(float4 *red, float o[DT][4], float m[2], float l[2], int wk, int wq,
+                                            int lane) {
+    constexpr int NU = DT + 1;
+    #pragma unroll 1
+    for (int sh = 1; sh < SPLIT; sh++) {
+        if (wq == sh) {
+            #pragma unroll
+            for (int jd = 0; jd < DT; jd++) red[(wk * NU + jd) * WARP + lane] = make_float4(o[jd][0], o[jd][1], o[jd][2], o[jd][3]);
+            red[(wk * NU + DT) * WARP + lane] = make_float4(m[0], m[1], l[0], l[1]);
+        }
+        __syncthreads();
+        if (wq == 0) {
+            const float4 ml = red[(wk * NU + DT) * WARP + lane];
+            const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
+            float f0[2], f1[2];
+            #pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const float mn = fmaxf(m[rr], m1[rr]);
+                f0[rr] = m[rr] == -INFINITY ? 0.0f : att_exp<true>(m[rr] - mn);
+                f1[rr] = m1[rr] == -INFINITY ? 0.0f : att_exp<true>(m1[rr] - mn);
+                m[rr] = mn;
+                l[rr] = l[rr] * f0[rr] + l1[rr] * f1[rr];
+            }
+            #pragma unroll
+            for (int jd = 0; jd < DT; jd++) {
+                const float4 x = red[(wk * NU + jd) * WARP + lane];
+                o[jd][0] = o[jd][0] * f0[0] + x.x * f1[0];
+                o[jd][1] = o[jd][1] * f0[0] + x.y * f1[0];
+                o[jd][2] = o[jd][2] * f0[1] + x.z * f1[1];
+                o[jd][3] = o[jd][3] * f0[1] + x.w * f1[1];
+            }
+        }
+        __syncthreads();
+    }
 }
 /* The bf16 engine's forward: the block's 64 query rows become each warp's A fragments once;
  * the key and value tiles are double-buffered as in att_dkdv_bf (the next tile's loads in
@@ -479,42 +606,53 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
                                          int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
                                          const att_bf16_t &c16) {
     typedef att_cfg<HD, true> C;
+    typedef att_fwd_cfg<HD, true> S;
+    /* W4 warps per share; a share's NS column tiles of 8 keys, KSH keys, of each key tile */
+    constexpr int W4 = ATT_THREADS / WARP, NS = C::NT / S::SPLIT, KSH = 8 * NS;
     static_assert(C::BQ == C::BK, "the query tile is staged in a key tile's buffer");
     DYN_SHARED(unsigned char, smem);
     const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+    /* warp w: queries 16 wk .., keys KSH wq .. of each tile */
     const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wk = S::SPLIT > 1 ? w % W4 : w, wq = S::SPLIT > 1 ? w / W4 : 0; /* (unsplit: w, 0) */
     const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
     const int nq = min(C::BQ, Tq - i0);
     const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
-    att_kv_pipe<HD> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq, Tk, hd,
-                       causal, window, hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v), att16_vec(c16, hd));
+    att_kv_pipe<HD, S::NTH> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq,
+                               Tk, hd, causal, window, hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v),
+                               att16_vec(c16, hd));
     int lo[2], hi[2];
     #pragma unroll
-    for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * w + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
+    for (int rr = 0; rr < 2; rr++) att_rows_range(i0 + 16 * wk + g + 8 * rr, Tq, Tk, causal, window, &lo[rr], &hi[rr]);
     uint32_t qa[C::KS][4];
-    kv.own_rows(qa, qa, q + qo, att16_at(c16.q, qo), NULL, NULL, qs, nq, w, g, t);
+    kv.own_rows(qa, qa, q + qo, att16_at(c16.q, qo), NULL, NULL, qs, nq, wk, g, t);
     kv.start();
     float o[C::DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     #pragma unroll
     for (int jd = 0; jd < C::DT; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.0f;
+    const int c0 = KSH * wq; /* the share's first key of a tile */
     for (int n = 0; n < kv.tiles; n++) {
-        if (ATT_EARLY(HD) && n + 1 < kv.tiles) kv.load(n + 1);
-        float s[C::NT][4];
+        if (ATT_FWD_EARLY(HD, S::SPLIT) && n + 1 < kv.tiles) kv.load(n + 1);
+        float s[NS][4];
         #pragma unroll
-        for (int j = 0; j < C::NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        att_dots_bf<C::KS, C::NT>(s, qa, kv.sk(n), C::LD, g, t);
-        att_softmax_tile<C::NT, C::DT, true>(s, o, m, l, lo, hi, kv.klo + C::BK * n, scale, t);
-        att_pv_rm<C::NT, C::DT>(o, s, kv.sv(n), C::LD, g, t);
+        for (int j = 0; j < NS; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        att_dots_bf<C::KS, NS>(s, qa, kv.sk(n) + c0 * C::LD, C::LD, g, t);
+        att_softmax_tile<NS, C::DT, true>(s, o, m, l, lo, hi, kv.klo + C::BK * n + c0, scale, t);
+        att_pv_rm<NS, C::DT>(o, s, kv.sv(n) + c0 * C::LD, C::LD, g, t);
         if (n + 1 < kv.tiles) {
-            if (!ATT_EARLY(HD)) kv.load(n + 1);
+            if (!ATT_FWD_EARLY(HD, S::SPLIT)) kv.load(n + 1);
             kv.store(n + 1);
         }
         __syncthreads();
     }
-    att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
+    if constexpr (S::SPLIT > 1) { /* the shares' states into share 0's warps, which store the rows */
+        att_fwd_merge<C::DT, S::SPLIT>((float4 *)smem, o, m, l, wk, wq, lane);
+        if (wq) return;
+    }
+    att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * wk, Tq, H, hd, g, t);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1)
+__global__ void __launch_bounds__(att_fwd_cfg<HD, BF>::NTH, att_fwd_cfg<HD, BF>::MINB)
 k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
           int hd, int causal, int window, float scale, att_bf16_t c16) {
     if constexpr (BF) {
@@ -649,11 +787,46 @@ static inline bool attention_join_ok(const att_join_t &jo, int hd) {
            jo.ld % 4 == 0;
 }
 
+/* The split passes' shares (dK/dV's of the queries, dQ's of the keys: ATT_DKDV_SPLIT,
+ * ATT_DQ_SPLIT) meet at the end: share sh = 1, 2, ... hands its sums a (and b when TWO) to share
+ * 0's warp of the same rows through shared memory (red, idle by then: ATT_THREADS lanes x
+ * (TWO + 1) DT float4s), which adds them in share order -- fixed, the same bits on every run.
+ * A lane's float4 u (a's tiles, then b's) of warp wk is at (wk NU + u) 32 + lane: a warp's
+ * stores and loads are 512 contiguous bytes each, no bank conflict. */
+template <int DT, int SPLIT, bool TWO>
+__device__ static inline void att_shares_sum(float4 *red, float a[DT][4], float b[DT][4], int wk, int wq, int lane) {
+    constexpr int NU = (TWO ? 2 : 1) * DT;
+    #pragma unroll 1
+    for (int sh = 1; sh < SPLIT; sh++) {
+        if (wq == sh)
+            #pragma unroll
+            for (int jd = 0; jd < DT; jd++) {
+                red[(wk * NU + jd) * WARP + lane] = make_float4(a[jd][0], a[jd][1], a[jd][2], a[jd][3]);
+                if (TWO) red[(wk * NU + DT + jd) * WARP + lane] = make_float4(b[jd][0], b[jd][1], b[jd][2], b[jd][3]);
+            }
+        __syncthreads();
+        if (wq == 0)
+            #pragma unroll
+            for (int jd = 0; jd < DT; jd++) {
+                const float4 x = red[(wk * NU + jd) * WARP + lane];
+                a[jd][0] += x.x, a[jd][1] += x.y, a[jd][2] += x.z, a[jd][3] += x.w;
+                if (TWO) {
+                    const float4 y = red[(wk * NU + DT + jd) * WARP + lane];
+                    b[jd][0] += y.x, b[jd][1] += y.y, b[jd][2] += y.z, b[jd][3] += y.w;
+                }
+            }
+        __syncthreads();
+    }
+}
+
 /* ---- backward, dK and dV: a block owns 64 keys of (b, kh) ---- */
 template <int HD, bool BF> static inline size_t att_dkdv_smem() {
     typedef att_bwd_cfg<HD, BF> C;
-    if (BF) /* att_dkdv_bf: Q and dO tiles, lse and D rows, twice */
-        return 2 * (sizeof(__nv_bfloat16) * 2 * (size_t)C::QT * C::LD + sizeof(float) * 2 * C::QT);
+    if (BF) { /* att_dkdv_bf: Q and dO tiles, lse and D rows, twice; the shares' sums after them */
+        const size_t tiles = 2 * (sizeof(__nv_bfloat16) * 2 * (size_t)C::QT * C::LD + sizeof(float) * 2 * C::QT);
+        const size_t red = C::SPLIT > 1 ? sizeof(float) * ATT_THREADS * 2 * C::DT * 4 : 0;
+        return tiles > red ? tiles : red;
+    }
     return sizeof(float) * (2 * (size_t)C::KB * C::LD + 2 * (size_t)C::QT * C::LD + 4 * 16 * (C::QT + 1) + 2 * C::QT);
 }
 /* dk, dv += a warp's sums for keys key0 and key0 + 8 (rows of ks floats from base; the block is
@@ -736,6 +909,7 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
                                           int H, int Hkv, int hd, int causal, int window, float scale,
                                           const att_bf16_t &c16, const att_join_t &jo) {
     typedef att_bwd_cfg<HD, true> C;
+    constexpr int NTH = C::NTH, W4 = ATT_THREADS / WARP; /* W4 warps per share */
     static_assert(C::KB == C::QT, "the key and value tiles are staged in a query tile's buffers");
     DYN_SHARED(unsigned char, smem);
     /* buffer n & 1: its Q tile at sQ + (n & 1) QB, its dO tile QT LD further (computed: an array
@@ -744,12 +918,14 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
     const int QB = 2 * C::QT * C::LD;
     float *sL = (float *)(sQ + 2 * QB), *sD = sL + 2 * C::QT; /* [2][QT] each */
     const int b = blockIdx.z, kh = blockIdx.y, j0 = blockIdx.x * C::KB, rep = H / Hkv;
+    /* warp w: keys 16 wk .., share wq of each query tile */
     const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wk = C::SPLIT > 1 ? w % W4 : w, wq = C::SPLIT > 1 ? w / W4 : 0; /* (unsplit: w, 0) */
     const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
     const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
     const bool v16 = att16_vec(c16, hd);
     const int nkv = min(C::KB, Tk - j0), j1 = j0 + nkv;
-    att_regs<C::QT, HD> ra, rb;
+    att_regs<C::QT, HD, NTH> ra, rb;
     {
         const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
         att_ld16(ra, k + kvo, att16_at(c16.k, kvo), ks, nkv, hd, vec, v16);
@@ -782,8 +958,8 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
     };
     __syncthreads();
     uint32_t ka[C::KS][4], va[C::KS][4];
-    att_frags<C::KS>(ka, sQ + QB + 16 * w * C::LD, C::LD, g, t);
-    att_frags<C::KS>(va, sdO + QB + 16 * w * C::LD, C::LD, g, t);
+    att_frags<C::KS>(ka, sQ + QB + 16 * wk * C::LD, C::LD, g, t);
+    att_frags<C::KS>(va, sdO + QB + 16 * wk * C::LD, C::LD, g, t);
     if (tiles) {
         load(0);
         store(0);
@@ -794,19 +970,19 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
     for (int jd = 0; jd < C::DT; jd++)
         #pragma unroll
         for (int e = 0; e < 4; e++) dka[jd][e] = dva[jd][e] = 0.0f;
-    const int key0 = j0 + 16 * w + g;
+    const int key0 = j0 + 16 * wk + g;
     for (int n = 0; n < tiles; n++) {
-        if (ATT_EARLY(HD) && n + 1 < tiles) load(n + 1);
+        if (ATT_DKDV_EARLY(HD, C::SPLIT) && n + 1 < tiles) load(n + 1);
         const __nv_bfloat16 *Q = sQ + (n & 1) * QB, *dO = sdO + (n & 1) * QB;
         const float *L = sL + (n & 1) * C::QT, *D = sD + (n & 1) * C::QT;
         const int q0 = iq_lo + C::QT * (n % nqt), nq = min(C::QT, Tq - q0);
-        /* per part of PQ queries from r0: S^T (16 keys x PQ queries) and dP^T = V dO^T, then
-         * dV += P^T dO, dK += dS^T Q */
-        constexpr int NP = C::NTQ / ATT_DKDV_PARTS, PQ = 8 * NP;
+        /* per part of PQ queries from r0 (the warp's share: parts wq PW ..): S^T (16 keys x PQ
+         * queries) and dP^T = V dO^T, then dV += P^T dO, dK += dS^T Q */
+        constexpr int NP = C::NTQ / ATT_DKDV_PARTS, PQ = 8 * NP, PW = ATT_DKDV_PARTS / C::SPLIT;
         static_assert(NP % 2 == 0 && NP * ATT_DKDV_PARTS == C::NTQ, "parts of 16 queries");
         #pragma unroll
-        for (int part = 0; part < ATT_DKDV_PARTS; part++) {
-            const int r0 = PQ * part;
+        for (int pp = 0; pp < PW; pp++) {
+            const int r0 = PQ * (wq * PW + pp);
             float st[NP][4], dpt[NP][4];
             #pragma unroll
             for (int j = 0; j < NP; j++)
@@ -820,15 +996,19 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
             att_pv_rm<NP, C::DT>(dka, dpt, Q + r0 * C::LD, C::LD, g, t);
         }
         if (n + 1 < tiles) {
-            if (!ATT_EARLY(HD)) load(n + 1);
+            if (!ATT_DKDV_EARLY(HD, C::SPLIT)) load(n + 1);
             store(n + 1);
         }
         __syncthreads();
     }
+    if constexpr (C::SPLIT > 1) { /* the shares' sums into share 0's warps, which store them */
+        att_shares_sum<C::DT, C::SPLIT, true>((float4 *)smem, dka, dva, wk, wq, lane);
+        if (wq) return;
+    }
     att_dkdv_out<C::DT>(dk, dv, dka, dva, key0, Tk, ((size_t)b * Tk) * ks + (size_t)kh * hd, ks, hd, t, jo, b, kh);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1)
+__global__ void __launch_bounds__(att_bwd_cfg<HD, BF>::NTH, att_bwd_cfg<HD, BF>::MINB)
 k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse,
                const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
                att_bf16_t c16, att_join_t jo) {
@@ -941,8 +1121,11 @@ __device__ static inline void att_dq_out(float *dq, const float dqa[DT][4], int 
 }
 template <int HD, bool BF> static inline size_t att_dq_smem() {
     typedef att_cfg<HD, BF> C;
-    if (BF) /* att_dq_bf: K and V tiles, twice */
-        return sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
+    if (BF) { /* att_dq_bf: K and V tiles, twice; the shares' sums after them */
+        const size_t tiles = sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
+        const size_t red = att_dq_cfg<HD, BF>::SPLIT > 1 ? sizeof(float) * ATT_THREADS * C::DT * 4 : 0;
+        return tiles > red ? tiles : red;
+    }
     return sizeof(float) * (2 * (size_t)C::BQ * C::LD + 2 * (size_t)C::BK * C::LD + 4 * 16 * (C::BK + 1));
 }
 /* The bf16 engine's dQ pass: Q and dO become each warp's A fragments once; key and value tiles
@@ -953,33 +1136,38 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
                                         int causal, int window, float scale, const att_bf16_t &c16,
                                         const att_join_t &jo) {
     typedef att_cfg<HD, true> C;
+    typedef att_dq_cfg<HD, true> S;
+    constexpr int W4 = ATT_THREADS / WARP; /* warps per share */
     static_assert(C::BQ == C::BK, "the query tiles are staged in a key tile's buffers");
     DYN_SHARED(unsigned char, smem);
     const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+    /* warp w: queries 16 wk .., share wq of each key tile */
     const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wk = S::SPLIT > 1 ? w % W4 : w, wq = S::SPLIT > 1 ? w / W4 : 0; /* (unsplit: w, 0) */
     const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
     const int nq = min(C::BQ, Tq - i0);
     const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
-    att_kv_pipe<HD> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq, Tk, hd,
+    att_kv_pipe<HD, S::NTH> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq, Tk, hd,
                        causal, window, hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout),
                        att16_vec(c16, hd));
     int lo[2], hi[2];
     float L[2], Dr[2];
-    att_dq_rows(lo, hi, L, Dr, lse, Drow, b, h, i0 + 16 * w, Tq, Tk, H, causal, window, g);
+    att_dq_rows(lo, hi, L, Dr, lse, Drow, b, h, i0 + 16 * wk, Tq, Tk, H, causal, window, g);
     uint32_t qa[C::KS][4], da[C::KS][4];
-    kv.own_rows(qa, da, q + qo, att16_at(c16.q, qo), dout + qo, att16_at(c16.dout, qo), qs, nq, w, g, t);
+    kv.own_rows(qa, da, q + qo, att16_at(c16.q, qo), dout + qo, att16_at(c16.dout, qo), qs, nq, wk, g, t);
     kv.start();
     float dqa[C::DT][4];
     #pragma unroll
     for (int jd = 0; jd < C::DT; jd++) dqa[jd][0] = dqa[jd][1] = dqa[jd][2] = dqa[jd][3] = 0.0f;
     for (int n = 0; n < kv.tiles; n++) {
-        if (ATT_EARLY(HD) && n + 1 < kv.tiles) kv.load(n + 1);
-        /* per part of PK keys from c0: S and dP, dS, then dQ += dS K */
-        constexpr int NP = C::NT / ATT_DQ_PARTS, PK = 8 * NP;
+        if (ATT_DQ_EARLY(HD, S::SPLIT) && n + 1 < kv.tiles) kv.load(n + 1);
+        /* per part of PK keys from c0 (the warp's share: parts wq PW ..): S and dP, dS, then
+         * dQ += dS K */
+        constexpr int NP = C::NT / ATT_DQ_PARTS, PK = 8 * NP, PW = ATT_DQ_PARTS / S::SPLIT;
         static_assert(NP % 2 == 0 && NP * ATT_DQ_PARTS == C::NT, "parts of 16 keys");
         #pragma unroll
-        for (int part = 0; part < ATT_DQ_PARTS; part++) {
-            const int c0 = PK * part;
+        for (int pp = 0; pp < PW; pp++) {
+            const int c0 = PK * (wq * PW + pp);
             const __nv_bfloat16 *K = kv.sk(n) + c0 * C::LD, *V = kv.sv(n) + c0 * C::LD;
             float s[NP][4], dp[NP][4];
             #pragma unroll
@@ -992,15 +1180,19 @@ __device__ static inline void att_dq_bf(float *dq, const float *q, const float *
             att_pv_rm<NP, C::DT>(dqa, dp, K, C::LD, g, t);
         }
         if (n + 1 < kv.tiles) {
-            if (!ATT_EARLY(HD)) kv.load(n + 1);
+            if (!ATT_DQ_EARLY(HD, S::SPLIT)) kv.load(n + 1);
             kv.store(n + 1);
         }
         __syncthreads();
     }
-    att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * w, Tq, H, hd, g, t, jo);
+    if constexpr (S::SPLIT > 1) { /* the shares' sums into share 0's warps, which store them */
+        att_shares_sum<C::DT, S::SPLIT, false>((float4 *)smem, dqa, NULL, wk, wq, lane);
+        if (wq) return;
+    }
+    att_dq_out<C::DT>(dq, dqa, b, h, i0 + 16 * wk, Tq, H, hd, g, t, jo);
 }
 template <int HD, bool BF>
-__global__ void __launch_bounds__(ATT_THREADS, HD <= 64 ? ATT_DQ_MIN_BLOCKS : 1)
+__global__ void __launch_bounds__(att_dq_cfg<HD, BF>::NTH, att_dq_cfg<HD, BF>::MINB)
 k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const float *dout, const float *lse,
              const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
              att_bf16_t c16, att_join_t jo) {
@@ -1140,7 +1332,8 @@ static inline cudaError_t att_forward_t(cudaStream_t s, float *out, float *lse, 
     void (*kern)(float *, float *, const float *, const float *, const float *, int, int, int, int,
                  int, int, int, float, att_bf16_t) = k_att_fwd<HD, BF>;
     const char *nm = att_kname<HD, BF>(0);
-    LAUNCH_AS(kern, nm, grid, ATT_THREADS, smem, s)
+    const int nth = att_fwd_cfg<HD, BF>::NTH;
+    LAUNCH_AS(kern, nm, grid, nth, smem, s)
     (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd), BF ? c16 : att_bf16_t{});
     return cudaSuccess;
 }
@@ -1163,7 +1356,8 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
         void (*kern)(float *, float *, const float *, const float *, const float *, const float *, const float *,
                      const float *, int, int, int, int, int, int, int, float, att_bf16_t, att_join_t) = k_att_bwd_dkdv<HD, BF>;
         const char *nm = att_kname<HD, BF>(1);
-    LAUNCH_AS(kern, nm, grid, ATT_THREADS, s_kv, s)
+        const int nth = att_bwd_cfg<HD, BF>::NTH;
+    LAUNCH_AS(kern, nm, grid, nth, s_kv, s)
         (dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
     }
     if (dq || jo.out) {
@@ -1171,7 +1365,8 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
         void (*kern)(float *, const float *, const float *, const float *, const float *, const float *,
                      const float *, int, int, int, int, int, int, int, float, att_bf16_t, att_join_t) = k_att_bwd_dq<HD, BF>;
         const char *nm = att_kname<HD, BF>(2);
-    LAUNCH_AS(kern, nm, grid, ATT_THREADS, s_q, s)
+        const int nth = att_dq_cfg<HD, BF>::NTH;
+    LAUNCH_AS(kern, nm, grid, nth, s_q, s)
         (dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
     }
     return cudaSuccess;

@@ -19,7 +19,10 @@
  * the kernel before them (the classifier's mean loss, the gradient norm's sum) give the bits of
  * the finishing kernels they replaced (FT_CUDA_FINISH=kernels), over many blocks, twice in a row
  * (the ticket goes back to 0); and the column reductions' finish folded into their first stage
- * (RMSNorm's weight gradient, sum_rows) gives k_colred_finish's bits the same way. */
+ * (RMSNorm's weight gradient, sum_rows) gives k_colred_finish's bits the same way; and
+ * attention's kernels whose tiles two warps share (their sums meeting in shared memory) give the
+ * same bits twice over many blocks. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -496,6 +499,64 @@ static void test_finish_in_last_block(void) {
     device_close(&a);
     device_close(&b);
 }
+/* Attention in bf16 (its tiles split between two warps at hd 32 and 64, the halves' sums added in
+ * shared memory: attention.cuh ATT_*_SPLIT) twice in a row -- the emulator's blocks and threads
+ * run in another random order each launch -- over many blocks: out, lse, dq, dk, dv the same bits.
+ * Causal with a window, grouped-query, T not a multiple of 64, and Tq < Tk. */
+enum { AB = 2, AH = 4, AHKV = 2, AQ = 77, AK = 141, AMAXD = 64 };
+static void attention_repeat_case(device_t *d, int hd, int Tq, int Tk, int window, float *res /* 2 x 5 parts */) {
+    const size_t nq = (size_t)AB * Tq * AH * hd, nk = (size_t)AB * Tk * AHKV * hd, nl = (size_t)AB * AH * Tq;
+    float *h = malloc(sizeof(float) * (nq + 2 * nk + nq));
+    for (size_t i = 0; i < nq + 2 * nk + nq; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
+    float *q = DEV(d, alloc, sizeof(float) * nq), *k = DEV(d, alloc, sizeof(float) * nk), *v = DEV(d, alloc, sizeof(float) * nk);
+    float *dout = DEV(d, alloc, sizeof(float) * nq), *out = DEV(d, alloc, sizeof(float) * nq), *lse = DEV(d, alloc, sizeof(float) * nl);
+    float *dq = DEV(d, alloc, sizeof(float) * nq), *dk = DEV(d, alloc, sizeof(float) * nk), *dv = DEV(d, alloc, sizeof(float) * nk);
+    DEV(d, upload, q, h, sizeof(float) * nq);
+    DEV(d, upload, k, h + nq, sizeof(float) * nk);
+    DEV(d, upload, v, h + nq + nk, sizeof(float) * nk);
+    DEV(d, upload, dout, h + nq + 2 * nk, sizeof(float) * nq);
+    const size_t part = (size_t)AB * AK * AH * AMAXD; /* room for the largest result */
+    for (int rep = 0; rep < 2; rep++) {
+        float *r = res + rep * 5 * part;
+        DEV(d, zero, dq, sizeof(float) * nq);
+        DEV(d, zero, dk, sizeof(float) * nk);
+        DEV(d, zero, dv, sizeof(float) * nk);
+        DEV(d, attention_window_forward, out, lse, q, k, v, AB, Tq, Tk, AH, AHKV, hd, 1, window);
+        DEV(d, attention_window_backward, dq, dk, dv, dout, out, lse, q, k, v, AB, Tq, Tk, AH, AHKV, hd, 1, window);
+        DEV(d, download, r, out, sizeof(float) * nq);
+        DEV(d, download, r + part, lse, sizeof(float) * nl);
+        DEV(d, download, r + 2 * part, dq, sizeof(float) * nq);
+        DEV(d, download, r + 3 * part, dk, sizeof(float) * nk);
+        DEV(d, download, r + 4 * part, dv, sizeof(float) * nk);
+    }
+    free(h);
+    DEV(d, free, q), DEV(d, free, k), DEV(d, free, v), DEV(d, free, dout), DEV(d, free, out), DEV(d, free, lse),
+        DEV(d, free, dq), DEV(d, free, dk), DEV(d, free, dv);
+}
+static void test_attention_split_repeats(void) {
+    char err[256];
+    device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
+    CHECK(d != NULL, "open: %s", d ? d->name : err);
+    if (!d) return;
+    const size_t part = (size_t)AB * AK * AH * AMAXD;
+    float *res = calloc(10 * part, sizeof(float));
+    const struct { int hd, Tq, Tk, window; } cases[] = {{64, AQ, AQ, 40}, {64, AQ, AK, 0}, {32, AK, AK, 70}};
+    const char *parts[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memset(res, 0, sizeof(float) * 10 * part);
+        attention_repeat_case(d, cases[c].hd, cases[c].Tq, cases[c].Tk, cases[c].window, res);
+        for (int i = 0; i < 5; i++)
+            CHECK(!memcmp(res + i * part, res + (5 + i) * part, sizeof(float) * part),
+                  "hd %d Tq %d Tk %d window %d: %s the same bits twice", cases[c].hd, cases[c].Tq, cases[c].Tk,
+                  cases[c].window, parts[i]);
+        float m = 0;
+        for (size_t i = 2 * part; i < 5 * part; i++) m = fmaxf(m, fabsf(res[i]));
+        CHECK(m > 0 && isfinite(m), "hd %d: gradients computed (max |g| %g)", cases[c].hd, m);
+    }
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "no fault: %s", err);
+    free(res);
+    device_close(&d);
+}
 /* RMSNorm's weight gradient (vector path at D = 768, the generic reduction at D = 37) and
  * sum_rows, twice each (dw accumulates; a ticket left nonzero would show in the second), over
  * N = 1100 rows (138 partial rows, groups of 5, 28 of the 32 groups used) or N = 200 (25 partial
@@ -651,5 +712,6 @@ int main(void) {
     RUN(test_finish_in_last_block);
     RUN(test_colred_finish_folded);
     RUN(test_lazy_zero);
+    RUN(test_attention_split_repeats);
     return check_summary();
 }
