@@ -1633,6 +1633,14 @@ extern "C" long device_cuda_only_writes(const device_t *d) { return ((const cuda
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
 /* ops that wrote a deferred-zero range whole without reading it (deferred zeroing, above) */
 extern "C" long device_cuda_zero_claims(const device_t *d) { return ((const cuda_impl_t *)d->impl)->pz_claims; }
+/* Every write the device still owes its memory done (a staged result's copy, the deferred
+ * zeros), queued before whatever the caller queues next: for a reader outside the device
+ * table's ops -- NCCL in trainer/dp_nccl.c reads and writes the gradients and parameters
+ * directly, where the ops' argument scan cannot see it. */
+extern "C" void device_cuda_settle(device_t *d) {
+    staged_flush(d);
+    pz_write_all(d);
+}
 extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products,
                                            long *stage_reads) {
     *stage_reads = ((const cuda_impl_t *)d->impl)->stage_reads;

@@ -699,6 +699,37 @@ static void test_lazy_zero(void) {
     }
 }
 
+void device_cuda_settle(device_t *d);
+
+/* A reader outside the device's ops (NCCL in trainer/dp_nccl.c) sees a deferred zero() only
+ * after device_cuda_settle: the bytes read raw (cudaMemcpy, which the ops' scan does not see)
+ * are the old values before it and zeros after it. */
+static void test_settle_writes_deferred_zeros(void) {
+    setenv("FT_CUDA_LAZY_ZERO", "1", 1);
+    setenv("FT_CUDA_LAZY_ZERO_MIN", "0", 1);
+    char err[256];
+    device_t *d = open_cuda(PRECISION_FP32, err, sizeof err);
+    unsetenv("FT_CUDA_LAZY_ZERO"), unsetenv("FT_CUDA_LAZY_ZERO_MIN");
+    if (!d) { CHECK(0, "open: %s", err); return; }
+    enum { N = 1000 };
+    static float h[N], raw[N];
+    for (int i = 0; i < N; i++) h[i] = 1.0f + (float)i;
+    float *g = DEV(d, alloc, sizeof h);
+    DEV(d, upload, g, h, sizeof h);
+    DEV(d, zero, g, sizeof h);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    cudaMemcpy(raw, g, sizeof raw, cudaMemcpyDeviceToHost);
+    CHECK(raw[0] == 1.0f && raw[N - 1] == (float)N, "the zero was deferred (raw %g %g): the case tests something", raw[0], raw[N - 1]);
+    device_cuda_settle(d);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    cudaMemcpy(raw, g, sizeof raw, cudaMemcpyDeviceToHost);
+    int nz = 0;
+    for (int i = 0; i < N; i++) nz += raw[i] != 0.0f;
+    CHECK(nz == 0, "after device_cuda_settle every byte is zero (%d of %d not)", nz, N);
+    DEV(d, free, g);
+    device_close(&d);
+}
+
 int main(void) {
     RUN(test_open_checks_every_call);
     RUN(test_gemm_timer_checks_events);
@@ -713,5 +744,6 @@ int main(void) {
     RUN(test_colred_finish_folded);
     RUN(test_lazy_zero);
     RUN(test_attention_split_repeats);
+    RUN(test_settle_writes_deferred_zeros);
     return check_summary();
 }
