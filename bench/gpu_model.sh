@@ -43,8 +43,13 @@ run_point() {
     # k_emb_accumulate unsampled: its blocks' work is data-dependent (a token's first row walks
     # the token's rows, the others return), and a sample of 16 blocks extrapolated to 3.7 GB;
     # the column reductions' first stages too: the last block of each group and of the launch
-    # adds the partial rows (rows.cuh's folded finish), once a launch, not once a block
-    if FT_EMU_SAMPLE_BLOCKS=$SAMPLE FT_EMU_SAMPLE_EXCEPT=k_emb_accumulate,k_rmsnorm_bwd_vec,k_colred_partial FT_EMU_MAX_GRID=1056 FT_EMU_CHECKS=0 FT_EMU_SEED=1 FT_EMU_PERF="$f.tmp" \
+    # adds the partial rows (rows.cuh's folded finish), once a launch, not once a block; and
+    # the gradient norm's k_sumsq_chunks (its last block adds every chunk's double, and each
+    # tensor's last chunk is short: blocks unlike each other, which a sample scales badly --
+    # sampled, the vocabulary's term of the fit took ~6.9 bytes a parameter where all blocks
+    # counted give 4.4 requested, 4.06 in sectors: 0.68 GB at G, now 0.55; bench/NOTES.md
+    # 2026-11-27 05:45)
+    if FT_EMU_SAMPLE_BLOCKS=$SAMPLE FT_EMU_SAMPLE_EXCEPT=k_emb_accumulate,k_rmsnorm_bwd_vec,k_colred_partial,k_sumsq_chunks FT_EMU_MAX_GRID=1056 FT_EMU_CHECKS=0 FT_EMU_SEED=1 FT_EMU_PERF="$f.tmp" \
        OMP_NUM_THREADS=1 "$BIN" --config G --layers "$L" --vocab "$V" --batch 1 --seq "$T" --steps 1 --device cuda \
        --precision "$PREC" > "$OUT/$name.log" 2>&1 && grep -q '"stepped": 1' "$f.tmp"; then
         mv "$f.tmp" "$f"

@@ -47,7 +47,10 @@ double adamw_grad_norm(const tensor_view_t *grads, int n);
  * gradients (1/k after accumulating k micro-batches each giving the gradient of its mean loss,
  * so the step sees the mean over the whole batch; 1 otherwise). max_norm <= 0 disables
  * clipping. *norm_out (may be NULL) receives the norm before clipping (after grad_scale).
- * The grads are modified in place (scaled and clipped), as PyTorch does. */
+ * The grads are scaled in place by grad_scale (as PyTorch's loss scaling leaves them) but not
+ * clipped in place, unlike clip_grad_norm_: the update reads g * clip and leaves g as it was
+ * (nothing reads a gradient after the step before zero_grad; on a GPU the store back was 4 of
+ * the update's 34 bytes a parameter, bench/NOTES.md 2026-11-27). */
 int adamw_step(adamw_t *o, const tensor_view_t *grads, int n, float lr, float grad_scale,
                float max_norm, double *norm_out, char *err, size_t errlen);
 

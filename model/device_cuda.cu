@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 extern "C" {
 #include "model/device.h"
@@ -113,6 +114,22 @@ typedef struct {
  * emulator's tests stage every product whose result is misaligned, at their small shapes) */
 #define CUDA_STAGE_MIN_MACS ((double)(1 << 30))
 
+/* Deferred zeroing. zero() of at least CUDA_PENDING_MIN bytes inside one allocation records the
+ * range instead of writing it; the first op that uses it either overwrites it whole without
+ * reading it -- a Linear's weight gradient, computed with beta 0 instead of accumulated into the
+ * zeros (linear_bwd: the bits of 0 + the product but for the sign of a zero sum), an RMSNorm's
+ * weight gradient written as its sum (the same bits) -- or gets the
+ * zeros written first: an op's declared output (OUT) the exact overlap, an op's other pointer
+ * argument every deferred range of that argument's allocation (the device table's ops reach
+ * memory only through their arguments, each within its allocation; after_flush below), the
+ * optimizer and the norm (whose lists the scan does not see) all of them. At config G this
+ * takes the gradients' per-step memset (0.49 GB) off the step where the weight gradients are
+ * products, and those products no longer read C. $FT_CUDA_LAZY_ZERO=0 turns it off, =poison
+ * writes a deferred range as NaN (all ones) when it is deferred, so a reader the scheme missed
+ * fails; $FT_CUDA_LAZY_ZERO_MIN sets the threshold (bytes; the tests: 0). */
+#define CUDA_PENDING_MAX 256
+#define CUDA_PENDING_MIN ((size_t)16 << 20)
+
 /* a tensor list of the optimizer kernels, kept on the device between steps */
 typedef struct {
     mt_tensor_t *host, *dev;
@@ -163,6 +180,12 @@ typedef struct {
     int n_only;
     int only_mode;            /* $FT_BF16_SHADOW_ONLY: 0 off, 1 on (default), 2 poison */
     long only_writes;         /* outputs written as shadows alone (device_cuda_only_writes) */
+    /* deferred zeroing ("Deferred zeroing" below): the ranges zero() left unwritten */
+    struct { char *lo, *hi; } pz[CUDA_PENDING_MAX];
+    int n_pz;
+    int pz_mode;              /* $FT_CUDA_LAZY_ZERO: 0 off, 1 on (default), 2 poison */
+    size_t pz_min;            /* the least zero() deferred; $FT_CUDA_LAZY_ZERO_MIN */
+    long pz_claims;           /* ops that wrote a deferred range whole without reading it (device_cuda_zero_claims) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -212,9 +235,81 @@ static void *host_rows(device_t *d, size_t bytes) {
 #define GRID(n) launch_grid(n), LAUNCH_BLOCK, 0, impl_of(d)->stream
 #define FOR_ITEMS(n) for (size_t it = launch_first(blockIdx.x, threadIdx.x); it < (n); it += launch_stride(gridDim.x))
 
+/* ---- deferred zeroing (CUDA_PENDING_MIN above) ---- */
+static void pz_set(device_t *d, char *lo, char *hi, int v) {
+    if (hi > lo && cudaMemsetAsync(lo, v, (size_t)(hi - lo), impl_of(d)->stream) != cudaSuccess)
+        fault(d, "zero", cudaGetErrorString(cudaGetLastError()));
+}
+/* [lo, hi) leaves the deferred ranges, its zeros written first when `write` */
+static void pz_take(device_t *d, const char *lo, const char *hi, int write) {
+    cuda_impl_t *c = impl_of(d);
+    for (int i = 0; i < c->n_pz; i++) {
+        char *a = c->pz[i].lo, *b = c->pz[i].hi;
+        if (b <= lo || hi <= a) continue;
+        char *x = a > lo ? a : (char *)lo, *y = b < hi ? b : (char *)hi;
+        if (write) pz_set(d, x, y, 0);
+        if (a < x && y < b) { /* the range keeps a part on each side */
+            if (c->n_pz < CUDA_PENDING_MAX) c->pz[c->n_pz].lo = y, c->pz[c->n_pz++].hi = b;
+            else pz_set(d, y, b, 0); /* no slot: the part after is zeroed now */
+            c->pz[i].hi = x;
+        } else if (a < x) {
+            c->pz[i].hi = x;
+        } else if (y < b) {
+            c->pz[i].lo = y;
+        } else {
+            c->pz[i--] = c->pz[--c->n_pz];
+        }
+    }
+}
+static void pz_write_all(device_t *d) {
+    cuda_impl_t *c = impl_of(d);
+    for (; c->n_pz > 0; c->n_pz--) pz_set(d, c->pz[c->n_pz - 1].lo, c->pz[c->n_pz - 1].hi, 0);
+}
+/* the allocation [*lo, *hi) holding p; 0 if none */
+static int alloc_of(cuda_impl_t *c, const void *p, const char **lo, const char **hi) {
+    for (size_t i = 0; i < c->n_allocs; i++) {
+        const char *a = (const char *)c->allocs[i].p;
+        if ((const char *)p >= a && (const char *)p < a + (c->allocs[i].bytes ? c->allocs[i].bytes : 1)) {
+            *lo = a, *hi = a + c->allocs[i].bytes;
+            return 1;
+        }
+    }
+    return 0;
+}
+/* an op's pointer argument: the zeros of every deferred range of its allocation written */
+static void pz_touch(device_t *d, const void *p) {
+    const char *lo, *hi;
+    if (alloc_of(impl_of(d), p, &lo, &hi)) pz_take(d, lo, hi, 1);
+}
+/* zero(p, bytes) deferred where it may be (1), else 0 (the caller writes the zeros) */
+static int pz_defer(device_t *d, void *p, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    const char *lo = (const char *)p, *hi = lo + bytes, *a, *b;
+    if (!c->pz_mode || !bytes || bytes < c->pz_min || !alloc_of(c, p, &a, &b) || hi > b) return 0;
+    pz_take(d, lo, hi, 0); /* parts already deferred: one range now */
+    if (c->n_pz == CUDA_PENDING_MAX) return 0;
+    c->pz[c->n_pz].lo = (char *)lo, c->pz[c->n_pz++].hi = (char *)hi;
+    if (c->pz_mode == 2) pz_set(d, (char *)lo, (char *)hi, 0xff);
+    return 1;
+}
+/* 1 when [p, p + bytes) lies in one deferred range: it leaves it unwritten, for a caller that
+ * overwrites all of it without reading it; else 0, any deferred part of it zeroed first */
+static int pz_claim(device_t *d, const void *p, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    const char *lo = (const char *)p, *hi = lo + bytes;
+    for (int i = 0; i < c->n_pz; i++)
+        if (c->pz[i].lo <= lo && hi <= c->pz[i].hi) {
+            pz_take(d, lo, hi, 0);
+            c->pz_claims++;
+            return 1;
+        }
+    pz_take(d, lo, hi, 1);
+    return 0;
+}
+
 /* ---- bf16 shadows (cu_shadow_t above) ---- */
 /* bytes at p are about to be written: every shadow overlapping them becomes invalid */
-static void out_bytes(device_t *d, const void *p, size_t bytes) {
+static void shadows_out(device_t *d, const void *p, size_t bytes) {
     cuda_impl_t *c = impl_of(d);
     if (!c->n_shadow || !p || !bytes) return;
     const char *lo = (const char *)p, *hi = lo + bytes;
@@ -222,6 +317,12 @@ static void out_bytes(device_t *d, const void *p, size_t bytes) {
         cu_shadow_t *s = &c->shadow[i];
         if (s->valid && (const char *)s->src < hi && lo < (const char *)(s->src + s->n)) s->valid = 0;
     }
+}
+/* bytes at p are about to be written (or updated): their deferred zeros written first, the
+ * shadows over them invalid */
+static void out_bytes(device_t *d, const void *p, size_t bytes) {
+    if (impl_of(d)->n_pz && p && bytes) pz_take(d, (const char *)p, (const char *)p + bytes, 1);
+    shadows_out(d, p, bytes);
 }
 /* OUT(p, n): an op writes n elements of p's type at p (NULL skipped); out_rows: rows of D
  * elements, ld apart; out_to_end: from p to the end of its allocation (an op whose extent the
@@ -232,7 +333,7 @@ static void out_rows(device_t *d, const float *p, size_t ld, size_t rows, size_t
 }
 static void out_to_end(device_t *d, const void *p) {
     cuda_impl_t *c = impl_of(d);
-    if (!c->n_shadow || !p) return;
+    if ((!c->n_shadow && !c->n_pz) || !p) return;
     for (size_t i = 0; i < c->n_allocs; i++) {
         const char *a = (const char *)c->allocs[i].p;
         if ((const char *)p >= a && (const char *)p < a + (c->allocs[i].bytes ? c->allocs[i].bytes : 1)) {
@@ -471,6 +572,7 @@ static void cu_free(device_t *d, void *p) {
     c->allocs[i - 1] = c->allocs[--c->n_allocs];
     cudaError_t e = cudaStreamSynchronize(c->stream); /* queued kernels may still use it */
     shadow_forget(d, p, bytes);
+    if (c->n_pz) pz_take(d, (const char *)p, (const char *)p + bytes, 0); /* its deferred zeros go with it */
     if (e == cudaSuccess) e = cudaFree(p);
     if (e != cudaSuccess) fault(d, "free", cudaGetErrorString(e));
 }
@@ -502,7 +604,9 @@ static void cu_copy(device_t *d, void *dst, const void *src, size_t bytes) {
         fault(d, "copy", cudaGetErrorString(cudaGetLastError()));
 }
 static void cu_zero(device_t *d, void *p, size_t bytes) {
-    out_bytes(d, p, bytes);
+    shadows_out(d, p, bytes);
+    if (!bytes || pz_defer(d, p, bytes)) return;
+    if (impl_of(d)->n_pz) pz_take(d, (const char *)p, (const char *)p + bytes, 0); /* zeroed now */
     if (bytes && cudaMemsetAsync(p, 0, bytes, impl_of(d)->stream) != cudaSuccess)
         fault(d, "zero", cudaGetErrorString(cudaGetLastError()));
 }
@@ -642,6 +746,7 @@ static void gemm_run(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, f
     cuda_impl_t *c = impl_of(d);
     staged_flush(d); /* one op may run two staged products (a Linear's dx and dw) */
     if (m <= 0 || n <= 0) return;
+    if (c->n_pz) out_rows(d, C, (size_t)ldc, (size_t)n, (size_t)m); /* deferred zeros of C, before it is read */
     float *S = NULL;
     const int lds = (m + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN;
     if (d->precision == PRECISION_BF16 && c->align_products && k > 0 && (ldc % 4 != 0 || !aligned16(C)) &&
@@ -736,7 +841,11 @@ static void cu_linear_forward(device_t *d, float *y, const float *x, const float
 static void linear_bwd(device_t *d, float *dx, float *dw, const float *dy, const float *x, const float *w,
                        int N, int in, int out, float beta_dx) {
     if (dx) cu_gemm(d, GEMM_N, GEMM_N, in, N, out, 1.0f, w, in, dy, out, beta_dx, dx, in);
-    if (dw) cu_gemm(d, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, 1.0f, dw, in);
+    /* dw += the product, or = it where dw's zeros are deferred (pz_claim): C not read */
+    if (dw) {
+        const float beta = pz_claim(d, dw, sizeof(float) * (size_t)in * (size_t)out) ? 0.0f : 1.0f;
+        cu_gemm(d, GEMM_N, GEMM_T, in, out, N, 1.0f, x, in, dy, out, beta, dw, in);
+    }
 }
 static void cu_linear_backward(device_t *d, float *dx, float *dw, const float *dy, const float *x,
                                const float *w, int N, int in, int out) {
@@ -875,6 +984,9 @@ static void cu_add_rmsnorm_forward(device_t *d, float *y, float *out, float *rst
 }
 static void cu_rmsnorm_backward_res(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w,
                                     const float *rstd, const float *res, int N, int D) {
+    /* dw += the rows' sum, or = it where dw's zeros are deferred (pz_claim; the sums start at
+     * +0, so 0 + t is t: the same bits) */
+    const int dw_acc = !(dw && impl_of(d)->n_pz && N > 0 && D > 0 && pz_claim(d, dw, sizeof(float) * (size_t)D));
     OUT(dx, (size_t)N * D);
     OUT(dw, D);
     float *part = dw ? (float *)work(d, sizeof(float) * colred_work_floats(N, D)) : NULL;
@@ -882,7 +994,7 @@ static void cu_rmsnorm_backward_res(device_t *d, float *dx, float *dw, const flo
     /* dx, the residual stream's gradient, feeds the next products (a Linear's dy) before anything
      * adds to it again: its shadow is written in the same pass */
     rmsnorm_backward_launch(impl_of(d)->stream, dx, product_output_shadow(d, dx, (size_t)N * D), dw, part,
-                            impl_of(d)->colred_tickets, dout, x, w, rstd, res, N, D);
+                            impl_of(d)->colred_tickets, dout, x, w, rstd, res, N, D, dw_acc);
     LAUNCHED("rmsnorm_backward");
 }
 static void cu_rmsnorm_backward(device_t *d, float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int D) {
@@ -1358,6 +1470,7 @@ static const mt_tensor_t *mt_upload(device_t *d, mt_list_t *L, mt_tensor_t *t, i
  * chunk), then one block adds the chunks; one download. */
 static double cu_sumsq_multi(device_t *d, const float *const *x, const size_t *n, int count) {
     cuda_impl_t *c = impl_of(d);
+    pz_write_all(d); /* the list's tensors are not arguments the scan sees */
     if (count <= 0) return 0.0;
     mt_tensor_t *t = (mt_tensor_t *)calloc(count, sizeof(*t));
     if (!t) { fault(d, "sumsq", "out of host memory"); return NAN; }
@@ -1386,6 +1499,7 @@ static double cu_sumsq(device_t *d, const float *x, size_t n) { return cu_sumsq_
 /* AdamW over every tensor of the list in one launch (a block per chunk). */
 static void cu_adamw_update_multi(device_t *d, const adamw_tensor_t *at, int count, const adamw_scalars_t *s) {
     cuda_impl_t *c = impl_of(d);
+    pz_write_all(d); /* the list's tensors are not arguments the scan sees */
     if (count <= 0) return;
     mt_tensor_t *t = (mt_tensor_t *)calloc(count, sizeof(*t));
     if (!t) { fault(d, "adamw_update", "out of host memory"); return; }
@@ -1419,21 +1533,38 @@ static void cu_adamw_update(device_t *d, float *p, float *g, float *m, float *v,
 /* Every op of the table but the classifier's (which may read a staged result in place), the
  * allocator's and upload's (which flushes only a staged result it overwrites) launches a staged result's pending copy first (staged_flush), so it sees C written;
  * FLUSHED(f) is f with that before it. */
-template <auto F> struct after_flush;
-template <typename R, typename... A, R (*F)(device_t *, A...)> struct after_flush<F> {
-    static R call(device_t *d, A... a) {
-        staged_flush(d);
-        return F(d, a...);
+/* With deferred zeros, every pointer argument but the ones at indices S0, S1 (counted after d:
+ * arguments the op itself handles, pz_claim or OUT) first gets the zeros of its allocation's
+ * deferred ranges written (pz_touch). */
+template <typename T> static inline void pz_arg(device_t *d, T a) {
+    if constexpr (std::is_pointer_v<T>)
+        if (a) pz_touch(d, (const void *)a);
+}
+template <auto F, int S0, int S1, int FLUSH, typename R, typename... A> static R after_flush(device_t *d, A... a) {
+    if (FLUSH) staged_flush(d);
+    if (impl_of(d)->n_pz) {
+        int i = 0;
+        auto one = [&](auto x) {
+            if (i != S0 && i != S1) pz_arg(d, x);
+            i++;
+        };
+        (one(a), ...);
     }
-};
-#define FLUSHED(f) after_flush<f>::call
+    return F(d, a...);
+}
+template <auto F, int S0, int S1, int FLUSH, typename R, typename... A>
+constexpr auto wrapped(R (*)(device_t *, A...)) { return &after_flush<F, S0, S1, FLUSH, R, A...>; }
+#define FLUSHED(f) wrapped<f, -1, -1, 1>(f)
+/* f's arguments S0, S1 left to f (deferred zeros); SCANNED: no flush (the classifier) */
+#define FLUSHED_BUT(f, s0, s1) wrapped<f, s0, s1, 1>(f)
+#define SCANNED(f) wrapped<f, -1, -1, 0>(f)
 static const device_ops_t cuda_ops = {
     .alloc = cu_alloc,
-    .free = FLUSHED(cu_free),
+    .free = FLUSHED_BUT(cu_free, 0, -1), /* its deferred zeros dropped, not written */
     .upload = cu_upload, /* flushes only what it overwrites */
     .download = FLUSHED(cu_download),
     .copy = FLUSHED(cu_copy),
-    .zero = FLUSHED(cu_zero),
+    .zero = FLUSHED_BUT(cu_zero, 0, -1), /* p: deferred, not written */
     .sync = FLUSHED(cu_sync),
     .set_parallel = cu_set_parallel,
     .products_only = cu_products_only,
@@ -1441,12 +1572,12 @@ static const device_ops_t cuda_ops = {
     .embedding_forward = FLUSHED(cu_embedding_forward),
     .embedding_backward = FLUSHED(cu_embedding_backward),
     .rmsnorm_forward = FLUSHED(cu_rmsnorm_forward),
-    .rmsnorm_backward = FLUSHED(cu_rmsnorm_backward),
+    .rmsnorm_backward = FLUSHED_BUT(cu_rmsnorm_backward, 1, -1), /* dw: OUT's exact range */
     .add_rmsnorm_forward = FLUSHED(cu_add_rmsnorm_forward),
-    .rmsnorm_backward_res = FLUSHED(cu_rmsnorm_backward_res),
+    .rmsnorm_backward_res = FLUSHED_BUT(cu_rmsnorm_backward_res, 1, -1),
     .linear_forward = FLUSHED(cu_linear_forward),
-    .linear_backward = FLUSHED(cu_linear_backward),
-    .linear_backward_set = FLUSHED(cu_linear_backward_set),
+    .linear_backward = FLUSHED_BUT(cu_linear_backward, 1, -1), /* dw: pz_claim */
+    .linear_backward_set = FLUSHED_BUT(cu_linear_backward_set, 1, -1),
     .rope_forward = FLUSHED(cu_rope_forward),
     .rope_backward = FLUSHED(cu_rope_backward),
     .qkv_split_rope = FLUSHED(cu_qkv_split_rope),
@@ -1456,8 +1587,8 @@ static const device_ops_t cuda_ops = {
     .swiglu_forward = FLUSHED(cu_swiglu_forward),
     .swiglu_backward = FLUSHED(cu_swiglu_backward),
     .swiglu_backward_set = FLUSHED(cu_swiglu_backward_set),
-    .crossentropy_forward = cu_crossentropy_forward,
-    .crossentropy_backward = cu_crossentropy_backward,
+    .crossentropy_forward = SCANNED(cu_crossentropy_forward),
+    .crossentropy_backward = SCANNED(cu_crossentropy_backward),
     .linear_rows = FLUSHED(cu_linear_rows),
     .qkv_split_rope_rows = FLUSHED(cu_qkv_split_rope_rows),
     .rope_rows = FLUSHED(cu_rope_rows),
@@ -1500,6 +1631,16 @@ static const device_ops_t cuda_ops = {
 extern "C" long device_cuda_only_writes(const device_t *d) { return ((const cuda_impl_t *)d->impl)->only_writes; }
 /* Products that read a bf16 shadow so far (tests: that the shadows are used at all). */
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
+/* ops that wrote a deferred-zero range whole without reading it (deferred zeroing, above) */
+extern "C" long device_cuda_zero_claims(const device_t *d) { return ((const cuda_impl_t *)d->impl)->pz_claims; }
+/* Every write the device still owes its memory done (a staged result's copy, the deferred
+ * zeros), queued before whatever the caller queues next: for a reader outside the device
+ * table's ops -- NCCL in trainer/dp_nccl.c reads and writes the gradients and parameters
+ * directly, where the ops' argument scan cannot see it. */
+extern "C" void device_cuda_settle(device_t *d) {
+    staged_flush(d);
+    pz_write_all(d);
+}
 extern "C" void device_cuda_aligned_counts(const device_t *d, long *staged, long *padded_reads, long *padded_products,
                                            long *stage_reads) {
     *stage_reads = ((const cuda_impl_t *)d->impl)->stage_reads;
@@ -1589,6 +1730,9 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         c->ce_cache = !(cc && strcmp(cc, "0") == 0);
         const char *sm = getenv("FT_CUDA_STAGE_MIN");
         c->stage_min = sm && *sm ? atof(sm) : CUDA_STAGE_MIN_MACS;
+        const char *lz = getenv("FT_CUDA_LAZY_ZERO"), *lzm = getenv("FT_CUDA_LAZY_ZERO_MIN");
+        c->pz_mode = !lz || !*lz ? 1 : strcmp(lz, "poison") == 0 ? 2 : strcmp(lz, "0") != 0;
+        c->pz_min = lzm && *lzm ? (size_t)strtoull(lzm, NULL, 10) : CUDA_PENDING_MIN;
     }
     if (what) {
         char code[64] = "";

@@ -178,14 +178,15 @@ typedef struct adamw_scalars {
     float step_size;   /* lr / (1 - beta1^t) */
     float bc2_sqrt;    /* sqrt(1 - beta2^t) */
 } adamw_scalars_t;
-/* g *= clip; p *= decay_mul; m, v moments; p -= step_size m / (sqrt(v) / bc2_sqrt + eps). */
+/* g clipped (g * clip, in a register: g itself is not written); p *= decay_mul; m, v moments;
+ * p -= step_size m / (sqrt(v) / bc2_sqrt + eps). */
 void adamw_update(float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s);
 /* sum of x^2 in double, in fixed chunks added in order: the same whatever the thread count. */
 double sumsq(const float *x, size_t n);
 /* The optimizer over a list of tensors at once (model/adamw.c's step: one call each, so a
  * device runs a step in two launches and one host synchronisation). */
 typedef struct adamw_tensor {
-    float *p, *g, *m, *v;  /* parameters, gradients (scaled by clip in place), moments */
+    float *p, *g, *m, *v;  /* parameters, gradients (read only: clipped in registers), moments */
     size_t n;
     int decay;             /* 1: p *= decay_mul before the update; 0: no decay */
 } adamw_tensor_t;

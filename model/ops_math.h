@@ -214,12 +214,14 @@ OPS_FN double ops_sumsq_chunk(const float *x, size_t lo, size_t hi) {
 }
 
 /* ---- AdamW, one element (torch.optim.AdamW's single-tensor arithmetic; adamw.h) ---- */
-OPS_FN void ops_adamw_element(float *p, float *g, float *m, float *v, float clip, float decay_mul,
+/* g is read, never written: the clipped gradient g * clip lives in a register (storing it back
+ * moved 4 bytes an element that no one reads: the next step zeroes the gradients first) */
+OPS_FN void ops_adamw_element(float *p, const float *g, float *m, float *v, float clip, float decay_mul,
                               float b1, float b2, float eps, float step_size, float bc2_sqrt) {
-    if (clip != 1.0f) *g *= clip;
+    const float gc = clip != 1.0f ? *g * clip : *g;
     if (decay_mul != 1.0f) *p *= decay_mul;
-    *m = b1 * *m + (1.0f - b1) * *g;
-    *v = b2 * *v + (1.0f - b2) * *g * *g;
+    *m = b1 * *m + (1.0f - b1) * gc;
+    *v = b2 * *v + (1.0f - b2) * gc * gc;
     float denom = sqrtf(*v) / bc2_sqrt + eps;
     *p -= step_size * *m / denom;
 }

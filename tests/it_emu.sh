@@ -18,6 +18,9 @@
 #     (and fp32, where nothing is skipped) with FT_BF16_SHADOW_ONLY=poison: the tensors the
 #     families mark as read by products only (device.h products_only) keep only their bf16
 #     shadows and their fp32 copies are NaN on both devices, so a reader that is not a product fails;
+#     the fp32 and the poisoned bf16 runs also defer every zero() (FT_CUDA_LAZY_ZERO_MIN=0) and
+#     write a deferred range as NaN (FT_CUDA_LAZY_ZERO=poison), so an op that reads one before the
+#     device wrote its zeros (docs/DEVICES.md "Deferred zeroing") fails;
 #  2. test_device_kernels --device cuda: model/cuda/'s kernel families against the CPU device at
 #     shapes that take each kernel's every path (vector and scalar rows, rows longer than the
 #     registers or shared memory, several column-reduction blocks, lists of odd-sized tensors),
@@ -56,9 +59,9 @@ if [ ! -x $EMU/test_device_compare ] || [ ! -x $EMU/test_device_kernels ]; then
     echo "0 passed, 1 failed"; exit 1
 fi
 run_bin "emulator self-tests" $EMU/test_emu
-run_bin "device_compare fp32, grid cap 7" env FT_EMU_MAX_GRID=7 FT_BF16_SHADOW_ONLY=poison $EMU/test_device_compare --device cuda --steps 5
+run_bin "device_compare fp32, grid cap 7, zeros deferred and poisoned" env FT_EMU_MAX_GRID=7 FT_BF16_SHADOW_ONLY=poison FT_CUDA_LAZY_ZERO=poison FT_CUDA_LAZY_ZERO_MIN=0 $EMU/test_device_compare --device cuda --steps 5
 run_bin "device_compare bf16" env FT_BF16_SHADOW_CHECK=1 FT_CUDA_STAGE_MIN=0 $EMU/test_device_compare --device cuda --precision bf16 --steps 5
-run_bin "device_compare bf16, products-only fp32 copies poisoned" env FT_BF16_SHADOW_ONLY=poison $EMU/test_device_compare --device cuda --precision bf16 --steps 2
+run_bin "device_compare bf16, products-only fp32 copies and deferred zeros poisoned" env FT_BF16_SHADOW_ONLY=poison FT_CUDA_LAZY_ZERO=poison FT_CUDA_LAZY_ZERO_MIN=0 $EMU/test_device_compare --device cuda --precision bf16 --steps 2
 run_bin "kernel families fp32" $EMU/test_device_kernels --device cuda
 run_bin "kernel families bf16" $EMU/test_device_kernels --device cuda --precision bf16
 run_bin "performance counters" $EMU/test_emu_perf

@@ -89,9 +89,14 @@ static int test_stream(void *arg, int *done, char *err, size_t errlen) {
     return 0;
 }
 
-/* The device's queue drained (the model's kernels wrote the buffers), this GPU current. */
+void device_cuda_settle(device_t *d); /* model/device_cuda.cu */
+
+/* The device's queue drained (the model's kernels wrote the buffers), this GPU current. NCCL
+ * reads the buffers outside the device's ops, so the writes the device defers (device_cuda.cu's
+ * deferred zeros: a gradient no op wrote this step still owes its zeros) are done first. */
 static int before(dp_t *dp, char *err, size_t errlen) {
     nccl_state_t *s = dp->trs;
+    device_cuda_settle(dp->dev);
     if (DEV(dp->dev, sync, err, errlen)) return DP_EFAULT;
     cudaError_t e = cudaSetDevice(s->ordinal);
     return e == cudaSuccess ? 0 : cuda_fail(e, err, errlen, "cudaSetDevice");

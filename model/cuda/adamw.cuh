@@ -88,13 +88,13 @@ __global__ void k_sumsq_finish(double *total, const double *part, size_t chunks)
     if (threadIdx.x == 0) *total = t;
 }
 
-/* one block per chunk: AdamW on its elements. g is stored back only when the clip scales it
- * (ops_adamw_element leaves it alone at a clip of 1): 30 bytes an element moved instead of 34
- * on an unclipped step (p, g, m, v read; p, m, v and the bf16 shadow written). The scalars are
+/* one block per chunk: AdamW on its elements, 30 bytes an element moved (p, g, m, v read; p, m,
+ * v and the bf16 shadow written). g is read only (ops_adamw_element clips it in a register): a
+ * clipped step stored it back before, 34 bytes an element (bench/NOTES.md 2026-11-27). The scalars are
  * read from the launch's parameters on a GPU; the emulator's x86-64 call passes the 28-byte
  * struct on the fiber's stack, which its counters report as local memory (no local memory in
  * nvcc's build: bench/NOTES.md) */
-__device__ static inline void mt_adamw1(float *p, float *g, float *m, float *v, const mt_scalars_t &s, float dm) {
+__device__ static inline void mt_adamw1(float *p, const float *g, float *m, float *v, const mt_scalars_t &s, float dm) {
     ops_adamw_element(p, g, m, v, s.clip, dm, s.b1, s.b2, s.eps, s.step_size, s.bc2_sqrt);
 }
 __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
@@ -102,7 +102,8 @@ __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
     const mt_tensor_t *x = &t[mt_tensor_of(t, count, c)];
     const size_t lo = (c - x->chunk0) * OPS_SUMSQ_CHUNK, hi = mt_min(x->n, lo + (size_t)OPS_SUMSQ_CHUNK);
     const float dm = x->decay ? s.decay_mul : 1.0f;
-    float *p = x->p, *g = x->g, *m = x->m, *v = x->v;
+    float *p = x->p, *m = x->m, *v = x->v;
+    const float *g = x->g;
     __nv_bfloat16 *p16 = x->p16;
     if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && ((uintptr_t)p16 & 7u) == 0 && lo % 4 == 0 &&
         (hi - lo) % 4 == 0) {
@@ -113,7 +114,6 @@ __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
 #pragma unroll
             for (int j = 0; j < 4; j++) mt_adamw1(&pp[j], &gg[j], &mm[j], &vv[j], s, dm);
             st4(p + i, make_float4(pp[0], pp[1], pp[2], pp[3]));
-            if (s.clip != 1.0f) st4(g + i, make_float4(gg[0], gg[1], gg[2], gg[3]));
             st4(m + i, make_float4(mm[0], mm[1], mm[2], mm[3]));
             st4(v + i, make_float4(vv[0], vv[1], vv[2], vv[3]));
             if (p16) st4_bf16(p16 + i, pp[0], pp[1], pp[2], pp[3]);

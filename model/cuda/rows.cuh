@@ -178,10 +178,12 @@ __device__ static inline void colred_finish_folded(float *out, int accumulate, u
  * next products read: device_cuda.cu's shadows). res (rmsnorm_backward_res): dx = res + the
  * row's term instead of dx += it (res = dx is the same). tickets (with dw_part): the weight
  * gradient's stage 2 folded in, dw += the partials' sum (colred_finish_folded); NULL: the partials
- * only (k_colred_finish adds them). */
+ * only (k_colred_finish adds them). dw_acc 0: dw = the sum, dw not read (its zeros deferred,
+ * device_cuda.cu: the same bits, a sum from +0 is never -0). */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
 k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *dout, const float *x, const float *w,
-                  const float *rstd, const float *res, int N, int D, int rows_per_block, float *dw, unsigned *tickets) {
+                  const float *rstd, const float *res, int N, int D, int rows_per_block, float *dw, unsigned *tickets,
+                  int dw_acc) {
     __shared__ float4 red[ROW_WARPS][WARP * ROW_VECS];
     __shared__ float4 ws[WARP * ROW_VECS];
     __shared__ int go;
@@ -247,7 +249,7 @@ k_rmsnorm_bwd_vec(float *dx, __nv_bfloat16 *dx16, float *dw_part, const float *d
         }
         st4(dw_part + (size_t)blockIdx.x * D + 4 * v, s);
     }
-    if (tickets) colred_finish_folded(dw, 1, tickets, dw_part, gridDim.x, D, &go);
+    if (tickets) colred_finish_folded(dw, dw_acc, tickets, dw_part, gridDim.x, D, &go);
 }
 /* the general shapes: dx only, one warp per row, scalar */
 __global__ void __launch_bounds__(ROW_WARPS * WARP)
@@ -369,7 +371,7 @@ static inline void colsum_launch(cudaStream_t s, float *out, float *part, unsign
 /* res: NULL (dx +=) or dx = res + the term */
 static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, __nv_bfloat16 *dx16, float *dw, float *part,
                                            unsigned *tickets, const float *dout, const float *x, const float *w, const float *rstd,
-                                           const float *res, int N, int D) {
+                                           const float *res, int N, int D, int dw_acc = 1) {
     if (N <= 0) return;
     if (!res) res = dx;
     const bool vec = D % 4 == 0 && D <= ROW_CACHE_MAX && aligned16(dout) && aligned16(x) && aligned16(w) &&
@@ -378,13 +380,13 @@ static inline void rmsnorm_backward_launch(cudaStream_t s, float *dx, __nv_bfloa
         int nb, rpb;
         colred_split(N, &nb, &rpb);
         LAUNCH(k_rmsnorm_bwd_vec, nb, ROW_WARPS * WARP, 0, s)
-        (dx, dx16, dw ? part : NULL, dout, x, w, rstd, res, N, D, rpb, dw, dw ? tickets : NULL);
-        if (dw && !tickets) LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(dw, part, nb, D, 1);
+        (dx, dx16, dw ? part : NULL, dout, x, w, rstd, res, N, D, rpb, dw, dw ? tickets : NULL, dw_acc);
+        if (dw && !tickets) LAUNCH(k_colred_finish, colred_finish_blocks(D), COLRED_FIN_WARPS * WARP, 0, s)(dw, part, nb, D, dw_acc);
         return;
     }
     if (dx)
         LAUNCH(k_rmsnorm_bwd_dx, blocks_for((size_t)N, ROW_WARPS, 1u << 30), ROW_WARPS * WARP, 0, s)
         (dx, dx16, dout, x, w, rstd, res, N, D);
-    if (dw) colsum_launch(s, dw, part, tickets, dout, x, rstd, N, D, COLRED_RMS_DW, 1);
+    if (dw) colsum_launch(s, dw, part, tickets, dout, x, rstd, N, D, COLRED_RMS_DW, dw_acc);
 }
 #endif

@@ -614,6 +614,122 @@ static void test_colred_finish_folded(void) {
     device_close(&a);
     device_close(&b);
 }
+long device_cuda_zero_claims(const device_t *d);
+
+/* Deferred zeroing (device_cuda.cu, FT_CUDA_LAZY_ZERO=mode, every zero() deferred): a gradient
+ * buffer of three tensors zeroed, then a Linear's weight gradient written by linear_backward_set
+ * (over deferred zeros: beta 0) and accumulated by linear_backward, a norm's weight gradient
+ * written by rmsnorm_backward (over deferred zeros: not read), the third tensor never written
+ * until the norm and AdamW read it (their lists: every deferred range written); and a buffer z
+ * zeroed and read by add_inplace and download (the arguments' scan). out: z, the gradients, y,
+ * the parameters after the update and the norm, downloaded. */
+enum { LZ_N = 24, LZ_IN = 40, LZ_OUT = 36, LZ_U = 20, LZ_G = LZ_OUT * LZ_IN + LZ_IN + LZ_U };
+static int lazy_zero_run(const char *mode, precision_t prec, float *out, long *claims) {
+    setenv("FT_CUDA_LAZY_ZERO", mode, 1);
+    setenv("FT_CUDA_LAZY_ZERO_MIN", "0", 1);
+    char err[256];
+    device_t *d = open_cuda(prec, err, sizeof err);
+    unsetenv("FT_CUDA_LAZY_ZERO"), unsetenv("FT_CUDA_LAZY_ZERO_MIN");
+    if (!d) { CHECK(0, "open: %s", err); return -1; }
+    const int N = LZ_N, IN = LZ_IN, OUT = LZ_OUT;
+    float xh[LZ_N * LZ_IN], dyh[LZ_N * LZ_OUT], wh[LZ_OUT * LZ_IN], ph[LZ_G];
+    for (int i = 0; i < N * IN; i++) xh[i] = (float)((i * 37) % 101 - 50) / 47.0f;
+    for (int i = 0; i < N * OUT; i++) dyh[i] = (float)((i * 29) % 83 - 41) / 53.0f;
+    for (int i = 0; i < OUT * IN; i++) wh[i] = (float)((i * 53) % 89 - 44) / 61.0f;
+    for (int i = 0; i < LZ_G; i++) ph[i] = (float)((i * 17) % 31 - 15) / 29.0f;
+    float *x = DEV(d, alloc, sizeof xh), *dy = DEV(d, alloc, sizeof dyh), *w = DEV(d, alloc, sizeof wh);
+    float *dx = DEV(d, alloc, sizeof xh), *xn = DEV(d, alloc, sizeof xh), *rstd = DEV(d, alloc, sizeof(float) * N);
+    float *y = DEV(d, alloc, sizeof(float) * LZ_U), *g = DEV(d, alloc, sizeof ph), *p = DEV(d, alloc, sizeof ph);
+    float *m = DEV(d, alloc, sizeof ph), *v = DEV(d, alloc, sizeof ph), *z = DEV(d, alloc, sizeof(float) * LZ_U);
+    float *gw = g, *gn = g + OUT * IN, *gu = gn + IN;
+    DEV(d, upload, x, xh, sizeof xh), DEV(d, upload, dy, dyh, sizeof dyh), DEV(d, upload, w, wh, sizeof wh);
+    DEV(d, upload, p, ph, sizeof ph), DEV(d, upload, y, ph, sizeof(float) * LZ_U);
+    const long c0 = device_cuda_zero_claims(d);
+    DEV(d, zero, g, sizeof ph);
+    DEV(d, linear_backward_set, dx, gw, dy, x, w, N, IN, OUT);
+    DEV(d, linear_backward, dx, gw, dy, x, w, N, IN, OUT);
+    DEV(d, rmsnorm_forward, xn, rstd, x, w, N, IN, 1e-5f);
+    DEV(d, rmsnorm_backward, dx, gn, xn, x, w, rstd, N, IN);
+    DEV(d, upload, z, ph, sizeof(float) * LZ_U);
+    DEV(d, zero, z, sizeof(float) * LZ_U);
+    DEV(d, add_inplace, y, z, LZ_U);
+    DEV(d, download, out + LZ_G, z, sizeof(float) * LZ_U);
+    const float *lst[3] = {gw, gn, gu};
+    const size_t len[3] = {(size_t)OUT * IN, IN, LZ_U};
+    const double ss = DEV(d, sumsq_multi, lst, len, 3);
+    adamw_tensor_t t[3] = {{p, gw, m, v, len[0], 1}, {p + len[0], gn, m + len[0], v + len[0], len[1], 0},
+                           {p + len[0] + len[1], gu, m + len[0] + len[1], v + len[0] + len[1], len[2], 0}};
+    const adamw_scalars_t sc = {.clip = 0.5f, .decay_mul = 0.999f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                .step_size = 0.05f, .bc2_sqrt = 1.0f};
+    DEV(d, adamw_update_multi, t, 3, &sc);
+    DEV(d, download, out, g, sizeof ph);
+    DEV(d, download, out + LZ_G + LZ_U, y, sizeof(float) * LZ_U);
+    DEV(d, download, out + LZ_G + 2 * LZ_U, p, sizeof ph);
+    out[2 * LZ_G + 2 * LZ_U] = (float)ss;
+    *claims = device_cuda_zero_claims(d) - c0;
+    const int rc = DEV(d, sync, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", mode, err);
+    void *all[] = {x, dy, w, dx, xn, rstd, y, g, p, m, v, z};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) DEV(d, free, all[i]);
+    device_close(&d);
+    return rc;
+}
+static void test_lazy_zero(void) {
+    enum { NOUT = 2 * LZ_G + 2 * LZ_U + 1 };
+    static float ref[NOUT], got[NOUT];
+    for (int prec = 0; prec < 2; prec++) {
+        const precision_t pr = prec ? PRECISION_BF16 : PRECISION_FP32;
+        long c_ref = -1, c = -1;
+        if (lazy_zero_run("0", pr, ref, &c_ref)) return;
+        CHECK(c_ref == 0, "FT_CUDA_LAZY_ZERO=0: no product over deferred zeros (%ld)", c_ref);
+        int zero_u = 1;
+        for (int i = 0; i < LZ_U; i++) zero_u &= ref[LZ_G + i] == 0.0f && ref[LZ_OUT * LZ_IN + LZ_IN + i] == 0.0f;
+        CHECK(zero_u, "the zeroed buffers never written read as zeros");
+        const char *modes[] = {"1", "poison"};
+        for (int k = 0; k < 2; k++) {
+            memset(got, 0, sizeof got);
+            if (lazy_zero_run(modes[k], pr, got, &c)) return;
+            CHECK(c == 2, "%s %s: the first weight gradient and the norm's written over deferred zeros (%ld, not 2)",
+                  modes[k], prec ? "bf16" : "fp32", c);
+            size_t bad = 0;
+            for (int i = 0; i < NOUT; i++) bad += memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+            CHECK(bad == 0, "%s %s: %zu of %d values differ from zeros written at once (gradients, reads, update, norm)",
+                  modes[k], prec ? "bf16" : "fp32", bad, NOUT);
+        }
+    }
+}
+
+void device_cuda_settle(device_t *d);
+
+/* A reader outside the device's ops (NCCL in trainer/dp_nccl.c) sees a deferred zero() only
+ * after device_cuda_settle: the bytes read raw (cudaMemcpy, which the ops' scan does not see)
+ * are the old values before it and zeros after it. */
+static void test_settle_writes_deferred_zeros(void) {
+    setenv("FT_CUDA_LAZY_ZERO", "1", 1);
+    setenv("FT_CUDA_LAZY_ZERO_MIN", "0", 1);
+    char err[256];
+    device_t *d = open_cuda(PRECISION_FP32, err, sizeof err);
+    unsetenv("FT_CUDA_LAZY_ZERO"), unsetenv("FT_CUDA_LAZY_ZERO_MIN");
+    if (!d) { CHECK(0, "open: %s", err); return; }
+    enum { N = 1000 };
+    static float h[N], raw[N];
+    for (int i = 0; i < N; i++) h[i] = 1.0f + (float)i;
+    float *g = DEV(d, alloc, sizeof h);
+    DEV(d, upload, g, h, sizeof h);
+    DEV(d, zero, g, sizeof h);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    cudaMemcpy(raw, g, sizeof raw, cudaMemcpyDeviceToHost);
+    CHECK(raw[0] == 1.0f && raw[N - 1] == (float)N, "the zero was deferred (raw %g %g): the case tests something", raw[0], raw[N - 1]);
+    device_cuda_settle(d);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    cudaMemcpy(raw, g, sizeof raw, cudaMemcpyDeviceToHost);
+    int nz = 0;
+    for (int i = 0; i < N; i++) nz += raw[i] != 0.0f;
+    CHECK(nz == 0, "after device_cuda_settle every byte is zero (%d of %d not)", nz, N);
+    DEV(d, free, g);
+    device_close(&d);
+}
+
 int main(void) {
     RUN(test_open_checks_every_call);
     RUN(test_gemm_timer_checks_events);
@@ -626,6 +742,8 @@ int main(void) {
     RUN(test_products_only_dlogits);
     RUN(test_finish_in_last_block);
     RUN(test_colred_finish_folded);
+    RUN(test_lazy_zero);
     RUN(test_attention_split_repeats);
+    RUN(test_settle_writes_deferred_zeros);
     return check_summary();
 }
