@@ -10,34 +10,25 @@
 /* The row loops are built per level (ops_clones.h) without FMA contraction (the Makefile:
  * a rotation is two products and a sum, which contraction would round once less), so every
  * level gives the baseline's bits, faster (they were only built for x86-64-v2). */
-/* One head's rotation (ops_rope_rotate's expressions, in its order) with the bf16 of each output
- * (o16: NULL for none) in the same loop. out and x never overlap here (the split writes q and k
- * apart from the fused rows, the join the fused rows from dq and dk), so the loop is declared
- * vectorisable: GCC at -O2 kept ops_rope_rotate scalar (out may alias x there), 1.3 ns an element
- * of the split at config M; without contraction (the Makefile) each lane gives the scalar bits. */
+/* One head's rotation (ops_rope_rotate's expressions, in its order), then the bf16 of its outputs
+ * (o16: NULL for none) while they are in L1. out and x never overlap here (the split writes q
+ * and k apart from the fused rows, the join the fused rows from dq and dk), so the loop is
+ * declared vectorisable: GCC at -O2 kept ops_rope_rotate scalar (out may alias x there), 1.3 ns
+ * an element of the split at config M; without contraction (the Makefile) each lane gives the
+ * scalar bits. */
 static inline __attribute__((always_inline)) void qkv_rotate16(float *restrict out, uint16_t *restrict o16,
                                                                const float *restrict x,
                                                                const float *restrict cs,
                                                                const float *restrict sn, int hd,
                                                                float sign) {
     const int h = hd / 2;
-    if (o16) {
-        OPS_SIMD
-        for (int i = 0; i < h; i++) {
-            const float a = x[i], b = x[i + h], c = cs[i], s = sign * sn[i];
-            out[i] = a * c - b * s;
-            out[i + h] = b * c + a * s;
-            o16[i] = ops_bf16_from_float(out[i]);
-            o16[i + h] = ops_bf16_from_float(out[i + h]);
-        }
-    } else {
-        OPS_SIMD
-        for (int i = 0; i < h; i++) {
-            const float a = x[i], b = x[i + h], c = cs[i], s = sign * sn[i];
-            out[i] = a * c - b * s;
-            out[i + h] = b * c + a * s;
-        }
+    OPS_SIMD
+    for (int i = 0; i < h; i++) {
+        const float a = x[i], b = x[i + h], c = cs[i], s = sign * sn[i];
+        out[i] = a * c - b * s;
+        out[i + h] = b * c + a * s;
     }
+    if (o16) ops_bf16_pack_row(o16, out, (size_t)hd);
 }
 
 OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uint16_t *k16,
