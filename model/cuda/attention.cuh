@@ -8,10 +8,11 @@
  * tiles of BK rows are staged in shared memory; S = Q K^T lands in each warp's registers in
  * the mma layout (mma.cuh), the online softmax (ops_online_softmax's rescaling: running max
  * m, sum l, the accumulator scaled by exp(m_old - m_new)) runs on those registers, and
- * O += P V follows from the same registers. Only the row's log-sum-exp is kept.
+ * O += P V follows from the same registers. Only the row's log-sum-exp is kept. At bf16 the
+ * output's bf16 shadow (device_cuda.cu) is stored beside it, for the output projection.
  *
  * Backward, atomic-free, in two passes so that every gradient row has one writer: D = rowsum
- * (dO o O) (k_att_rowdot); dK, dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) and
+ * (dO o O) (k_att_rowdot, which also stores dO's bf16 shadow, read by the two passes); dK, dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) and
  * walks every query head of the group and every query tile that sees those keys, in order,
  * recomputing P = exp(S - lse) and dS = P (dP - D) scale, accumulating dV += P^T dO and
  * dK += dS^T Q in registers; dQ (k_att_bwd_dq): a block owns 64 query rows of (b, h) and
@@ -462,28 +463,58 @@ __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], f
             }
     }
 }
-/* out = O / l, lse = m + log l for the warp's rows i0w + g, + 8 (a row that saw no key: out 0,
- * lse +inf) */
+/* A warp's row (of the C layout: lane t holds columns 8 jd + 2 t, + 1 of each group jd, in r) as
+ * bf16 into row16, hd % 4 == 0 and row16 8-byte aligned: lanes t and t ^ 1 swap halves so that
+ * each stores 4 bf16 (8 bytes) and a row's 4 lanes fill the 32-byte sector of two column groups,
+ * not half of each (every lane calls this, for the shuffle; ok: the row exists) */
 template <int DT>
-__device__ static inline void att_fwd_out(float *out, float *lse, const float o[DT][4], const float m[2], const float l[2],
-                                          int b, int h, int i0w, int Tq, int H, int hd, int g, int t) {
+__device__ static inline void att_row16(__nv_bfloat16 *row16, const float r[DT][2], int hd, int t, bool ok) {
+    static_assert(DT % 2 == 0, "column groups in pairs");
+    #pragma unroll
+    for (int jd = 0; jd < DT; jd += 2) {
+        const uint32_t a = pack_bf16(r[jd][0], r[jd][1]), b = pack_bf16(r[jd + 1][0], r[jd + 1][1]);
+        const uint32_t got = __shfl_xor_sync(FULL_MASK, (t & 1) ? a : b, 1);
+        if (!ok) continue;
+        if (t & 1) { /* group jd + 1's columns 2 (t - 1) .. + 3 */
+            if (8 * (jd + 1) + 2 * (t - 1) < hd) *(uint2 *)(row16 + 8 * (jd + 1) + 2 * (t - 1)) = make_uint2(got, b);
+        } else if (8 * jd + 2 * t < hd) /* group jd's columns 2 t .. + 3 */
+            *(uint2 *)(row16 + 8 * jd + 2 * t) = make_uint2(a, got);
+    }
+}
+/* out = O / l, lse = m + log l for the warp's rows i0w + g, + 8 (a row that saw no key: out 0,
+ * lse +inf); out16 (or NULL): out's bf16 shadow (device_cuda.cu), the rounding of the values
+ * stored in out, written beside them (8-byte stores by att_row16 when hd % 4 == 0 and out16 is
+ * 8-byte aligned, else one bf16 at a time) */
+template <int DT>
+__device__ static inline void att_fwd_out(float *out, __nv_bfloat16 *out16, float *lse, const float o[DT][4],
+                                          const float m[2], const float l[2], int b, int h, int i0w, int Tq, int H,
+                                          int hd, int g, int t) {
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         float lt = l[rr] + __shfl_xor_sync(FULL_MASK, l[rr], 1);
         lt += __shfl_xor_sync(FULL_MASK, lt, 2);
         const int i = i0w + g + 8 * rr;
-        if (i >= Tq) continue;
+        const bool ok = i < Tq;
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-        float *orow = out + ((size_t)b * Tq + i) * H * hd + (size_t)h * hd;
+        const size_t ro = ((size_t)b * Tq + i) * H * hd + (size_t)h * hd;
+        float y[DT][2];
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) y[jd][0] = o[jd][2 * rr] * inv, y[jd][1] = o[jd][2 * rr + 1] * inv;
+        if (out16 && hd % 4 == 0 && ((uintptr_t)out16 & 7u) == 0) att_row16<DT>(out16 + ro, y, hd, t, ok);
+        if (!ok) continue;
+        float *orow = out + ro;
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) {
             const int c = 8 * jd + 2 * t;
-            const float y0 = o[jd][2 * rr] * inv, y1 = o[jd][2 * rr + 1] * inv;
             if (hd % 2 == 0 && aligned16(out)) {
-                if (c < hd) st2(orow + c, make_float2(y0, y1));
+                if (c < hd) st2(orow + c, make_float2(y[jd][0], y[jd][1]));
             } else {
-                if (c < hd) orow[c] = y0;
-                if (c + 1 < hd) orow[c + 1] = y1;
+                if (c < hd) orow[c] = y[jd][0];
+                if (c + 1 < hd) orow[c + 1] = y[jd][1];
+            }
+            if (out16 && !(hd % 4 == 0 && ((uintptr_t)out16 & 7u) == 0)) {
+                if (c < hd) out16[ro + c] = to_bf16(y[jd][0]);
+                if (c + 1 < hd) out16[ro + c + 1] = to_bf16(y[jd][1]);
             }
         }
         if (t == 0) lse[((size_t)b * H + h) * Tq + i] = lt > 0.0f ? m[rr] + logf(lt) : INFINITY;
@@ -602,9 +633,9 @@ __device__ static inline void att_fwd_merge(float4 *red, float o[DT][4], float m
  * the key and value tiles are double-buffered as in att_dkdv_bf (the next tile's loads in
  * flight during the products, one barrier per tile), P V from the row-major value tile. */
 template <int HD>
-__device__ static inline void att_fwd_bf(float *out, float *lse, const float *q, const float *k, const float *v, int Tq,
-                                         int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
-                                         const att_bf16_t &c16) {
+__device__ static inline void att_fwd_bf(float *out, __nv_bfloat16 *out16, float *lse, const float *q, const float *k,
+                                         const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
+                                         float scale, const att_bf16_t &c16) {
     typedef att_cfg<HD, true> C;
     typedef att_fwd_cfg<HD, true> S;
     /* W4 warps per share; a share's NS column tiles of 8 keys, KSH keys, of each key tile */
@@ -649,14 +680,14 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
         att_fwd_merge<C::DT, S::SPLIT>((float4 *)smem, o, m, l, wk, wq, lane);
         if (wq) return;
     }
-    att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * wk, Tq, H, hd, g, t);
+    att_fwd_out<C::DT>(out, out16, lse, o, m, l, b, h, i0 + 16 * wk, Tq, H, hd, g, t);
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(att_fwd_cfg<HD, BF>::NTH, att_fwd_cfg<HD, BF>::MINB)
-k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
-          int hd, int causal, int window, float scale, att_bf16_t c16) {
+k_att_fwd(float *out, __nv_bfloat16 *out16, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk,
+          int H, int Hkv, int hd, int causal, int window, float scale, att_bf16_t c16) {
     if constexpr (BF) {
-        att_fwd_bf<HD>(out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        att_fwd_bf<HD>(out, out16, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
         return;
     } else { /* the fp32 engine: Q, K and V tiles row-major in shared memory, single-buffered */
         typedef att_cfg<HD, false> C;
@@ -691,18 +722,25 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
             att_softmax_tile<C::NT, C::DT, false>(s, o, m, l, lo, hi, k0, scale, t);
             att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), sV, C::LD, g, t);
         }
-        att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
+        att_fwd_out<C::DT>(out, NULL, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
     }
 }
 
-/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h), in memory order ---- */
-__global__ void k_att_rowdot(float *Drow, const float *dout, const float *out, int Tq, int H, int hd, size_t items) {
+/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h), in memory order; dout16 (or NULL):
+ * dout's bf16 shadow (device_cuda.cu), written in the same pass from the values read ---- */
+__global__ void k_att_rowdot(float *Drow, __nv_bfloat16 *dout16, const float *dout, const float *out, int Tq, int H,
+                             int hd, size_t items) {
     const size_t it = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (it >= items) return;
     const int lane = threadIdx.x % WARP;
     const float *a = dout + it * hd, *o = out + it * hd;
+    __nv_bfloat16 *a16 = dout16 ? dout16 + it * hd : NULL;
     float s = 0.0f;
-    for (int d = lane; d < hd; d += WARP) s += a[d] * o[d];
+    for (int d = lane; d < hd; d += WARP) {
+        const float x = a[d];
+        s += x * o[d];
+        if (a16) a16[d] = to_bf16(x);
+    }
     s = warp_sum(s);
     const size_t h = it % H, bi = it / H, i = bi % Tq, b = bi / Tq;
     if (lane == 0) Drow[(b * H + h) * Tq + i] = s;
@@ -768,17 +806,7 @@ __device__ static inline void att_join_row(float *row, __nv_bfloat16 *row16, con
     if (ok)
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) st2(row + 8 * jd + 2 * t, make_float2(r[jd][0], r[jd][1]));
-    if (!row16) return;
-    #pragma unroll
-    for (int jd = 0; jd < DT; jd += 2) {
-        const uint32_t a = pack_bf16(r[jd][0], r[jd][1]), b = pack_bf16(r[jd + 1][0], r[jd + 1][1]);
-        const uint32_t got = __shfl_xor_sync(FULL_MASK, (t & 1) ? a : b, 1);
-        if (!ok) continue;
-        if (t & 1) /* group jd + 1's columns 2 (t - 1) .. + 3 */
-            *(uint2 *)(row16 + 8 * (jd + 1) + 2 * (t - 1)) = make_uint2(got, b);
-        else /* group jd's columns 2 t .. + 3 */
-            *(uint2 *)(row16 + 8 * jd + 2 * t) = make_uint2(a, got);
-    }
+    if (row16) att_row16<DT>(row16, r, 8 * DT, t, ok);
 }
 /* the host's check for the fused store (hd == the kernels' padded HD, aligned rows and tables) */
 static inline bool attention_join_ok(const att_join_t &jo, int hd) {
@@ -1322,26 +1350,27 @@ static inline int att_pad_hd(int hd) {
     return hd <= 0 ? 0 : hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= ATT_MAX_HD ? 128 : 0;
 }
 template <int HD, bool BF>
-static inline cudaError_t att_forward_t(cudaStream_t s, float *out, float *lse, const float *q, const float *k,
-                                        const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal,
-                                        int window, att_bf16_t c16) {
+static inline cudaError_t att_forward_t(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *lse, const float *q,
+                                        const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
+                                        int causal, int window, att_bf16_t c16) {
     const size_t smem = att_fwd_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_fwd<HD, BF>, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((Tq + 63) / 64, H, B);
-    void (*kern)(float *, float *, const float *, const float *, const float *, int, int, int, int,
+    void (*kern)(float *, __nv_bfloat16 *, float *, const float *, const float *, const float *, int, int, int, int,
                  int, int, int, float, att_bf16_t) = k_att_fwd<HD, BF>;
     const char *nm = att_kname<HD, BF>(0);
     const int nth = att_fwd_cfg<HD, BF>::NTH;
     LAUNCH_AS(kern, nm, grid, nth, smem, s)
-    (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd), BF ? c16 : att_bf16_t{});
+    (out, BF ? out16 : NULL, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd),
+     BF ? c16 : att_bf16_t{});
     return cudaSuccess;
 }
 template <int HD, bool BF>
 static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, float *dv, float *Drow,
-                                         const float *dout, const float *out, const float *lse, const float *q,
-                                         const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv,
-                                         int hd, int causal, int window, att_bf16_t c16, att_join_t jo) {
+                                         __nv_bfloat16 *dout16, const float *dout, const float *out, const float *lse,
+                                         const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H,
+                                         int Hkv, int hd, int causal, int window, att_bf16_t c16, att_join_t jo) {
     if (!BF) c16 = att_bf16_t{};
     const size_t s_kv = att_dkdv_smem<HD, BF>(), s_q = att_dq_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_bwd_dkdv<HD, BF>, s_kv);
@@ -1349,7 +1378,7 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t items = (size_t)B * Tq * H;
-    LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout, out, Tq, H, hd, items);
+    LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout16, dout, out, Tq, H, hd, items);
     if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
         const dim3 grid((Tk + 63) / 64, Hkv, B);
@@ -1377,24 +1406,26 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
      : HDP == 64  ? (bf ? fn<64, true>(__VA_ARGS__) : fn<64, false>(__VA_ARGS__))                  \
                   : (bf ? fn<128, true>(__VA_ARGS__) : fn<128, false>(__VA_ARGS__)))
 /* hd <= ATT_MAX_HD (att_pad_hd(hd) != 0); bf: the tensor-core engine */
-static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float *out, float *lse, const float *q,
-                                                   const float *k, const float *v, int B, int Tq, int Tk, int H,
-                                                   int Hkv, int hd, int causal, int window, att_bf16_t c16) {
+static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float *out, __nv_bfloat16 *out16, float *lse,
+                                                   const float *q, const float *k, const float *v, int B, int Tq,
+                                                   int Tk, int H, int Hkv, int hd, int causal, int window,
+                                                   att_bf16_t c16) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
-    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
+    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, out16, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
 }
-/* Drow: B * H * Tq floats of scratch; jo.out set (attention_join_ok, Tq = Tk): the gradients go
- * into the fused rows, dq, dk, dv are not touched */
+/* Drow: B * H * Tq floats of scratch; dout16 (or NULL): dout's bf16 shadow, written by k_att_rowdot
+ * (c16.dout may point at it: the passes after rowdot read it); jo.out set (attention_join_ok,
+ * Tq = Tk): the gradients go into the fused rows, dq, dk, dv are not touched */
 static inline cudaError_t attention_backward_launch(cudaStream_t s, int bf, float *dq, float *dk, float *dv,
-                                                    float *Drow, const float *dout, const float *out,
-                                                    const float *lse, const float *q, const float *k,
+                                                    float *Drow, __nv_bfloat16 *dout16, const float *dout,
+                                                    const float *out, const float *lse, const float *q, const float *k,
                                                     const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
                                                     int causal, int window, att_bf16_t c16,
                                                     att_join_t jo = att_join_t{}) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
-    return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
+    return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout16, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
                         hd, causal, window, c16, jo);
 }
 static inline cudaError_t attention_rows_launch(cudaStream_t s, float *out, const float *q, const float *kc,
