@@ -504,7 +504,7 @@ static void test_finish_in_last_block(void) {
  * shared memory: attention.cuh ATT_*_SPLIT) twice in a row -- the emulator's blocks and threads
  * run in another random order each launch -- over many blocks: out, lse, dq, dk, dv the same bits.
  * Causal with a window, grouped-query, T not a multiple of 64, and Tq < Tk. */
-enum { AB = 2, AH = 4, AHKV = 2, AQ = 77, AK = 141, AMAXD = 64 };
+enum { AB = 2, AH = 4, AHKV = 2, AQ = 77, AK = 141, AMAXT = 300, AMAXD = 64 };
 static void attention_repeat_case(device_t *d, int hd, int Tq, int Tk, int window, float *res /* 2 x 5 parts */) {
     const size_t nq = (size_t)AB * Tq * AH * hd, nk = (size_t)AB * Tk * AHKV * hd, nl = (size_t)AB * AH * Tq;
     float *h = malloc(sizeof(float) * (nq + 2 * nk + nq));
@@ -516,7 +516,7 @@ static void attention_repeat_case(device_t *d, int hd, int Tq, int Tk, int windo
     DEV(d, upload, k, h + nq, sizeof(float) * nk);
     DEV(d, upload, v, h + nq + nk, sizeof(float) * nk);
     DEV(d, upload, dout, h + nq + 2 * nk, sizeof(float) * nq);
-    const size_t part = (size_t)AB * AK * AH * AMAXD; /* room for the largest result */
+    const size_t part = (size_t)AB * AMAXT * AH * AMAXD; /* room for the largest result */
     for (int rep = 0; rep < 2; rep++) {
         float *r = res + rep * 5 * part;
         DEV(d, zero, dq, sizeof(float) * nq);
@@ -534,18 +534,31 @@ static void attention_repeat_case(device_t *d, int hd, int Tq, int Tk, int windo
     DEV(d, free, q), DEV(d, free, k), DEV(d, free, v), DEV(d, free, dout), DEV(d, free, out), DEV(d, free, lse),
         DEV(d, free, dq), DEV(d, free, dk), DEV(d, free, dv);
 }
+/* the block size of the last k_att_fwd<64,bf16> launch */
+static unsigned fwd64_threads;
+static void watch_fwd64(const emu_launch_info_t *l, int end, void *user) {
+    (void)user;
+    if (!end && !strcmp(l->kernel, "k_att_fwd<64,bf16>")) fwd64_threads = l->block[0] * l->block[1] * l->block[2];
+}
 static void test_attention_split_repeats(void) {
     char err[256];
     device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
     CHECK(d != NULL, "open: %s", d ? d->name : err);
     if (!d) return;
-    const size_t part = (size_t)AB * AK * AH * AMAXD;
+    const size_t part = (size_t)AB * AMAXT * AH * AMAXD;
     float *res = calloc(10 * part, sizeof(float));
-    const struct { int hd, Tq, Tk, window; } cases[] = {{64, AQ, AQ, 40}, {64, AQ, AK, 0}, {32, AK, AK, 70}};
+    /* the last: 3 of the bf16 forward's wide blocks (ATT_FWD_WIDE: 128 queries, 3 warps a tile
+     * per 32, their softmax states merged in shared memory), the last one's last warps idle */
+    const struct { int hd, Tq, Tk, window; } cases[] = {{64, AQ, AQ, 40}, {64, AQ, AK, 0}, {32, AK, AK, 70}, {64, AMAXT, AMAXT, 0}};
     const char *parts[5] = {"out", "lse", "dq", "dk", "dv"};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         memset(res, 0, sizeof(float) * 10 * part);
+        emu_set_launch_hook(watch_fwd64, NULL);
+        fwd64_threads = 0;
         attention_repeat_case(d, cases[c].hd, cases[c].Tq, cases[c].Tk, cases[c].window, res);
+        emu_set_launch_hook(NULL, NULL);
+        if (cases[c].hd == 64)
+            CHECK(fwd64_threads == 384, "hd 64: the forward's wide blocks ran (ATT_FWD_WIDE: 384 threads, got %u)", fwd64_threads);
         for (int i = 0; i < 5; i++)
             CHECK(!memcmp(res + i * part, res + (5 + i) * part, sizeof(float) * part),
                   "hd %d Tq %d Tk %d window %d: %s the same bits twice", cases[c].hd, cases[c].Tq, cases[c].Tk,
