@@ -183,6 +183,10 @@ static void test_attention(void) {
      * half of a tile sees no key (causal, windows), Tq < Tk, T not a multiple of 64, GQA */
     attention_case(2, 77, 141, 4, 1, 64, 1, 0);
     attention_case(1, 200, 200, 4, 2, 32, 1, 70);
+    /* the bf16 forward's wide blocks (ATT_FWD_WIDE: 128 queries, 32 a warp, 48-key tiles split
+     * between 3 warps): a last block whose last warps have no row, non-causal with Tq > Tk */
+    attention_case(1, 300, 300, 2, 1, 64, 1, 0);
+    attention_case(1, 150, 90, 2, 2, 64, 0, 0);
 }
 static void test_attention_rows(void) {
     enum { N = 3, H = 4, Hkv = 2, hd = 16, S = 80 };
