@@ -15,9 +15,13 @@
  * walks every query head of the group and every query tile that sees those keys, in order,
  * recomputing P = exp(S - lse) and dS = P (dP - D) scale, accumulating dV += P^T dO and
  * dK += dS^T Q in registers; dQ (k_att_bwd_dq): a block owns 64 query rows of (b, h) and
- * walks the key tiles, dQ += dS K. Results are added (+=) to dq, dk, dv once, at the end:
- * the same bits on every run. Or (att_join_t) stored into the fused q|k|v rows' gradient,
- * dq and dk rotated back on the way: no zeroing before and no join pass after.
+ * walks the key tiles, dQ += dS K. Or, where the device gives a buffer for it (ATT_DQ_FROM_DS:
+ * bf16, hd 64, causal with Tq = Tk; att_ds_tiles), dK/dV stores the dS it multiplied (bf16, the
+ * lower triangle's 64 x 64 tiles only) and the dQ pass is k_att_bwd_dq_ds: dQ += dS K over the
+ * key tiles in order, from that dS and K alone -- one product instead of three and no
+ * exponentials, for dS's bytes written once and read once. Results are added (+=) to dq, dk, dv
+ * once, at the end: the same bits on every run. Or (att_join_t) stored into the fused q|k|v rows'
+ * gradient, dq and dk rotated back on the way: no zeroing before and no join pass after.
  *
  * Split tiles (bf16, hd 32 and 64; ATT_FWD_SPLIT, ATT_DKDV_SPLIT, ATT_DQ_SPLIT, 2 by default):
  * the three kernels' blocks have 8 warps, two per 16 rows, each taking half of every streamed
@@ -140,6 +144,24 @@
 #ifndef ATT_DQ_SPLIT_MIN_BLOCKS
 #define ATT_DQ_SPLIT_MIN_BLOCKS 2
 #endif
+/* dQ from the dS that the dK/dV pass computed (ATT_DQ_FROM_DS, 1 by default): where
+ * attention_ds_bytes is not 0 (bf16, hd 33..64, causal with Tq = Tk and no window that cuts) and the
+ * device gives it a buffer of that size, k_att_bwd_dkdv stores dS (bf16: the rounding its own
+ * dK += dS^T Q uses) for every (query tile, key tile) pair of the causal lower triangle and
+ * k_att_bwd_dq_ds forms dQ = dS K from it -- one product where k_att_bwd_dq recomputes S, dP and
+ * dS (three products and the exponentials) from Q, dO, K and V. ATT_DQ_DS_BQ query rows a block
+ * (64 or 128: the key tiles are read once per block), two warps per 16 of them (each taking half of
+ * every key tile's 16-key blocks), compiled for ATT_DQ_DS_MIN_BLOCKS blocks a SM. 0: k_att_bwd_dq
+ * always (the device's $FT_CUDA_ATT_DQ_DS=0 does the same at run time). */
+#ifndef ATT_DQ_FROM_DS
+#define ATT_DQ_FROM_DS 1
+#endif
+#ifndef ATT_DQ_DS_BQ
+#define ATT_DQ_DS_BQ 128
+#endif
+#ifndef ATT_DQ_DS_MIN_BLOCKS
+#define ATT_DQ_DS_MIN_BLOCKS 2
+#endif
 #define ATT_MAX_HD 128
 
 /* tile shapes of the forward and the dQ pass (per block: BQ queries; key tiles of BK) */
@@ -181,6 +203,24 @@ template <int HD, bool BF> struct att_bwd_cfg {
     static constexpr int MINB = SPLIT > 1 ? ATT_DKDV_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1;
     static_assert(ATT_DKDV_PARTS % SPLIT == 0, "whole parts per warp");
 };
+
+/* dS as the dK/dV pass stores it for the dQ pass (ATT_DQ_FROM_DS; causal, Tq = Tk = T): per
+ * (b, h) the lower-triangular 64 x 64 tiles (query tile qi, key tile kj <= qi) only, tile
+ * qi (qi + 1) / 2 + kj; a tile is 16 blocks of 16 queries x 16 keys, block 4 qq + kq (queries
+ * 16 qq .., keys 16 kq ..; a dQ warp's 4 blocks together) of 512 bytes: lane l's 16 bytes at 16 l,
+ * the A fragment of dS^T (keys x queries) that dK/dV's warp of keys 16 kq .. multiplies into
+ * dK += dS^T Q -- dS^T[key g][queries 2t, 2t+1], [g + 8][2t ..], [g][2t + 8 ..], [g + 8][2t + 8 ..]
+ * (mma.cuh's A layout) --: one 16-byte store per lane there, 512 contiguous bytes a warp, and one
+ * 16-byte load per lane in the dQ pass. Rows and keys past T hold zeros (dS is 0 where not
+ * visible). */
+__host__ __device__ static inline size_t att_ds_tiles(int T) {
+    const size_t nt = ((size_t)T + 63) / 64;
+    return nt * (nt + 1) / 2;
+}
+/* the block blk (0..15) of tile (qi, kj) of (b, h), in 512-byte blocks from the buffer's start */
+__host__ __device__ static inline size_t att_ds_block(int b, int h, int H, int T, int qi, int kj, int blk) {
+    return (((size_t)b * H + h) * att_ds_tiles(T) + (size_t)qi * (qi + 1) / 2 + kj) * 16 + blk;
+}
 
 /* The bf16 copies of the inputs (device_cuda.cu's shadows: q, k, v and dout rounded once, the
  * values att_ld16's rounding gives) for the bf16 kernels, or NULL each: a tile is then loaded from
@@ -342,24 +382,50 @@ __device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS
  * of LD = HD + 8 bf16 put a matrix's 8 rows in distinct banks: one wavefront per matrix, half
  * the wavefronts of the two 16-bit loads per register the tile took before (and no transposed
  * copy of the tile). Per output tile the products run over kk in order, as before. */
-template <int NT, int DT>
-__device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
-                                        int t) {
+/* P's registers (the warp's 16 rows x 16 KP columns, C layout of 2 KP column tiles) packed to bf16
+ * as A fragments, one per 16 columns: the rounding every product from P's registers uses */
+template <int KP>
+__device__ static inline void att_pack_a(uint32_t a[KP][4], const float P[2 * KP][4]) {
+#pragma unroll
+    for (int kk = 0; kk < KP; kk++) {
+        a[kk][0] = pack_bf16(P[2 * kk][0], P[2 * kk][1]), a[kk][1] = pack_bf16(P[2 * kk][2], P[2 * kk][3]);
+        a[kk][2] = pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]), a[kk][3] = pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3]);
+    }
+}
+/* out[jd] += A (KP fragments: the warp's 16 rows x 16 KP columns) times B (rows 16 kk .. of the
+ * row-major bf16 tile B[k][n], ld). A B fragment register holds B[2t][n] and B[2t+1][n], two rows
+ * apart: ldmatrix.trans (mma.cuh) gives them from the row-major tile, the fragments of two column
+ * tiles jd, jd + 1 at once -- matrices (rows 16 kk .. + 7, columns 8 jd ..), (rows + 8, 8 jd),
+ * (rows 16 kk, 8 (jd + 1)), (+ 8, 8 (jd + 1)); lane l points at row 16 kk + 8 (l / 8 % 2) + l % 8,
+ * column 8 (jd + l / 16). Rows of LD = HD + 8 bf16 put a matrix's 8 rows in distinct banks: one
+ * wavefront per matrix, half the wavefronts of the two 16-bit loads per register the tile took
+ * before (and no transposed copy of the tile). Per output tile the products run over kk in order. */
+template <int KP, int DT>
+__device__ static inline void att_pv_rm_a(float out[DT][4], const uint32_t a[KP][4], const __nv_bfloat16 *B, int ld,
+                                          int g, int t) {
     static_assert(DT % 2 == 0, "column tiles in pairs");
     const int lane = 4 * g + t;
     const __nv_bfloat16 *p = B + (8 * ((lane >> 3) & 1) + (lane & 7)) * ld + 8 * (lane >> 4);
 #pragma unroll
-    for (int kk = 0; kk < NT / 2; kk++) {
-        const uint32_t a[4] = {pack_bf16(P[2 * kk][0], P[2 * kk][1]), pack_bf16(P[2 * kk][2], P[2 * kk][3]),
-                               pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]),
-                               pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3])};
+    for (int kk = 0; kk < KP; kk++)
 #pragma unroll
         for (int jd = 0; jd < DT; jd += 2) {
             uint32_t b[4];
             ldsm_x4_t(b, p + 16 * kk * ld + 8 * jd);
-            mma_bf16(out[jd], a, b[0], b[1]);
-            mma_bf16(out[jd + 1], a, b[2], b[3]);
+            mma_bf16(out[jd], a[kk], b[0], b[1]);
+            mma_bf16(out[jd + 1], a[kk], b[2], b[3]);
         }
+}
+/* out[jd] += P (registers in the C layout of NT column tiles) times B: att_pv_rm_a on P packed,
+ * 16 columns at a time (each fragment packed just before its products) */
+template <int NT, int DT>
+__device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
+                                        int t) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+        uint32_t a[1][4];
+        att_pack_a<1>(a, P + 2 * kk);
+        att_pv_rm_a<1, DT>(out, a, B + 16 * kk * ld, ld, g, t);
     }
 }
 /* The fp32 engine's P V: P goes through the warp's buffer pw (16 rows of nk + 1 floats),
@@ -904,10 +970,10 @@ __device__ static inline void att_dkdv_ds(float st[NTQ][4], float dpt[NTQ][4], c
  * rows' lse and D) double-buffered: tile n + 1 is loaded into registers before the products of
  * tile n, stored into the other buffer after them, and one barrier per tile separates the two. */
 template <int HD>
-__device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, const float *k, const float *v,
-                                          const float *dout, const float *lse, const float *Drow, int Tq, int Tk,
-                                          int H, int Hkv, int hd, int causal, int window, float scale,
-                                          const att_bf16_t &c16, const att_join_t &jo) {
+__device__ static inline void att_dkdv_bf(float *dk, float *dv, uint4 *ds, const float *q, const float *k,
+                                          const float *v, const float *dout, const float *lse, const float *Drow,
+                                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
+                                          float scale, const att_bf16_t &c16, const att_join_t &jo) {
     typedef att_bwd_cfg<HD, true> C;
     constexpr int NTH = C::NTH, W4 = ATT_THREADS / WARP; /* W4 warps per share */
     static_assert(C::KB == C::QT, "the key and value tiles are staged in a query tile's buffers");
@@ -992,8 +1058,20 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
             att_dots_bf<C::KS, NP>(dpt, va, dO + r0 * C::LD, C::LD, g, t);
             att_dkdv_ds<NP, true>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
                             window, scale, t);
+            /* dS^T as dK's product takes it (bf16 A fragments), and (ATT_DQ_FROM_DS) stored for the
+             * dQ pass: blocks 4 qq + wk of tile (q0 / 64, blockIdx.x) of head kh rep + n / nqt
+             * (q0 = j0 + 64 (n % nqt) there: causal, Tq = Tk) */
+            uint32_t pa[NP / 2][4];
+            att_pack_a<NP / 2>(pa, dpt);
+            if (ds) {
+                static_assert(C::QT == 64 && C::KB == 64, "dS is stored in tiles of 64 x 64");
+                uint4 *dst = ds + att_ds_block(b, kh * rep + n / nqt, H, Tq, q0 / 64, blockIdx.x, wk) * WARP + lane;
+                #pragma unroll
+                for (int kk = 0; kk < NP / 2; kk++)
+                    dst[4 * (r0 / 16 + kk) * WARP] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+            }
             att_pv_rm<NP, C::DT>(dva, st, dO + r0 * C::LD, C::LD, g, t);
-            att_pv_rm<NP, C::DT>(dka, dpt, Q + r0 * C::LD, C::LD, g, t);
+            att_pv_rm_a<NP / 2, C::DT>(dka, pa, Q + r0 * C::LD, C::LD, g, t);
         }
         if (n + 1 < tiles) {
             if (!ATT_DKDV_EARLY(HD, C::SPLIT)) load(n + 1);
@@ -1009,11 +1087,11 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(att_bwd_cfg<HD, BF>::NTH, att_bwd_cfg<HD, BF>::MINB)
-k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse,
-               const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
-               att_bf16_t c16, att_join_t jo) {
+k_att_bwd_dkdv(float *dk, float *dv, uint4 *ds, const float *q, const float *k, const float *v, const float *dout,
+               const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
+               float scale, att_bf16_t c16, att_join_t jo) {
     if constexpr (BF) {
-        att_dkdv_bf<HD>(dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
+        att_dkdv_bf<HD>(dk, dv, ds, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
         return;
     } else { /* the fp32 engine: K, V, Q and dO tiles row-major in shared memory, single-buffered */
         typedef att_bwd_cfg<HD, false> C;
@@ -1241,6 +1319,85 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
     }
 }
 
+/* ---- backward, dQ from the stored dS (ATT_DQ_FROM_DS): a block owns BQ query rows of (b, h) ----
+ * dQ = sum over the key tiles kj <= qi, in order, of dS_(qi, kj) K_kj (dS scaled already). The key
+ * tiles are double-buffered in shared memory as in att_kv_pipe (K only: no V, Q, dO, lse or D). A
+ * warp's dS block (16 queries x 16 keys) comes from global memory, one 16-byte load per lane, as
+ * dK/dV's A fragment of dS^T: the lanes hold pairs of queries where dQ's A fragment pairs keys, so
+ * it passes through the warp's own 16 x 24 bf16 buffer in shared memory -- four 4-byte stores
+ * (rows 24 bf16 apart: a store's 8 rows x 16 bytes in distinct banks, one wavefront each) and one
+ * ldmatrix.trans (mma.cuh: the transposed matrices are dS's fragment) -- then dQ += dS K. Two warps
+ * per 16 queries, warp sh taking 16-key blocks 2 sh, 2 sh + 1 of every tile; their sums meet at
+ * the end in share order (att_shares_sum): the same bits on every run. */
+template <int HD> struct att_dqs_cfg {
+    static constexpr int BQ = ATT_DQ_DS_BQ, NW = BQ / 16; /* NW warps of 16 queries, */
+    static constexpr int SPLIT = 2;                       /* each twice (the key blocks' halves) */
+    static constexpr int NTH = NW * WARP * SPLIT;
+    static constexpr int BK = 64, LD = HD + 8, DT = HD / 8;
+    static constexpr int TLD = 24, TB = 16 * TLD; /* a warp's transposing buffer: 16 keys x 24 bf16 */
+    static_assert(BQ % 64 == 0, "whole query tiles a block");
+};
+template <int HD> static inline size_t att_dqs_smem() {
+    typedef att_dqs_cfg<HD> C;
+    const size_t tiles = sizeof(__nv_bfloat16) * (2 * (size_t)C::BK * C::LD + (size_t)(C::NTH / WARP) * C::TB);
+    const size_t red = sizeof(float) * (size_t)C::NW * WARP * C::DT * 4;
+    return tiles > red ? tiles : red;
+}
+template <int HD>
+__global__ void __launch_bounds__(att_dqs_cfg<HD>::NTH, ATT_DQ_DS_MIN_BLOCKS)
+k_att_bwd_dq_ds(float *dq, const uint4 *ds, const float *k, int T, int H, int Hkv, int hd, att_bf16_t c16,
+                att_join_t jo) {
+    typedef att_dqs_cfg<HD> C;
+    DYN_SHARED(unsigned char, smem);
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem; /* key tile n at sK + (n & 1) BK LD */
+    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+    /* warp w: queries iw = i0 + 16 wq .. (block qq of query tile qi), share sh of each key tile */
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wq = w % C::NW, sh = w / C::NW, iw = i0 + 16 * wq, qi = iw / 64, qq = iw % 64 / 16;
+    __nv_bfloat16 *sT = sK + 2 * C::BK * C::LD + w * C::TB;
+    const size_t ks = (size_t)Hkv * hd, kb = (size_t)b * T * ks + (size_t)kh * hd;
+    const int nq = min(C::BQ, T - i0), tiles = (i0 + nq + C::BK - 1) / C::BK;
+    const bool vec = hd % 4 == 0 && aligned16(k), v16 = att16_vec(c16, hd);
+    att_regs<C::BK, HD, C::NTH> rk;
+    auto load = [&](int n) {
+        const size_t ko = kb + (size_t)C::BK * n * ks;
+        att_ld16(rk, k + ko, att16_at(c16.k, ko), ks, min(C::BK, T - C::BK * n), hd, vec, v16);
+    };
+    float dqa[C::DT][4];
+    #pragma unroll
+    for (int jd = 0; jd < C::DT; jd++) dqa[jd][0] = dqa[jd][1] = dqa[jd][2] = dqa[jd][3] = 0.0f;
+    load(0);
+    att_st16(sK, rk);
+    __syncthreads();
+    /* the lane's stores into sT (a0 .. a3: keys g, g + 8 x queries 2t, 2t + 8) and its ldmatrix row:
+     * matrix i = lane / 8 (dS's A registers: queries 8 (i & 1) .., keys 8 (i >> 1) ..) */
+    uint32_t *st0 = (uint32_t *)(sT + g * C::TLD + 2 * t), *st1 = st0 + 4 * C::TLD;
+    const __nv_bfloat16 *lrow = sT + (8 * (lane >> 4) + (lane & 7)) * C::TLD + 8 * ((lane >> 3) & 1);
+    for (int n = 0; n < tiles; n++) {
+        if (n + 1 < tiles) load(n + 1);
+        if (iw < T && n <= qi) { /* (warp-uniform) the tile exists: kj <= qi */
+            const __nv_bfloat16 *K = sK + (n & 1) * C::BK * C::LD;
+            const uint4 *src = ds + att_ds_block(b, h, H, T, qi, n, 4 * qq + 2 * sh) * WARP + lane;
+            const uint4 x0 = src[0], x1 = src[WARP];
+            #pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const uint4 x = u ? x1 : x0;
+                __syncwarp(); /* the last block's ldmatrix is done */
+                st0[0] = x.x, st1[0] = x.y, st0[4] = x.z, st1[4] = x.w;
+                __syncwarp();
+                uint32_t a[1][4];
+                ldsm_x4_t(a[0], lrow);
+                att_pv_rm_a<1, C::DT>(dqa, a, K + 16 * (2 * sh + u) * C::LD, C::LD, g, t);
+            }
+        }
+        if (n + 1 < tiles) att_st16(sK + ((n + 1) & 1) * C::BK * C::LD, rk);
+        __syncthreads();
+    }
+    att_shares_sum<C::DT, C::SPLIT, false>((float4 *)smem, dqa, NULL, wq, sh, lane);
+    if (sh) return;
+    att_dq_out<C::DT>(dq, dqa, b, h, iw, T, H, hd, g, t, jo);
+}
+
 /* ---- the decode step: one warp per (row n, head h), len[n] cache rows from base[n] ----
  * shared per warp: the query (hd) and a key tile (32 rows of hd + 1) */
 #define ATT_ROWS_WARPS 4
@@ -1307,8 +1464,8 @@ k_att_rows(float *out, const float *q, const float *kc, const float *vc, const i
 /* ---- launchers ---- */
 /* "att_fwd<64,bf16>": the instances' names for the emulator's reports */
 template <int HD, bool BF> static inline const char *att_kname(int which) {
-    static char names[3][40];
-    static const char *base[3] = {"k_att_fwd", "k_att_bwd_dkdv", "k_att_bwd_dq"};
+    static char names[4][40];
+    static const char *base[4] = {"k_att_fwd", "k_att_bwd_dkdv", "k_att_bwd_dq", "k_att_bwd_dq_ds"};
     if (!names[which][0]) snprintf(names[which], sizeof names[which], "%s<%d,%s>", base[which], HD, BF ? "bf16" : "fp32");
     return names[which];
 }
@@ -1337,15 +1494,50 @@ static inline cudaError_t att_forward_t(cudaStream_t s, float *out, float *lse, 
     (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd), BF ? c16 : att_bf16_t{});
     return cudaSuccess;
 }
+/* The bytes of the dS buffer the backward takes dQ from (ATT_DQ_FROM_DS), or 0 where it does
+ * not (k_att_bwd_dq then): bf16, hd padded to 64, causal with Tq = Tk and no window that cuts a
+ * row's keys (the tiles of the lower triangle are then the dK/dV pass's query tiles as well). */
+static inline size_t attention_ds_bytes(int bf, int B, int Tq, int Tk, int H, int hd, int causal, int window) {
+    if (!ATT_DQ_FROM_DS || !bf || att_pad_hd(hd) != 64 || !causal || Tq != Tk || (window > 0 && window < Tk) ||
+        B <= 0 || Tq <= 0 || H <= 0)
+        return 0;
+    return (size_t)B * H * att_ds_tiles(Tq) * 16 * WARP * sizeof(uint4);
+}
+/* k_att_bwd_dq_ds's launch (optin: its shared-memory opt-in only); instantiated at HD 64 only */
+template <int HD>
+static inline cudaError_t att_dq_ds_t(cudaStream_t s, float *dq, const uint4 *ds, const float *k, int B, int T, int H,
+                                      int Hkv, int hd, att_bf16_t c16, att_join_t jo, bool optin) {
+    if constexpr (HD == 64) {
+        typedef att_dqs_cfg<HD> C;
+        const size_t smem = att_dqs_smem<HD>();
+        if (optin) return att_smem_optin(k_att_bwd_dq_ds<HD>, smem);
+        const dim3 grid((T + C::BQ - 1) / C::BQ, H, B);
+        void (*kern)(float *, const uint4 *, const float *, int, int, int, int, att_bf16_t, att_join_t) =
+            k_att_bwd_dq_ds<HD>;
+        const char *nm = att_kname<HD, true>(3);
+    LAUNCH_AS(kern, nm, grid, C::NTH, smem, s)
+        (dq, ds, k, T, H, Hkv, hd, c16, jo);
+        return cudaSuccess;
+    } else {
+        (void)s, (void)dq, (void)ds, (void)k, (void)B, (void)T, (void)H, (void)Hkv, (void)hd, (void)c16, (void)jo,
+            (void)optin;
+        return cudaErrorInvalidValue;
+    }
+}
 template <int HD, bool BF>
 static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, float *dv, float *Drow,
                                          const float *dout, const float *out, const float *lse, const float *q,
                                          const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv,
-                                         int hd, int causal, int window, att_bf16_t c16, att_join_t jo) {
+                                         int hd, int causal, int window, att_bf16_t c16, att_join_t jo, uint4 *ds) {
     if (!BF) c16 = att_bf16_t{};
+    /* dQ from dK/dV's dS: a buffer given, the case taken, and both passes run */
+    if (!(BF && HD == 64) || !attention_ds_bytes(BF, B, Tq, Tk, H, hd, causal, window) || !(dk || dv || jo.out) ||
+        !(dq || jo.out))
+        ds = NULL;
     const size_t s_kv = att_dkdv_smem<HD, BF>(), s_q = att_dq_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_bwd_dkdv<HD, BF>, s_kv);
-    if (e == cudaSuccess) e = att_smem_optin(k_att_bwd_dq<HD, BF>, s_q);
+    if (e == cudaSuccess) e = ds ? att_dq_ds_t<HD>(s, NULL, NULL, NULL, 0, 0, 0, 0, 0, c16, jo, true)
+                                 : att_smem_optin(k_att_bwd_dq<HD, BF>, s_q);
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t items = (size_t)B * Tq * H;
@@ -1353,13 +1545,16 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
     if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
         const dim3 grid((Tk + 63) / 64, Hkv, B);
-        void (*kern)(float *, float *, const float *, const float *, const float *, const float *, const float *,
-                     const float *, int, int, int, int, int, int, int, float, att_bf16_t, att_join_t) = k_att_bwd_dkdv<HD, BF>;
+        void (*kern)(float *, float *, uint4 *, const float *, const float *, const float *, const float *,
+                     const float *, const float *, int, int, int, int, int, int, int, float, att_bf16_t,
+                     att_join_t) = k_att_bwd_dkdv<HD, BF>;
         const char *nm = att_kname<HD, BF>(1);
         const int nth = att_bwd_cfg<HD, BF>::NTH;
     LAUNCH_AS(kern, nm, grid, nth, s_kv, s)
-        (dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
+        (dk, dv, ds, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
     }
+    if (ds) /* dQ = dS K, dS from the dK/dV pass (Tq = Tk) */
+        return att_dq_ds_t<HD>(s, dq, ds, k, B, Tq, H, Hkv, hd, c16, jo, false);
     if (dq || jo.out) {
         const dim3 grid((Tq + 63) / 64, H, B);
         void (*kern)(float *, const float *, const float *, const float *, const float *, const float *,
@@ -1385,17 +1580,18 @@ static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float
     return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
 }
 /* Drow: B * H * Tq floats of scratch; jo.out set (attention_join_ok, Tq = Tk): the gradients go
- * into the fused rows, dq, dk, dv are not touched */
+ * into the fused rows, dq, dk, dv are not touched; ds: attention_ds_bytes(...) bytes of scratch
+ * (16-byte aligned) for dQ from dK/dV's dS, or NULL (k_att_bwd_dq) */
 static inline cudaError_t attention_backward_launch(cudaStream_t s, int bf, float *dq, float *dk, float *dv,
                                                     float *Drow, const float *dout, const float *out,
                                                     const float *lse, const float *q, const float *k,
                                                     const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
                                                     int causal, int window, att_bf16_t c16,
-                                                    att_join_t jo = att_join_t{}) {
+                                                    att_join_t jo = att_join_t{}, void *ds = NULL) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
     return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
-                        hd, causal, window, c16, jo);
+                        hd, causal, window, c16, jo, (uint4 *)ds);
 }
 static inline cudaError_t attention_rows_launch(cudaStream_t s, float *out, const float *q, const float *kc,
                                                 const float *vc, const int *base, const int *len, int N, int H,
