@@ -162,6 +162,13 @@
 #ifndef ATT_DQ_DS_MIN_BLOCKS
 #define ATT_DQ_DS_MIN_BLOCKS 2
 #endif
+/* whether k_att_bwd_dq_ds loads a tile's dS a tile ahead (as its K tile), 8 registers live across
+ * the products: nvcc 13, sm_90, at 2 blocks a SM (64 registers) 44 bytes spilled, none at the
+ * tile (-DATT_DQ_DS_AHEAD=0); unbounded (-DATT_DQ_DS_MIN_BLOCKS=1) 126 registers, no spill.
+ * NOT timed on a GPU. */
+#ifndef ATT_DQ_DS_AHEAD
+#define ATT_DQ_DS_AHEAD 1
+#endif
 #define ATT_MAX_HD 128
 
 /* tile shapes of the forward and the dQ pass (per block: BQ queries; key tiles of BK) */
@@ -1373,15 +1380,22 @@ k_att_bwd_dq_ds(float *dq, const uint4 *ds, const float *k, int T, int H, int Hk
      * matrix i = lane / 8 (dS's A registers: queries 8 (i & 1) .., keys 8 (i >> 1) ..) */
     uint32_t *st0 = (uint32_t *)(sT + g * C::TLD + 2 * t), *st1 = st0 + 4 * C::TLD;
     const __nv_bfloat16 *lrow = sT + (8 * (lane >> 4) + (lane & 7)) * C::TLD + 8 * ((lane >> 3) & 1);
+    /* the warp's dS blocks of tile n (kj = n <= qi: the tile exists; warp-uniform), loaded a tile
+     * ahead like K's (ATT_DQ_DS_AHEAD) or at the tile */
+    const bool rows = iw < T;
+    const uint4 *src = ds + att_ds_block(b, h, H, T, qi, 0, 4 * qq + 2 * sh) * WARP + lane;
+    uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
+    if (ATT_DQ_DS_AHEAD && rows) x0 = src[0], x1 = src[WARP];
     for (int n = 0; n < tiles; n++) {
         if (n + 1 < tiles) load(n + 1);
-        if (iw < T && n <= qi) { /* (warp-uniform) the tile exists: kj <= qi */
+        if (!ATT_DQ_DS_AHEAD && rows && n <= qi) x0 = src[n * 16 * WARP], x1 = src[(n * 16 + 1) * WARP];
+        const uint4 c0 = x0, c1 = x1;
+        if (ATT_DQ_DS_AHEAD && rows && n + 1 <= qi) x0 = src[(n + 1) * 16 * WARP], x1 = src[((n + 1) * 16 + 1) * WARP];
+        if (rows && n <= qi) {
             const __nv_bfloat16 *K = sK + (n & 1) * C::BK * C::LD;
-            const uint4 *src = ds + att_ds_block(b, h, H, T, qi, n, 4 * qq + 2 * sh) * WARP + lane;
-            const uint4 x0 = src[0], x1 = src[WARP];
             #pragma unroll
             for (int u = 0; u < 2; u++) {
-                const uint4 x = u ? x1 : x0;
+                const uint4 x = u ? c1 : c0;
                 __syncwarp(); /* the last block's ldmatrix is done */
                 st0[0] = x.x, st1[0] = x.y, st0[4] = x.z, st1[4] = x.w;
                 __syncwarp();
