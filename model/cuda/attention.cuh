@@ -11,7 +11,8 @@
  * O += P V follows from the same registers. Only the row's log-sum-exp is kept.
  *
  * Backward, atomic-free, in two passes so that every gradient row has one writer: D = rowsum
- * (dO o O) (k_att_rowdot); dK, dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) and
+ * (dO o O) (k_att_rowdot); dK, dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) (or
+ * ATT_DKDV_KB = 128 in bf16 at hd 64) and
  * walks every query head of the group and every query tile that sees those keys, in order,
  * recomputing P = exp(S - lse) and dS = P (dP - D) scale, accumulating dV += P^T dO and
  * dK += dS^T Q in registers; dQ (k_att_bwd_dq): a block owns 64 query rows of (b, h) and
@@ -129,6 +130,19 @@
 #ifndef ATT_DKDV_SPLIT_MIN_BLOCKS
 #define ATT_DKDV_SPLIT_MIN_BLOCKS 2
 #endif
+/* The bf16 dK/dV pass at head dimension 64 takes ATT_DKDV_KB keys a block (64 or 128): at 128 a
+ * block of 16 warps (512 threads, compiled for 1 a SM: the same 128 registers a thread; nvcc 13,
+ * sm_90: 172/388 bytes spilled where 64 spills 288/432) stages each query tile of Q and dO once for
+ * 128 keys, half the tile loads of 64 (the dK/dV pass re-reads them per key block); a warp whose 16
+ * keys no query of a tile sees (the causal diagonal's upper half) skips that tile's products. The
+ * emulator's counts at T >= 128 are lower at 128 than at 64 (requested sectors -7% at T 128, -12% at
+ * T 256; wavefronts -2% and -3%; the same FLOPs), but the performance model's fit takes T = 64 runs,
+ * where a block of 128 keys holds 64 past the end whose staging and exchange are counted: fitted to
+ * config G it predicts 1.77 ms against 64's 1.62 (bench/NOTES.md 2026-11-27, i-dsq). So 64 by default;
+ * 128 is for timing on a GPU. NOT timed on a GPU. */
+#ifndef ATT_DKDV_KB
+#define ATT_DKDV_KB 64
+#endif
 /* The same for the bf16 dQ pass: each key tile in ATT_DQ_PARTS parts (S, dP and dS of BK / parts
  * keys live at a time; dQ += dS K over the keys, 16 at a time, in order: the same bits) */
 #ifndef ATT_DQ_PARTS
@@ -196,19 +210,20 @@ template <int HD, bool BF> struct att_dq_cfg {
     static constexpr int MINB = SPLIT > 1 ? ATT_DQ_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DQ_MIN_BLOCKS : 1;
     static_assert(ATT_DQ_PARTS % SPLIT == 0, "whole parts per warp");
 };
-/* the dK/dV pass: 64 keys per block, query tiles of QT, split between SPLIT warps per 16 keys
- * (NTH threads a block, compiled for MINB blocks a SM) */
+/* the dK/dV pass: KB keys per block (NW warps of 16), query tiles of QT, split between SPLIT warps
+ * per 16 keys (NTH threads a block, compiled for MINB blocks a SM) */
 template <int HD, bool BF> struct att_bwd_cfg {
-    static constexpr int KB = 64;
+    static constexpr int KB = (BF && HD == 64) ? ATT_DKDV_KB : 64, NW = KB / 16;
     static constexpr int QT = (BF || HD <= 64) ? 64 : 32;
     static constexpr int NTQ = QT / 8;
     static constexpr int KS = HD / 16;
     static constexpr int DT = HD / 8;
     static constexpr int LD = BF ? HD + 8 : HD + 1;
     static constexpr int SPLIT = (BF && HD >= 32 && HD <= 64) ? ATT_DKDV_SPLIT : 1;
-    static constexpr int NTH = ATT_THREADS * SPLIT;
-    static constexpr int MINB = SPLIT > 1 ? ATT_DKDV_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1;
+    static constexpr int NTH = NW * WARP * SPLIT;
+    static constexpr int MINB = KB > 64 ? 1 : SPLIT > 1 ? ATT_DKDV_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1;
     static_assert(ATT_DKDV_PARTS % SPLIT == 0, "whole parts per warp");
+    static_assert(KB == 64 || (KB == 128 && QT == 64), "keys a block: 64, or 128 staged over both query buffers");
 };
 
 /* dS as the dK/dV pass stores it for the dQ pass (ATT_DQ_FROM_DS; causal, Tq = Tk = T): per
@@ -892,12 +907,12 @@ __device__ static inline void att_shares_sum(float4 *red, float a[DT][4], float 
     }
 }
 
-/* ---- backward, dK and dV: a block owns 64 keys of (b, kh) ---- */
+/* ---- backward, dK and dV: a block owns 64 (or ATT_DKDV_KB) keys of (b, kh) ---- */
 template <int HD, bool BF> static inline size_t att_dkdv_smem() {
     typedef att_bwd_cfg<HD, BF> C;
     if (BF) { /* att_dkdv_bf: Q and dO tiles, lse and D rows, twice; the shares' sums after them */
         const size_t tiles = 2 * (sizeof(__nv_bfloat16) * 2 * (size_t)C::QT * C::LD + sizeof(float) * 2 * C::QT);
-        const size_t red = C::SPLIT > 1 ? sizeof(float) * ATT_THREADS * 2 * C::DT * 4 : 0;
+        const size_t red = C::SPLIT > 1 ? sizeof(float) * C::NW * WARP * 2 * C::DT * 4 : 0;
         return tiles > red ? tiles : red;
     }
     return sizeof(float) * (2 * (size_t)C::KB * C::LD + 2 * (size_t)C::QT * C::LD + 4 * 16 * (C::QT + 1) + 2 * C::QT);
@@ -982,8 +997,7 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, uint4 *ds, const
                                           int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
                                           float scale, const att_bf16_t &c16, const att_join_t &jo) {
     typedef att_bwd_cfg<HD, true> C;
-    constexpr int NTH = C::NTH, W4 = ATT_THREADS / WARP; /* W4 warps per share */
-    static_assert(C::KB == C::QT, "the key and value tiles are staged in a query tile's buffers");
+    constexpr int NTH = C::NTH, W4 = C::NW; /* W4 warps per share */
     DYN_SHARED(unsigned char, smem);
     /* buffer n & 1: its Q tile at sQ + (n & 1) QB, its dO tile QT LD further (computed: an array
      * of pointers indexed by n would live in local memory) */
@@ -999,12 +1013,22 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, uint4 *ds, const
     const bool v16 = att16_vec(c16, hd);
     const int nkv = min(C::KB, Tk - j0), j1 = j0 + nkv;
     att_regs<C::QT, HD, NTH> ra, rb;
-    {
+    /* the block's keys and values at the end of the two query buffers (KB 64: the second one's Q
+     * and dO tiles; 128: both buffers, so the first tile is stored after a barrier) */
+    __nv_bfloat16 *sKs = sQ + 2 * QB - 2 * C::KB * C::LD, *sVs = sKs + C::KB * C::LD;
+    if constexpr (C::KB == C::QT) {
         const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
         att_ld16(ra, k + kvo, att16_at(c16.k, kvo), ks, nkv, hd, vec, v16);
         att_ld16(rb, v + kvo, att16_at(c16.v, kvo), ks, nkv, hd, vec, v16);
-        att_st16(sQ + QB, ra);
-        att_st16(sdO + QB, rb);
+        att_st16(sKs, ra);
+        att_st16(sVs, rb);
+    } else {
+        att_regs<C::KB, HD, NTH> rk, rv;
+        const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
+        att_ld16(rk, k + kvo, att16_at(c16.k, kvo), ks, nkv, hd, vec, v16);
+        att_ld16(rv, v + kvo, att16_at(c16.v, kvo), ks, nkv, hd, vec, v16);
+        att_st16(sKs, rk);
+        att_st16(sVs, rv);
     }
     int iq_lo, iq_hi;
     att_dkdv_queries(j0, j1, Tq, Tk, causal, window, &iq_lo, &iq_hi);
@@ -1031,8 +1055,9 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, uint4 *ds, const
     };
     __syncthreads();
     uint32_t ka[C::KS][4], va[C::KS][4];
-    att_frags<C::KS>(ka, sQ + QB + 16 * wk * C::LD, C::LD, g, t);
-    att_frags<C::KS>(va, sdO + QB + 16 * wk * C::LD, C::LD, g, t);
+    att_frags<C::KS>(ka, sKs + 16 * wk * C::LD, C::LD, g, t);
+    att_frags<C::KS>(va, sVs + 16 * wk * C::LD, C::LD, g, t);
+    if constexpr (C::KB > C::QT) __syncthreads(); /* read before the first tile overwrites them */
     if (tiles) {
         load(0);
         store(0);
@@ -1053,9 +1078,24 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, uint4 *ds, const
          * queries) and dP^T = V dO^T, then dV += P^T dO, dK += dS^T Q */
         constexpr int NP = C::NTQ / ATT_DKDV_PARTS, PQ = 8 * NP, PW = ATT_DKDV_PARTS / C::SPLIT;
         static_assert(NP % 2 == 0 && NP * ATT_DKDV_PARTS == C::NTQ, "parts of 16 queries");
+        bool seen = true; /* (KB 128) whether any query of the tile sees any of the warp's 16 keys */
+        if constexpr (C::KB > C::QT) {
+            int lo_first, hi_last, unused;
+            ops_att_range(q0, Tq, Tk, causal, window, &lo_first, &unused);
+            ops_att_range(q0 + nq - 1, Tq, Tk, causal, window, &unused, &hi_last);
+            seen = j0 + 16 * wk < hi_last && j0 + 16 * wk + 16 > lo_first;
+        }
         #pragma unroll
         for (int pp = 0; pp < PW; pp++) {
             const int r0 = PQ * (wq * PW + pp);
+            if (!seen) { /* (warp-uniform) no products; dS is 0 (stored where its tile exists: a short tile's keys) */
+                if (ds && (j0 + 16 * wk) / 64 <= q0 / 64) {
+                    uint4 *dst = ds + att_ds_block(b, kh * rep + n / nqt, H, Tq, q0 / 64, (j0 + 16 * wk) / 64, wk % 4) * WARP + lane;
+                    #pragma unroll
+                    for (int kk = 0; kk < NP / 2; kk++) dst[4 * (r0 / 16 + kk) * WARP] = make_uint4(0u, 0u, 0u, 0u);
+                }
+                continue;
+            }
             float st[NP][4], dpt[NP][4];
             #pragma unroll
             for (int j = 0; j < NP; j++)
@@ -1066,13 +1106,13 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, uint4 *ds, const
             att_dkdv_ds<NP, true>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
                             window, scale, t);
             /* dS^T as dK's product takes it (bf16 A fragments), and (ATT_DQ_FROM_DS) stored for the
-             * dQ pass: blocks 4 qq + wk of tile (q0 / 64, blockIdx.x) of head kh rep + n / nqt
-             * (q0 = j0 + 64 (n % nqt) there: causal, Tq = Tk) */
+             * dQ pass: blocks 4 qq + wk % 4 of tile (q0 / 64, (j0 + 16 wk) / 64) of head
+             * kh rep + n / nqt (q0 = j0 + 64 (n % nqt) there: causal, Tq = Tk) */
             uint32_t pa[NP / 2][4];
             att_pack_a<NP / 2>(pa, dpt);
             if (ds) {
-                static_assert(C::QT == 64 && C::KB == 64, "dS is stored in tiles of 64 x 64");
-                uint4 *dst = ds + att_ds_block(b, kh * rep + n / nqt, H, Tq, q0 / 64, blockIdx.x, wk) * WARP + lane;
+                static_assert(C::QT == 64 && C::KB % 64 == 0, "dS is stored in tiles of 64 x 64");
+                uint4 *dst = ds + att_ds_block(b, kh * rep + n / nqt, H, Tq, q0 / 64, (j0 + 16 * wk) / 64, wk % 4) * WARP + lane;
                 #pragma unroll
                 for (int kk = 0; kk < NP / 2; kk++)
                     dst[4 * (r0 / 16 + kk) * WARP] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
@@ -1558,7 +1598,7 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
     LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout, out, Tq, H, hd, items);
     if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
-        const dim3 grid((Tk + 63) / 64, Hkv, B);
+        const dim3 grid((Tk + att_bwd_cfg<HD, BF>::KB - 1) / att_bwd_cfg<HD, BF>::KB, Hkv, B);
         void (*kern)(float *, float *, uint4 *, const float *, const float *, const float *, const float *,
                      const float *, const float *, int, int, int, int, int, int, int, float, att_bf16_t,
                      att_join_t) = k_att_bwd_dkdv<HD, BF>;
