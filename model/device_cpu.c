@@ -106,14 +106,13 @@ static void cpu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const 
 static void cpu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *c, const float *s, int N, int T, int H, int Hkv, int hd, int pos0) { OUT(dqkv, (size_t)N * (H + 2 * Hkv) * hd); AT_PRECISION(d, qkv_join_unrope(dqkv, dq, dk, dv, c, s, N, T, H, Hkv, hd, pos0)); }
 static void cpu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { OUT(out, (size_t)B * Tq * H * hd); OUT(lse, (size_t)B * H * Tq); AT_PRECISION(d, attention_window_forward(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window)); }
 static void cpu_attention_window_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) { OUT(dq, (size_t)B * Tq * H * hd); OUT(dk, (size_t)B * Tk * Hkv * hd); OUT(dv, (size_t)B * Tk * Hkv * hd); AT_PRECISION(d, attention_window_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window)); }
-/* the reference composition: the bits of the three ops the family called before the fused op */
+/* the reference composition's bits (zero dq, dk, dv; the backward adding into them; the join),
+ * fused on the CPU: each (batch, key/value head)'s rows zeroed, computed and joined by one thread
+ * (ops.h attention_backward_qkv) */
 static void cpu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, const float *c, const float *s, int B, int T, int H, int Hkv, int hd, int causal, int window, int pos0) {
     const size_t N = (size_t)B * T;
-    cpu_zero(d, dq, sizeof(float) * N * H * hd);
-    cpu_zero(d, dk, sizeof(float) * N * Hkv * hd);
-    cpu_zero(d, dv, sizeof(float) * N * Hkv * hd);
-    cpu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window);
-    cpu_qkv_join_unrope(d, dqkv, dq, dk, dv, c, s, (int)N, T, H, Hkv, hd, pos0);
+    OUT(dq, N * H * hd); OUT(dk, N * Hkv * hd); OUT(dv, N * Hkv * hd); OUT(dqkv, N * (H + 2 * Hkv) * hd);
+    AT_PRECISION(d, attention_backward_qkv(dqkv, dq, dk, dv, dout, out, lse, q, k, v, c, s, B, T, H, Hkv, hd, causal, window, pos0));
 }
 static void cpu_attention_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { cpu_attention_window_forward(d, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0); }
 static void cpu_attention_backward(device_t *d, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal) { cpu_attention_window_backward(d, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, 0); }

@@ -676,6 +676,21 @@ static void cu_gemm(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, fl
     if (e1) cudaEventDestroy(e1);
 }
 
+/* Storage for the shadow operand_shadow makes of the compact matrix X (rows x cols): its elements
+ * in order and, when pad_cols, an odd number of columns (cols % 8) gets zero ones up to a multiple
+ * of CUDA_PRODUCT_ALIGN after it. Its caller fills it; a kernel that writes X can fill it in its
+ * own pass (attention's output and its gradient) and a product then finds what it would have made. */
+static __nv_bfloat16 *operand_shadow_take(device_t *d, const float *X, int rows, int cols, int pad_cols) {
+    const int cols_pad = pad_cols && impl_of(d)->align_products && cols % 8 ? (cols + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN : cols;
+    return shadow_take_rows(d, X, (size_t)rows * cols, 0, 0, (size_t)(cols_pad - cols) * rows);
+}
+/* FT_BF16_SHADOW_CHECK: the shadow sh that a kernel just wrote beside x[0 .. n) compared with a
+ * fresh rounding (a product reading it later is checked again, at its read) */
+static void shadow_written(device_t *d, const __nv_bfloat16 *sh, const float *x, size_t n) {
+    cuda_impl_t *c = impl_of(d);
+    if (sh && n && c->shadow_check) k_shadow_check<<<GRID(n)>>>(n, c->shadow_bad, sh, n, x, n, n);
+}
+
 /* The bf16 operand view X (rows x cols, column stride ld) as its shadow (column stride ld): a
  * valid one that holds the view, else, for a compact view (ld == rows: a whole tensor or a run
  * of its columns), one made now by rounding it; NULL where neither (a strided view, no memory)
@@ -696,9 +711,7 @@ static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows
         return s;
     }
     if (ld != rows) return NULL;
-    /* an odd number of columns: zero ones up to a multiple of CUDA_PRODUCT_ALIGN after it */
-    const int cols_pad = pad_cols && c->align_products && cols % 8 ? (cols + CUDA_PRODUCT_ALIGN - 1) / CUDA_PRODUCT_ALIGN * CUDA_PRODUCT_ALIGN : cols;
-    __nv_bfloat16 *t = shadow_take_rows(d, X, span, 0, 0, (size_t)(cols_pad - cols) * rows);
+    __nv_bfloat16 *t = operand_shadow_take(d, X, rows, cols, pad_cols);
     if (t) {
         g_to_bf16<<<GRID(span)>>>(span, t, X, rows, rows);
         shadow_view(d, X, rows, cols, ld, lds, rows_av, cols_av); /* the new shadow's zero columns */
@@ -1084,6 +1097,27 @@ static att_bf16_t attention_shadows(device_t *d, const float *q, const float *k,
     check_launch(d, "attention bf16 operands");
     return c;
 }
+/* The shadows attention's kernels write beside tensors they write or read in fp32, where a
+ * product (or the backward's tiles) would otherwise round them in a g_to_bf16 pass of their own:
+ * the forward's out (B Tq rows of H hd; the output projection's operand, rows x cols = H hd x
+ * B Tq, in its forward and its weight gradient: the geometry its operand_shadow would make) and
+ * the backward's dout (written by k_att_rowdot, which reads it anyway; attention_shadows' single
+ * column). Taken as operand_shadow takes them; the kernel stores the rounding of the values in
+ * fp32 (the bits g_to_bf16 gives), so the products multiply what they multiplied before. out
+ * stays in fp32 as well: k_att_rowdot reads it. NULL at other precisions, where no memory is
+ * left for one (the readers round as before), and for dout when a valid shadow of it exists. */
+static __nv_bfloat16 *attention_out_shadow(device_t *d, const float *out, size_t rows, size_t width) {
+    if (d->precision != PRECISION_BF16 || !rows || !width || rows > INT_MAX || width > INT_MAX ||
+        rows * width > INT_MAX)
+        return NULL;
+    return operand_shadow_take(d, out, (int)width, (int)rows, 1);
+}
+static __nv_bfloat16 *attention_dout_shadow(device_t *d, const float *dout, size_t n) {
+    if (d->precision != PRECISION_BF16 || !n || n > INT_MAX) return NULL;
+    int ld, r, cl;
+    if (shadow_view(d, dout, (int)n, 1, (int)n, &ld, &r, &cl)) return NULL;
+    return operand_shadow_take(d, dout, (int)n, 1, 0);
+}
 /* Head dimensions up to ATT_MAX_HD run the tiled kernels (attention.cuh), larger ones (up to
  * KB_MAX_HEAD_DIM) kernels.h's per-row bodies. */
 static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
@@ -1094,9 +1128,11 @@ static void cu_attention_window_forward(device_t *d, float *out, float *lse, con
         const size_t n = (size_t)B * H * Tq;
         g_att_fwd<<<GRID(n)>>>(n, out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window);
     } else {
-        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window,
-                                                 attention_shadows(d, q, k, v, NULL, (size_t)B * Tq * H * hd, (size_t)B * Tk * Hkv * hd));
+        const att_bf16_t c16 = attention_shadows(d, q, k, v, NULL, (size_t)B * Tq * H * hd, (size_t)B * Tk * Hkv * hd);
+        __nv_bfloat16 *out16 = attention_out_shadow(d, out, (size_t)B * Tq, (size_t)H * hd);
+        cudaError_t e = attention_forward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, out, out16, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
         if (e != cudaSuccess) fault(d, "attention_forward", cudaGetErrorString(e));
+        shadow_written(d, out16, out, (size_t)B * Tq * H * hd);
     }
     LAUNCHED("attention_forward");
 }
@@ -1116,9 +1152,13 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
         const int bf = d->precision == PRECISION_BF16;
         void *ds = att_ds_buffer(d, attention_ds_bytes(bf, B, Tq, Tk, H, hd, causal, window));
         impl_of(d)->att_ds_runs += ds != NULL;
-        cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window,
-                                                  attention_shadows(d, q, k, v, dout, (size_t)B * Tq * H * hd, (size_t)B * Tk * Hkv * hd), att_join_t{}, ds);
+        const size_t n = (size_t)B * Tq * H * hd;
+        __nv_bfloat16 *dout16 = attention_dout_shadow(d, dout, n);
+        att_bf16_t c16 = attention_shadows(d, q, k, v, dout16 ? NULL : dout, n, (size_t)B * Tk * Hkv * hd);
+        if (dout16) c16.dout = dout16;
+        cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, dq, dk, dv, Drow, dout16, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16, att_join_t{}, ds);
         if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
+        shadow_written(d, dout16, dout, n);
     }
     LAUNCHED("attention_backward");
 }
@@ -1141,9 +1181,12 @@ static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float
             const int bf = d->precision == PRECISION_BF16;
             void *ds = att_ds_buffer(d, attention_ds_bytes(bf, B, T, T, H, hd, causal, window));
             impl_of(d)->att_ds_runs += ds != NULL;
-            cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, NULL, NULL, NULL, Drow, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window,
-                                                      attention_shadows(d, q, k, v, dout, N * H * hd, N * Hkv * hd), jo, ds);
+            __nv_bfloat16 *dout16 = attention_dout_shadow(d, dout, N * H * hd);
+            att_bf16_t c16 = attention_shadows(d, q, k, v, dout16 ? NULL : dout, N * H * hd, N * Hkv * hd);
+            if (dout16) c16.dout = dout16;
+            cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, NULL, NULL, NULL, Drow, dout16, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, c16, jo, ds);
             if (e != cudaSuccess) fault(d, "attention_backward_qkv", cudaGetErrorString(e));
+            shadow_written(d, dout16, dout, N * H * hd);
             LAUNCHED("attention_backward_qkv");
             return;
         }

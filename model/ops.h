@@ -98,6 +98,13 @@ void attention_window_backward(float *dq /* += */, float *dk /* += */, float *dv
                                const float *dout, const float *out, const float *lse,
                                const float *q, const float *k, const float *v, int B, int Tq,
                                int Tk, int H, int Hkv, int hd, int causal, int window);
+/* The same with dq, dk, dv OVERWRITTEN: each thread zeroes the rows it owns (those of its batch
+ * and key/value head) just before it adds into them, instead of three serial zeroing passes
+ * ahead of the op: the same sums over zeroes, so the same bits as zero + the op above. */
+void attention_window_backward_set(float *dq /* = */, float *dk /* = */, float *dv /* = */,
+                                   const float *dout, const float *out, const float *lse,
+                                   const float *q, const float *k, const float *v, int B, int Tq,
+                                   int Tk, int H, int Hkv, int hd, int causal, int window);
 
 /* ---- SwiGLU: out = silu(gate) * up ---- */
 void swiglu_forward(float *out /* (N,F) */, const float *gate /* (N,F) */,
@@ -147,6 +154,20 @@ void qkv_split_rope(float *q, float *k, float *v, const float *qkv, const float 
 void qkv_join_unrope(float *dqkv, const float *dq, const float *dk, const float *dv,
                      const float *cos_t, const float *sin_t, int N, int T, int H, int Hkv, int hd,
                      int pos0);
+/* The part of that join which key/value head kh of batch b owns (its query heads' dq, its dk
+ * and dv, at the batch's T positions), each element as qkv_join_unrope writes it; d16: dqkv's
+ * bf16 shadow or NULL. For attention_backward_qkv, on the thread that wrote those rows. */
+void qkv_join_unrope_group(float *dqkv, uint16_t *d16, const float *dq, const float *dk,
+                           const float *dv, const float *cos_t, const float *sin_t, int b, int kh,
+                           int T, int H, int Hkv, int hd, int pos0);
+/* attention_window_backward_set (Tq = Tk = T) into the scratch dq, dk, dv, then
+ * qkv_join_unrope of them into dqkv (OVERWRITTEN): the same bits as the three calls, each
+ * (batch, key/value head)'s rows joined by the thread that computed them, while they are in
+ * its cache, instead of a pass of their own over all rows. */
+void attention_backward_qkv(float *dqkv, float *dq, float *dk, float *dv, const float *dout,
+                            const float *out, const float *lse, const float *q, const float *k,
+                            const float *v, const float *cos_t, const float *sin_t, int B, int T,
+                            int H, int Hkv, int hd, int causal, int window, int pos0);
 
 /* ---- a decode step's rows, each its own sequence (model/ops_decode.c) ----
  * y (N,out) = x W^T with every element ops_dot8(w row, x row) (at bf16 where native: one

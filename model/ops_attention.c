@@ -335,9 +335,18 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
 /* The same on bf16 operands where bf16 products are native (below); -1 when not used. */
 static int att_forward16(float *out, float *lse, const float *q, const float *k, const float *v,
                          int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window);
+/* attention_backward_qkv's join (qkv_join_unrope_group), run by the worker of each (b, kh)
+ * after its last block; NULL in the plain backward */
+typedef struct {
+    float *dqkv;
+    uint16_t *d16;   /* dqkv's shadow or NULL */
+    const float *cos_t, *sin_t;
+    int pos0;
+} att_join_t;
 static int att_backward16(float *dq, float *dk, float *dv, const float *dout, const float *out,
                           const float *lse, const float *q, const float *k, const float *v, int B,
-                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window);
+                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, int set,
+                          const att_join_t *join);
 
 void attention_window_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
@@ -430,6 +439,24 @@ static int att_bwd_block(int i0, int np, int group, int b, int kh, int Tq, int T
     return *nk > 0;
 }
 
+/* The rows of the backward's outputs that the worker of (b, kh) owns, zeroed (the _set ops):
+ * dk and dv at every key position of that head, dq of the group's query heads (adjacent in a
+ * row: one run of group x hd floats a position). Written just before the worker adds into
+ * them, so they are in its cache when its first block reads them. */
+static void att_zero_owned(float *dq, float *dk, float *dv, int b, int kh, int Tq, int Tk, int H,
+                           int Hkv, int hd) {
+    const int group = H / Hkv;
+    for (int t = 0; t < Tk; t++) {
+        const size_t o = (((size_t)b * Tk + t) * Hkv + kh) * hd;
+        memset(dk + o, 0, sizeof(float) * hd);
+        memset(dv + o, 0, sizeof(float) * hd);
+    }
+    if (dq)
+        for (int t = 0; t < Tq; t++)
+            memset(dq + (((size_t)b * Tq + t) * H + (size_t)kh * group) * hd, 0,
+                   sizeof(float) * group * hd);
+}
+
 /* D_i = dout_i . out_i for the block's rows (stacked order). */
 static void att_block_D(float *D, const float *dout, const float *out, int b, int kh, int group,
                         int i0, int n, int Tq, int H, int hd) {
@@ -476,11 +503,14 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
     }
 }
 
-void attention_window_backward(float *dq, float *dk, float *dv, const float *dout,
-                               const float *out, const float *lse, const float *q, const float *k,
-                               const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
-                               int causal, int window) {
-    if (!att_backward16(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window))
+/* set: the outputs overwritten (att_zero_owned), else added into; join (Tq = Tk): each
+ * (b, kh)'s rows joined after (att_join_t) */
+static void att_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                         const float *lse, const float *q, const float *k, const float *v, int B,
+                         int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, int set,
+                         const att_join_t *join) {
+    if (!att_backward16(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window,
+                        set, join))
         return;
     const int group = H / Hkv, np = att_block_positions(group);
     const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
@@ -494,12 +524,16 @@ void attention_window_backward(float *dq, float *dk, float *dv, const float *dou
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
+                if (set) att_zero_owned(dq, dk, dv, b, kh, Tq, Tk, H, Hkv, hd);
                 if (ok)
                     att_group_backward_blocked(dq, dk, dv, dout, out, lse, q, k, v, &w, b, kh, Tq,
                                                Tk, H, Hkv, hd, causal, window);
                 else   /* no scratch: the key-block kernel, which needs none */
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H,
                                        Hkv, hd, causal, window);
+                if (join)
+                    qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
+                                          join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
         free(w.P);
         free(w.dP);
@@ -507,6 +541,32 @@ void attention_window_backward(float *dq, float *dk, float *dv, const float *dou
         free(w.dOs);
         free(w.D);
     }
+}
+
+void attention_window_backward(float *dq, float *dk, float *dv, const float *dout,
+                               const float *out, const float *lse, const float *q, const float *k,
+                               const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
+                               int causal, int window) {
+    att_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, 0, NULL);
+}
+
+void attention_window_backward_set(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *out, const float *lse, const float *q,
+                                   const float *k, const float *v, int B, int Tq, int Tk, int H,
+                                   int Hkv, int hd, int causal, int window) {
+    att_backward(dq, dk, dv, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, 1, NULL);
+}
+
+void attention_backward_qkv(float *dqkv, float *dq, float *dk, float *dv, const float *dout,
+                            const float *out, const float *lse, const float *q, const float *k,
+                            const float *v, const float *cos_t, const float *sin_t, int B, int T,
+                            int H, int Hkv, int hd, int causal, int window, int pos0) {
+    /* dqkv's shadow taken here, on the calling thread (the table's lock), as qkv_join_unrope
+     * takes it */
+    const size_t n = (size_t)B * T * (H + 2 * Hkv) * hd;
+    const att_join_t join = {dqkv, ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, n) : NULL,
+                             cos_t, sin_t, pos0};
+    att_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, 1, &join);
 }
 
 /* ---- bf16 blocks (ops_bf16.h) ------------------------------------------------------------
@@ -715,7 +775,8 @@ static void att_group_backward16(float *dq, float *dk, float *dv, const float *d
 /* The backward on bf16 blocks; -1 (nothing written) when it does not apply or has no memory. */
 static int att_backward16(float *dq, float *dk, float *dv, const float *dout, const float *out,
                           const float *lse, const float *q, const float *k, const float *v, int B,
-                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
+                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, int set,
+                          const att_join_t *join) {
     const int group = H / Hkv, np = att_block_positions(group);
     const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
     if (!ops_bf16_native() || rows < ATT_QB_MIN) return -1;
@@ -740,12 +801,16 @@ static int att_backward16(float *dq, float *dk, float *dv, const float *dout, co
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
+                if (set) att_zero_owned(dq, dk, dv, b, kh, Tq, Tk, H, Hkv, hd);
                 if (ok)
                     att_group_backward16(dq, dk, dv, dout, out, lse, &a, &w, b, kh, Tq, Tk, H, Hkv,
                                          hd, causal, window);
                 else   /* no scratch: the key-block kernel, which needs none */
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv,
                                        hd, causal, window);
+                if (join)
+                    qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
+                                          join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
         att16_scratch_free(&w);
     }

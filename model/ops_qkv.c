@@ -80,6 +80,34 @@ OPS_VARIANTS(void, join_rows, (float *dqkv, uint16_t *d16, const float *dq, cons
     }
 }
 
+OPS_VARIANTS(void, join_group, (float *dqkv, uint16_t *d16, const float *dq, const float *dk,
+                                const float *dv, const float *cos_t, const float *sin_t, int b,
+                                int kh, int T, int H, int Hkv, int hd, int pos0),
+             (dqkv, d16, dq, dk, dv, cos_t, sin_t, b, kh, T, H, Hkv, hd, pos0)) {
+    const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2, group = H / Hkv;
+    for (int n = b * T; n < (b + 1) * T; n++) {
+        const size_t t = (size_t)(pos0 + n % T);
+        /* join_rows' work on the heads of this group: the same calls on the same elements */
+        float *row = dqkv + (size_t)n * ld;
+        uint16_t *r16 = d16 ? d16 + (size_t)n * ld : NULL;
+        const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
+        for (int h = kh * group; h < (kh + 1) * group; h++)
+            qkv_rotate16(row + h * hd, r16 ? r16 + h * hd : NULL, dq + (size_t)n * Dq + h * hd, cs, sn,
+                         hd, -1.0f);
+        qkv_rotate16(row + Dq + kh * hd, r16 ? r16 + Dq + kh * hd : NULL,
+                     dk + (size_t)n * Dkv + kh * hd, cs, sn, hd, -1.0f);
+        const float *dvr = dv + (size_t)n * Dkv + kh * hd;
+        memcpy(row + Dq + Dkv + kh * hd, dvr, sizeof(float) * hd);
+        if (r16) ops_bf16_pack_row(r16 + Dq + Dkv + kh * hd, dvr, (size_t)hd);
+    }
+}
+
+void qkv_join_unrope_group(float *dqkv, uint16_t *d16, const float *dq, const float *dk,
+                           const float *dv, const float *cos_t, const float *sin_t, int b, int kh,
+                           int T, int H, int Hkv, int hd, int pos0) {
+    join_group(dqkv, d16, dq, dk, dv, cos_t, sin_t, b, kh, T, H, Hkv, hd, pos0);
+}
+
 /* Rows over the threads (contiguous shares), or on the calling thread for small work (no
  * parallel pragma then: ops_bf16.c says why). */
 #define QKV_ROWS(N, work, call)                                                                \

@@ -148,8 +148,25 @@ static void attention_qkv_case(int Bt, int T, int H, int Hkv, int hd, int causal
     snprintf(what, sizeof what, "attention_backward_qkv B=%d T=%d H=%d/%d hd=%d causal=%d window=%d pos0=%d: dqkv", Bt,
              T, H, Hkv, hd, causal, window, pos0);
     same(what, &dqkv, at, rt);
-    dbuf_t *all[] = {&q, &k, &v, &out, &lse, &dout, &dqkv, &dq, &dk, &dv, &cs, &sn};
-    for (int i = 0; i < 12; i++) dfree(all[i]);
+    /* the CPU's fused op (each (batch, key/value head)'s rows zeroed, computed and joined by one
+     * thread) against the three ops it stands for, composed on the same device: bit for bit */
+    dbuf_t cq = dfloats((size_t)N * Dq, 1), ck = dfloats((size_t)N * Dkv, 1), cv = dfloats((size_t)N * Dkv, 1);
+    dbuf_t cj = dfloats((size_t)N * ld, 3);
+    DEV(A, zero, FA(cq), sizeof(float) * cq.n);
+    DEV(A, zero, FA(ck), sizeof(float) * ck.n);
+    DEV(A, zero, FA(cv), sizeof(float) * cv.n);
+    DEV(A, attention_window_backward, FA(cq), FA(ck), FA(cv), FA(dout), FA(out), FA(lse), FA(q), FA(k), FA(v), Bt, T,
+        T, H, Hkv, hd, causal, window);
+    DEV(A, qkv_join_unrope, FA(cj), FA(cq), FA(ck), FA(cv), FA(cs), FA(sn), N, T, H, Hkv, hd, pos0);
+    float *hf = malloc(sizeof(float) * dqkv.n), *hc = malloc(sizeof(float) * dqkv.n);
+    DEV(A, download, hf, dqkv.a, sizeof(float) * dqkv.n);
+    DEV(A, download, hc, cj.a, sizeof(float) * dqkv.n);
+    CHECK(!memcmp(hf, hc, sizeof(float) * dqkv.n), "%s: the CPU's fused op is its three ops composed, bit for bit",
+          what);
+    free(hf);
+    free(hc);
+    dbuf_t *all[] = {&q, &k, &v, &out, &lse, &dout, &dqkv, &dq, &dk, &dv, &cs, &sn, &cq, &ck, &cv, &cj};
+    for (int i = 0; i < 16; i++) dfree(all[i]);
 }
 static void test_attention_qkv(void) {
     attention_qkv_case(2, 100, 4, 2, 64, 1, 0, 3);  /* the fused store: two tiles, GQA, causal */
@@ -166,6 +183,10 @@ static void test_attention(void) {
      * half of a tile sees no key (causal, windows), Tq < Tk, T not a multiple of 64, GQA */
     attention_case(2, 77, 141, 4, 1, 64, 1, 0);
     attention_case(1, 200, 200, 4, 2, 32, 1, 70);
+    /* the bf16 forward's wide blocks (ATT_FWD_WIDE: 128 queries, 32 a warp, 48-key tiles split
+     * between 3 warps): a last block whose last warps have no row, non-causal with Tq > Tk */
+    attention_case(1, 300, 300, 2, 1, 64, 1, 0);
+    attention_case(1, 150, 90, 2, 2, 64, 0, 0);
 }
 static void test_attention_rows(void) {
     enum { N = 3, H = 4, Hkv = 2, hd = 16, S = 80 };

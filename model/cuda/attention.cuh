@@ -4,15 +4,17 @@
  * the last Tq positions), sliding windows (ops_math.h ops_att_range: the keys a row sees).
  *
  * Forward (k_att_fwd): a block takes 64 query rows of one (b, h), 16 per warp (or per pair
- * of warps: split tiles, below); key
+ * of warps: split tiles, below; bf16 at hd 32 and 64: 128 rows, 32 per warp, each key tile split
+ * between 3 warps per 32 rows -- ATT_FWD_WIDE); key
  * tiles of BK rows are staged in shared memory; S = Q K^T lands in each warp's registers in
  * the mma layout (mma.cuh), the online softmax (ops_online_softmax's rescaling: running max
  * m, sum l, the accumulator scaled by exp(m_old - m_new)) runs on those registers, and
- * O += P V follows from the same registers. Only the row's log-sum-exp is kept.
+ * O += P V follows from the same registers. Only the row's log-sum-exp is kept. At bf16 the
+ * output's bf16 shadow (device_cuda.cu) is stored beside it, for the output projection.
  *
  * Backward, atomic-free, in two passes so that every gradient row has one writer: D = rowsum
- * (dO o O) (k_att_rowdot); dK, dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) (or
- * ATT_DKDV_KB = 128 in bf16 at hd 64) and
+ * (dO o O) (k_att_rowdot, which also stores dO's bf16 shadow, read by the passes after it); dK,
+ * dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) (or ATT_DKDV_KB = 128 in bf16 at hd 64) and
  * walks every query head of the group and every query tile that sees those keys, in order,
  * recomputing P = exp(S - lse) and dS = P (dP - D) scale, accumulating dV += P^T dO and
  * dK += dS^T Q in registers; dQ (k_att_bwd_dq): a block owns 64 query rows of (b, h) and
@@ -105,6 +107,26 @@
 #ifndef ATT_FWD_SPLIT_MIN_BLOCKS
 #define ATT_FWD_SPLIT_MIN_BLOCKS 2
 #endif
+/* The bf16 forward at head dimensions 32 and 64 in wide blocks (ATT_FWD_WIDE, 1 by default): 128
+ * queries a block, 32 a warp -- each K and V fragment a warp loads from shared memory serves two
+ * 16-row tensor-core tiles, half the fragment loads a query needs -- and the keys split between
+ * 3 warps per 32 rows (12 warps, 384 threads, 1 block a SM, at most 168 registers), each with its
+ * own online softmax, merged at the end in share order as ATT_FWD_SPLIT's. Key tiles of 48 keys
+ * at hd 64, 96 at hd 32 (one 16-byte chunk of K and one of V a thread), in 16-key chunks, chunk j
+ * to share j % 3; the tiles stop at the block's last key (the rows past it neither loaded nor,
+ * beyond their 16-row chunk, stored: a block moves the K and V rows its queries see, no more). A
+ * warp skips a chunk that none of its rows sees (the causal diagonal, a window's edge); a warp
+ * with no row (the last block's) skips everything. 128-query blocks read the K and V rows half as
+ * often as 64-query ones; the threads a launch stay as many (768 blocks of 384 at config G where
+ * 1536 of 256 ran). The next tile's loads follow the chunks' products (ATT_FWD_WIDE_EARLY=1: before
+ * them, their 8 registers live across them). 0: the 64-query blocks (ATT_FWD_SPLIT,
+ * ATT_FWD_SPLIT_MIN_BLOCKS). */
+#ifndef ATT_FWD_WIDE
+#define ATT_FWD_WIDE 1
+#endif
+#ifndef ATT_FWD_WIDE_EARLY
+#define ATT_FWD_WIDE_EARLY 0
+#endif
 #ifndef ATT_DKDV_MIN_BLOCKS
 #define ATT_DKDV_MIN_BLOCKS 3
 #endif
@@ -196,12 +218,17 @@ template <int HD, bool BF> struct att_cfg {
      * fragment loads of 8 rows x 4 lanes fall into 32 distinct banks); fp32 rows by 1 */
     static constexpr int LD = BF ? HD + 8 : HD + 1;
 };
-/* the forward's split (att_cfg's tiles; SPLIT warps per 16 queries, NTH threads, MINB blocks a SM) */
-template <int HD, bool BF> struct att_fwd_cfg {
-    static constexpr int SPLIT = (BF && HD >= 32 && HD <= 64) ? ATT_FWD_SPLIT : 1;
-    static constexpr int NTH = ATT_THREADS * SPLIT;
-    static constexpr int MINB = SPLIT > 1 ? ATT_FWD_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1;
-    static_assert(att_cfg<HD, BF>::NT % (2 * SPLIT) == 0, "a share's column tiles in pairs");
+/* the forward's blocks: BQ queries, RW a warp, key tiles of BK split between SPLIT warps per RW
+ * rows (W, ATT_FWD_WIDE: 16-key chunks in turn); NTH threads, compiled for MINB blocks a SM */
+template <int HD, bool BF, bool W = BF && HD >= 32 && HD <= 64 && ATT_FWD_WIDE> struct att_fwd_cfg {
+    static constexpr bool WIDE = W;
+    static constexpr int SPLIT = WIDE ? 3 : (BF && HD >= 32 && HD <= 64) ? ATT_FWD_SPLIT : 1;
+    static constexpr int RW = WIDE ? 32 : 16;
+    static constexpr int BQ = WIDE ? 128 : att_cfg<HD, BF>::BQ;
+    static constexpr int NTH = WIDE ? BQ / RW * SPLIT * WARP : ATT_THREADS * SPLIT;
+    static constexpr int BK = WIDE ? NTH * 8 / HD : att_cfg<HD, BF>::BK;
+    static constexpr int MINB = WIDE ? 1 : SPLIT > 1 ? ATT_FWD_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_FWD_MIN_BLOCKS : 1;
+    static_assert(WIDE ? BK % (16 * SPLIT) == 0 : BK / 8 % (2 * SPLIT) == 0, "whole chunks, column tiles in pairs");
 };
 /* the dQ pass's split (att_cfg's tiles; SPLIT warps per 16 queries, NTH threads, MINB blocks a SM) */
 template <int HD, bool BF> struct att_dq_cfg {
@@ -308,42 +335,62 @@ __device__ static inline void att_stage(float *tile, int ld, const float *src, s
 #endif
 /* (NTH: the block's threads: ATT_THREADS, or 128 x the split kernels' ATT_*_SPLIT) */
 template <int R, int HD, int NTH = ATT_THREADS> struct att_regs {
-    static constexpr int N = R * (HD / 8) / NTH;
-    static_assert(N >= 1 && N * NTH == R * (HD / 8), "a tile is a whole number of chunks per thread");
+    static constexpr int C = R * (HD / 8);        /* the tile's chunks */
+    static constexpr int N = (C + NTH - 1) / NTH; /* a thread's, the last of them absent for some */
+    /* chunk u of this thread is in the tile (always, when the chunks divide between the threads) */
+    __device__ static bool has(int u) { return C % NTH == 0 || (int)threadIdx.x + NTH * u < C; }
     uint4 x[N];
 };
-template <int R, int HD, int NTH>
+/* chunk (row r, columns c .. c + 7) of a head view as 8 bf16 (ONLY16: from the bf16 copy, which
+ * the caller has, 16-byte aligned: no rounding path and its registers) */
+template <bool ONLY16 = false>
+__device__ static inline uint4 att_chunk16(const float *src, const __nv_bfloat16 *src16, size_t stride, int r, int c,
+                                           int valid, int hd, bool vec, bool vec16) {
+    uint4 x = make_uint4(0u, 0u, 0u, 0u);
+    if (r < valid && c < hd) {
+        if (ONLY16 || (src16 && vec16)) x = ld16b(src16 + (size_t)r * stride + c);
+        else if constexpr (!ONLY16) {
+            float f[8];
+            if (!src16 && vec) { /* hd % 4 == 0: a second float4 when it is inside the row */
+                const float4 a = ld4(src + (size_t)r * stride + c);
+                const float4 b = c + 4 < hd ? ld4(src + (size_t)r * stride + c + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+            } else
+                #pragma unroll
+                for (int j = 0; j < 8; j++)
+                    f[j] = c + j >= hd ? 0.0f : src16 ? bf16_to_f(src16[(size_t)r * stride + c + j])
+                                                      : src[(size_t)r * stride + c + j];
+            x = make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
+        }
+    }
+    return x;
+}
+template <bool ONLY16 = false, int R, int HD, int NTH>
 __device__ static inline void att_ld16(att_regs<R, HD, NTH> &g, const float *src, const __nv_bfloat16 *src16,
                                        size_t stride, int valid, int hd, bool vec, bool vec16) {
     #pragma unroll
     for (int u = 0; u < g.N; u++) {
         const int e = threadIdx.x + NTH * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
-        uint4 x = make_uint4(0u, 0u, 0u, 0u);
-        if (r < valid && c < hd) {
-            if (src16 && vec16) x = ld16b(src16 + (size_t)r * stride + c);
-            else {
-                float f[8];
-                if (!src16 && vec) { /* hd % 4 == 0: a second float4 when it is inside the row */
-                    const float4 a = ld4(src + (size_t)r * stride + c);
-                    const float4 b = c + 4 < hd ? ld4(src + (size_t)r * stride + c + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-                    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-                } else
-                    #pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        f[j] = c + j >= hd ? 0.0f : src16 ? bf16_to_f(src16[(size_t)r * stride + c + j])
-                                                          : src[(size_t)r * stride + c + j];
-                x = make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
-            }
-        }
-        g.x[u] = x;
+        if (g.has(u)) g.x[u] = att_chunk16<ONLY16>(src, src16, stride, r, c, valid, hd, vec, vec16);
     }
 }
-template <int R, int HD, int NTH>
-__device__ static inline void att_st16(__nv_bfloat16 *tile, const att_regs<R, HD, NTH> &g) {
+/* rows r < R straight into a row-major tile (rows of HD + 8), a chunk at a time: a block's own
+ * rows, staged once (zero from valid on; ONLY16 as att_chunk16) */
+template <int HD, int NTH, bool ONLY16 = false>
+__device__ static inline void att_stage16(__nv_bfloat16 *tile, const float *src, const __nv_bfloat16 *src16,
+                                          size_t stride, int R, int valid, int hd, bool vec, bool vec16) {
+    for (int e = threadIdx.x; e < R * (HD / 8); e += NTH) {
+        const int r = e / (HD / 8), c = (e % (HD / 8)) * 8;
+        st16b(tile + r * (HD + 8) + c, att_chunk16<ONLY16>(src, src16, stride, r, c, valid, hd, vec, vec16));
+    }
+}
+/* (CUT: rows r < rows only) */
+template <bool CUT = false, int R, int HD, int NTH>
+__device__ static inline void att_st16(__nv_bfloat16 *tile, const att_regs<R, HD, NTH> &g, int rows = R) {
     #pragma unroll
     for (int u = 0; u < g.N; u++) {
         const int e = threadIdx.x + NTH * u, r = e / (HD / 8), c = (e % (HD / 8)) * 8;
-        st16b(tile + r * (HD + 8) + c, g.x[u]);
+        if (g.has(u) && (!CUT || r < rows)) st16b(tile + r * (HD + 8) + c, g.x[u]);
     }
 }
 
@@ -379,9 +426,11 @@ __device__ static inline void att_frags(uint32_t fa[KS][4], const __nv_bfloat16 
  * matrices (j, kk's low 8 columns), (j, high 8), (j + 1, low), (j + 1, high); lane l points at
  * row 8 (j + l / 16) + l % 8, column 16 kk + 8 (l / 8 % 2). Per accumulator the products run
  * over kk in order, as before. */
-template <int KS, int NT>
-__device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS][4], const __nv_bfloat16 *B, int ld,
-                                          int g, int t) {
+/* (R row tiles of 16, acc[r] from fa[r]: each B fragment loaded serves the R tiles' products, in
+ * the order of one tile's for each accumulator) */
+template <int R, int KS, int NT>
+__device__ static inline void att_dots_bfr(float (*acc)[NT][4], const uint32_t (*fa)[KS][4], const __nv_bfloat16 *B,
+                                           int ld, int g, int t) {
     static_assert(NT % 2 == 0, "column tiles in pairs");
     const int lane = 4 * g + t;
     const __nv_bfloat16 *p = B + (8 * (lane >> 4) + (lane & 7)) * ld + 8 * ((lane >> 3) & 1);
@@ -391,9 +440,17 @@ __device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS
         for (int kk = 0; kk < KS; kk++) {
             uint32_t b[4];
             ldsm_x4(b, p + 8 * j * ld + 16 * kk);
-            mma_bf16(acc[j], fa[kk], b[0], b[1]);
-            mma_bf16(acc[j + 1], fa[kk], b[2], b[3]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                mma_bf16(acc[r][j], fa[r][kk], b[0], b[1]);
+                mma_bf16(acc[r][j + 1], fa[r][kk], b[2], b[3]);
+            }
         }
+}
+template <int KS, int NT>
+__device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS][4], const __nv_bfloat16 *B, int ld,
+                                          int g, int t) {
+    att_dots_bfr<1, KS, NT>((float (*)[NT][4])acc, (const uint32_t (*)[KS][4])fa, B, ld, g, t);
 }
 /* out[jd] += P (the warp's 16 rows x 16*KP columns, registers in the C layout of NT = 2 KP
  * column tiles) times B (rows 16 kk .. of the row-major bf16 tile B[k][n], ld). A B fragment
@@ -404,6 +461,38 @@ __device__ static inline void att_dots_bf(float acc[NT][4], const uint32_t fa[KS
  * of LD = HD + 8 bf16 put a matrix's 8 rows in distinct banks: one wavefront per matrix, half
  * the wavefronts of the two 16-bit loads per register the tile took before (and no transposed
  * copy of the tile). Per output tile the products run over kk in order, as before. */
+/* (R row tiles: out[r] += P[r] B, each B fragment loaded serving the R tiles) */
+template <int R, int NT, int DT>
+__device__ static inline void att_pv_rmr(float (*out)[DT][4], const float (*P)[NT][4], const __nv_bfloat16 *B, int ld,
+                                         int g, int t) {
+    static_assert(DT % 2 == 0, "column tiles in pairs");
+    const int lane = 4 * g + t;
+    const __nv_bfloat16 *p = B + (8 * ((lane >> 3) & 1) + (lane & 7)) * ld + 8 * (lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+        uint32_t a[R][4];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            a[r][0] = pack_bf16(P[r][2 * kk][0], P[r][2 * kk][1]), a[r][1] = pack_bf16(P[r][2 * kk][2], P[r][2 * kk][3]),
+            a[r][2] = pack_bf16(P[r][2 * kk + 1][0], P[r][2 * kk + 1][1]),
+            a[r][3] = pack_bf16(P[r][2 * kk + 1][2], P[r][2 * kk + 1][3]);
+#pragma unroll
+        for (int jd = 0; jd < DT; jd += 2) {
+            uint32_t b[4];
+            ldsm_x4_t(b, p + 16 * kk * ld + 8 * jd);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                mma_bf16(out[r][jd], a[r], b[0], b[1]);
+                mma_bf16(out[r][jd + 1], a[r], b[2], b[3]);
+            }
+        }
+    }
+}
+template <int NT, int DT>
+__device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
+                                        int t) {
+    att_pv_rmr<1, NT, DT>((float (*)[DT][4])out, (const float (*)[NT][4])P, B, ld, g, t);
+}
 /* P's registers (the warp's 16 rows x 16 KP columns, C layout of 2 KP column tiles) packed to bf16
  * as A fragments, one per 16 columns: the rounding every product from P's registers uses */
 template <int KP>
@@ -414,14 +503,9 @@ __device__ static inline void att_pack_a(uint32_t a[KP][4], const float P[2 * KP
         a[kk][2] = pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]), a[kk][3] = pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3]);
     }
 }
-/* out[jd] += A (KP fragments: the warp's 16 rows x 16 KP columns) times B (rows 16 kk .. of the
- * row-major bf16 tile B[k][n], ld). A B fragment register holds B[2t][n] and B[2t+1][n], two rows
- * apart: ldmatrix.trans (mma.cuh) gives them from the row-major tile, the fragments of two column
- * tiles jd, jd + 1 at once -- matrices (rows 16 kk .. + 7, columns 8 jd ..), (rows + 8, 8 jd),
- * (rows 16 kk, 8 (jd + 1)), (+ 8, 8 (jd + 1)); lane l points at row 16 kk + 8 (l / 8 % 2) + l % 8,
- * column 8 (jd + l / 16). Rows of LD = HD + 8 bf16 put a matrix's 8 rows in distinct banks: one
- * wavefront per matrix, half the wavefronts of the two 16-bit loads per register the tile took
- * before (and no transposed copy of the tile). Per output tile the products run over kk in order. */
+/* out[jd] += A (KP fragments already packed, att_pack_a's or loaded: the warp's 16 rows x 16 KP
+ * columns) times B, as att_pv_rm (B's fragments by ldmatrix.trans from the row-major tile; per
+ * output tile the products run over kk in order) */
 template <int KP, int DT>
 __device__ static inline void att_pv_rm_a(float out[DT][4], const uint32_t a[KP][4], const __nv_bfloat16 *B, int ld,
                                           int g, int t) {
@@ -437,18 +521,6 @@ __device__ static inline void att_pv_rm_a(float out[DT][4], const uint32_t a[KP]
             mma_bf16(out[jd], a[kk], b[0], b[1]);
             mma_bf16(out[jd + 1], a[kk], b[2], b[3]);
         }
-}
-/* out[jd] += P (registers in the C layout of NT column tiles) times B: att_pv_rm_a on P packed,
- * 16 columns at a time (each fragment packed just before its products) */
-template <int NT, int DT>
-__device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
-                                        int t) {
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; kk++) {
-        uint32_t a[1][4];
-        att_pack_a<1>(a, P + 2 * kk);
-        att_pv_rm_a<1, DT>(out, a, B + 16 * kk * ld, ld, g, t);
-    }
 }
 /* The fp32 engine's P V: P goes through the warp's buffer pw (16 rows of nk + 1 floats),
  * then out[jd] += sum over k of P[row][k] B[k][8 jd + 2 t + e] (B row-major fp32, ld) */
@@ -550,28 +622,58 @@ __device__ static inline void att_softmax_tile(float s[NT][4], float o[DT][4], f
             }
     }
 }
-/* out = O / l, lse = m + log l for the warp's rows i0w + g, + 8 (a row that saw no key: out 0,
- * lse +inf) */
+/* A warp's row (of the C layout: lane t holds columns 8 jd + 2 t, + 1 of each group jd, in r) as
+ * bf16 into row16, hd % 4 == 0 and row16 8-byte aligned: lanes t and t ^ 1 swap halves so that
+ * each stores 4 bf16 (8 bytes) and a row's 4 lanes fill the 32-byte sector of two column groups,
+ * not half of each (every lane calls this, for the shuffle; ok: the row exists) */
 template <int DT>
-__device__ static inline void att_fwd_out(float *out, float *lse, const float o[DT][4], const float m[2], const float l[2],
-                                          int b, int h, int i0w, int Tq, int H, int hd, int g, int t) {
+__device__ static inline void att_row16(__nv_bfloat16 *row16, const float r[DT][2], int hd, int t, bool ok) {
+    static_assert(DT % 2 == 0, "column groups in pairs");
+    #pragma unroll
+    for (int jd = 0; jd < DT; jd += 2) {
+        const uint32_t a = pack_bf16(r[jd][0], r[jd][1]), b = pack_bf16(r[jd + 1][0], r[jd + 1][1]);
+        const uint32_t got = __shfl_xor_sync(FULL_MASK, (t & 1) ? a : b, 1);
+        if (!ok) continue;
+        if (t & 1) { /* group jd + 1's columns 2 (t - 1) .. + 3 */
+            if (8 * (jd + 1) + 2 * (t - 1) < hd) *(uint2 *)(row16 + 8 * (jd + 1) + 2 * (t - 1)) = make_uint2(got, b);
+        } else if (8 * jd + 2 * t < hd) /* group jd's columns 2 t .. + 3 */
+            *(uint2 *)(row16 + 8 * jd + 2 * t) = make_uint2(a, got);
+    }
+}
+/* out = O / l, lse = m + log l for the warp's rows i0w + g, + 8 (a row that saw no key: out 0,
+ * lse +inf); out16 (or NULL): out's bf16 shadow (device_cuda.cu), the rounding of the values
+ * stored in out, written beside them (8-byte stores by att_row16 when hd % 4 == 0 and out16 is
+ * 8-byte aligned, else one bf16 at a time) */
+template <int DT>
+__device__ static inline void att_fwd_out(float *out, __nv_bfloat16 *out16, float *lse, const float o[DT][4],
+                                          const float m[2], const float l[2], int b, int h, int i0w, int Tq, int H,
+                                          int hd, int g, int t) {
     #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         float lt = l[rr] + __shfl_xor_sync(FULL_MASK, l[rr], 1);
         lt += __shfl_xor_sync(FULL_MASK, lt, 2);
         const int i = i0w + g + 8 * rr;
-        if (i >= Tq) continue;
+        const bool ok = i < Tq;
         const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
-        float *orow = out + ((size_t)b * Tq + i) * H * hd + (size_t)h * hd;
+        const size_t ro = ((size_t)b * Tq + i) * H * hd + (size_t)h * hd;
+        float y[DT][2];
+        #pragma unroll
+        for (int jd = 0; jd < DT; jd++) y[jd][0] = o[jd][2 * rr] * inv, y[jd][1] = o[jd][2 * rr + 1] * inv;
+        if (out16 && hd % 4 == 0 && ((uintptr_t)out16 & 7u) == 0) att_row16<DT>(out16 + ro, y, hd, t, ok);
+        if (!ok) continue;
+        float *orow = out + ro;
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) {
             const int c = 8 * jd + 2 * t;
-            const float y0 = o[jd][2 * rr] * inv, y1 = o[jd][2 * rr + 1] * inv;
             if (hd % 2 == 0 && aligned16(out)) {
-                if (c < hd) st2(orow + c, make_float2(y0, y1));
+                if (c < hd) st2(orow + c, make_float2(y[jd][0], y[jd][1]));
             } else {
-                if (c < hd) orow[c] = y0;
-                if (c + 1 < hd) orow[c + 1] = y1;
+                if (c < hd) orow[c] = y[jd][0];
+                if (c + 1 < hd) orow[c + 1] = y[jd][1];
+            }
+            if (out16 && !(hd % 4 == 0 && ((uintptr_t)out16 & 7u) == 0)) {
+                if (c < hd) out16[ro + c] = to_bf16(y[jd][0]);
+                if (c + 1 < hd) out16[ro + c + 1] = to_bf16(y[jd][1]);
             }
         }
         if (t == 0) lse[((size_t)b * H + h) * Tq + i] = lt > 0.0f ? m[rr] + logf(lt) : INFINITY;
@@ -579,15 +681,18 @@ __device__ static inline void att_fwd_out(float *out, float *lse, const float o[
 }
 /* The key and value tiles a block of queries i0 .. i0 + nq - 1 walks in the bf16 forward and dQ
  * passes (tile n: keys klo + BK n ..; k, v and their copies k16, v16 at the block's (b, kh)),
- * double-buffered in shared memory (sk(n), sv(n)) through a thread's registers */
-template <int HD, int NTH = ATT_THREADS> struct att_kv_pipe {
+ * double-buffered in shared memory (sk(n), sv(n)) through a thread's registers (ONLY16: from k16,
+ * v16 alone, which the caller has, 16-byte aligned; BK: att_cfg's, or the wide forward's; CUT:
+ * loaded to the block's last key, stored to its 16-row chunk) */
+template <int HD, int NTH = ATT_THREADS, bool ONLY16 = false, int BK = att_cfg<HD, true>::BK, bool CUT = false>
+struct att_kv_pipe {
     typedef att_cfg<HD, true> C;
     __nv_bfloat16 *s0; /* buffer n & 1: its key tile at sk(n), its value tile at sv(n) */
-    att_regs<C::BK, HD, NTH> rk, rv;
+    att_regs<BK, HD, NTH> rk, rv;
     const float *k, *v;
     const __nv_bfloat16 *k16, *v16;
     size_t ks;
-    int klo, tiles, Tk, hd;
+    int klo, tiles, Tk, hd, kend; /* kend: the keys' end the loads stop at (Tk, or CUT: the block's last key + 1) */
     bool vec, vec16;
     /* smem: 4 tiles of BK rows of LD */
     __device__ att_kv_pipe(unsigned char *smem, const float *k_, const float *v_, const __nv_bfloat16 *k16_,
@@ -598,11 +703,12 @@ template <int HD, int NTH = ATT_THREADS> struct att_kv_pipe {
         int khi, unused;
         ops_att_range(i0, Tq, Tk, causal, window, &klo, &unused);
         ops_att_range(i0 + nq - 1, Tq, Tk, causal, window, &unused, &khi);
-        tiles = khi > klo ? (khi - klo + C::BK - 1) / C::BK : 0;
+        tiles = khi > klo ? (khi - klo + BK - 1) / BK : 0;
+        kend = CUT ? khi : Tk;
     }
     /* (computed, not an array of pointers: a dynamically indexed array would live in local memory) */
-    __device__ __nv_bfloat16 *sk(int n) const { return s0 + (n & 1) * 2 * C::BK * C::LD; }
-    __device__ __nv_bfloat16 *sv(int n) const { return sk(n) + C::BK * C::LD; }
+    __device__ __nv_bfloat16 *sk(int n) const { return s0 + (n & 1) * 2 * BK * C::LD; }
+    __device__ __nv_bfloat16 *sv(int n) const { return sk(n) + BK * C::LD; }
     /* the block's own rows (nq of q and, when given, of dout, row stride qs) into sk(1), sv(1),
      * then (after a barrier) into the A fragments fa, fb of rows 16 w .. + 15 */
     __device__ void own_rows(uint32_t fa[C::KS][4], uint32_t fb[C::KS][4], const float *q, const __nv_bfloat16 *q16,
@@ -618,14 +724,16 @@ template <int HD, int NTH = ATT_THREADS> struct att_kv_pipe {
         if (d) att_frags<C::KS>(fb, sv(1) + 16 * w * C::LD, C::LD, g, t);
     }
     __device__ void load(int n) {
-        const int k0 = klo + C::BK * n, nk = min(C::BK, Tk - k0);
+        const int k0 = klo + BK * n, nk = min(BK, kend - k0);
         const size_t ko = (size_t)k0 * ks;
-        att_ld16(rk, k + ko, att16_at(k16, ko), ks, nk, hd, vec, vec16);
-        att_ld16(rv, v + ko, att16_at(v16, ko), ks, nk, hd, vec, vec16);
+        att_ld16<ONLY16>(rk, k + ko, att16_at(k16, ko), ks, nk, hd, vec, vec16);
+        att_ld16<ONLY16>(rv, v + ko, att16_at(v16, ko), ks, nk, hd, vec, vec16);
     }
+    /* (CUT: the rows to the 16-row chunk that holds the last key loaded; zeros past that key) */
     __device__ void store(int n) {
-        att_st16(sk(n), rk);
-        att_st16(sv(n), rv);
+        const int rows = CUT ? min(BK, (kend - klo - BK * n + 15) / 16 * 16) : BK;
+        att_st16<CUT>(sk(n), rk, rows);
+        att_st16<CUT>(sv(n), rv, rows);
     }
     /* the first tile in place (after own_rows: its fragments are read before this barrier) */
     __device__ void start() {
@@ -636,12 +744,15 @@ template <int HD, int NTH = ATT_THREADS> struct att_kv_pipe {
         __syncthreads();
     }
 };
-template <int HD, bool BF> static inline size_t att_fwd_smem() {
+template <int HD, bool BF, bool W> static inline size_t att_fwd_smem() {
     typedef att_cfg<HD, BF> C;
-    if (BF) { /* att_fwd_bf: K and V tiles, twice; the shares' states after them */
-        const size_t tiles = sizeof(__nv_bfloat16) * 4 * (size_t)C::BK * C::LD;
-        const size_t red = att_fwd_cfg<HD, BF>::SPLIT > 1 ? sizeof(float) * ATT_THREADS * (C::DT + 1) * 4 : 0;
-        return tiles > red ? tiles : red;
+    typedef att_fwd_cfg<HD, BF, W> S;
+    if (BF) { /* att_fwd_bf, att_fwd_wide: K and V tiles, twice (the queries staged before them, in
+               * place); the shares' states after them: a float4 per lane, 16-row tile and DT + 1 */
+        const size_t tiles = sizeof(__nv_bfloat16) * 4 * (size_t)S::BK * C::LD;
+        const size_t rows = sizeof(__nv_bfloat16) * (size_t)S::BQ * C::LD;
+        const size_t red = S::SPLIT > 1 ? sizeof(float4) * (S::BQ / 16) * WARP * (C::DT + 1) : 0;
+        return tiles > rows ? (tiles > red ? tiles : red) : (rows > red ? rows : red);
     }
     return sizeof(float) * ((size_t)C::BQ * C::LD + 2 * (size_t)C::BK * C::LD + 4 * 16 * (C::BK + 1));
 }
@@ -649,20 +760,21 @@ template <int HD, bool BF> static inline size_t att_fwd_smem() {
  * m, l of the lane's two rows) to share 0's warp of the same rows through shared memory (red,
  * idle by then: a lane's float4s o's DT tiles, then (m, l), at (wk (DT + 1) + u) 32 + lane),
  * which merges it: m' = max(m, m_sh), o' = o exp(m - m') + o_sh exp(m_sh - m'), the same for l
- * (a side that saw no key yet, m = -inf, counts 0). In share order: fixed. */
+ * (a side that saw no key yet, m = -inf, counts 0). In share order: fixed. act: the warps' rows
+ * exist (the same for every share of them; a row group with none skips the exchange). */
 template <int DT, int SPLIT>
 __device__ static inline void att_fwd_merge(float4 *red, float o[DT][4], float m[2], float l[2], int wk, int wq,
-                                            int lane) {
+                                            int lane, bool act = true) {
     constexpr int NU = DT + 1;
     #pragma unroll 1
     for (int sh = 1; sh < SPLIT; sh++) {
-        if (wq == sh) {
+        if (act && wq == sh) {
             #pragma unroll
             for (int jd = 0; jd < DT; jd++) red[(wk * NU + jd) * WARP + lane] = make_float4(o[jd][0], o[jd][1], o[jd][2], o[jd][3]);
             red[(wk * NU + DT) * WARP + lane] = make_float4(m[0], m[1], l[0], l[1]);
         }
         __syncthreads();
-        if (wq == 0) {
+        if (act && wq == 0) {
             const float4 ml = red[(wk * NU + DT) * WARP + lane];
             const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
             float f0[2], f1[2];
@@ -690,11 +802,11 @@ __device__ static inline void att_fwd_merge(float4 *red, float o[DT][4], float m
  * the key and value tiles are double-buffered as in att_dkdv_bf (the next tile's loads in
  * flight during the products, one barrier per tile), P V from the row-major value tile. */
 template <int HD>
-__device__ static inline void att_fwd_bf(float *out, float *lse, const float *q, const float *k, const float *v, int Tq,
-                                         int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
-                                         const att_bf16_t &c16) {
+__device__ static inline void att_fwd_bf(float *out, __nv_bfloat16 *out16, float *lse, const float *q, const float *k,
+                                         const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
+                                         float scale, const att_bf16_t &c16) {
     typedef att_cfg<HD, true> C;
-    typedef att_fwd_cfg<HD, true> S;
+    typedef att_fwd_cfg<HD, true, false> S;
     /* W4 warps per share; a share's NS column tiles of 8 keys, KSH keys, of each key tile */
     constexpr int W4 = ATT_THREADS / WARP, NS = C::NT / S::SPLIT, KSH = 8 * NS;
     static_assert(C::BQ == C::BK, "the query tile is staged in a key tile's buffer");
@@ -737,14 +849,91 @@ __device__ static inline void att_fwd_bf(float *out, float *lse, const float *q,
         att_fwd_merge<C::DT, S::SPLIT>((float4 *)smem, o, m, l, wk, wq, lane);
         if (wq) return;
     }
-    att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * wk, Tq, H, hd, g, t);
+    att_fwd_out<C::DT>(out, out16, lse, o, m, l, b, h, i0 + 16 * wk, Tq, H, hd, g, t);
 }
-template <int HD, bool BF>
-__global__ void __launch_bounds__(att_fwd_cfg<HD, BF>::NTH, att_fwd_cfg<HD, BF>::MINB)
-k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int H, int Hkv,
-          int hd, int causal, int window, float scale, att_bf16_t c16) {
+/* The wide forward (ATT_FWD_WIDE; taken where q, k and v have 16-byte aligned bf16 shadows, as they
+ * have at bf16 with memory to spare -- else att_fwd_bf; their rounding paths took registers that
+ * made nvcc spill): warp w takes queries 32 wr .. + 31 (wr = w % 4) as two 16-row
+ * tiles and the chunks c = NC n + j (keys 16 j .. + 15 of tile n) with c % 3 = wq (wq = w / 4); the
+ * block's queries pass through shared memory once (as many rows as its warps hold), into the two
+ * tiles' A fragments. A chunk that none of the warp's rows sees ([wlo, whi): the keys of its first
+ * row's range to its last's) is skipped: warp-uniform, and it would have added nothing (every key
+ * masked). */
+template <int HD>
+__device__ static inline void att_fwd_wide(float *out, __nv_bfloat16 *out16, float *lse, const float *q, const float *k,
+                                           const float *v, int Tq, int Tk, int H, int Hkv, int hd, int causal,
+                                           int window, float scale, const att_bf16_t &c16) {
+    typedef att_cfg<HD, true> C;
+    typedef att_fwd_cfg<HD, true, true> S;
+    constexpr int RG = S::BQ / S::RW, KC = 16, NC = S::BK / KC; /* row groups; chunks of KC keys, NC a tile */
+    DYN_SHARED(unsigned char, smem);
+    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * S::BQ, kh = h / (H / Hkv);
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wr = w % RG, wq = w / RG, r0 = i0 + S::RW * wr; /* the warp's first row */
+    const bool act = r0 < Tq;
+    const size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
+    const int nq = min(S::BQ, Tq - i0);
+    const size_t qo = ((size_t)b * Tq + i0) * qs + (size_t)h * hd, kvb = (size_t)b * Tk * ks + (size_t)kh * hd;
+    const bool vec = hd % 4 == 0 && aligned16(q) && aligned16(k) && aligned16(v), vec16 = att16_vec(c16, hd);
+    att_kv_pipe<HD, S::NTH, true, S::BK, true> kv(smem, k + kvb, v + kvb, att16_at(c16.k, kvb), att16_at(c16.v, kvb), ks, i0, nq, Tq,
+                                     Tk, hd, causal, window, vec, vec16);
+    /* the queries of the warps with rows into the two tiles' fragments; the barrier after: tile 0
+     * lands where they were */
+    __nv_bfloat16 *sq = (__nv_bfloat16 *)smem;
+    att_stage16<HD, S::NTH, true>(sq, q + qo, att16_at(c16.q, qo), qs, (nq + S::RW - 1) / S::RW * S::RW, nq, hd, vec, vec16);
+    __syncthreads();
+    uint32_t qa[2][C::KS][4] = {};
+    if (act)
+        #pragma unroll
+        for (int u = 0; u < 2; u++) att_frags<C::KS>(qa[u], sq + (S::RW * wr + 16 * u) * C::LD, C::LD, g, t);
+    __syncthreads();
+    kv.start();
+    int wlo = 0, whi = 0, unused;
+    if (act) {
+        ops_att_range(r0, Tq, Tk, causal, window, &wlo, &unused);
+        ops_att_range(min(r0 + S::RW, Tq) - 1, Tq, Tk, causal, window, &unused, &whi);
+    }
+    float o[2][C::DT][4] = {}, m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, l[2][2] = {};
+    for (int n = 0; n < kv.tiles; n++) {
+        if (ATT_FWD_WIDE_EARLY && n + 1 < kv.tiles) kv.load(n + 1);
+        #pragma unroll
+        for (int j = 0; j < NC; j++) {
+            const int kb = kv.klo + S::BK * n + KC * j; /* the chunk's first key */
+            if ((NC * n + j) % S::SPLIT != wq || kb >= whi || kb + KC <= wlo) continue;
+            float sc[2][KC / 8][4] = {};
+            att_dots_bfr<2, C::KS, KC / 8>(sc, qa, kv.sk(n) + KC * j * C::LD, C::LD, g, t);
+            int lo[2][2], hi[2][2]; /* the rows' key ranges (recomputed here: fewer registers across the walk) */
+            #pragma unroll
+            for (int u = 0; u < 2; u++)
+                #pragma unroll
+                for (int rr = 0; rr < 2; rr++)
+                    att_rows_range(r0 + 16 * u + g + 8 * rr, Tq, Tk, causal, window, &lo[u][rr], &hi[u][rr]);
+            #pragma unroll
+            for (int u = 0; u < 2; u++) att_softmax_tile<KC / 8, C::DT, true>(sc[u], o[u], m[u], l[u], lo[u], hi[u], kb, scale, t);
+            att_pv_rmr<2, KC / 8, C::DT>(o, sc, kv.sv(n) + KC * j * C::LD, C::LD, g, t);
+        }
+        if (n + 1 < kv.tiles) {
+            if (!ATT_FWD_WIDE_EARLY) kv.load(n + 1);
+            kv.store(n + 1);
+        }
+        __syncthreads();
+    }
+    /* the shares' states into share 0's warps (16-row tile 2 wr + u), which store the rows */
+    #pragma unroll
+    for (int u = 0; u < 2; u++) att_fwd_merge<C::DT, S::SPLIT>((float4 *)smem, o[u], m[u], l[u], 2 * wr + u, wq, lane, act);
+    if (wq || !act) return;
+    #pragma unroll
+    for (int u = 0; u < 2; u++) att_fwd_out<C::DT>(out, out16, lse, o[u], m[u], l[u], b, h, r0 + 16 * u, Tq, H, hd, g, t);
+}
+template <int HD, bool BF, bool W>
+__global__ void __launch_bounds__(att_fwd_cfg<HD, BF, W>::NTH, att_fwd_cfg<HD, BF, W>::MINB)
+k_att_fwd(float *out, __nv_bfloat16 *out16, float *lse, const float *q, const float *k, const float *v, int Tq, int Tk,
+          int H, int Hkv, int hd, int causal, int window, float scale, att_bf16_t c16) {
     if constexpr (BF) {
-        att_fwd_bf<HD>(out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        if constexpr (W)
+            att_fwd_wide<HD>(out, out16, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
+        else
+            att_fwd_bf<HD>(out, out16, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, scale, c16);
         return;
     } else { /* the fp32 engine: Q, K and V tiles row-major in shared memory, single-buffered */
         typedef att_cfg<HD, false> C;
@@ -779,18 +968,25 @@ k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v
             att_softmax_tile<C::NT, C::DT, false>(s, o, m, l, lo, hi, k0, scale, t);
             att_pv_f32<C::NT, C::DT>(o, s, sP + w * 16 * (C::BK + 1), sV, C::LD, g, t);
         }
-        att_fwd_out<C::DT>(out, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
+        att_fwd_out<C::DT>(out, NULL, lse, o, m, l, b, h, i0 + 16 * w, Tq, H, hd, g, t);
     }
 }
 
-/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h), in memory order ---- */
-__global__ void k_att_rowdot(float *Drow, const float *dout, const float *out, int Tq, int H, int hd, size_t items) {
+/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h), in memory order; dout16 (or NULL):
+ * dout's bf16 shadow (device_cuda.cu), written in the same pass from the values read ---- */
+__global__ void k_att_rowdot(float *Drow, __nv_bfloat16 *dout16, const float *dout, const float *out, int Tq, int H,
+                             int hd, size_t items) {
     const size_t it = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (it >= items) return;
     const int lane = threadIdx.x % WARP;
     const float *a = dout + it * hd, *o = out + it * hd;
+    __nv_bfloat16 *a16 = dout16 ? dout16 + it * hd : NULL;
     float s = 0.0f;
-    for (int d = lane; d < hd; d += WARP) s += a[d] * o[d];
+    for (int d = lane; d < hd; d += WARP) {
+        const float x = a[d];
+        s += x * o[d];
+        if (a16) a16[d] = to_bf16(x);
+    }
     s = warp_sum(s);
     const size_t h = it % H, bi = it / H, i = bi % Tq, b = bi / Tq;
     if (lane == 0) Drow[(b * H + h) * Tq + i] = s;
@@ -856,17 +1052,7 @@ __device__ static inline void att_join_row(float *row, __nv_bfloat16 *row16, con
     if (ok)
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) st2(row + 8 * jd + 2 * t, make_float2(r[jd][0], r[jd][1]));
-    if (!row16) return;
-    #pragma unroll
-    for (int jd = 0; jd < DT; jd += 2) {
-        const uint32_t a = pack_bf16(r[jd][0], r[jd][1]), b = pack_bf16(r[jd + 1][0], r[jd + 1][1]);
-        const uint32_t got = __shfl_xor_sync(FULL_MASK, (t & 1) ? a : b, 1);
-        if (!ok) continue;
-        if (t & 1) /* group jd + 1's columns 2 (t - 1) .. + 3 */
-            *(uint2 *)(row16 + 8 * (jd + 1) + 2 * (t - 1)) = make_uint2(got, b);
-        else /* group jd's columns 2 t .. + 3 */
-            *(uint2 *)(row16 + 8 * jd + 2 * t) = make_uint2(a, got);
-    }
+    if (row16) att_row16<DT>(row16, r, 8 * DT, t, ok);
 }
 /* the host's check for the fused store (hd == the kernels' padded HD, aligned rows and tables) */
 static inline bool attention_join_ok(const att_join_t &jo, int hd) {
@@ -1532,21 +1718,33 @@ template <class K> static inline cudaError_t att_smem_optin(K *kern, size_t byte
 static inline int att_pad_hd(int hd) {
     return hd <= 0 ? 0 : hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= ATT_MAX_HD ? 128 : 0;
 }
-template <int HD, bool BF>
-static inline cudaError_t att_forward_t(cudaStream_t s, float *out, float *lse, const float *q, const float *k,
-                                        const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal,
-                                        int window, att_bf16_t c16) {
-    const size_t smem = att_fwd_smem<HD, BF>();
-    cudaError_t e = att_smem_optin(k_att_fwd<HD, BF>, smem);
+template <int HD, bool BF, bool W>
+static inline cudaError_t att_forward_w(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *lse, const float *q,
+                                        const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
+                                        int causal, int window, att_bf16_t c16) {
+    const size_t smem = att_fwd_smem<HD, BF, W>();
+    cudaError_t e = att_smem_optin(k_att_fwd<HD, BF, W>, smem);
     if (e != cudaSuccess) return e;
-    const dim3 grid((Tq + 63) / 64, H, B);
-    void (*kern)(float *, float *, const float *, const float *, const float *, int, int, int, int,
-                 int, int, int, float, att_bf16_t) = k_att_fwd<HD, BF>;
+    const int bq = att_fwd_cfg<HD, BF, W>::BQ;
+    const dim3 grid((Tq + bq - 1) / bq, H, B);
+    void (*kern)(float *, __nv_bfloat16 *, float *, const float *, const float *, const float *, int, int, int, int,
+                 int, int, int, float, att_bf16_t) = k_att_fwd<HD, BF, W>;
     const char *nm = att_kname<HD, BF>(0);
-    const int nth = att_fwd_cfg<HD, BF>::NTH;
+    const int nth = att_fwd_cfg<HD, BF, W>::NTH;
     LAUNCH_AS(kern, nm, grid, nth, smem, s)
-    (out, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd), BF ? c16 : att_bf16_t{});
+    (out, BF ? out16 : NULL, lse, q, k, v, Tq, Tk, H, Hkv, hd, causal, window, 1.0f / sqrtf((float)hd),
+     BF ? c16 : att_bf16_t{});
     return cudaSuccess;
+}
+/* the wide blocks where they are compiled (att_fwd_cfg) and q, k, v have their aligned bf16 copies */
+template <int HD, bool BF>
+static inline cudaError_t att_forward_t(cudaStream_t s, float *out, __nv_bfloat16 *out16, float *lse, const float *q,
+                                        const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
+                                        int causal, int window, att_bf16_t c16) {
+    constexpr bool W = att_fwd_cfg<HD, BF>::WIDE;
+    if (W && c16.q && c16.k && c16.v && att16_vec(c16, hd))
+        return att_forward_w<HD, BF, W>(s, out, out16, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
+    return att_forward_w<HD, BF, false>(s, out, out16, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
 }
 /* The bytes of the dS buffer the backward takes dQ from (ATT_DQ_FROM_DS), or 0 where it does
  * not (k_att_bwd_dq then): bf16, hd padded to 64, causal with Tq = Tk and no window that cuts a
@@ -1580,9 +1778,10 @@ static inline cudaError_t att_dq_ds_t(cudaStream_t s, float *dq, const uint4 *ds
 }
 template <int HD, bool BF>
 static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, float *dv, float *Drow,
-                                         const float *dout, const float *out, const float *lse, const float *q,
-                                         const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv,
-                                         int hd, int causal, int window, att_bf16_t c16, att_join_t jo, uint4 *ds) {
+                                         __nv_bfloat16 *dout16, const float *dout, const float *out, const float *lse,
+                                         const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H,
+                                         int Hkv, int hd, int causal, int window, att_bf16_t c16, att_join_t jo,
+                                         uint4 *ds) {
     if (!BF) c16 = att_bf16_t{};
     /* dQ from dK/dV's dS: a buffer given, the case taken, and both passes run */
     if (!(BF && HD == 64) || !attention_ds_bytes(BF, B, Tq, Tk, H, hd, causal, window) || !(dk || dv || jo.out) ||
@@ -1595,7 +1794,7 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t items = (size_t)B * Tq * H;
-    LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout, out, Tq, H, hd, items);
+    LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout16, dout, out, Tq, H, hd, items);
     if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
         const dim3 grid((Tk + att_bwd_cfg<HD, BF>::KB - 1) / att_bwd_cfg<HD, BF>::KB, Hkv, B);
@@ -1626,25 +1825,28 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
      : HDP == 64  ? (bf ? fn<64, true>(__VA_ARGS__) : fn<64, false>(__VA_ARGS__))                  \
                   : (bf ? fn<128, true>(__VA_ARGS__) : fn<128, false>(__VA_ARGS__)))
 /* hd <= ATT_MAX_HD (att_pad_hd(hd) != 0); bf: the tensor-core engine */
-static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float *out, float *lse, const float *q,
-                                                   const float *k, const float *v, int B, int Tq, int Tk, int H,
-                                                   int Hkv, int hd, int causal, int window, att_bf16_t c16) {
+static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float *out, __nv_bfloat16 *out16, float *lse,
+                                                   const float *q, const float *k, const float *v, int B, int Tq,
+                                                   int Tk, int H, int Hkv, int hd, int causal, int window,
+                                                   att_bf16_t c16) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
-    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
+    return ATT_DISPATCH(att_forward_t, HDP, bf, s, out, out16, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
 }
-/* Drow: B * H * Tq floats of scratch; jo.out set (attention_join_ok, Tq = Tk): the gradients go
- * into the fused rows, dq, dk, dv are not touched; ds: attention_ds_bytes(...) bytes of scratch
- * (16-byte aligned) for dQ from dK/dV's dS, or NULL (k_att_bwd_dq) */
+/* Drow: B * H * Tq floats of scratch; dout16 (or NULL): dout's bf16 shadow, written by k_att_rowdot
+ * (c16.dout may point at it: the passes after rowdot read it); jo.out set (attention_join_ok,
+ * Tq = Tk): the gradients go into the fused rows, dq, dk, dv are not touched; ds:
+ * attention_ds_bytes(...) bytes of scratch (16-byte aligned) for dQ from dK/dV's dS, or NULL
+ * (k_att_bwd_dq) */
 static inline cudaError_t attention_backward_launch(cudaStream_t s, int bf, float *dq, float *dk, float *dv,
-                                                    float *Drow, const float *dout, const float *out,
-                                                    const float *lse, const float *q, const float *k,
+                                                    float *Drow, __nv_bfloat16 *dout16, const float *dout,
+                                                    const float *out, const float *lse, const float *q, const float *k,
                                                     const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
                                                     int causal, int window, att_bf16_t c16,
                                                     att_join_t jo = att_join_t{}, void *ds = NULL) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
-    return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
+    return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout16, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
                         hd, causal, window, c16, jo, (uint4 *)ds);
 }
 static inline cudaError_t attention_rows_launch(cudaStream_t s, float *out, const float *q, const float *kc,

@@ -21,7 +21,8 @@
  * (the ticket goes back to 0); and the column reductions' finish folded into their first stage
  * (RMSNorm's weight gradient, sum_rows) gives k_colred_finish's bits the same way; and
  * attention's kernels whose tiles two warps share (their sums meeting in shared memory) give the
- * same bits twice over many blocks. */
+ * same bits twice over many blocks; and the shadows attention's kernels write (out's, dout's) are
+ * their tensors' roundings, read where g_to_bf16's were, and never read once stale. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -532,13 +533,13 @@ static void att_fwd_bwd(device_t *d, const att_bufs_t *a, int B, int Tq, int Tk,
  * shared memory: attention.cuh ATT_*_SPLIT) twice in a row -- the emulator's blocks and threads
  * run in another random order each launch -- over many blocks: out, lse, dq, dk, dv the same bits.
  * Causal with a window, grouped-query, T not a multiple of 64, and Tq < Tk. */
-enum { AB = 2, AH = 4, AHKV = 2, AQ = 77, AK = 141, AMAXD = 64 };
+enum { AB = 2, AH = 4, AHKV = 2, AQ = 77, AK = 141, AMAXT = 300, AMAXD = 64 };
 static void attention_repeat_case(device_t *d, int hd, int Tq, int Tk, int window, float *res /* 2 x 5 parts */) {
     const size_t nq = (size_t)AB * Tq * AH * hd, nk = (size_t)AB * Tk * AHKV * hd, nl = (size_t)AB * AH * Tq;
     float *h = malloc(sizeof(float) * (nq + 2 * nk + nq));
     for (size_t i = 0; i < nq + 2 * nk + nq; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
     att_bufs_t a = att_bufs(d, h, nq, nk, nl);
-    const size_t part = (size_t)AB * AK * AH * AMAXD; /* room for the largest result */
+    const size_t part = (size_t)AB * AMAXT * AH * AMAXD; /* room for the largest result */
     for (int rep = 0; rep < 2; rep++) {
         float *r = res + rep * 5 * part;
         att_fwd_bwd(d, &a, AB, Tq, Tk, AH, AHKV, hd, window);
@@ -551,18 +552,31 @@ static void attention_repeat_case(device_t *d, int hd, int Tq, int Tk, int windo
     free(h);
     att_bufs_free(d, &a);
 }
+/* the block size of the last k_att_fwd<64,bf16> launch */
+static unsigned fwd64_threads;
+static void watch_fwd64(const emu_launch_info_t *l, int end, void *user) {
+    (void)user;
+    if (!end && !strcmp(l->kernel, "k_att_fwd<64,bf16>")) fwd64_threads = l->block[0] * l->block[1] * l->block[2];
+}
 static void test_attention_split_repeats(void) {
     char err[256];
     device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
     CHECK(d != NULL, "open: %s", d ? d->name : err);
     if (!d) return;
-    const size_t part = (size_t)AB * AK * AH * AMAXD;
+    const size_t part = (size_t)AB * AMAXT * AH * AMAXD;
     float *res = calloc(10 * part, sizeof(float));
-    const struct { int hd, Tq, Tk, window; } cases[] = {{64, AQ, AQ, 40}, {64, AQ, AK, 0}, {32, AK, AK, 70}};
+    /* the last: 3 of the bf16 forward's wide blocks (ATT_FWD_WIDE: 128 queries, 3 warps a tile
+     * per 32, their softmax states merged in shared memory), the last one's last warps idle */
+    const struct { int hd, Tq, Tk, window; } cases[] = {{64, AQ, AQ, 40}, {64, AQ, AK, 0}, {32, AK, AK, 70}, {64, AMAXT, AMAXT, 0}};
     const char *parts[5] = {"out", "lse", "dq", "dk", "dv"};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         memset(res, 0, sizeof(float) * 10 * part);
+        emu_set_launch_hook(watch_fwd64, NULL);
+        fwd64_threads = 0;
         attention_repeat_case(d, cases[c].hd, cases[c].Tq, cases[c].Tk, cases[c].window, res);
+        emu_set_launch_hook(NULL, NULL);
+        if (cases[c].hd == 64)
+            CHECK(fwd64_threads == 384, "hd 64: the forward's wide blocks ran (ATT_FWD_WIDE: 384 threads, got %u)", fwd64_threads);
         for (int i = 0; i < 5; i++)
             CHECK(!memcmp(res + i * part, res + (5 + i) * part, sizeof(float) * part),
                   "hd %d Tq %d Tk %d window %d: %s the same bits twice", cases[c].hd, cases[c].Tq, cases[c].Tk,
@@ -665,6 +679,111 @@ static void test_attention_dq_from_ds(void) {
     CHECK(DEV(d, sync, err, sizeof err) == 0 && DEV(off, sync, err, sizeof err) == 0, "no fault: %s", err);
     free(h), free(r);
     device_close(&d), device_close(&off), device_close(&cpu);
+}
+/* Attention's own shadows (device_cuda.cu attention_out_shadow, attention_dout_shadow): the
+ * forward writes out's bf16 shadow beside out and k_att_rowdot dout's, where a g_to_bf16 pass
+ * rounded them before. With FT_BF16_SHADOW_CHECK (each compared with a fresh rounding when its
+ * kernel has written it and when a product reads it): the output projection reads out's shadow
+ * and gives the bits of the product rounding out itself (out uploaded afresh); out doubled
+ * through the device doubles the product (the stale shadow is not read); the gradients from
+ * dout's shadow written by rowdot are those from the shadow a product made (g_to_bf16), and
+ * dout doubled through the device doubles them. */
+static long to_bf16_launches;
+static void count_to_bf16(const emu_launch_info_t *l, int end, void *user) {
+    (void)user;
+    if (!end && !strcmp(l->kernel, "g_to_bf16")) to_bf16_launches++;
+}
+static void attention_grads(device_t *d, float *res, float *dq, float *dk, float *dv, const float *dout,
+                            const float *out, const float *lse, const float *q, const float *k, const float *v, int hd,
+                            size_t nq, size_t nk) {
+    DEV(d, zero, dq, sizeof(float) * nq);
+    DEV(d, zero, dk, sizeof(float) * nk);
+    DEV(d, zero, dv, sizeof(float) * nk);
+    DEV(d, attention_window_backward, dq, dk, dv, dout, out, lse, q, k, v, AB, AQ, AQ, AH, AHKV, hd, 1, 0);
+    DEV(d, download, res, dq, sizeof(float) * nq);
+    DEV(d, download, res + nq, dk, sizeof(float) * nk);
+    DEV(d, download, res + nq + nk, dv, sizeof(float) * nk);
+}
+static void test_attention_shadows(void) {
+    enum { HDIM = 64, DM = 40 };
+    setenv("FT_BF16_SHADOW_CHECK", "1", 1); /* read at open */
+    char err[256];
+    device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
+    unsetenv("FT_BF16_SHADOW_CHECK");
+    if (!d) { CHECK(0, "open: %s", err); return; }
+    const int N = AB * AQ, Dq = AH * HDIM;
+    const size_t nq = (size_t)N * Dq, nk = (size_t)N * AHKV * HDIM, nl = (size_t)AB * AH * AQ, ny = (size_t)N * DM;
+    float *h = malloc(sizeof(float) * (2 * nq + 2 * nk + (size_t)DM * Dq));
+    for (size_t i = 0; i < 2 * nq + 2 * nk + (size_t)DM * Dq; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
+    float *outh = malloc(sizeof(float) * nq), *y = malloc(sizeof(float) * 3 * ny), *g = malloc(sizeof(float) * 3 * (nq + 2 * nk));
+    float *q = DEV(d, alloc, sizeof(float) * nq), *k = DEV(d, alloc, sizeof(float) * nk), *v = DEV(d, alloc, sizeof(float) * nk);
+    float *dout = DEV(d, alloc, sizeof(float) * nq), *out = DEV(d, alloc, sizeof(float) * nq), *lse = DEV(d, alloc, sizeof(float) * nl);
+    float *dq = DEV(d, alloc, sizeof(float) * nq), *dk = DEV(d, alloc, sizeof(float) * nk), *dv = DEV(d, alloc, sizeof(float) * nk);
+    float *w = DEV(d, alloc, sizeof(float) * DM * Dq), *yd = DEV(d, alloc, sizeof(float) * nq);
+    DEV(d, upload, q, h, sizeof(float) * nq);
+    DEV(d, upload, k, h + nq, sizeof(float) * nk);
+    DEV(d, upload, v, h + nq + nk, sizeof(float) * nk);
+    DEV(d, upload, dout, h + nq + 2 * nk, sizeof(float) * nq);
+    DEV(d, upload, w, h + 2 * nq + 2 * nk, sizeof(float) * DM * Dq);
+    /* the forward's shadow, read by the output projection (q's, k's, v's and w's made first: no
+     * operand is rounded by a g_to_bf16 pass after that) */
+    DEV(d, attention_window_forward, out, lse, q, k, v, AB, AQ, AQ, AH, AHKV, HDIM, 1, 0);
+    DEV(d, linear_forward, yd, w, w, DM, Dq, DM);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    emu_set_launch_hook(count_to_bf16, NULL);
+    to_bf16_launches = 0;
+    DEV(d, attention_window_forward, out, lse, q, k, v, AB, AQ, AQ, AH, AHKV, HDIM, 1, 0);
+    const long h0 = device_cuda_shadow_hits(d);
+    DEV(d, linear_forward, yd, out, w, N, Dq, DM);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    CHECK(device_cuda_shadow_hits(d) - h0 == 2 && to_bf16_launches == 0,
+          "the output projection read out's and w's shadows (%ld reads), nothing rounded apart (%ld g_to_bf16)",
+          device_cuda_shadow_hits(d) - h0, to_bf16_launches);
+    DEV(d, download, y, yd, sizeof(float) * ny);
+    DEV(d, download, outh, out, sizeof(float) * nq);
+    /* again, out doubled through the device: its shadow is stale, the product rounds afresh */
+    DEV(d, attention_window_forward, out, lse, q, k, v, AB, AQ, AQ, AH, AHKV, HDIM, 1, 0);
+    DEV(d, scale_inplace, out, 2.0f, nq);
+    DEV(d, linear_forward, yd, out, w, N, Dq, DM);
+    DEV(d, download, y + ny, yd, sizeof(float) * ny);
+    /* out uploaded (no shadow): the product's own rounding (g_to_bf16) */
+    DEV(d, upload, out, outh, sizeof(float) * nq);
+    DEV(d, linear_forward, yd, out, w, N, Dq, DM);
+    DEV(d, download, y + 2 * ny, yd, sizeof(float) * ny);
+    CHECK(!memcmp(y, y + 2 * ny, sizeof(float) * ny), "out's shadow gives the bits of the product's own rounding");
+    int twice = 1;
+    for (size_t i = 0; i < ny; i++) twice &= y[ny + i] == 2.0f * y[i];
+    CHECK(twice, "out doubled through the device: the product doubles (the forward's shadow not read)");
+    /* the backward: dout's shadow written by k_att_rowdot, then one a product made */
+    const size_t ng = nq + 2 * nk;
+    attention_grads(d, g, dq, dk, dv, dout, out, lse, q, k, v, HDIM, nq, nk);
+    DEV(d, upload, dout, h + nq + 2 * nk, sizeof(float) * nq);
+    DEV(d, linear_forward, yd, dout, w, N, Dq, DM); /* dout's shadow by operand_shadow (g_to_bf16) */
+    const long h1 = device_cuda_shadow_hits(d);
+    attention_grads(d, g + ng, dq, dk, dv, dout, out, lse, q, k, v, HDIM, nq, nk);
+    CHECK(device_cuda_shadow_hits(d) - h1 == 4, "the backward read q's, k's, v's and the product's dout shadows (%ld)",
+          device_cuda_shadow_hits(d) - h1);
+    CHECK(!memcmp(g, g + ng, sizeof(float) * ng), "dq, dk, dv: the same bits from rowdot's dout shadow as from g_to_bf16's");
+    /* dout doubled through the device: the backward's gradients double (rowdot's shadow rewritten) */
+    DEV(d, scale_inplace, dout, 2.0f, nq);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    to_bf16_launches = 0;
+    attention_grads(d, g + 2 * ng, dq, dk, dv, dout, out, lse, q, k, v, HDIM, nq, nk);
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "sync: %s", err);
+    CHECK(to_bf16_launches == 0, "dout's shadow written by k_att_rowdot (%ld g_to_bf16 launches)", to_bf16_launches);
+    emu_set_launch_hook(NULL, NULL);
+    twice = 1;
+    float m = 0;
+    for (size_t i = 0; i < ng; i++) twice &= g[2 * ng + i] == 2.0f * g[i], m = fmaxf(m, fabsf(g[i]));
+    CHECK(twice && m > 0, "dout doubled through the device: dq, dk, dv double (max |g| %g)", m);
+    DEV(d, scale_inplace, dout, 0.5f, nq); /* dout's shadow stale again: rowdot writes it */
+    attention_grads(d, g + ng, dq, dk, dv, dout, out, lse, q, k, v, HDIM, nq, nk);
+    CHECK(!memcmp(g, g + ng, sizeof(float) * ng), "dout halved back: the first gradients' bits");
+    CHECK(DEV(d, sync, err, sizeof err) == 0, "every shadow written and read was its tensor's rounding: %s", err);
+    free(h), free(outh), free(y), free(g);
+    float *bufs[] = {q, k, v, dout, out, lse, dq, dk, dv, w, yd};
+    for (int i = 0; i < 11; i++) DEV(d, free, bufs[i]);
+    device_close(&d);
 }
 /* RMSNorm's weight gradient (vector path at D = 768, the generic reduction at D = 37) and
  * sum_rows, twice each (dw accumulates; a ticket left nonzero would show in the second), over
@@ -854,6 +973,7 @@ int main(void) {
     RUN(test_lazy_zero);
     RUN(test_attention_split_repeats);
     RUN(test_attention_dq_from_ds);
+    RUN(test_attention_shadows);
     RUN(test_settle_writes_deferred_zeros);
     return check_summary();
 }
