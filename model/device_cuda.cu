@@ -186,6 +186,12 @@ typedef struct {
     int pz_mode;              /* $FT_CUDA_LAZY_ZERO: 0 off, 1 on (default), 2 poison */
     size_t pz_min;            /* the least zero() deferred; $FT_CUDA_LAZY_ZERO_MIN */
     long pz_claims;           /* ops that wrote a deferred range whole without reading it (device_cuda_zero_claims) */
+    /* attention's backward: dQ from dK/dV's dS (attention.cuh ATT_DQ_FROM_DS) in this buffer, made
+     * only where CUDA_SHADOW_SPARE bytes stay free (else k_att_bwd_dq); $FT_CUDA_ATT_DQ_DS=0: never */
+    int att_dq_ds;
+    void *att_ds;
+    size_t att_ds_bytes;
+    long att_ds_runs;         /* backward calls given the buffer (device_cuda_att_ds_runs) */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -715,19 +721,20 @@ static const __nv_bfloat16 *operand_shadow(device_t *d, const float *X, int rows
 
 static void gemm_cublas(device_t *d, gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc, int m_room);
-/* the staging buffer of at least `bytes`, or NULL (the product then runs unstaged) */
-static float *stage_buffer(device_t *d, size_t bytes) {
+/* *buf (of *have bytes) grown to at least `bytes` where CUDA_SHADOW_SPARE bytes stay free after it,
+ * or NULL (and *buf released: the caller runs without it); what: the buffer's name in a fault */
+template <class T> static T *spare_buffer(device_t *d, T **buf, size_t *have, size_t bytes, const char *what) {
     cuda_impl_t *c = impl_of(d);
-    if (bytes <= c->stage_bytes) return c->stage;
-    if (c->stage) {
+    if (bytes <= *have) return *buf;
+    if (*buf) {
         /* the old buffer may still be read by queued kernels */
         if (cudaStreamSynchronize(c->stream) != cudaSuccess) {
-            fault(d, "product staging: cudaStreamSynchronize", cudaGetErrorString(cudaGetLastError()));
+            fault(d, what, cudaGetErrorString(cudaGetLastError()));
             return NULL;
         }
-        cudaFree(c->stage);
-        c->stage = NULL;
-        c->stage_bytes = 0;
+        cudaFree(*buf);
+        *buf = NULL;
+        *have = 0;
     }
     size_t fr = 0, total = 0;
     void *p = NULL;
@@ -735,9 +742,21 @@ static float *stage_buffer(device_t *d, size_t bytes) {
         cudaGetLastError();
         return NULL;
     }
-    c->stage = (float *)p;
-    c->stage_bytes = bytes;
-    return c->stage;
+    *buf = (T *)p;
+    *have = bytes;
+    return *buf;
+}
+/* the staging buffer of at least `bytes`, or NULL (the product then runs unstaged) */
+static float *stage_buffer(device_t *d, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    return spare_buffer(d, &c->stage, &c->stage_bytes, bytes, "product staging: cudaStreamSynchronize");
+}
+/* the dS buffer of at least `bytes` for attention's backward, or NULL (bytes 0, the knob off, or it
+ * does not fit: the dQ pass then recomputes dS, as without it) */
+static void *att_ds_buffer(device_t *d, size_t bytes) {
+    cuda_impl_t *c = impl_of(d);
+    if (!bytes || !c->att_dq_ds) return NULL;
+    return spare_buffer(d, &c->att_ds, &c->att_ds_bytes, bytes, "attention dS buffer: cudaStreamSynchronize");
 }
 /* the pending copy of a staged result, launched (every op but the classifier calls this first:
  * FLUSHED in the ops table) */
@@ -1130,11 +1149,14 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
         g_att_dq<<<GRID(nq)>>>(nq, dq, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
         g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
     } else {
+        const int bf = d->precision == PRECISION_BF16;
+        void *ds = att_ds_buffer(d, attention_ds_bytes(bf, B, Tq, Tk, H, hd, causal, window));
+        impl_of(d)->att_ds_runs += ds != NULL;
         const size_t n = (size_t)B * Tq * H * hd;
         __nv_bfloat16 *dout16 = attention_dout_shadow(d, dout, n);
         att_bf16_t c16 = attention_shadows(d, q, k, v, dout16 ? NULL : dout, n, (size_t)B * Tk * Hkv * hd);
         if (dout16) c16.dout = dout16;
-        cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, dq, dk, dv, Drow, dout16, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
+        cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, dq, dk, dv, Drow, dout16, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16, att_join_t{}, ds);
         if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
         shadow_written(d, dout16, dout, n);
     }
@@ -1156,10 +1178,13 @@ static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float
         float *Drow = (float *)work(d, sizeof(float) * nq);
         if (!Drow) return;
         if (attention_join_ok(jo, hd)) {
+            const int bf = d->precision == PRECISION_BF16;
+            void *ds = att_ds_buffer(d, attention_ds_bytes(bf, B, T, T, H, hd, causal, window));
+            impl_of(d)->att_ds_runs += ds != NULL;
             __nv_bfloat16 *dout16 = attention_dout_shadow(d, dout, N * H * hd);
             att_bf16_t c16 = attention_shadows(d, q, k, v, dout16 ? NULL : dout, N * H * hd, N * Hkv * hd);
             if (dout16) c16.dout = dout16;
-            cudaError_t e = attention_backward_launch(impl_of(d)->stream, d->precision == PRECISION_BF16, NULL, NULL, NULL, Drow, dout16, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, c16, jo);
+            cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, NULL, NULL, NULL, Drow, dout16, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, c16, jo, ds);
             if (e != cudaSuccess) fault(d, "attention_backward_qkv", cudaGetErrorString(e));
             shadow_written(d, dout16, dout, N * H * hd);
             LAUNCHED("attention_backward_qkv");
@@ -1676,6 +1701,8 @@ extern "C" long device_cuda_only_writes(const device_t *d) { return ((const cuda
 extern "C" long device_cuda_shadow_hits(const device_t *d) { return ((const cuda_impl_t *)d->impl)->shadow_hits; }
 /* ops that wrote a deferred-zero range whole without reading it (deferred zeroing, above) */
 extern "C" long device_cuda_zero_claims(const device_t *d) { return ((const cuda_impl_t *)d->impl)->pz_claims; }
+/* attention backward calls that took dQ from dK/dV's dS (the buffer given; tests) */
+extern "C" long device_cuda_att_ds_runs(const device_t *d) { return ((const cuda_impl_t *)d->impl)->att_ds_runs; }
 /* Every write the device still owes its memory done (a staged result's copy, the deferred
  * zeros), queued before whatever the caller queues next: for a reader outside the device
  * table's ops -- NCCL in trainer/dp_nccl.c reads and writes the gradients and parameters
@@ -1771,6 +1798,8 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         c->align_products = !(al && strcmp(al, "0") == 0);
         const char *cc = getenv("FT_CUDA_CE_CACHE");
         c->ce_cache = !(cc && strcmp(cc, "0") == 0);
+        const char *ad = getenv("FT_CUDA_ATT_DQ_DS");
+        c->att_dq_ds = !(ad && strcmp(ad, "0") == 0);
         const char *sm = getenv("FT_CUDA_STAGE_MIN");
         c->stage_min = sm && *sm ? atof(sm) : CUDA_STAGE_MIN_MACS;
         const char *lz = getenv("FT_CUDA_LAZY_ZERO"), *lzm = getenv("FT_CUDA_LAZY_ZERO_MIN");
@@ -1797,6 +1826,7 @@ extern "C" void device_cuda_close(device_t *d) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         if (c->work) cudaFree(c->work);
         if (c->stage) cudaFree(c->stage);
+        if (c->att_ds) cudaFree(c->att_ds);
         if (c->ce) cudaFree(c->ce);
         for (int i = 0; i < c->n_shadow; i++)
             if (c->shadow[i].own) cudaFree(c->shadow[i].own);

@@ -13,13 +13,18 @@
  * output's bf16 shadow (device_cuda.cu) is stored beside it, for the output projection.
  *
  * Backward, atomic-free, in two passes so that every gradient row has one writer: D = rowsum
- * (dO o O) (k_att_rowdot, which also stores dO's bf16 shadow, read by the two passes); dK, dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) and
+ * (dO o O) (k_att_rowdot, which also stores dO's bf16 shadow, read by the passes after it); dK,
+ * dV (k_att_bwd_dkdv): a block owns 64 key rows of (b, kh) (or ATT_DKDV_KB = 128 in bf16 at hd 64) and
  * walks every query head of the group and every query tile that sees those keys, in order,
  * recomputing P = exp(S - lse) and dS = P (dP - D) scale, accumulating dV += P^T dO and
  * dK += dS^T Q in registers; dQ (k_att_bwd_dq): a block owns 64 query rows of (b, h) and
- * walks the key tiles, dQ += dS K. Results are added (+=) to dq, dk, dv once, at the end:
- * the same bits on every run. Or (att_join_t) stored into the fused q|k|v rows' gradient,
- * dq and dk rotated back on the way: no zeroing before and no join pass after.
+ * walks the key tiles, dQ += dS K. Or, where the device gives a buffer for it (ATT_DQ_FROM_DS:
+ * bf16, hd 64, causal with Tq = Tk; att_ds_tiles), dK/dV stores the dS it multiplied (bf16, the
+ * lower triangle's 64 x 64 tiles only) and the dQ pass is k_att_bwd_dq_ds: dQ += dS K over the
+ * key tiles in order, from that dS and K alone -- one product instead of three and no
+ * exponentials, for dS's bytes written once and read once. Results are added (+=) to dq, dk, dv
+ * once, at the end: the same bits on every run. Or (att_join_t) stored into the fused q|k|v rows'
+ * gradient, dq and dk rotated back on the way: no zeroing before and no join pass after.
  *
  * Split tiles (bf16, hd 32 and 64; ATT_FWD_SPLIT, ATT_DKDV_SPLIT, ATT_DQ_SPLIT, 2 by default):
  * the three kernels' blocks have 8 warps, two per 16 rows, each taking half of every streamed
@@ -147,6 +152,19 @@
 #ifndef ATT_DKDV_SPLIT_MIN_BLOCKS
 #define ATT_DKDV_SPLIT_MIN_BLOCKS 2
 #endif
+/* The bf16 dK/dV pass at head dimension 64 takes ATT_DKDV_KB keys a block (64 or 128): at 128 a
+ * block of 16 warps (512 threads, compiled for 1 a SM: the same 128 registers a thread; nvcc 13,
+ * sm_90: 172/388 bytes spilled where 64 spills 288/432) stages each query tile of Q and dO once for
+ * 128 keys, half the tile loads of 64 (the dK/dV pass re-reads them per key block); a warp whose 16
+ * keys no query of a tile sees (the causal diagonal's upper half) skips that tile's products. The
+ * emulator's counts at T >= 128 are lower at 128 than at 64 (requested sectors -7% at T 128, -12% at
+ * T 256; wavefronts -2% and -3%; the same FLOPs), but the performance model's fit takes T = 64 runs,
+ * where a block of 128 keys holds 64 past the end whose staging and exchange are counted: fitted to
+ * config G it predicts 1.77 ms against 64's 1.62 (bench/NOTES.md 2026-11-27, i-dsq). So 64 by default;
+ * 128 is for timing on a GPU. NOT timed on a GPU. */
+#ifndef ATT_DKDV_KB
+#define ATT_DKDV_KB 64
+#endif
 /* The same for the bf16 dQ pass: each key tile in ATT_DQ_PARTS parts (S, dP and dS of BK / parts
  * keys live at a time; dQ += dS K over the keys, 16 at a time, in order: the same bits) */
 #ifndef ATT_DQ_PARTS
@@ -161,6 +179,31 @@
 #endif
 #ifndef ATT_DQ_SPLIT_MIN_BLOCKS
 #define ATT_DQ_SPLIT_MIN_BLOCKS 2
+#endif
+/* dQ from the dS that the dK/dV pass computed (ATT_DQ_FROM_DS, 1 by default): where
+ * attention_ds_bytes is not 0 (bf16, hd 33..64, causal with Tq = Tk and no window that cuts) and the
+ * device gives it a buffer of that size, k_att_bwd_dkdv stores dS (bf16: the rounding its own
+ * dK += dS^T Q uses) for every (query tile, key tile) pair of the causal lower triangle and
+ * k_att_bwd_dq_ds forms dQ = dS K from it -- one product where k_att_bwd_dq recomputes S, dP and
+ * dS (three products and the exponentials) from Q, dO, K and V. ATT_DQ_DS_BQ query rows a block
+ * (64 or 128: the key tiles are read once per block), two warps per 16 of them (each taking half of
+ * every key tile's 16-key blocks), compiled for ATT_DQ_DS_MIN_BLOCKS blocks a SM. 0: k_att_bwd_dq
+ * always (the device's $FT_CUDA_ATT_DQ_DS=0 does the same at run time). */
+#ifndef ATT_DQ_FROM_DS
+#define ATT_DQ_FROM_DS 1
+#endif
+#ifndef ATT_DQ_DS_BQ
+#define ATT_DQ_DS_BQ 128
+#endif
+#ifndef ATT_DQ_DS_MIN_BLOCKS
+#define ATT_DQ_DS_MIN_BLOCKS 2
+#endif
+/* whether k_att_bwd_dq_ds loads a tile's dS a tile ahead (as its K tile), 8 registers live across
+ * the products: nvcc 13, sm_90, at 2 blocks a SM (64 registers) 44 bytes spilled, none at the
+ * tile (-DATT_DQ_DS_AHEAD=0); unbounded (-DATT_DQ_DS_MIN_BLOCKS=1) 126 registers, no spill.
+ * NOT timed on a GPU. */
+#ifndef ATT_DQ_DS_AHEAD
+#define ATT_DQ_DS_AHEAD 1
 #endif
 #define ATT_MAX_HD 128
 
@@ -194,20 +237,39 @@ template <int HD, bool BF> struct att_dq_cfg {
     static constexpr int MINB = SPLIT > 1 ? ATT_DQ_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DQ_MIN_BLOCKS : 1;
     static_assert(ATT_DQ_PARTS % SPLIT == 0, "whole parts per warp");
 };
-/* the dK/dV pass: 64 keys per block, query tiles of QT, split between SPLIT warps per 16 keys
- * (NTH threads a block, compiled for MINB blocks a SM) */
+/* the dK/dV pass: KB keys per block (NW warps of 16), query tiles of QT, split between SPLIT warps
+ * per 16 keys (NTH threads a block, compiled for MINB blocks a SM) */
 template <int HD, bool BF> struct att_bwd_cfg {
-    static constexpr int KB = 64;
+    static constexpr int KB = (BF && HD == 64) ? ATT_DKDV_KB : 64, NW = KB / 16;
     static constexpr int QT = (BF || HD <= 64) ? 64 : 32;
     static constexpr int NTQ = QT / 8;
     static constexpr int KS = HD / 16;
     static constexpr int DT = HD / 8;
     static constexpr int LD = BF ? HD + 8 : HD + 1;
     static constexpr int SPLIT = (BF && HD >= 32 && HD <= 64) ? ATT_DKDV_SPLIT : 1;
-    static constexpr int NTH = ATT_THREADS * SPLIT;
-    static constexpr int MINB = SPLIT > 1 ? ATT_DKDV_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1;
+    static constexpr int NTH = NW * WARP * SPLIT;
+    static constexpr int MINB = KB > 64 ? 1 : SPLIT > 1 ? ATT_DKDV_SPLIT_MIN_BLOCKS : HD <= 64 ? ATT_DKDV_MIN_BLOCKS : 1;
     static_assert(ATT_DKDV_PARTS % SPLIT == 0, "whole parts per warp");
+    static_assert(KB == 64 || (KB == 128 && QT == 64), "keys a block: 64, or 128 staged over both query buffers");
 };
+
+/* dS as the dK/dV pass stores it for the dQ pass (ATT_DQ_FROM_DS; causal, Tq = Tk = T): per
+ * (b, h) the lower-triangular 64 x 64 tiles (query tile qi, key tile kj <= qi) only, tile
+ * qi (qi + 1) / 2 + kj; a tile is 16 blocks of 16 queries x 16 keys, block 4 qq + kq (queries
+ * 16 qq .., keys 16 kq ..; a dQ warp's 4 blocks together) of 512 bytes: lane l's 16 bytes at 16 l,
+ * the A fragment of dS^T (keys x queries) that dK/dV's warp of keys 16 kq .. multiplies into
+ * dK += dS^T Q -- dS^T[key g][queries 2t, 2t+1], [g + 8][2t ..], [g][2t + 8 ..], [g + 8][2t + 8 ..]
+ * (mma.cuh's A layout) --: one 16-byte store per lane there, 512 contiguous bytes a warp, and one
+ * 16-byte load per lane in the dQ pass. Rows and keys past T hold zeros (dS is 0 where not
+ * visible). */
+__host__ __device__ static inline size_t att_ds_tiles(int T) {
+    const size_t nt = ((size_t)T + 63) / 64;
+    return nt * (nt + 1) / 2;
+}
+/* the block blk (0..15) of tile (qi, kj) of (b, h), in 512-byte blocks from the buffer's start */
+__host__ __device__ static inline size_t att_ds_block(int b, int h, int H, int T, int qi, int kj, int blk) {
+    return (((size_t)b * H + h) * att_ds_tiles(T) + (size_t)qi * (qi + 1) / 2 + kj) * 16 + blk;
+}
 
 /* The bf16 copies of the inputs (device_cuda.cu's shadows: q, k, v and dout rounded once, the
  * values att_ld16's rounding gives) for the bf16 kernels, or NULL each: a tile is then loaded from
@@ -430,6 +492,35 @@ template <int NT, int DT>
 __device__ static inline void att_pv_rm(float out[DT][4], const float P[NT][4], const __nv_bfloat16 *B, int ld, int g,
                                         int t) {
     att_pv_rmr<1, NT, DT>((float (*)[DT][4])out, (const float (*)[NT][4])P, B, ld, g, t);
+}
+/* P's registers (the warp's 16 rows x 16 KP columns, C layout of 2 KP column tiles) packed to bf16
+ * as A fragments, one per 16 columns: the rounding every product from P's registers uses */
+template <int KP>
+__device__ static inline void att_pack_a(uint32_t a[KP][4], const float P[2 * KP][4]) {
+#pragma unroll
+    for (int kk = 0; kk < KP; kk++) {
+        a[kk][0] = pack_bf16(P[2 * kk][0], P[2 * kk][1]), a[kk][1] = pack_bf16(P[2 * kk][2], P[2 * kk][3]);
+        a[kk][2] = pack_bf16(P[2 * kk + 1][0], P[2 * kk + 1][1]), a[kk][3] = pack_bf16(P[2 * kk + 1][2], P[2 * kk + 1][3]);
+    }
+}
+/* out[jd] += A (KP fragments already packed, att_pack_a's or loaded: the warp's 16 rows x 16 KP
+ * columns) times B, as att_pv_rm (B's fragments by ldmatrix.trans from the row-major tile; per
+ * output tile the products run over kk in order) */
+template <int KP, int DT>
+__device__ static inline void att_pv_rm_a(float out[DT][4], const uint32_t a[KP][4], const __nv_bfloat16 *B, int ld,
+                                          int g, int t) {
+    static_assert(DT % 2 == 0, "column tiles in pairs");
+    const int lane = 4 * g + t;
+    const __nv_bfloat16 *p = B + (8 * ((lane >> 3) & 1) + (lane & 7)) * ld + 8 * (lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < KP; kk++)
+#pragma unroll
+        for (int jd = 0; jd < DT; jd += 2) {
+            uint32_t b[4];
+            ldsm_x4_t(b, p + 16 * kk * ld + 8 * jd);
+            mma_bf16(out[jd], a[kk], b[0], b[1]);
+            mma_bf16(out[jd + 1], a[kk], b[2], b[3]);
+        }
 }
 /* The fp32 engine's P V: P goes through the warp's buffer pw (16 rows of nk + 1 floats),
  * then out[jd] += sum over k of P[row][k] B[k][8 jd + 2 t + e] (B row-major fp32, ld) */
@@ -1002,12 +1093,12 @@ __device__ static inline void att_shares_sum(float4 *red, float a[DT][4], float 
     }
 }
 
-/* ---- backward, dK and dV: a block owns 64 keys of (b, kh) ---- */
+/* ---- backward, dK and dV: a block owns 64 (or ATT_DKDV_KB) keys of (b, kh) ---- */
 template <int HD, bool BF> static inline size_t att_dkdv_smem() {
     typedef att_bwd_cfg<HD, BF> C;
     if (BF) { /* att_dkdv_bf: Q and dO tiles, lse and D rows, twice; the shares' sums after them */
         const size_t tiles = 2 * (sizeof(__nv_bfloat16) * 2 * (size_t)C::QT * C::LD + sizeof(float) * 2 * C::QT);
-        const size_t red = C::SPLIT > 1 ? sizeof(float) * ATT_THREADS * 2 * C::DT * 4 : 0;
+        const size_t red = C::SPLIT > 1 ? sizeof(float) * C::NW * WARP * 2 * C::DT * 4 : 0;
         return tiles > red ? tiles : red;
     }
     return sizeof(float) * (2 * (size_t)C::KB * C::LD + 2 * (size_t)C::QT * C::LD + 4 * 16 * (C::QT + 1) + 2 * C::QT);
@@ -1087,13 +1178,12 @@ __device__ static inline void att_dkdv_ds(float st[NTQ][4], float dpt[NTQ][4], c
  * rows' lse and D) double-buffered: tile n + 1 is loaded into registers before the products of
  * tile n, stored into the other buffer after them, and one barrier per tile separates the two. */
 template <int HD>
-__device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, const float *k, const float *v,
-                                          const float *dout, const float *lse, const float *Drow, int Tq, int Tk,
-                                          int H, int Hkv, int hd, int causal, int window, float scale,
-                                          const att_bf16_t &c16, const att_join_t &jo) {
+__device__ static inline void att_dkdv_bf(float *dk, float *dv, uint4 *ds, const float *q, const float *k,
+                                          const float *v, const float *dout, const float *lse, const float *Drow,
+                                          int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
+                                          float scale, const att_bf16_t &c16, const att_join_t &jo) {
     typedef att_bwd_cfg<HD, true> C;
-    constexpr int NTH = C::NTH, W4 = ATT_THREADS / WARP; /* W4 warps per share */
-    static_assert(C::KB == C::QT, "the key and value tiles are staged in a query tile's buffers");
+    constexpr int NTH = C::NTH, W4 = C::NW; /* W4 warps per share */
     DYN_SHARED(unsigned char, smem);
     /* buffer n & 1: its Q tile at sQ + (n & 1) QB, its dO tile QT LD further (computed: an array
      * of pointers indexed by n would live in local memory) */
@@ -1109,12 +1199,22 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
     const bool v16 = att16_vec(c16, hd);
     const int nkv = min(C::KB, Tk - j0), j1 = j0 + nkv;
     att_regs<C::QT, HD, NTH> ra, rb;
-    {
+    /* the block's keys and values at the end of the two query buffers (KB 64: the second one's Q
+     * and dO tiles; 128: both buffers, so the first tile is stored after a barrier) */
+    __nv_bfloat16 *sKs = sQ + 2 * QB - 2 * C::KB * C::LD, *sVs = sKs + C::KB * C::LD;
+    if constexpr (C::KB == C::QT) {
         const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
         att_ld16(ra, k + kvo, att16_at(c16.k, kvo), ks, nkv, hd, vec, v16);
         att_ld16(rb, v + kvo, att16_at(c16.v, kvo), ks, nkv, hd, vec, v16);
-        att_st16(sQ + QB, ra);
-        att_st16(sdO + QB, rb);
+        att_st16(sKs, ra);
+        att_st16(sVs, rb);
+    } else {
+        att_regs<C::KB, HD, NTH> rk, rv;
+        const size_t kvo = ((size_t)b * Tk + j0) * ks + (size_t)kh * hd;
+        att_ld16(rk, k + kvo, att16_at(c16.k, kvo), ks, nkv, hd, vec, v16);
+        att_ld16(rv, v + kvo, att16_at(c16.v, kvo), ks, nkv, hd, vec, v16);
+        att_st16(sKs, rk);
+        att_st16(sVs, rv);
     }
     int iq_lo, iq_hi;
     att_dkdv_queries(j0, j1, Tq, Tk, causal, window, &iq_lo, &iq_hi);
@@ -1141,8 +1241,9 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
     };
     __syncthreads();
     uint32_t ka[C::KS][4], va[C::KS][4];
-    att_frags<C::KS>(ka, sQ + QB + 16 * wk * C::LD, C::LD, g, t);
-    att_frags<C::KS>(va, sdO + QB + 16 * wk * C::LD, C::LD, g, t);
+    att_frags<C::KS>(ka, sKs + 16 * wk * C::LD, C::LD, g, t);
+    att_frags<C::KS>(va, sVs + 16 * wk * C::LD, C::LD, g, t);
+    if constexpr (C::KB > C::QT) __syncthreads(); /* read before the first tile overwrites them */
     if (tiles) {
         load(0);
         store(0);
@@ -1163,9 +1264,24 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
          * queries) and dP^T = V dO^T, then dV += P^T dO, dK += dS^T Q */
         constexpr int NP = C::NTQ / ATT_DKDV_PARTS, PQ = 8 * NP, PW = ATT_DKDV_PARTS / C::SPLIT;
         static_assert(NP % 2 == 0 && NP * ATT_DKDV_PARTS == C::NTQ, "parts of 16 queries");
+        bool seen = true; /* (KB 128) whether any query of the tile sees any of the warp's 16 keys */
+        if constexpr (C::KB > C::QT) {
+            int lo_first, hi_last, unused;
+            ops_att_range(q0, Tq, Tk, causal, window, &lo_first, &unused);
+            ops_att_range(q0 + nq - 1, Tq, Tk, causal, window, &unused, &hi_last);
+            seen = j0 + 16 * wk < hi_last && j0 + 16 * wk + 16 > lo_first;
+        }
         #pragma unroll
         for (int pp = 0; pp < PW; pp++) {
             const int r0 = PQ * (wq * PW + pp);
+            if (!seen) { /* (warp-uniform) no products; dS is 0 (stored where its tile exists: a short tile's keys) */
+                if (ds && (j0 + 16 * wk) / 64 <= q0 / 64) {
+                    uint4 *dst = ds + att_ds_block(b, kh * rep + n / nqt, H, Tq, q0 / 64, (j0 + 16 * wk) / 64, wk % 4) * WARP + lane;
+                    #pragma unroll
+                    for (int kk = 0; kk < NP / 2; kk++) dst[4 * (r0 / 16 + kk) * WARP] = make_uint4(0u, 0u, 0u, 0u);
+                }
+                continue;
+            }
             float st[NP][4], dpt[NP][4];
             #pragma unroll
             for (int j = 0; j < NP; j++)
@@ -1175,8 +1291,20 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
             att_dots_bf<C::KS, NP>(dpt, va, dO + r0 * C::LD, C::LD, g, t);
             att_dkdv_ds<NP, true>(st, dpt, L + r0, D + r0, key0, q0 + r0, max(0, min(PQ, nq - r0)), j0, j1, Tq, Tk, causal,
                             window, scale, t);
+            /* dS^T as dK's product takes it (bf16 A fragments), and (ATT_DQ_FROM_DS) stored for the
+             * dQ pass: blocks 4 qq + wk % 4 of tile (q0 / 64, (j0 + 16 wk) / 64) of head
+             * kh rep + n / nqt (q0 = j0 + 64 (n % nqt) there: causal, Tq = Tk) */
+            uint32_t pa[NP / 2][4];
+            att_pack_a<NP / 2>(pa, dpt);
+            if (ds) {
+                static_assert(C::QT == 64 && C::KB % 64 == 0, "dS is stored in tiles of 64 x 64");
+                uint4 *dst = ds + att_ds_block(b, kh * rep + n / nqt, H, Tq, q0 / 64, (j0 + 16 * wk) / 64, wk % 4) * WARP + lane;
+                #pragma unroll
+                for (int kk = 0; kk < NP / 2; kk++)
+                    dst[4 * (r0 / 16 + kk) * WARP] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+            }
             att_pv_rm<NP, C::DT>(dva, st, dO + r0 * C::LD, C::LD, g, t);
-            att_pv_rm<NP, C::DT>(dka, dpt, Q + r0 * C::LD, C::LD, g, t);
+            att_pv_rm_a<NP / 2, C::DT>(dka, pa, Q + r0 * C::LD, C::LD, g, t);
         }
         if (n + 1 < tiles) {
             if (!ATT_DKDV_EARLY(HD, C::SPLIT)) load(n + 1);
@@ -1192,11 +1320,11 @@ __device__ static inline void att_dkdv_bf(float *dk, float *dv, const float *q, 
 }
 template <int HD, bool BF>
 __global__ void __launch_bounds__(att_bwd_cfg<HD, BF>::NTH, att_bwd_cfg<HD, BF>::MINB)
-k_att_bwd_dkdv(float *dk, float *dv, const float *q, const float *k, const float *v, const float *dout, const float *lse,
-               const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window, float scale,
-               att_bf16_t c16, att_join_t jo) {
+k_att_bwd_dkdv(float *dk, float *dv, uint4 *ds, const float *q, const float *k, const float *v, const float *dout,
+               const float *lse, const float *Drow, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
+               float scale, att_bf16_t c16, att_join_t jo) {
     if constexpr (BF) {
-        att_dkdv_bf<HD>(dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
+        att_dkdv_bf<HD>(dk, dv, ds, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
         return;
     } else { /* the fp32 engine: K, V, Q and dO tiles row-major in shared memory, single-buffered */
         typedef att_bwd_cfg<HD, false> C;
@@ -1424,6 +1552,92 @@ k_att_bwd_dq(float *dq, const float *q, const float *k, const float *v, const fl
     }
 }
 
+/* ---- backward, dQ from the stored dS (ATT_DQ_FROM_DS): a block owns BQ query rows of (b, h) ----
+ * dQ = sum over the key tiles kj <= qi, in order, of dS_(qi, kj) K_kj (dS scaled already). The key
+ * tiles are double-buffered in shared memory as in att_kv_pipe (K only: no V, Q, dO, lse or D). A
+ * warp's dS block (16 queries x 16 keys) comes from global memory, one 16-byte load per lane, as
+ * dK/dV's A fragment of dS^T: the lanes hold pairs of queries where dQ's A fragment pairs keys, so
+ * it passes through the warp's own 16 x 24 bf16 buffer in shared memory -- four 4-byte stores
+ * (rows 24 bf16 apart: a store's 8 rows x 16 bytes in distinct banks, one wavefront each) and one
+ * ldmatrix.trans (mma.cuh: the transposed matrices are dS's fragment) -- then dQ += dS K. Two warps
+ * per 16 queries, warp sh taking 16-key blocks 2 sh, 2 sh + 1 of every tile; their sums meet at
+ * the end in share order (att_shares_sum): the same bits on every run. */
+template <int HD> struct att_dqs_cfg {
+    static constexpr int BQ = ATT_DQ_DS_BQ, NW = BQ / 16; /* NW warps of 16 queries, */
+    static constexpr int SPLIT = 2;                       /* each twice (the key blocks' halves) */
+    static constexpr int NTH = NW * WARP * SPLIT;
+    static constexpr int BK = 64, LD = HD + 8, DT = HD / 8;
+    static constexpr int TLD = 24, TB = 16 * TLD; /* a warp's transposing buffer: 16 keys x 24 bf16 */
+    static_assert(BQ % 64 == 0, "whole query tiles a block");
+};
+template <int HD> static inline size_t att_dqs_smem() {
+    typedef att_dqs_cfg<HD> C;
+    const size_t tiles = sizeof(__nv_bfloat16) * (2 * (size_t)C::BK * C::LD + (size_t)(C::NTH / WARP) * C::TB);
+    const size_t red = sizeof(float) * (size_t)C::NW * WARP * C::DT * 4;
+    return tiles > red ? tiles : red;
+}
+template <int HD>
+__global__ void __launch_bounds__(att_dqs_cfg<HD>::NTH, ATT_DQ_DS_MIN_BLOCKS)
+k_att_bwd_dq_ds(float *dq, const uint4 *ds, const float *k, int T, int H, int Hkv, int hd, att_bf16_t c16,
+                att_join_t jo) {
+    typedef att_dqs_cfg<HD> C;
+    DYN_SHARED(unsigned char, smem);
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem; /* key tile n at sK + (n & 1) BK LD */
+    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * C::BQ, kh = h / (H / Hkv);
+    /* warp w: queries iw = i0 + 16 wq .. (block qq of query tile qi), share sh of each key tile */
+    const int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const int wq = w % C::NW, sh = w / C::NW, iw = i0 + 16 * wq, qi = iw / 64, qq = iw % 64 / 16;
+    __nv_bfloat16 *sT = sK + 2 * C::BK * C::LD + w * C::TB;
+    const size_t ks = (size_t)Hkv * hd, kb = (size_t)b * T * ks + (size_t)kh * hd;
+    const int nq = min(C::BQ, T - i0), tiles = (i0 + nq + C::BK - 1) / C::BK;
+    const bool vec = hd % 4 == 0 && aligned16(k), v16 = att16_vec(c16, hd);
+    att_regs<C::BK, HD, C::NTH> rk;
+    auto load = [&](int n) {
+        const size_t ko = kb + (size_t)C::BK * n * ks;
+        att_ld16(rk, k + ko, att16_at(c16.k, ko), ks, min(C::BK, T - C::BK * n), hd, vec, v16);
+    };
+    float dqa[C::DT][4];
+    #pragma unroll
+    for (int jd = 0; jd < C::DT; jd++) dqa[jd][0] = dqa[jd][1] = dqa[jd][2] = dqa[jd][3] = 0.0f;
+    load(0);
+    att_st16(sK, rk);
+    __syncthreads();
+    /* the lane's stores into sT (a0 .. a3: keys g, g + 8 x queries 2t, 2t + 8) and its ldmatrix row:
+     * matrix i = lane / 8 (dS's A registers: queries 8 (i & 1) .., keys 8 (i >> 1) ..) */
+    uint32_t *st0 = (uint32_t *)(sT + g * C::TLD + 2 * t), *st1 = st0 + 4 * C::TLD;
+    const __nv_bfloat16 *lrow = sT + (8 * (lane >> 4) + (lane & 7)) * C::TLD + 8 * ((lane >> 3) & 1);
+    /* the warp's dS blocks of tile n (kj = n <= qi: the tile exists; warp-uniform), loaded a tile
+     * ahead like K's (ATT_DQ_DS_AHEAD) or at the tile */
+    const bool rows = iw < T;
+    const uint4 *src = ds + att_ds_block(b, h, H, T, qi, 0, 4 * qq + 2 * sh) * WARP + lane;
+    uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
+    if (ATT_DQ_DS_AHEAD && rows) x0 = src[0], x1 = src[WARP];
+    for (int n = 0; n < tiles; n++) {
+        if (n + 1 < tiles) load(n + 1);
+        if (!ATT_DQ_DS_AHEAD && rows && n <= qi) x0 = src[n * 16 * WARP], x1 = src[(n * 16 + 1) * WARP];
+        const uint4 c0 = x0, c1 = x1;
+        if (ATT_DQ_DS_AHEAD && rows && n + 1 <= qi) x0 = src[(n + 1) * 16 * WARP], x1 = src[((n + 1) * 16 + 1) * WARP];
+        if (rows && n <= qi) {
+            const __nv_bfloat16 *K = sK + (n & 1) * C::BK * C::LD;
+            #pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const uint4 x = u ? c1 : c0;
+                __syncwarp(); /* the last block's ldmatrix is done */
+                st0[0] = x.x, st1[0] = x.y, st0[4] = x.z, st1[4] = x.w;
+                __syncwarp();
+                uint32_t a[1][4];
+                ldsm_x4_t(a[0], lrow);
+                att_pv_rm_a<1, C::DT>(dqa, a, K + 16 * (2 * sh + u) * C::LD, C::LD, g, t);
+            }
+        }
+        if (n + 1 < tiles) att_st16(sK + ((n + 1) & 1) * C::BK * C::LD, rk);
+        __syncthreads();
+    }
+    att_shares_sum<C::DT, C::SPLIT, false>((float4 *)smem, dqa, NULL, wq, sh, lane);
+    if (sh) return;
+    att_dq_out<C::DT>(dq, dqa, b, h, iw, T, H, hd, g, t, jo);
+}
+
 /* ---- the decode step: one warp per (row n, head h), len[n] cache rows from base[n] ----
  * shared per warp: the query (hd) and a key tile (32 rows of hd + 1) */
 #define ATT_ROWS_WARPS 4
@@ -1490,8 +1704,8 @@ k_att_rows(float *out, const float *q, const float *kc, const float *vc, const i
 /* ---- launchers ---- */
 /* "att_fwd<64,bf16>": the instances' names for the emulator's reports */
 template <int HD, bool BF> static inline const char *att_kname(int which) {
-    static char names[3][40];
-    static const char *base[3] = {"k_att_fwd", "k_att_bwd_dkdv", "k_att_bwd_dq"};
+    static char names[4][40];
+    static const char *base[4] = {"k_att_fwd", "k_att_bwd_dkdv", "k_att_bwd_dq", "k_att_bwd_dq_ds"};
     if (!names[which][0]) snprintf(names[which], sizeof names[which], "%s<%d,%s>", base[which], HD, BF ? "bf16" : "fp32");
     return names[which];
 }
@@ -1532,29 +1746,68 @@ static inline cudaError_t att_forward_t(cudaStream_t s, float *out, __nv_bfloat1
         return att_forward_w<HD, BF, W>(s, out, out16, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
     return att_forward_w<HD, BF, false>(s, out, out16, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16);
 }
+/* The bytes of the dS buffer the backward takes dQ from (ATT_DQ_FROM_DS), or 0 where it does
+ * not (k_att_bwd_dq then): bf16, hd padded to 64, causal with Tq = Tk and no window that cuts a
+ * row's keys (the tiles of the lower triangle are then the dK/dV pass's query tiles as well). */
+static inline size_t attention_ds_bytes(int bf, int B, int Tq, int Tk, int H, int hd, int causal, int window) {
+    if (!ATT_DQ_FROM_DS || !bf || att_pad_hd(hd) != 64 || !causal || Tq != Tk || (window > 0 && window < Tk) ||
+        B <= 0 || Tq <= 0 || H <= 0)
+        return 0;
+    return (size_t)B * H * att_ds_tiles(Tq) * 16 * WARP * sizeof(uint4);
+}
+/* k_att_bwd_dq_ds's launch (optin: its shared-memory opt-in only); instantiated at HD 64 only */
+template <int HD>
+static inline cudaError_t att_dq_ds_t(cudaStream_t s, float *dq, const uint4 *ds, const float *k, int B, int T, int H,
+                                      int Hkv, int hd, att_bf16_t c16, att_join_t jo, bool optin) {
+    if constexpr (HD == 64) {
+        typedef att_dqs_cfg<HD> C;
+        const size_t smem = att_dqs_smem<HD>();
+        if (optin) return att_smem_optin(k_att_bwd_dq_ds<HD>, smem);
+        const dim3 grid((T + C::BQ - 1) / C::BQ, H, B);
+        void (*kern)(float *, const uint4 *, const float *, int, int, int, int, att_bf16_t, att_join_t) =
+            k_att_bwd_dq_ds<HD>;
+        const char *nm = att_kname<HD, true>(3);
+    LAUNCH_AS(kern, nm, grid, C::NTH, smem, s)
+        (dq, ds, k, T, H, Hkv, hd, c16, jo);
+        return cudaSuccess;
+    } else {
+        (void)s, (void)dq, (void)ds, (void)k, (void)B, (void)T, (void)H, (void)Hkv, (void)hd, (void)c16, (void)jo,
+            (void)optin;
+        return cudaErrorInvalidValue;
+    }
+}
 template <int HD, bool BF>
 static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, float *dv, float *Drow,
                                          __nv_bfloat16 *dout16, const float *dout, const float *out, const float *lse,
                                          const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H,
-                                         int Hkv, int hd, int causal, int window, att_bf16_t c16, att_join_t jo) {
+                                         int Hkv, int hd, int causal, int window, att_bf16_t c16, att_join_t jo,
+                                         uint4 *ds) {
     if (!BF) c16 = att_bf16_t{};
+    /* dQ from dK/dV's dS: a buffer given, the case taken, and both passes run */
+    if (!(BF && HD == 64) || !attention_ds_bytes(BF, B, Tq, Tk, H, hd, causal, window) || !(dk || dv || jo.out) ||
+        !(dq || jo.out))
+        ds = NULL;
     const size_t s_kv = att_dkdv_smem<HD, BF>(), s_q = att_dq_smem<HD, BF>();
     cudaError_t e = att_smem_optin(k_att_bwd_dkdv<HD, BF>, s_kv);
-    if (e == cudaSuccess) e = att_smem_optin(k_att_bwd_dq<HD, BF>, s_q);
+    if (e == cudaSuccess) e = ds ? att_dq_ds_t<HD>(s, NULL, NULL, NULL, 0, 0, 0, 0, 0, c16, jo, true)
+                                 : att_smem_optin(k_att_bwd_dq<HD, BF>, s_q);
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t items = (size_t)B * Tq * H;
     LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout16, dout, out, Tq, H, hd, items);
     if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
-        const dim3 grid((Tk + 63) / 64, Hkv, B);
-        void (*kern)(float *, float *, const float *, const float *, const float *, const float *, const float *,
-                     const float *, int, int, int, int, int, int, int, float, att_bf16_t, att_join_t) = k_att_bwd_dkdv<HD, BF>;
+        const dim3 grid((Tk + att_bwd_cfg<HD, BF>::KB - 1) / att_bwd_cfg<HD, BF>::KB, Hkv, B);
+        void (*kern)(float *, float *, uint4 *, const float *, const float *, const float *, const float *,
+                     const float *, const float *, int, int, int, int, int, int, int, float, att_bf16_t,
+                     att_join_t) = k_att_bwd_dkdv<HD, BF>;
         const char *nm = att_kname<HD, BF>(1);
         const int nth = att_bwd_cfg<HD, BF>::NTH;
     LAUNCH_AS(kern, nm, grid, nth, s_kv, s)
-        (dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
+        (dk, dv, ds, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window, scale, c16, jo);
     }
+    if (ds) /* dQ = dS K, dS from the dK/dV pass (Tq = Tk) */
+        return att_dq_ds_t<HD>(s, dq, ds, k, B, Tq, H, Hkv, hd, c16, jo, false);
     if (dq || jo.out) {
         const dim3 grid((Tq + 63) / 64, H, B);
         void (*kern)(float *, const float *, const float *, const float *, const float *, const float *,
@@ -1582,17 +1835,19 @@ static inline cudaError_t attention_forward_launch(cudaStream_t s, int bf, float
 }
 /* Drow: B * H * Tq floats of scratch; dout16 (or NULL): dout's bf16 shadow, written by k_att_rowdot
  * (c16.dout may point at it: the passes after rowdot read it); jo.out set (attention_join_ok,
- * Tq = Tk): the gradients go into the fused rows, dq, dk, dv are not touched */
+ * Tq = Tk): the gradients go into the fused rows, dq, dk, dv are not touched; ds:
+ * attention_ds_bytes(...) bytes of scratch (16-byte aligned) for dQ from dK/dV's dS, or NULL
+ * (k_att_bwd_dq) */
 static inline cudaError_t attention_backward_launch(cudaStream_t s, int bf, float *dq, float *dk, float *dv,
                                                     float *Drow, __nv_bfloat16 *dout16, const float *dout,
                                                     const float *out, const float *lse, const float *q, const float *k,
                                                     const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd,
                                                     int causal, int window, att_bf16_t c16,
-                                                    att_join_t jo = att_join_t{}) {
+                                                    att_join_t jo = att_join_t{}, void *ds = NULL) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     const int HDP = att_pad_hd(hd);
     return ATT_DISPATCH(att_backward_t, HDP, bf, s, dq, dk, dv, Drow, dout16, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv,
-                        hd, causal, window, c16, jo);
+                        hd, causal, window, c16, jo, (uint4 *)ds);
 }
 static inline cudaError_t attention_rows_launch(cudaStream_t s, float *out, const float *q, const float *kc,
                                                 const float *vc, const int *base, const int *len, int N, int H,

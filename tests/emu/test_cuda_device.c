@@ -500,6 +500,35 @@ static void test_finish_in_last_block(void) {
     device_close(&a);
     device_close(&b);
 }
+/* an attention case's device buffers: q, k, v, dout uploaded from h (nq, nk, nk, nq floats in turn) */
+typedef struct {
+    float *q, *k, *v, *dout, *out, *lse, *dq, *dk, *dv;
+} att_bufs_t;
+static att_bufs_t att_bufs(device_t *d, const float *h, size_t nq, size_t nk, size_t nl) {
+    att_bufs_t a;
+    float **nq_[] = {&a.q, &a.dout, &a.out, &a.dq}, **nk_[] = {&a.k, &a.v, &a.dk, &a.dv};
+    for (int i = 0; i < 4; i++) *nq_[i] = DEV(d, alloc, sizeof(float) * nq), *nk_[i] = DEV(d, alloc, sizeof(float) * nk);
+    a.lse = DEV(d, alloc, sizeof(float) * nl);
+    DEV(d, upload, a.q, h, sizeof(float) * nq);
+    DEV(d, upload, a.k, h + nq, sizeof(float) * nk);
+    DEV(d, upload, a.v, h + nq + nk, sizeof(float) * nk);
+    DEV(d, upload, a.dout, h + nq + 2 * nk, sizeof(float) * nq);
+    return a;
+}
+static void att_bufs_free(device_t *d, att_bufs_t *a) {
+    float *p[] = {a->q, a->k, a->v, a->dout, a->out, a->lse, a->dq, a->dk, a->dv};
+    for (int i = 0; i < 9; i++) DEV(d, free, p[i]);
+}
+/* zeroed gradients, then attention_window_forward and _backward (causal) on a's buffers */
+static void att_fwd_bwd(device_t *d, const att_bufs_t *a, int B, int Tq, int Tk, int H, int Hkv, int hd, int window) {
+    const size_t nq = (size_t)B * Tq * H * hd, nk = (size_t)B * Tk * Hkv * hd;
+    DEV(d, zero, a->dq, sizeof(float) * nq);
+    DEV(d, zero, a->dk, sizeof(float) * nk);
+    DEV(d, zero, a->dv, sizeof(float) * nk);
+    DEV(d, attention_window_forward, a->out, a->lse, a->q, a->k, a->v, B, Tq, Tk, H, Hkv, hd, 1, window);
+    DEV(d, attention_window_backward, a->dq, a->dk, a->dv, a->dout, a->out, a->lse, a->q, a->k, a->v, B, Tq, Tk, H, Hkv,
+        hd, 1, window);
+}
 /* Attention in bf16 (its tiles split between two warps at hd 32 and 64, the halves' sums added in
  * shared memory: attention.cuh ATT_*_SPLIT) twice in a row -- the emulator's blocks and threads
  * run in another random order each launch -- over many blocks: out, lse, dq, dk, dv the same bits.
@@ -509,30 +538,19 @@ static void attention_repeat_case(device_t *d, int hd, int Tq, int Tk, int windo
     const size_t nq = (size_t)AB * Tq * AH * hd, nk = (size_t)AB * Tk * AHKV * hd, nl = (size_t)AB * AH * Tq;
     float *h = malloc(sizeof(float) * (nq + 2 * nk + nq));
     for (size_t i = 0; i < nq + 2 * nk + nq; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
-    float *q = DEV(d, alloc, sizeof(float) * nq), *k = DEV(d, alloc, sizeof(float) * nk), *v = DEV(d, alloc, sizeof(float) * nk);
-    float *dout = DEV(d, alloc, sizeof(float) * nq), *out = DEV(d, alloc, sizeof(float) * nq), *lse = DEV(d, alloc, sizeof(float) * nl);
-    float *dq = DEV(d, alloc, sizeof(float) * nq), *dk = DEV(d, alloc, sizeof(float) * nk), *dv = DEV(d, alloc, sizeof(float) * nk);
-    DEV(d, upload, q, h, sizeof(float) * nq);
-    DEV(d, upload, k, h + nq, sizeof(float) * nk);
-    DEV(d, upload, v, h + nq + nk, sizeof(float) * nk);
-    DEV(d, upload, dout, h + nq + 2 * nk, sizeof(float) * nq);
+    att_bufs_t a = att_bufs(d, h, nq, nk, nl);
     const size_t part = (size_t)AB * AMAXT * AH * AMAXD; /* room for the largest result */
     for (int rep = 0; rep < 2; rep++) {
         float *r = res + rep * 5 * part;
-        DEV(d, zero, dq, sizeof(float) * nq);
-        DEV(d, zero, dk, sizeof(float) * nk);
-        DEV(d, zero, dv, sizeof(float) * nk);
-        DEV(d, attention_window_forward, out, lse, q, k, v, AB, Tq, Tk, AH, AHKV, hd, 1, window);
-        DEV(d, attention_window_backward, dq, dk, dv, dout, out, lse, q, k, v, AB, Tq, Tk, AH, AHKV, hd, 1, window);
-        DEV(d, download, r, out, sizeof(float) * nq);
-        DEV(d, download, r + part, lse, sizeof(float) * nl);
-        DEV(d, download, r + 2 * part, dq, sizeof(float) * nq);
-        DEV(d, download, r + 3 * part, dk, sizeof(float) * nk);
-        DEV(d, download, r + 4 * part, dv, sizeof(float) * nk);
+        att_fwd_bwd(d, &a, AB, Tq, Tk, AH, AHKV, hd, window);
+        DEV(d, download, r, a.out, sizeof(float) * nq);
+        DEV(d, download, r + part, a.lse, sizeof(float) * nl);
+        DEV(d, download, r + 2 * part, a.dq, sizeof(float) * nq);
+        DEV(d, download, r + 3 * part, a.dk, sizeof(float) * nk);
+        DEV(d, download, r + 4 * part, a.dv, sizeof(float) * nk);
     }
     free(h);
-    DEV(d, free, q), DEV(d, free, k), DEV(d, free, v), DEV(d, free, dout), DEV(d, free, out), DEV(d, free, lse),
-        DEV(d, free, dq), DEV(d, free, dk), DEV(d, free, dv);
+    att_bufs_free(d, &a);
 }
 /* the block size of the last k_att_fwd<64,bf16> launch */
 static unsigned fwd64_threads;
@@ -570,6 +588,97 @@ static void test_attention_split_repeats(void) {
     CHECK(DEV(d, sync, err, sizeof err) == 0, "no fault: %s", err);
     free(res);
     device_close(&d);
+}
+long device_cuda_att_ds_runs(const device_t *d);
+
+/* dQ from the dK/dV pass's stored dS (attention.cuh ATT_DQ_FROM_DS: bf16, hd 64, causal, Tq = Tk,
+ * no window that cuts): attention_window_backward's dq, dk, dv and attention_backward_qkv's fused
+ * gradient (dq rotated back into it, with its bf16 shadow) over T = 141 (a short last tile),
+ * grouped-query, twice each (the emulator's blocks in another order each launch). Against the same
+ * device with the path off ($FT_CUDA_ATT_DQ_DS=0: k_att_bwd_dq recomputes dS) and the CPU device
+ * (fp32, test_device_compare's bf16 tolerance: |a - b| <= 2e-2 + 3e-2 |a|); a window that cuts
+ * takes the old kernel on the same device. */
+enum { DB = 2, DH = 4, DHKV = 2, DT = 141, DHD = 64 };
+enum { DNQ = DB * DT * DH * DHD, DNK = DB * DT * DHKV * DHD, DLD = (DH + 2 * DHKV) * DHD, DNQKV = DB * DT * DLD };
+/* results: dq, dk, dv (window backward), then dqkv (the fused one) */
+static void ds_case(device_t *d, int window, const float *h, float *res) {
+    const size_t nl = (size_t)DB * DH * DT, nt = (size_t)DT * (DHD / 2);
+    att_bufs_t a = att_bufs(d, h, DNQ, DNK, nl);
+    float *dqkv = DEV(d, alloc, sizeof(float) * DNQKV), *cs = DEV(d, alloc, sizeof(float) * nt), *sn = DEV(d, alloc, sizeof(float) * nt);
+    float *tab = malloc(sizeof(float) * 2 * nt);
+    for (size_t i = 0; i < nt; i++) tab[i] = cosf(0.01f * (float)i), tab[nt + i] = sinf(0.01f * (float)i);
+    DEV(d, upload, cs, tab, sizeof(float) * nt);
+    DEV(d, upload, sn, tab + nt, sizeof(float) * nt);
+    free(tab);
+    att_fwd_bwd(d, &a, DB, DT, DT, DH, DHKV, DHD, window);
+    DEV(d, download, res, a.dq, sizeof(float) * DNQ);
+    DEV(d, download, res + DNQ, a.dk, sizeof(float) * DNK);
+    DEV(d, download, res + DNQ + DNK, a.dv, sizeof(float) * DNK);
+    DEV(d, attention_backward_qkv, dqkv, a.dq, a.dk, a.dv, a.dout, a.out, a.lse, a.q, a.k, a.v, cs, sn, DB, DT, DH, DHKV, DHD, 1, window, 0);
+    DEV(d, download, res + DNQ + 2 * DNK, dqkv, sizeof(float) * DNQKV);
+    att_bufs_free(d, &a);
+    DEV(d, free, dqkv), DEV(d, free, cs), DEV(d, free, sn);
+}
+/* elements of a (n) not within |a - b| <= atol + rtol |a| of b, and the largest |a - b| */
+static size_t ds_far(const float *a, const float *b, size_t n, double atol, double rtol, double *worst) {
+    size_t bad = 0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        if (!(e <= atol + rtol * fabs((double)a[i]))) bad++;
+        if (e > *worst || e != e) *worst = e;
+    }
+    return bad;
+}
+static void test_attention_dq_from_ds(void) {
+    char err[256];
+    device_t *d = open_cuda(PRECISION_BF16, err, sizeof err), *cpu = NULL;
+    setenv("FT_CUDA_ATT_DQ_DS", "0", 1); /* read at open */
+    device_t *off = open_cuda(PRECISION_BF16, err, sizeof err);
+    unsetenv("FT_CUDA_ATT_DQ_DS");
+    CHECK(d && off && device_open(&cpu, "cpu", PRECISION_FP32, err, sizeof err) == 0, "open: %s", err);
+    if (!d || !off || !cpu) {
+        if (d) device_close(&d);
+        if (off) device_close(&off);
+        if (cpu) device_close(&cpu);
+        return;
+    }
+    const size_t nin = 2 * (size_t)DNQ + 2 * DNK, nres = (size_t)DNQ + 2 * DNK + DNQKV;
+    float *h = malloc(sizeof(float) * nin), *r = malloc(sizeof(float) * 4 * nres);
+    for (size_t i = 0; i < nin; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
+    const char *parts[4] = {"dq", "dk", "dv", "dqkv"};
+    const size_t off_[4] = {0, DNQ, DNQ + DNK, DNQ + 2 * DNK}, len[4] = {DNQ, DNK, DNK, DNQKV};
+    for (int c = 0; c < 2; c++) {
+        const int window = c ? 40 : 0; /* 40 cuts: the old dQ kernel on both devices */
+        const long runs0 = device_cuda_att_ds_runs(d);
+        ds_case(d, window, h, r);
+        ds_case(d, window, h, r + nres);
+        const long runs = device_cuda_att_ds_runs(d) - runs0;
+        ds_case(off, window, h, r + 2 * nres);
+        ds_case(cpu, window, h, r + 3 * nres);
+        CHECK(runs == (c ? 0 : 4), "window %d: dQ from dS taken %ld times of 4 (expected %d)", window, runs, c ? 0 : 4);
+        CHECK(device_cuda_att_ds_runs(off) == 0, "$FT_CUDA_ATT_DQ_DS=0: never taken");
+        for (int i = 0; i < 4; i++) {
+            CHECK(!memcmp(r + off_[i], r + nres + off_[i], sizeof(float) * len[i]), "window %d: %s the same bits twice",
+                  window, parts[i]);
+            double wo, wc;
+            const size_t bo = ds_far(r + 2 * nres + off_[i], r + off_[i], len[i], 2e-2, 3e-2, &wo);
+            const size_t bc = ds_far(r + 3 * nres + off_[i], r + off_[i], len[i], 2e-2, 3e-2, &wc);
+            CHECK(bo == 0 && bc == 0, "window %d: %s: %zu (path off) and %zu (CPU fp32) of %zu elements outside bf16's tolerance; largest differences %g, %g",
+                  window, parts[i], bo, bc, len[i], wo, wc);
+            if (c == 0) fprintf(stderr, "  window 0 %s: largest |difference| %.3g from the path off, %.3g from the CPU's fp32\n", parts[i], wo, wc);
+            /* dK and dV: the same products whether dS is stored or not */
+            if (i == 1 || i == 2 || c == 1)
+                CHECK(!memcmp(r + 2 * nres + off_[i], r + off_[i], sizeof(float) * len[i]),
+                      "window %d: %s the same bits with the path on and off", window, parts[i]);
+        }
+        float m = 0;
+        for (size_t i = 0; i < nres; i++) m = fmaxf(m, fabsf(r[i]));
+        CHECK(m > 0.1f && isfinite(m), "window %d: gradients computed (max |g| %g)", window, m);
+    }
+    CHECK(DEV(d, sync, err, sizeof err) == 0 && DEV(off, sync, err, sizeof err) == 0, "no fault: %s", err);
+    free(h), free(r);
+    device_close(&d), device_close(&off), device_close(&cpu);
 }
 /* Attention's own shadows (device_cuda.cu attention_out_shadow, attention_dout_shadow): the
  * forward writes out's bf16 shadow beside out and k_att_rowdot dout's, where a g_to_bf16 pass
@@ -863,6 +972,7 @@ int main(void) {
     RUN(test_colred_finish_folded);
     RUN(test_lazy_zero);
     RUN(test_attention_split_repeats);
+    RUN(test_attention_dq_from_ds);
     RUN(test_attention_shadows);
     RUN(test_settle_writes_deferred_zeros);
     return check_summary();
