@@ -1118,6 +1118,20 @@ static __nv_bfloat16 *attention_dout_shadow(device_t *d, const float *dout, size
     if (shadow_view(d, dout, (int)n, 1, (int)n, &ld, &r, &cl)) return NULL;
     return operand_shadow_take(d, dout, (int)n, 1, 0);
 }
+/* The tiled backward's inputs beyond its arguments, for both of its entry points: the dS buffer
+ * (*ds; NULL: the dQ pass recomputes dS), dout's shadow for k_att_rowdot to write (*dout16; NULL
+ * where one is valid already or none is taken) and the bf16 operands, dout's being that shadow. */
+static att_bf16_t attention_backward_inputs(device_t *d, const float *q, const float *k, const float *v, const float *dout,
+                                            int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window,
+                                            __nv_bfloat16 **dout16, void **ds) {
+    *ds = att_ds_buffer(d, attention_ds_bytes(d->precision == PRECISION_BF16, B, Tq, Tk, H, hd, causal, window));
+    impl_of(d)->att_ds_runs += *ds != NULL;
+    const size_t nq = (size_t)B * Tq * H * hd;
+    *dout16 = attention_dout_shadow(d, dout, nq);
+    att_bf16_t c16 = attention_shadows(d, q, k, v, *dout16 ? NULL : dout, nq, (size_t)B * Tk * Hkv * hd);
+    if (*dout16) c16.dout = *dout16;
+    return c16;
+}
 /* Head dimensions up to ATT_MAX_HD run the tiled kernels (attention.cuh), larger ones (up to
  * KB_MAX_HEAD_DIM) kernels.h's per-row bodies. */
 static void cu_attention_window_forward(device_t *d, float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
@@ -1150,12 +1164,10 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
         g_att_dkv<<<GRID(nk)>>>(nk, dk, dv, q, k, v, dout, lse, Drow, Tq, Tk, H, Hkv, hd, causal, window);
     } else {
         const int bf = d->precision == PRECISION_BF16;
-        void *ds = att_ds_buffer(d, attention_ds_bytes(bf, B, Tq, Tk, H, hd, causal, window));
-        impl_of(d)->att_ds_runs += ds != NULL;
         const size_t n = (size_t)B * Tq * H * hd;
-        __nv_bfloat16 *dout16 = attention_dout_shadow(d, dout, n);
-        att_bf16_t c16 = attention_shadows(d, q, k, v, dout16 ? NULL : dout, n, (size_t)B * Tk * Hkv * hd);
-        if (dout16) c16.dout = dout16;
+        void *ds;
+        __nv_bfloat16 *dout16;
+        const att_bf16_t c16 = attention_backward_inputs(d, q, k, v, dout, B, Tq, Tk, H, Hkv, hd, causal, window, &dout16, &ds);
         cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, dq, dk, dv, Drow, dout16, dout, out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window, c16, att_join_t{}, ds);
         if (e != cudaSuccess) fault(d, "attention_backward", cudaGetErrorString(e));
         shadow_written(d, dout16, dout, n);
@@ -1179,11 +1191,9 @@ static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float
         if (!Drow) return;
         if (attention_join_ok(jo, hd)) {
             const int bf = d->precision == PRECISION_BF16;
-            void *ds = att_ds_buffer(d, attention_ds_bytes(bf, B, T, T, H, hd, causal, window));
-            impl_of(d)->att_ds_runs += ds != NULL;
-            __nv_bfloat16 *dout16 = attention_dout_shadow(d, dout, N * H * hd);
-            att_bf16_t c16 = attention_shadows(d, q, k, v, dout16 ? NULL : dout, N * H * hd, N * Hkv * hd);
-            if (dout16) c16.dout = dout16;
+            void *ds;
+            __nv_bfloat16 *dout16;
+            const att_bf16_t c16 = attention_backward_inputs(d, q, k, v, dout, B, T, T, H, Hkv, hd, causal, window, &dout16, &ds);
             cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, NULL, NULL, NULL, Drow, dout16, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, c16, jo, ds);
             if (e != cudaSuccess) fault(d, "attention_backward_qkv", cudaGetErrorString(e));
             shadow_written(d, dout16, dout, N * H * hd);
