@@ -1070,9 +1070,13 @@ static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const f
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    OUT(dqkv, (size_t)N * (H + 2 * Hkv) * hd);
-    qkv_join_launch(impl_of(d)->stream, dqkv, product_output_shadow(d, dqkv, (size_t)N * (H + 2 * Hkv) * hd), dq, dk, dv,
-                    cs, sn, N, T, H, Hkv, hd, pos0);
+    const size_t n = (size_t)N * (H + 2 * Hkv) * hd;
+    OUT(dqkv, n);
+    /* dqkv feeds the q|k|v projection's backward products: marked products-only, its shadow alone */
+    float *o32 = dqkv;
+    __nv_bfloat16 *d16 = product_output_shadow_only(d, &o32, n);
+    qkv_join_launch(impl_of(d)->stream, o32, d16, dq, dk, dv, cs, sn, N, T, H, Hkv, hd, pos0);
+    only_done(d, o32, dqkv, n);
     LAUNCHED("qkv_join_unrope");
 }
 static int att_head_dim_ok(device_t *d, int hd) {
@@ -1182,10 +1186,14 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
 static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, const float *cs, const float *sn, int B, int T, int H, int Hkv, int hd, int causal, int window, int pos0) {
     if (!att_head_dim_ok(d, hd)) return;
     const size_t N = (size_t)B * T, ld = (size_t)(H + 2 * Hkv) * hd;
-    att_join_t jo = {dqkv, NULL, cs, sn, ld, H * hd, Hkv * hd, pos0};
+    att_join_t jo = {dqkv, NULL, cs, sn, ld, H * hd, Hkv * hd, pos0, 0};
     if (hd <= ATT_MAX_HD && attention_join_ok(jo, hd)) {
         OUT(dqkv, N * ld);
-        jo.out16 = product_output_shadow(d, dqkv, N * ld);
+        /* the shadow alone where dqkv is marked products-only (the q|k|v projection's backward
+         * products its only readers: device.h products_only) */
+        float *o32 = dqkv;
+        jo.out16 = product_output_shadow_only(d, &o32, N * ld);
+        jo.only16 = !o32;
         const size_t nq = (size_t)B * H * T;
         float *Drow = (float *)work(d, sizeof(float) * nq);
         if (!Drow) return;
@@ -1197,6 +1205,7 @@ static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float
             cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, NULL, NULL, NULL, Drow, dout16, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, c16, jo, ds);
             if (e != cudaSuccess) fault(d, "attention_backward_qkv", cudaGetErrorString(e));
             shadow_written(d, dout16, dout, N * H * hd);
+            only_done(d, o32, dqkv, N * ld);
             LAUNCHED("attention_backward_qkv");
             return;
         }

@@ -1012,7 +1012,8 @@ __device__ static inline void att_add2(float *row, int c, int hd, float a0, floa
  * floats) gets dq's head h at h hd, dk's head kh at Dq + kh hd, both rotated back at position
  * pos0 + i (ops_qkv_join_row's arithmetic), and dv's at Dq + Dkv + kh hd, STORED (not added:
  * every row of the grid is written, zeros where no query saw a key), with out16, out's bf16
- * shadow, beside them. Taken only when hd == HD (a column's rotation partner, hd / 2 further,
+ * shadow, beside them -- or, only16 (out marked products-only and a shadow taken: the qkv
+ * projection's backward products its only readers), the shadow alone. Taken only when hd == HD (a column's rotation partner, hd / 2 further,
  * is then in the same lane's registers: tile jd + DT / 2) and out, out16 are 8- and 4-byte
  * aligned with an even ld (attention_join_ok). */
 typedef struct {
@@ -1021,8 +1022,11 @@ typedef struct {
     const float *cs, *sn; /* (positions, hd / 2) */
     size_t ld;
     int Dq, Dkv, pos0;
+    int only16; /* 1: out16 alone (dqkv marked products-only, device.h): the fp32 stores skipped */
 } att_join_t;
-/* A warp's row rr (of the C layout: rows g, g + 8) of acc stored into row (and row16), rotated
+/* where a join row's fp32 values go (NULL: the shadow alone) */
+__device__ static inline float *att_join_out(const att_join_t &jo, size_t o) { return jo.only16 ? NULL : jo.out + o; }
+/* A warp's row rr (of the C layout: rows g, g + 8) of acc stored into row (NULL: not) and row16, rotated
  * back by cs, sn when cs is given; ok: the row exists (every lane of the warp calls this, for
  * the shuffle). A lane holds 2 columns of each 8 (a row's 4 lanes: 32 bytes of fp32, one
  * sector); for the shadow, lanes t and t ^ 1 swap halves so that each stores 4 bf16 (8 bytes)
@@ -1049,14 +1053,14 @@ __device__ static inline void att_join_row(float *row, __nv_bfloat16 *row16, con
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) r[jd][0] = acc[jd][2 * rr], r[jd][1] = acc[jd][2 * rr + 1];
     }
-    if (ok)
+    if (ok && row)
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) st2(row + 8 * jd + 2 * t, make_float2(r[jd][0], r[jd][1]));
     if (row16) att_row16<DT>(row16, r, 8 * DT, t, ok);
 }
 /* the host's check for the fused store (hd == the kernels' padded HD, aligned rows and tables) */
 static inline bool attention_join_ok(const att_join_t &jo, int hd) {
-    return jo.out && (hd == 16 || hd == 32 || hd == 64 || hd == 128) && ((uintptr_t)jo.out & 7u) == 0 &&
+    return jo.out && (jo.out16 || !jo.only16) && (hd == 16 || hd == 32 || hd == 64 || hd == 128) && ((uintptr_t)jo.out & 7u) == 0 &&
            ((uintptr_t)jo.out16 & 7u) == 0 && ((uintptr_t)jo.cs & 7u) == 0 && ((uintptr_t)jo.sn & 7u) == 0 &&
            jo.ld % 4 == 0;
 }
@@ -1116,8 +1120,8 @@ __device__ static inline void att_dkdv_out(float *dk, float *dv, const float dka
             const bool in = key < Tk;
             const size_t n = (size_t)b * Tk + (in ? key : 0), ok = n * jo.ld + jo.Dq + (size_t)kh * hd, ov = ok + jo.Dkv;
             const size_t p = (size_t)(jo.pos0 + (in ? key : 0)) * (hd / 2);
-            att_join_row<DT>(jo.out + ok, jo.out16 ? jo.out16 + ok : NULL, dka, rr, jo.cs + p, jo.sn + p, t, in);
-            att_join_row<DT>(jo.out + ov, jo.out16 ? jo.out16 + ov : NULL, dva, rr, NULL, NULL, t, in);
+            att_join_row<DT>(att_join_out(jo, ok), jo.out16 ? jo.out16 + ok : NULL, dka, rr, jo.cs + p, jo.sn + p, t, in);
+            att_join_row<DT>(att_join_out(jo, ov), jo.out16 ? jo.out16 + ov : NULL, dva, rr, NULL, NULL, t, in);
         }
         return;
     }
@@ -1416,7 +1420,7 @@ __device__ static inline void att_dq_out(float *dq, const float dqa[DT][4], int 
             const bool in = i < Tq;
             const size_t o = ((size_t)b * Tq + (in ? i : 0)) * jo.ld + (size_t)h * hd;
             const size_t p = (size_t)(jo.pos0 + (in ? i : 0)) * (hd / 2);
-            att_join_row<DT>(jo.out + o, jo.out16 ? jo.out16 + o : NULL, dqa, rr, jo.cs + p, jo.sn + p, t, in);
+            att_join_row<DT>(att_join_out(jo, o), jo.out16 ? jo.out16 + o : NULL, dqa, rr, jo.cs + p, jo.sn + p, t, in);
         }
         return;
     }

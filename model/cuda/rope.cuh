@@ -108,7 +108,8 @@ static inline void qkv_split_launch(cudaStream_t s, float *q, float *k, float *v
     if (k || k16) rope_launch(s, k, k16, Dkv, 0, qkv, ld, Dq, cs, sn, N, Hkv, hd, T, pos0, pos, 1.0f, 0);
     if (v || v16) copy_rows_launch(s, v, v16, Dkv, 0, qkv, ld, Dq + Dkv, N, (int)Dkv);
 }
-/* the backward: dqkv rows overwritten with dq, dk rotated back and dv (dqkv16: its shadow or NULL) */
+/* the backward: dqkv rows overwritten with dq, dk rotated back and dv (dqkv16: its shadow or NULL;
+ * dqkv NULL: the shadow alone) */
 static inline void qkv_join_launch(cudaStream_t s, float *dqkv, __nv_bfloat16 *dqkv16, const float *dq, const float *dk,
                                    const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv,
                                    int hd, int pos0) {
