@@ -13,7 +13,8 @@
  *   model/cuda/adamw.cuh       the gradient norm and AdamW over every tensor in one launch
  *   model/cuda/elementwise.cuh SwiGLU, the residual adds, scaling: 128-bit accesses
  *   model/cuda/rope.cuh        RoPE, the fused q|k|v split and join, copy_rows: a thread per
- *                              rotation pair (four with 128-bit accesses), coalesced
+ *                              rotation pair (four with 128-bit accesses), coalesced; the
+ *                              split in one launch, a thread per four pairs of 6 heads
  *   model/cuda/attention.cuh   attention tiled in shared memory (FlashAttention-style online
  *                              softmax), an atomic-free backward (a dK/dV pass and a dQ pass),
  *                              tensor cores in bf16; the decode step's rows, a warp per row
@@ -192,6 +193,7 @@ typedef struct {
     void *att_ds;
     size_t att_ds_bytes;
     long att_ds_runs;         /* backward calls given the buffer (device_cuda_att_ds_runs) */
+    int qkv_heads;            /* rope.cuh qkv_split_launch's heads: QKV_SPLIT_HEADS, 0 with $FT_CUDA_QKV_SPLIT=0 */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -1063,7 +1065,8 @@ static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const f
     } else {
         q16 = product_output_shadow(d, q, nq), k16 = product_output_shadow(d, k, nkv), v16 = product_output_shadow(d, v, nkv);
     }
-    qkv_split_launch(impl_of(d)->stream, q1, k1, v1, q16, k16, v16, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    qkv_split_launch(impl_of(d)->stream, q1, k1, v1, q16, k16, v16, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL,
+                     impl_of(d)->qkv_heads);
     if (q) only_done(d, q1, q, nq);
     if (k) only_done(d, k1, k, nkv);
     if (v) only_done(d, v1, v, nkv);
@@ -1356,7 +1359,7 @@ static void cu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, co
     OUT(q, (size_t)N * H * hd);
     OUT(k, (size_t)N * Hkv * hd);
     OUT(v, (size_t)N * Hkv * hd);
-    qkv_split_launch(impl_of(d)->stream, q, k, v, NULL, NULL, NULL, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, NULL, NULL, NULL, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos, impl_of(d)->qkv_heads);
     LAUNCHED("qkv_split_rope_rows");
 }
 static void cu_rope_rows(device_t *d, float *out, const float *x, const float *cs, const float *sn, int N, int H, int hd, const int *pos) {
@@ -1819,6 +1822,8 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         c->ce_cache = !(cc && strcmp(cc, "0") == 0);
         const char *ad = getenv("FT_CUDA_ATT_DQ_DS");
         c->att_dq_ds = !(ad && strcmp(ad, "0") == 0);
+        const char *qs = getenv("FT_CUDA_QKV_SPLIT");
+        c->qkv_heads = qs && strcmp(qs, "0") == 0 ? 0 : QKV_SPLIT_HEADS;
         const char *sm = getenv("FT_CUDA_STAGE_MIN");
         c->stage_min = sm && *sm ? atof(sm) : CUDA_STAGE_MIN_MACS;
         const char *lz = getenv("FT_CUDA_LAZY_ZERO"), *lzm = getenv("FT_CUDA_LAZY_ZERO_MIN");

@@ -755,6 +755,102 @@ static void test_attention_qkv_products_only(void) {
         free(off), free(on), free(p);
     }
 }
+/* qkv_split_rope in one pass (rope.cuh k_qkv_split: a thread per four pairs of 6 heads, the
+ * table loaded once for them) against the three launches it replaces ($FT_CUDA_QKV_SPLIT=0: k_rope
+ * for q and k, k_copy_rows for v), fp32 and bf16, hd 64 and 40 (5 column groups a head), T 141:
+ * q, k, v the same bits (fp32 copies downloaded; at bf16 their shadows read by a product each),
+ * with every output, with q alone and with k and v alone (a separate key input), and the decode
+ * step's rows (qkv_split_rope_rows, positions given). */
+static long qkv_split_launches, rope_launches;
+static void count_split(const emu_launch_info_t *l, int end, void *user) {
+    (void)user;
+    if (end) return;
+    if (!strncmp(l->kernel, "k_qkv_split", 11)) qkv_split_launches++;
+    if (!strncmp(l->kernel, "k_rope", 6) || !strncmp(l->kernel, "k_copy_rows", 11)) rope_launches++;
+}
+enum { QS_N = 282, QS_T = 141, QS_H = 4, QS_HKV = 2, QS_M = 24 };
+/* out: q, k, v (N rows each, fp32), then the products y = q wq^T, k wk^T, v wk^T (N x QS_M each) */
+static void qkv_split_case(device_t *d, int hd, int which, int rows, const float *h, float *out) {
+    const size_t Dq = (size_t)QS_H * hd, Dkv = (size_t)QS_HKV * hd, ld = Dq + 2 * Dkv, nt = (size_t)(QS_T + 7) * (hd / 2);
+    float *qkv = DEV(d, alloc, sizeof(float) * QS_N * ld), *cs = DEV(d, alloc, sizeof(float) * nt);
+    float *sn = DEV(d, alloc, sizeof(float) * nt), *w = DEV(d, alloc, sizeof(float) * QS_M * Dq);
+    float *q = DEV(d, alloc, sizeof(float) * QS_N * Dq), *k = DEV(d, alloc, sizeof(float) * QS_N * Dkv);
+    float *v = DEV(d, alloc, sizeof(float) * QS_N * Dkv), *y = DEV(d, alloc, sizeof(float) * QS_N * QS_M);
+    int *pos = DEV(d, alloc, sizeof(int) * QS_N);
+    int posh[QS_N];
+    for (int i = 0; i < QS_N; i++) posh[i] = (i * 13) % (QS_T + 7);
+    DEV(d, upload, qkv, h, sizeof(float) * QS_N * ld);
+    DEV(d, upload, cs, h + QS_N * ld, sizeof(float) * nt);
+    DEV(d, upload, sn, h + QS_N * ld + nt, sizeof(float) * nt);
+    DEV(d, upload, w, h + QS_N * ld + 2 * nt, sizeof(float) * QS_M * Dq);
+    DEV(d, upload, pos, posh, sizeof posh);
+    DEV(d, zero, q, sizeof(float) * QS_N * Dq);
+    DEV(d, zero, k, sizeof(float) * QS_N * Dkv);
+    DEV(d, zero, v, sizeof(float) * QS_N * Dkv);
+    float *oq = which != 2 ? q : NULL, *ok = which != 1 ? k : NULL, *ov = which != 1 ? v : NULL;
+    if (rows) DEV(d, qkv_split_rope_rows, oq, ok, ov, qkv, cs, sn, QS_N, QS_H, QS_HKV, hd, pos);
+    else DEV(d, qkv_split_rope, oq, ok, ov, qkv, cs, sn, QS_N, QS_T, QS_H, QS_HKV, hd, 0);
+    float *o = out;
+    const float *src[3] = {q, k, v};
+    const size_t width[3] = {Dq, Dkv, Dkv};
+    for (int i = 0; i < 3; i++) {
+        DEV(d, download, o, src[i], sizeof(float) * QS_N * width[i]);
+        o += QS_N * width[i];
+    }
+    for (int i = 0; i < 3; i++) {
+        DEV(d, linear_forward, y, src[i], w, QS_N, (int)width[i], QS_M);
+        DEV(d, download, o, y, sizeof(float) * QS_N * QS_M);
+        o += QS_N * QS_M;
+    }
+    float *bufs[] = {qkv, cs, sn, w, q, k, v, y};
+    for (int i = 0; i < 8; i++) DEV(d, free, bufs[i]);
+    DEV(d, free, pos);
+}
+static void test_qkv_split_fused(void) {
+    const int hds[2] = {64, 40};
+    for (int pr = 0; pr < 2; pr++) {
+        const precision_t prec = pr ? PRECISION_BF16 : PRECISION_FP32;
+        char err[256];
+        device_t *d = open_cuda(prec, err, sizeof err);
+        setenv("FT_CUDA_QKV_SPLIT", "0", 1); /* read at open */
+        device_t *old = d ? open_cuda(prec, err, sizeof err) : NULL;
+        unsetenv("FT_CUDA_QKV_SPLIT");
+        if (!d || !old) {
+            CHECK(0, "open: %s", err);
+            if (d) device_close(&d);
+            return;
+        }
+        for (int c = 0; c < 2; c++) {
+            const int hd = hds[c];
+            const size_t ld = (size_t)(QS_H + 2 * QS_HKV) * hd, nt = (size_t)(QS_T + 7) * (hd / 2);
+            const size_t nin = QS_N * ld + 2 * nt + (size_t)QS_M * QS_H * hd, nout = QS_N * ld + 3 * QS_N * QS_M;
+            float *h = malloc(sizeof(float) * nin), *a = malloc(sizeof(float) * nout), *b = malloc(sizeof(float) * nout);
+            for (size_t i = 0; i < nin; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
+            for (size_t i = 0; i < nt; i++) h[QS_N * ld + i] = cosf(0.01f * (float)i), h[QS_N * ld + nt + i] = sinf(0.01f * (float)i);
+            for (int which = 0; which < 3; which++)
+                for (int rows = 0; rows < 2; rows++) {
+                    emu_set_launch_hook(count_split, NULL);
+                    qkv_split_launches = rope_launches = 0;
+                    qkv_split_case(d, hd, which, rows, h, a);
+                    const long fused = qkv_split_launches, fused_rope = rope_launches;
+                    qkv_split_launches = rope_launches = 0;
+                    qkv_split_case(old, hd, which, rows, h, b);
+                    emu_set_launch_hook(NULL, NULL);
+                    CHECK(fused == 1 && fused_rope == 0 && qkv_split_launches == 0 && rope_launches == (which == 0 ? 3 : which == 1 ? 1 : 2),
+                          "%s hd %d outputs %d rows %d: one k_qkv_split launch (%ld, %ld k_rope/k_copy_rows), off: %ld k_rope/k_copy_rows",
+                          pr ? "bf16" : "fp32", hd, which, rows, fused, fused_rope, rope_launches);
+                    float m = 0;
+                    for (size_t i = 0; i < nout; i++) m = fmaxf(m, fabsf(a[i]));
+                    CHECK(!memcmp(a, b, sizeof(float) * nout) && m > 0.5f && isfinite(m),
+                          "%s hd %d outputs %d rows %d: q, k, v and the products of them the same bits (max %g)",
+                          pr ? "bf16" : "fp32", hd, which, rows, m);
+                }
+            free(h), free(a), free(b);
+        }
+        CHECK(DEV(d, sync, err, sizeof err) == 0 && DEV(old, sync, err, sizeof err) == 0, "no fault: %s", err);
+        device_close(&d), device_close(&old);
+    }
+}
 /* Attention's own shadows (device_cuda.cu attention_out_shadow, attention_dout_shadow): the
  * forward writes out's bf16 shadow beside out and k_att_rowdot dout's, where a g_to_bf16 pass
  * rounded them before. With FT_BF16_SHADOW_CHECK (each compared with a fresh rounding when its
@@ -1050,6 +1146,7 @@ int main(void) {
     RUN(test_attention_dq_from_ds);
     RUN(test_attention_shadows);
     RUN(test_attention_qkv_products_only);
+    RUN(test_qkv_split_fused);
     RUN(test_settle_writes_deferred_zeros);
     return check_summary();
 }
