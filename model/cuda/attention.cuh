@@ -972,24 +972,34 @@ k_att_fwd(float *out, __nv_bfloat16 *out16, float *lse, const float *q, const fl
     }
 }
 
-/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h), in memory order; dout16 (or NULL):
- * dout's bf16 shadow (device_cuda.cu), written in the same pass from the values read ---- */
+/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h); dout16 (or NULL): dout's bf16 shadow
+ * (device_cuda.cu), written in the same pass from the values read. A block's ATT_ROWDOT_WARPS
+ * warps take consecutive queries i of one (b, h), so that their D values, consecutive in Drow,
+ * leave together (one 32-byte sector for 8, where a warp storing its own 4 bytes touched a sector
+ * each: 4% of the pass's sectors); each warp still reads its own rows of dout and out whole. ---- */
+#define ATT_ROWDOT_WARPS 8
 __global__ void k_att_rowdot(float *Drow, __nv_bfloat16 *dout16, const float *dout, const float *out, int Tq, int H,
-                             int hd, size_t items) {
-    const size_t it = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (it >= items) return;
-    const int lane = threadIdx.x % WARP;
-    const float *a = dout + it * hd, *o = out + it * hd;
-    __nv_bfloat16 *a16 = dout16 ? dout16 + it * hd : NULL;
-    float s = 0.0f;
-    for (int d = lane; d < hd; d += WARP) {
-        const float x = a[d];
-        s += x * o[d];
-        if (a16) a16[d] = to_bf16(x);
+                             int hd) {
+    __shared__ float dsum[ATT_ROWDOT_WARPS];
+    const int groups = (Tq + ATT_ROWDOT_WARPS - 1) / ATT_ROWDOT_WARPS, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const size_t bh = blockIdx.x / groups, b = bh / H, h = bh % H; /* Drow's row bh = b H + h */
+    const int i0 = (int)(blockIdx.x % groups) * ATT_ROWDOT_WARPS, i = i0 + w;
+    if (i < Tq) {
+        const size_t it = (b * Tq + i) * H + h; /* dout's and out's row (b, i, h) */
+        const float *a = dout + it * hd, *o = out + it * hd;
+        __nv_bfloat16 *a16 = dout16 ? dout16 + it * hd : NULL;
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += WARP) {
+            const float x = a[d];
+            s += x * o[d];
+            if (a16) a16[d] = to_bf16(x);
+        }
+        s = warp_sum(s);
+        if (lane == 0) dsum[w] = s;
     }
-    s = warp_sum(s);
-    const size_t h = it % H, bi = it / H, i = bi % Tq, b = bi / Tq;
-    if (lane == 0) Drow[(b * H + h) * Tq + i] = s;
+    __syncthreads();
+    if ((int)threadIdx.x < ATT_ROWDOT_WARPS && i0 + (int)threadIdx.x < Tq)
+        Drow[bh * Tq + i0 + threadIdx.x] = dsum[threadIdx.x];
 }
 
 /* row[c] += a0, row[c + 1] += a1 for the columns below hd: one 8-byte access when v2 (a
@@ -1797,8 +1807,8 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
                                  : att_smem_optin(k_att_bwd_dq<HD, BF>, s_q);
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t items = (size_t)B * Tq * H;
-    LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout16, dout, out, Tq, H, hd, items);
+    const size_t rd_blocks = (size_t)B * H * ((Tq + ATT_ROWDOT_WARPS - 1) / ATT_ROWDOT_WARPS);
+    LAUNCH(k_att_rowdot, (unsigned)rd_blocks, ATT_ROWDOT_WARPS * WARP, 0, s)(Drow, dout16, dout, out, Tq, H, hd);
     if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
         const dim3 grid((Tk + att_bwd_cfg<HD, BF>::KB - 1) / att_bwd_cfg<HD, BF>::KB, Hkv, B);
