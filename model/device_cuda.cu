@@ -13,7 +13,8 @@
  *   model/cuda/adamw.cuh       the gradient norm and AdamW over every tensor in one launch
  *   model/cuda/elementwise.cuh SwiGLU, the residual adds, scaling: 128-bit accesses
  *   model/cuda/rope.cuh        RoPE, the fused q|k|v split and join, copy_rows: a thread per
- *                              rotation pair (four with 128-bit accesses), coalesced
+ *                              rotation pair (four with 128-bit accesses), coalesced; the
+ *                              split in one launch, a thread per four pairs of 6 heads
  *   model/cuda/attention.cuh   attention tiled in shared memory (FlashAttention-style online
  *                              softmax), an atomic-free backward (a dK/dV pass and a dQ pass),
  *                              tensor cores in bf16; the decode step's rows, a warp per row
@@ -192,6 +193,7 @@ typedef struct {
     void *att_ds;
     size_t att_ds_bytes;
     long att_ds_runs;         /* backward calls given the buffer (device_cuda_att_ds_runs) */
+    int qkv_heads;            /* rope.cuh qkv_split_launch's heads: QKV_SPLIT_HEADS, 0 with $FT_CUDA_QKV_SPLIT=0 */
 } cuda_impl_t;
 
 static cuda_impl_t *impl_of(device_t *d) { return (cuda_impl_t *)d->impl; }
@@ -1063,16 +1065,21 @@ static void cu_qkv_split_rope(device_t *d, float *q, float *k, float *v, const f
     } else {
         q16 = product_output_shadow(d, q, nq), k16 = product_output_shadow(d, k, nkv), v16 = product_output_shadow(d, v, nkv);
     }
-    qkv_split_launch(impl_of(d)->stream, q1, k1, v1, q16, k16, v16, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL);
+    qkv_split_launch(impl_of(d)->stream, q1, k1, v1, q16, k16, v16, qkv, cs, sn, N, T, H, Hkv, hd, pos0, NULL,
+                     impl_of(d)->qkv_heads);
     if (q) only_done(d, q1, q, nq);
     if (k) only_done(d, k1, k, nkv);
     if (v) only_done(d, v1, v, nkv);
     LAUNCHED("qkv_split_rope");
 }
 static void cu_qkv_join_unrope(device_t *d, float *dqkv, const float *dq, const float *dk, const float *dv, const float *cs, const float *sn, int N, int T, int H, int Hkv, int hd, int pos0) {
-    OUT(dqkv, (size_t)N * (H + 2 * Hkv) * hd);
-    qkv_join_launch(impl_of(d)->stream, dqkv, product_output_shadow(d, dqkv, (size_t)N * (H + 2 * Hkv) * hd), dq, dk, dv,
-                    cs, sn, N, T, H, Hkv, hd, pos0);
+    const size_t n = (size_t)N * (H + 2 * Hkv) * hd;
+    OUT(dqkv, n);
+    /* dqkv feeds the q|k|v projection's backward products: marked products-only, its shadow alone */
+    float *o32 = dqkv;
+    __nv_bfloat16 *d16 = product_output_shadow_only(d, &o32, n);
+    qkv_join_launch(impl_of(d)->stream, o32, d16, dq, dk, dv, cs, sn, N, T, H, Hkv, hd, pos0);
+    only_done(d, o32, dqkv, n);
     LAUNCHED("qkv_join_unrope");
 }
 static int att_head_dim_ok(device_t *d, int hd) {
@@ -1182,10 +1189,14 @@ static void cu_attention_window_backward(device_t *d, float *dq, float *dk, floa
 static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q, const float *k, const float *v, const float *cs, const float *sn, int B, int T, int H, int Hkv, int hd, int causal, int window, int pos0) {
     if (!att_head_dim_ok(d, hd)) return;
     const size_t N = (size_t)B * T, ld = (size_t)(H + 2 * Hkv) * hd;
-    att_join_t jo = {dqkv, NULL, cs, sn, ld, H * hd, Hkv * hd, pos0};
+    att_join_t jo = {dqkv, NULL, cs, sn, ld, H * hd, Hkv * hd, pos0, 0};
     if (hd <= ATT_MAX_HD && attention_join_ok(jo, hd)) {
         OUT(dqkv, N * ld);
-        jo.out16 = product_output_shadow(d, dqkv, N * ld);
+        /* the shadow alone where dqkv is marked products-only (the q|k|v projection's backward
+         * products its only readers: device.h products_only) */
+        float *o32 = dqkv;
+        jo.out16 = product_output_shadow_only(d, &o32, N * ld);
+        jo.only16 = !o32;
         const size_t nq = (size_t)B * H * T;
         float *Drow = (float *)work(d, sizeof(float) * nq);
         if (!Drow) return;
@@ -1197,6 +1208,7 @@ static void cu_attention_backward_qkv(device_t *d, float *dqkv, float *dq, float
             cudaError_t e = attention_backward_launch(impl_of(d)->stream, bf, NULL, NULL, NULL, Drow, dout16, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, c16, jo, ds);
             if (e != cudaSuccess) fault(d, "attention_backward_qkv", cudaGetErrorString(e));
             shadow_written(d, dout16, dout, N * H * hd);
+            only_done(d, o32, dqkv, N * ld);
             LAUNCHED("attention_backward_qkv");
             return;
         }
@@ -1347,7 +1359,7 @@ static void cu_qkv_split_rope_rows(device_t *d, float *q, float *k, float *v, co
     OUT(q, (size_t)N * H * hd);
     OUT(k, (size_t)N * Hkv * hd);
     OUT(v, (size_t)N * Hkv * hd);
-    qkv_split_launch(impl_of(d)->stream, q, k, v, NULL, NULL, NULL, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos);
+    qkv_split_launch(impl_of(d)->stream, q, k, v, NULL, NULL, NULL, qkv, cs, sn, N, 1, H, Hkv, hd, 0, pos, impl_of(d)->qkv_heads);
     LAUNCHED("qkv_split_rope_rows");
 }
 static void cu_rope_rows(device_t *d, float *out, const float *x, const float *cs, const float *sn, int N, int H, int hd, const int *pos) {
@@ -1810,6 +1822,8 @@ extern "C" int device_cuda_open(device_t **pd, int ordinal, precision_t precisio
         c->ce_cache = !(cc && strcmp(cc, "0") == 0);
         const char *ad = getenv("FT_CUDA_ATT_DQ_DS");
         c->att_dq_ds = !(ad && strcmp(ad, "0") == 0);
+        const char *qs = getenv("FT_CUDA_QKV_SPLIT");
+        c->qkv_heads = qs && strcmp(qs, "0") == 0 ? 0 : QKV_SPLIT_HEADS;
         const char *sm = getenv("FT_CUDA_STAGE_MIN");
         c->stage_min = sm && *sm ? atof(sm) : CUDA_STAGE_MIN_MACS;
         const char *lz = getenv("FT_CUDA_LAZY_ZERO"), *lzm = getenv("FT_CUDA_LAZY_ZERO_MIN");

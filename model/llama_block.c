@@ -245,7 +245,11 @@ void llama_block_attn_backward(device_t *d, float *dx_q, float *dx_kv, const lla
     DEV(d, linear_backward_set, s->datt, g->wo, dx_mid, a->att, w->wo, N, Dq, D);
     if (!a->separate_kv && qkv_contiguous(w, D, Dq, Dkv) && grads_fused(g, D, Dq, Dkv)) {
         /* the fused rows' gradient straight from attention's backward (overwritten, un-rotated:
-         * no zeroing, no join pass where the device fuses them; s->dq, dk, dv its scratch) */
+         * no zeroing, no join pass where the device fuses them; s->dq, dk, dv its scratch); read
+         * by the projection's backward products only (device.h products_only: the hint binds the
+         * ops writing its shadow, not the forward's product that fills the same buffer with q|k|v
+         * for qkv_split_rope) */
+        dev_products_only(d, s->dq0, (size_t)N * (Dq + 2 * Dkv));
         DEV(d, attention_backward_qkv, s->dq0, s->dq, s->dk, s->dv, s->datt, a->att, a->lse, a->q,
             a->k, a->v, rope_cos, rope_sin, B, T, H, Hkv, hd, causal, c->sliding_window, 0);
         DEV(d, linear_backward_set, s->dxn, g->wq, s->dq0, a->xn, w->wq, N, D, Dq + 2 * Dkv);

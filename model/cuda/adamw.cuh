@@ -98,8 +98,13 @@ __device__ static inline void mt_adamw1(float *p, const float *g, float *m, floa
     ops_adamw_element(p, g, m, v, s.clip, dm, s.b1, s.b2, s.eps, s.step_size, s.bc2_sqrt);
 }
 __global__ void k_adamw_multi(const mt_tensor_t *t, int count, mt_scalars_t s) {
+    /* the chunk's tensor found and its entry read once a block, by one thread, not by each of the
+     * 8 warps (their searches over the list were 4% of the launch's sectors at config G) */
+    __shared__ mt_tensor_t tx;
     const size_t c = blockIdx.x;
-    const mt_tensor_t *x = &t[mt_tensor_of(t, count, c)];
+    if (threadIdx.x == 0) tx = t[mt_tensor_of(t, count, c)];
+    __syncthreads();
+    const mt_tensor_t *x = &tx;
     const size_t lo = (c - x->chunk0) * OPS_SUMSQ_CHUNK, hi = mt_min(x->n, lo + (size_t)OPS_SUMSQ_CHUNK);
     const float dm = x->decay ? s.decay_mul : 1.0f;
     float *p = x->p, *m = x->m, *v = x->v;

@@ -972,24 +972,34 @@ k_att_fwd(float *out, __nv_bfloat16 *out16, float *lse, const float *q, const fl
     }
 }
 
-/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h), in memory order; dout16 (or NULL):
- * dout's bf16 shadow (device_cuda.cu), written in the same pass from the values read ---- */
+/* ---- backward: D = rowsum(dO o O), one warp per (b, i, h); dout16 (or NULL): dout's bf16 shadow
+ * (device_cuda.cu), written in the same pass from the values read. A block's ATT_ROWDOT_WARPS
+ * warps take consecutive queries i of one (b, h), so that their D values, consecutive in Drow,
+ * leave together (one 32-byte sector for 8, where a warp storing its own 4 bytes touched a sector
+ * each: 4% of the pass's sectors); each warp still reads its own rows of dout and out whole. ---- */
+#define ATT_ROWDOT_WARPS 8
 __global__ void k_att_rowdot(float *Drow, __nv_bfloat16 *dout16, const float *dout, const float *out, int Tq, int H,
-                             int hd, size_t items) {
-    const size_t it = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (it >= items) return;
-    const int lane = threadIdx.x % WARP;
-    const float *a = dout + it * hd, *o = out + it * hd;
-    __nv_bfloat16 *a16 = dout16 ? dout16 + it * hd : NULL;
-    float s = 0.0f;
-    for (int d = lane; d < hd; d += WARP) {
-        const float x = a[d];
-        s += x * o[d];
-        if (a16) a16[d] = to_bf16(x);
+                             int hd) {
+    __shared__ float dsum[ATT_ROWDOT_WARPS];
+    const int groups = (Tq + ATT_ROWDOT_WARPS - 1) / ATT_ROWDOT_WARPS, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const size_t bh = blockIdx.x / groups, b = bh / H, h = bh % H; /* Drow's row bh = b H + h */
+    const int i0 = (int)(blockIdx.x % groups) * ATT_ROWDOT_WARPS, i = i0 + w;
+    if (i < Tq) {
+        const size_t it = (b * Tq + i) * H + h; /* dout's and out's row (b, i, h) */
+        const float *a = dout + it * hd, *o = out + it * hd;
+        __nv_bfloat16 *a16 = dout16 ? dout16 + it * hd : NULL;
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += WARP) {
+            const float x = a[d];
+            s += x * o[d];
+            if (a16) a16[d] = to_bf16(x);
+        }
+        s = warp_sum(s);
+        if (lane == 0) dsum[w] = s;
     }
-    s = warp_sum(s);
-    const size_t h = it % H, bi = it / H, i = bi % Tq, b = bi / Tq;
-    if (lane == 0) Drow[(b * H + h) * Tq + i] = s;
+    __syncthreads();
+    if ((int)threadIdx.x < ATT_ROWDOT_WARPS && i0 + (int)threadIdx.x < Tq)
+        Drow[bh * Tq + i0 + threadIdx.x] = dsum[threadIdx.x];
 }
 
 /* row[c] += a0, row[c + 1] += a1 for the columns below hd: one 8-byte access when v2 (a
@@ -1012,7 +1022,8 @@ __device__ static inline void att_add2(float *row, int c, int hd, float a0, floa
  * floats) gets dq's head h at h hd, dk's head kh at Dq + kh hd, both rotated back at position
  * pos0 + i (ops_qkv_join_row's arithmetic), and dv's at Dq + Dkv + kh hd, STORED (not added:
  * every row of the grid is written, zeros where no query saw a key), with out16, out's bf16
- * shadow, beside them. Taken only when hd == HD (a column's rotation partner, hd / 2 further,
+ * shadow, beside them -- or, only16 (out marked products-only and a shadow taken: the qkv
+ * projection's backward products its only readers), the shadow alone. Taken only when hd == HD (a column's rotation partner, hd / 2 further,
  * is then in the same lane's registers: tile jd + DT / 2) and out, out16 are 8- and 4-byte
  * aligned with an even ld (attention_join_ok). */
 typedef struct {
@@ -1021,8 +1032,11 @@ typedef struct {
     const float *cs, *sn; /* (positions, hd / 2) */
     size_t ld;
     int Dq, Dkv, pos0;
+    int only16; /* 1: out16 alone (dqkv marked products-only, device.h): the fp32 stores skipped */
 } att_join_t;
-/* A warp's row rr (of the C layout: rows g, g + 8) of acc stored into row (and row16), rotated
+/* where a join row's fp32 values go (NULL: the shadow alone) */
+__device__ static inline float *att_join_out(const att_join_t &jo, size_t o) { return jo.only16 ? NULL : jo.out + o; }
+/* A warp's row rr (of the C layout: rows g, g + 8) of acc stored into row (NULL: not) and row16, rotated
  * back by cs, sn when cs is given; ok: the row exists (every lane of the warp calls this, for
  * the shuffle). A lane holds 2 columns of each 8 (a row's 4 lanes: 32 bytes of fp32, one
  * sector); for the shadow, lanes t and t ^ 1 swap halves so that each stores 4 bf16 (8 bytes)
@@ -1049,14 +1063,14 @@ __device__ static inline void att_join_row(float *row, __nv_bfloat16 *row16, con
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) r[jd][0] = acc[jd][2 * rr], r[jd][1] = acc[jd][2 * rr + 1];
     }
-    if (ok)
+    if (ok && row)
         #pragma unroll
         for (int jd = 0; jd < DT; jd++) st2(row + 8 * jd + 2 * t, make_float2(r[jd][0], r[jd][1]));
     if (row16) att_row16<DT>(row16, r, 8 * DT, t, ok);
 }
 /* the host's check for the fused store (hd == the kernels' padded HD, aligned rows and tables) */
 static inline bool attention_join_ok(const att_join_t &jo, int hd) {
-    return jo.out && (hd == 16 || hd == 32 || hd == 64 || hd == 128) && ((uintptr_t)jo.out & 7u) == 0 &&
+    return jo.out && (jo.out16 || !jo.only16) && (hd == 16 || hd == 32 || hd == 64 || hd == 128) && ((uintptr_t)jo.out & 7u) == 0 &&
            ((uintptr_t)jo.out16 & 7u) == 0 && ((uintptr_t)jo.cs & 7u) == 0 && ((uintptr_t)jo.sn & 7u) == 0 &&
            jo.ld % 4 == 0;
 }
@@ -1116,8 +1130,8 @@ __device__ static inline void att_dkdv_out(float *dk, float *dv, const float dka
             const bool in = key < Tk;
             const size_t n = (size_t)b * Tk + (in ? key : 0), ok = n * jo.ld + jo.Dq + (size_t)kh * hd, ov = ok + jo.Dkv;
             const size_t p = (size_t)(jo.pos0 + (in ? key : 0)) * (hd / 2);
-            att_join_row<DT>(jo.out + ok, jo.out16 ? jo.out16 + ok : NULL, dka, rr, jo.cs + p, jo.sn + p, t, in);
-            att_join_row<DT>(jo.out + ov, jo.out16 ? jo.out16 + ov : NULL, dva, rr, NULL, NULL, t, in);
+            att_join_row<DT>(att_join_out(jo, ok), jo.out16 ? jo.out16 + ok : NULL, dka, rr, jo.cs + p, jo.sn + p, t, in);
+            att_join_row<DT>(att_join_out(jo, ov), jo.out16 ? jo.out16 + ov : NULL, dva, rr, NULL, NULL, t, in);
         }
         return;
     }
@@ -1416,7 +1430,7 @@ __device__ static inline void att_dq_out(float *dq, const float dqa[DT][4], int 
             const bool in = i < Tq;
             const size_t o = ((size_t)b * Tq + (in ? i : 0)) * jo.ld + (size_t)h * hd;
             const size_t p = (size_t)(jo.pos0 + (in ? i : 0)) * (hd / 2);
-            att_join_row<DT>(jo.out + o, jo.out16 ? jo.out16 + o : NULL, dqa, rr, jo.cs + p, jo.sn + p, t, in);
+            att_join_row<DT>(att_join_out(jo, o), jo.out16 ? jo.out16 + o : NULL, dqa, rr, jo.cs + p, jo.sn + p, t, in);
         }
         return;
     }
@@ -1793,8 +1807,8 @@ static inline cudaError_t att_backward_t(cudaStream_t s, float *dq, float *dk, f
                                  : att_smem_optin(k_att_bwd_dq<HD, BF>, s_q);
     if (e != cudaSuccess) return e;
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t items = (size_t)B * Tq * H;
-    LAUNCH(k_att_rowdot, blocks_for(items, 8, 1u << 30), 8 * WARP, 0, s)(Drow, dout16, dout, out, Tq, H, hd, items);
+    const size_t rd_blocks = (size_t)B * H * ((Tq + ATT_ROWDOT_WARPS - 1) / ATT_ROWDOT_WARPS);
+    LAUNCH(k_att_rowdot, (unsigned)rd_blocks, ATT_ROWDOT_WARPS * WARP, 0, s)(Drow, dout16, dout, out, Tq, H, hd);
     if (dk || dv || jo.out) {
         /* dk and dv are written together (a NULL one is given a scratch copy by the caller) */
         const dim3 grid((Tk + att_bwd_cfg<HD, BF>::KB - 1) / att_bwd_cfg<HD, BF>::KB, Hkv, B);

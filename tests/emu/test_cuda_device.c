@@ -680,6 +680,177 @@ static void test_attention_dq_from_ds(void) {
     free(h), free(r);
     device_close(&d), device_close(&off), device_close(&cpu);
 }
+/* The fused rows' gradient marked products-only (device.h products_only; llama_block marks it
+ * before attention_backward_qkv): its bf16 shadow alone is written -- by the attention kernels'
+ * join store (attention.cuh att_join_t only16), with dQ from dS and with the recomputing dQ pass
+ * ($FT_CUDA_ATT_DQ_DS=0), and by the join pass where the kernels cannot store it (hd 48) -- and
+ * the q|k|v projection's backward products read it: dx and dw the same bits as from the shadow
+ * written beside the fp32 rows (the hint off), the skipped fp32 rows NaN when poisoned. T 141:
+ * several key and query blocks, a short last one. out: dqkv's fp32 rows, dx, dw. */
+enum { QO_D = 40 };
+static int qkv_only_run(const char *mode, int dq_ds, int hd, float *out, long *writes) {
+    enum { B = 2, H = 4, HKV = 2, T = 141 };
+    const size_t N = (size_t)B * T, nq = N * H * hd, nk = N * HKV * hd, ld = (size_t)(H + 2 * HKV) * hd;
+    const size_t nl = (size_t)B * H * T, nt = (size_t)T * (hd / 2);
+    setenv("FT_BF16_SHADOW_ONLY", mode, 1);
+    if (!dq_ds) setenv("FT_CUDA_ATT_DQ_DS", "0", 1);
+    char err[256];
+    device_t *d = open_cuda(PRECISION_BF16, err, sizeof err);
+    unsetenv("FT_BF16_SHADOW_ONLY"), unsetenv("FT_CUDA_ATT_DQ_DS");
+    if (!d) { CHECK(0, "open: %s", err); return -1; }
+    const size_t nin = 2 * nq + 2 * nk + ld * QO_D + N * QO_D;
+    float *h = malloc(sizeof(float) * (nin + 2 * nt));
+    for (size_t i = 0; i < nin; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
+    for (size_t i = 0; i < nt; i++) h[nin + i] = cosf(0.01f * (float)i), h[nin + nt + i] = sinf(0.01f * (float)i);
+    att_bufs_t a = att_bufs(d, h, nq, nk, nl);
+    float *dqkv = DEV(d, alloc, sizeof(float) * N * ld), *w = DEV(d, alloc, sizeof(float) * ld * QO_D);
+    float *x = DEV(d, alloc, sizeof(float) * N * QO_D), *dx = DEV(d, alloc, sizeof(float) * N * QO_D);
+    float *dw = DEV(d, alloc, sizeof(float) * ld * QO_D), *cs = DEV(d, alloc, sizeof(float) * nt);
+    float *sn = DEV(d, alloc, sizeof(float) * nt);
+    DEV(d, upload, w, h + 2 * nq + 2 * nk, sizeof(float) * ld * QO_D);
+    DEV(d, upload, x, h + 2 * nq + 2 * nk + ld * QO_D, sizeof(float) * N * QO_D);
+    DEV(d, upload, cs, h + nin, sizeof(float) * nt);
+    DEV(d, upload, sn, h + nin + nt, sizeof(float) * nt);
+    DEV(d, attention_window_forward, a.out, a.lse, a.q, a.k, a.v, B, T, T, H, HKV, hd, 1, 0);
+    dev_products_only(d, dqkv, N * ld);
+    const long w0 = device_cuda_only_writes(d);
+    DEV(d, attention_backward_qkv, dqkv, a.dq, a.dk, a.dv, a.dout, a.out, a.lse, a.q, a.k, a.v, cs, sn, B, T, H, HKV, hd,
+        1, 0, 0);
+    *writes = device_cuda_only_writes(d) - w0;
+    /* dx (N, D) = dqkv w, dw (ld, D) = dqkv^T x: the q|k|v projection's backward */
+    DEV(d, linear_backward_set, dx, dw, dqkv, x, w, (int)N, QO_D, (int)ld);
+    DEV(d, download, out, dqkv, sizeof(float) * N * ld);
+    DEV(d, download, out + N * ld, dx, sizeof(float) * N * QO_D);
+    DEV(d, download, out + N * ld + N * QO_D, dw, sizeof(float) * ld * QO_D);
+    const int rc = DEV(d, sync, err, sizeof err);
+    CHECK(rc == 0, "hd %d, FT_BF16_SHADOW_ONLY=%s: %s", hd, mode, rc ? err : "");
+    att_bufs_free(d, &a);
+    float *bufs[] = {dqkv, w, x, dx, dw, cs, sn};
+    for (int i = 0; i < 7; i++) DEV(d, free, bufs[i]);
+    free(h);
+    device_close(&d);
+    return rc;
+}
+static void test_attention_qkv_products_only(void) {
+    const struct { int hd, dq_ds; const char *path; } cases[] = {
+        {64, 1, "dQ from dS"}, {64, 0, "the recomputing dQ pass"}, {48, 1, "the join pass"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int hd = cases[c].hd;
+        const size_t nrows = (size_t)2 * 141 * 8 * hd, n = nrows + (size_t)2 * 141 * QO_D + (size_t)8 * hd * QO_D;
+        float *off = malloc(sizeof(float) * n), *on = malloc(sizeof(float) * n), *p = malloc(sizeof(float) * n);
+        long woff, won, wp;
+        if (!qkv_only_run("0", cases[c].dq_ds, hd, off, &woff) && !qkv_only_run("1", cases[c].dq_ds, hd, on, &won) &&
+            !qkv_only_run("poison", cases[c].dq_ds, hd, p, &wp)) {
+            size_t nan = 0, nan0 = 0;
+            float m = 0;
+            for (size_t i = 0; i < nrows; i++) nan += p[i] != p[i], nan0 += off[i] != off[i], m = fmaxf(m, fabsf(off[i]));
+            CHECK(woff == 0 && won == 1 && wp == 1, "hd %d, %s: dqkv written as its shadow alone %ld times off, %ld on, %ld poisoned (0, 1, 1)",
+                  hd, cases[c].path, woff, won, wp);
+            CHECK(nan == nrows && nan0 == 0 && m > 0.1f, "hd %d, %s: the skipped fp32 rows NaN when poisoned (%zu of %zu), written when off (%zu NaN, max |g| %g)",
+                  hd, cases[c].path, nan, nrows, nan0, m);
+            CHECK(!memcmp(on + nrows, off + nrows, sizeof(float) * (n - nrows)) &&
+                      !memcmp(p + nrows, off + nrows, sizeof(float) * (n - nrows)),
+                  "hd %d, %s: dx and dw the same bits from the shadow alone as from the fp32 rows' shadow", hd, cases[c].path);
+        }
+        free(off), free(on), free(p);
+    }
+}
+/* qkv_split_rope in one pass (rope.cuh k_qkv_split: a thread per four pairs of 6 heads, the
+ * table loaded once for them) against the three launches it replaces ($FT_CUDA_QKV_SPLIT=0: k_rope
+ * for q and k, k_copy_rows for v), fp32 and bf16, hd 64 and 40 (5 column groups a head), T 141:
+ * q, k, v the same bits (fp32 copies downloaded; at bf16 their shadows read by a product each),
+ * with every output, with q alone and with k and v alone (a separate key input), and the decode
+ * step's rows (qkv_split_rope_rows, positions given). */
+static long qkv_split_launches, rope_launches;
+static void count_split(const emu_launch_info_t *l, int end, void *user) {
+    (void)user;
+    if (end) return;
+    if (!strncmp(l->kernel, "k_qkv_split", 11)) qkv_split_launches++;
+    if (!strncmp(l->kernel, "k_rope", 6) || !strncmp(l->kernel, "k_copy_rows", 11)) rope_launches++;
+}
+enum { QS_N = 282, QS_T = 141, QS_H = 4, QS_HKV = 2, QS_M = 24 };
+/* out: q, k, v (N rows each, fp32), then the products y = q wq^T, k wk^T, v wk^T (N x QS_M each) */
+static void qkv_split_case(device_t *d, int hd, int which, int rows, const float *h, float *out) {
+    const size_t Dq = (size_t)QS_H * hd, Dkv = (size_t)QS_HKV * hd, ld = Dq + 2 * Dkv, nt = (size_t)(QS_T + 7) * (hd / 2);
+    float *qkv = DEV(d, alloc, sizeof(float) * QS_N * ld), *cs = DEV(d, alloc, sizeof(float) * nt);
+    float *sn = DEV(d, alloc, sizeof(float) * nt), *w = DEV(d, alloc, sizeof(float) * QS_M * Dq);
+    float *q = DEV(d, alloc, sizeof(float) * QS_N * Dq), *k = DEV(d, alloc, sizeof(float) * QS_N * Dkv);
+    float *v = DEV(d, alloc, sizeof(float) * QS_N * Dkv), *y = DEV(d, alloc, sizeof(float) * QS_N * QS_M);
+    int *pos = DEV(d, alloc, sizeof(int) * QS_N);
+    int posh[QS_N];
+    for (int i = 0; i < QS_N; i++) posh[i] = (i * 13) % (QS_T + 7);
+    DEV(d, upload, qkv, h, sizeof(float) * QS_N * ld);
+    DEV(d, upload, cs, h + QS_N * ld, sizeof(float) * nt);
+    DEV(d, upload, sn, h + QS_N * ld + nt, sizeof(float) * nt);
+    DEV(d, upload, w, h + QS_N * ld + 2 * nt, sizeof(float) * QS_M * Dq);
+    DEV(d, upload, pos, posh, sizeof posh);
+    DEV(d, zero, q, sizeof(float) * QS_N * Dq);
+    DEV(d, zero, k, sizeof(float) * QS_N * Dkv);
+    DEV(d, zero, v, sizeof(float) * QS_N * Dkv);
+    float *oq = which != 2 ? q : NULL, *ok = which != 1 ? k : NULL, *ov = which != 1 ? v : NULL;
+    if (rows) DEV(d, qkv_split_rope_rows, oq, ok, ov, qkv, cs, sn, QS_N, QS_H, QS_HKV, hd, pos);
+    else DEV(d, qkv_split_rope, oq, ok, ov, qkv, cs, sn, QS_N, QS_T, QS_H, QS_HKV, hd, 0);
+    float *o = out;
+    const float *src[3] = {q, k, v};
+    const size_t width[3] = {Dq, Dkv, Dkv};
+    for (int i = 0; i < 3; i++) {
+        DEV(d, download, o, src[i], sizeof(float) * QS_N * width[i]);
+        o += QS_N * width[i];
+    }
+    for (int i = 0; i < 3; i++) {
+        DEV(d, linear_forward, y, src[i], w, QS_N, (int)width[i], QS_M);
+        DEV(d, download, o, y, sizeof(float) * QS_N * QS_M);
+        o += QS_N * QS_M;
+    }
+    float *bufs[] = {qkv, cs, sn, w, q, k, v, y};
+    for (int i = 0; i < 8; i++) DEV(d, free, bufs[i]);
+    DEV(d, free, pos);
+}
+static void test_qkv_split_fused(void) {
+    const int hds[2] = {64, 40};
+    for (int pr = 0; pr < 2; pr++) {
+        const precision_t prec = pr ? PRECISION_BF16 : PRECISION_FP32;
+        char err[256];
+        device_t *d = open_cuda(prec, err, sizeof err);
+        setenv("FT_CUDA_QKV_SPLIT", "0", 1); /* read at open */
+        device_t *old = d ? open_cuda(prec, err, sizeof err) : NULL;
+        unsetenv("FT_CUDA_QKV_SPLIT");
+        if (!d || !old) {
+            CHECK(0, "open: %s", err);
+            if (d) device_close(&d);
+            return;
+        }
+        for (int c = 0; c < 2; c++) {
+            const int hd = hds[c];
+            const size_t ld = (size_t)(QS_H + 2 * QS_HKV) * hd, nt = (size_t)(QS_T + 7) * (hd / 2);
+            const size_t nin = QS_N * ld + 2 * nt + (size_t)QS_M * QS_H * hd, nout = QS_N * ld + 3 * QS_N * QS_M;
+            float *h = malloc(sizeof(float) * nin), *a = malloc(sizeof(float) * nout), *b = malloc(sizeof(float) * nout);
+            for (size_t i = 0; i < nin; i++) h[i] = (float)((int)(i * 37 % 101) - 50) / 31.0f;
+            for (size_t i = 0; i < nt; i++) h[QS_N * ld + i] = cosf(0.01f * (float)i), h[QS_N * ld + nt + i] = sinf(0.01f * (float)i);
+            for (int which = 0; which < 3; which++)
+                for (int rows = 0; rows < 2; rows++) {
+                    emu_set_launch_hook(count_split, NULL);
+                    qkv_split_launches = rope_launches = 0;
+                    qkv_split_case(d, hd, which, rows, h, a);
+                    const long fused = qkv_split_launches, fused_rope = rope_launches;
+                    qkv_split_launches = rope_launches = 0;
+                    qkv_split_case(old, hd, which, rows, h, b);
+                    emu_set_launch_hook(NULL, NULL);
+                    CHECK(fused == 1 && fused_rope == 0 && qkv_split_launches == 0 && rope_launches == (which == 0 ? 3 : which == 1 ? 1 : 2),
+                          "%s hd %d outputs %d rows %d: one k_qkv_split launch (%ld, %ld k_rope/k_copy_rows), off: %ld k_rope/k_copy_rows",
+                          pr ? "bf16" : "fp32", hd, which, rows, fused, fused_rope, rope_launches);
+                    float m = 0;
+                    for (size_t i = 0; i < nout; i++) m = fmaxf(m, fabsf(a[i]));
+                    CHECK(!memcmp(a, b, sizeof(float) * nout) && m > 0.5f && isfinite(m),
+                          "%s hd %d outputs %d rows %d: q, k, v and the products of them the same bits (max %g)",
+                          pr ? "bf16" : "fp32", hd, which, rows, m);
+                }
+            free(h), free(a), free(b);
+        }
+        CHECK(DEV(d, sync, err, sizeof err) == 0 && DEV(old, sync, err, sizeof err) == 0, "no fault: %s", err);
+        device_close(&d), device_close(&old);
+    }
+}
 /* Attention's own shadows (device_cuda.cu attention_out_shadow, attention_dout_shadow): the
  * forward writes out's bf16 shadow beside out and k_att_rowdot dout's, where a g_to_bf16 pass
  * rounded them before. With FT_BF16_SHADOW_CHECK (each compared with a fresh rounding when its
@@ -974,6 +1145,8 @@ int main(void) {
     RUN(test_attention_split_repeats);
     RUN(test_attention_dq_from_ds);
     RUN(test_attention_shadows);
+    RUN(test_attention_qkv_products_only);
+    RUN(test_qkv_split_fused);
     RUN(test_settle_writes_deferred_zeros);
     return check_summary();
 }
