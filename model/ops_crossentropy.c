@@ -74,6 +74,8 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
     int only = 0, fail = 0;
     uint16_t *d16 = dlogits ? ops_bf16_shadow_take_out(dlogits, (size_t)N * V, &only) : NULL;
     float *dz = only ? NULL : dlogits;
+    /* bf16 emulated: dlogits rounded in place, each row while it is in cache (ops_bf16.h) */
+    const int r32 = dlogits && !d16 && ops_bf16_round_out(dlogits, (size_t)N * V);
 #pragma omp parallel
     {
         float *e = malloc(sizeof(float) * (V > 0 ? V : 1));
@@ -84,9 +86,12 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++)
             if (e)
+            {
                 row_loss[n] = ce_row_forward(dz ? dz + (size_t)n * V : NULL, d16 ? d16 + (size_t)n * V : NULL,
                                              &lse[n], e, logits + (size_t)n * V, targets[n], !mask || mask[n], V,
                                              scale);
+                if (r32) ops_bf16_round_row(dz + (size_t)n * V, (size_t)V);
+            }
         free(e);
     }
     if (only) ops_bf16_only_done(dlogits, (size_t)N * V);
