@@ -223,14 +223,19 @@ static int overlaps(const shadow_t *s, const char *lo, const char *hi) {
     return s->src && a < hi && lo < b;
 }
 
-uint16_t *ops_bf16_shadow_slice(const float *x, size_t n) {
+void *ops_bf16_shadow_slice(const float *x, size_t n, int *f32) {
+    *f32 = 0;
     if (!ntab || !x || !n) return NULL;
-    uint16_t *r = NULL;
+    void *r = NULL;
     int keep = -1;
     pthread_mutex_lock(&lock);
+    /* (a tensor rounded in place is not a slice to write: it is x itself) */
     for (int i = 0; i < ntab && keep < 0; i++)
-        if (tab[i].valid && !tab[i].f32 && tab[i].src && x >= tab[i].src && x + n <= tab[i].src + tab[i].n)
-            keep = i, r = (uint16_t *)tab[i].data + (x - tab[i].src);
+        if (tab[i].valid && tab[i].src && tab[i].data != (const void *)tab[i].src &&
+            x >= tab[i].src && x + n <= tab[i].src + tab[i].n) {
+            keep = i, *f32 = tab[i].f32;
+            r = (char *)tab[i].data + (x - tab[i].src) * (tab[i].f32 ? sizeof(float) : sizeof(uint16_t));
+        }
     const char *lo = (const char *)x, *hi = (const char *)(x + n);
     for (int i = 0; r && i < ntab; i++)   /* any other view of those bytes is stale now */
         if (i != keep && tab[i].valid && overlaps(&tab[i], lo, hi)) tab[i].valid = 0;

@@ -49,8 +49,9 @@
  * to bf16) they hold FP32 VALUES, each rounded to bf16 (low 16 bits zero): what the emulated
  * product multiplies, handed to the fp32 product as it is (ops_linear.c), compact as the
  * product's own rounding packs it, so the same bits. There a weight's shadow is a copy as big
- * as the weight (made at its first product, dropped by the optimizer's write: one rounding per
- * step instead of two), and a products-only tensor is its own shadow: its producer writes it
+ * as the weight (made at its first product, then refreshed in the optimizer's pass: no rounding
+ * pass of its own, where the product rounded it twice a step), and a products-only tensor is
+ * its own shadow: its producer writes it
  * ROUNDED IN PLACE (ops_bf16_round_out: RMSNorm's and add_rmsnorm's outputs, SwiGLU's output
  * and gradients, dlogits), which costs no pass and no memory; with FT_BF16_SHADOW_ONLY=0 or
  * poison they are written in fp32 as before (poison cannot apply: there is no second copy).
@@ -109,13 +110,15 @@ uint16_t *ops_bf16_shadow_take(const float *x, size_t n);
 const uint16_t *ops_bf16_shadow_weight(const float *w, size_t n);
 /* The slice of a valid shadow that holds x[0 .. n) (the shadow may be longer), for an op that
  * is about to write x and writes the slice afresh in the same pass (the optimizer: a weight's
- * shadow refreshed by the step that changes it); the shadow stays valid, and every other
- * shadow overlapping x[0 .. n) is invalidated. NULL when no valid shadow holds the whole range
- * (then the caller clobbers as usual). */
-uint16_t *ops_bf16_shadow_slice(const float *x, size_t n);
-/* AdamW's update (ops.h adamw_update, the same bits) also writing p16[j] = bf16 of the new
- * p[j] (p16 may be NULL: adamw_update). */
-void ops_bf16_adamw_update(float *p, uint16_t *p16, float *g, float *m, float *v, size_t n,
+ * shadow refreshed by the step that changes it); *f32: the slice holds fp32 values (the
+ * emulated path's kind) rather than bf16 patterns. The shadow stays valid, and every other
+ * shadow overlapping x[0 .. n) is invalidated. NULL when no valid shadow of storage of its own
+ * holds the whole range (then the caller clobbers as usual). */
+void *ops_bf16_shadow_slice(const float *x, size_t n, int *f32);
+/* AdamW's update (ops.h adamw_update, the same bits) also writing the new p[j] rounded into
+ * sh[j]: a bf16 pattern, or an fp32 value with the low 16 bits zero when f32 (sh may be NULL:
+ * adamw_update). */
+void ops_bf16_adamw_update(float *p, void *sh, int f32, float *g, float *m, float *v, size_t n,
                            const struct adamw_scalars *s);
 /* bytes at p are about to be written: every shadow overlapping them becomes invalid. */
 void ops_bf16_clobber(const void *p, size_t bytes);
