@@ -382,14 +382,30 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
     }
 }
 
+/* One row of att_block_grad into pd_ and dd_ (the probabilities and score gradients, through
+ * conv_), zeros where masked. */
+#define ATT_AS_IS(x) (x)
+#define ATT_GRAD_ROW(pd_, dd_, conv_, zero_)                                                  \
+    do {                                                                                    \
+        __typeof__(pd_) pd = (pd_), dd = (dd_);                                             \
+        _Pragma("omp simd")                                                                 \
+        for (int j = lo; j < hi; j++) {                                                     \
+            const float pj = ops_expf(p[j] - L);                                            \
+            pd[j] = conv_(pj);                                                              \
+            dd[j] = conv_(pj * (ds[j] - Di) * scale);                                       \
+        }                                                                                   \
+        for (int j = 0; j < lo; j++) pd[j] = dd[j] = zero_;                                 \
+        for (int j = hi; j < nk; j++) pd[j] = dd[j] = zero_;                                \
+    } while (0)
 /* Probabilities and score gradients of one head's np rows: P <- exp(S - lse) (0 where
  * masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row), in place;
  * or, with P16 and dS16 (bf16 patterns, rows Tk apart), rounded into those instead (P and dP
- * left as they are): the bf16 blocks' fused rounding. */
-OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t *dS16,
-                           const float *lrow, const float *Dr, int i0, int nq, int klo, int nk,
-                           int Tq, int Tk, int causal, int window, float scale),
-             (P, dP, P16, dS16, lrow, Dr, i0, nq, klo, nk, Tq, Tk, causal, window, scale)) {
+ * left as they are): the bf16 blocks' fused rounding; or, with Pc and dSc (rows nk apart),
+ * rounded into those as fp32 values: the emulated bf16 operands, compact. */
+OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t *dS16, float *Pc,
+                           float *dSc, const float *lrow, const float *Dr, int i0, int nq, int klo,
+                           int nk, int Tq, int Tk, int causal, int window, float scale),
+             (P, dP, P16, dS16, Pc, dSc, lrow, Dr, i0, nq, klo, nk, Tq, Tk, causal, window, scale)) {
     for (int r = 0; r < nq; r++) {
         float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
         int lo, hi;
@@ -397,25 +413,9 @@ OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t
         lo -= klo, hi -= klo;
         if (hi < lo) hi = lo;
         const float L = lrow[r], Di = Dr[r];
-        if (P16) {
-            uint16_t *p16 = P16 + (size_t)r * Tk, *d16 = dS16 + (size_t)r * Tk;
-#pragma omp simd
-            for (int j = lo; j < hi; j++) {
-                const float pj = ops_expf(p[j] - L);
-                p16[j] = ops_bf16_from_float(pj);
-                d16[j] = ops_bf16_from_float(pj * (ds[j] - Di) * scale);
-            }
-            for (int j = 0; j < lo; j++) p16[j] = d16[j] = 0;
-            for (int j = hi; j < nk; j++) p16[j] = d16[j] = 0;
-            continue;
-        }
-#pragma omp simd
-        for (int j = lo; j < hi; j++) {
-            p[j] = ops_expf(p[j] - L);
-            ds[j] = p[j] * (ds[j] - Di) * scale;
-        }
-        for (int j = 0; j < lo; j++) p[j] = ds[j] = 0.0f;
-        for (int j = hi; j < nk; j++) p[j] = ds[j] = 0.0f;
+        if (Pc) ATT_GRAD_ROW(Pc + (size_t)r * nk, dSc + (size_t)r * nk, ops_bf16_round, 0.0f);
+        else if (P16) ATT_GRAD_ROW(P16 + (size_t)r * Tk, dS16 + (size_t)r * Tk, ops_bf16_from_float, 0);
+        else ATT_GRAD_ROW(p, ds, ATT_AS_IS, 0.0f);
     }
 }
 
@@ -424,6 +424,9 @@ typedef struct {
     float *P, *dP;     /* rows x Tk: probabilities, score gradients */
     float *Qs, *dOs;   /* rows x hd: stacked Q and dO (dO's copy then receives dQ) */
     float *D;          /* rows: dout . out */
+    /* bf16 emulated (att_group_backward_blocked), else NULL: P and dS rounded (rows x nk),
+     * the head's keys and values rounded (Tk x hd) */
+    float *Pc, *dSc, *Kc, *Vc;
 } att_bwd_scratch;
 
 /* The backward's block of positions [i0, i0 + n) (n = np or what is left): its rows, the keys
@@ -468,36 +471,57 @@ static void att_block_D(float *D, const float *dout, const float *out, int b, in
 }
 
 /* Every query head of key/value head kh in batch b, position blocks in order: dk/dv of that
- * head are written by this call alone. */
+ * head are written by this call alone.
+ * At bf16 emulated (no native bf16 products, ops_bf16.h; w->Kc set) each operand is rounded
+ * once, where model_gemm_prec would round both operands of each of the five products of every
+ * block (K twice a block, Q and dO twice): K and V of the head once for all its blocks, compact
+ * (Tk x hd, so a block's keys are a compact nk x hd run of them); Q and dO gathered compact and
+ * rounded in place; P and dS rounded as they are made, compact (rows x nk, att_block_grad).
+ * Those are the operands model_gemm_prec packs (compact: leading dimension = rows) and rounds,
+ * passed to the same fp32 product: the same bits. */
 static void att_group_backward_blocked(float *dq, float *dk, float *dv, const float *dout,
                                        const float *out, const float *lse, const float *q,
                                        const float *k, const float *v, att_bwd_scratch *w,
                                        int b, int kh, int Tq, int Tk, int H, int Hkv, int hd,
                                        int causal, int window) {
-    const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group);
+    const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group), emu = w->Kc != NULL;
     const float scale = 1.0f / sqrtf((float)hd);
+    const precision_t pr = emu ? PRECISION_FP32 : ops_product_precision;
+    for (int t = 0; emu && t < Tk; t++) {
+        const size_t o = ((size_t)b * Tk + t) * ldk + (size_t)kh * hd;
+        ops_bf16_pack_f32(w->Kc + (size_t)t * hd, k + o, (size_t)hd);
+        ops_bf16_pack_f32(w->Vc + (size_t)t * hd, v + o, (size_t)hd);
+    }
     for (int i0 = 0; i0 < Tq; i0 += np) {
         int n, rows, klo, nk;
         size_t ko;
         if (!att_bwd_block(i0, np, group, b, kh, Tq, Tk, Hkv, hd, causal, window, &n, &rows, &klo,
                            &nk, &ko))
             continue;
+        /* the operands: K, V (ldkv apart), P, dS (ldp apart) */
+        const float *K = emu ? w->Kc + (size_t)klo * hd : k + ko, *V = emu ? w->Vc + (size_t)klo * hd : v + ko;
+        const float *Pm = emu ? w->Pc : w->P, *dS = emu ? w->dSc : w->dP;
+        const int ldkv = emu ? hd : ldk, ldp = emu ? nk : Tk;
         att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
         att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
         att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
-        att_scores(w->P, w->Qs, k + ko, ldk, rows, nk, hd, Tk, scale);
-        /* dP = dO V^T */
-        model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
+        if (emu) {
+            ops_bf16_round_row(w->Qs, (size_t)rows * hd);
+            ops_bf16_round_row(w->dOs, (size_t)rows * hd);
+        }
+        /* S = scale Q K^T (att_scores' product), dP = dO V^T */
+        model_gemm_prec(pr, GEMM_T, GEMM_N, nk, rows, hd, scale, K, ldkv, w->Qs, hd, 0.0f, w->P, Tk);
+        model_gemm_prec(pr, GEMM_T, GEMM_N, nk, rows, hd, 1.0f, V, ldkv, w->dOs, hd, 0.0f, w->dP, Tk);
         for (int j = 0; j < group; j++)
             att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk, NULL, NULL,
+                           emu ? w->Pc + (size_t)j * n * nk : NULL, emu ? w->dSc + (size_t)j * n * nk : NULL,
                            lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
                            klo, nk, Tq, Tk, causal, window, scale);
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K (through dO's copy, no longer needed) */
-        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
-        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
+        model_gemm_prec(pr, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, Pm, ldp, 1.0f, dv + ko, ldk);
+        model_gemm_prec(pr, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, dS, ldp, 1.0f, dk + ko, ldk);
         if (dq) {
-            model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs,
-                       hd);
+            model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, K, ldkv, dS, ldp, 0.0f, w->dOs, hd);
             att_scatter(dq, w->dOs, 1, b, kh, group, i0, n, Tq, H, hd);
         }
     }
@@ -514,13 +538,18 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
         return;
     const int group = H / Hkv, np = att_block_positions(group);
     const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
+    const int emulated = ops_bf16_emulated();
 #pragma omp parallel
     {
-        const size_t n = rows * (size_t)(Tk > 0 ? Tk : 1);
+        const size_t n = rows * (size_t)(Tk > 0 ? Tk : 1), nkv = (size_t)(Tk > 0 ? Tk : 1) * hd;
         att_bwd_scratch w = {malloc(sizeof(float) * n), malloc(sizeof(float) * n),
                              malloc(sizeof(float) * rows * hd), malloc(sizeof(float) * rows * hd),
-                             malloc(sizeof(float) * rows)};
+                             malloc(sizeof(float) * rows), NULL, NULL, NULL, NULL};
+        if (emulated)
+            w.Pc = malloc(sizeof(float) * n), w.dSc = malloc(sizeof(float) * n),
+            w.Kc = malloc(sizeof(float) * nkv), w.Vc = malloc(sizeof(float) * nkv);
         const int ok = w.P && w.dP && w.Qs && w.dOs && w.D;
+        if (!(w.Pc && w.dSc && w.Kc && w.Vc)) free(w.Kc), w.Kc = NULL;   /* (model_gemm_prec rounds) */
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
@@ -535,11 +564,8 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                     qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
-        free(w.P);
-        free(w.dP);
-        free(w.Qs);
-        free(w.dOs);
-        free(w.D);
+        float *bufs[] = {w.P, w.dP, w.Qs, w.dOs, w.D, w.Pc, w.dSc, w.Kc, w.Vc};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
 }
 
@@ -755,7 +781,7 @@ static void att_group_backward16(float *dq, float *dk, float *dv, const float *d
                         w->dP, Tk);
         for (int j = 0; j < group; j++)
             att_block_grad(w->S + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
-                             w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk,
+                             w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk, NULL, NULL,
                              lse + att_lse_at(b, kh, group, j, i0, Tq, H),
                              a->D + att_lse_at(b, kh, group, j, i0, Tq, H), i0, n,
                              klo, nk, Tq, Tk, causal, window, scale);
