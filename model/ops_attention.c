@@ -180,10 +180,10 @@ static int att_block_positions(int group) {
     return np > ATT_QB ? ATT_QB : (np < 1 ? 1 : np);
 }
 
-/* S (rows, nk) = scale * Qs K^T, Qs the stacked (rows, hd) copy. */
-static void att_scores(float *S, const float *qs, const float *k, int ldk, int rows, int nk,
-                       int hd, int Tk, float scale) {
-    model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
+/* S (rows, nk) = scale * Qs K^T, Qs the stacked (rows, hd) copy; at precision pr. */
+static void att_scores(precision_t pr, float *S, const float *qs, const float *k, int ldk, int rows,
+                       int nk, int hd, int Tk, float scale) {
+    model_gemm_prec(pr, GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
 }
 
 /* Row (head j of the group, position i0 + i) of batch b in a (B, Tq, H, hd) array. */
@@ -262,10 +262,20 @@ static inline __attribute__((always_inline)) float att_row_max(const float *s, i
 /* Softmax of the rows of S in place; S's columns are keys klo .. klo + nk - 1, and the keys a
  * row does not see get 0. Writes each row's log-sum-exp (+inf when the row sees no key).
  * With P (bf16 patterns, rows Tk apart) the probabilities go there, rounded, instead of into S
- * (which is then left as scratch): the bf16 blocks' fused rounding. */
-OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *lse, int i0, int nq, int klo,
-                              int nk, int Tq, int Tk, int causal, int window),
-             (S, P, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
+ * (which is then left as scratch): the bf16 blocks' fused rounding; with Pc (rows nk apart)
+ * there, rounded, as fp32 values: the emulated bf16 operand, compact. */
+#define ATT_P_ROW(dst_, conv_, zero_)                                                         \
+    do {                                                                                    \
+        __typeof__(dst_) pd = (dst_);                                                       \
+        _Pragma("omp simd")                                                                 \
+        for (int j = lo; j < hi; j++) pd[j] = conv_(s[j] * inv);                            \
+        for (int j = 0; j < lo; j++) pd[j] = zero_;                                         \
+        for (int j = hi; j < nk; j++) pd[j] = zero_;                                        \
+    } while (0)
+#define ATT_AS_IS(x) (x)
+OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *Pc, float *lse, int i0, int nq,
+                              int klo, int nk, int Tq, int Tk, int causal, int window),
+             (S, P, Pc, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
     for (int r = 0; r < nq; r++) {
         float *s = S + (size_t)r * Tk;
         int lo, hi;
@@ -280,18 +290,9 @@ OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *lse, int i0
             l += s[j];
         }
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        if (P) {
-            uint16_t *p = P + (size_t)r * Tk;
-#pragma omp simd
-            for (int j = lo; j < hi; j++) p[j] = ops_bf16_from_float(s[j] * inv);
-            for (int j = 0; j < lo; j++) p[j] = 0;
-            for (int j = hi; j < nk; j++) p[j] = 0;
-        } else {
-#pragma omp simd
-            for (int j = lo; j < hi; j++) s[j] *= inv;
-            for (int j = 0; j < lo; j++) s[j] = 0.0f;
-            for (int j = hi; j < nk; j++) s[j] = 0.0f;
-        }
+        if (Pc) ATT_P_ROW(Pc + (size_t)r * nk, ops_bf16_round, 0.0f);
+        else if (P) ATT_P_ROW(P + (size_t)r * Tk, ops_bf16_from_float, 0);
+        else ATT_P_ROW(s, ATT_AS_IS, 0.0f);
         lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
     }
 }
@@ -305,10 +306,19 @@ static void att_block_keys(int i0, int n, int Tq, int Tk, int causal, int window
 }
 
 /* The group of key/value head kh in batch b at positions [i0, i0 + np) (S: ATT_ROWS x Tk,
- * Qs: ATT_ROWS x hd scratch, both sized for group * np rows). */
+ * Qs: ATT_ROWS x hd scratch, both sized for group * np rows). At bf16 emulated (ops_bf16.h; e
+ * not NULL) each operand is rounded once, as the backward's (att_group_backward_blocked): the
+ * head's keys and values from e (rounded once for all its blocks), Q in its gathered copy, P
+ * as the softmax makes it (compact, into e->Pc): the operands model_gemm_prec packs and
+ * rounds, passed to the same fp32 product. */
+typedef struct {
+    const float *Kc, *Vc;   /* the head's keys and values rounded, compact (Tk x hd) */
+    float *Pc;              /* rows x Tk scratch */
+} att_emu_t;
 static void att_block_forward(float *out, float *lse, const float *q, const float *k,
-                              const float *v, float *S, float *Qs, int b, int kh, int i0, int np,
-                              int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
+                              const float *v, float *S, float *Qs, const att_emu_t *e, int b,
+                              int kh, int i0, int np, int Tq, int Tk, int H, int Hkv, int hd,
+                              int causal, int window) {
     const int group = H / Hkv, rows = group * np, ldk = Hkv * hd;
     int klo, khi;
     att_block_keys(i0, np, Tq, Tk, causal, window, &klo, &khi);
@@ -322,14 +332,30 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
             for (int r = 0; r < np; r++) lse[att_lse_at(b, kh, group, j, i0 + r, Tq, H)] = INFINITY;
         return;
     }
+    const precision_t pr = e ? PRECISION_FP32 : ops_product_precision;
+    const float *K = e ? e->Kc + (size_t)klo * hd : k + ko, *V = e ? e->Vc + (size_t)klo * hd : v + ko;
+    const int ldkv = e ? hd : ldk;
     att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
-    att_scores(S, Qs, k + ko, ldk, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
+    if (e) ops_bf16_round_row(Qs, (size_t)rows * hd);
+    att_scores(pr, S, Qs, K, ldkv, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
-        att_block_softmax(S + (size_t)j * np * Tk, NULL, lse + att_lse_at(b, kh, group, j, i0, Tq, H),
-                          i0, np, klo, nk, Tq, Tk, causal, window);
+        att_block_softmax(S + (size_t)j * np * Tk, NULL, e ? e->Pc + (size_t)j * np * nk : NULL,
+                          lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq, Tk,
+                          causal, window);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
-    model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
+    model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, V, ldkv, e ? e->Pc : S, e ? nk : Tk,
+                    0.0f, Qs, hd);
     att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
+}
+
+/* K and V of head kh in batch b rounded, compact (Tk x hd): the emulated operands. */
+static void att_round_kv(float *Kc, float *Vc, const float *k, const float *v, int b, int kh,
+                         int Tk, int Hkv, int hd) {
+    for (int t = 0; t < Tk; t++) {
+        const size_t o = ((size_t)b * Tk + t) * Hkv * hd + (size_t)kh * hd;
+        ops_bf16_pack_f32(Kc + (size_t)t * hd, k + o, (size_t)hd);
+        ops_bf16_pack_f32(Vc + (size_t)t * hd, v + o, (size_t)hd);
+    }
 }
 
 /* The same on bf16 operands where bf16 products are native (below); -1 when not used. */
@@ -353,38 +379,49 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
                               int causal, int window) {
     if (!att_forward16(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window)) return;
     const int group = H / Hkv, np = att_block_positions(group), nqb = (Tq + np - 1) / np;
-    const int rows = group * (Tq < np ? Tq : np);
+    const int rows = group * (Tq < np ? Tq : np), emulated = ops_bf16_emulated();
+    /* the work items: the blocks, in (b, kh, block) order; at bf16 emulated a head's blocks
+     * together, which share its rounded keys and values */
+    const int per = emulated && nqb > 0 ? nqb : 1, items = B * Hkv * (nqb / per);
 #pragma omp parallel
     {
         /* one score block and one stacked copy per thread; without them (or for a block of
          * too few rows), the row-at-a-time kernel (no scratch) */
-        float *S = NULL, *Qs = NULL;
+        float *S = NULL, *Qs = NULL, *Kc = NULL, *Vc = NULL, *Pc = NULL;
         if (rows >= ATT_QB_MIN) {
             S = malloc(sizeof(float) * (size_t)rows * (size_t)(Tk > 0 ? Tk : 1));
             Qs = malloc(sizeof(float) * (size_t)rows * hd);
+            if (emulated) {
+                Kc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
+                Vc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
+                Pc = malloc(sizeof(float) * (size_t)rows * (size_t)(Tk > 0 ? Tk : 1));
+            }
         }
-#pragma omp for collapse(3) schedule(dynamic, 1)
-        for (int b = 0; b < B; b++)
-            for (int kh = 0; kh < Hkv; kh++)
-                for (int qb = 0; qb < nqb; qb++) {
-                    const int i0 = qb * np, n = Tq - i0 < np ? Tq - i0 : np;
-                    if (S && Qs && group * n >= ATT_QB_MIN)
-                        att_block_forward(out, lse, q, k, v, S, Qs, b, kh, i0, n, Tq, Tk, H, Hkv,
-                                          hd, causal, window);
-                    else
-                        for (int h = kh * group; h < (kh + 1) * group; h++)
-                            for (int i = i0; i < i0 + n; i++)
-                                att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
-                                                causal, window);
-                }
-        free(S);
-        free(Qs);
+        const att_emu_t emu = {Kc, Vc, Pc}, *e = Kc && Vc && Pc ? &emu : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int it = 0; it < items; it++) {
+            const int b = it / (Hkv * (nqb / per)), kh = it / (nqb / per) % Hkv;
+            const int qb0 = it % (nqb / per) * per;
+            if (e) att_round_kv(Kc, Vc, k, v, b, kh, Tk, Hkv, hd);
+            for (int qb = qb0; qb < qb0 + per; qb++) {
+                const int i0 = qb * np, n = Tq - i0 < np ? Tq - i0 : np;
+                if (S && Qs && group * n >= ATT_QB_MIN)
+                    att_block_forward(out, lse, q, k, v, S, Qs, e, b, kh, i0, n, Tq, Tk, H, Hkv,
+                                      hd, causal, window);
+                else
+                    for (int h = kh * group; h < (kh + 1) * group; h++)
+                        for (int i = i0; i < i0 + n; i++)
+                            att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
+                                            causal, window);
+            }
+        }
+        float *bufs[] = {S, Qs, Kc, Vc, Pc};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
 }
 
 /* One row of att_block_grad into pd_ and dd_ (the probabilities and score gradients, through
  * conv_), zeros where masked. */
-#define ATT_AS_IS(x) (x)
 #define ATT_GRAD_ROW(pd_, dd_, conv_, zero_)                                                  \
     do {                                                                                    \
         __typeof__(pd_) pd = (pd_), dd = (dd_);                                             \
@@ -487,11 +524,7 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
     const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group), emu = w->Kc != NULL;
     const float scale = 1.0f / sqrtf((float)hd);
     const precision_t pr = emu ? PRECISION_FP32 : ops_product_precision;
-    for (int t = 0; emu && t < Tk; t++) {
-        const size_t o = ((size_t)b * Tk + t) * ldk + (size_t)kh * hd;
-        ops_bf16_pack_f32(w->Kc + (size_t)t * hd, k + o, (size_t)hd);
-        ops_bf16_pack_f32(w->Vc + (size_t)t * hd, v + o, (size_t)hd);
-    }
+    if (emu) att_round_kv(w->Kc, w->Vc, k, v, b, kh, Tk, Hkv, hd);
     for (int i0 = 0; i0 < Tq; i0 += np) {
         int n, rows, klo, nk;
         size_t ko;
@@ -509,9 +542,9 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
             ops_bf16_round_row(w->Qs, (size_t)rows * hd);
             ops_bf16_round_row(w->dOs, (size_t)rows * hd);
         }
-        /* S = scale Q K^T (att_scores' product), dP = dO V^T */
-        model_gemm_prec(pr, GEMM_T, GEMM_N, nk, rows, hd, scale, K, ldkv, w->Qs, hd, 0.0f, w->P, Tk);
-        model_gemm_prec(pr, GEMM_T, GEMM_N, nk, rows, hd, 1.0f, V, ldkv, w->dOs, hd, 0.0f, w->dP, Tk);
+        /* S = scale Q K^T, dP = dO V^T */
+        att_scores(pr, w->P, w->Qs, K, ldkv, rows, nk, hd, Tk, scale);
+        att_scores(pr, w->dP, w->dOs, V, ldkv, rows, nk, hd, Tk, 1.0f);
         for (int j = 0; j < group; j++)
             att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk, NULL, NULL,
                            emu ? w->Pc + (size_t)j * n * nk : NULL, emu ? w->dSc + (size_t)j * n * nk : NULL,
@@ -686,7 +719,7 @@ static void att_block_forward16(float *out, uint16_t *out16, float *lse, const a
         model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, 1.0f / sqrtf((float)hd), a->k + ko, ldk,
                         w->Qs16, hd, 0.0f, w->S, Tk);
         for (int j = 0; j < group; j++)
-            att_block_softmax(w->S + (size_t)j * np * Tk, w->P16 + (size_t)j * np * Tk,
+            att_block_softmax(w->S + (size_t)j * np * Tk, w->P16 + (size_t)j * np * Tk, NULL,
                               lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq, Tk,
                               causal, window);
         model_gemm_bf16(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, a->v + ko, ldk, w->P16, Tk, 0.0f, w->Os,
