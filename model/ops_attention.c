@@ -263,7 +263,9 @@ static inline __attribute__((always_inline)) float att_row_max(const float *s, i
  * row does not see get 0. Writes each row's log-sum-exp (+inf when the row sees no key).
  * With P (bf16 patterns, rows Tk apart) the probabilities go there, rounded, instead of into S
  * (which is then left as scratch): the bf16 blocks' fused rounding; with Pc (rows nk apart)
- * there, rounded, as fp32 values: the emulated bf16 operand, compact. */
+ * there, rounded, as fp32 values: the emulated bf16 operand, compact. Pc may be S itself (P
+ * compacted in place: element j of row r goes to r * nk + j, never past where it is read,
+ * r * Tk + j, nor into a later row, and rows run in order: nothing is written before it is read). */
 #define ATT_P_ROW(dst_, conv_, zero_)                                                         \
     do {                                                                                    \
         __typeof__(dst_) pd = (dst_);                                                       \
@@ -309,11 +311,10 @@ static void att_block_keys(int i0, int n, int Tq, int Tk, int causal, int window
  * Qs: ATT_ROWS x hd scratch, both sized for group * np rows). At bf16 emulated (ops_bf16.h; e
  * not NULL) each operand is rounded once, as the backward's (att_group_backward_blocked): the
  * head's keys and values from e (rounded once for all its blocks), Q in its gathered copy, P
- * as the softmax makes it (compact, into e->Pc): the operands model_gemm_prec packs and
+ * as the softmax makes it (compact, over S): the operands model_gemm_prec packs and
  * rounds, passed to the same fp32 product. */
 typedef struct {
     const float *Kc, *Vc;   /* the head's keys and values rounded, compact (Tk x hd) */
-    float *Pc;              /* rows x Tk scratch */
 } att_emu_t;
 static void att_block_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, float *S, float *Qs, const att_emu_t *e, int b,
@@ -339,11 +340,11 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     if (e) ops_bf16_round_row(Qs, (size_t)rows * hd);
     att_scores(pr, S, Qs, K, ldkv, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
-        att_block_softmax(S + (size_t)j * np * Tk, NULL, e ? e->Pc + (size_t)j * np * nk : NULL,
+        att_block_softmax(S + (size_t)j * np * Tk, NULL, e ? S + (size_t)j * np * nk : NULL,
                           lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq, Tk,
                           causal, window);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
-    model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, V, ldkv, e ? e->Pc : S, e ? nk : Tk,
+    model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, V, ldkv, S, e ? nk : Tk,
                     0.0f, Qs, hd);
     att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
 }
@@ -387,17 +388,16 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
     {
         /* one score block and one stacked copy per thread; without them (or for a block of
          * too few rows), the row-at-a-time kernel (no scratch) */
-        float *S = NULL, *Qs = NULL, *Kc = NULL, *Vc = NULL, *Pc = NULL;
+        float *S = NULL, *Qs = NULL, *Kc = NULL, *Vc = NULL;
         if (rows >= ATT_QB_MIN) {
             S = malloc(sizeof(float) * (size_t)rows * (size_t)(Tk > 0 ? Tk : 1));
             Qs = malloc(sizeof(float) * (size_t)rows * hd);
             if (emulated) {
                 Kc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
                 Vc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
-                Pc = malloc(sizeof(float) * (size_t)rows * (size_t)(Tk > 0 ? Tk : 1));
             }
         }
-        const att_emu_t emu = {Kc, Vc, Pc}, *e = Kc && Vc && Pc ? &emu : NULL;
+        const att_emu_t emu = {Kc, Vc}, *e = Kc && Vc ? &emu : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < items; it++) {
             const int b = it / (Hkv * (nqb / per)), kh = it / (nqb / per) % Hkv;
@@ -415,7 +415,7 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
                                             causal, window);
             }
         }
-        float *bufs[] = {S, Qs, Kc, Vc, Pc};
+        float *bufs[] = {S, Qs, Kc, Vc};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
 }
@@ -438,7 +438,8 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
  * masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row), in place;
  * or, with P16 and dS16 (bf16 patterns, rows Tk apart), rounded into those instead (P and dP
  * left as they are): the bf16 blocks' fused rounding; or, with Pc and dSc (rows nk apart),
- * rounded into those as fp32 values: the emulated bf16 operands, compact. */
+ * rounded into those as fp32 values: the emulated bf16 operands, compact; Pc and dSc may be P
+ * and dP themselves (compacted in place, safe as in att_block_softmax). */
 OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t *dS16, float *Pc,
                            float *dSc, const float *lrow, const float *Dr, int i0, int nq, int klo,
                            int nk, int Tq, int Tk, int causal, int window, float scale),
@@ -461,8 +462,8 @@ typedef struct {
     float *P, *dP;     /* rows x Tk: probabilities, score gradients */
     float *Qs, *dOs;   /* rows x hd: stacked Q and dO (dO's copy then receives dQ) */
     float *D;          /* rows: dout . out */
-    /* bf16 emulated (att_group_backward_blocked), else NULL: P and dS rounded (rows x nk),
-     * the head's keys and values rounded (Tk x hd) */
+    /* bf16 emulated (att_group_backward_blocked), else NULL: P and dS rounded (rows x nk,
+     * compacted over P and dP), the head's keys and values rounded (Tk x hd) */
     float *Pc, *dSc, *Kc, *Vc;
 } att_bwd_scratch;
 
@@ -579,8 +580,8 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                              malloc(sizeof(float) * rows * hd), malloc(sizeof(float) * rows * hd),
                              malloc(sizeof(float) * rows), NULL, NULL, NULL, NULL};
         if (emulated)
-            w.Pc = malloc(sizeof(float) * n), w.dSc = malloc(sizeof(float) * n),
-            w.Kc = malloc(sizeof(float) * nkv), w.Vc = malloc(sizeof(float) * nkv);
+            w.Pc = w.P, w.dSc = w.dP, w.Kc = malloc(sizeof(float) * nkv),
+            w.Vc = malloc(sizeof(float) * nkv);
         const int ok = w.P && w.dP && w.Qs && w.dOs && w.D;
         if (!(w.Pc && w.dSc && w.Kc && w.Vc)) free(w.Kc), w.Kc = NULL;   /* (model_gemm_prec rounds) */
 #pragma omp for collapse(2) schedule(dynamic, 1)
@@ -597,7 +598,7 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                     qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
-        float *bufs[] = {w.P, w.dP, w.Qs, w.dOs, w.D, w.Pc, w.dSc, w.Kc, w.Vc};
+        float *bufs[] = {w.P, w.dP, w.Qs, w.dOs, w.D, w.Kc, w.Vc};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
 }
