@@ -156,13 +156,15 @@ static void cpu_unroll_backward(device_t *d, float *de, const float *dout, int B
 static void cpu_embed_code_forward(device_t *d, float *y, const float *x, const float *u, size_t n, float range, int qbits, int nbits) { (void)d; OUT(y, n); embed_code_forward(y, x, u, n, range, qbits, nbits); }
 static void cpu_embed_code_backward(device_t *d, float *dx, const float *dy, const float *x, size_t n, float range) { (void)d; OUT(dx, n); embed_code_backward(dx, dy, x, n, range); }
 static double cpu_sumsq(device_t *d, const float *x, size_t n) { (void)d; return sumsq(x, n); }
-/* A weight with a bf16 shadow gets it refreshed in the update's own pass (ops_bf16.h). */
+/* A weight with a shadow (bf16 patterns, or fp32 values at an emulated level) gets it refreshed
+ * in the update's own pass (ops_bf16.h). */
 static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
     (void)d;
-    uint16_t *p16 = ops_bf16_shadow_slice(p, n);
-    if (!p16) OUT(p, n);
+    int f32;
+    void *sh = ops_bf16_shadow_slice(p, n, &f32);
+    if (!sh) OUT(p, n);
     OUT(g, n); OUT(m, n); OUT(v, n);
-    ops_bf16_adamw_update(p, p16, g, m, v, n, s);
+    ops_bf16_adamw_update(p, sh, f32, g, m, v, n, s);
 }
 static double cpu_sumsq_multi(device_t *d, const float *const *x, const size_t *n, int count) { (void)d; return sumsq_multi(x, n, count); }
 /* each tensor as cpu_adamw_update (its shadow refreshed), in list order */

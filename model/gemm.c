@@ -13,7 +13,9 @@
  * product. Either way each product of two elements is exact in fp32 (8 x 8 significant bits)
  * and the accumulation is fp32: the two paths differ only in the order of the sums. Rounding
  * here rather than in oneDNN's reorder keeps one rounding for both paths and the GPU's
- * (ops_math.h); AVX512-BF16's conversion instruction would also flush subnormals to zero. */
+ * (ops_math.h); AVX512-BF16's conversion instruction would also flush subnormals to zero.
+ * Where the products are emulated, the Linear and attention ops round their operands once
+ * themselves (ops_bf16.h, "When.") and call the fp32 product with those same compact operands. */
 #include "model/gemm_impl.h"
 #include "model/cpu_isa.h"
 #include "model/ops_bf16.h"

@@ -72,8 +72,9 @@ static inline void model_gemm_bf16(gemm_op transa, gemm_op transb, int m, int n,
 
 /* 1 when bf16 products run on the CPU's bf16 dot-product instructions (ISA level
  * x86-64-v4-bf16, cpu_isa.h); 0 when they are the fp32 product of bf16-rounded operands: the
- * same semantics, but slower than fp32 (the rounding pass comes on top). Library code never
- * prints; a program that runs bf16 where this is 0 says once that bf16 is emulated and slow. */
+ * same semantics at fp32 speed plus the rounding, which model_gemm_prec does per product and
+ * the Linear and attention ops do once per operand (ops_bf16.h: fp32 shadows). Library code
+ * never prints; a program that runs bf16 where this is 0 says once that bf16 is emulated. */
 int model_gemm_bf16_native(void);
 /* 0 when the product engine (oneDNN) is ready and pinned to the ISA level in force; otherwise
  * -1 and one line saying why (products then all run on OpenBLAS: correct, slower, and bits

@@ -12,28 +12,28 @@
  * IEEE square root and division are exact in any lane. A clip or decay of 1 is passed as the
  * constant, so each of the four loops has no branch (the scalar loop ran at ~10 cycles an
  * element, the optimizer's step was 7% of an M step at bf16). */
-/* p16 (a weight's bf16 shadow, ops_bf16.h, or NULL): the new p rounded into it in the same
- * loop, the refresh of the shadow once per optimizer step. */
-#define ADAMW_LOOP(clip_, decay_)                                                              \
+/* p16 (a weight's bf16 shadow, ops_bf16.h, or NULL), p32 (its fp32 shadow at an emulated
+ * level, or NULL): the new p rounded into it in the same loop, the refresh of the shadow once
+ * per optimizer step. */
+#define ADAMW_FOR(clip_, decay_, store_)                                                       \
     do {                                                                                     \
-        if (p16) {                                                                           \
-            OPS_SIMD                                                                         \
-            for (size_t j = lo; j < hi; j++) {                                               \
-                ops_adamw_element(&p[j], &g[j], &m[j], &v[j], clip_, decay_, b1, b2, eps,    \
-                                  step_size, bc2_sqrt);                                      \
-                p16[j] = ops_bf16_from_float(p[j]);                                          \
-            }                                                                                \
-        } else {                                                                             \
-            OPS_SIMD                                                                         \
-            for (size_t j = lo; j < hi; j++)                                                 \
-                ops_adamw_element(&p[j], &g[j], &m[j], &v[j], clip_, decay_, b1, b2, eps,    \
-                                  step_size, bc2_sqrt);                                      \
+        OPS_SIMD                                                                             \
+        for (size_t j = lo; j < hi; j++) {                                                   \
+            ops_adamw_element(&p[j], &g[j], &m[j], &v[j], clip_, decay_, b1, b2, eps,        \
+                              step_size, bc2_sqrt);                                          \
+            store_;                                                                          \
         }                                                                                    \
     } while (0)
-OPS_VARIANTS(void, adamw_range, (float *restrict p, uint16_t *restrict p16, float *restrict g,
-                                 float *restrict m, float *restrict v, size_t lo, size_t hi,
-                                 const adamw_scalars_t *s),
-             (p, p16, g, m, v, lo, hi, s)) {
+#define ADAMW_LOOP(clip_, decay_)                                                              \
+    do {                                                                                     \
+        if (p16) ADAMW_FOR(clip_, decay_, p16[j] = ops_bf16_from_float(p[j]));               \
+        else if (p32) ADAMW_FOR(clip_, decay_, p32[j] = ops_bf16_round(p[j]));               \
+        else ADAMW_FOR(clip_, decay_, (void)0);                                              \
+    } while (0)
+OPS_VARIANTS(void, adamw_range, (float *restrict p, uint16_t *restrict p16, float *restrict p32,
+                                 float *restrict g, float *restrict m, float *restrict v, size_t lo,
+                                 size_t hi, const adamw_scalars_t *s),
+             (p, p16, p32, g, m, v, lo, hi, s)) {
     const float clip = s->clip, decay_mul = s->decay_mul, b1 = s->beta1, b2 = s->beta2;
     const float eps = s->eps, step_size = s->step_size, bc2_sqrt = s->bc2_sqrt;
     if (clip != 1.0f && decay_mul != 1.0f) ADAMW_LOOP(clip, decay_mul);
@@ -42,22 +42,24 @@ OPS_VARIANTS(void, adamw_range, (float *restrict p, uint16_t *restrict p16, floa
     else ADAMW_LOOP(1.0f, 1.0f);
 }
 
-void ops_bf16_adamw_update(float *p, uint16_t *p16, float *g, float *m, float *v, size_t n,
+void ops_bf16_adamw_update(float *p, void *sh, int f32, float *g, float *m, float *v, size_t n,
                            const adamw_scalars_t *s) {
+    uint16_t *p16 = f32 ? NULL : sh;
+    float *p32 = f32 ? sh : NULL;
     if (n < 32768) {   /* (no parallel pragma for small tensors: ops_bf16.c says why) */
-        adamw_range(p, p16, g, m, v, 0, n, s);
+        adamw_range(p, p16, p32, g, m, v, 0, n, s);
         return;
     }
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
-        adamw_range(p, p16, g, m, v, lo, hi, s);
+        adamw_range(p, p16, p32, g, m, v, lo, hi, s);
     }
 }
 
 void adamw_update(float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
-    ops_bf16_adamw_update(p, NULL, g, m, v, n, s);
+    ops_bf16_adamw_update(p, NULL, 0, g, m, v, n, s);
 }
 
 /* chunks [c0, c1) of x (n elements) into part[c0 ..] (ops_math.h's order, built per level) */

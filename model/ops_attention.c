@@ -180,10 +180,10 @@ static int att_block_positions(int group) {
     return np > ATT_QB ? ATT_QB : (np < 1 ? 1 : np);
 }
 
-/* S (rows, nk) = scale * Qs K^T, Qs the stacked (rows, hd) copy. */
-static void att_scores(float *S, const float *qs, const float *k, int ldk, int rows, int nk,
-                       int hd, int Tk, float scale) {
-    model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
+/* S (rows, nk) = scale * Qs K^T, Qs the stacked (rows, hd) copy; at precision pr. */
+static void att_scores(precision_t pr, float *S, const float *qs, const float *k, int ldk, int rows,
+                       int nk, int hd, int Tk, float scale) {
+    model_gemm_prec(pr, GEMM_T, GEMM_N, nk, rows, hd, scale, k, ldk, qs, hd, 0.0f, S, Tk);
 }
 
 /* Row (head j of the group, position i0 + i) of batch b in a (B, Tq, H, hd) array. */
@@ -262,10 +262,22 @@ static inline __attribute__((always_inline)) float att_row_max(const float *s, i
 /* Softmax of the rows of S in place; S's columns are keys klo .. klo + nk - 1, and the keys a
  * row does not see get 0. Writes each row's log-sum-exp (+inf when the row sees no key).
  * With P (bf16 patterns, rows Tk apart) the probabilities go there, rounded, instead of into S
- * (which is then left as scratch): the bf16 blocks' fused rounding. */
-OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *lse, int i0, int nq, int klo,
-                              int nk, int Tq, int Tk, int causal, int window),
-             (S, P, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
+ * (which is then left as scratch): the bf16 blocks' fused rounding; with Pc (rows nk apart)
+ * there, rounded, as fp32 values: the emulated bf16 operand, compact. Pc may be S itself (P
+ * compacted in place: element j of row r goes to r * nk + j, never past where it is read,
+ * r * Tk + j, nor into a later row, and rows run in order: nothing is written before it is read). */
+#define ATT_P_ROW(dst_, conv_, zero_)                                                         \
+    do {                                                                                    \
+        __typeof__(dst_) pd = (dst_);                                                       \
+        _Pragma("omp simd")                                                                 \
+        for (int j = lo; j < hi; j++) pd[j] = conv_(s[j] * inv);                            \
+        for (int j = 0; j < lo; j++) pd[j] = zero_;                                         \
+        for (int j = hi; j < nk; j++) pd[j] = zero_;                                        \
+    } while (0)
+#define ATT_AS_IS(x) (x)
+OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *Pc, float *lse, int i0, int nq,
+                              int klo, int nk, int Tq, int Tk, int causal, int window),
+             (S, P, Pc, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
     for (int r = 0; r < nq; r++) {
         float *s = S + (size_t)r * Tk;
         int lo, hi;
@@ -280,18 +292,9 @@ OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *lse, int i0
             l += s[j];
         }
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        if (P) {
-            uint16_t *p = P + (size_t)r * Tk;
-#pragma omp simd
-            for (int j = lo; j < hi; j++) p[j] = ops_bf16_from_float(s[j] * inv);
-            for (int j = 0; j < lo; j++) p[j] = 0;
-            for (int j = hi; j < nk; j++) p[j] = 0;
-        } else {
-#pragma omp simd
-            for (int j = lo; j < hi; j++) s[j] *= inv;
-            for (int j = 0; j < lo; j++) s[j] = 0.0f;
-            for (int j = hi; j < nk; j++) s[j] = 0.0f;
-        }
+        if (Pc) ATT_P_ROW(Pc + (size_t)r * nk, ops_bf16_round, 0.0f);
+        else if (P) ATT_P_ROW(P + (size_t)r * Tk, ops_bf16_from_float, 0);
+        else ATT_P_ROW(s, ATT_AS_IS, 0.0f);
         lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
     }
 }
@@ -305,10 +308,18 @@ static void att_block_keys(int i0, int n, int Tq, int Tk, int causal, int window
 }
 
 /* The group of key/value head kh in batch b at positions [i0, i0 + np) (S: ATT_ROWS x Tk,
- * Qs: ATT_ROWS x hd scratch, both sized for group * np rows). */
+ * Qs: ATT_ROWS x hd scratch, both sized for group * np rows). At bf16 emulated (ops_bf16.h; e
+ * not NULL) each operand is rounded once, as the backward's (att_group_backward_blocked): the
+ * head's keys and values from e (rounded once for all its blocks), Q in its gathered copy, P
+ * as the softmax makes it (compact, over S): the operands model_gemm_prec packs and
+ * rounds, passed to the same fp32 product. */
+typedef struct {
+    const float *Kc, *Vc;   /* the head's keys and values rounded, compact (Tk x hd) */
+} att_emu_t;
 static void att_block_forward(float *out, float *lse, const float *q, const float *k,
-                              const float *v, float *S, float *Qs, int b, int kh, int i0, int np,
-                              int Tq, int Tk, int H, int Hkv, int hd, int causal, int window) {
+                              const float *v, float *S, float *Qs, const att_emu_t *e, int b,
+                              int kh, int i0, int np, int Tq, int Tk, int H, int Hkv, int hd,
+                              int causal, int window) {
     const int group = H / Hkv, rows = group * np, ldk = Hkv * hd;
     int klo, khi;
     att_block_keys(i0, np, Tq, Tk, causal, window, &klo, &khi);
@@ -322,14 +333,30 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
             for (int r = 0; r < np; r++) lse[att_lse_at(b, kh, group, j, i0 + r, Tq, H)] = INFINITY;
         return;
     }
+    const precision_t pr = e ? PRECISION_FP32 : ops_product_precision;
+    const float *K = e ? e->Kc + (size_t)klo * hd : k + ko, *V = e ? e->Vc + (size_t)klo * hd : v + ko;
+    const int ldkv = e ? hd : ldk;
     att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
-    att_scores(S, Qs, k + ko, ldk, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
+    if (e) ops_bf16_round_row(Qs, (size_t)rows * hd);
+    att_scores(pr, S, Qs, K, ldkv, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
-        att_block_softmax(S + (size_t)j * np * Tk, NULL, lse + att_lse_at(b, kh, group, j, i0, Tq, H),
-                          i0, np, klo, nk, Tq, Tk, causal, window);
+        att_block_softmax(S + (size_t)j * np * Tk, NULL, e ? S + (size_t)j * np * nk : NULL,
+                          lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq, Tk,
+                          causal, window);
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
-    model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, v + ko, ldk, S, Tk, 0.0f, Qs, hd);
+    model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, V, ldkv, S, e ? nk : Tk,
+                    0.0f, Qs, hd);
     att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
+}
+
+/* K and V of head kh in batch b rounded, compact (Tk x hd): the emulated operands. */
+static void att_round_kv(float *Kc, float *Vc, const float *k, const float *v, int b, int kh,
+                         int Tk, int Hkv, int hd) {
+    for (int t = 0; t < Tk; t++) {
+        const size_t o = ((size_t)b * Tk + t) * Hkv * hd + (size_t)kh * hd;
+        ops_bf16_pack_f32(Kc + (size_t)t * hd, k + o, (size_t)hd);
+        ops_bf16_pack_f32(Vc + (size_t)t * hd, v + o, (size_t)hd);
+    }
 }
 
 /* The same on bf16 operands where bf16 products are native (below); -1 when not used. */
@@ -353,43 +380,70 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
                               int causal, int window) {
     if (!att_forward16(out, lse, q, k, v, B, Tq, Tk, H, Hkv, hd, causal, window)) return;
     const int group = H / Hkv, np = att_block_positions(group), nqb = (Tq + np - 1) / np;
-    const int rows = group * (Tq < np ? Tq : np);
+    const int rows = group * (Tq < np ? Tq : np), emulated = ops_bf16_emulated();
+    /* the work items: the blocks, in (b, kh, block) order; at bf16 emulated a head's blocks
+     * together, which share its rounded keys and values */
+    const int per = emulated && nqb > 0 ? nqb : 1, items = B * Hkv * (nqb / per);
 #pragma omp parallel
     {
         /* one score block and one stacked copy per thread; without them (or for a block of
          * too few rows), the row-at-a-time kernel (no scratch) */
-        float *S = NULL, *Qs = NULL;
+        float *S = NULL, *Qs = NULL, *Kc = NULL, *Vc = NULL;
         if (rows >= ATT_QB_MIN) {
             S = malloc(sizeof(float) * (size_t)rows * (size_t)(Tk > 0 ? Tk : 1));
             Qs = malloc(sizeof(float) * (size_t)rows * hd);
+            if (emulated) {
+                Kc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
+                Vc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
+            }
         }
-#pragma omp for collapse(3) schedule(dynamic, 1)
-        for (int b = 0; b < B; b++)
-            for (int kh = 0; kh < Hkv; kh++)
-                for (int qb = 0; qb < nqb; qb++) {
-                    const int i0 = qb * np, n = Tq - i0 < np ? Tq - i0 : np;
-                    if (S && Qs && group * n >= ATT_QB_MIN)
-                        att_block_forward(out, lse, q, k, v, S, Qs, b, kh, i0, n, Tq, Tk, H, Hkv,
-                                          hd, causal, window);
-                    else
-                        for (int h = kh * group; h < (kh + 1) * group; h++)
-                            for (int i = i0; i < i0 + n; i++)
-                                att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
-                                                causal, window);
-                }
-        free(S);
-        free(Qs);
+        const att_emu_t emu = {Kc, Vc}, *e = Kc && Vc ? &emu : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int it = 0; it < items; it++) {
+            const int b = it / (Hkv * (nqb / per)), kh = it / (nqb / per) % Hkv;
+            const int qb0 = it % (nqb / per) * per;
+            if (e) att_round_kv(Kc, Vc, k, v, b, kh, Tk, Hkv, hd);
+            for (int qb = qb0; qb < qb0 + per; qb++) {
+                const int i0 = qb * np, n = Tq - i0 < np ? Tq - i0 : np;
+                if (S && Qs && group * n >= ATT_QB_MIN)
+                    att_block_forward(out, lse, q, k, v, S, Qs, e, b, kh, i0, n, Tq, Tk, H, Hkv,
+                                      hd, causal, window);
+                else
+                    for (int h = kh * group; h < (kh + 1) * group; h++)
+                        for (int i = i0; i < i0 + n; i++)
+                            att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
+                                            causal, window);
+            }
+        }
+        float *bufs[] = {S, Qs, Kc, Vc};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
 }
 
+/* One row of att_block_grad into pd_ and dd_ (the probabilities and score gradients, through
+ * conv_), zeros where masked. */
+#define ATT_GRAD_ROW(pd_, dd_, conv_, zero_)                                                  \
+    do {                                                                                    \
+        __typeof__(pd_) pd = (pd_), dd = (dd_);                                             \
+        _Pragma("omp simd")                                                                 \
+        for (int j = lo; j < hi; j++) {                                                     \
+            const float pj = ops_expf(p[j] - L);                                            \
+            pd[j] = conv_(pj);                                                              \
+            dd[j] = conv_(pj * (ds[j] - Di) * scale);                                       \
+        }                                                                                   \
+        for (int j = 0; j < lo; j++) pd[j] = dd[j] = zero_;                                 \
+        for (int j = hi; j < nk; j++) pd[j] = dd[j] = zero_;                                \
+    } while (0)
 /* Probabilities and score gradients of one head's np rows: P <- exp(S - lse) (0 where
  * masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row), in place;
  * or, with P16 and dS16 (bf16 patterns, rows Tk apart), rounded into those instead (P and dP
- * left as they are): the bf16 blocks' fused rounding. */
-OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t *dS16,
-                           const float *lrow, const float *Dr, int i0, int nq, int klo, int nk,
-                           int Tq, int Tk, int causal, int window, float scale),
-             (P, dP, P16, dS16, lrow, Dr, i0, nq, klo, nk, Tq, Tk, causal, window, scale)) {
+ * left as they are): the bf16 blocks' fused rounding; or, with Pc and dSc (rows nk apart),
+ * rounded into those as fp32 values: the emulated bf16 operands, compact; Pc and dSc may be P
+ * and dP themselves (compacted in place, safe as in att_block_softmax). */
+OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t *dS16, float *Pc,
+                           float *dSc, const float *lrow, const float *Dr, int i0, int nq, int klo,
+                           int nk, int Tq, int Tk, int causal, int window, float scale),
+             (P, dP, P16, dS16, Pc, dSc, lrow, Dr, i0, nq, klo, nk, Tq, Tk, causal, window, scale)) {
     for (int r = 0; r < nq; r++) {
         float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
         int lo, hi;
@@ -397,25 +451,9 @@ OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t
         lo -= klo, hi -= klo;
         if (hi < lo) hi = lo;
         const float L = lrow[r], Di = Dr[r];
-        if (P16) {
-            uint16_t *p16 = P16 + (size_t)r * Tk, *d16 = dS16 + (size_t)r * Tk;
-#pragma omp simd
-            for (int j = lo; j < hi; j++) {
-                const float pj = ops_expf(p[j] - L);
-                p16[j] = ops_bf16_from_float(pj);
-                d16[j] = ops_bf16_from_float(pj * (ds[j] - Di) * scale);
-            }
-            for (int j = 0; j < lo; j++) p16[j] = d16[j] = 0;
-            for (int j = hi; j < nk; j++) p16[j] = d16[j] = 0;
-            continue;
-        }
-#pragma omp simd
-        for (int j = lo; j < hi; j++) {
-            p[j] = ops_expf(p[j] - L);
-            ds[j] = p[j] * (ds[j] - Di) * scale;
-        }
-        for (int j = 0; j < lo; j++) p[j] = ds[j] = 0.0f;
-        for (int j = hi; j < nk; j++) p[j] = ds[j] = 0.0f;
+        if (Pc) ATT_GRAD_ROW(Pc + (size_t)r * nk, dSc + (size_t)r * nk, ops_bf16_round, 0.0f);
+        else if (P16) ATT_GRAD_ROW(P16 + (size_t)r * Tk, dS16 + (size_t)r * Tk, ops_bf16_from_float, 0);
+        else ATT_GRAD_ROW(p, ds, ATT_AS_IS, 0.0f);
     }
 }
 
@@ -424,6 +462,9 @@ typedef struct {
     float *P, *dP;     /* rows x Tk: probabilities, score gradients */
     float *Qs, *dOs;   /* rows x hd: stacked Q and dO (dO's copy then receives dQ) */
     float *D;          /* rows: dout . out */
+    /* bf16 emulated (att_group_backward_blocked), else NULL: P and dS rounded (rows x nk,
+     * compacted over P and dP), the head's keys and values rounded (Tk x hd) */
+    float *Pc, *dSc, *Kc, *Vc;
 } att_bwd_scratch;
 
 /* The backward's block of positions [i0, i0 + n) (n = np or what is left): its rows, the keys
@@ -468,36 +509,53 @@ static void att_block_D(float *D, const float *dout, const float *out, int b, in
 }
 
 /* Every query head of key/value head kh in batch b, position blocks in order: dk/dv of that
- * head are written by this call alone. */
+ * head are written by this call alone.
+ * At bf16 emulated (no native bf16 products, ops_bf16.h; w->Kc set) each operand is rounded
+ * once, where model_gemm_prec would round both operands of each of the five products of every
+ * block (K twice a block, Q and dO twice): K and V of the head once for all its blocks, compact
+ * (Tk x hd, so a block's keys are a compact nk x hd run of them); Q and dO gathered compact and
+ * rounded in place; P and dS rounded as they are made, compact (rows x nk, att_block_grad).
+ * Those are the operands model_gemm_prec packs (compact: leading dimension = rows) and rounds,
+ * passed to the same fp32 product: the same bits. */
 static void att_group_backward_blocked(float *dq, float *dk, float *dv, const float *dout,
                                        const float *out, const float *lse, const float *q,
                                        const float *k, const float *v, att_bwd_scratch *w,
                                        int b, int kh, int Tq, int Tk, int H, int Hkv, int hd,
                                        int causal, int window) {
-    const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group);
+    const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group), emu = w->Kc != NULL;
     const float scale = 1.0f / sqrtf((float)hd);
+    const precision_t pr = emu ? PRECISION_FP32 : ops_product_precision;
+    if (emu) att_round_kv(w->Kc, w->Vc, k, v, b, kh, Tk, Hkv, hd);
     for (int i0 = 0; i0 < Tq; i0 += np) {
         int n, rows, klo, nk;
         size_t ko;
         if (!att_bwd_block(i0, np, group, b, kh, Tq, Tk, Hkv, hd, causal, window, &n, &rows, &klo,
                            &nk, &ko))
             continue;
+        /* the operands: K, V (ldkv apart), P, dS (ldp apart) */
+        const float *K = emu ? w->Kc + (size_t)klo * hd : k + ko, *V = emu ? w->Vc + (size_t)klo * hd : v + ko;
+        const float *Pm = emu ? w->Pc : w->P, *dS = emu ? w->dSc : w->dP;
+        const int ldkv = emu ? hd : ldk, ldp = emu ? nk : Tk;
         att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
         att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
         att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
-        att_scores(w->P, w->Qs, k + ko, ldk, rows, nk, hd, Tk, scale);
-        /* dP = dO V^T */
-        model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, nk, rows, hd, 1.0f, v + ko, ldk, w->dOs, hd, 0.0f, w->dP, Tk);
+        if (emu) {
+            ops_bf16_round_row(w->Qs, (size_t)rows * hd);
+            ops_bf16_round_row(w->dOs, (size_t)rows * hd);
+        }
+        /* S = scale Q K^T, dP = dO V^T */
+        att_scores(pr, w->P, w->Qs, K, ldkv, rows, nk, hd, Tk, scale);
+        att_scores(pr, w->dP, w->dOs, V, ldkv, rows, nk, hd, Tk, 1.0f);
         for (int j = 0; j < group; j++)
             att_block_grad(w->P + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk, NULL, NULL,
+                           emu ? w->Pc + (size_t)j * n * nk : NULL, emu ? w->dSc + (size_t)j * n * nk : NULL,
                            lse + att_lse_at(b, kh, group, j, i0, Tq, H), w->D + j * n, i0, n,
                            klo, nk, Tq, Tk, causal, window, scale);
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K (through dO's copy, no longer needed) */
-        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, w->P, Tk, 1.0f, dv + ko, ldk);
-        model_gemm_prec(ops_product_precision, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, w->dP, Tk, 1.0f, dk + ko, ldk);
+        model_gemm_prec(pr, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs, hd, Pm, ldp, 1.0f, dv + ko, ldk);
+        model_gemm_prec(pr, GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->Qs, hd, dS, ldp, 1.0f, dk + ko, ldk);
         if (dq) {
-            model_gemm_prec(ops_product_precision, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, k + ko, ldk, w->dP, Tk, 0.0f, w->dOs,
-                       hd);
+            model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, K, ldkv, dS, ldp, 0.0f, w->dOs, hd);
             att_scatter(dq, w->dOs, 1, b, kh, group, i0, n, Tq, H, hd);
         }
     }
@@ -514,13 +572,18 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
         return;
     const int group = H / Hkv, np = att_block_positions(group);
     const size_t rows = (size_t)group * (Tq < np ? (Tq > 0 ? Tq : 1) : np);
+    const int emulated = ops_bf16_emulated();
 #pragma omp parallel
     {
-        const size_t n = rows * (size_t)(Tk > 0 ? Tk : 1);
+        const size_t n = rows * (size_t)(Tk > 0 ? Tk : 1), nkv = (size_t)(Tk > 0 ? Tk : 1) * hd;
         att_bwd_scratch w = {malloc(sizeof(float) * n), malloc(sizeof(float) * n),
                              malloc(sizeof(float) * rows * hd), malloc(sizeof(float) * rows * hd),
-                             malloc(sizeof(float) * rows)};
+                             malloc(sizeof(float) * rows), NULL, NULL, NULL, NULL};
+        if (emulated)
+            w.Pc = w.P, w.dSc = w.dP, w.Kc = malloc(sizeof(float) * nkv),
+            w.Vc = malloc(sizeof(float) * nkv);
         const int ok = w.P && w.dP && w.Qs && w.dOs && w.D;
+        if (!(w.Pc && w.dSc && w.Kc && w.Vc)) free(w.Kc), w.Kc = NULL;   /* (model_gemm_prec rounds) */
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
@@ -535,11 +598,8 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                     qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
-        free(w.P);
-        free(w.dP);
-        free(w.Qs);
-        free(w.dOs);
-        free(w.D);
+        float *bufs[] = {w.P, w.dP, w.Qs, w.dOs, w.D, w.Kc, w.Vc};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
 }
 
@@ -660,7 +720,7 @@ static void att_block_forward16(float *out, uint16_t *out16, float *lse, const a
         model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, 1.0f / sqrtf((float)hd), a->k + ko, ldk,
                         w->Qs16, hd, 0.0f, w->S, Tk);
         for (int j = 0; j < group; j++)
-            att_block_softmax(w->S + (size_t)j * np * Tk, w->P16 + (size_t)j * np * Tk,
+            att_block_softmax(w->S + (size_t)j * np * Tk, w->P16 + (size_t)j * np * Tk, NULL,
                               lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq, Tk,
                               causal, window);
         model_gemm_bf16(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, a->v + ko, ldk, w->P16, Tk, 0.0f, w->Os,
@@ -755,7 +815,7 @@ static void att_group_backward16(float *dq, float *dk, float *dv, const float *d
                         w->dP, Tk);
         for (int j = 0; j < group; j++)
             att_block_grad(w->S + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
-                             w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk,
+                             w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk, NULL, NULL,
                              lse + att_lse_at(b, kh, group, j, i0, Tq, H),
                              a->D + att_lse_at(b, kh, group, j, i0, Tq, H), i0, n,
                              klo, nk, Tq, Tk, causal, window, scale);

@@ -83,9 +83,16 @@ typedef struct {
     const float *src;     /* the fp32 tensor (NULL: a free slot) */
     size_t n;             /* elements shadowed */
     size_t cap;           /* elements the storage holds */
-    uint16_t *data;
+    void *data;           /* bf16 patterns, or fp32 values (f32); src itself when in place */
     int valid;
+    int f32;              /* the emulated path's kind (ops_bf16.h): fp32 values, low bits zero */
 } shadow_t;
+
+/* storage of s that is its own (not the tensor itself: a tensor rounded in place) */
+static void shadow_release(shadow_t *s) {
+    if (s->data != (const void *)s->src) free(s->data);
+    s->data = NULL, s->cap = 0;
+}
 
 static shadow_t tab[SHADOW_MAX];
 static int ntab;          /* slots in use at the front of tab (some may be free) */
@@ -122,6 +129,12 @@ int ops_bf16_shadows(void) {
     return enabled;
 }
 
+int ops_bf16_emulated(void) {
+    if (ops_product_precision != PRECISION_BF16 || model_gemm_bf16_native()) return 0;
+    if (enabled < 0) enabled = env_flag("FT_BF16_SHADOWS", 1);
+    return enabled;
+}
+
 static shadow_t *lookup(const float *x) {
     for (int i = 0; i < ntab; i++)
         if (tab[i].src == x) return &tab[i];
@@ -131,8 +144,10 @@ static shadow_t *lookup(const float *x) {
 /* In checking mode: does shadow s hold the rounding of its tensor? Counts it when not. */
 static void check_one(const shadow_t *s) {
     if (!check_on()) return;
+    const uint16_t *h = s->data;
+    const float *f = s->data;
     for (size_t i = 0; i < s->n; i++)
-        if (s->data[i] != ops_bf16_from_float(s->src[i])) {
+        if (s->f32 ? f[i] != ops_bf16_round(s->src[i]) : h[i] != ops_bf16_from_float(s->src[i])) {
             __atomic_add_fetch(&stale, 1, __ATOMIC_RELAXED);
             return;
         }
@@ -141,14 +156,16 @@ static void check_one(const shadow_t *s) {
 const uint16_t *ops_bf16_shadow_find(const float *x, size_t n) {
     pthread_mutex_lock(&lock);
     shadow_t *s = lookup(x);
-    const uint16_t *r = s && s->valid && s->n == n ? s->data : NULL;
+    const uint16_t *r = s && s->valid && !s->f32 && s->n == n ? s->data : NULL;
     if (r) hits++;
     pthread_mutex_unlock(&lock);
     if (r) check_one(s);
     return r;
 }
 
-uint16_t *ops_bf16_shadow_take(const float *x, size_t n) {
+/* a valid shadow of x[0 .. n) of kind f32, its storage: the tensor itself (in_place), else
+ * storage of its own (kept, grown when short); NULL when out of memory or the table is full */
+static void *take_kind(const float *x, size_t n, int f32, int in_place) {
     if (!x || !n) return NULL;
     pthread_mutex_lock(&lock);
     shadow_t *s = lookup(x);
@@ -158,15 +175,23 @@ uint16_t *ops_bf16_shadow_take(const float *x, size_t n) {
         for (int i = 0; i < ntab && !s; i++)
             if (!tab[i].valid) s = &tab[i];
         if (!s && ntab < SHADOW_MAX) s = &tab[ntab++];
-        if (s) s->src = x, s->valid = 0;
+        if (s) {
+            if (s->data == (const void *)s->src) s->data = NULL, s->cap = 0;   /* was in place */
+            s->src = x, s->valid = 0;
+        }
     }
-    uint16_t *r = NULL;
+    void *r = NULL;
     if (s) {
-        if (s->cap < n) {
-            const size_t bytes = (n * sizeof(uint16_t) + 63) & ~(size_t)63;
-            uint16_t *p = aligned_alloc(64, bytes);
+        if (s->f32 != f32 || in_place || s->data == (const void *)s->src) shadow_release(s);
+        s->f32 = f32;
+        const size_t esz = f32 ? sizeof(float) : sizeof(uint16_t);
+        if (in_place) {
+            s->data = (void *)x;
+            s->cap = n;
+        } else if (s->cap < n) {
+            void *p = aligned_alloc(64, (n * esz + 63) & ~(size_t)63);
             if (p) {
-                free(s->data);
+                shadow_release(s);
                 s->data = p;
                 s->cap = n;
             }
@@ -183,6 +208,8 @@ uint16_t *ops_bf16_shadow_take(const float *x, size_t n) {
     return r;
 }
 
+uint16_t *ops_bf16_shadow_take(const float *x, size_t n) { return take_kind(x, n, 0, 0); }
+
 const uint16_t *ops_bf16_shadow_weight(const float *w, size_t n) {
     const uint16_t *r = ops_bf16_shadow_find(w, n);
     if (r) return r;
@@ -196,14 +223,19 @@ static int overlaps(const shadow_t *s, const char *lo, const char *hi) {
     return s->src && a < hi && lo < b;
 }
 
-uint16_t *ops_bf16_shadow_slice(const float *x, size_t n) {
+void *ops_bf16_shadow_slice(const float *x, size_t n, int *f32) {
+    *f32 = 0;
     if (!ntab || !x || !n) return NULL;
-    uint16_t *r = NULL;
+    void *r = NULL;
     int keep = -1;
     pthread_mutex_lock(&lock);
+    /* (a tensor rounded in place is not a slice to write: it is x itself) */
     for (int i = 0; i < ntab && keep < 0; i++)
-        if (tab[i].valid && tab[i].src && x >= tab[i].src && x + n <= tab[i].src + tab[i].n)
-            keep = i, r = tab[i].data + (x - tab[i].src);
+        if (tab[i].valid && tab[i].src && tab[i].data != (const void *)tab[i].src &&
+            x >= tab[i].src && x + n <= tab[i].src + tab[i].n) {
+            keep = i, *f32 = tab[i].f32;
+            r = (char *)tab[i].data + (x - tab[i].src) * (tab[i].f32 ? sizeof(float) : sizeof(uint16_t));
+        }
     const char *lo = (const char *)x, *hi = (const char *)(x + n);
     for (int i = 0; r && i < ntab; i++)   /* any other view of those bytes is stale now */
         if (i != keep && tab[i].valid && overlaps(&tab[i], lo, hi)) tab[i].valid = 0;
@@ -228,7 +260,7 @@ void ops_bf16_forget(const void *p, size_t bytes) {
         if (only_tab[i].lo < hi && lo < only_tab[i].hi) only_tab[i--] = only_tab[--n_only];
     for (int i = 0; i < ntab; i++)
         if (overlaps(&tab[i], lo, hi)) {
-            free(tab[i].data);
+            shadow_release(&tab[i]);
             memset(&tab[i], 0, sizeof tab[i]);
         }
     while (ntab > 0 && !tab[ntab - 1].src) ntab--;
@@ -269,11 +301,51 @@ uint16_t *ops_bf16_shadow_take_out(const float *x, size_t n, int *only) {
     const char *lo = (const char *)x, *hi = (const char *)(x + n);
     pthread_mutex_lock(&lock);
     for (int i = 0; i < n_only && !*only; i++) *only = only_tab[i].lo <= lo && hi <= only_tab[i].hi;
-    if (*only) only_writes++;
+    if (*only) __atomic_add_fetch(&only_writes, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
     return r;
 }
 
 void ops_bf16_only_done(float *x, size_t n) {
     if (ops_bf16_only_mode() == 2) memset(x, 0xff, sizeof(float) * n);   /* all ones: a NaN */
+}
+
+/* ---- the emulated path: fp32 shadows (ops_bf16.h) ---- */
+
+/* 1 when x[0 .. n) lies inside a range marked products-only */
+static int inside_only(const float *x, size_t n) {
+    const char *lo = (const char *)x, *hi = (const char *)(x + n);
+    int in = 0;
+    for (int i = 0; i < n_only && !in; i++) in = only_tab[i].lo <= lo && hi <= only_tab[i].hi;
+    return in;
+}
+
+int ops_bf16_round_out(const float *x, size_t n) {
+    if (!x || !n || !n_only || !ops_bf16_emulated() || ops_bf16_only_mode() != 1 || check_on())
+        return 0;
+    pthread_mutex_lock(&lock);
+    const int in = inside_only(x, n);
+    pthread_mutex_unlock(&lock);
+    if (!in || !take_kind(x, n, 1, 1)) return 0;
+    __atomic_add_fetch(&only_writes, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+const float *ops_bf16_shadow_find_f32(const float *x, size_t n) {
+    if (!ntab || !x) return NULL;   /* (an unlocked read, as in ops_bf16_clobber) */
+    pthread_mutex_lock(&lock);
+    shadow_t *s = lookup(x);
+    const float *r = s && s->valid && s->f32 && s->n == n ? s->data : NULL;
+    if (r) hits++;
+    pthread_mutex_unlock(&lock);
+    if (r) check_one(s);
+    return r;
+}
+
+const float *ops_bf16_shadow_weight_f32(const float *w, size_t n) {
+    const float *r = ops_bf16_shadow_find_f32(w, n);
+    if (r) return r;
+    float *p = take_kind(w, n, 1, 0);
+    if (p) ops_bf16_pack_f32(p, w, n);
+    return p;
 }

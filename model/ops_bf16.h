@@ -42,11 +42,22 @@
  * roundings of the fp32 copies). A product finding a shadow reads it even where its weight has
  * none (ops_linear.c rounds the weight into its own buffer then).
  *
- * When. Shadows are used only where bf16 products run natively (model_gemm_bf16_native: the
- * bf16 operands go to oneDNN as they are) and only inside ops the CPU device runs at bf16
- * (ops_product_precision, ops.h); FT_BF16_SHADOWS=0 turns them off (A/B measurements). The
- * table is the process's, guarded by a lock; a shadow's contents are written by the op that
- * takes it, which runs on the calling thread's behalf alone. */
+ * When. Shadows are used only inside ops the CPU device runs at bf16 (ops_product_precision,
+ * ops.h); FT_BF16_SHADOWS=0 turns them off (A/B measurements). Where bf16 products run natively
+ * (model_gemm_bf16_native: the bf16 operands go to oneDNN as they are) they hold bf16 patterns,
+ * as above. Where they are emulated (x86-64-v3 and below: the fp32 product of operands rounded
+ * to bf16) they hold FP32 VALUES, each rounded to bf16 (low 16 bits zero): what the emulated
+ * product multiplies, handed to the fp32 product as it is (ops_linear.c), compact as the
+ * product's own rounding packs it, so the same bits. There a weight's shadow is a copy as big
+ * as the weight (made at its first product, then refreshed in the optimizer's pass: no rounding
+ * pass of its own, where the product rounded it twice a step), and a products-only tensor is
+ * its own shadow: its producer writes it
+ * ROUNDED IN PLACE (ops_bf16_round_out: RMSNorm's and add_rmsnorm's outputs, SwiGLU's output
+ * and gradients, dlogits), which costs no pass and no memory; with FT_BF16_SHADOW_ONLY=0 or
+ * poison they are written in fp32 as before (poison cannot apply: there is no second copy).
+ * The bf16-pattern paths above (ops_bf16_shadows, the attention's bf16 blocks) stay native
+ * only. The table is the process's, guarded by a lock; a shadow's contents are written by the
+ * op that takes it, which runs on the calling thread's behalf alone. */
 #ifndef MODEL_OPS_BF16_H
 #define MODEL_OPS_BF16_H
 #include <stddef.h>
@@ -76,6 +87,12 @@ static inline __attribute__((always_inline)) void ops_bf16_pack_row(uint16_t *re
     for (size_t i = 0; i < n; i++) y[i] = ops_bf16_from_float(x[i]);
 }
 
+/* x[i] = bf16 of x[i] as an fp32 value (low 16 bits zero), in place: a row an op wrote. */
+static inline __attribute__((always_inline)) void ops_bf16_round_row(float *x, size_t n) {
+    OPS_SIMD
+    for (size_t i = 0; i < n; i++) x[i] = ops_bf16_round(x[i]);
+}
+
 /* 1 when the op now running computes its products at bf16 natively (ops_product_precision is
  * bf16 and model_gemm_bf16_native): it may take bf16 operands (model_gemm_bf16) of its own. */
 int ops_bf16_native(void);
@@ -93,13 +110,15 @@ uint16_t *ops_bf16_shadow_take(const float *x, size_t n);
 const uint16_t *ops_bf16_shadow_weight(const float *w, size_t n);
 /* The slice of a valid shadow that holds x[0 .. n) (the shadow may be longer), for an op that
  * is about to write x and writes the slice afresh in the same pass (the optimizer: a weight's
- * shadow refreshed by the step that changes it); the shadow stays valid, and every other
- * shadow overlapping x[0 .. n) is invalidated. NULL when no valid shadow holds the whole range
- * (then the caller clobbers as usual). */
-uint16_t *ops_bf16_shadow_slice(const float *x, size_t n);
-/* AdamW's update (ops.h adamw_update, the same bits) also writing p16[j] = bf16 of the new
- * p[j] (p16 may be NULL: adamw_update). */
-void ops_bf16_adamw_update(float *p, uint16_t *p16, float *g, float *m, float *v, size_t n,
+ * shadow refreshed by the step that changes it); *f32: the slice holds fp32 values (the
+ * emulated path's kind) rather than bf16 patterns. The shadow stays valid, and every other
+ * shadow overlapping x[0 .. n) is invalidated. NULL when no valid shadow of storage of its own
+ * holds the whole range (then the caller clobbers as usual). */
+void *ops_bf16_shadow_slice(const float *x, size_t n, int *f32);
+/* AdamW's update (ops.h adamw_update, the same bits) also writing the new p[j] rounded into
+ * sh[j]: a bf16 pattern, or an fp32 value with the low 16 bits zero when f32 (sh may be NULL:
+ * adamw_update). */
+void ops_bf16_adamw_update(float *p, void *sh, int f32, float *g, float *m, float *v, size_t n,
                            const struct adamw_scalars *s);
 /* bytes at p are about to be written: every shadow overlapping them becomes invalid. */
 void ops_bf16_clobber(const void *p, size_t bytes);
@@ -122,6 +141,22 @@ void ops_bf16_products_only(const void *p, size_t bytes);
  * runs without shadows. An op that skipped x calls ops_bf16_only_done(x, n) after (poison). */
 uint16_t *ops_bf16_shadow_take_out(const float *x, size_t n, int *only);
 void ops_bf16_only_done(float *x, size_t n);
+/* ---- the emulated path (no native bf16 products; see "When." at the top) ---- */
+/* 1 when the op now running computes its products at bf16 emulated (fp32 products of rounded
+ * operands) and shadows are on: it may use the fp32 shadows below. */
+int ops_bf16_emulated(void);
+/* For an op about to write x[0 .. n) at bf16 emulated: 1 when it is to write x ROUNDED IN PLACE
+ * (each element bf16-rounded, kept as fp32 with the low 16 bits zero: what the emulated product
+ * multiplies), which makes x its own fp32 shadow (ops_bf16_shadow_find_f32 finds it until the
+ * next write); only for x inside a products-only range, with the hint on (mode 1: not off, not
+ * poison) and not checking. 0: the op writes fp32 as always. */
+int ops_bf16_round_out(const float *x, size_t n);
+/* The valid fp32 shadow of exactly x[0 .. n) (x itself when rounded in place), or NULL. */
+const float *ops_bf16_shadow_find_f32(const float *x, size_t n);
+/* The fp32 shadow of a weight: found, or made now by rounding w into storage of its own (as
+ * big as w) and kept until w is written. NULL when out of memory. */
+const float *ops_bf16_shadow_weight_f32(const float *w, size_t n);
+
 /* $FT_BF16_SHADOW_ONLY as 0 (off), 1 (on), 2 (poison); ops_bf16_only_set overrides it (-1: the
  * environment's again). ops_bf16_only_writes: how many outputs were written as shadows alone. */
 int ops_bf16_only_mode(void);

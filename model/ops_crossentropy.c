@@ -15,14 +15,14 @@ static int ce_count(const uint8_t *mask, int N) {
 }
 
 /* One row: its log-sum-exp into *lse, its loss returned (0 when not counted), and the fused
- * gradient into dz (fp32; may alias z) and/or dz16 (its bf16 shadow, ops_bf16.h, packed while
- * the row is in cache), either may be NULL: dz NULL with dz16 is a shadow written alone (the
+ * gradient into dz (fp32, rounded to bf16 when r32: ops_bf16_round_out; may alias z) and/or dz16
+ * (its bf16 shadow, ops_bf16.h, packed while the row is in cache), either may be NULL: dz NULL with dz16 is a shadow written alone (the
  * logits' buffer marked products-only). e: the thread's scratch row of V floats, which keeps
  * exp(z - max) between the sum and the gradient (one exponential per logit, ops_math.h; V
  * floats stay in the core's cache from row to row, where the fp32 dz would go out to memory). */
-OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, float *e, const float *z,
-                                     uint32_t t, int counted, int V, float scale),
-             (dz, dz16, lse, e, z, t, counted, V, scale)) {
+OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, int r32, float *lse, float *e,
+                                     const float *z, uint32_t t, int counted, int V, float scale),
+             (dz, dz16, r32, lse, e, z, t, counted, V, scale)) {
     const float mx = ops_max_row(z, V);
     /* before dz, which may overwrite z; a row not counted may carry any target (never read) */
     const float loss_z = counted ? z[t] : 0.0f;
@@ -41,6 +41,9 @@ OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, floa
             dz[i] = g;
             dz16[i] = ops_bf16_from_float(g);
         }
+    } else if (dz && r32) {   /* rounded in place (ops_bf16_round_out) */
+        OPS_SIMD
+        for (int i = 0; i < V; i++) dz[i] = ops_bf16_round(ops_ce_grad(e[i], c));
     } else if (dz) {
         OPS_SIMD
         for (int i = 0; i < V; i++) dz[i] = ops_ce_grad(e[i], c);
@@ -48,7 +51,7 @@ OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, float *lse, floa
         OPS_SIMD
         for (int i = 0; i < V; i++) dz16[i] = ops_bf16_from_float(ops_ce_grad(e[i], c));
     }
-    if (dz) dz[t] = gt;
+    if (dz) dz[t] = r32 ? ops_bf16_round(gt) : gt;
     if (dz16) dz16[t] = ops_bf16_from_float(gt);
     return l - loss_z;
 }
@@ -74,6 +77,8 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
     int only = 0, fail = 0;
     uint16_t *d16 = dlogits ? ops_bf16_shadow_take_out(dlogits, (size_t)N * V, &only) : NULL;
     float *dz = only ? NULL : dlogits;
+    /* bf16 emulated: dlogits rounded as they are written (ops_bf16.h) */
+    const int r32 = dlogits && !d16 && ops_bf16_round_out(dlogits, (size_t)N * V);
 #pragma omp parallel
     {
         float *e = malloc(sizeof(float) * (V > 0 ? V : 1));
@@ -85,8 +90,8 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
         for (int n = 0; n < N; n++)
             if (e)
                 row_loss[n] = ce_row_forward(dz ? dz + (size_t)n * V : NULL, d16 ? d16 + (size_t)n * V : NULL,
-                                             &lse[n], e, logits + (size_t)n * V, targets[n], !mask || mask[n], V,
-                                             scale);
+                                             r32, &lse[n], e, logits + (size_t)n * V, targets[n], !mask || mask[n],
+                                             V, scale);
         free(e);
     }
     if (only) ops_bf16_only_done(dlogits, (size_t)N * V);

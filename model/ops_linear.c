@@ -117,21 +117,37 @@ static int linear_backward_bf16(float *dx, float dx_beta, float *dw, const float
 }
 
 /* ---- bf16 emulated (no native bf16 products: x86-64-v3 and below) ----
- * model_gemm_prec rounds both operands of every product, so a backward would round dy twice
- * (once for dx, once for dw). Here dy, w and x are each rounded once into the thread's buffers
- * as fp32 values with the low 16 bits zero -- what gemm_bf16 would pass its fp32 product -- and
- * the products run at fp32 on them: the same operands, leading dimensions and engine, so the
- * same bits. At S on x86-64-v3 the rounding was 31 ms of a 626 ms step (thread clock). */
+ * model_gemm_prec rounds both operands of every product into the thread's buffers as fp32
+ * values with the low 16 bits zero and runs the fp32 product on them. Here each operand is that
+ * rounding done once: the fp32 shadow its producer left (ops_bf16.h: a products-only tensor
+ * rounded in place; a weight's rounded copy, kept until the optimizer writes it), else rounded
+ * into the thread's buffer once for both products of a backward. The products then run at fp32
+ * on the same values, compact as model_gemm_prec packs them, on the same engine: the same bits.
+ * (At S on x86-64-v3, before the shadows, the rounding was 31 ms of a 626 ms step.) */
 static const float *rounded(const float *x, size_t n, int slot) {
+    const float *s = ops_bf16_shadow_find_f32(x, n);
+    if (s) return s;
     float *buf = gemm_tls_buffer(slot, n * sizeof(float));
     if (buf) ops_bf16_pack_f32(buf, x, n);
     return buf;
+}
+static const float *rounded_weight(const float *w, size_t n) {
+    const float *s = ops_bf16_shadow_weight_f32(w, n);
+    return s ? s : rounded(w, n, GEMM_TLS_A);
+}
+
+static int linear_forward_emulated(float *y, const float *x, const float *w, int N, int in, int out) {
+    const float *w2 = rounded_weight(w, (size_t)out * in);
+    const float *x2 = w2 ? rounded(x, (size_t)N * in, GEMM_TLS_OPS_X) : NULL;
+    if (!x2) return -1;
+    model_gemm_prec(PRECISION_FP32, GEMM_T, GEMM_N, out, N, in, 1.0f, w2, in, x2, in, 0.0f, y, out);
+    return 0;
 }
 
 static int linear_backward_emulated(float *dx, float dx_beta, float *dw, const float *dy,
                                     const float *x, const float *w, int N, int in, int out) {
     const float *dy2 = rounded(dy, (size_t)N * out, GEMM_TLS_OPS_Y), *w2 = NULL, *x2 = NULL;
-    if (!dy2 || (dx && !(w2 = rounded(w, (size_t)out * in, GEMM_TLS_A))) ||
+    if (!dy2 || (dx && !(w2 = rounded_weight(w, (size_t)out * in))) ||
         (dw && !(x2 = rounded(x, (size_t)N * in, GEMM_TLS_OPS_X))))
         return -1;
     if (dx) model_gemm_prec(PRECISION_FP32, GEMM_N, GEMM_N, in, N, out, 1.0f, w2, in, dy2, out, dx_beta, dx, in);
@@ -139,14 +155,17 @@ static int linear_backward_emulated(float *dx, float dx_beta, float *dw, const f
     return 0;
 }
 
-/* 1 when a backward's products are bf16 emulated in fp32 (see above); only with both products,
- * where dy is shared */
+/* 1 when the op's products are bf16 emulated in fp32 (see above): with the shadows on, every
+ * product; with them off (FT_BF16_SHADOWS=0), only a backward with both products, where dy is
+ * shared (model_gemm_prec rounds the rest, as before the shadows) */
 static int linear_emulated(const float *dx, const float *dw) {
+    if (ops_bf16_emulated()) return 1;
     return dx && dw && ops_product_precision == PRECISION_BF16 && !model_gemm_bf16_native();
 }
 
 void linear_forward(float *y, const float *x, const float *w, int N, int in, int out) {
     if (ops_bf16_shadows() && !linear_forward_bf16(y, x, w, N, in, out)) return;
+    if (ops_bf16_emulated() && !linear_forward_emulated(y, x, w, N, in, out)) return;
     /* (the loop is fp32: a bf16 run's few-row products go through the product too) */
     if (N <= LINEAR_GEMV_ROWS && ops_product_precision == PRECISION_FP32) { linear_matvec(y, w, x, N, out, in); return; }
     model_gemm_prec(ops_product_precision, GEMM_T, GEMM_N, out, N, in, 1.0f, w, in, x, in, 0.0f, y, out);

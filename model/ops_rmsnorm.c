@@ -7,38 +7,42 @@
 
 /* o16: the output's bf16 shadow (ops_bf16.h) or NULL; each row packed while it is in L1.
  * only: the output is read by products only (ops_bf16.h): each row goes through a buffer on
- * the stack into its shadow, out is not written. */
+ * the stack into its shadow, out is not written. r32: the output is written rounded in place
+ * (ops_bf16_round_out: bf16 emulated, read by products only), each row while it is in L1. */
 #define RMS_ONLY_MAX 16384   /* the widest row that may skip its fp32 copy (the stack buffer) */
 static inline float *rms_out_row(float *out, float *tmp, int only, int n, int D) {
     return only ? tmp : out + (size_t)n * D;
 }
-OPS_VARIANTS(void, rms_fwd_rows, (float *out, uint16_t *o16, int only, float *rstd, const float *x,
-                                  const float *w, int n0, int n1, int D, float eps),
-             (out, o16, only, rstd, x, w, n0, n1, D, eps)) {
+OPS_VARIANTS(void, rms_fwd_rows, (float *out, uint16_t *o16, int only, int r32, float *rstd,
+                                  const float *x, const float *w, int n0, int n1, int D, float eps),
+             (out, o16, only, r32, rstd, x, w, n0, n1, D, eps)) {
     float tmp[only ? D : 1];
     for (int n = n0; n < n1; n++) {
         float *o = rms_out_row(out, tmp, only, n, D);
         rstd[n] = ops_rmsnorm_row(o, x + (size_t)n * D, w, D, eps);
         if (o16) ops_bf16_pack_row(o16 + (size_t)n * D, o, (size_t)D);
+        if (r32) ops_bf16_round_row(o, (size_t)D);
     }
 }
 
-/* the output's shadow (ops_bf16_shadow_take_out) and whether it alone is written */
-static uint16_t *rms_out16(const float *out, int N, int D, int *only) {
+/* the output's shadow (ops_bf16_shadow_take_out) and whether it alone is written; where none is
+ * taken, *r32: whether out is written rounded in place (ops_bf16_round_out) */
+static uint16_t *rms_out16(const float *out, int N, int D, int *only, int *r32) {
     uint16_t *o16 = ops_bf16_shadow_take_out(out, (size_t)N * D, only);
     if (D > RMS_ONLY_MAX) *only = 0;
+    *r32 = !o16 && ops_bf16_round_out(out, (size_t)N * D);
     return o16;
 }
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D,
                      float eps) {
-    int only;
-    uint16_t *o16 = rms_out16(out, N, D, &only);
+    int only, r32;
+    uint16_t *o16 = rms_out16(out, N, D, &only, &r32);
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range((size_t)N, &lo, &hi);
-        rms_fwd_rows(out, o16, only, rstd, x, w, (int)lo, (int)hi, D, eps);
+        rms_fwd_rows(out, o16, only, r32, rstd, x, w, (int)lo, (int)hi, D, eps);
     }
     if (only) ops_bf16_only_done(out, (size_t)N * D);
 }
@@ -46,10 +50,10 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
 /* y = a + b, then RMSNorm of y, a row at a time: the sum is the add_forward's expression and
  * the norm reads the row from L1 (one pass over a and b instead of add_forward's pass and the
  * norm's read of y) */
-OPS_VARIANTS(void, add_rms_fwd_rows, (float *y, float *out, uint16_t *o16, int only, float *rstd,
-                                      const float *a, const float *b, const float *w, int n0, int n1,
-                                      int D, float eps),
-             (y, out, o16, only, rstd, a, b, w, n0, n1, D, eps)) {
+OPS_VARIANTS(void, add_rms_fwd_rows, (float *y, float *out, uint16_t *o16, int only, int r32,
+                                      float *rstd, const float *a, const float *b, const float *w,
+                                      int n0, int n1, int D, float eps),
+             (y, out, o16, only, r32, rstd, a, b, w, n0, n1, D, eps)) {
     float tmp[only ? D : 1];
     for (int n = n0; n < n1; n++) {
         float *yr = y + (size_t)n * D, *o = rms_out_row(out, tmp, only, n, D);
@@ -58,18 +62,19 @@ OPS_VARIANTS(void, add_rms_fwd_rows, (float *y, float *out, uint16_t *o16, int o
         for (int i = 0; i < D; i++) yr[i] = ar[i] + br[i];
         rstd[n] = ops_rmsnorm_row(o, yr, w, D, eps);
         if (o16) ops_bf16_pack_row(o16 + (size_t)n * D, o, (size_t)D);
+        if (r32) ops_bf16_round_row(o, (size_t)D);
     }
 }
 
 void add_rmsnorm_forward(float *y, float *out, float *rstd, const float *a, const float *b,
                          const float *w, int N, int D, float eps) {
-    int only;
-    uint16_t *o16 = rms_out16(out, N, D, &only);
+    int only, r32;
+    uint16_t *o16 = rms_out16(out, N, D, &only, &r32);
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range((size_t)N, &lo, &hi);
-        add_rms_fwd_rows(y, out, o16, only, rstd, a, b, w, (int)lo, (int)hi, D, eps);
+        add_rms_fwd_rows(y, out, o16, only, r32, rstd, a, b, w, (int)lo, (int)hi, D, eps);
     }
     if (only) ops_bf16_only_done(out, (size_t)N * D);
 }

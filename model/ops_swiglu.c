@@ -33,16 +33,26 @@ OPS_VARIANTS(void, swiglu_fwd_only16, (uint16_t *restrict o16, const float *rest
     for (size_t i = lo; i < hi; i++) o16[i] = ops_bf16_from_float(ops_silu(gate[i]) * up[i]);
 }
 
+/* The output rounded in place (ops_bf16_round_out: bf16 emulated, read by products only). */
+OPS_VARIANTS(void, swiglu_fwd_round, (float *restrict out, const float *restrict gate,
+                                      const float *restrict up, size_t lo, size_t hi),
+             (out, gate, up, lo, hi)) {
+    OPS_SIMD
+    for (size_t i = lo; i < hi; i++) out[i] = ops_bf16_round(ops_silu(gate[i]) * up[i]);
+}
+
 void swiglu_forward(float *out, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
     int only = 0;
     uint16_t *o16 = out != gate && out != up ? ops_bf16_shadow_take_out(out, n, &only)
                                              : ops_bf16_shadows() ? ops_bf16_shadow_take(out, n) : NULL;
+    const int r32 = !o16 && out != gate && out != up && ops_bf16_round_out(out, n);
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
-        if (only) swiglu_fwd_only16(o16, gate, up, lo, hi);
+        if (r32) swiglu_fwd_round(out, gate, up, lo, hi);
+        else if (only) swiglu_fwd_only16(o16, gate, up, lo, hi);
         else if (o16) swiglu_fwd_range16(out, o16, gate, up, lo, hi);
         else swiglu_fwd_range(out, gate, up, lo, hi);
     }
@@ -58,15 +68,16 @@ static inline __attribute__((always_inline)) void swiglu_grad(float d, float g, 
 }
 /* The loop of the accumulating and overwriting backwards: acc = 1 adds
  * into dgate/dup (the op's contract), acc = 0 overwrites them: the same bits as adding into
- * zeroes, without the zeroing pass. acc is a constant at each call, so each clone below gets
- * a branch-free loop. */
+ * zeroes, without the zeroing pass; rnd = 1 (overwriting only) writes them rounded to bf16.
+ * acc and rnd are constants at each call, so each clone below gets a branch-free loop. */
 static inline __attribute__((always_inline)) void swiglu_bwd_body(
     float *restrict dgate, float *restrict dup, const float *restrict dout,
-    const float *restrict gate, const float *restrict up, size_t lo, size_t hi, int acc) {
+    const float *restrict gate, const float *restrict up, size_t lo, size_t hi, int acc, int rnd) {
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) {
         float dg, du;
         swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
+        if (rnd) dg = ops_bf16_round(dg), du = ops_bf16_round(du);
         dgate[i] = acc ? dgate[i] + dg : dg;
         dup[i] = acc ? dup[i] + du : du;
     }
@@ -103,12 +114,19 @@ OPS_VARIANTS(void, swiglu_bwd_only16, (uint16_t *restrict dg16, uint16_t *restri
 OPS_VARIANTS(void, swiglu_bwd_add, (float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t lo, size_t hi),
              (dgate, dup, dout, gate, up, lo, hi)) {
-    swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 1);
+    swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 1, 0);
 }
 OPS_VARIANTS(void, swiglu_bwd_set, (float *dgate, float *dup, const float *dout, const float *gate,
                            const float *up, size_t lo, size_t hi),
              (dgate, dup, dout, gate, up, lo, hi)) {
-    swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 0);
+    swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 0, 0);
+}
+/* The overwriting one with the gradients rounded in place (ops_bf16_round_out: bf16 emulated,
+ * read by products only). */
+OPS_VARIANTS(void, swiglu_bwd_round, (float *dgate, float *dup, const float *dout, const float *gate,
+                             const float *up, size_t lo, size_t hi),
+             (dgate, dup, dout, gate, up, lo, hi)) {
+    swiglu_bwd_body(dgate, dup, dout, gate, up, lo, hi, 0, 1);
 }
 
 static void swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
@@ -120,11 +138,15 @@ static void swiglu_bwd(float *dgate, float *dup, const float *dout, const float 
         !(du16 = ops_bf16_shadow_take_out(dup, n, &ou)))
         ops_bf16_clobber(dgate, sizeof(float) * n), dg16 = NULL;   /* both or neither */
     const int only = dg16 && og && ou;   /* (both read by products only, else both in fp32) */
+    /* emulated: both rounded in place, or neither */
+    int r32 = !acc && !dg16 && ops_bf16_round_out(dgate, n);
+    if (r32 && !ops_bf16_round_out(dup, n)) ops_bf16_clobber(dgate, sizeof(float) * n), r32 = 0;
 #pragma omp parallel
     {
         size_t lo, hi;
         ops_thread_range(n, &lo, &hi);
         if (acc) swiglu_bwd_add(dgate, dup, dout, gate, up, lo, hi);
+        else if (r32) swiglu_bwd_round(dgate, dup, dout, gate, up, lo, hi);
         else if (only) swiglu_bwd_only16(dg16, du16, dout, gate, up, lo, hi);
         else if (dg16) swiglu_bwd_set16(dgate, dup, dg16, du16, dout, gate, up, lo, hi);
         else swiglu_bwd_set(dgate, dup, dout, gate, up, lo, hi);

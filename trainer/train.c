@@ -580,7 +580,7 @@ static void print_start(run_t *r) {
                     ? " (from the checkpoint; --kappa differs and is ignored)" : "");
     if (r->dev->precision == PRECISION_BF16 && device_is_host(r->dev) && !model_gemm_bf16_native())
         fprintf(stderr, "trainer: this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
-                        "operands, slower than fp32 (docs/DEVICES.md)\n");
+                        "operands (the same numbers, no faster than fp32; docs/DEVICES.md)\n");
     if (r->cfg.kind == MODEL_LTM)
         fprintf(stderr, "trainer: ltm, m=%d latent vectors per layer, window %d, K=%d inner steps, fast lr %g rising to "
                 "%g over %d steps%s\n", r->cfg.latent_vectors, r->cfg.sliding_window, r->cfg.inner_steps, r->cfg.fast_lr,
