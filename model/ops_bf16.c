@@ -123,16 +123,16 @@ int ops_bf16_native(void) {
     return ops_product_precision == PRECISION_BF16 && model_gemm_bf16_native();
 }
 
-int ops_bf16_shadows(void) {
-    if (!ops_bf16_native()) return 0;
+/* $FT_BF16_SHADOWS (or ops_bf16_shadows_enable), for either kind of shadow */
+static int shadows_enabled(void) {
     if (enabled < 0) enabled = env_flag("FT_BF16_SHADOWS", 1);
     return enabled;
 }
 
+int ops_bf16_shadows(void) { return ops_bf16_native() && shadows_enabled(); }
+
 int ops_bf16_emulated(void) {
-    if (ops_product_precision != PRECISION_BF16 || model_gemm_bf16_native()) return 0;
-    if (enabled < 0) enabled = env_flag("FT_BF16_SHADOWS", 1);
-    return enabled;
+    return ops_product_precision == PRECISION_BF16 && !model_gemm_bf16_native() && shadows_enabled();
 }
 
 static shadow_t *lookup(const float *x) {
@@ -293,16 +293,23 @@ void ops_bf16_products_only(const void *p, size_t bytes) {
     pthread_mutex_unlock(&lock);
 }
 
+/* 1 when x[0 .. n) lies inside a range marked products-only (the caller holds the lock) */
+static int inside_only(const float *x, size_t n) {
+    const char *lo = (const char *)x, *hi = (const char *)(x + n);
+    int in = 0;
+    for (int i = 0; i < n_only && !in; i++) in = only_tab[i].lo <= lo && hi <= only_tab[i].hi;
+    return in;
+}
+
 uint16_t *ops_bf16_shadow_take_out(const float *x, size_t n, int *only) {
     *only = 0;
     if (!ops_bf16_shadows()) return NULL;
     uint16_t *r = ops_bf16_shadow_take(x, n);
     if (!r || !n_only || !ops_bf16_only_mode() || check_on()) return r;
-    const char *lo = (const char *)x, *hi = (const char *)(x + n);
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < n_only && !*only; i++) *only = only_tab[i].lo <= lo && hi <= only_tab[i].hi;
-    if (*only) __atomic_add_fetch(&only_writes, 1, __ATOMIC_RELAXED);
+    *only = inside_only(x, n);
     pthread_mutex_unlock(&lock);
+    if (*only) __atomic_add_fetch(&only_writes, 1, __ATOMIC_RELAXED);
     return r;
 }
 
@@ -311,14 +318,6 @@ void ops_bf16_only_done(float *x, size_t n) {
 }
 
 /* ---- the emulated path: fp32 shadows (ops_bf16.h) ---- */
-
-/* 1 when x[0 .. n) lies inside a range marked products-only */
-static int inside_only(const float *x, size_t n) {
-    const char *lo = (const char *)x, *hi = (const char *)(x + n);
-    int in = 0;
-    for (int i = 0; i < n_only && !in; i++) in = only_tab[i].lo <= lo && hi <= only_tab[i].hi;
-    return in;
-}
 
 int ops_bf16_round_out(const float *x, size_t n) {
     if (!x || !n || !n_only || !ops_bf16_emulated() || ops_bf16_only_mode() != 1 || check_on())
