@@ -32,6 +32,12 @@
 # comparison with older entries the head's shape alone (the tied head's forward, V x B*T x d:
 # build/bench/sgemm --engine onednn|bf16) is kept as head_limit_*.
 # results.json records the CPU model, the level (FT_CPU_ISA's name) and oneDNN's ISA.
+# bf16 against fp32 (issue 26: on a CPU without native bf16, bf16 at most 5% slower): the
+# tokens/s medians above come from separate processes, tens of seconds apart, and this VM's
+# speed drifts by 15% over minutes; so after the repeats each config also runs `train_step
+# --versus bf16` (an fp32 and a bf16 model in one process, taking turns step by step, ABBA),
+# whose paired median and 90% bootstrap interval are recorded as bf16_over_fp32_interleaved
+# (TRAIN_BENCH_PAIR_STEPS_S=24, TRAIN_BENCH_PAIR_STEPS_M=8 steps each side).
 #   TRAIN_BENCH_REPS=5 TRAIN_BENCH_STEPS_S=6 TRAIN_BENCH_STEPS_M=3 bash bench/bench_train.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -44,6 +50,7 @@ REPS=${TRAIN_BENCH_REPS:-5}
 # 5-25% of S's tokens/s (every join then sleeps and wakes through the kernel: 3981 context
 # switches in a 9-step run against 162), and a user runs with the default. PyTorch's products run on OpenBLAS's own threads, which ignore it.
 declare -A STEPS=([S]=${TRAIN_BENCH_STEPS_S:-6} [M]=${TRAIN_BENCH_STEPS_M:-3})
+declare -A PAIR_STEPS=([S]=${TRAIN_BENCH_PAIR_STEPS_S:-24} [M]=${TRAIN_BENCH_PAIR_STEPS_M:-8})
 PY=/usr/bin/python3
 for f in build/bench/train_step build/bench/sgemm; do
     [ -x "$f" ] || { echo "bench_train: $f missing (run: make bench-bins)"; exit 1; }
@@ -86,6 +93,13 @@ for r in $(seq 1 "$REPS"); do
             "$(tail -1 "$T/pt_bf16.$c" | jq .tokens_per_s)"
     done
     echo "  repeat $r/$REPS done: sgemm $(tail -1 "$T/sgemm") GFLOP/s, load $(cut -d' ' -f1 /proc/loadavg)"
+done
+
+for c in S M; do
+    build/bench/train_step --config "$c" --steps "${PAIR_STEPS[$c]}" --versus bf16 --json > "$T/pair.$c" \
+        || { echo "bench_train: train_step --config $c --versus bf16 failed"; exit 1; }
+    printf '  %s interleaved (%s steps each, one process): bf16 step / fp32 step %s, 90%% interval %s .. %s\n' "$c" \
+        "${PAIR_STEPS[$c]}" "$(jq .b_over_a_median "$T/pair.$c")" "$(jq .b_over_a_lo90 "$T/pair.$c")" "$(jq .b_over_a_hi90 "$T/pair.$c")"
 done
 
 # median of the numbers in a file (one per line)
@@ -131,7 +145,7 @@ for c in S M; do
         --argjson ob "$ob" --argjson pb "$pb" --argjson pbn "$pbn" --argjson lf "$lf" --argjson lb "$lb" \
         --argjson ff "$fracf" --argjson fb "$fracb" --argjson rb "$rb" --argjson nat "$native_bf16" \
         --argjson hf "$hf" --argjson hb "$hb" --argjson pf "$pairf" --argjson pbb "$pairb" --arg isa "$isa" \
-        --argjson lfr "$lfr" --argjson lbr "$lbr" \
+        --argjson lfr "$lfr" --argjson lbr "$lbr" --slurpfile pair "$T/pair.$c" \
         --arg eng "$engine" --arg cpu "$cpu" \
         '.train[$c] = {ours_tok_s: $o, pytorch_tok_s: $p, ratio: $r, sgemm_gflops: $s, ours_fraction_of_sgemm: $f,
                        pytorch_mode: $m, pytorch_defaults_tok_s: $pd, pytorch_1thread_ob2_tok_s: $p1, params: $n,
@@ -144,6 +158,9 @@ for c in S M; do
                        limit_fp32_gflops_range: $lfr, limit_bf16_gflops_range: $lbr,
                        paired_fraction_of_limit_fp32: $pf, paired_fraction_of_limit_bf16: $pbb,
                        head_limit_fp32_gflops: $hf, head_limit_bf16_gflops: $hb,
+                       bf16_over_fp32_interleaved: {median: $pair[0].b_over_a_median, lo90: $pair[0].b_over_a_lo90,
+                                                    hi90: $pair[0].b_over_a_hi90, steps: $pair[0].steps,
+                                                    rule: "train_step --versus bf16: bf16 step / fp32 step, paired by step in one process (ABBA); 90% bootstrap interval of the median"},
                        cpu_model: $cpu, isa_level: $isa, gemm_engine: $eng}' <<< "$json")
 done
 echo "sgemm 1024: $sgemm GFLOP/s (best of $REPS; all: $(tr '\n' ' ' < "$T/sgemm"))"

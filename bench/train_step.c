@@ -204,6 +204,7 @@ static void sync_dev(void) {
     if (!device_is_host(dev) && DEV(dev, sync, e, sizeof e)) fprintf(stderr, "train_step: %s\n", e);
 }
 
+static const char *versus = NULL, *device_spec = "cpu";   /* --versus P: the pair mode (run_pair) */
 static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, digest = 0, limit_reps = 1, layers = 0, vocab = 0;
 
 /* The execution-model emulator's performance counters (tests/emu/emu_perf.cc, linked only into
@@ -224,6 +225,7 @@ static double median_of(double *v, int n) {
  * processes on the core do not inflate; else by the wall clock); the product's lines (inside the Linear and attention ops)
  * are shown apart. per[s][i] is line i's seconds in step s, step[s] the step's wall time. */
 #define PROF_MAX_STEPS 64
+#define PROF_MAX_PAIRS 512   /* --versus: steps at most */
 static prof_line_t prof_names[PROF_LINES];
 static double prof_per[PROF_MAX_STEPS][PROF_LINES], prof_calls[PROF_LINES];
 static void profile_report(int nsteps, int nlines, const double *step_s) {
@@ -271,6 +273,120 @@ static int print_digest(const tensor_view_t *pv, int np, float loss) {
                     (unsigned long long)XXH64_digest(st), loss);
     else fprintf(stderr, "train_step: --digest: out of memory\n");
     XXH64_freeState(st);
+    return rc;
+}
+
+/* ---- --versus P: two precisions, one process, steps interleaved ----------------------------
+ * On a shared VM the speed of the same binary drifts by 15% over minutes (bench/NOTES.md,
+ * 2026-11-27), as much as the difference between fp32 and bf16 a CPU without native bf16 is
+ * asked to keep under 5% (issue 26): alternating whole runs leaves each pair tens of seconds
+ * apart. Here a second model of the same config and tokens trains at precision P on a second
+ * device in the same process, and the two take turns step by step (ABBA: A then B on even
+ * steps, B then A on odd ones, so neither always runs on the other's caches); each pair is the
+ * two steps of one index, under a second apart. Reported: each side's median step, the median
+ * of the paired ratios B/A, and a 90% bootstrap interval of that median (2000 resamples of the
+ * pairs, a fixed seed: the same timings give the same interval). Both models start from the
+ * same weights (the family's seeded init) and see the same batch every step. */
+typedef struct {
+    device_t *dev;
+    void *m;
+    adamw_t *opt;
+    tensor_view_t gv[256];
+    int np;
+} trainee_t;
+
+static int trainee_step(const model_family_t *fam, trainee_t *t, int s, const uint32_t *in,
+                        const uint32_t *tg, float *loss, char *err, size_t errlen) {
+    char e[256];
+    double norm;
+    if (fam->set_step) fam->set_step(t->m, (uint64_t)(s + 1));
+    fam->zero_grad(t->m);
+    int rc = fam->forward(t->m, in, tg, NULL, loss, err, errlen);
+    rc = rc ? rc : fam->backward(t->m, err, errlen);
+    rc = rc ? rc : adamw_step(t->opt, t->gv, t->np, 1e-3f, 1.0f, 1.0f, &norm, err, errlen);
+    if (!rc && !device_is_host(t->dev) && DEV(t->dev, sync, e, sizeof e))
+        rc = 1, snprintf(err, errlen, "%s", e);
+    return rc;
+}
+
+/* b's steps over a's, each pair one step index: fills ratio[] and returns its median */
+static double pair_ratios(const double *a, const double *b, int n, double *ratio) {
+    double v[PROF_MAX_PAIRS];
+    for (int i = 0; i < n; i++) ratio[i] = v[i] = b[i] / a[i];
+    return median_of(v, n);
+}
+
+/* the 5% and 95% points of the median of n pairs resampled with replacement */
+static void pair_interval(const double *ratio, int n, double *lo, double *hi) {
+    enum { RESAMPLES = 2000 };
+    static double med[RESAMPLES];
+    double v[PROF_MAX_PAIRS];
+    rng_t r;
+    rng_seed(&r, 2026);
+    for (int k = 0; k < RESAMPLES; k++) {
+        for (int i = 0; i < n; i++) v[i] = ratio[rng_below(&r, (uint64_t)n)];
+        med[k] = median_of(v, n);
+    }
+    qsort(med, RESAMPLES, sizeof *med, cmp_double);
+    *lo = med[RESAMPLES / 20], *hi = med[RESAMPLES - 1 - RESAMPLES / 20];
+}
+
+/* A is the model run() made (dev, its precision); B the same config at --versus's precision */
+static int run_pair(const model_family_t *fam, const model_config_t *c, char name, trainee_t *A,
+                    const uint32_t *in, const uint32_t *tg, int B, int T, int steps, int json) {
+    char err[256];
+    precision_t pb;
+    trainee_t Bm = {0};
+    double ta[PROF_MAX_PAIRS], tb[PROF_MAX_PAIRS], ratio[PROF_MAX_PAIRS], lo = 0, hi = 0;
+    float la = 0, lb = 0;
+    int rc = precision_parse(versus, &pb, err, sizeof err) ||
+             device_open(&Bm.dev, device_spec, pb, err, sizeof err);
+    if (!rc && fam->create(&Bm.m, Bm.dev, c, B, T, 1, err, sizeof err)) rc = 1, Bm.m = NULL;
+    if (!rc) {
+        tensor_view_t pv[256];
+        adamw_config_t oc = adamw_config_default();
+        const int np = fam->params(Bm.m, pv, 256);
+        Bm.np = fam->grads(Bm.m, Bm.gv, 256);
+        if (Bm.np != np) rc = 1, snprintf(err, sizeof err, "%d parameters but %d gradients", np, Bm.np);
+        else rc = adamw_create(&Bm.opt, pv, np, &oc, err, sizeof err);
+    }
+    for (int s = -1; s < steps && !rc; s++) {   /* s = -1: one warm-up step each, not timed */
+        const int b_first = s >= 0 && s % 2 == 1;   /* ABBA (the warm-up: A first) */
+        trainee_t *first = b_first ? &Bm : A, *second = b_first ? A : &Bm;
+        const double t0 = now();
+        rc = trainee_step(fam, first, s, in, tg, first == A ? &la : &lb, err, sizeof err);
+        const double t1 = now();
+        rc = rc ? rc : trainee_step(fam, second, s, in, tg, second == A ? &la : &lb, err, sizeof err);
+        const double t2 = now();
+        if (s >= 0) {
+            ta[s] = first == A ? t1 - t0 : t2 - t1;
+            tb[s] = first == A ? t2 - t1 : t1 - t0;
+        }
+    }
+    if (!rc) {
+        const double med = pair_ratios(ta, tb, steps, ratio);
+        pair_interval(ratio, steps, &lo, &hi);
+        double sa[PROF_MAX_PAIRS], sb[PROF_MAX_PAIRS];
+        memcpy(sa, ta, sizeof(double) * steps), memcpy(sb, tb, sizeof(double) * steps);
+        const double ma = median_of(sa, steps), mb = median_of(sb, steps);
+        if (json)
+            printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"B\":%d,\"T\":%d,\"steps\":%d,\"threads\":%d,"
+                   "\"isa\":\"%s\",\"a\":\"%s\",\"b\":\"%s\",\"a_step_median_s\":%.5f,\"b_step_median_s\":%.5f,"
+                   "\"b_over_a_median\":%.5f,\"b_over_a_lo90\":%.5f,\"b_over_a_hi90\":%.5f,"
+                   "\"a_loss\":%.4f,\"b_loss\":%.4f}\n",
+                   name, fam->name, B, T, steps, omp_get_max_threads(), cpu_isa_name(cpu_isa()),
+                   precision_name(dev->precision), precision_name(pb), ma, mb, med, lo, hi, la, lb);
+        else
+            printf("C  config %c (%s), B=%d T=%d, %d threads, %s, %d steps each, interleaved: %s %.1f ms, %s %.1f ms "
+                   "(medians); %s/%s paired: median %+.2f%%, 90%% interval %+.2f%% .. %+.2f%% (loss %.3f / %.3f)\n",
+                   name, fam->name, B, T, omp_get_max_threads(), cpu_isa_name(cpu_isa()), steps,
+                   precision_name(dev->precision), ma * 1e3, precision_name(pb), mb * 1e3, precision_name(pb),
+                   precision_name(dev->precision), 100 * (med - 1), 100 * (lo - 1), 100 * (hi - 1), la, lb);
+    }
+    if (rc) fprintf(stderr, "train_step: --versus %s: %s\n", versus, err);
+    adamw_destroy(&Bm.opt);
+    if (Bm.m) fam->destroy(&Bm.m);
+    device_close(&Bm.dev);
     return rc;
 }
 
@@ -328,6 +444,15 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     uint32_t *in = malloc(sizeof(uint32_t) * B * T), *tg = malloc(sizeof(uint32_t) * B * T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) { in[b * T + t] = tok[b * (T + 1) + t]; tg[b * T + t] = tok[b * (T + 1) + t + 1]; }
+    if (versus) {
+        trainee_t A = {.dev = dev, .m = m, .opt = opt, .np = np};
+        memcpy(A.gv, gv, sizeof(tensor_view_t) * np);
+        int prc = run_pair(fam, &c, name, &A, in, tg, B, T, steps, json);
+        free(tok); free(in); free(tg);
+        adamw_destroy(&opt);
+        fam->destroy(&m);
+        return prc;
+    }
     double t_fwd = 0, t_bwd = 0, t_opt = 0, step_s[PROF_MAX_STEPS], wall_sum = 0, clock_sum = 0;
     prof_line_t prev[PROF_LINES];
     int nprof = 0, nprev = 0;
@@ -469,7 +594,7 @@ int main(int argc, char **argv) {
                    "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
                    "                  [--mixer-heads h] [--mixer-kernel k] [--layers L] [--vocab V] [--json] [--profile]\n"
-                   "                  [--limit [--limit-reps R]] [--digest]\n"
+                   "                  [--limit [--limit-reps R]] [--digest] [--versus P]\n"
                    "FAMILY: %s\n", family_names());
             printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n"
                    "--layers L, --vocab V: the config with L layers, a vocabulary of V, instead of its own.\n"
@@ -477,6 +602,9 @@ int main(int argc, char **argv) {
                    "--limit: also the step's products alone, each at its shape, at the same precision, timed\n"
                    "  between the steps (R passes after each, --limit-reps R, default 1): the product limit\n"
                    "  (GFLOP/s) a step of only products would reach, and the best pass / the best step (llama only).\n"
+                   "--versus P: a second model at precision P trains in the same process, the two taking turns\n"
+                   "  step by step; prints both median steps and P's step over --precision's, paired by step\n"
+                   "  (median and 90%% bootstrap interval): a comparison the machine's drift does not move.\n"
                    "--digest: a hash of the parameters' bits after the steps (two builds, the same bits?).\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
@@ -488,7 +616,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = device_spec = argv[++i];
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) prec = argv[++i];
         else if (!strcmp(argv[i], "--mixer-heads") && i + 1 < argc) mh = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mixer-kernel") && i + 1 < argc) mk = atoi(argv[++i]);
@@ -499,11 +627,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--limit")) limit = 1;
         else if (!strcmp(argv[i], "--digest")) digest = 1;
         else if (!strcmp(argv[i], "--limit-reps") && i + 1 < argc) limit_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--versus") && i + 1 < argc) versus = argv[++i];
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
     }
     if (steps <= 0 || B <= 0 || T <= 0 || limit_reps < 1 || H < 1 || H > 20 || mh < 1 || mk < 1 ||
         (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "G") && strcmp(cfg, "both"))) {
         fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
+        return 2;
+    }
+    if (versus && (profile || limit || digest || steps > PROF_MAX_PAIRS)) {
+        fprintf(stderr, "train_step: --versus times whole steps: not with --profile, --limit or --digest, "
+                        "and at most %d steps\n", PROF_MAX_PAIRS);
         return 2;
     }
     char err[256];
