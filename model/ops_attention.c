@@ -237,6 +237,30 @@ OPS_VARIANTS(void, att_scatter, (float *x, const float *xs, int add, int b, int 
         }
 }
 
+/* att_scatter's overwrite with the rows also rounded into o32 (out's fp32 shadow at bf16
+ * emulated: ops_bf16_shadow_take_f32), each row while it is in L1. */
+OPS_VARIANTS(void, att_scatter_out32, (float *out, float *o32, const float *xs, int b, int kh,
+                                       int group, int i0, int np, int Tq, int H, int hd),
+             (out, o32, xs, b, kh, group, i0, np, Tq, H, hd)) {
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < np; i++) {
+            const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
+            float *restrict row = out + o, *restrict row32 = o32 + o;
+            const float *restrict srow = xs + ((size_t)j * np + i) * hd;
+            OPS_SIMD
+            for (int d = 0; d < hd; d++) {
+                row[d] = srow[d];
+                row32[d] = ops_bf16_round(srow[d]);
+            }
+        }
+}
+/* The block's output rows Os into out (and its shadow o32 when not NULL) */
+static void att_put_out(float *out, float *o32, const float *Os, int b, int kh, int group, int i0,
+                        int np, int Tq, int H, int hd) {
+    if (o32) att_scatter_out32(out, o32, Os, b, kh, group, i0, np, Tq, H, hd);
+    else att_scatter(out, Os, 0, b, kh, group, i0, np, Tq, H, hd);
+}
+
 /* max of s[lo .. hi): 16 lane maxima, folded pairwise, then the tail in order. A max is exact
  * in any order (vectorised, the same value; the scalar loop's compare-and-branch cost a tenth
  * of a bf16 step's attention). The one thing the order can change is the sign of a zero
@@ -315,6 +339,7 @@ static void att_block_keys(int i0, int n, int Tq, int Tk, int causal, int window
  * rounds, passed to the same fp32 product. */
 typedef struct {
     const float *Kc, *Vc;   /* the head's keys and values rounded, compact (Tk x hd) */
+    float *o32;             /* the output's fp32 shadow (the o projection's operand) or NULL */
 } att_emu_t;
 static void att_block_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, float *S, float *Qs, const att_emu_t *e, int b,
@@ -328,7 +353,7 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     const size_t ko = (size_t)b * Tk * ldk + (size_t)klo * ldk + (size_t)kh * hd;
     if (nk <= 0) {
         memset(Qs, 0, sizeof(float) * rows * hd);
-        att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
+        att_put_out(out, e ? e->o32 : NULL, Qs, b, kh, group, i0, np, Tq, H, hd);
         for (int j = 0; j < group; j++)
             for (int r = 0; r < np; r++) lse[att_lse_at(b, kh, group, j, i0 + r, Tq, H)] = INFINITY;
         return;
@@ -346,7 +371,7 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
     model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, V, ldkv, S, e ? nk : Tk,
                     0.0f, Qs, hd);
-    att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
+    att_put_out(out, e ? e->o32 : NULL, Qs, b, kh, group, i0, np, Tq, H, hd);
 }
 
 /* K and V of head kh in batch b rounded, compact (Tk x hd): the emulated operands. */
@@ -367,6 +392,7 @@ static int att_forward16(float *out, float *lse, const float *q, const float *k,
 typedef struct {
     float *dqkv;
     uint16_t *d16;   /* dqkv's shadow or NULL */
+    int r32;         /* dqkv written rounded in place (ops_bf16_round_out) */
     const float *cos_t, *sin_t;
     int pos0;
 } att_join_t;
@@ -384,7 +410,11 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
     /* the work items: the blocks, in (b, kh, block) order; at bf16 emulated a head's blocks
      * together, which share its rounded keys and values */
     const int per = emulated && nqb > 0 ? nqb : 1, items = B * Hkv * (nqb / per);
-#pragma omp parallel
+    /* the output's fp32 shadow at bf16 emulated, written as the blocks scatter their rows (out
+     * is read by the backward in fp32 too: a copy, not rounded in place) */
+    float *o32 = emulated ? ops_bf16_shadow_take_f32(out, (size_t)B * Tq * H * hd) : NULL;
+    int fell_back = 0;
+#pragma omp parallel reduction(| : fell_back)
     {
         /* one score block and one stacked copy per thread; without them (or for a block of
          * too few rows), the row-at-a-time kernel (no scratch) */
@@ -397,7 +427,8 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
                 Vc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
             }
         }
-        const att_emu_t emu = {Kc, Vc}, *e = Kc && Vc ? &emu : NULL;
+        const att_emu_t emu = {Kc, Vc, o32}, *e = Kc && Vc ? &emu : NULL;
+        fell_back |= o32 && !e;   /* (this thread writes rows without the shadow) */
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < items; it++) {
             const int b = it / (Hkv * (nqb / per)), kh = it / (nqb / per) % Hkv;
@@ -408,16 +439,19 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
                 if (S && Qs && group * n >= ATT_QB_MIN)
                     att_block_forward(out, lse, q, k, v, S, Qs, e, b, kh, i0, n, Tq, Tk, H, Hkv,
                                       hd, causal, window);
-                else
+                else {
+                    fell_back = 1;
                     for (int h = kh * group; h < (kh + 1) * group; h++)
                         for (int i = i0; i < i0 + n; i++)
                             att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
                                             causal, window);
+                }
             }
         }
         float *bufs[] = {S, Qs, Kc, Vc};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
+    if (fell_back && o32) ops_bf16_clobber(out, sizeof(float) * B * Tq * H * hd);
 }
 
 /* One row of att_block_grad into pd_ and dd_ (the probabilities and score gradients, through
@@ -595,7 +629,7 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H,
                                        Hkv, hd, causal, window);
                 if (join)
-                    qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
+                    qkv_join_unrope_group(join->dqkv, join->d16, join->r32, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
         float *bufs[] = {w.P, w.dP, w.Qs, w.dOs, w.D, w.Kc, w.Vc};
@@ -622,10 +656,11 @@ void attention_backward_qkv(float *dqkv, float *dq, float *dk, float *dv, const 
                             const float *v, const float *cos_t, const float *sin_t, int B, int T,
                             int H, int Hkv, int hd, int causal, int window, int pos0) {
     /* dqkv's shadow taken here, on the calling thread (the table's lock), as qkv_join_unrope
-     * takes it */
+     * takes it; at bf16 emulated, dqkv rounded in place where it is read by products only (the
+     * fused projection's backward: ops_bf16_round_out), which that product then finds */
     const size_t n = (size_t)B * T * (H + 2 * Hkv) * hd;
-    const att_join_t join = {dqkv, ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, n) : NULL,
-                             cos_t, sin_t, pos0};
+    uint16_t *d16 = ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, n) : NULL;
+    const att_join_t join = {dqkv, d16, !d16 && ops_bf16_round_out(dqkv, n), cos_t, sin_t, pos0};
     att_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, 1, &join);
 }
 
@@ -869,7 +904,7 @@ static int att_backward16(float *dq, float *dk, float *dv, const float *dout, co
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv,
                                        hd, causal, window);
                 if (join)
-                    qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
+                    qkv_join_unrope_group(join->dqkv, join->d16, join->r32, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
         att16_scratch_free(&w);
