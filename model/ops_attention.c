@@ -219,6 +219,17 @@ static void att_gather(float *xs, const float *x, int b, int kh, int group, int 
                        int Tq, int H, int hd) {
     att_gather_e(xs, x, sizeof(float), b, kh, group, i0, np, Tq, H, hd);
 }
+/* The same rounded to bf16 as fp32 values (the emulated operand: bf16 emulated, ops_bf16.h), in
+ * the copy's one pass; built per level (ops_clones.h): the copy and a rounding pass over it at
+ * the baseline's width were twice the work. */
+OPS_VARIANTS(void, att_gather_round, (float *xs, const float *x, int b, int kh, int group, int i0,
+                                      int np, int Tq, int H, int hd),
+             (xs, x, b, kh, group, i0, np, Tq, H, hd)) {
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < np; i++)
+            ops_bf16_round_row_to(xs + ((size_t)j * np + i) * hd,
+                                  x + att_row(b, kh, group, j, i0, i, Tq, H, hd), (size_t)hd);
+}
 
 /* ... and back: written over x's rows, or added into them (add). Built per level
  * (ops_clones.h): the backward's dq adds ran 4 lanes wide in the baseline build (an add per
@@ -361,8 +372,8 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     const precision_t pr = e ? PRECISION_FP32 : ops_product_precision;
     const float *K = e ? e->Kc + (size_t)klo * hd : k + ko, *V = e ? e->Vc + (size_t)klo * hd : v + ko;
     const int ldkv = e ? hd : ldk;
-    att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
-    if (e) ops_bf16_round_row(Qs, (size_t)rows * hd);
+    if (e) att_gather_round(Qs, q, b, kh, group, i0, np, Tq, H, hd);
+    else att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
     att_scores(pr, S, Qs, K, ldkv, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
         att_block_softmax(S + (size_t)j * np * Tk, NULL, e ? S + (size_t)j * np * nk : NULL,
@@ -374,13 +385,16 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     att_put_out(out, e ? e->o32 : NULL, Qs, b, kh, group, i0, np, Tq, H, hd);
 }
 
-/* K and V of head kh in batch b rounded, compact (Tk x hd): the emulated operands. */
-static void att_round_kv(float *Kc, float *Vc, const float *k, const float *v, int b, int kh,
-                         int Tk, int Hkv, int hd) {
+/* K and V of head kh in batch b rounded, compact (Tk x hd): the emulated operands. Built per
+ * level (ops_clones.h) with the rounding inlined: a call of ops_bf16_pack_f32 per row of hd
+ * floats (two per position) cost more than the rounding itself. */
+OPS_VARIANTS(void, att_round_kv, (float *Kc, float *Vc, const float *k, const float *v, int b,
+                                  int kh, int Tk, int Hkv, int hd),
+             (Kc, Vc, k, v, b, kh, Tk, Hkv, hd)) {
     for (int t = 0; t < Tk; t++) {
         const size_t o = ((size_t)b * Tk + t) * Hkv * hd + (size_t)kh * hd;
-        ops_bf16_pack_f32(Kc + (size_t)t * hd, k + o, (size_t)hd);
-        ops_bf16_pack_f32(Vc + (size_t)t * hd, v + o, (size_t)hd);
+        ops_bf16_round_row_to(Kc + (size_t)t * hd, k + o, (size_t)hd);
+        ops_bf16_round_row_to(Vc + (size_t)t * hd, v + o, (size_t)hd);
     }
 }
 
@@ -547,8 +561,8 @@ static void att_block_D(float *D, const float *dout, const float *out, int b, in
  * At bf16 emulated (no native bf16 products, ops_bf16.h; w->Kc set) each operand is rounded
  * once, where model_gemm_prec would round both operands of each of the five products of every
  * block (K twice a block, Q and dO twice): K and V of the head once for all its blocks, compact
- * (Tk x hd, so a block's keys are a compact nk x hd run of them); Q and dO gathered compact and
- * rounded in place; P and dS rounded as they are made, compact (rows x nk, att_block_grad).
+ * (Tk x hd, so a block's keys are a compact nk x hd run of them); Q and dO gathered compact,
+ * rounded as they are copied; P and dS rounded as they are made, compact (rows x nk, att_block_grad).
  * Those are the operands model_gemm_prec packs (compact: leading dimension = rows) and rounds,
  * passed to the same fp32 product: the same bits. */
 static void att_group_backward_blocked(float *dq, float *dk, float *dv, const float *dout,
@@ -570,13 +584,14 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
         const float *K = emu ? w->Kc + (size_t)klo * hd : k + ko, *V = emu ? w->Vc + (size_t)klo * hd : v + ko;
         const float *Pm = emu ? w->Pc : w->P, *dS = emu ? w->dSc : w->dP;
         const int ldkv = emu ? hd : ldk, ldp = emu ? nk : Tk;
-        att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
-        att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
-        att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
         if (emu) {
-            ops_bf16_round_row(w->Qs, (size_t)rows * hd);
-            ops_bf16_round_row(w->dOs, (size_t)rows * hd);
+            att_gather_round(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
+            att_gather_round(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
+        } else {
+            att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
+            att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
         }
+        att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
         /* S = scale Q K^T, dP = dO V^T */
         att_scores(pr, w->P, w->Qs, K, ldkv, rows, nk, hd, Tk, scale);
         att_scores(pr, w->dP, w->dOs, V, ldkv, rows, nk, hd, Tk, 1.0f);
