@@ -55,9 +55,9 @@
  * ROUNDED IN PLACE (ops_bf16_round_out: RMSNorm's and add_rmsnorm's outputs, SwiGLU's output
  * and gradients, the q|k|v gradient, dlogits), which costs no pass and no memory; with
  * FT_BF16_SHADOW_ONLY=0 or poison they are written in fp32 as before (poison cannot apply:
- * there is no second copy). A tensor that other ops read in fp32 too gets a rounded copy of
- * its own from its producer, in the pass that writes it (ops_bf16_shadow_take_f32: the
- * residual stream's gradient from the norms' backward, attention's output).
+ * there is no second copy). A tensor that other ops read in fp32 too may get a rounded copy
+ * of its own from its producer, in the pass that writes it (ops_bf16_shadow_take_f32:
+ * attention's output, which two products read).
  * The bf16-pattern paths above (ops_bf16_shadows, the attention's bf16 blocks) stay native
  * only. The table is the process's, guarded by a lock; a shadow's contents are written by the
  * op that takes it, which runs on the calling thread's behalf alone. */
@@ -168,8 +168,8 @@ const float *ops_bf16_shadow_find_f32(const float *x, size_t n);
  * big as w) and kept until w is written. NULL when out of memory. */
 const float *ops_bf16_shadow_weight_f32(const float *w, size_t n);
 /* For an op about to write x[0 .. n) at bf16 emulated where x has readers besides products
- * (the residual stream's gradient, read by the next norm's backward; attention's output, read
- * by attention's backward): storage of its own for x's fp32 shadow, marked valid, which the op
+ * (attention's output, read by attention's backward): storage of its own for x's fp32 shadow,
+ * marked valid, which the op
  * fills in the pass that writes x (ops_bf16_round_row_to, each row while it is in L1), so the
  * products that read x find it instead of rounding x in a pass of their own (a read and a
  * write of x: here, one write). x itself is written in fp32 as always. NULL where the op runs

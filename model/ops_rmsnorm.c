@@ -79,21 +79,15 @@ void add_rmsnorm_forward(float *y, float *out, float *rstd, const float *a, cons
     if (only) ops_bf16_only_done(out, (size_t)N * D);
 }
 
-/* dx16: dx's bf16 shadow or NULL, dx32: its fp32 shadow (bf16 emulated) or NULL, each row
- * written while it is in L1 (see rmsnorm_backward_res) */
-static inline __attribute__((always_inline)) void rms_dx_shadow(uint16_t *dx16, float *dx32,
-                                                                const float *dx, int n, int D) {
-    if (dx16) ops_bf16_pack_row(dx16 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
-    if (dx32) ops_bf16_round_row_to(dx32 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
-}
-OPS_VARIANTS(void, rms_bwd_rows, (float *dx, uint16_t *dx16, float *dx32, const float *res,
-                                  const float *dout, const float *x, const float *w,
-                                  const float *rstd, int n0, int n1, int D),
-             (dx, dx16, dx32, res, dout, x, w, rstd, n0, n1, D)) {
+/* dx16: dx's bf16 shadow or NULL, each row packed while it is in L1 (see rmsnorm_backward_res) */
+OPS_VARIANTS(void, rms_bwd_rows, (float *dx, uint16_t *dx16, const float *res, const float *dout,
+                                  const float *x, const float *w, const float *rstd, int n0, int n1,
+                                  int D),
+             (dx, dx16, res, dout, x, w, rstd, n0, n1, D)) {
     for (int n = n0; n < n1; n++) {
         ops_rmsnorm_row_backward_res(dx + (size_t)n * D, res + (size_t)n * D, dout + (size_t)n * D,
                                      x + (size_t)n * D, w, rstd[n], D);
-        rms_dx_shadow(dx16, dx32, dx, n, D);
+        if (dx16) ops_bf16_pack_row(dx16 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
     }
 }
 
@@ -112,15 +106,15 @@ OPS_VARIANTS(void, rms_dw_cols, (float *dw, const float *dout, const float *x, c
 /* One thread, both outputs: each row's dx, then its terms of dw, while the row is in L1 (one
  * pass over dout and x instead of two); dw's sums run in row order as in rms_dw_cols, the
  * same expression, so the same bits. */
-OPS_VARIANTS(void, rms_bwd_rows_dw, (float *dx, uint16_t *dx16, float *dx32, float *dw,
-                                     const float *res, const float *dout, const float *x,
-                                     const float *w, const float *rstd, int N, int D),
-             (dx, dx16, dx32, dw, res, dout, x, w, rstd, N, D)) {
+OPS_VARIANTS(void, rms_bwd_rows_dw, (float *dx, uint16_t *dx16, float *dw, const float *res,
+                                     const float *dout, const float *x, const float *w,
+                                     const float *rstd, int N, int D),
+             (dx, dx16, dw, res, dout, x, w, rstd, N, D)) {
     for (int n = 0; n < N; n++) {
         const float *dy = dout + (size_t)n * D, *xr = x + (size_t)n * D;
         const float r = rstd[n];
         ops_rmsnorm_row_backward_res(dx + (size_t)n * D, res + (size_t)n * D, dy, xr, w, r, D);
-        rms_dx_shadow(dx16, dx32, dx, n, D);
+        if (dx16) ops_bf16_pack_row(dx16 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
         OPS_SIMD
         for (int i = 0; i < D; i++) dw[i] += dy[i] * xr[i] * r;
     }
@@ -130,19 +124,19 @@ OPS_VARIANTS(void, rms_bwd_rows_dw, (float *dx, uint16_t *dx16, float *dx32, flo
  * writes dx: in a Llama or mixer block dx is the residual stream's gradient, which the next
  * backward's first product reads as its dy (the down and output projections' weight and input
  * gradients), and which the Linear op otherwise rounds in a pass of its own (a read of N x D
- * floats and a write of their bf16: 14 ms of an M step at one thread, 2026-11-27). At bf16
- * emulated the same shadow holds fp32 values (ops_bf16_shadow_take_f32): dx has a reader
- * besides the products (the next norm's backward adds it as its residual), so it cannot be
- * rounded in place. Where no product reads dx (the embedding's gradient) the shadow is an
- * unread write (2 or 4 bytes an element); the fp32 dx is written as before, so nothing else
- * changes. */
+ * floats and a write of their bf16: 14 ms of an M step at one thread, 2026-11-27). Where no
+ * product reads dx (the embedding's gradient) the shadow is an unread write of 2 bytes an
+ * element; the fp32 dx is written as before, so nothing else changes. At bf16 emulated dx gets
+ * no copy: an fp32 one of its own (ops_bf16_shadow_take_f32) was measured a wash at S (2
+ * threads, 8 paired runs, 2026-11-27: the Linear ops' rounding -1.13 ms a step, this op +1.10;
+ * the copy's 4-byte stores go to memory not touched since the layer before, where the Linear
+ * op's pass reads dx while this op's stores still hold it in cache). */
 void rmsnorm_backward_res(float *dx, float *dw, const float *dout, const float *x, const float *w,
                           const float *rstd, const float *res, int N, int D) {
     if (!res) res = dx;
     uint16_t *dx16 = dx && ops_bf16_shadows() ? ops_bf16_shadow_take(dx, (size_t)N * D) : NULL;
-    float *dx32 = dx && !dx16 ? ops_bf16_shadow_take_f32(dx, (size_t)N * D) : NULL;
     if (dx && dw && (omp_get_max_threads() == 1 || omp_in_parallel())) {
-        rms_bwd_rows_dw(dx, dx16, dx32, dw, res, dout, x, w, rstd, N, D);
+        rms_bwd_rows_dw(dx, dx16, dw, res, dout, x, w, rstd, N, D);
         return;
     }
     /* dw sums over all rows: split columns, not rows, so each sum runs in row order (the
@@ -155,7 +149,7 @@ void rmsnorm_backward_res(float *dx, float *dw, const float *dout, const float *
         if (dx) {
             size_t lo, hi;
             ops_thread_range((size_t)N, &lo, &hi);
-            rms_bwd_rows(dx, dx16, dx32, res, dout, x, w, rstd, (int)lo, (int)hi, D);
+            rms_bwd_rows(dx, dx16, res, dout, x, w, rstd, (int)lo, (int)hi, D);
         }
         /* no barrier needed between the two: dw reads only dout, x and rstd */
 #pragma omp for schedule(static)
