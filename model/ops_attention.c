@@ -219,6 +219,17 @@ static void att_gather(float *xs, const float *x, int b, int kh, int group, int 
                        int Tq, int H, int hd) {
     att_gather_e(xs, x, sizeof(float), b, kh, group, i0, np, Tq, H, hd);
 }
+/* The same rounded to bf16 as fp32 values (the emulated operand: bf16 emulated, ops_bf16.h), in
+ * the copy's one pass; built per level (ops_clones.h): the copy and a rounding pass over it at
+ * the baseline's width were twice the work. */
+OPS_VARIANTS(void, att_gather_round, (float *xs, const float *x, int b, int kh, int group, int i0,
+                                      int np, int Tq, int H, int hd),
+             (xs, x, b, kh, group, i0, np, Tq, H, hd)) {
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < np; i++)
+            ops_bf16_round_row_to(xs + ((size_t)j * np + i) * hd,
+                                  x + att_row(b, kh, group, j, i0, i, Tq, H, hd), (size_t)hd);
+}
 
 /* ... and back: written over x's rows, or added into them (add). Built per level
  * (ops_clones.h): the backward's dq adds ran 4 lanes wide in the baseline build (an add per
@@ -235,6 +246,30 @@ OPS_VARIANTS(void, att_scatter, (float *x, const float *xs, int add, int b, int 
 #pragma omp simd
                 for (int d = 0; d < hd; d++) row[d] += srow[d];
         }
+}
+
+/* att_scatter's overwrite with the rows also rounded into o32 (out's fp32 shadow at bf16
+ * emulated: ops_bf16_shadow_take_f32), each row while it is in L1. */
+OPS_VARIANTS(void, att_scatter_out32, (float *out, float *o32, const float *xs, int b, int kh,
+                                       int group, int i0, int np, int Tq, int H, int hd),
+             (out, o32, xs, b, kh, group, i0, np, Tq, H, hd)) {
+    for (int j = 0; j < group; j++)
+        for (int i = 0; i < np; i++) {
+            const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
+            float *restrict row = out + o, *restrict row32 = o32 + o;
+            const float *restrict srow = xs + ((size_t)j * np + i) * hd;
+            OPS_SIMD
+            for (int d = 0; d < hd; d++) {
+                row[d] = srow[d];
+                row32[d] = ops_bf16_round(srow[d]);
+            }
+        }
+}
+/* The block's output rows Os into out (and its shadow o32 when not NULL) */
+static void att_put_out(float *out, float *o32, const float *Os, int b, int kh, int group, int i0,
+                        int np, int Tq, int H, int hd) {
+    if (o32) att_scatter_out32(out, o32, Os, b, kh, group, i0, np, Tq, H, hd);
+    else att_scatter(out, Os, 0, b, kh, group, i0, np, Tq, H, hd);
 }
 
 /* max of s[lo .. hi): 16 lane maxima, folded pairwise, then the tail in order. A max is exact
@@ -315,6 +350,7 @@ static void att_block_keys(int i0, int n, int Tq, int Tk, int causal, int window
  * rounds, passed to the same fp32 product. */
 typedef struct {
     const float *Kc, *Vc;   /* the head's keys and values rounded, compact (Tk x hd) */
+    float *o32;             /* the output's fp32 shadow (the o projection's operand) or NULL */
 } att_emu_t;
 static void att_block_forward(float *out, float *lse, const float *q, const float *k,
                               const float *v, float *S, float *Qs, const att_emu_t *e, int b,
@@ -328,7 +364,7 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     const size_t ko = (size_t)b * Tk * ldk + (size_t)klo * ldk + (size_t)kh * hd;
     if (nk <= 0) {
         memset(Qs, 0, sizeof(float) * rows * hd);
-        att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
+        att_put_out(out, e ? e->o32 : NULL, Qs, b, kh, group, i0, np, Tq, H, hd);
         for (int j = 0; j < group; j++)
             for (int r = 0; r < np; r++) lse[att_lse_at(b, kh, group, j, i0 + r, Tq, H)] = INFINITY;
         return;
@@ -336,8 +372,8 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     const precision_t pr = e ? PRECISION_FP32 : ops_product_precision;
     const float *K = e ? e->Kc + (size_t)klo * hd : k + ko, *V = e ? e->Vc + (size_t)klo * hd : v + ko;
     const int ldkv = e ? hd : ldk;
-    att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
-    if (e) ops_bf16_round_row(Qs, (size_t)rows * hd);
+    if (e) att_gather_round(Qs, q, b, kh, group, i0, np, Tq, H, hd);
+    else att_gather(Qs, q, b, kh, group, i0, np, Tq, H, hd);
     att_scores(pr, S, Qs, K, ldkv, rows, nk, hd, Tk, 1.0f / sqrtf((float)hd));
     for (int j = 0; j < group; j++)
         att_block_softmax(S + (size_t)j * np * Tk, NULL, e ? S + (size_t)j * np * nk : NULL,
@@ -346,16 +382,19 @@ static void att_block_forward(float *out, float *lse, const float *q, const floa
     /* O (rows, hd) = P V, into the stacked copy (Q is no longer needed), then back in place */
     model_gemm_prec(pr, GEMM_N, GEMM_N, hd, rows, nk, 1.0f, V, ldkv, S, e ? nk : Tk,
                     0.0f, Qs, hd);
-    att_scatter(out, Qs, 0, b, kh, group, i0, np, Tq, H, hd);
+    att_put_out(out, e ? e->o32 : NULL, Qs, b, kh, group, i0, np, Tq, H, hd);
 }
 
-/* K and V of head kh in batch b rounded, compact (Tk x hd): the emulated operands. */
-static void att_round_kv(float *Kc, float *Vc, const float *k, const float *v, int b, int kh,
-                         int Tk, int Hkv, int hd) {
+/* K and V of head kh in batch b rounded, compact (Tk x hd): the emulated operands. Built per
+ * level (ops_clones.h) with the rounding inlined: a call of ops_bf16_pack_f32 per row of hd
+ * floats (two per position) cost more than the rounding itself. */
+OPS_VARIANTS(void, att_round_kv, (float *Kc, float *Vc, const float *k, const float *v, int b,
+                                  int kh, int Tk, int Hkv, int hd),
+             (Kc, Vc, k, v, b, kh, Tk, Hkv, hd)) {
     for (int t = 0; t < Tk; t++) {
         const size_t o = ((size_t)b * Tk + t) * Hkv * hd + (size_t)kh * hd;
-        ops_bf16_pack_f32(Kc + (size_t)t * hd, k + o, (size_t)hd);
-        ops_bf16_pack_f32(Vc + (size_t)t * hd, v + o, (size_t)hd);
+        ops_bf16_round_row_to(Kc + (size_t)t * hd, k + o, (size_t)hd);
+        ops_bf16_round_row_to(Vc + (size_t)t * hd, v + o, (size_t)hd);
     }
 }
 
@@ -367,6 +406,7 @@ static int att_forward16(float *out, float *lse, const float *q, const float *k,
 typedef struct {
     float *dqkv;
     uint16_t *d16;   /* dqkv's shadow or NULL */
+    int r32;         /* dqkv written rounded in place (ops_bf16_round_out) */
     const float *cos_t, *sin_t;
     int pos0;
 } att_join_t;
@@ -384,7 +424,11 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
     /* the work items: the blocks, in (b, kh, block) order; at bf16 emulated a head's blocks
      * together, which share its rounded keys and values */
     const int per = emulated && nqb > 0 ? nqb : 1, items = B * Hkv * (nqb / per);
-#pragma omp parallel
+    /* the output's fp32 shadow at bf16 emulated, written as the blocks scatter their rows (out
+     * is read by the backward in fp32 too: a copy, not rounded in place) */
+    float *o32 = emulated ? ops_bf16_shadow_take_f32(out, (size_t)B * Tq * H * hd) : NULL;
+    int fell_back = 0;
+#pragma omp parallel reduction(| : fell_back)
     {
         /* one score block and one stacked copy per thread; without them (or for a block of
          * too few rows), the row-at-a-time kernel (no scratch) */
@@ -397,7 +441,8 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
                 Vc = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1) * hd);
             }
         }
-        const att_emu_t emu = {Kc, Vc}, *e = Kc && Vc ? &emu : NULL;
+        const att_emu_t emu = {Kc, Vc, o32}, *e = Kc && Vc ? &emu : NULL;
+        fell_back |= o32 && !e;   /* (this thread writes rows without the shadow) */
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < items; it++) {
             const int b = it / (Hkv * (nqb / per)), kh = it / (nqb / per) % Hkv;
@@ -408,16 +453,19 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
                 if (S && Qs && group * n >= ATT_QB_MIN)
                     att_block_forward(out, lse, q, k, v, S, Qs, e, b, kh, i0, n, Tq, Tk, H, Hkv,
                                       hd, causal, window);
-                else
+                else {
+                    fell_back = 1;
                     for (int h = kh * group; h < (kh + 1) * group; h++)
                         for (int i = i0; i < i0 + n; i++)
                             att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd,
                                             causal, window);
+                }
             }
         }
         float *bufs[] = {S, Qs, Kc, Vc};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     }
+    if (fell_back && o32) ops_bf16_clobber(out, sizeof(float) * B * Tq * H * hd);
 }
 
 /* One row of att_block_grad into pd_ and dd_ (the probabilities and score gradients, through
@@ -513,8 +561,8 @@ static void att_block_D(float *D, const float *dout, const float *out, int b, in
  * At bf16 emulated (no native bf16 products, ops_bf16.h; w->Kc set) each operand is rounded
  * once, where model_gemm_prec would round both operands of each of the five products of every
  * block (K twice a block, Q and dO twice): K and V of the head once for all its blocks, compact
- * (Tk x hd, so a block's keys are a compact nk x hd run of them); Q and dO gathered compact and
- * rounded in place; P and dS rounded as they are made, compact (rows x nk, att_block_grad).
+ * (Tk x hd, so a block's keys are a compact nk x hd run of them); Q and dO gathered compact,
+ * rounded as they are copied; P and dS rounded as they are made, compact (rows x nk, att_block_grad).
  * Those are the operands model_gemm_prec packs (compact: leading dimension = rows) and rounds,
  * passed to the same fp32 product: the same bits. */
 static void att_group_backward_blocked(float *dq, float *dk, float *dv, const float *dout,
@@ -536,13 +584,14 @@ static void att_group_backward_blocked(float *dq, float *dk, float *dv, const fl
         const float *K = emu ? w->Kc + (size_t)klo * hd : k + ko, *V = emu ? w->Vc + (size_t)klo * hd : v + ko;
         const float *Pm = emu ? w->Pc : w->P, *dS = emu ? w->dSc : w->dP;
         const int ldkv = emu ? hd : ldk, ldp = emu ? nk : Tk;
-        att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
-        att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
-        att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
         if (emu) {
-            ops_bf16_round_row(w->Qs, (size_t)rows * hd);
-            ops_bf16_round_row(w->dOs, (size_t)rows * hd);
+            att_gather_round(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
+            att_gather_round(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
+        } else {
+            att_gather(w->Qs, q, b, kh, group, i0, n, Tq, H, hd);
+            att_gather(w->dOs, dout, b, kh, group, i0, n, Tq, H, hd);
         }
+        att_block_D(w->D, dout, out, b, kh, group, i0, n, Tq, H, hd);
         /* S = scale Q K^T, dP = dO V^T */
         att_scores(pr, w->P, w->Qs, K, ldkv, rows, nk, hd, Tk, scale);
         att_scores(pr, w->dP, w->dOs, V, ldkv, rows, nk, hd, Tk, 1.0f);
@@ -595,7 +644,7 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H,
                                        Hkv, hd, causal, window);
                 if (join)
-                    qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
+                    qkv_join_unrope_group(join->dqkv, join->d16, join->r32, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
         float *bufs[] = {w.P, w.dP, w.Qs, w.dOs, w.D, w.Kc, w.Vc};
@@ -622,10 +671,11 @@ void attention_backward_qkv(float *dqkv, float *dq, float *dk, float *dv, const 
                             const float *v, const float *cos_t, const float *sin_t, int B, int T,
                             int H, int Hkv, int hd, int causal, int window, int pos0) {
     /* dqkv's shadow taken here, on the calling thread (the table's lock), as qkv_join_unrope
-     * takes it */
+     * takes it; at bf16 emulated, dqkv rounded in place where it is read by products only (the
+     * fused projection's backward: ops_bf16_round_out), which that product then finds */
     const size_t n = (size_t)B * T * (H + 2 * Hkv) * hd;
-    const att_join_t join = {dqkv, ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, n) : NULL,
-                             cos_t, sin_t, pos0};
+    uint16_t *d16 = ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, n) : NULL;
+    const att_join_t join = {dqkv, d16, !d16 && ops_bf16_round_out(dqkv, n), cos_t, sin_t, pos0};
     att_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, 1, &join);
 }
 
@@ -869,7 +919,7 @@ static int att_backward16(float *dq, float *dk, float *dv, const float *dout, co
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv,
                                        hd, causal, window);
                 if (join)
-                    qkv_join_unrope_group(join->dqkv, join->d16, dq, dk, dv, join->cos_t,
+                    qkv_join_unrope_group(join->dqkv, join->d16, join->r32, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
         att16_scratch_free(&w);

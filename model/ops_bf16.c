@@ -341,6 +341,10 @@ const float *ops_bf16_shadow_find_f32(const float *x, size_t n) {
     return r;
 }
 
+float *ops_bf16_shadow_take_f32(const float *x, size_t n) {
+    return ops_bf16_emulated() ? take_kind(x, n, 1, 0) : NULL;
+}
+
 const float *ops_bf16_shadow_weight_f32(const float *w, size_t n) {
     const float *r = ops_bf16_shadow_find_f32(w, n);
     if (r) return r;

@@ -53,8 +53,11 @@
  * pass of its own, where the product rounded it twice a step), and a products-only tensor is
  * its own shadow: its producer writes it
  * ROUNDED IN PLACE (ops_bf16_round_out: RMSNorm's and add_rmsnorm's outputs, SwiGLU's output
- * and gradients, dlogits), which costs no pass and no memory; with FT_BF16_SHADOW_ONLY=0 or
- * poison they are written in fp32 as before (poison cannot apply: there is no second copy).
+ * and gradients, the q|k|v gradient, dlogits), which costs no pass and no memory; with
+ * FT_BF16_SHADOW_ONLY=0 or poison they are written in fp32 as before (poison cannot apply:
+ * there is no second copy). A tensor that other ops read in fp32 too may get a rounded copy
+ * of its own from its producer, in the pass that writes it (ops_bf16_shadow_take_f32:
+ * attention's output, which two products read).
  * The bf16-pattern paths above (ops_bf16_shadows, the attention's bf16 blocks) stay native
  * only. The table is the process's, guarded by a lock; a shadow's contents are written by the
  * op that takes it, which runs on the calling thread's behalf alone. */
@@ -91,6 +94,14 @@ static inline __attribute__((always_inline)) void ops_bf16_pack_row(uint16_t *re
 static inline __attribute__((always_inline)) void ops_bf16_round_row(float *x, size_t n) {
     OPS_SIMD
     for (size_t i = 0; i < n; i++) x[i] = ops_bf16_round(x[i]);
+}
+/* y[i] = bf16 of x[i] as an fp32 value: a row an op wrote, into its fp32 shadow
+ * (ops_bf16_shadow_take_f32) while the row is in L1. */
+static inline __attribute__((always_inline)) void ops_bf16_round_row_to(float *restrict y,
+                                                                        const float *restrict x,
+                                                                        size_t n) {
+    OPS_SIMD
+    for (size_t i = 0; i < n; i++) y[i] = ops_bf16_round(x[i]);
 }
 
 /* 1 when the op now running computes its products at bf16 natively (ops_product_precision is
@@ -156,6 +167,15 @@ const float *ops_bf16_shadow_find_f32(const float *x, size_t n);
 /* The fp32 shadow of a weight: found, or made now by rounding w into storage of its own (as
  * big as w) and kept until w is written. NULL when out of memory. */
 const float *ops_bf16_shadow_weight_f32(const float *w, size_t n);
+/* For an op about to write x[0 .. n) at bf16 emulated where x has readers besides products
+ * (attention's output, read by attention's backward): storage of its own for x's fp32 shadow,
+ * marked valid, which the op
+ * fills in the pass that writes x (ops_bf16_round_row_to, each row while it is in L1), so the
+ * products that read x find it instead of rounding x in a pass of their own (a read and a
+ * write of x: here, one write). x itself is written in fp32 as always. NULL where the op runs
+ * without fp32 shadows (not bf16 emulated, shadows off), out of memory or the table full: the
+ * op writes x alone and its products round it as before. */
+float *ops_bf16_shadow_take_f32(const float *x, size_t n);
 
 /* $FT_BF16_SHADOW_ONLY as 0 (off), 1 (on), 2 (poison); ops_bf16_only_set overrides it (-1: the
  * environment's again). ops_bf16_only_writes: how many outputs were written as shadows alone. */

@@ -11,7 +11,8 @@
  * a rotation is two products and a sum, which contraction would round once less), so every
  * level gives the baseline's bits, faster (they were only built for x86-64-v2). */
 /* One head's rotation (ops_rope_rotate's expressions, in its order), then the bf16 of its outputs
- * (o16: NULL for none) while they are in L1. out and x never overlap here (the split writes q
+ * (o16: NULL for none) or, with r32, the outputs rounded in place (ops_bf16_round_out) while they
+ * are in L1. out and x never overlap here (the split writes q
  * and k apart from the fused rows, the join the fused rows from dq and dk), so the loop is
  * declared vectorisable: GCC at -O2 kept ops_rope_rotate scalar (out may alias x there), 1.3 ns
  * an element of the split at config M; without contraction (the Makefile) each lane gives the
@@ -20,7 +21,7 @@ static inline __attribute__((always_inline)) void qkv_rotate16(float *restrict o
                                                                const float *restrict x,
                                                                const float *restrict cs,
                                                                const float *restrict sn, int hd,
-                                                               float sign) {
+                                                               float sign, int r32) {
     const int h = hd / 2;
     OPS_SIMD
     for (int i = 0; i < h; i++) {
@@ -29,6 +30,17 @@ static inline __attribute__((always_inline)) void qkv_rotate16(float *restrict o
         out[i + h] = b * c + a * s;
     }
     if (o16) ops_bf16_pack_row(o16, out, (size_t)hd);
+    if (r32) ops_bf16_round_row(out, (size_t)hd);
+}
+/* dv's row copied into the fused rows: as it is, with its bf16 (o16), or rounded (r32) */
+static inline __attribute__((always_inline)) void qkv_copy16(float *restrict out, uint16_t *restrict o16,
+                                                             const float *restrict x, int n, int r32) {
+    if (r32) {
+        ops_bf16_round_row_to(out, x, (size_t)n);
+        return;
+    }
+    memcpy(out, x, sizeof(float) * n);
+    if (o16) ops_bf16_pack_row(o16, x, (size_t)n);
 }
 
 OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uint16_t *k16,
@@ -44,11 +56,11 @@ OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uin
         if (q)
             for (int h = 0; h < H; h++)
                 qkv_rotate16(q + (size_t)n * Dq + h * hd, q16 ? q16 + (size_t)n * Dq + h * hd : NULL,
-                             row + h * hd, cs, sn, hd, 1.0f);
+                             row + h * hd, cs, sn, hd, 1.0f, 0);
         if (k)
             for (int h = 0; h < Hkv; h++)
                 qkv_rotate16(k + (size_t)n * Dkv + h * hd, k16 ? k16 + (size_t)n * Dkv + h * hd : NULL,
-                             row + Dq + h * hd, cs, sn, hd, 1.0f);
+                             row + Dq + h * hd, cs, sn, hd, 1.0f, 0);
         if (v) {
             float *restrict vr = v + (size_t)n * Dkv;
             const float *restrict src = row + Dq + Dkv;
@@ -58,10 +70,11 @@ OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uin
     }
 }
 
-OPS_VARIANTS(void, join_rows, (float *dqkv, uint16_t *d16, const float *dq, const float *dk,
-                               const float *dv, const float *cos_t, const float *sin_t, int n0,
-                               int n1, int T, int H, int Hkv, int hd, int pos0),
-             (dqkv, d16, dq, dk, dv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0)) {
+OPS_VARIANTS(void, join_rows, (float *dqkv, uint16_t *d16, int r32, const float *dq,
+                               const float *dk, const float *dv, const float *cos_t,
+                               const float *sin_t, int n0, int n1, int T, int H, int Hkv, int hd,
+                               int pos0),
+             (dqkv, d16, r32, dq, dk, dv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0)) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2;
     for (int n = n0; n < n1; n++) {
         const size_t t = (size_t)(pos0 + n % T);
@@ -71,19 +84,19 @@ OPS_VARIANTS(void, join_rows, (float *dqkv, uint16_t *d16, const float *dq, cons
         const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
         for (int h = 0; h < H; h++)
             qkv_rotate16(row + h * hd, r16 ? r16 + h * hd : NULL, dq + (size_t)n * Dq + h * hd, cs, sn,
-                         hd, -1.0f);
+                         hd, -1.0f, r32);
         for (int h = 0; h < Hkv; h++)
             qkv_rotate16(row + Dq + h * hd, r16 ? r16 + Dq + h * hd : NULL, dk + (size_t)n * Dkv + h * hd,
-                         cs, sn, hd, -1.0f);
-        memcpy(row + Dq + Dkv, dv + (size_t)n * Dkv, sizeof(float) * Dkv);
-        if (r16) ops_bf16_pack_row(r16 + Dq + Dkv, dv + (size_t)n * Dkv, (size_t)Dkv);
+                         cs, sn, hd, -1.0f, r32);
+        qkv_copy16(row + Dq + Dkv, r16 ? r16 + Dq + Dkv : NULL, dv + (size_t)n * Dkv, Dkv, r32);
     }
 }
 
-OPS_VARIANTS(void, join_group, (float *dqkv, uint16_t *d16, const float *dq, const float *dk,
-                                const float *dv, const float *cos_t, const float *sin_t, int b,
-                                int kh, int T, int H, int Hkv, int hd, int pos0),
-             (dqkv, d16, dq, dk, dv, cos_t, sin_t, b, kh, T, H, Hkv, hd, pos0)) {
+OPS_VARIANTS(void, join_group, (float *dqkv, uint16_t *d16, int r32, const float *dq,
+                                const float *dk, const float *dv, const float *cos_t,
+                                const float *sin_t, int b, int kh, int T, int H, int Hkv, int hd,
+                                int pos0),
+             (dqkv, d16, r32, dq, dk, dv, cos_t, sin_t, b, kh, T, H, Hkv, hd, pos0)) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2, group = H / Hkv;
     for (int n = b * T; n < (b + 1) * T; n++) {
         const size_t t = (size_t)(pos0 + n % T);
@@ -93,19 +106,18 @@ OPS_VARIANTS(void, join_group, (float *dqkv, uint16_t *d16, const float *dq, con
         const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
         for (int h = kh * group; h < (kh + 1) * group; h++)
             qkv_rotate16(row + h * hd, r16 ? r16 + h * hd : NULL, dq + (size_t)n * Dq + h * hd, cs, sn,
-                         hd, -1.0f);
+                         hd, -1.0f, r32);
         qkv_rotate16(row + Dq + kh * hd, r16 ? r16 + Dq + kh * hd : NULL,
-                     dk + (size_t)n * Dkv + kh * hd, cs, sn, hd, -1.0f);
-        const float *dvr = dv + (size_t)n * Dkv + kh * hd;
-        memcpy(row + Dq + Dkv + kh * hd, dvr, sizeof(float) * hd);
-        if (r16) ops_bf16_pack_row(r16 + Dq + Dkv + kh * hd, dvr, (size_t)hd);
+                     dk + (size_t)n * Dkv + kh * hd, cs, sn, hd, -1.0f, r32);
+        qkv_copy16(row + Dq + Dkv + kh * hd, r16 ? r16 + Dq + Dkv + kh * hd : NULL,
+                   dv + (size_t)n * Dkv + kh * hd, hd, r32);
     }
 }
 
-void qkv_join_unrope_group(float *dqkv, uint16_t *d16, const float *dq, const float *dk,
+void qkv_join_unrope_group(float *dqkv, uint16_t *d16, int r32, const float *dq, const float *dk,
                            const float *dv, const float *cos_t, const float *sin_t, int b, int kh,
                            int T, int H, int Hkv, int hd, int pos0) {
-    join_group(dqkv, d16, dq, dk, dv, cos_t, sin_t, b, kh, T, H, Hkv, hd, pos0);
+    join_group(dqkv, d16, r32, dq, dk, dv, cos_t, sin_t, b, kh, T, H, Hkv, hd, pos0);
 }
 
 /* Rows over the threads (contiguous shares), or on the calling thread for small work (no
@@ -143,6 +155,8 @@ void qkv_join_unrope(float *dqkv, const float *dq, const float *dk, const float 
                      int pos0) {
     const size_t ld = (size_t)(H + 2 * Hkv) * hd;
     uint16_t *d16 = ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, (size_t)N * ld) : NULL;
+    /* bf16 emulated, dqkv read by products only: rounded in place (ops_bf16_round_out) */
+    const int r32 = !d16 && ops_bf16_round_out(dqkv, (size_t)N * ld);
     QKV_ROWS(N, (size_t)N * ld,
-             join_rows(dqkv, d16, dq, dk, dv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0));
+             join_rows(dqkv, d16, r32, dq, dk, dv, cos_t, sin_t, n0, n1, T, H, Hkv, hd, pos0));
 }

@@ -72,14 +72,22 @@ static void test_table_f32(void) {
     for (int i = 0; w2 && i < N; i++) bad += w2[i] != ops_bf16_round(w[i]);
     CHECK(bad == 0, "holding its rounding (%d wrong)", bad);
     CHECK(ops_bf16_shadow_find_f32(w, N) == w2, "kept");
+    float *c = ops_bf16_shadow_take_f32(w, N);   /* a copy for a tensor read in fp32 too */
+    CHECK(c != NULL && c != w, "a tensor's fp32 copy is storage of its own");
+    for (int i = 0; c && i < N; i++) c[i] = ops_bf16_round(w[i]);
+    CHECK(c && ops_bf16_shadow_find_f32(w, N) == c, "found as its shadow");
+    ops_bf16_clobber(w, sizeof(float));
+    CHECK(ops_bf16_shadow_find_f32(w, N) == NULL, "a write into the tensor invalidates it");
     ops_bf16_shadows_enable(0);
     CHECK(!ops_bf16_round_out(x, N), "shadows off: not rounded in place");
+    CHECK(ops_bf16_shadow_take_f32(w, N) == NULL, "shadows off: no fp32 copy");
     ops_bf16_shadows_enable(1);
     ops_bf16_only_set(2);
     CHECK(!ops_bf16_round_out(x, N), "poisoned: not rounded in place (the fp32 copy is the test)");
     ops_bf16_only_set(-1);
     ops_product_precision = p0;
     CHECK(!ops_bf16_round_out(x, N), "not at fp32");
+    CHECK(ops_bf16_shadow_take_f32(w, N) == NULL, "no fp32 copy at fp32");
     ops_bf16_forget(x, sizeof(float) * 2 * N);
     ops_bf16_forget(w, sizeof(float) * N);
     CHECK(ops_bf16_shadow_find_f32(x, N) == NULL && ops_bf16_shadow_find_f32(w, N) == NULL,
@@ -333,6 +341,77 @@ static void test_products_only(void) {
         }
 }
 
+/* n values with a spread of exponents and mantissas that bf16 rounding changes */
+static void fill(float *x, size_t n, int seed) {
+    uint32_t u = 2463534242u + (uint32_t)seed * 977u;
+    for (size_t i = 0; i < n; i++) {
+        u ^= u << 13, u ^= u >> 17, u ^= u << 5;
+        x[i] = ((float)(u % 20001) - 10000.0f) / 3791.0f;
+    }
+}
+/* how many of x[0 .. n) are not sh[i] = the bf16 rounding of x[i] (sh NULL: n) */
+static int not_rounding(const float *sh, const float *x, size_t n) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !sh || sh[i] != ops_bf16_round(x[i]);
+    return bad;
+}
+
+/* The emulated path's producers of tensors that products read (ops_bf16.h "When."): attention's
+ * output gets an fp32 copy of its own (attention's backward reads it in fp32), the fused q|k|v
+ * gradient, read by products only, is rounded in place; each holds
+ * exactly the rounding of the fp32 result the op writes without them (a wrong shadow, or a
+ * rounding that reached the fp32 copy, fails here), and the product that reads it finds it. */
+static void test_emulated_producers(void) {
+    if (native) return;
+    char err[256];
+    device_t *d = NULL;
+    if (device_open(&d, "cpu", PRECISION_BF16, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { B = 2, T = 16, H = 4, HKV = 2, HD = 8, N = B * T, DQ = H * HD, DKV = HKV * HD,
+           LD = DQ + 2 * DKV, F = 24 };
+    float *q = DEV(d, alloc, sizeof(float) * N * DQ), *k = DEV(d, alloc, sizeof(float) * N * DKV);
+    float *v = DEV(d, alloc, sizeof(float) * N * DKV), *out = DEV(d, alloc, sizeof(float) * N * DQ);
+    float *lse = DEV(d, alloc, sizeof(float) * B * H * T), *dout = DEV(d, alloc, sizeof(float) * N * DQ);
+    float *dq = DEV(d, alloc, sizeof(float) * N * DQ), *dk = DEV(d, alloc, sizeof(float) * N * DKV);
+    float *dv = DEV(d, alloc, sizeof(float) * N * DKV), *dqkv = DEV(d, alloc, sizeof(float) * N * LD);
+    float *cs = DEV(d, alloc, sizeof(float) * T * HD / 2), *sn = DEV(d, alloc, sizeof(float) * T * HD / 2);
+    float *x = DEV(d, alloc, sizeof(float) * N * F), *w = DEV(d, alloc, sizeof(float) * F * DQ);
+    float *dw = DEV(d, alloc, sizeof(float) * F * DQ), *h = DEV(d, alloc, sizeof(float) * N * F);
+    static float ref[N * LD];
+    fill(q, N * DQ, 1), fill(k, N * DKV, 2), fill(v, N * DKV, 3), fill(dout, N * DQ, 4);
+    fill(cs, T * HD / 2, 5), fill(sn, T * HD / 2, 6), fill(x, N * F, 7), fill(w, F * DQ, 8);
+    ops_bf16_clobber(q, sizeof(float));   /* (the host wrote behind the device's back) */
+
+    DEV(d, attention_window_forward, out, lse, q, k, v, B, T, T, H, HKV, HD, 1, 0);
+    const float *o32 = ops_bf16_shadow_find_f32(out, (size_t)N * DQ);
+    CHECK(o32 != NULL && o32 != out, "attention's output has an fp32 copy of its own");
+    CHECK(not_rounding(o32, out, (size_t)N * DQ) == 0, "holding the rounding of the output");
+    long h0 = ops_bf16_shadow_hits();
+    DEV(d, linear_backward_set, h, dw, out, x, w, N, F, DQ);   /* (out as a dy: any product reads it) */
+    CHECK(ops_bf16_shadow_hits() > h0, "which a product reads");
+
+    dev_products_only(d, dqkv, (size_t)N * LD);
+    ops_bf16_only_set(0);
+    DEV(d, attention_backward_qkv, dqkv, dq, dk, dv, dout, out, lse, q, k, v, cs, sn, B, T, H, HKV,
+        HD, 1, 0, 0);
+    memcpy(ref, dqkv, sizeof ref);
+    CHECK(ops_bf16_shadow_find_f32(dqkv, (size_t)N * LD) == NULL, "the hint off: dqkv in fp32");
+    ops_bf16_only_set(1);
+    DEV(d, attention_backward_qkv, dqkv, dq, dk, dv, dout, out, lse, q, k, v, cs, sn, B, T, H, HKV,
+        HD, 1, 0, 0);
+    ops_bf16_only_set(-1);
+    CHECK(ops_bf16_shadow_find_f32(dqkv, (size_t)N * LD) == dqkv, "the hint on: dqkv rounded in place");
+    CHECK(not_rounding(dqkv, ref, (size_t)N * LD) == 0, "to the rounding of the fp32 gradient");
+    int moved = 0;
+    for (int i = 0; i < N * LD; i++) moved += dqkv[i] != ref[i];
+    CHECK(moved > 0, "(which differs from it: the test can fail)");
+    DEV(d, zero, out, sizeof(float) * N * DQ);
+    CHECK(ops_bf16_shadow_find_f32(out, (size_t)N * DQ) == NULL, "a write invalidates the copy");
+
+    float *bufs[] = {q, k, v, out, lse, dout, dq, dk, dv, dqkv, cs, sn, x, w, dw, h};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) DEV(d, free, bufs[i]);
+    device_close(&d);
+}
+
 /* The logits of a freshly made evaluator model of `family` (weights from seed) on a bf16 CPU
  * device, shadows on or off; how many products read a shadow goes to *hits. */
 static int eval_logits(const char *family, uint64_t seed, int shadows, float *out, size_t n, long *hits) {
@@ -455,6 +534,7 @@ int main(void) {
     RUN(test_poison);
     RUN(test_products_only);
     RUN(test_classifier_products_only);
+    RUN(test_emulated_producers);
     RUN(test_evaluator);
     return check_summary();
 }

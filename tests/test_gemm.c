@@ -134,6 +134,17 @@ static void test_bf16_exhaustive(void) {
     }
     CHECK(bad_fixed == 0, "%d bf16 values do not convert back to themselves", bad_fixed);
     CHECK(bad_near == 0, "%d of %d fp32 values not rounded to their nearest bf16", bad_near, n);
+    /* ops_bf16_round (a NaN test and a cut of its own) gives ops_bf16_from_float's pattern
+     * widened, NaNs included: every high half, with the low halves at and around the
+     * rounding's boundaries (the result depends on the low half through these alone) */
+    static const uint32_t lows[] = {0, 1, 0x4000, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+    int bad_same = 0;
+    for (uint32_t h = 0; h < 0x10000u; h++)
+        for (size_t i = 0; i < sizeof lows / sizeof *lows; i++) {
+            const float x = from_bits(h << 16 | lows[i]);
+            bad_same += ops_f32_bits(ops_bf16_round(x)) != (uint32_t)ops_bf16_from_float(x) << 16;
+        }
+    CHECK(bad_same == 0, "%d patterns where ops_bf16_round is not ops_bf16_from_float widened", bad_same);
 }
 
 /* ---- products against the double reference ----------------------------------------- */
