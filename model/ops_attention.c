@@ -248,22 +248,28 @@ OPS_VARIANTS(void, att_scatter, (float *x, const float *xs, int add, int b, int 
         }
 }
 
-/* att_scatter's overwrite with the rows also rounded into o32 (out's fp32 shadow at bf16
- * emulated: ops_bf16_shadow_take_f32), each row while it is in L1. */
+/* att_scatter's overwrite of out's rows from the stacked rows xs, with each row also converted
+ * by conv_ into the shadow sh_ (same offsets as out) while it is in L1: one loop for the fp32
+ * shadow of the emulated path (att_scatter_out32) and the bf16 one of the native (..._out16). */
+#define ATT_SCATTER_SHADOW(sh_, conv_)                                                        \
+    for (int j = 0; j < group; j++)                                                           \
+        for (int i = 0; i < np; i++) {                                                        \
+            const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);                      \
+            float *restrict row = out + o;                                                    \
+            __typeof__(sh_) restrict rsh = (sh_) + o;                                         \
+            const float *restrict srow = xs + ((size_t)j * np + i) * hd;                      \
+            OPS_SIMD                                                                          \
+            for (int d = 0; d < hd; d++) {                                                    \
+                row[d] = srow[d];                                                             \
+                rsh[d] = conv_(srow[d]);                                                      \
+            }                                                                                 \
+        }
+
+/* o32: out's fp32 shadow at bf16 emulated (ops_bf16_shadow_take_f32) */
 OPS_VARIANTS(void, att_scatter_out32, (float *out, float *o32, const float *xs, int b, int kh,
                                        int group, int i0, int np, int Tq, int H, int hd),
              (out, o32, xs, b, kh, group, i0, np, Tq, H, hd)) {
-    for (int j = 0; j < group; j++)
-        for (int i = 0; i < np; i++) {
-            const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
-            float *restrict row = out + o, *restrict row32 = o32 + o;
-            const float *restrict srow = xs + ((size_t)j * np + i) * hd;
-            OPS_SIMD
-            for (int d = 0; d < hd; d++) {
-                row[d] = srow[d];
-                row32[d] = ops_bf16_round(srow[d]);
-            }
-        }
+    ATT_SCATTER_SHADOW(o32, ops_bf16_round)
 }
 /* The block's output rows Os into out (and its shadow o32 when not NULL) */
 static void att_put_out(float *out, float *o32, const float *Os, int b, int kh, int group, int i0,
@@ -711,21 +717,10 @@ static void att16_free(att16_t *a) {
 /* Os's rows (the stacked copy) into out's rows and, as bf16, into out16's, in one pass over
  * each row while it is in L1 (a copy and a rounding: the same bits at every level). Was a
  * memcpy and a packing call per row of hd floats: two calls and two loops per head and position. */
-OPS_VARIANTS(void, att_scatter_out16, (float *out, uint16_t *out16, const float *Os, int b, int kh,
+OPS_VARIANTS(void, att_scatter_out16, (float *out, uint16_t *out16, const float *xs, int b, int kh,
                                        int group, int i0, int np, int Tq, int H, int hd),
-             (out, out16, Os, b, kh, group, i0, np, Tq, H, hd)) {
-    for (int j = 0; j < group; j++)
-        for (int i = 0; i < np; i++) {
-            const size_t o = att_row(b, kh, group, j, i0, i, Tq, H, hd);
-            float *restrict row = out + o;
-            uint16_t *restrict row16 = out16 + o;
-            const float *restrict srow = Os + ((size_t)j * np + i) * hd;
-            OPS_SIMD
-            for (int d = 0; d < hd; d++) {
-                row[d] = srow[d];
-                row16[d] = ops_bf16_from_float(srow[d]);
-            }
-        }
+             (out, out16, xs, b, kh, group, i0, np, Tq, H, hd)) {
+    ATT_SCATTER_SHADOW(out16, ops_bf16_from_float)
 }
 
 /* One thread's scratch for the bf16 blocks (rows x Tk and rows x hd). */
