@@ -4,7 +4,7 @@
  *
  *   build/bench/train_step [--config S|M|G|both] [--model llama|free] [--latent-bits H]
  *                          [--steps N] [--batch B] [--seq T] [--device D] [--precision P]
- *                          [--json] [--profile] [--limit] [--digest]
+ *                          [--json] [--profile] [--limit] [--digest] [--versus P] [--eval]
  *
  * S: d=256, 4 layers, 4/2 heads, ff 768, vocab 4096; M: d=512, 8 layers, 8/4 heads, ff 1536,
  * vocab 8192; both tied, B=8, T=256 unless overridden. G (the GPU bench's GPT-2-small size,
@@ -28,6 +28,7 @@
  * the gemm computes it). */
 #include "model/adamw.h"
 #include "model/family.h"
+#include "model/llama.h"
 #include "model/ltm.h"
 #include "model/cpu_isa.h"
 #include "model/gemm.h"
@@ -206,6 +207,10 @@ static void sync_dev(void) {
 
 static const char *versus = NULL, *device_spec = "cpu";   /* --versus P: the pair mode (run_pair) */
 static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, digest = 0, limit_reps = 1, layers = 0, vocab = 0;
+/* --eval: a "step" is the forward the evaluator runs to score held-out text (evaluator/lm.c:
+ * tokens in, the logits out to the host, no targets, no gradient, no update), llama only; the
+ * weights never change, so at bf16 their rounded copies are made once, as in the evaluator */
+static int eval_only = 0;
 
 /* The execution-model emulator's performance counters (tests/emu/emu_perf.cc, linked only into
  * build/emu/bench/train_step for bench/gpu_model.sh): they count the first timed step alone. */
@@ -287,6 +292,20 @@ static int print_digest(const tensor_view_t *pv, int np, float loss) {
  * of the paired ratios B/A, and a 90% bootstrap interval of that median (2000 resamples of the
  * pairs, a fixed seed: the same timings give the same interval). Both models start from the
  * same weights (the family's seeded init) and see the same batch every step. */
+/* --eval's step: the evaluator's scoring forward (llama_lm_logits), the logits brought to the host */
+static int eval_step(const model_family_t *fam, void *m, const uint32_t *in, char *err, size_t errlen) {
+    float unused;
+    if (fam->forward(m, in, NULL, NULL, &unused, err, errlen)) return 1;
+    if (!llama_logits(m)) return snprintf(err, errlen, "out of memory for the host logits"), 1;
+    return 0;
+}
+
+/* --eval: a hash of the last forward's logits (its bits), the same role as the loss below */
+static uint64_t logits_digest(void *m, const model_config_t *c, int B, int T) {
+    const float *z = llama_logits(m);
+    return z ? (uint64_t)XXH64(z, sizeof(float) * (size_t)B * T * c->vocab_size, 0) : 0;
+}
+
 typedef struct {
     device_t *dev;
     void *m;
@@ -299,6 +318,7 @@ static int trainee_step(const model_family_t *fam, trainee_t *t, int s, const ui
                         const uint32_t *tg, float *loss, char *err, size_t errlen) {
     char e[256];
     double norm;
+    if (eval_only) return eval_step(fam, t->m, in, err, errlen);
     if (fam->set_step) fam->set_step(t->m, (uint64_t)(s + 1));
     fam->zero_grad(t->m);
     int rc = fam->forward(t->m, in, tg, NULL, loss, err, errlen);
@@ -369,19 +389,27 @@ static int run_pair(const model_family_t *fam, const model_config_t *c, char nam
         double sa[PROF_MAX_PAIRS], sb[PROF_MAX_PAIRS];
         memcpy(sa, ta, sizeof(double) * steps), memcpy(sb, tb, sizeof(double) * steps);
         const double ma = median_of(sa, steps), mb = median_of(sb, steps);
+        /* what each side computed: --eval, its logits (no targets, no loss); else its loss */
+        char outcome[128];
+        if (eval_only) {
+            const unsigned long long da = logits_digest(A->m, c, B, T), db = logits_digest(Bm.m, c, B, T);
+            snprintf(outcome, sizeof outcome, json ? "\"mode\":\"eval\",\"a_logits_digest\":\"%016llx\","
+                                                     "\"b_logits_digest\":\"%016llx\"" : "logits %016llx / %016llx", da, db);
+        } else
+            snprintf(outcome, sizeof outcome, json ? "\"a_loss\":%.4f,\"b_loss\":%.4f" : "loss %.3f / %.3f", la, lb);
         if (json)
             printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"B\":%d,\"T\":%d,\"steps\":%d,\"threads\":%d,"
                    "\"isa\":\"%s\",\"a\":\"%s\",\"b\":\"%s\",\"a_step_median_s\":%.5f,\"b_step_median_s\":%.5f,"
-                   "\"b_over_a_median\":%.5f,\"b_over_a_lo90\":%.5f,\"b_over_a_hi90\":%.5f,"
-                   "\"a_loss\":%.4f,\"b_loss\":%.4f}\n",
+                   "\"b_over_a_median\":%.5f,\"b_over_a_lo90\":%.5f,\"b_over_a_hi90\":%.5f,%s}\n",
                    name, fam->name, B, T, steps, omp_get_max_threads(), cpu_isa_name(cpu_isa()),
-                   precision_name(dev->precision), precision_name(pb), ma, mb, med, lo, hi, la, lb);
+                   precision_name(dev->precision), precision_name(pb), ma, mb, med, lo, hi, outcome);
         else
-            printf("C  config %c (%s), B=%d T=%d, %d threads, %s, %d steps each, interleaved: %s %.1f ms, %s %.1f ms "
-                   "(medians); %s/%s paired: median %+.2f%%, 90%% interval %+.2f%% .. %+.2f%% (loss %.3f / %.3f)\n",
-                   name, fam->name, B, T, omp_get_max_threads(), cpu_isa_name(cpu_isa()), steps,
-                   precision_name(dev->precision), ma * 1e3, precision_name(pb), mb * 1e3, precision_name(pb),
-                   precision_name(dev->precision), 100 * (med - 1), 100 * (lo - 1), 100 * (hi - 1), la, lb);
+            printf("C  config %c (%s)%s, B=%d T=%d, %d threads, %s, %d steps each, interleaved: %s %.1f ms, %s %.1f ms "
+                   "(medians); %s/%s paired: median %+.2f%%, 90%% interval %+.2f%% .. %+.2f%% (%s)\n",
+                   name, fam->name, eval_only ? " eval forward" : "", B, T, omp_get_max_threads(),
+                   cpu_isa_name(cpu_isa()), steps, precision_name(dev->precision), ma * 1e3, precision_name(pb),
+                   mb * 1e3, precision_name(pb), precision_name(dev->precision), 100 * (med - 1), 100 * (lo - 1),
+                   100 * (hi - 1), outcome);
     }
     if (rc) fprintf(stderr, "train_step: --versus %s: %s\n", versus, err);
     adamw_destroy(&Bm.opt);
@@ -476,16 +504,19 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         const double clock_a = clock_now();
         if (s == 0 && emu_perf_step) emu_perf_step(1);
         const double a_prof = prof_now();
-        if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
-        fam->zero_grad(m);
-        rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
+        if (eval_only) rc |= eval_step(fam, m, in, err, sizeof err);
+        else {
+            if (fam->set_step) fam->set_step(m, (uint64_t)(s + 1));
+            fam->zero_grad(m);
+            rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
+        }
         sync_dev();
         double b = now();
-        rc |= fam->backward(m, err, sizeof(err));
+        if (!eval_only) rc |= fam->backward(m, err, sizeof(err));
         sync_dev();
         double c2 = now();
         double norm;
-        rc |= adamw_step(opt, gv, np, 1e-3f, 1.0f, 1.0f, &norm, err, sizeof(err));
+        if (!eval_only) rc |= adamw_step(opt, gv, np, 1e-3f, 1.0f, 1.0f, &norm, err, sizeof(err));
         sync_dev();
         double d = now();
         const double clock_d = clock_now();
@@ -537,9 +568,12 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         dev->gemm_seconds = 0;
         double a = now();
         for (int s = 0; s < steps && !rc; s++) {
-            fam->zero_grad(m);
-            rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
-            rc |= fam->backward(m, err, sizeof(err));
+            if (eval_only) rc |= eval_step(fam, m, in, err, sizeof err);
+            else {
+                fam->zero_grad(m);
+                rc |= fam->forward(m, in, tg, NULL, &loss, err, sizeof(err));
+                rc |= fam->backward(m, err, sizeof(err));
+            }
             sync_dev();
         }
         gemm_share = dev->gemm_seconds / (now() - a);
@@ -554,7 +588,20 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     }
     free(pl), free(clk_step), free(clk_pass);
     limit_free(&lc);
-    if (json)
+    const unsigned long long ldig = eval_only && !rc ? logits_digest(m, &c, B, T) : 0;
+    if (json && eval_only)   /* the evaluator's forward: no loss, no FLOP rule of a step */
+        printf("{\"impl\":\"c\",\"mode\":\"eval\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,"
+               "\"B\":%d,\"T\":%d,\"steps\":%d,\"threads\":%d,\"step_s\":%.5f,\"tokens_per_s\":%.1f,"
+               "\"device\":\"%s\",\"precision\":\"%s\",\"gemm_share\":%.4f,\"isa\":\"%s\",\"gemm_engine\":\"%s\","
+               "\"logits_digest\":\"%016llx\"}\n",
+               name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, tps,
+               dev->name, precision_name(dev->precision), gemm_share, cpu_isa_name(cpu_isa()),
+               model_gemm_describe(), ldig);
+    else if (eval_only)
+        printf("C  config %c (%s) eval forward: %lld params, B=%d T=%d, %d threads: %.4f s/forward -> %.0f tokens/s "
+               "(logits %016llx)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(), total / steps,
+               tps, ldig);
+    else if (json)
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"tr_flops_per_token\":%.0f,"
@@ -594,7 +641,7 @@ int main(int argc, char **argv) {
                    "                  [--latent-vectors m] [--inner-steps K] [--window W]\n"
                    "                  [--batch B] [--seq T] [--device cpu|cuda[:N]] [--precision fp32|bf16|tf32]\n"
                    "                  [--mixer-heads h] [--mixer-kernel k] [--layers L] [--vocab V] [--json] [--profile]\n"
-                   "                  [--limit [--limit-reps R]] [--digest] [--versus P]\n"
+                   "                  [--limit [--limit-reps R]] [--digest] [--versus P] [--eval]\n"
                    "FAMILY: %s\n", family_names());
             printf("Times zero_grad + forward + backward + AdamW of a model family; prints tokens/s.\n"
                    "--layers L, --vocab V: the config with L layers, a vocabulary of V, instead of its own.\n"
@@ -605,7 +652,9 @@ int main(int argc, char **argv) {
                    "--versus P: a second model at precision P trains in the same process, the two taking turns\n"
                    "  step by step; prints both median steps and P's step over --precision's, paired by step\n"
                    "  (median and 90%% bootstrap interval): a comparison the machine's drift does not move.\n"
-                   "--digest: a hash of the parameters' bits after the steps (two builds, the same bits?).\n");
+                   "--digest: a hash of the parameters' bits after the steps (two builds, the same bits?).\n"
+                   "--eval: time the evaluator's scoring forward instead of a training step (tokens in, logits\n"
+                   "  to the host; no targets, gradient or update), llama only; prints a hash of the last logits.\n");
             return 0;
         } else if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[++i];
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
@@ -626,6 +675,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--limit")) limit = 1;
         else if (!strcmp(argv[i], "--digest")) digest = 1;
+        else if (!strcmp(argv[i], "--eval")) eval_only = 1;
         else if (!strcmp(argv[i], "--limit-reps") && i + 1 < argc) limit_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--versus") && i + 1 < argc) versus = argv[++i];
         else { fprintf(stderr, "train_step: unknown or incomplete flag %s (try --help)\n", argv[i]); return 2; }
@@ -633,6 +683,14 @@ int main(int argc, char **argv) {
     if (steps <= 0 || B <= 0 || T <= 0 || limit_reps < 1 || H < 1 || H > 20 || mh < 1 || mk < 1 ||
         (strcmp(cfg, "S") && strcmp(cfg, "M") && strcmp(cfg, "G") && strcmp(cfg, "both"))) {
         fprintf(stderr, "train_step: bad --config/--steps/--batch/--seq (try --help)\n");
+        return 2;
+    }
+    if (eval_only && strcmp(model, "llama")) {
+        fprintf(stderr, "train_step: --eval times the llama forward only, not --model %s\n", model);
+        return 2;
+    }
+    if (eval_only && (limit || digest)) {
+        fprintf(stderr, "train_step: --eval changes no weights and knows no product limit: not with --limit or --digest\n");
         return 2;
     }
     if (versus && (profile || limit || digest || steps > PROF_MAX_PAIRS)) {
