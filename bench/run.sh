@@ -13,6 +13,12 @@ for b in bench/bench_*.sh; do
     echo; echo "== $b"
     bash "$b" || { echo "bench: $b failed"; status=1; }
 done
+# issue 26's targets for this CPU's kind, judged from the fragments above (its table is printed
+# and merged as bf16_targets; a target not met is a finding, not a failed bench)
+if [ -s "$BENCH_OUT/train.json" ] && [ -s "$BENCH_OUT/generate.json" ]; then
+    echo; echo "== bench/bf16_targets.sh"
+    bash bench/bf16_targets.sh "$BENCH_OUT"; [ $? -le 1 ] || { echo "bench: bf16_targets.sh could not read the fragments"; status=1; }
+fi
 jq -n --arg env "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}" --arg date "$(date -u +%FT%TZ)" \
    --argjson cores "$(nproc)" '{meta: {env: $env, date: $date, cores: $cores}}' > "$BENCH_OUT/_meta.json"
 jq -s 'reduce .[] as $x ({}; . * $x)' "$BENCH_OUT"/*.json > bench/results.json.tmp \
