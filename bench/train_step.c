@@ -90,7 +90,8 @@ static double clock_now(void) {
  * (in x out x N), N = B*T; and per layer attention as six batched products over the B*H heads,
  * each T x T x hd with the full T x T (scores, P V; dP, dV, dK, dQ), which is the 12 x d x T
  * per token of the FLOP rule. They run through model/gemm.h at the step's precision on
- * operands of the right type (bf16: already rounded, as the step's shadows give them), with
+ * operands of the right type (bf16: already rounded, as the step's shadows give them; bf16
+ * emulated: fp32 products of rounded values, as the step runs them), with
  * the process's threads and the ISA level in force (the default: the best this CPU has). The
  * limit is the step's FLOPs (flops_per_token x B x T) over the time of one pass over the list:
  * a step that did nothing but its products at oneDNN's speed would run at it, so (a pass's
@@ -167,8 +168,14 @@ static int limit_init(limit_ctx_t *L, const prod_t *p, int np, precision_t prec)
         nb = (size_t)p[i].k * p[i].n * b > nb ? (size_t)p[i].k * p[i].n * b : nb;
         nc = (size_t)p[i].m * p[i].n * b > nc ? (size_t)p[i].m * p[i].n * b : nc;
     }
-    *L = (limit_ctx_t){.p = p, .np = np, .prec = prec,
-                       .native16 = prec == PRECISION_BF16 && model_gemm_bf16_native()};
+    /* bf16 emulated (no native bf16 products): the step's products are fp32 products of
+     * operands rounded once by their producers (model/ops_linear.c), so its limit is those fp32
+     * products; through model_gemm_prec at bf16 each pass would also round both operands of
+     * every product, work the step no longer does (a "limit" slower than the step: 1.06 of it
+     * at S on a Zen 3, 2026-11-27) */
+    const int native16 = prec == PRECISION_BF16 && model_gemm_bf16_native();
+    *L = (limit_ctx_t){.p = p, .np = np, .prec = prec == PRECISION_BF16 && !native16 ? PRECISION_FP32 : prec,
+                       .native16 = native16};
     L->A = malloc(sizeof(float) * na), L->B = malloc(sizeof(float) * nb), L->C = calloc(nc, sizeof(float));
     L->A16 = malloc(sizeof(uint16_t) * na), L->B16 = malloc(sizeof(uint16_t) * nb);
     if (!L->A || !L->B || !L->C || !L->A16 || !L->B16) return limit_free(L), -1;
@@ -178,6 +185,10 @@ static int limit_init(limit_ctx_t *L, const prod_t *p, int np, precision_t prec)
     for (size_t i = 0; i < nb; i++) L->B[i] = (float)(rng_f32(&g) - 0.5);
     ops_bf16_pack(L->A16, L->A, na);
     ops_bf16_pack(L->B16, L->B, nb);
+    if (prec == PRECISION_BF16 && !native16) {   /* the emulated operands' values: rounded */
+        ops_bf16_round_row(L->A, na);
+        ops_bf16_round_row(L->B, nb);
+    }
     return 0;
 }
 
@@ -587,6 +598,7 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         limit_gflops = fpt * B * T / limit_s / 1e9;
     }
     free(pl), free(clk_step), free(clk_pass);
+    const int lc_emulated = limit && lc.p && lc.prec != dev->precision;   /* (before limit_free clears it) */
     limit_free(&lc);
     const unsigned long long ldig = eval_only && !rc ? logits_digest(m, &c, B, T) : 0;
     if (json && eval_only)   /* the evaluator's forward: no loss, no FLOP rule of a step */
@@ -606,14 +618,14 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"tr_flops_per_token\":%.0f,"
                "\"exec_flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
-               "\"gemm_share\":%.4f,\"isa\":\"%s\",\"gemm_engine\":\"%s\",\"limit_products_s\":%.5f,"
+               "\"gemm_share\":%.4f,\"isa\":\"%s\",\"gemm_engine\":\"%s\",\"limit_precision\":\"%s\",\"limit_products_s\":%.5f,"
                "\"limit_gflops\":%.2f,\"gflops\":%.2f,\"clock_step_s\":%.5f,\"clock\":\"%s\","
                "\"limit_passes\":%d,\"step_best_s\":%.5f,\"step_median_s\":%.5f,\"limit_median_s\":%.5f,"
                "\"fraction\":%.4f,\"fraction_median\":%.4f}\n",
                name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
                t_bwd / steps, t_opt / steps, tps, fpt, ltm_train_flops(&c, T), ltm_exec_flops(&c, T), loss, dev->name,
                precision_name(dev->precision), gemm_share, cpu_isa_name(cpu_isa()), model_gemm_describe(),
-               limit_s, limit_gflops, tps * fpt / 1e9, clock_step, omp_get_max_threads() == 1 ? "thread-cpu" : "wall",
+               !limit ? "none" : lc_emulated ? "fp32 (bf16 emulated)" : precision_name(dev->precision), limit_s, limit_gflops, tps * fpt / 1e9, clock_step, omp_get_max_threads() == 1 ? "thread-cpu" : "wall",
                npass, step_best, step_med, limit_med, limit_s > 0 ? limit_s / step_best : -1.0,
                limit_s > 0 ? limit_med / step_med : -1.0);
     else
@@ -621,9 +633,10 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
                "-> %.0f tokens/s (loss %.3f)\n", name, fam->name, (long long)nparams, B, T, omp_get_max_threads(),
                total / steps, t_fwd / steps, t_bwd / steps, t_opt / steps, tps, loss);
     if (!json && limit_gflops > 0)
-        printf("   %.1f GFLOP/s; the product limit at this step's shapes %.1f GFLOP/s (best of %d passes between\n"
+        printf("   %.1f GFLOP/s; the product limit at this step's shapes%s %.1f GFLOP/s (best of %d passes between\n"
                "   the steps, %s clock): best pass %.1f ms of products against the best step %.1f ms: %.3f\n"
-               "   (medians: %.1f against %.1f ms: %.3f)\n", tps * fpt / 1e9, limit_gflops, npass,
+               "   (medians: %.1f against %.1f ms: %.3f)\n", tps * fpt / 1e9,
+               lc_emulated ? " (bf16 emulated: fp32 products of rounded operands)" : "", limit_gflops, npass,
                omp_get_max_threads() == 1 ? "thread CPU" : "wall", limit_s * 1e3, step_best * 1e3,
                limit_s / step_best, limit_med * 1e3, step_med * 1e3, limit_med / step_med);
     free(tok); free(in); free(tg);
