@@ -223,6 +223,20 @@ static int ltm_m = 8, ltm_K = 4, ltm_W = 0, profile = 0, limit = 0, digest = 0, 
  * weights never change, so at bf16 their rounded copies are made once, as in the evaluator */
 static int eval_only = 0;
 
+/* --eval's step: the evaluator's scoring forward (llama_lm_logits), the logits brought to the host */
+static int eval_step(const model_family_t *fam, void *m, const uint32_t *in, char *err, size_t errlen) {
+    float unused;
+    if (fam->forward(m, in, NULL, NULL, &unused, err, errlen)) return 1;
+    if (!llama_logits(m)) return snprintf(err, errlen, "out of memory for the host logits"), 1;
+    return 0;
+}
+
+/* --eval: a hash of the last forward's logits (their bits): what the loss is to a training run's output */
+static uint64_t logits_digest(void *m, const model_config_t *c, int B, int T) {
+    const float *z = llama_logits(m);
+    return z ? (uint64_t)XXH64(z, sizeof(float) * (size_t)B * T * c->vocab_size, 0) : 0;
+}
+
 /* The execution-model emulator's performance counters (tests/emu/emu_perf.cc, linked only into
  * build/emu/bench/train_step for bench/gpu_model.sh): they count the first timed step alone. */
 extern void emu_perf_step(int begin) __attribute__((weak));
@@ -303,20 +317,6 @@ static int print_digest(const tensor_view_t *pv, int np, float loss) {
  * of the paired ratios B/A, and a 90% bootstrap interval of that median (2000 resamples of the
  * pairs, a fixed seed: the same timings give the same interval). Both models start from the
  * same weights (the family's seeded init) and see the same batch every step. */
-/* --eval's step: the evaluator's scoring forward (llama_lm_logits), the logits brought to the host */
-static int eval_step(const model_family_t *fam, void *m, const uint32_t *in, char *err, size_t errlen) {
-    float unused;
-    if (fam->forward(m, in, NULL, NULL, &unused, err, errlen)) return 1;
-    if (!llama_logits(m)) return snprintf(err, errlen, "out of memory for the host logits"), 1;
-    return 0;
-}
-
-/* --eval: a hash of the last forward's logits (its bits), the same role as the loss below */
-static uint64_t logits_digest(void *m, const model_config_t *c, int B, int T) {
-    const float *z = llama_logits(m);
-    return z ? (uint64_t)XXH64(z, sizeof(float) * (size_t)B * T * c->vocab_size, 0) : 0;
-}
-
 typedef struct {
     device_t *dev;
     void *m;
@@ -625,7 +625,8 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
                name, fam->name, (long long)nparams, B, T, steps, omp_get_max_threads(), total / steps, t_fwd / steps,
                t_bwd / steps, t_opt / steps, tps, fpt, ltm_train_flops(&c, T), ltm_exec_flops(&c, T), loss, dev->name,
                precision_name(dev->precision), gemm_share, cpu_isa_name(cpu_isa()), model_gemm_describe(),
-               !limit ? "none" : lc_emulated ? "fp32 (bf16 emulated)" : precision_name(dev->precision), limit_s, limit_gflops, tps * fpt / 1e9, clock_step, omp_get_max_threads() == 1 ? "thread-cpu" : "wall",
+               !limit ? "none" : lc_emulated ? "fp32 (bf16 emulated)" : precision_name(dev->precision),
+               limit_s, limit_gflops, tps * fpt / 1e9, clock_step, omp_get_max_threads() == 1 ? "thread-cpu" : "wall",
                npass, step_best, step_med, limit_med, limit_s > 0 ? limit_s / step_best : -1.0,
                limit_s > 0 ? limit_med / step_med : -1.0);
     else
