@@ -121,7 +121,7 @@ DEPS_BUILD := gcc make pkg-config libzmq3-dev libmsgpack-dev liblmdb-dev lmdb-ut
               openmpi-bin libopenmpi-dev \
               libopenblas-dev libdnnl-dev libjansson-dev libxxhash-dev jq libmicrohttpd-dev
 DEPS_TEST  := python3 python3-torch python3-numpy python3-zmq python3-msgpack python3-lmdb \
-              gnuplot-nox clang libclang-rt-dev llvm-dev chromium iproute2 nftables
+              gnuplot-nox clang libclang-rt-dev llvm-dev chromium iproute2 nftables curl
 # node and npm (make data, the tiktoken comparison) count when on PATH, whoever installed them.
 deps:
 	@missing=$$(for p in $(DEPS_BUILD) $(DEPS_TEST); do \

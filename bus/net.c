@@ -237,24 +237,38 @@ static int authorized(const uint8_t key[32]) {
     return 0;
 }
 
-/* "tcp://NAME:PORT" with NAME a host name (not an address, not a wildcard): out is
- * "tcp://ADDRESS:PORT" with NAME's first IPv4 or IPv6 address. 1, or 0 when ep is none such or
- * NAME does not resolve. */
-static int tcp_host_resolved(const char *ep, char *out, size_t cap) {
+/* "tcp://NAME:PORT" with NAME a host name (not an address, not a wildcard): binds s to NAME's
+ * addresses in getaddrinfo's order until one binds. A name may resolve to an address this socket
+ * cannot bind first: Debian's /etc/hosts gives localhost ::1 as well as 127.0.0.1, getaddrinfo may
+ * sort ::1 first, and the sockets are IPv4 only (ZMQ_IPV6 unset) or the kernel has no IPv6
+ * (ENODEV) -- found binding tcp://localhost:* in a fresh Debian 12 chroot. 0 when one bound; else
+ * -1, with tried the endpoints tried ("" when ep is none such or NAME does not resolve) and *e the
+ * last one's error. */
+static int tcp_bind_host(void *s, const char *ep, char *tried, size_t cap, int *e) {
+    tried[0] = 0;
     char host[256];
     const char *port = strchr(ep, ';') ? NULL : tcp_host(ep, host, sizeof host);
-    if (!port || !host[0] || !strcmp(host, "*")) return 0;
+    if (!port || !host[0] || !strcmp(host, "*")) return -1;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return 0;
-    char ip[INET6_ADDRSTRLEN] = "";
-    int v6 = res->ai_family == AF_INET6;
-    const void *a = v6 ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr
-                       : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
-    int ok = inet_ntop(res->ai_family, a, ip, sizeof ip) != NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return -1;
+    int rc = -1;
+    size_t used = 0;
+    for (const struct addrinfo *r = res; r && rc; r = r->ai_next) {
+        const int v6 = r->ai_family == AF_INET6;
+        if (!v6 && r->ai_family != AF_INET) continue;
+        const void *a = v6 ? (const void *)&((const struct sockaddr_in6 *)r->ai_addr)->sin6_addr
+                           : (const void *)&((const struct sockaddr_in *)r->ai_addr)->sin_addr;
+        char ip[INET6_ADDRSTRLEN], numeric[300];
+        if (!inet_ntop(r->ai_family, a, ip, sizeof ip)) continue;
+        snprintf(numeric, sizeof numeric, v6 ? "tcp://[%s]%s" : "tcp://%s%s", ip, port);
+        if (zmq_bind(s, numeric) == 0) rc = 0;
+        else {
+            *e = zmq_errno();
+            if (used < cap) used += (size_t)snprintf(tried + used, cap - used, "%s%s", used ? ", " : "", numeric);
+        }
+    }
     freeaddrinfo(res);
-    if (!ok) return 0;
-    snprintf(out, cap, v6 ? "tcp://[%s]%s" : "tcp://%s%s", ip, port);
-    return 1;
+    return rc;
 }
 
 int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) {
@@ -282,12 +296,13 @@ int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) 
     if (g.has_key && !has_prefix(ep, "inproc://")) bus_zap_watch(zctx, s, ep);
     if (zmq_bind(s, ep) == 0) return 0;
     int e = zmq_errno();
-    char numeric[300];
     /* libzmq binds an address or an interface name, not a host name: the command line every
      * rank of a run shares names rank 0 by its host name (tcp://hostA:5730) */
-    if (e == ENODEV && tcp_host_resolved(ep, numeric, sizeof numeric)) {
-        if (zmq_bind(s, numeric) == 0) return 0;
-        return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s (%s): %s", ep, numeric, zmq_strerror(zmq_errno()));
+    if (e == ENODEV) {
+        char tried[600];
+        int e2 = e;
+        if (tcp_bind_host(s, ep, tried, sizeof tried, &e2) == 0) return 0;
+        if (tried[0]) return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s (%s): %s", ep, tried, zmq_strerror(e2));
     }
     return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: %s", ep, zmq_strerror(e));
 }

@@ -5,7 +5,9 @@
 #   playwright-core (drives Debian's chromium in tests/it_live.sh) into build/npm/playwright-core,
 #     fetched by `make data` like the other npm data.
 UPLOT_VERSION      := 1.6.32
-PLAYWRIGHT_VERSION := 1.65.1
+# (1.61 is the last playwright-core for Node 18, Debian 12's nodejs: 1.62 and later need Node 20
+# and stop at once under 18 -- found by make test in a fresh Debian 12 chroot)
+PLAYWRIGHT_VERSION := 1.61.1
 LIVE_PAGE   := live/page/index.html live/page/live.js live/page/live.css
 UPLOT_FILES := build/npm/uplot/package/dist/uPlot.iife.min.js build/npm/uplot/package/dist/uPlot.min.css
 NPM_PACK    := timeout 180 npm pack --silent --fetch-retries=1 --fetch-timeout=30000
@@ -43,12 +45,14 @@ bin/live: LDFLAGS += -Wl,--as-needed
 
 # playwright-core for the browser test (no dependencies of its own; never `npx playwright install`:
 # the browser is Debian's chromium)
-build/npm/playwright-core/package/package.json:
+# (the marker names the version, so a new PLAYWRIGHT_VERSION is fetched over an older one)
+build/npm/playwright-core/version-$(PLAYWRIGHT_VERSION):
 	@mkdir -p build/npm
 	@cd build/npm && $(call npm_pack,playwright-core@$(PLAYWRIGHT_VERSION))
 	@rm -rf build/npm/playwright-core && mkdir -p build/npm/playwright-core
 	tar xzf build/npm/playwright-core-$(PLAYWRIGHT_VERSION).tgz -C build/npm/playwright-core
-data: build/npm/playwright-core/package/package.json
+	@touch $@
+data: build/npm/playwright-core/version-$(PLAYWRIGHT_VERSION)
 
 # bench/bench_live.sh's page clients
 build/bench/live_clients: bench/live_clients.c

@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 it_init it_live 1
 export RUN=lv W
 
-if [ ! -x /usr/bin/chromium ] || [ ! -f build/npm/playwright-core/package/package.json ]; then
-    echo "FAIL: needs /usr/bin/chromium (make deps) and playwright-core (make data)"; echo "0 passed, 1 failed"; exit 1
+if [ ! -x /usr/bin/chromium ] || [ ! -f build/npm/playwright-core/package/package.json ] || ! command -v curl >/dev/null; then
+    echo "FAIL: needs /usr/bin/chromium and curl (make deps) and playwright-core (make data)"; echo "0 passed, 1 failed"; exit 1
 fi
 it_synth_data "$W/ds" 3000 7
 bin/bus >"$W/bus.log" 2>&1 & pids+=($!)

@@ -104,6 +104,8 @@ stop_ok "bin/tokenizer encode, on a long input" "${tok:-0}"
 ok "and what it left is refused as an incomplete dataset" "! bin/tokenizer info $W/big.ds >/dev/null 2>&1"
 
 # bin/live, streaming the bus's flood (still running) to 8 pages while others ask for its state
+# (curl clients: without curl bin/live would stop with nobody connected, and prove nothing)
+ok "curl is installed (make deps)" "command -v curl >/dev/null"
 "${HI[@]}" bin/live --runs "$W" --port 0 >"$W/live.url" 2>"$W/live.log" & lv=$!; pids+=($lv)
 wait_for "grep -q '^live: http' $W/live.url" 20
 url=$(sed -n 's/^live: //p' "$W/live.url")
