@@ -13,7 +13,9 @@
 # the newest checkpoint of every run for every task (results already in RESULTS are not
 # redone), then the table. --live: one evaluator per run and task follows the checkpoints as
 # they are written (bus announcements, directory rescans), and the table is printed again
-# whenever a result arrives, until interrupted (the evaluators stop with it). A run's column
+# whenever a result arrives, until interrupted (the evaluators stop with it); an evaluator that
+# stops on its own (a missing task file, a sandbox this machine cannot give) is named once with
+# its exit status, and when none is left the table exits 1. A run's column
 # shows its newest step that has every task (--step N: that step), so a live table compares
 # complete evaluations only. --eval-opts go to every evaluator (e.g. "--device cuda --jobs 8").
 #
@@ -118,7 +120,7 @@ print_table() {
 if [ $print = 1 ]; then print_table; exit; fi
 
 # one evaluator per run and task row
-ev_pids=()
+ev_pids=() ev_names=()
 start_ev() { # spec tag task options once; exec: in the background the job IS the evaluator
     local spec=$1 tag=$2 task=$3 opts=$4 once=$5
     # shellcheck disable=SC2086 # the row's options are words
@@ -145,6 +147,7 @@ while IFS=$'\t' read -r kind tag metric task opts; do
     for spec in "${runs[@]}"; do
         mkdir -p "$(run_dir "$spec")"
         start_ev "$spec" "$tag" "$task" "$opts" "--quiet" >/dev/null & ev_pids+=($!)
+        ev_names+=("$tag on $(run_dir "$spec")")
     done
 done <<<"$rows"
 last=0
@@ -156,7 +159,16 @@ while :; do
         echo "== $(date '+%H:%M:%S'), $cur result(s) in $out"
         print_table
     fi
+    # an evaluator that stopped (its own message is above: stderr passes through) is said once,
+    # by name and status; the table goes on with the others
     alive=0
-    for p in "${ev_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    for i in "${!ev_pids[@]}"; do
+        p=${ev_pids[$i]}
+        [ -n "$p" ] || continue
+        if kill -0 "$p" 2>/dev/null; then alive=1; continue; fi
+        wait "$p"; st=$?
+        echo "paper_table.sh: the evaluator of ${ev_names[$i]} stopped (exit $st)" >&2
+        ev_pids[$i]=""
+    done
     [ $alive = 1 ] || { echo "paper_table.sh: every evaluator has stopped" >&2; exit 1; }
 done

@@ -24,6 +24,13 @@ for f in example_humaneval example_humanevalplus example_mbpp; do
     ev --task code --file evaluator/tasks/$f.jsonl --canonical --quiet >"$W/$f.json" 2>"$W/$f.log"
     ok "$f: canonical solutions score pass@1 = 1" "[ \"\$(val $W/$f.json pass@1)\" = 1 ] && [ \"\$(val $W/$f.json end_passed)\" = \$(grep -c . evaluator/tasks/$f.jsonl) ]"
 done
+# where this machine cannot isolate programs (a chroot: the kernel refuses user namespaces
+# there), every later part would fail the same way, and the live table would wait out its
+# limit: stop here with the sandbox's own line as a failure, not a skip
+if grep -q 'cannot isolate programs here' "$W/example_humaneval.log"; then
+    ok "the sandbox works on this machine: $(head -n 1 "$W/example_humaneval.log")" false
+    it_done; exit
+fi
 
 # given completions with known answers: each line's "expect" says whether it passes (right,
 # subtly wrong, a syntax error, an exception, infinite recursion, a busy loop, text after a stop
@@ -240,6 +247,15 @@ ok "MBPP: the baseline's completions of the 5 problems generated and each run to
 ev --run base --run-dir "$W/base" --task em --file evaluator/tasks/example_gsm8k.jsonl --fewshot evaluator/tasks/example_gsm8k.jsonl \
     --shots 1 --vocab bytes --max-new 16 --once --no-bus --quiet >"$W/gsm.json" 2>"$W/gsm.log"
 ok "GSM8K: the 5 shipped lines scored" "jq -e '.values | .n == 5 and .em >= 0 and .em <= 1' $W/gsm.json >/dev/null"
+
+# a live table whose evaluator cannot start (its problem file is missing) names it and its
+# status once, and ends when no evaluator is left, instead of waiting for results
+printf '%s\n' "[Generative code]" "gone pass@1 code --file $W/no_such.jsonl --vocab bytes" >"$W/tasks_bad.txt"
+timeout -k 5 60 evaluator/paper_table.sh --live --every 1 --tasks "$W/tasks_bad.txt" --out "$W/table_bad.jsonl" \
+    Baseline="$W/base" >"$W/live_bad.log" 2>&1; rc=$?
+ok "a live table names its stopped evaluator and ends (exit $rc; $(grep -c stopped "$W/live_bad.log") lines say stopped)" \
+   "[ $rc = 1 ] && grep -q 'the evaluator of gone on $W/base stopped (exit 2)' $W/live_bad.log && \
+    grep -q 'every evaluator has stopped' $W/live_bad.log && [ \$(grep -c 'stopped (exit' $W/live_bad.log) = 1 ]"
 
 ev --task code --file evaluator/tasks/example_mbpp.jsonl --completions /dev/null --quiet 2>"$W/bad.log"; rc=$?
 ok "an empty completions file is refused in one line" "[ $rc = 2 ] && [ \$(wc -l < $W/bad.log) = 1 ] && grep -q 'same number' $W/bad.log"
