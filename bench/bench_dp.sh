@@ -43,10 +43,10 @@ for r in $(seq "$REPS"); do
     echo "$a" >>"$D/t1"; echo "$b" >>"$D/t2"; echo "$c" >>"$D/c2"
     printf '  repeat %d: 1 rank %s tok/s, 2 ranks %s tok/s (collectives %.1f%% of a rank'"'"'s time)\n' "$r" "$a" "$b" "$(awk -v c="$c" 'BEGIN{print c * 100}')"
 done
-jq -n --rawfile a "$D/t1" --rawfile b "$D/t2" --rawfile c "$D/c2" --arg cpu "$(lscpu | sed -n 's/^Model name: *//p')" \
+jq -L bench -n --rawfile a "$D/t1" --rawfile b "$D/t2" --rawfile c "$D/c2" --arg cpu "$(lscpu | sed -n 's/^Model name: *//p')" \
       --argjson cores "$(nproc)" --argjson steps "$STEPS" '
+  include "lib";
   def nums: split("\n") | map(select(length > 0) | tonumber);
-  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   ($a | nums) as $t1 | ($b | nums) as $t2 | ($c | nums) as $c2
   | {dp: {ranks_1: {tok_s: ($t1 | median)}, ranks_2: {tok_s: ($t2 | median), allreduce_share: ($c2 | median * 1000 | round / 1000)},
           efficiency: (($t2 | median) / (2 * ($t1 | median)) * 1000 | round / 1000),

@@ -19,6 +19,7 @@
 #   EVAL_BENCH_REPS=3 EVAL_BENCH_STEPS_S=8 EVAL_BENCH_STEPS_M=3 bash bench/bench_eval.sh
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 REPS=${EVAL_BENCH_REPS:-3}
@@ -29,8 +30,8 @@ PY=/usr/bin/python3
 "$PY" -c 'import torch' 2>/dev/null || { echo "bench_eval: $PY has no torch (make deps)"; exit 1; }
 T=$(mktemp -d /tmp/bench_eval.XXXXXX)
 trap 'rm -rf "$T"' EXIT INT TERM
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-native_bf16=0; grep -qw avx512_bf16 /proc/cpuinfo && native_bf16=1
+cpu=$(bench_cpu_model)
+native_bf16=$(bench_native_bf16)
 echo "eval bench: $cpu, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
      "$REPS repeats, forwards S=${STEPS[S]} M=${STEPS[M]}"
 for r in $(seq 1 "$REPS"); do
@@ -60,13 +61,11 @@ for c in S M; do
         "${PAIR_STEPS[$c]}" "$(jq .b_over_a_median "$T/pair.$c")" "$(jq .b_over_a_lo90 "$T/pair.$c")" "$(jq .b_over_a_hi90 "$T/pair.$c")"
 done
 
-median() { sort -g "$1" | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-tps() { jq -r .tokens_per_s "$1" > "$1.tps" && median "$1.tps"; }
 json="{}"
 printf '\n%-6s %11s %11s %12s %12s %12s %11s %s\n' config "ours fp32" "ours bf16" "PT fp32 def" "PT fp32 1+ob" "PT bf16" "best/best" "(tokens/s, medians)"
 for c in S M; do
-    of=$(tps "$T/ours.$c"); ob=$(tps "$T/ours_bf16.$c"); pd=$(tps "$T/pt_default.$c"); p1=$(tps "$T/pt_1thr.$c")
-    pb=$(tps "$T/pt_bf16.$c"); pbn=$(wc -l < "$T/pt_bf16.$c")
+    of=$(bench_tps "$T/ours.$c"); ob=$(bench_tps "$T/ours_bf16.$c"); pd=$(bench_tps "$T/pt_default.$c"); p1=$(bench_tps "$T/pt_1thr.$c")
+    pb=$(bench_tps "$T/pt_bf16.$c"); pbn=$(wc -l < "$T/pt_bf16.$c")
     read -r ours_best ours_mode pt_best pt_mode ratio <<< "$(awk -v of="$of" -v ob="$ob" -v pd="$pd" -v p1="$p1" -v pb="$pb" 'BEGIN {
         o = of; om = "fp32"; if (ob > o) { o = ob; om = "bf16" }
         p = pd; pm = "fp32-defaults"; if (p1 > p) { p = p1; pm = "fp32-1thr+ob2" }; if (pb > p) { p = pb; pm = "bf16-autocast" }

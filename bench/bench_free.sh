@@ -19,8 +19,8 @@ for r in $(seq "$REPS"); do
     build/bench/train_step --config S --model free --latent-bits 8 --steps "$STEPS" --json >> "$T/free" || exit 1
     printf '  repeat %d: baseline %.3f s/step, free %.3f s/step\n' "$r" "$(tail -1 "$T/llama" | jq .step_s)" "$(tail -1 "$T/free" | jq .step_s)"
 done
-jq -n --slurpfile l "$T/llama" --slurpfile f "$T/free" '
-  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+jq -L bench -n --slurpfile l "$T/llama" --slurpfile f "$T/free" '
+  include "lib";
   ([range(0; $l | length)] | map($f[.].step_s / $l[.].step_s)) as $paired
   | ($f[0].flops_per_token / $l[0].flops_per_token) as $pred
   | ($paired | median) as $meas

@@ -14,6 +14,7 @@
 # and bf16_over_ours_fp32. GENERATE_BENCH_BF16=0 skips the bf16 runs.
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 TH=${BENCH_THREADS:-2}
@@ -21,7 +22,6 @@ REP=${GENERATE_BENCH_REPEATS:-3}
 make -s build/bench/generate >/dev/null || exit 1
 PY=/usr/bin/python3
 
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 # The machine is shared and its load drifts within seconds: the programs take turns, ROUNDS
 # times, each reporting its median of REP repeats; the figure kept is the median over rounds.
 ROUNDS=${GENERATE_BENCH_ROUNDS:-3}
@@ -39,7 +39,7 @@ one() {  # model -> "ours torch1 torchN ours_bf16 torch_bf16_1 torch_bf16_N" tok
         x=$(OMP_NUM_THREADS=$TH $PY bench/generate_torch.py --model "$m" --repeats "$REP" --threads "$TH" --bf16 --json | jq .tok_s) || return 1; bb+=("$x")
         echo "  round ($m): ours ${o[-1]} (bf16 ${ob[-1]}), PyTorch 1/$TH threads ${a[-1]}/${b[-1]} (bf16 ${ab[-1]}/${bb[-1]}) tok/s, load $(cut -d' ' -f1 /proc/loadavg)" >&2
     done
-    echo "$(median "${o[@]}") $(median "${a[@]}") $(median "${b[@]}") $(median "${ob[@]}") $(median "${ab[@]}") $(median "${bb[@]}")"
+    echo "$(bench_median "${o[@]}") $(bench_median "${a[@]}") $(bench_median "${b[@]}") $(bench_median "${ob[@]}") $(bench_median "${ab[@]}") $(bench_median "${bb[@]}")"
 }
 read -r b_ours b_t1 b_tn b_ob b_b1 b_bn < <(one llama) || exit 1
 read -r f_ours f_t1 f_tn f_ob f_b1 f_bn < <(one free) || exit 1
@@ -48,7 +48,7 @@ read -r f_ours f_t1 f_tn f_ob f_b1 f_bn < <(one free) || exit 1
 jq -n --argjson bo "$b_ours" --argjson b1 "$b_t1" --argjson bn "$b_tn" \
       --argjson fo "$f_ours" --argjson f1 "$f_t1" --argjson fn "$f_tn" --argjson th "$TH" --argjson rep "$REP" --argjson rounds "$ROUNDS" \
       --argjson bob "$b_ob" --argjson bb1 "$b_b1" --argjson bbn "$b_bn" --argjson fob "$f_ob" --argjson fb1 "$f_b1" --argjson fbn "$f_bn" \
-      --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+      --arg cpu "$(bench_cpu_model)" \
       --arg isa "$(build/tests/test_cpu_isa --levels 2>/dev/null | tail -1)" --argjson bf16 "$BF16" '
   def r1: .*10|round/10;
   def entry(o; t1; tn; ob; b1; bn): {ours_tok_s: (o|r1), pytorch_tok_s: ([t1, tn] | max | r1),

@@ -5,6 +5,7 @@
 # Median of 3 repeats each; writes "$BENCH_OUT/loader.json" and prints a table.
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 T=$(mktemp -d /tmp/bench_loader.XXXXXX)
@@ -21,14 +22,13 @@ bin/loader --data "$T/ds" --bind "tcp://127.0.0.1:$port" --quiet & pids+=($!)
 for i in $(seq 1 50); do [ -S "$T/l0" ] && [ -S "$T/l1" ] && break; sleep 0.1; done
 sleep 0.3
 
-median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
 run() {
     local r=() x
     for k in 1 2 3; do
         x=$(bin/loader bench --connect "$1" --B 8 --T 256 --batches "$BATCHES" --window 16) || return 1
         r+=("$x")
     done
-    median3 "${r[@]}"
+    bench_median "${r[@]}"
 }
 one_ipc=$(run "ipc://$T/l0") || exit 1
 two_ipc=$(run "ipc://$T/l0,ipc://$T/l1") || exit 1

@@ -26,8 +26,8 @@ for r in $(seq "$REPS"); do
     printf '  repeat %d: baseline %.3f s/step, ltm K=%d %.3f s/step, ltm K=0 %.3f s/step\n' "$r" \
         "$(tail -1 "$T/llama" | jq .step_s)" "$K" "$(tail -1 "$T/ltm" | jq .step_s)" "$(tail -1 "$T/ltm0" | jq .step_s)"
 done
-jq -n --slurpfile l "$T/llama" --slurpfile f "$T/ltm" --slurpfile z "$T/ltm0" --argjson K "$K" '
-  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+jq -L bench -n --slurpfile l "$T/llama" --slurpfile f "$T/ltm" --slurpfile z "$T/ltm0" --argjson K "$K" '
+  include "lib";
   def r3: . * 1000 | round / 1000;
   ([range(0; $l | length)] | map($f[.].step_s / $l[.].step_s)) as $paired
   | ([range(0; $l | length)] | map(($f[.].step_s - $z[.].step_s) / $K) | median) as $inner

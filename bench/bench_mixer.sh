@@ -21,8 +21,8 @@ for r in $(seq "$REPS"); do
     build/bench/train_step --config S --model mixer --steps "$STEPS" --json >> "$T/mixer" || exit 1
     printf '  repeat %d: baseline %.3f s/step, mixer %.3f s/step\n' "$r" "$(tail -1 "$T/llama" | jq .step_s)" "$(tail -1 "$T/mixer" | jq .step_s)"
 done
-jq -n --slurpfile l "$T/llama" --slurpfile m "$T/mixer" '
-  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+jq -L bench -n --slurpfile l "$T/llama" --slurpfile m "$T/mixer" '
+  include "lib";
   def r3: . * 1000 | round / 1000;
   ([range(0; $l | length)] | map($m[.].step_s / $l[.].step_s)) as $paired
   | ($m[0].flops_per_token / $l[0].flops_per_token) as $pred

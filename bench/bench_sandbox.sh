@@ -9,6 +9,7 @@
 # Median of 3 alternating repeats; writes "$BENCH_OUT/sandbox.json" and prints a table.
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 T=$(mktemp -d /tmp/bench_sandbox.XXXXXX)
@@ -28,7 +29,6 @@ ours() { # jobs -> programs/s
         | jq -r --argjson n "$N" 'if .values.end_passed != $n then error("not every program passed") else $n / .values.exec_s end'
 }
 peer() { $PY bench/sandbox_peer.py --jobs "$1" "$T/programs.jsonl"; }
-median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 declare -A res
 for j in 1 2; do
     o=() p=()
@@ -38,8 +38,8 @@ for j in 1 2; do
         x=$(peer "$j") || { echo "bench_sandbox: peer failed"; exit 1; }
         p+=("$x")
     done
-    res[ours$j]=$(median3 "${o[@]}")
-    res[peer$j]=$(median3 "${p[@]}")
+    res[ours$j]=$(bench_median "${o[@]}")
+    res[peer$j]=$(bench_median "${p[@]}")
 done
 printf '%-34s %12s %12s\n' "programs/s ($N programs)" "--jobs 1" "--jobs 2"
 printf '%-34s %12.1f %12.1f\n' "ours (namespaces + rlimits)" "${res[ours1]}" "${res[ours2]}"

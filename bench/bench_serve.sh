@@ -18,12 +18,13 @@
 # Writes "$BENCH_OUT/serve.json" {"serve": {...}}.
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 TH=${BENCH_THREADS:-2}
 ROUNDS=${SERVE_BENCH_ROUNDS:-3}
 read -r R1 R8 R32 <<< "${SERVE_BENCH_REQUESTS:-48 16 8}"
-CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(grep -qw avx512_bf16 /proc/cpuinfo && echo AVX512_BF16 || { grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo AVX2; })"
+CPU="$(bench_cpu_model), $(nproc) cores, $(grep -qw avx512_bf16 /proc/cpuinfo && echo AVX512_BF16 || { grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo AVX2; })"
 echo "serve bench: $CPU, load $(cut -d' ' -f1-3 /proc/loadavg)"
 make -s bin/sampler bin/bus bin/tokenizer build/bench/serve_ckpt >/dev/null || exit 1
 PY=/usr/bin/python3
@@ -54,7 +55,6 @@ unserve() { kill -TERM "$spid"; wait "$spid" 2>/dev/null; spid=; }
 load() { # clients requests-per-client -> one JSON line
     $PY bench/serve_load.py --endpoint "ipc://$D/s.sock" --clients "$1" --requests "$2" --prompt "$PROMPT" --max-new 64
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 # The machine is shared and its load drifts within seconds: the concurrencies and the peer take
 # turns, ROUNDS times; each figure is the median over the rounds.
@@ -73,7 +73,7 @@ if [ -n "${SERVE_BENCH_BEFORE:-}" ]; then
 fi
 pick() { # key field -> the median of that field over the rounds, or null
     [ -s "$D/$1.jsonl" ] || { echo null; return; }
-    median $(jq ".$2" "$D/$1.jsonl")
+    bench_median $(jq ".$2" "$D/$1.jsonl")
 }
 errors=$(cat "$D"/c*.jsonl | jq -s 'map(.errors) | add')
 

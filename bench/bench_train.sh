@@ -41,6 +41,7 @@
 #   TRAIN_BENCH_REPS=5 TRAIN_BENCH_STEPS_S=6 TRAIN_BENCH_STEPS_M=3 bash bench/bench_train.sh
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 REPS=${TRAIN_BENCH_REPS:-5}
@@ -58,11 +59,11 @@ done
 "$PY" -c 'import torch' 2>/dev/null || { echo "bench_train: $PY has no torch (make deps)"; exit 1; }
 T=$(mktemp -d /tmp/bench_train.XXXXXX)
 trap 'rm -rf "$T"' EXIT INT TERM
-echo "train bench: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}," \
+echo "train bench: $(bench_cpu_model), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}," \
      "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $REPS repeats, steps S=${STEPS[S]} M=${STEPS[M]}"
 
-native_bf16=0; grep -qw avx512_bf16 /proc/cpuinfo && native_bf16=1
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+native_bf16=$(bench_native_bf16)
+cpu=$(bench_cpu_model)
 declare -A SHAPE=([S]=4096,2048,256,TN [M]=8192,2048,512,TN)
 # one JSON line per run into $T/<what>.<config>
 for r in $(seq 1 "$REPS"); do
@@ -102,16 +103,13 @@ for c in S M; do
         "${PAIR_STEPS[$c]}" "$(jq .b_over_a_median "$T/pair.$c")" "$(jq .b_over_a_lo90 "$T/pair.$c")" "$(jq .b_over_a_hi90 "$T/pair.$c")"
 done
 
-# median of the numbers in a file (one per line)
-median() { sort -g "$1" | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-tps() { jq -r .tokens_per_s "$1" > "$1.tps" && median "$1.tps"; }
 # The ceiling is the best of the repeats (each itself a median of 9 products): load from other
 # users only ever lowers it, and a ceiling lowered by a busy moment would flatter our fraction.
 sgemm=$(sort -g "$T/sgemm" | tail -1)
 json="{}"
 printf '\n%-6s %10s %10s %9s %12s %7s %8s %12s   %s\n' config "ours tok/s" "PT tok/s" "PT mode" "PT other" ratio "GFLOP/s" "of sgemm" "ours/PT paired"
 for c in S M; do
-    ours=$(tps "$T/ours.$c"); ptd=$(tps "$T/pt_default.$c"); pt1=$(tps "$T/pt_1thr.$c")
+    ours=$(bench_tps "$T/ours.$c"); ptd=$(bench_tps "$T/pt_default.$c"); pt1=$(bench_tps "$T/pt_1thr.$c")
     params=$(head -1 "$T/ours.$c" | jq .params)
     # ours / the faster PyTorch mode within each repeat (paired: the same load hit both)
     paired=$(paste <(jq .tokens_per_s "$T/ours.$c") <(jq .tokens_per_s "$T/pt_default.$c") \
@@ -126,14 +124,14 @@ for c in S M; do
     # bf16 and the machine's limit (train_step --limit: the step's products alone, timed between
     # its steps; the fractions paired within each process, their median the headline), and the
     # head's shape alone (sgemm) as before
-    ob=$(tps "$T/ours_bf16.$c"); pb=$(tps "$T/pt_bf16.$c"); pbn=$(wc -l < "$T/pt_bf16.$c")
+    ob=$(bench_tps "$T/ours_bf16.$c"); pb=$(bench_tps "$T/pt_bf16.$c"); pbn=$(wc -l < "$T/pt_bf16.$c")
     lf=$(jq .limit_gflops "$T/ours.$c" | sort -g | tail -1); lb=$(jq .limit_gflops "$T/ours_bf16.$c" | sort -g | tail -1)
     lfr=$(jq -s -c 'map(.limit_gflops) | [min, max]' "$T/ours.$c"); lbr=$(jq -s -c 'map(.limit_gflops) | [min, max]' "$T/ours_bf16.$c")
     hf=$(sort -g "$T/limit_fp32.$c" | tail -1); hb=$(sort -g "$T/limit_bf16.$c" | tail -1)
     pairf=$(jq -s -c 'map(.fraction * 1000 | round / 1000)' "$T/ours.$c")
     pairb=$(jq -s -c 'map(.fraction * 1000 | round / 1000)' "$T/ours_bf16.$c")
     jq .fraction "$T/ours.$c" > "$T/frac.$c"; jq .fraction "$T/ours_bf16.$c" > "$T/frac_bf16.$c"
-    fracf=$(median "$T/frac.$c"); fracb=$(median "$T/frac_bf16.$c")
+    fracf=$(bench_median_file "$T/frac.$c"); fracb=$(bench_median_file "$T/frac_bf16.$c")
     isa=$(head -1 "$T/ours_bf16.$c" | jq -r .isa); engine=$(head -1 "$T/ours_bf16.$c" | jq -r .gemm_engine)
     read -r gfb rb <<< "$(awk -v ob="$ob" -v n="$params" -v L="$L" -v d="$D" -v t="$Tn" -v pb="$pb" \
         'BEGIN {f = 6 * n + 12 * L * d * t; printf "%.2f %.3f", ob * f / 1e9, ob / pb}')"
