@@ -12,6 +12,8 @@
 #   DP_BENCH_REPS=3 DP_BENCH_STEPS=12 bash bench/bench_dp.sh
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}; mkdir -p "$OUT"
 REPS=${DP_BENCH_REPS:-3}; STEPS=${DP_BENCH_STEPS:-12}
 command -v mpirun >/dev/null || { echo "bench_dp: mpirun missing (make deps installs Open MPI)"; exit 1; }

@@ -20,6 +20,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 REPS=${EVAL_BENCH_REPS:-3}

@@ -9,6 +9,8 @@
 #   FREE_BENCH_REPS=9 FREE_BENCH_STEPS=5 bash bench/bench_free.sh
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}; mkdir -p "$OUT"
 REPS=${FREE_BENCH_REPS:-9}; STEPS=${FREE_BENCH_STEPS:-5}
 [ -x build/bench/train_step ] || { echo "bench_free: build/bench/train_step missing (make bench-bins)"; exit 1; }

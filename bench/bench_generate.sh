@@ -15,6 +15,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 TH=${BENCH_THREADS:-2}

@@ -6,6 +6,8 @@
 # Writes "$BENCH_OUT/live.json" {"live": {...}} and prints it.
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 make -s bin/live bin/bus build/bench/live_clients >/dev/null || exit 1

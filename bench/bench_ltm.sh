@@ -13,6 +13,8 @@
 #   LTM_BENCH_REPS=5 LTM_BENCH_STEPS=2 LTM_BENCH_K=4 bash bench/bench_ltm.sh
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}; mkdir -p "$OUT"
 REPS=${LTM_BENCH_REPS:-5}; STEPS=${LTM_BENCH_STEPS:-2}; K=${LTM_BENCH_K:-4}
 LTM="--config S --model ltm --latent-vectors 8 --window 64 --steps $STEPS --json"

@@ -11,6 +11,8 @@
 #   MIXER_BENCH_REPS=9 MIXER_BENCH_STEPS=5 bash bench/bench_mixer.sh
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}; mkdir -p "$OUT"
 REPS=${MIXER_BENCH_REPS:-9}; STEPS=${MIXER_BENCH_STEPS:-5}
 [ -x build/bench/train_step ] || { echo "bench_mixer: build/bench/train_step missing (make bench-bins)"; exit 1; }

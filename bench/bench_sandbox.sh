@@ -10,6 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 T=$(mktemp -d /tmp/bench_sandbox.XXXXXX)

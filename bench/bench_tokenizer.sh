@@ -6,6 +6,8 @@
 #   {"tokenizer": {"gpt2": {"ours_mb_s", "tiktoken_mb_s", "ratio", "identical", ...}, ...}}
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 BENCH_OUT=${BENCH_OUT:-build/bench-out}
 REPEAT=${REPEAT:-3}
 mkdir -p "$BENCH_OUT" build/bench

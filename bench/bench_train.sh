@@ -42,6 +42,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/lib.sh
+bench_no_args "$@"
 OUT=${BENCH_OUT:-build/bench-out}
 mkdir -p "$OUT"
 REPS=${TRAIN_BENCH_REPS:-5}

@@ -9,6 +9,8 @@
 # bench/results.json. Without a GPU it says so and writes nothing.
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 REPS=${GPU_BENCH_REPS:-3}
 STEPS=${GPU_BENCH_STEPS:-10}
 [ -x build/bench/train_step ] || { echo "bench-gpu: build/bench/train_step missing (make bench-bins)"; exit 1; }

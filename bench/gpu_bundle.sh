@@ -8,6 +8,8 @@
 # machine's own cuBLAS and NCCL (bench/gpu_session.sh). Run after `make -j2 && make bench-bins`.
 set -eu
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 G=$(mktemp -d /tmp/gpu_bundle.XXXXXX)
 trap 'rm -rf "$G"' EXIT
 mkdir -p "$G/lib" "$G/bin" "$G/build/tests" "$G/build/bench"

@@ -25,6 +25,8 @@
 # Writes bench/results.json's "gpu_model" and prints the table (bench/NOTES.md has the last one).
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 BIN=build/emu/bench/train_step
 [ -x "$BIN" ] || { echo "gpu_model: $BIN missing (make build/emu/bench/train_step; needs clang++ and llvm-dev)"; exit 1; }
 OUT=${GPU_MODEL_OUT:-build/gpu-model}

@@ -17,6 +17,8 @@
 # SKIP="compare bench ncu amx testgpu attention" leaves those parts out. Everything goes to $OUT:
 # log.txt, and results.tgz with a file per part (the device tool brings back only a few files).
 set -u
+. "$(dirname "$0")/lib.sh"
+bench_no_args "$@"
 O=${OUT:-/tmp/gpuout}; mkdir -p "$O"
 exec > >(tee "$O/log.txt") 2>&1
 t0=$(date +%s); S=${SESSION_S:-480}

@@ -4,6 +4,8 @@
 # used is recorded, since it changes BLAS speed on this machine for us and for PyTorch alike.
 set -u
 cd "$(dirname "$0")/.."
+. bench/lib.sh
+bench_no_args "$@"
 export BENCH_OUT=${BENCH_OUT:-build/bench-out}
 rm -rf "$BENCH_OUT"; mkdir -p "$BENCH_OUT"
 echo "bench: $(nproc) cores, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $(date -u +%FT%TZ)"

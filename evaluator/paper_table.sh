@@ -29,7 +29,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=${FT_EVALUATOR:-$here/../bin/evaluator}
 tasks="" out="" live=0 every=10 step="" print=0 eval_opts=""
 runs=() files=()
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }  # the comment above
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0;;

@@ -11,7 +11,7 @@
 # among ce, ce_enc, kl, elbo, iw_bound, ce_prior. Panel 2 (when there are any), accuracies:
 # acc_completion, acc_char, acc, em. A series is named "<task>:<value>".
 set -euo pipefail
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }  # the comment above
 out="" run="" metrics=() evals=()
 while [ $# -gt 0 ]; do
     case "$1" in

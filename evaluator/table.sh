@@ -9,7 +9,10 @@
 set -euo pipefail
 task=val
 if [ "${1:-}" = --task ]; then task=${2:?--task needs a name}; shift 2; fi
-case "${1:-}" in -h|--help|"") sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit;; esac
+case "${1:-}" in
+    -h|--help|"") awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; [ -n "${1:-}" ]; exit ;;
+    -*) echo "table.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+esac
 command -v jq >/dev/null || { echo "table.sh: jq not found" >&2; exit 1; }
 echo "| run | step | parameters | tokens seen | ce | elbo | iw_bound | ce_prior | nll_bound | bpb |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

@@ -4,6 +4,10 @@
 # A FILE that does not exist is left out (uPlot when npm was unreachable); live_have_uplot
 # says whether uPlot is among them. Run by live/module.mk from the repository root.
 set -euo pipefail
+case "${1-}" in
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+    ""|-*) echo "embed.sh: usage: live/embed.sh OUT.c 'URL|TYPE|FILE'... (see --help); got '${1-}'" >&2; exit 2 ;;
+esac
 out=$1; shift
 tmp=$out.tmp
 {

@@ -18,6 +18,12 @@
 # visibly agree.
 # Every step prints what it runs, so the commands can be copied into a shell.
 set -euo pipefail
+# settings are environment variables only: an argument never starts the demo (it removes runs/demo)
+case "${1-}" in
+    "") ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+    *) echo "demo.sh: takes no arguments (its settings are DEMO_* environment variables: see --help); got '$1'" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 W=${DEMO_DIR:-runs/demo}
 STEPS=${DEMO_STEPS:-1500}

@@ -12,6 +12,11 @@
 # on a quiet machine): one that hangs is killed with every process it started (timeout signals its
 # whole process group) and counts as one failure, so a hang costs minutes, not the CI's budget.
 set -u
+case "${1-}" in  # settings are environment variables: an argument never starts the suite
+    "") ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+    *) echo "tests/run.sh: takes no arguments (FT_TEST_TMP, FT_TEST_TIMEOUT: see --help); got '$1'" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 export FT_TEST_TMP=${FT_TEST_TMP:-$(mktemp -d /tmp/ft-test.XXXXXX)}
 mkdir -p "$FT_TEST_TMP" || { echo "tests/run.sh: cannot create FT_TEST_TMP=$FT_TEST_TMP"; exit 1; }
