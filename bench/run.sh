@@ -23,7 +23,10 @@ if [ -s "$BENCH_OUT/train.json" ] && [ -s "$BENCH_OUT/generate.json" ]; then
 fi
 jq -n --arg env "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}" --arg date "$(date -u +%FT%TZ)" \
    --argjson cores "$(nproc)" '{meta: {env: $env, date: $date, cores: $cores}}' > "$BENCH_OUT/_meta.json"
-jq -s 'reduce .[] as $x ({}; . * $x)' "$BENCH_OUT"/*.json > bench/results.json.tmp \
+# the keys other targets write into bench/results.json (make bench-gpu: gpu; make bench-gpu-model:
+# gpu_model; each with its own date) are kept from the file as it was; everything else is this run's
+keep='{}'; [ -s bench/results.json ] && keep=$(jq -c '{gpu, gpu_model} | with_entries(select(.value != null))' bench/results.json)
+jq -s --argjson keep "$keep" 'reduce .[] as $x ({}; . * $x) | . + $keep' "$BENCH_OUT"/*.json > bench/results.json.tmp \
   && mv bench/results.json.tmp bench/results.json
 echo; echo "bench/results.json:"; cat bench/results.json
 exit $status
