@@ -33,6 +33,8 @@ T=$(mktemp -d /tmp/bench_eval.XXXXXX)
 trap 'rm -rf "$T"' EXIT INT TERM
 cpu=$(bench_cpu_model)
 native_bf16=$(bench_native_bf16)
+# PyTorch's bf16 autocast every repeat, or once with one forward (see the header)
+pt_bf16_every=$native_bf16; [ "${EVAL_BENCH_PT_BF16_ALWAYS:-0}" = 1 ] && pt_bf16_every=1
 echo "eval bench: $cpu, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)," \
      "$REPS repeats, forwards S=${STEPS[S]} M=${STEPS[M]}"
 for r in $(seq 1 "$REPS"); do
@@ -44,8 +46,8 @@ for r in $(seq 1 "$REPS"); do
             >> "$T/pt_default.$c" || { echo "bench_eval: torch (defaults) $c failed"; exit 1; }
         OPENBLAS_NUM_THREADS=2 "$PY" bench/train_step_torch.py --eval --config "$c" --steps "${STEPS[$c]}" \
             --json --threads 1 >> "$T/pt_1thr.$c" || { echo "bench_eval: torch (1 thread) $c failed"; exit 1; }
-        if [ "$native_bf16" = 1 ] || [ "${EVAL_BENCH_PT_BF16_ALWAYS:-0}" = 1 ] || [ "$r" = 1 ]; then
-            steps_b=${STEPS[$c]}; [ "$native_bf16" = 1 ] || [ "${EVAL_BENCH_PT_BF16_ALWAYS:-0}" = 1 ] || steps_b=1
+        if [ "$pt_bf16_every" = 1 ] || [ "$r" = 1 ]; then
+            steps_b=1; [ "$pt_bf16_every" = 1 ] && steps_b=${STEPS[$c]}
             "$PY" bench/train_step_torch.py --eval --config "$c" --steps "$steps_b" --json --threads 0 --bf16 \
                 >> "$T/pt_bf16.$c" || { echo "bench_eval: torch bf16 $c failed"; exit 1; }
         fi
