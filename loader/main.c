@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bus/beat.h"
 #include "bus/net.h"
 #include "bus/wire.h"
 #include "common/flags.h"
@@ -74,7 +75,7 @@ static int cmd_serve(int argc, char **argv) {
         {"bind", FLAG_STR, &bind, "ROUTER endpoint to serve on (ipc://PATH, tcp://HOST:PORT)", 0, 0, 0},
         {"val-docs", FLAG_I64, &val_docs, "the last N documents form the \"val\" split", 0, 1e18, 0},
         {"val-data", FLAG_STR, &val_data, "a separate dataset directory for \"val\"", 0, 0, 0},
-        {"name", FLAG_STR, &name, "instance name: bus topic loader/NAME (default: pid)", 0, 0, 0},
+        {"name", FLAG_STR, &name, "instance name, 1..47 bytes of UTF-8: bus topic loader/NAME (default: l<pid>)", 0, 0, 0},
         {"bus-pub", FLAG_STR, &bus_pub, "bus endpoint for the announcements (default $FT_BUS_PUB or tcp://127.0.0.1:5710)", 0, 0, 0},
         {"threads", FLAG_INT, &threads, "worker threads", 1, 64, 0},
         {"quiet", FLAG_BOOL, &quiet, "no log lines", 0, 0, 0},
@@ -90,10 +91,15 @@ static int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "loader: --val-docs and --val-data exclude each other\n");
         return 2;
     }
-    char pidname[32];
+    char pidname[32], err[512] = "";
     if (!name) {
         snprintf(pidname, sizeof pidname, "l%d", (int)getpid());
         name = pidname;
+    } else if (bus_name_check(name, "--name", 0, err, sizeof err)) {
+        /* the announcement's name field carries 1..47 bytes of UTF-8: a longer name was cut
+         * there (not in the topic), one not UTF-8 made every announcement unsendable */
+        fprintf(stderr, "loader: %s\n", err);
+        return 2;
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -103,7 +109,6 @@ static int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     loader_server_cfg_t cfg = {.data = data, .val_data = val_data, .val_docs = (uint64_t)val_docs, .bind = bind,
                                .name = name, .bus_pub = bus_pub, .threads = threads, .quiet = quiet};
-    char err[512] = "";
     rc = loader_server_run(&cfg, &g_stop, err, sizeof err);
     if (rc) {
         fprintf(stderr, "loader: serve %s: %s\n", data, err[0] ? err : loader_strerror(rc));

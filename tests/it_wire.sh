@@ -96,4 +96,17 @@ PYEOF
 ok "same batch as the python client" "[ \"\$(jq -c .tokens $W/get.json)\" = \"\$(cat $W/py_seed.json)\" ]"
 bin/loader get --connect "$L" --B 2 --T 8 --seed -1 2>"$W/neg.err" >/dev/null; rc=$?
 ok "negative seed refused with one line (rc=$rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/neg.err) = 1 ]"
+
+# --- --name: the announcement's name field carries 1..47 bytes of UTF-8 ------------------------
+# (a longer name was cut there though the topic kept it whole; one not UTF-8 made every
+# announcement unsendable, so --discover never saw the loader): refused before binding
+N47=$(printf 'n%.0s' $(seq 47))
+for bad in "${N47}x" $'bad\xffname' ''; do
+    timeout 10 bin/loader --data "$W/ds" --bind "ipc://$W/badname" --name "$bad" --quiet 2>"$W/name.err"; rc=$?
+    ok "--name of ${#bad} bytes refused with one line, nothing bound (rc=$rc: $(head -c 120 "$W/name.err"))" \
+        "[ $rc = 2 ] && [ \$(wc -l < $W/name.err) = 1 ] && grep -q 'is not a name of 1..47 bytes' $W/name.err && [ ! -e $W/badname ]"
+done
+bin/loader --data "$W/ds" --bind "ipc://$W/l47" --name "$N47" --quiet >/dev/null 2>&1 & pids+=($!)
+bin/bus tap --count 1 --timeout 10 "loader/$N47" >"$W/ann47.log"
+ok "a 47-byte --name is announced whole" "[ \"\$(jq -r .name $W/ann47.log)\" = $N47 ]"
 it_done
