@@ -30,6 +30,8 @@ static void usage(const char *mode, flag_t *f, int n) {
     if (!strcmp(mode, "serve")) {
         printf("usage: bin/loader --data DIR --bind EP [flags]    serve batches (docs/PROTOCOL.md §1.3)\n"
                "       bin/loader get|info|mkdata|bench --help         the client and dataset subcommands\n\n");
+    } else if (!strcmp(mode, "get")) {
+        printf("usage: bin/loader get --connect EP --B B --T T [flags]    one batch as JSON\n\n");
     } else {
         printf("usage: bin/loader %s [flags]\n\n", mode);
     }
@@ -172,8 +174,8 @@ static int cmd_get(int argc, char **argv, int info) {
     bus_net_opts_t net = {0};
     flag_t f[11 + BUS_NET_NFLAGS] = {
         {"connect", FLAG_STR, &ep, "loader endpoint", 0, 0, 0},
-        {"B", FLAG_INT, &B, "rows", 0, 1 << 30, 0},
-        {"T", FLAG_INT, &T, "tokens per row (a row carries T+1)", 0, 1 << 30, 0},
+        {"B", FLAG_INT, &B, info ? "rows" : "rows (needed)", 1, 1 << 30, 0},
+        {"T", FLAG_INT, &T, info ? "tokens per row (a row carries T+1)" : "tokens per row (a row carries T+1; needed)", 1, 1 << 30, 0},
         {"world", FLAG_INT, &world, "data-parallel world size", 0, 1 << 30, 0},
         {"layout", FLAG_STR, &layout_s, "pack | pad", 0, 0, 0},
         {"split", FLAG_STR, &split_s, "train | val", 0, 0, 0},
@@ -193,6 +195,9 @@ static int cmd_get(int argc, char **argv, int info) {
     memset(&r, 0, sizeof r);
     uint8_t layout, split;
     if (!ep) { fprintf(stderr, "loader: --connect is required\n"); return 2; }
+    /* 0 is "not given" (the flags' range starts at 1): a request without them only comes back
+     * as the server's parameter error */
+    if (!B || !T) { fprintf(stderr, "loader: get: --B and --T are needed (rows and tokens per row, see --help)\n"); return 2; }
     if (parse_layout(layout_s, &layout) || parse_split(split_s, &split)) {
         fprintf(stderr, "loader: --layout must be pack|pad and --split train|val\n");
         return 2;

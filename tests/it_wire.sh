@@ -6,7 +6,9 @@
 #   - error replies are UTF-8 whatever the request held (a type name that is not UTF-8);
 #   - an unknown layout or split is -3 (EPARAM) with the request's req_id (§1.3);
 #   - `served` in the loader's announcement counts batches, not info or error replies;
-#   - bin/loader get takes any u64 seed, like the wire, and gives the Python client's batch.
+#   - bin/loader get takes any u64 seed, like the wire, and gives the Python client's batch;
+#     it refuses a request without --B and --T itself;
+#   - bin/loader refuses a --name the announcement cannot carry (1..47 bytes of UTF-8).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib/pipeline.sh
@@ -96,6 +98,17 @@ PYEOF
 ok "same batch as the python client" "[ \"\$(jq -c .tokens $W/get.json)\" = \"\$(cat $W/py_seed.json)\" ]"
 bin/loader get --connect "$L" --B 2 --T 8 --seed -1 2>"$W/neg.err" >/dev/null; rc=$?
 ok "negative seed refused with one line (rc=$rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/neg.err) = 1 ]"
+# --B and --T: 0 was sent as is and came back as the server's parameter error (exit 1)
+for a in "" "--B 2" "--T 8"; do
+    bin/loader get --connect "$L" $a 2>"$W/bt.err" >/dev/null; rc=$?
+    ok "get ${a:-without --B --T}: refused by the client, one line (rc=$rc)" \
+        "[ $rc = 2 ] && [ \$(wc -l < $W/bt.err) = 1 ] && grep -q -- '--B and --T are needed' $W/bt.err"
+done
+bin/loader get --connect "$L" --B 0 --T 8 2>"$W/bt.err" >/dev/null; rc=$?
+ok "get --B 0: out of the flag's range, one line (rc=$rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/bt.err) = 1 ] && grep -q -- '--B: 0 is outside' $W/bt.err"
+ok "get --help: --B and --T needed, no default 0" \
+    "bin/loader get --help | grep -q -- '--B V  *rows (needed)\$' && ! bin/loader get --help | grep -q -- '--[BT] V.*default'"
+ok "info still defaults --B 1 --T 1" "bin/loader info --connect $L --help | grep -q -- '--B V  *rows (default: 1)'"
 
 # --- --name: the announcement's name field carries 1..47 bytes of UTF-8 ------------------------
 # (a longer name was cut there though the topic kept it whole; one not UTF-8 made every
