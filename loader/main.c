@@ -113,7 +113,10 @@ static int cmd_serve(int argc, char **argv) {
                                .name = name, .bus_pub = bus_pub, .threads = threads, .quiet = quiet};
     rc = loader_server_run(&cfg, &g_stop, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "loader: serve %s: %s\n", data, err[0] ? err : loader_strerror(rc));
+        /* err names what failed: the dataset ("dataset PATH: ...", loader_src_open) or the
+         * endpoint ("bind EP: ..."); the path again before it said it twice */
+        if (err[0]) fprintf(stderr, "loader: %s\n", err);
+        else fprintf(stderr, "loader: serve %s: %s\n", data, loader_strerror(rc));
         return 1;
     }
     return 0;
