@@ -72,14 +72,19 @@ static void *beat_main(void *arg) {
     return NULL;
 }
 
-static int copy_name(char *dst, const char *src, const char *what, char *err, size_t errlen) {
-    size_t n = src ? strlen(src) : 0;
-    if (n >= WIRE_NAME_LEN || (src && !wire_utf8_valid(src, n))) {
-        snprintf(err, errlen, "%s \"%.60s\" is not a name of at most %d bytes of UTF-8", what, src ? src : "",
-                 WIRE_NAME_LEN - 1);
+int bus_name_check(const char *name, const char *what, int may_be_empty, char *err, size_t errlen) {
+    size_t n = name ? strlen(name) : 0;
+    if (n >= WIRE_NAME_LEN || (!n && !may_be_empty) || (name && !wire_utf8_valid(name, n))) {
+        snprintf(err, errlen, "%s \"%.60s\" is not a name of %s%d bytes of UTF-8", what, name ? name : "",
+                 may_be_empty ? "at most " : "1..", WIRE_NAME_LEN - 1);
         return BUS_ERR_ARG;
     }
-    memcpy(dst, src ? src : "", n + 1);
+    return 0;
+}
+
+static int copy_name(char *dst, const char *src, const char *what, char *err, size_t errlen) {
+    if (bus_name_check(src, what, 1, err, errlen)) return BUS_ERR_ARG;
+    memcpy(dst, src ? src : "", strlen(src ? src : "") + 1);
     return 0;
 }
 

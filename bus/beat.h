@@ -15,6 +15,12 @@
 
 typedef struct bus_beat bus_beat_t;
 
+/* 0 when name is one the wire carries in a name field (docs/PROTOCOL.md §2.1): at most 47 bytes
+ * (WIRE_NAME_LEN - 1) of UTF-8, and not empty unless may_be_empty (NULL counts as ""). Else
+ * BUS_ERR_ARG with err = `<what> "<name>" is not a name of 1..47 bytes of UTF-8`. Programs
+ * check their --name/--run flags with it before they bind or announce anything, so a name is
+ * never cut or dropped on the way to the bus. */
+int bus_name_check(const char *name, const char *what, int may_be_empty, char *err, size_t errlen);
 /* Starts the beat: program and name (at most 47 bytes each), run ("" or NULL: none), served
  * (where it serves requests; "" or NULL: nowhere). bus_pub is the bus's publisher endpoint
  * (bus_endpoint_pub). 0, or BUS_ERR_ARG / BUS_ERR_ZMQ / BUS_ERR_REFUSED with err set. */

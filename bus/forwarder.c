@@ -3,6 +3,7 @@
 #include "bus/forwarder.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,39 @@ static int pump(fwd_t *f, void *from, void *to, int downstream) {
     return 0;
 }
 
+/* The place an endpoint binds, to tell whether two endpoints are one: an ipc path made absolute
+ * with its folder resolved (./, .., symlinks), so ipc://x and ipc://$PWD/x compare equal;
+ * anything else (tcp, an abstract "ipc://@name") as written. */
+static void endpoint_place(const char *ep, char *out, size_t cap) {
+    const char *path = ep + 6;
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (strncmp(ep, "ipc://", 6) || !path[0] || path[0] == '@' || (slash && !slash[1])) {
+        snprintf(out, cap, "%s", ep);
+        return;
+    }
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!realpath(dir, real)) { /* a folder that is not there: the bind will say so */
+        snprintf(out, cap, "%s", ep);
+        return;
+    }
+    snprintf(out, cap, "ipc://%s/%s", strcmp(real, "/") ? real : "", slash ? slash + 1 : path);
+}
+
+/* 1 when pub and sub bind one place. A wildcard (a tcp port "*" or "0", the ipc path "*") binds
+ * a new place each time, so two of them are two. */
+static int same_endpoint(const char *pub, const char *sub) {
+    size_t n = strlen(pub);
+    if (!strcmp(pub, "ipc://*") || (n > 2 && (!strcmp(pub + n - 2, ":*") || !strcmp(pub + n - 2, ":0"))))
+        return 0;
+    char a[PATH_MAX + 16], b[PATH_MAX + 16];
+    endpoint_place(pub, a, sizeof a);
+    endpoint_place(sub, b, sizeof b);
+    return !strcmp(a, b);
+}
+
 static void *bound(void *ctx, int type, const char *ep, char *err, size_t errlen) {
     void *s = bus_net_socket(ctx, type, BUS_PEER_EVENTS, err, errlen);
     if (s && bus_net_bind(ctx, s, ep, err, errlen) != 0) bus_close(&s);
@@ -119,6 +153,13 @@ int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *sta
                       size_t errlen) {
     if (!cfg || !cfg->pub_ep || !cfg->sub_ep)
         return err_fail(err, errlen, BUS_ERR_ARG, "forwarder: endpoints missing");
+    /* over ipc the second bind takes the path from the first without an error: the bus would
+     * start and forward nothing (tcp refuses it as "address in use", later and as exit 1) */
+    if (same_endpoint(cfg->pub_ep, cfg->sub_ep))
+        return err_fail(err, errlen, BUS_ERR_ARG,
+                        "--pub and --sub are one endpoint (%s%s%s): publishers and subscribers need one each",
+                        cfg->pub_ep, strcmp(cfg->pub_ep, cfg->sub_ep) ? " and " : "",
+                        strcmp(cfg->pub_ep, cfg->sub_ep) ? cfg->sub_ep : "");
     fwd_t f = {.cfg = cfg};
     int rc = 0;
     void *ctx = zmq_ctx_new();

@@ -24,7 +24,9 @@ typedef struct {
 } bus_forwarder_stats_t;
 
 /* Runs until a signal arrives: 0 then (stats filled when non-NULL), or a negative BUS_ERR_*
- * with the reason in err (e.g. the endpoint is in use). */
+ * with the reason in err: BUS_ERR_ARG, before anything is bound, when pub_ep and sub_ep are
+ * one endpoint (the same string, or ipc paths naming one file); BUS_ERR_ZMQ when a bind
+ * fails (e.g. the endpoint is in use). */
 int bus_forwarder_run(const bus_forwarder_cfg_t *cfg, bus_forwarder_stats_t *stats, char *err,
                       size_t errlen);
 #endif

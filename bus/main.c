@@ -52,7 +52,7 @@ static const char *USAGE_FWD =
     "usage: bin/bus [--pub EP] [--sub EP] [--max-runs N] [--quiet]\n"
     "       bin/bus tap --help | bin/bus send --help | bin/bus keygen --help\n\n"
     "Runs the event bus: publishers connect to --pub (an XSUB binds there), subscribers to\n"
-    "--sub (an XPUB binds there). New \"ckpt\" subscribers first receive the latest checkpoint\n"
+    "--sub (an XPUB binds there; not the --pub endpoint). New \"ckpt\" subscribers first receive the latest checkpoint\n"
     "of every run (topic \"ckpt/\", a ckpt_index). Stops on SIGINT/SIGTERM.\n"
     "Defaults: $FT_BUS_PUB or " BUS_DEFAULT_PUB ", $FT_BUS_SUB or " BUS_DEFAULT_SUB ".\n"
     "An endpoint that is not loopback or ipc needs --key with --authorized (or\n"
@@ -77,6 +77,10 @@ static int cmd_forward(int argc, char **argv) {
                                .max_runs = (uint32_t)max_runs, .quiet = quiet};
     char err[512] = "";
     rc = bus_forwarder_run(&cfg, NULL, err, sizeof err);
+    if (rc == BUS_ERR_ARG) { /* the endpoints as given cannot make a bus: a usage error */
+        fprintf(stderr, "bus: %s\n", err);
+        return 2;
+    }
     if (rc) {
         fprintf(stderr, "bus: forwarder %s -> %s: %s\n", cfg.pub_ep, cfg.sub_ep, err);
         return 1;

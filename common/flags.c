@@ -121,15 +121,20 @@ void flags_usage(FILE *out, const flag_t *flags, int n) {
     for (int i = 0; i < n; i++) {
         const flag_t *f = &flags[i];
         char def[96] = "";
+        double v = 0;
         switch (f->kind) {
-        case FLAG_INT: snprintf(def, sizeof def, "%d", *(int *)f->dst); break;
-        case FLAG_I64: snprintf(def, sizeof def, "%lld", *(long long *)f->dst); break;
-        case FLAG_U64: snprintf(def, sizeof def, "%llu", *(unsigned long long *)f->dst); break;
-        case FLAG_FLOAT: snprintf(def, sizeof def, "%g", *(float *)f->dst); break;
-        case FLAG_DOUBLE: snprintf(def, sizeof def, "%g", *(double *)f->dst); break;
+        case FLAG_INT: snprintf(def, sizeof def, "%d", *(int *)f->dst), v = *(int *)f->dst; break;
+        case FLAG_I64: snprintf(def, sizeof def, "%lld", *(long long *)f->dst), v = (double)*(long long *)f->dst; break;
+        case FLAG_U64: snprintf(def, sizeof def, "%llu", *(unsigned long long *)f->dst), v = (double)*(unsigned long long *)f->dst; break;
+        case FLAG_FLOAT: snprintf(def, sizeof def, "%g", *(float *)f->dst), v = *(float *)f->dst; break;
+        case FLAG_DOUBLE: snprintf(def, sizeof def, "%g", *(double *)f->dst), v = *(double *)f->dst; break;
         case FLAG_STR: snprintf(def, sizeof def, "%s", *(const char **)f->dst ? *(const char **)f->dst : ""); break;
         case FLAG_BOOL: break;
         }
+        /* a number the flag's own range refuses is no default but "not given": the program
+         * needs the flag (bin/loader get's --B and --T start at 0, their range at 1) */
+        if (f->kind != FLAG_STR && f->kind != FLAG_BOOL && !in_range(f, v))
+            def[0] = 0;
         char lhs[80];
         snprintf(lhs, sizeof lhs, "--%s%s", f->name, f->kind == FLAG_BOOL ? "" : " V");
         fprintf(out, "  %-22s %s", lhs, f->help);

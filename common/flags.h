@@ -27,7 +27,9 @@ typedef struct {
  * Returns 0 on success, 1 for --help, -1 on error with the reason in err. */
 int flags_parse(int argc, char **argv, int first, flag_t *flags, int n, const char **pos, int *npos,
                 int pos_cap, char *err, size_t errlen);
-/* Prints "  --name VALUE  help (default: ...)" lines; defaults are read from dst. */
+/* Prints "  --name VALUE  help (default: ...)" lines; defaults are read from dst. A number
+ * outside the flag's own range (a -1 or 0 that means "not given") prints no default: the
+ * program needs the flag, or says in the help what it does without it. */
 void flags_usage(FILE *f, const flag_t *flags, int n);
 /* The flag named `name` (NULL if none): e.g. to ask whether the user gave it. */
 const flag_t *flags_find(const flag_t *flags, int n, const char *name);

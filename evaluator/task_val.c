@@ -94,10 +94,12 @@ static int val_open(void **self, const eval_task_cfg_t *cfg, char *err, size_t e
         snprintf(err, errlen, "out of memory");
         return EVAL_ENOMEM;
     }
-    char why[256];
+    char why[256] = "";
     int rc = loader_src_open(&v->src, cfg->data, NULL, (uint64_t)cfg->val_docs, why, sizeof why);
     if (rc) {
-        snprintf(err, errlen, "dataset %s: %s", cfg->data, why);
+        /* loader_src_open's lines start "dataset PATH:" already; only a bare status lacks it */
+        if (why[0]) snprintf(err, errlen, "%s", why);
+        else snprintf(err, errlen, "dataset %s: %s", cfg->data, loader_strerror(rc));
         free(v);
         return EVAL_EIO;
     }

@@ -59,7 +59,9 @@ typedef struct {
 typedef struct loader_src loader_src_t;
 
 /* Opens the dataset(s) and reads every document length once (O(n_docs)).
- * val_path may be NULL; val_docs is used only then. One handle per thread. */
+ * val_path may be NULL; val_docs is used only then. One handle per thread. A failure's err
+ * starts "dataset PATH: " (callers need not name the path again); err stays as it was for
+ * LOADER_ENOMEM and a NULL argument. */
 int loader_src_open(loader_src_t **s, const char *path, const char *val_path, uint64_t val_docs, char *err,
                     size_t errlen);
 void loader_src_close(loader_src_t **s);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bus/beat.h"
 #include "bus/net.h"
 #include "bus/wire.h"
 #include "common/flags.h"
@@ -29,6 +30,8 @@ static void usage(const char *mode, flag_t *f, int n) {
     if (!strcmp(mode, "serve")) {
         printf("usage: bin/loader --data DIR --bind EP [flags]    serve batches (docs/PROTOCOL.md §1.3)\n"
                "       bin/loader get|info|mkdata|bench --help         the client and dataset subcommands\n\n");
+    } else if (!strcmp(mode, "get")) {
+        printf("usage: bin/loader get --connect EP --B B --T T [flags]    one batch as JSON\n\n");
     } else {
         printf("usage: bin/loader %s [flags]\n\n", mode);
     }
@@ -74,7 +77,7 @@ static int cmd_serve(int argc, char **argv) {
         {"bind", FLAG_STR, &bind, "ROUTER endpoint to serve on (ipc://PATH, tcp://HOST:PORT)", 0, 0, 0},
         {"val-docs", FLAG_I64, &val_docs, "the last N documents form the \"val\" split", 0, 1e18, 0},
         {"val-data", FLAG_STR, &val_data, "a separate dataset directory for \"val\"", 0, 0, 0},
-        {"name", FLAG_STR, &name, "instance name: bus topic loader/NAME (default: pid)", 0, 0, 0},
+        {"name", FLAG_STR, &name, "instance name, 1..47 bytes of UTF-8: bus topic loader/NAME (default: l<pid>)", 0, 0, 0},
         {"bus-pub", FLAG_STR, &bus_pub, "bus endpoint for the announcements (default $FT_BUS_PUB or tcp://127.0.0.1:5710)", 0, 0, 0},
         {"threads", FLAG_INT, &threads, "worker threads", 1, 64, 0},
         {"quiet", FLAG_BOOL, &quiet, "no log lines", 0, 0, 0},
@@ -90,10 +93,15 @@ static int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "loader: --val-docs and --val-data exclude each other\n");
         return 2;
     }
-    char pidname[32];
+    char pidname[32], err[512] = "";
     if (!name) {
         snprintf(pidname, sizeof pidname, "l%d", (int)getpid());
         name = pidname;
+    } else if (bus_name_check(name, "--name", 0, err, sizeof err)) {
+        /* the announcement's name field carries 1..47 bytes of UTF-8: a longer name was cut
+         * there (not in the topic), one not UTF-8 made every announcement unsendable */
+        fprintf(stderr, "loader: %s\n", err);
+        return 2;
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -103,10 +111,12 @@ static int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     loader_server_cfg_t cfg = {.data = data, .val_data = val_data, .val_docs = (uint64_t)val_docs, .bind = bind,
                                .name = name, .bus_pub = bus_pub, .threads = threads, .quiet = quiet};
-    char err[512] = "";
     rc = loader_server_run(&cfg, &g_stop, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "loader: serve %s: %s\n", data, err[0] ? err : loader_strerror(rc));
+        /* err names what failed: the dataset ("dataset PATH: ...", loader_src_open) or the
+         * endpoint ("bind EP: ..."); the path again before it said it twice */
+        if (err[0]) fprintf(stderr, "loader: %s\n", err);
+        else fprintf(stderr, "loader: serve %s: %s\n", data, loader_strerror(rc));
         return 1;
     }
     return 0;
@@ -167,8 +177,8 @@ static int cmd_get(int argc, char **argv, int info) {
     bus_net_opts_t net = {0};
     flag_t f[11 + BUS_NET_NFLAGS] = {
         {"connect", FLAG_STR, &ep, "loader endpoint", 0, 0, 0},
-        {"B", FLAG_INT, &B, "rows", 0, 1 << 30, 0},
-        {"T", FLAG_INT, &T, "tokens per row (a row carries T+1)", 0, 1 << 30, 0},
+        {"B", FLAG_INT, &B, info ? "rows" : "rows (needed)", 1, 1 << 30, 0},
+        {"T", FLAG_INT, &T, info ? "tokens per row (a row carries T+1)" : "tokens per row (a row carries T+1; needed)", 1, 1 << 30, 0},
         {"world", FLAG_INT, &world, "data-parallel world size", 0, 1 << 30, 0},
         {"layout", FLAG_STR, &layout_s, "pack | pad", 0, 0, 0},
         {"split", FLAG_STR, &split_s, "train | val", 0, 0, 0},
@@ -188,6 +198,9 @@ static int cmd_get(int argc, char **argv, int info) {
     memset(&r, 0, sizeof r);
     uint8_t layout, split;
     if (!ep) { fprintf(stderr, "loader: --connect is required\n"); return 2; }
+    /* 0 is "not given" (the flags' range starts at 1): a request without them only comes back
+     * as the server's parameter error */
+    if (!B || !T) { fprintf(stderr, "loader: get: --B and --T are needed (rows and tokens per row, see --help)\n"); return 2; }
     if (parse_layout(layout_s, &layout) || parse_split(split_s, &split)) {
         fprintf(stderr, "loader: --layout must be pack|pad and --split train|val\n");
         return 2;

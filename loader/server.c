@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bus/beat.h"
 #include "bus/bus.h"
 #include "bus/net.h"
 #include "common/progress.h"
@@ -276,6 +277,8 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
     int started = 0, rc = LOADER_OK;
     void *zctx = NULL, *router = NULL, *backend = NULL, *pub = NULL;
     if (nthreads > 64) nthreads = 64;
+    /* before anything is opened: a name the announcement cannot carry whole is refused, not cut */
+    if (bus_name_check(cfg->name, "loader name", 0, err, errlen)) return LOADER_EPARAM;
     for (int i = 0; i < nthreads; i++) {
         if ((rc = loader_handler_open(&h[i], cfg, err, errlen))) goto out;
         h[i]->served = &served;

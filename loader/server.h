@@ -18,7 +18,7 @@ typedef struct {
     const char *val_data;  /* separate val dataset, or NULL */
     uint64_t val_docs;     /* with val_data NULL: the last val_docs documents are "val" */
     const char *bind;      /* ROUTER endpoint, e.g. ipc:///tmp/l0 or tcp://127.0.0.1:5555 */
-    const char *name;      /* instance name, for the bus topic "loader/<name>" */
+    const char *name;      /* instance name, for the bus topic "loader/<name>": 1..47 bytes of UTF-8 */
     const char *bus_pub;   /* the bus's XSUB endpoint to connect a PUB to, or NULL */
     int threads;           /* worker threads (each with its own dataset handle) */
     int quiet;             /* no log lines on stderr */
@@ -35,6 +35,7 @@ void loader_handler_close(loader_handler_t **h);
 int loader_handler_reply(loader_handler_t *h, const void *req, size_t len, void **reply, size_t *rlen);
 
 /* Serves until *stop becomes non-zero (set it from a signal handler). Returns 0, or a
- * LOADER_E* status with err set when the sockets could not be set up. */
+ * LOADER_E* status with err set when the sockets could not be set up (LOADER_EPARAM, before
+ * anything is opened, for a name that bus/beat.h's bus_name_check refuses). */
 int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *stop, char *err, size_t errlen);
 #endif

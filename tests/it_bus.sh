@@ -7,7 +7,8 @@
 #   - a subscriber that connects AFTER the checkpoints were published receives the latest
 #     ckpt of each of two runs first (the XPUB welcome message), from bin/bus tap and from
 #     a Python client written from docs/PROTOCOL.md;
-#   - SIGTERM/SIGINT stop bus and tap cleanly; bad flags and a busy endpoint fail with one line;
+#   - SIGTERM/SIGINT stop bus and tap cleanly; bad flags, a busy endpoint and one endpoint for
+#     --pub and --sub fail with one line;
 #   - the wire unit test and fuzz corpus run again under ASan/UBSan.
 set -u
 cd "$(dirname "$0")/.."
@@ -175,6 +176,14 @@ sleep 0.5
 bin/bus --pub tcp://127.0.0.1:$port --sub tcp://127.0.0.1:$((port + 1)) 2>"$TMP/e5"; rc=$?
 check "endpoint in use: exit 1 (rc=$rc)" test $rc -eq 1 -a "$(wc -l <"$TMP/e5")" -eq 1
 kill -TERM "$B2"; wait "$B2"
+# one endpoint for --pub and --sub: over ipc the second bind took the path and the bus started
+# but forwarded nothing; refused before binding (also as another spelling of the same path)
+for same in "ipc://$TMP/same ipc://$TMP/same" "ipc://$TMP/same ipc://$TMP/./same" "tcp://127.0.0.1:$port tcp://127.0.0.1:$port"; do
+    set -- $same
+    timeout 10 bin/bus --pub "$1" --sub "$2" 2>"$TMP/e6"; rc=$?
+    check "--pub $1 --sub $2 refused: exit 2, one line (rc=$rc: $(head -c 160 "$TMP/e6"))" \
+        test $rc -eq 2 -a "$(wc -l <"$TMP/e6")" -eq 1 -a ! -e "$TMP/same"
+done
 kill -TERM "$BUS"; wait "$BUS"; rc=$?
 check "bus exits 0 on SIGTERM (rc=$rc)" test $rc -eq 0
 check "bus logged its stop line" grep -q 'stopping:.*2 runs kept' "$TMP/bus.log"

@@ -2,9 +2,9 @@
 # Integration test of bin/trainer through the real pipeline (bus, loader, trainer) on the
 # synthetic data: the loss falls; a run killed with SIGKILL and resumed ends bit-identical
 # to one never interrupted; SIGTERM checkpoints and exits 0; a NaN loss stops the run naming
-# the step and keeps the last good checkpoint; mismatches are refused with one line; starts
-# do not wait on connection timing; the run directory is made (parents too) or refused before
-# step 1; a resume refuses another dataset, --discover uses only loaders of the run's, and
+# the step and keeps the last good checkpoint; mismatches (and an empty --loaders element) are
+# refused with one line; starts do not wait on connection timing; the run directory is made
+# (parents too) or refused before step 1; a resume refuses another dataset, --discover uses only loaders of the run's, and
 # picks up a new loader while it waits for a batch; every checkpoint damaged is refused.
 set -u
 cd "$(dirname "$0")/.."
@@ -74,6 +74,15 @@ bin/trainer --loaders "ipc://$W/l0" --seq-len 64 --max-seq 32 2>"$W/g.log"; rc=$
 ok "seq-len beyond RoPE table refused" "[ $rc = 2 ] && [ \$(wc -l < $W/g.log) = 1 ]"
 bin/trainer --loaders "ipc://$W/l0" --batch zero 2>"$W/h.log"; rc=$?
 ok "bad flag refused" "[ $rc = 2 ] && grep -q \"'zero' is not an integer\" $W/h.log"
+# an endpoint list with an empty element: strtok skipped it, so ',' named no loader and the
+# trainer waited 6 x --timeout-ms (30 s) before failing; refused at option parsing now
+for l in ',' '' "ipc://$W/l0,,ipc://$W/l0" "ipc://$W/l0,"; do
+    t0=$(date +%s%N)
+    bin/trainer --loaders "$l" --run el --run-dir "$W/el" 2>"$W/el.log"; rc=$?
+    t=$((($(date +%s%N) - t0) / 1000000))
+    ok "--loaders '$l' refused at once, one line (rc $rc, $t ms)" \
+       "[ $rc = 2 ] && [ $t -lt 5000 ] && [ \$(wc -l < $W/el.log) = 1 ] && grep -q 'an empty endpoint' $W/el.log"
+done
 train --run i --run-dir "$W/b" --steps 50 --resume --batch 8 2>"$W/i.log"; rc=$?
 ok "resume with another batch size refused" "[ $rc = 2 ] && grep -q 'global batch 8 (--batch 8 x 1 rank x --accum 1) differs from the checkpoint.s 4' $W/i.log"
 

@@ -6,7 +6,9 @@
 #   - error replies are UTF-8 whatever the request held (a type name that is not UTF-8);
 #   - an unknown layout or split is -3 (EPARAM) with the request's req_id (§1.3);
 #   - `served` in the loader's announcement counts batches, not info or error replies;
-#   - bin/loader get takes any u64 seed, like the wire, and gives the Python client's batch.
+#   - bin/loader get takes any u64 seed, like the wire, and gives the Python client's batch;
+#     it refuses a request without --B and --T itself;
+#   - bin/loader refuses a --name the announcement cannot carry (1..47 bytes of UTF-8).
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib/pipeline.sh
@@ -96,4 +98,31 @@ PYEOF
 ok "same batch as the python client" "[ \"\$(jq -c .tokens $W/get.json)\" = \"\$(cat $W/py_seed.json)\" ]"
 bin/loader get --connect "$L" --B 2 --T 8 --seed -1 2>"$W/neg.err" >/dev/null; rc=$?
 ok "negative seed refused with one line (rc=$rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/neg.err) = 1 ]"
+# --B and --T: 0 was sent as is and came back as the server's parameter error (exit 1)
+for a in "" "--B 2" "--T 8"; do
+    bin/loader get --connect "$L" $a 2>"$W/bt.err" >/dev/null; rc=$?
+    ok "get ${a:-without --B --T}: refused by the client, one line (rc=$rc)" \
+        "[ $rc = 2 ] && [ \$(wc -l < $W/bt.err) = 1 ] && grep -q -- '--B and --T are needed' $W/bt.err"
+done
+bin/loader get --connect "$L" --B 0 --T 8 2>"$W/bt.err" >/dev/null; rc=$?
+ok "get --B 0: out of the flag's range, one line (rc=$rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/bt.err) = 1 ] && grep -q -- '--B: 0 is outside' $W/bt.err"
+ok "get --help: --B and --T needed, no default 0" \
+    "bin/loader get --help | grep -q -- '--B V  *rows (needed)\$' && ! bin/loader get --help | grep -q -- '--[BT] V.*default'"
+ok "info still defaults --B 1 --T 1" "bin/loader info --connect $L --help | grep -q -- '--B V  *rows (default: 1)'"
+bin/loader --data "$W/nope" --bind "ipc://$W/nope.ep" --quiet 2>"$W/nope.err"; rc=$?
+ok "a missing dataset: exit 1, one line, its path once (rc=$rc: $(cat "$W/nope.err"))" \
+    "[ $rc = 1 ] && [ \$(wc -l < $W/nope.err) = 1 ] && [ \$(grep -o 'nope' $W/nope.err | wc -l) = 1 ]"
+
+# --- --name: the announcement's name field carries 1..47 bytes of UTF-8 ------------------------
+# (a longer name was cut there though the topic kept it whole; one not UTF-8 made every
+# announcement unsendable, so --discover never saw the loader): refused before binding
+N47=$(printf 'n%.0s' $(seq 47))
+for bad in "${N47}x" $'bad\xffname' ''; do
+    timeout 10 bin/loader --data "$W/ds" --bind "ipc://$W/badname" --name "$bad" --quiet 2>"$W/name.err"; rc=$?
+    ok "--name of ${#bad} bytes refused with one line, nothing bound (rc=$rc: $(head -c 120 "$W/name.err"))" \
+        "[ $rc = 2 ] && [ \$(wc -l < $W/name.err) = 1 ] && grep -q 'is not a name of 1..47 bytes' $W/name.err && [ ! -e $W/badname ]"
+done
+bin/loader --data "$W/ds" --bind "ipc://$W/l47" --name "$N47" --quiet >/dev/null 2>&1 & pids+=($!)
+bin/bus tap --count 1 --timeout 10 "loader/$N47" >"$W/ann47.log"
+ok "a 47-byte --name is announced whole" "[ \"\$(jq -r .name $W/ann47.log)\" = $N47 ]"
 it_done

@@ -26,10 +26,13 @@ enum { MAX_INPUTS = 1024 };
 static void usage_main(FILE *f) {
     fprintf(f,
             "usage: tokenizer COMMAND [flags] ...\n"
-            "  train   --vocab-size N --out FILE [--pattern gpt2|cl100k|o200k|none] INPUT...\n"
-            "  encode  --vocab V --out DATASET_DIR [--format text|jsonl] [--append-eot] INPUT...|-\n"
+            "  train   --vocab-size N --out FILE [--pattern gpt2|cl100k|o200k|none] [--format text|jsonl]\n"
+            "          INPUT...\n"
+            "  encode  --vocab V --out DATASET_DIR [--format text|jsonl] [--append-eot] [--allow-special]\n"
+            "          [--overwrite] INPUT...|-\n"
             "  decode  --vocab V [--dataset DIR --doc N]   (ids on stdin otherwise)\n"
-            "  ids     --vocab V [--repeat R] [--docs text|jsonl] [--out FILE] INPUT   (text -> ids, timed)\n"
+            "  ids     --vocab V [--repeat R] [--docs text|jsonl] [--out FILE] [--allow-special] INPUT\n"
+            "          (text -> ids, timed)\n"
             "  synth   --n N --seed S [--start I]\n"
             "  pyfuncs --n N --seed S [--split train|test] [--format text|humaneval] [--start I]\n"
             "  judge   < lines 'L>' + 64 characters: the Figure-4 validity rule, as JSON lines\n"

@@ -48,7 +48,7 @@ int trainer_opts_init(trainer_opts_t *o, flag_t *f) {
     F("threads", FLAG_INT, &o->threads, "OpenMP/BLAS threads (0: as set by the environment)", 0, 1024);
     F("device", FLAG_STR, &o->device, "where the model trains: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0);
     F("precision", FLAG_STR, &o->precision, "products in fp32, bf16 or tf32 (the GPU's; docs/DEVICES.md); default fp32, or the checkpoint's with --resume", 0, 0);
-    F("loaders", FLAG_STR, &o->loaders, "comma-separated loader endpoints (e.g. ipc:///tmp/l0)", 0, 0);
+    F("loaders", FLAG_STR, &o->loaders, "comma-separated loader endpoints, none empty (e.g. ipc:///tmp/l0,ipc:///tmp/l1)", 0, 0);
     F("discover", FLAG_BOOL, &o->discover, "also use loaders that announce themselves on the bus", 0, 0);
     F("layout", FLAG_STR, &o->layout, "batch layout: pack (documents joined by eot) or pad (one per row)", 0, 0);
     F("batch", FLAG_INT, &o->B, "rows per micro-batch (B)", 1, 65536);
@@ -152,6 +152,14 @@ int trainer_opts_check(const trainer_opts_t *o, char *err, size_t errlen) {
     if (!o->loaders && !o->discover) {
         snprintf(err, errlen, "no data: give --loaders EP[,EP...] and/or --discover");
         return -1;
+    }
+    /* every element an endpoint: trainer_data_open's strtok skips empty ones, so ',' named no
+     * loader and the trainer waited 6 x --timeout-ms before saying so, and 'a,,b' hid a typo */
+    for (const char *p = o->loaders; p; p = p[strcspn(p, ",")] ? p + strcspn(p, ",") + 1 : NULL) {
+        if (strspn(p, " \t") >= strcspn(p, ",")) {
+            snprintf(err, errlen, "--loaders '%s': an empty endpoint in the list (give EP[,EP...])", o->loaders);
+            return -1;
+        }
     }
     if (!family_find(o->model)) {
         snprintf(err, errlen, "--model '%s' is not a model family (%s)", o->model, family_names());
