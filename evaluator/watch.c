@@ -345,6 +345,7 @@ int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
         }
     }
     rc = watch_loop(&w, err, errlen);
+    if (!rc && c->stop && *c->stop) bus_log(&w.log_q, "stopped by signal after %d evaluation(s)", w.evaluated);
     if (rc && w.pub) { /* the error's line on the bus too; bin/evaluator prints it to stderr */
         bus_log_t bus_only = {"evaluator", w.pub, 1};
         bus_log(&bus_only, "run %s: %s", c->run, err);

@@ -85,7 +85,9 @@ ok "log/trainer: the live run's start, a checkpoint and its stop ($r1 $r2 $r3)" 
 ok "the trainer's stderr has the checkpoint line too" "grep -qx 'trainer: checkpoint $W/live/ckpt-00000020 written (step 20)' $W/live.log"
 has_log evaluator 'test("^run live task val: [0-9]+ checkpoint\\(s\\) on disk, [0-9]+ already evaluated$")'; r1=$?
 has_log evaluator 'test("^live step [0-9]+ val: ce [0-9.e+-]+ ")'; r2=$?
-ok "log/evaluator: an evaluator's start and its results ($r1 $r2)" "[ $r1$r2 = 00 ]"
+has_log evaluator 'test("^stopped by signal after [0-9]+ evaluation\\(s\\)$")'; r3=$?
+ok "log/evaluator: an evaluator's start, its results and its stop ($r1 $r2 $r3)" "[ $r1$r2$r3 = 000 ]"
+ok "the evaluator's stderr has the stop line too" "grep -q '^evaluator: stopped by signal after [0-9]* evaluation(s)$' $W/evB.log"
 ev --run x --run-dir "$W/none" $VAL --once 2>"$W/b0.log"; rc=$?
 wait_for "has_log evaluator '. == \"run x: no complete checkpoint in \\(\$w)/none\"'" 10; r=$?
 ok "log/evaluator: the error it exits on, the line of its stderr (rc $rc)" \
