@@ -15,6 +15,7 @@
 
 #include "bus/beat.h"
 #include "bus/bus.h"
+#include "bus/log.h"
 #include "common/path_inside.h"
 #include "evaluator/results.h"
 #include "model/checkpoint.h"
@@ -46,6 +47,7 @@ typedef struct {
     const eval_watch_cfg_t *c;
     char run_dir[2048];
     void *zctx, *sub, *pub;
+    bus_log_t log, log_q; /* its lines (bus/log.h); log_q's are those --quiet keeps off stderr */
     bus_beat_t *beat;    /* stage/evaluator/<name> every second (NULL: no bus, or --once) */
     stepset_t done, skipped;
     char *warned;        /* every warning line printed so far, '\n'-separated, printed once */
@@ -71,7 +73,7 @@ static void warn_once(watch_t *w, const char *warn) {
         char line[1200];
         snprintf(line, sizeof line, "%.*s\n", (int)(n < 1100 ? n : 1100), p);
         if (n && (!w->warned || !strstr(w->warned, line))) {
-            fprintf(stderr, "evaluator: %s", line);
+            bus_log(&w->log, "%s", line);
             size_t have = w->warned ? strlen(w->warned) : 0;
             char *q = realloc(w->warned, have + strlen(line) + 1);
             if (q) {
@@ -147,7 +149,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     snprintf(state, sizeof state, "evaluating %s", dir);
     bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
     if (ckpt_open(dir, load_lm, &load, why, sizeof why)) { /* the rule of model/checkpoint.h */
-        fprintf(stderr, "evaluator: skipping %s\n", why);
+        bus_log(&w->log, "skipping %s", why);
         set_add(&w->skipped, step);
         return 0;
     }
@@ -158,7 +160,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     eval_lm_free(&lm);
     if (rc == EVAL_EINTR) return 1;
     if (rc == EVAL_EMODEL) {
-        fprintf(stderr, "evaluator: skipping %s: %s\n", dir, why);
+        bus_log(&w->log, "skipping %s: %s", dir, why);
         set_add(&w->skipped, step);
         return 0;
     }
@@ -183,11 +185,11 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     w->evaluated++;
     snprintf(state, sizeof state, "idle, last evaluated step %lld", (long long)step);
     bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
-    if (!c->quiet) {
-        fprintf(stderr, "evaluator: %s step %lld %s:", c->run, (long long)step, c->tag);
-        for (uint32_t i = 0; i < vals.n; i++) fprintf(stderr, " %s %.6g", vals.kv[i].name, vals.kv[i].value);
-        fputc('\n', stderr);
-    }
+    char said[WIRE_MAX_STR];
+    size_t k = (size_t)snprintf(said, sizeof said, "%s step %lld %s:", c->run, (long long)step, c->tag);
+    for (uint32_t i = 0; i < vals.n && k < sizeof said; i++)
+        k += (size_t)snprintf(said + k, sizeof said - k, " %s %.6g", vals.kv[i].name, vals.kv[i].value);
+    bus_log(&w->log_q, "%s", said);
     if (w->fault_kill_after && w->evaluated == w->fault_kill_after) raise(SIGKILL);
     return 0;
 }
@@ -217,7 +219,7 @@ static int wait_event(watch_t *w, int ms) {
         char tmp[2048];
         snprintf(tmp, sizeof tmp, "%s", path);
         snprintf(w->run_dir, sizeof w->run_dir, "%s", dirname(tmp));
-        if (!c->quiet) fprintf(stderr, "evaluator: run %s checkpoints in %s (from the bus)\n", c->run, w->run_dir);
+        bus_log(&w->log_q, "run %s checkpoints in %s (from the bus)", c->run, w->run_dir);
     }
     /* checkpoints are opened from run_dir only; an event naming a path elsewhere is said */
     if (path && w->run_dir[0] && !path_inside(w->run_dir, path)) {
@@ -256,8 +258,8 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
     if (nprev && !c->all && first_prev < floor) floor = first_prev;
     free(prev);
     free(steps);
-    if (!c->quiet && !c->once)
-        fprintf(stderr, "evaluator: run %s task %s: %d checkpoint(s) on disk, %d already evaluated\n", c->run,
+    if (!c->once)
+        bus_log(&w->log_q, "run %s task %s: %d checkpoint(s) on disk, %d already evaluated", c->run,
                 c->tag, n, nprev);
     for (;;) {
         if (c->stop && *c->stop) return 0;
@@ -282,7 +284,7 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
             if (pick < 0) return 0; /* --once --all: everything on disk done */
         } else if (c->once && pick != have) {
             /* --once is about the newest checkpoint only */
-            if (!c->quiet) fprintf(stderr, "evaluator: step %lld of run %s already evaluated\n", (long long)have, c->run);
+            bus_log(&w->log_q, "step %lld of run %s already evaluated", (long long)have, c->run);
             return 0;
         }
         if (pick >= 0) {
@@ -303,6 +305,8 @@ int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
     watch_t w;
     memset(&w, 0, sizeof w);
     w.c = c;
+    w.log = (bus_log_t){"evaluator", NULL, 0};
+    w.log_q = (bus_log_t){"evaluator", NULL, c->quiet};
     if (c->run_dir) snprintf(w.run_dir, sizeof w.run_dir, "%s", c->run_dir);
     const char *fault = getenv("FT_EVALUATOR_FAULT_KILL_AFTER_EVALS");
     w.fault_kill_after = fault ? atoll(fault) : 0;
@@ -328,6 +332,7 @@ int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
          * first results (a backlog) ready at once, and a PUB drops what it sends before the
          * subscription arrives (seen: every eval event of a short-lived evaluator lost) */
         bus_pub_wait(w.pub, 500);
+        w.log.pub = w.log_q.pub = w.pub;
         if (!c->once) { /* a one-shot evaluation is no stage of a running pipeline */
             char name[WIRE_NAME_LEN];
             if (c->name) snprintf(name, sizeof name, "%s", c->name);
@@ -340,6 +345,11 @@ int eval_watch_run(const eval_watch_cfg_t *c, char *err, size_t errlen) {
         }
     }
     rc = watch_loop(&w, err, errlen);
+    if (!rc && c->stop && *c->stop) bus_log(&w.log_q, "stopped by signal after %d evaluation(s)", w.evaluated);
+    if (rc && w.pub) { /* the error's line on the bus too; bin/evaluator prints it to stderr */
+        bus_log_t bus_only = {"evaluator", w.pub, 1};
+        bus_log(&bus_only, "run %s: %s", c->run, err);
+    }
 out:
     bus_beat_stop(&w.beat);
     bus_close(&w.sub);

@@ -33,7 +33,7 @@ typedef struct {
     int once;              /* evaluate the newest checkpoint (with all: every one) and return */
     int all;               /* also evaluate the checkpoints older than the newest at start */
     int poll_ms;           /* directory rescan period when the bus is quiet */
-    int quiet;             /* no progress lines on stderr */
+    int quiet;             /* no progress lines on stderr (they still go to the bus, log/evaluator) */
     eval_task_t *task;
     device_t *dev;         /* where the evaluated models run (NULL: the CPU) */
     volatile sig_atomic_t *stop;

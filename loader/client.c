@@ -36,6 +36,10 @@ typedef struct {
     int info_out;      /* an info_req went out at info_sent and is unanswered */
     double info_sent;
     double rtt, rtt_at; /* its round trip (s, a moving average; 0: not measured) and when measured */
+    int silent;        /* a request to it timed out, and nothing came from it since */
+    int said;          /* that silence was reported (cfg.notice), so its end will be too */
+    double silent_at;  /* when the request that timed out was sent */
+    double back_at;    /* when it last answered after a silence */
 } peer_t;
 
 typedef struct {
@@ -369,6 +373,31 @@ static int same_config(const loader_client_t *c, const msg_batch_t *b) {
 }
 
 /* Handles one reply from peer i. Returns a LOADER_E* status for a fatal error reply. */
+/* A loader whose request timed out (sent at sent_at) is reported silent once, and back at its
+ * next reply. A link slower than timeout_ms would report both every few seconds for the whole
+ * run, so a silence that starts within 5 x timeout_ms of the loader's last return is reported
+ * only once it has lasted 5 x timeout_ms (a loader killed right after a short stall is still
+ * named). */
+static void peer_silent(loader_client_t *c, peer_t *p, double sent_at, double now) {
+    const double grace = 5.0 * c->cfg.timeout_ms / 1000.0;
+    if (!p->silent) {
+        p->silent = 1, p->said = 0;
+        p->silent_at = sent_at;
+        if (p->back_at > 0 && now - p->back_at < grace) return;
+    } else if (p->said || now - p->silent_at < grace) {
+        return;
+    }
+    p->said = 1;
+    notice(c, "loader %s has not answered for %.1f s: its requests go out again", p->ep, now - p->silent_at);
+}
+
+static void peer_heard(loader_client_t *c, peer_t *p, double now) {
+    if (!p->silent) return;
+    if (p->said) notice(c, "loader %s answers again", p->ep);
+    p->silent = p->said = 0;
+    p->back_at = now;
+}
+
 static int on_reply(loader_client_t *c, int i, const void *body, size_t len, double now, char *err, size_t errlen) {
     wire_msg_t m;
     char why[256];
@@ -380,6 +409,7 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
     peer_t *p = &c->peers[i];
     c->last_answer = now;
     p->dead_until = 0;
+    peer_heard(c, p, now);
     if (m.type == MSG_INFO && p->info_out) rtt_sample(p, now - p->info_sent, now);
     if (m.type == MSG_INFO) {
         rc = on_info(c, p, &m.u.info, err, errlen);
@@ -507,6 +537,7 @@ int loader_client_next(loader_client_t *c, msg_batch_t *out, char *err, size_t e
                     continue;
                 }
                 if ((now - w->sent_at) * 1000 < c->cfg.timeout_ms) continue;
+                if (w->peer >= 0) peer_silent(c, &c->peers[w->peer], w->sent_at, now);
                 if (w->peer >= 0) rtt_sample(&c->peers[w->peer], now - w->sent_at, now);
                 if (w->peer >= 0) c->peers[w->peer].dead_until = now + 2.0 * c->cfg.timeout_ms / 1000.0;
                 if (w->peer >= 0) c->reissued++;

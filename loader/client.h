@@ -53,7 +53,8 @@ typedef struct {
     /* Optional: called on every pass of next()'s wait (at least every 100 ms) with hook_arg, so
      * the caller can add loaders (loader_client_add_endpoint) while a batch is awaited. */
     void (*on_wait)(void *hook_arg);
-    /* Optional: one line about a loader that is not used (another dataset). */
+    /* Optional: one line about a loader that is not used (another dataset), that stopped
+     * answering (a request timed out) or that answers again after that. */
     void (*notice)(void *hook_arg, const char *line);
     void *hook_arg;
 } loader_client_cfg_t;

@@ -80,7 +80,7 @@ static int cmd_serve(int argc, char **argv) {
         {"name", FLAG_STR, &name, "instance name, 1..47 bytes of UTF-8: bus topic loader/NAME (default: l<pid>)", 0, 0, 0},
         {"bus-pub", FLAG_STR, &bus_pub, "bus endpoint for the announcements (default $FT_BUS_PUB or tcp://127.0.0.1:5710)", 0, 0, 0},
         {"threads", FLAG_INT, &threads, "worker threads", 1, 64, 0},
-        {"quiet", FLAG_BOOL, &quiet, "no log lines", 0, 0, 0},
+        {"quiet", FLAG_BOOL, &quiet, "no log lines on stderr (the bus still gets them: bus/log.h)", 0, 0, 0},
     };
     int nf = 8 + bus_net_flags(f + 8, &net, BUS_PEER_REQUESTS);
     int rc = parse("serve", argc, argv, 1, f, nf, &net);

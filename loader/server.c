@@ -18,6 +18,7 @@
 
 #include "bus/beat.h"
 #include "bus/bus.h"
+#include "bus/log.h"
 #include "bus/net.h"
 #include "common/progress.h"
 #include "bus/wire.h"
@@ -303,10 +304,15 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
     /* The bus is optional: without one the announcements are dropped (publishing never
      * blocks) and serving is unaffected. Endpoint: --bus-pub, else $FT_BUS_PUB, else the
      * default, like every program. */
+    /* --quiet keeps stderr quiet; the lines still go to the bus, where a dashboard shows them */
+    bus_log_t lg = {"loader", NULL, cfg->quiet};
     {
         char berr[256];
         pub = bus_pub_open(zctx, bus_endpoint_pub(cfg->bus_pub), berr, sizeof berr);
-        if (!pub && !cfg->quiet) fprintf(stderr, "loader: warning: no bus announcements (%s)\n", berr);
+        if (!pub) bus_log(&lg, "warning: no bus announcements (%s)", berr);
+        /* so the first line is not lost to a subscription in flight; no bus: 0.5 s, once */
+        else bus_pub_wait(pub, 500);
+        lg.pub = pub;
     }
     if (nthreads > 1) {
         backend = zmq_socket(zctx, ZMQ_DEALER);
@@ -318,9 +324,8 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
             started++;
         }
     }
-    if (!cfg->quiet)
-        fprintf(stderr, "loader: serving %s at %s (%d thread%s, %llu docs)\n", cfg->data, endpoint, nthreads,
-                nthreads > 1 ? "s" : "", (unsigned long long)loader_src_meta(h[0]->src)->n_docs);
+    bus_log(&lg, "serving %s at %s (%d thread%s, %llu docs)", cfg->data, endpoint, nthreads, nthreads > 1 ? "s" : "",
+            (unsigned long long)loader_src_meta(h[0]->src)->n_docs);
     double t_announce = 0, t_log = progress_now();
     uint64_t logged = 0;
     while (!*stop) {
@@ -329,7 +334,7 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
             announce(pub, cfg, endpoint, atomic_load(&served));
             t_announce = now;
         }
-        if (!cfg->quiet && now - t_log >= 10.0 && atomic_load(&served) != logged) {
+        if (!cfg->quiet && now - t_log >= 10.0 && atomic_load(&served) != logged) { /* a count: stderr only */
             logged = atomic_load(&served);
             fprintf(stderr, "loader: %llu batches served, %llu errors\n", (unsigned long long)logged,
                     (unsigned long long)atomic_load(&errors));
@@ -362,9 +367,8 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
             mp_close(&m);
         }
     }
-    if (!cfg->quiet)
-        fprintf(stderr, "loader: stopping after %llu batches served, %llu errors\n",
-                (unsigned long long)atomic_load(&served), (unsigned long long)atomic_load(&errors));
+    bus_log(&lg, "stopping after %llu batches served, %llu errors", (unsigned long long)atomic_load(&served),
+            (unsigned long long)atomic_load(&errors));
 out:
     atomic_store(&quit, 1);
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);

@@ -21,7 +21,7 @@ typedef struct {
     const char *name;      /* instance name, for the bus topic "loader/<name>": 1..47 bytes of UTF-8 */
     const char *bus_pub;   /* the bus's XSUB endpoint to connect a PUB to, or NULL */
     int threads;           /* worker threads (each with its own dataset handle) */
-    int quiet;             /* no log lines on stderr */
+    int quiet;             /* no log lines on stderr (they still go to the bus, log/loader) */
 } loader_server_cfg_t;
 
 /* Per-thread request handler: a dataset handle and reusable batch buffers. */

@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
         {"bus-sub", FLAG_STR, &o.bus_sub, "bus subscriber endpoint (default $FT_BUS_SUB or " BUS_DEFAULT_SUB ")", 0, 0, 0},
-        {"bus-pub", FLAG_STR, &o.bus_pub, "with --serve: bus publisher endpoint for its stage/sampler/<name> beats (default $FT_BUS_PUB or " BUS_DEFAULT_PUB ")", 0, 0, 0},
+        {"bus-pub", FLAG_STR, &o.bus_pub, "with --serve: bus publisher endpoint for its stage/sampler/<name> beats and log/sampler lines (default $FT_BUS_PUB or " BUS_DEFAULT_PUB ")", 0, 0, 0},
         {"name", FLAG_STR, &o.name, "with --serve: instance name in its beats (default sampler-<pid>)", 0, 0, 0},
         {"max-prompt", FLAG_INT, &o.max_prompt, "with --serve: prompt tokens accepted per request", 1, 1 << 24, 0},
         {"max-new-limit", FLAG_INT, &o.max_new_limit, "with --serve: largest max_new accepted", 1, 1 << 24, 0},

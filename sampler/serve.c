@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bus/log.h"
 #include "bus/utf8.h"
 #include "sampler/engine.h"
 #include "sampler/model_impl.h"
@@ -48,6 +49,7 @@ struct sampler_server {
     sampler_model_t *waiting; /* a third checkpoint, loaded, installed once the older drains */
     char waiting_ckpt[WIRE_MAX_STR + 1];
     int64_t waiting_step;
+    bus_log_t log, log_q;  /* its lines (bus/log.h); log_q's are those --quiet keeps off stderr */
     req_t *qhead, *qtail;  /* requests waiting for a row, oldest first */
     int queued;
     out_t *ohead, *otail;  /* replies waiting to be sent */
@@ -320,7 +322,7 @@ void sampler_server_request(sampler_server_t *s, const void *env, size_t envlen,
 
 void sampler_server_disconnect(sampler_server_t *s, uint64_t conn) {
     int n = drop_where(s, of_conn, &conn, 0, NULL);
-    if (n && !s->o.quiet) fprintf(stderr, "sampler: a client went away: dropped its %d request(s)\n", n);
+    if (n) bus_log(&s->log_q, "a client went away: dropped its %d request(s)", n);
 }
 
 void sampler_server_stop(sampler_server_t *s) {
@@ -377,11 +379,10 @@ void sampler_server_memory(const sampler_server_t *s, size_t *total, size_t *cac
 }
 
 static void log_memory(const sampler_server_t *s, const char *what) {
-    if (s->o.quiet) return;
     size_t total, cache;
     char a[32], b[32];
     sampler_server_memory(s, &total, &cache);
-    fprintf(stderr, "sampler: %s: %s on the device, of which key/value caches %s\n", what,
+    bus_log(&s->log_q, "%s: %s on the device, of which key/value caches %s", what,
             device_bytes_str(total, a, sizeof a), device_bytes_str(cache, b, sizeof b));
 }
 
@@ -396,6 +397,8 @@ int sampler_server_new(sampler_server_t **ps, sampler_model_t *sm, const sampler
     sampler_server_t *s = calloc(1, sizeof(*s));
     if (!s) { sampler_model_free(&sm); snprintf(err, errlen, "out of memory"); return SAMPLER_ENOMEM; }
     s->o = *o;
+    s->log = (bus_log_t){"sampler", NULL, 0};
+    s->log_q = (bus_log_t){"sampler", NULL, o->quiet};
     int rc = hold(s, &s->held[0], sm, o->ckpt, o->step, err, errlen);
     if (rc) { free(s); return rc; }
     *ps = s;
@@ -416,6 +419,10 @@ void sampler_server_free(sampler_server_t **ps) {
     *ps = NULL;
 }
 
+void sampler_server_set_bus(sampler_server_t *s, void *pub) {
+    s->log.pub = s->log_q.pub = pub;
+}
+
 int64_t sampler_server_newest_step(const sampler_server_t *s) {
     return s->waiting ? s->waiting_step : s->held[s->cur].step;
 }
@@ -429,8 +436,7 @@ int sampler_server_reload(sampler_server_t *s, sampler_model_t *nm, const char *
         s->waiting = nm;
         set_ckpt(s->waiting_ckpt, ckpt ? ckpt : "");
         s->waiting_step = step;
-        if (!s->o.quiet)
-            fprintf(stderr, "sampler: %s waits until the %d row(s) of %s finish\n", s->waiting_ckpt,
+        bus_log(&s->log_q, "%s waits until the %d row(s) of %s finish", s->waiting_ckpt,
                     other->rows, other->ckpt);
         return 0;
     }
@@ -453,14 +459,14 @@ int sampler_server_reload(sampler_server_t *s, sampler_model_t *nm, const char *
 static void retire_drained(sampler_server_t *s) {
     held_t *old = &s->held[1 - s->cur];
     if (!old->sm || old->rows) return;
-    if (!s->o.quiet) fprintf(stderr, "sampler: the last row on %s finished; its model is freed\n", old->ckpt);
+    bus_log(&s->log_q, "the last row on %s finished; its model is freed", old->ckpt);
     unhold(old);
     if (s->waiting) {
         char err[1024];
         sampler_model_t *nm = s->waiting;
         s->waiting = NULL;
         if (sampler_server_reload(s, nm, s->waiting_ckpt, s->waiting_step, err, sizeof err))
-            fprintf(stderr, "sampler: not reloading %s: %s\n", s->waiting_ckpt, err);
+            bus_log(&s->log, "not reloading %s: %s", s->waiting_ckpt, err);
     }
 }
 

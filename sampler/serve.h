@@ -48,7 +48,8 @@ typedef struct {
     const char *run_dir;       /* the followed run's directory: a ckpt event's path is loaded
                                   only when it is an entry of it (common/path_inside.h) */
     const char *bus_sub;       /* bus subscriber endpoint (bus_endpoint_sub) */
-    const char *bus_pub;       /* bus publisher endpoint for the stage beats (NULL: no beats) */
+    const char *bus_pub;       /* bus publisher endpoint for the stage beats and the log/sampler
+                                  lines (NULL: neither) */
     const char *name;          /* instance name in the beats (NULL: sampler-<pid>) */
     const bpe_vocab_t *vocab;
     int max_prompt;            /* prompt tokens accepted */
@@ -86,6 +87,9 @@ int sampler_server_step(sampler_server_t *s, double now_ms);
 int sampler_server_reload(sampler_server_t *s, sampler_model_t *nm, const char *ckpt, int64_t step,
                           char *err, size_t errlen);
 /* The step of the newest model held or waiting (-1 unknown). */
+/* Where the server's lines go besides stderr: log/sampler events on pub (bus/log.h; the
+ * caller's publisher socket, borrowed; NULL: stderr only, as before the call). */
+void sampler_server_set_bus(sampler_server_t *s, void *pub);
 int64_t sampler_server_newest_step(const sampler_server_t *s);
 /* Answers every queued and running request with SERVE_ESTOPPED. */
 void sampler_server_stop(sampler_server_t *s);

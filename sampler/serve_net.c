@@ -20,6 +20,7 @@
 
 #include "bus/beat.h"
 #include "bus/bus.h"
+#include "bus/log.h"
 #include "bus/net.h"
 #include "common/path_inside.h"
 #include "sampler/model_impl.h"
@@ -37,6 +38,8 @@ typedef struct {
     int n_fd;
     char refused[WIRE_MAX_STR + 1]; /* the last announced path outside the run directory */
     bus_beat_t *beat;      /* stage/sampler/<name> every second (NULL: not on a bus) */
+    void *pub;             /* its log/sampler lines (NULL: not on a bus) */
+    bus_log_t log, log_q;  /* its lines (bus/log.h); log_q's are those --quiet keeps off stderr */
     uint64_t answered;     /* final replies sent ("gen" or "error"; parts not counted) */
     char serving[WIRE_MAX_STR + 1]; /* the newest checkpoint loaded */
 } loop_t;
@@ -171,7 +174,7 @@ static void maybe_reload(loop_t *l, const wire_msg_t *m) {
     if (!path_inside(o->run_dir, ck->path)) {
         /* the bus says which checkpoint, never where: only the run directory is opened */
         if (strcmp(l->refused, ck->path)) /* once, not on every repeat of the welcome index */
-            fprintf(stderr, "sampler: not reloading %s: not a checkpoint inside the run directory %s\n",
+            bus_log(&l->log, "not reloading %s: not a checkpoint inside the run directory %s",
                     ck->path, o->run_dir ? o->run_dir : "(none)");
         snprintf(l->refused, sizeof l->refused, "%s", ck->path);
         return;
@@ -179,17 +182,17 @@ static void maybe_reload(loop_t *l, const wire_msg_t *m) {
     char err[1024];
     sampler_model_t *nm = NULL;
     if (sampler_model_load(&nm, l->dev, ck->path, err, sizeof err)) {
-        fprintf(stderr, "sampler: not reloading: %s\n", err);
+        bus_log(&l->log, "not reloading: %s", err);
         return;
     }
     if (sampler_model_config(nm)->vocab_size != (int)bpe_vocab_size(o->vocab)) {
-        fprintf(stderr, "sampler: not reloading %s: vocab_size %d, the vocabulary has %u\n", ck->path,
+        bus_log(&l->log, "not reloading %s: vocab_size %d, the vocabulary has %u", ck->path,
                 sampler_model_config(nm)->vocab_size, bpe_vocab_size(o->vocab));
         sampler_model_free(&nm);
         return;
     }
     if (sampler_server_reload(l->s, nm, ck->path, (int64_t)ck->step, err, sizeof err))
-        fprintf(stderr, "sampler: not reloading %s: %s\n", ck->path, err);
+        bus_log(&l->log, "not reloading %s: %s", ck->path, err);
     else
         snprintf(l->serving, sizeof l->serving, "%s", ck->path);
 }
@@ -204,7 +207,7 @@ static void beat_state(loop_t *l, int work) {
 }
 
 int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err, size_t errlen) {
-    loop_t l = {.o = o, .dev = sampler_model_device(sm)};
+    loop_t l = {.o = o, .dev = sampler_model_device(sm), .log = {"sampler", NULL, 0}, .log_q = {"sampler", NULL, o->quiet}};
     const int max_seq = sampler_model_config(sm)->max_seq;
     const int positions = o->max_prompt + (long)o->max_new < max_seq ? o->max_prompt + o->max_new : max_seq;
     int rc = sampler_server_new(&l.s, sm, o, err, errlen);
@@ -242,15 +245,20 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
         else snprintf(name, sizeof name, "sampler-%ld", (long)getpid());
         /* optional, as the trainer's events are: the service does not need the bus */
         if (bus_beat_start(&l.beat, ctx, o->bus_pub, "sampler", name, o->follow, o->bind, why, sizeof why))
-            fprintf(stderr, "sampler: warning: not announced on the bus (%s)\n", why);
+            bus_log(&l.log, "warning: not announced on the bus (%s)", why);
         beat_state(&l, 0);
+        if ((l.pub = bus_pub_open(ctx, o->bus_pub, why, sizeof why))) {
+            bus_pub_wait(l.pub, 500); /* so the first line is not lost to a subscription in flight */
+            l.log.pub = l.log_q.pub = l.pub;
+            sampler_server_set_bus(l.s, l.pub);
+        }
     }
-    if (!o->quiet) {
+    {
         size_t total, cache;
         char a[32], b[32];
         sampler_server_memory(l.s, &total, &cache);
-        fprintf(stderr, "sampler: serving %s on %s%s%s; %d rows x %d positions: key/value cache %s, "
-                "%s on the device in all; queue %d\n", o->ckpt, o->bind,
+        bus_log(&l.log_q, "serving %s on %s%s%s; %d rows x %d positions: key/value cache %s, "
+                "%s on the device in all; queue %d", o->ckpt, o->bind,
                 o->follow ? ", following run " : "", o->follow ? o->follow : "", o->max_batch, positions,
                 device_bytes_str(cache, b, sizeof b), device_bytes_str(total, a, sizeof a), o->max_queue);
     }
@@ -287,9 +295,15 @@ int sampler_serve(sampler_model_t *sm, const sampler_serve_opts_t *o, char *err,
     }
     sampler_server_stop(l.s);
     flush(&l);
-    if (!o->quiet) fprintf(stderr, "sampler: stopped by signal\n");
+    bus_log(&l.log_q, "stopped by signal");
     rc = 0;
 out:
+    if (rc && l.pub) { /* the error's line on the bus too; bin/sampler prints it to stderr */
+        bus_log_t bus_only = {"sampler", l.pub, 1};
+        bus_log(&bus_only, "%s", err);
+    }
+    if (l.s) sampler_server_set_bus(l.s, NULL);
+    bus_close(&l.pub);
     bus_beat_stop(&l.beat);
     bus_close(&l.sub);
     if (l.monitor) zmq_close(l.monitor);

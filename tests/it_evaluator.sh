@@ -3,8 +3,10 @@
 # with a checkpoint every 4 steps; an evaluator joins halfway and is SIGKILLed, a replacement
 # takes over, an mc evaluator watches beside it. Every checkpoint from the first evaluated one
 # on gets exactly one val result, every one after the mc evaluator's start an mc result, and
-# the trainer's final weights are byte-identical to a run nobody watched. Then: --once,
-# re-runs that find their work done, corrupt and half-written checkpoints, bad input, the plot.
+# the trainer's final weights are byte-identical to a run nobody watched. The programs' lines
+# reach the bus as log/<program> events (the trainer's start, checkpoints and stop, the
+# evaluators' results and errors, a loader's start and stop). Then: --once, re-runs that find
+# their work done, corrupt and half-written checkpoints, bad input, the plot.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib/pipeline.sh
@@ -15,7 +17,13 @@ ev() { timeout -k 5 180 bin/evaluator "$@"; }
 steps_of() { jq -r --arg t "$1" 'select(.run == "live" and .task == $t) | .step' "$W/results.jsonl" 2>/dev/null | sort -n; }
 
 it_synth_data "$W/ds" 3000 7
-it_pipeline "$W/ds" metrics eval
+it_pipeline "$W/ds" metrics eval log
+# has_log PROGRAM FILTER: the tap saw a log/PROGRAM event from PROGRAM whose line passes the jq
+# FILTER ($w is the work directory)
+has_log() {
+    jq -n -e --arg p "$1" --arg w "$W" "any(inputs; .topic == \"log/\" + \$p and .type == \"log\" and .program == \$p and (.line | $2))" \
+        "$W/tap.log" >/dev/null
+}
 
 STEPS=64
 # --max-seq 80: the example mc rows (up to 67 tokens) fit the model's positions
@@ -68,6 +76,28 @@ bin/evaluator --run live $VAL --out "$W/late.jsonl" --poll-ms 200 >/dev/null 2>"
 wait_for "[ -s $W/late.jsonl ]" 60; kill -TERM $e; wait $e
 ok "late evaluator learns the run directory from the bus and does the newest first" \
    "grep -q 'from the bus' $W/late.log && jq -s -e '.[0].step == $STEPS' $W/late.jsonl >/dev/null"
+
+# 2c. the programs' lines on the bus (docs/PROTOCOL.md, "log"), as on their stderr
+has_log trainer 'startswith("llama model, ") and endswith(", run dir \($w)/live")'; r1=$?
+has_log trainer '. == "checkpoint \($w)/live/ckpt-00000020 written (step 20)"'; r2=$?
+has_log trainer '. == "done at step '$STEPS'; checkpoint \($w)/live/ckpt-'$(printf %08d $STEPS)'"'; r3=$?
+ok "log/trainer: the live run's start, a checkpoint and its stop ($r1 $r2 $r3)" "[ $r1$r2$r3 = 000 ]"
+ok "the trainer's stderr has the checkpoint line too" "grep -qx 'trainer: checkpoint $W/live/ckpt-00000020 written (step 20)' $W/live.log"
+has_log evaluator 'test("^run live task val: [0-9]+ checkpoint\\(s\\) on disk, [0-9]+ already evaluated$")'; r1=$?
+has_log evaluator 'test("^live step [0-9]+ val: ce [0-9.e+-]+ ")'; r2=$?
+has_log evaluator 'test("^stopped by signal after [0-9]+ evaluation\\(s\\)$")'; r3=$?
+ok "log/evaluator: an evaluator's start, its results and its stop ($r1 $r2 $r3)" "[ $r1$r2$r3 = 000 ]"
+ok "the evaluator's stderr has the stop line too" "grep -q '^evaluator: stopped by signal after [0-9]* evaluation(s)$' $W/evB.log"
+ev --run x --run-dir "$W/none" $VAL --once 2>"$W/b0.log"; rc=$?
+wait_for "has_log evaluator '. == \"run x: no complete checkpoint in \\(\$w)/none\"'" 10; r=$?
+ok "log/evaluator: the error it exits on, the line of its stderr (rc $rc)" \
+   "[ $rc = 1 ] && [ $r = 0 ] && grep -qx 'evaluator: run x: no complete checkpoint in $W/none' $W/b0.log"
+# a loader started now (l0 started before the tap): --quiet keeps its stderr empty, not the bus
+bin/loader --data "$W/ds" --bind "ipc://$W/l1" --name l1 --quiet >/dev/null 2>"$W/l1.log" & l1=$!; pids+=($l1)
+wait_for "has_log loader 'startswith(\"serving \\(\$w)/ds at ipc://\\(\$w)/l1 (\")'" 20; r1=$?
+kill -TERM $l1; wait $l1
+wait_for "has_log loader 'startswith(\"stopping after 0 batches served\")'" 10; r2=$?
+ok "log/loader: what it serves where, and its stop ($r1 $r2)" "[ $r1$r2 = 00 ] && [ ! -s $W/l1.log ]"
 
 # 3. after training: --once evaluates the newest; again, it finds the work done
 ev --run ref --run-dir "$W/ref" $VAL --once --no-bus --out "$W/ref.jsonl" >"$W/once.out" 2>"$W/once.log"

@@ -3,8 +3,9 @@
 # (headless, playwright-core from npm: `make data` fetches it): a short Free Transformer run
 # fed by two loaders; the page shows the loss curve growing while it trains, an evaluator
 # started mid-run adds its points, a SIGKILLed loader is shown gone within seconds, a sample
-# request through the page returns text under four latents, bin/live killed and restarted is
-# picked up by the open page with the whole history (from the run directory); a screenshot
+# request through the page returns text under four latents, the Log box shows the programs'
+# lines, bin/live killed and restarted is picked up by the open page with the whole history
+# (from the run directory), its log has the trainer's stop line; a screenshot
 # is written to $W/live.png. Then the HTTP API by curl: bad parameters, methods, bodies, the
 # Host check and the token off loopback.
 set -u
@@ -48,6 +49,9 @@ ok "the trainer wrote metrics.jsonl with data_wait_s" "grep -q '\"data_wait_s\"'
 U=${LIVE_URL%/}
 code() { curl -s -o "$W/body" -w '%{http_code}' "$@"; }
 one_line() { [ "$(wc -l <"$W/body")" = 1 ] && jq -e '.error | length > 0' "$W/body" >/dev/null; }
+stop_logged() { curl -s "$U/api/state" | jq -e '.log | any(.program == "trainer" and (.line | startswith("stopped by signal at step ")))' >/dev/null; }
+wait_for stop_logged 10; r=$?
+ok "GET /api/state: the log holds the trainer's stop line (log/trainer)" "[ $r = 0 ]"
 ok "GET /api/state: the run with its curves" "[ \$(code $U/api/state) = 200 ] && jq -e '.runs[] | select(.run == \"$RUN\") | .metrics.loss | length > 10' $W/body >/dev/null"
 ok "GET /api/health: stages" "[ \$(code $U/api/health) = 200 ] && jq -e '.stages | length >= 3' $W/body >/dev/null"
 ok "an unknown run is 404 with one line" "[ \$(code '$U/api/series?run=nope&name=loss') = 404 ] && one_line"

@@ -131,13 +131,20 @@ ok "--discover resume trains on its own dataset only (rc $rc)" \
    "[ $rc = 0 ] && cmp -s $W/r/ckpt-00000050/model.safetensors $W/rd/ckpt-00000050/model.safetensors"
 kill -9 $l1b $l2b; wait $l1b $l2b 2>/dev/null
 
-# 10. --discover while the trainer waits: its only loader is killed, a new one on a new endpoint
-# is announced; the trainer takes it up mid-wait (announcements used to be read between steps
-# only: it gave up after 60 s). A bus of its own, so it sees no other loader.
+# 10. --discover while the trainer waits: its only loader stops answering for a while (SIGSTOP,
+# SIGCONT: the trainer names it, once, and says when it answers again), then is killed, a new
+# one on a new endpoint is announced; the trainer takes it up mid-wait (announcements used to be
+# read between steps only: it gave up after 60 s). A bus of its own, so it sees no other loader.
 bin/loader --data "$W/ds" --bind "ipc://$W/l2" --name l2 --bus-pub "ipc://$W/b2.pub" --quiet >/dev/null 2>&1 & l2=$!; pids+=($l2)
 timeout -k 5 60 bin/trainer --discover $B2 $MODEL --run w --run-dir "$W/w" --steps 100000 --ckpt-every 0 \
     --timeout-ms 1000 --log-every 1 2>"$W/w.log" & tp=$!; pids+=($tp)
 wait_for "grep -q '^step 5/' $W/w.log" 60
+kill -STOP $l2
+wait_for "grep -qx 'trainer: loader ipc://$W/l2 has not answered for [0-9.]* s: its requests go out again' $W/w.log" 10; lost=$?
+kill -CONT $l2
+wait_for "grep -qx 'trainer: loader ipc://$W/l2 answers again' $W/w.log" 10; back=$?
+ok "a loader that stops answering is named once, and when it answers again ($lost $back)" \
+   "[ $lost$back = 00 ] && [ \$(grep -c 'l2 has not answered' $W/w.log) = 1 ]"
 kill -9 $l2; wait $l2 2>/dev/null
 sleep 3 # the requests in flight time out: the trainer is waiting for a batch, no loader alive
 before=$(grep -c '^step' "$W/w.log")

@@ -1,14 +1,18 @@
 /* tests/test_bus_sock.c: bus/bus.h socket helpers over inproc endpoints: endpoint
  * resolution, publisher ready-wait and publish through an XSUB, bus_recv's time-out and
  * malformed-event answers, bus_request's framing, stale-reply skipping, time-out and bad
- * replies, and the signal flag ending a wait. */
+ * replies, the signal flag ending a wait, and bus/log.h: a line on stderr whole and on the bus cut
+ * to the protocol's limit on a character boundary. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "bus/bus.h"
+#include "bus/log.h"
+#include "bus/utf8.h"
 #include "tests/check.h"
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length" /* CHECK(cond) without a message */
@@ -58,6 +62,97 @@ static void test_publish_through_xsub(void) {
     CHECK(bus_publish(pub, "x", &bad) == WIRE_ERR_ARG);
     bus_close(&pub);
     CHECK(pub == NULL);
+    zmq_close(xsub);
+}
+
+/* bus_log_fit: what fits is kept as it is (bad bytes made U+FFFD); what does not is cut on a
+ * character boundary and ends with U+2026 within cap - 1 bytes. */
+static void test_log_fit(void) {
+    char out[16];
+    CHECK(bus_log_fit(out, 4, "abc", 3) == 3 && strcmp(out, "abc") == 0, "%s", out);
+    CHECK(bus_log_fit(out, 6, "abcdef", 6) == 5 && strcmp(out, "ab\xe2\x80\xa6") == 0, "%s", out);
+    /* "a" + three e-acute (7 bytes): at cap 7 two characters and the mark (6 bytes); at cap 6
+     * the second e-acute would need a byte more than the room left, so it goes whole */
+    CHECK(bus_log_fit(out, 7, "a\xc3\xa9\xc3\xa9\xc3\xa9", 7) == 6 && strcmp(out, "a\xc3\xa9\xe2\x80\xa6") == 0, "%s", out);
+    CHECK(bus_log_fit(out, 6, "a\xc3\xa9\xc3\xa9\xc3\xa9", 7) == 4 && strcmp(out, "a\xe2\x80\xa6") == 0, "%s", out);
+    CHECK(bus_log_fit(out, sizeof out, "a\xff" "b", 3) == 5 && strcmp(out, "a\xef\xbf\xbd" "b") == 0, "%s", out);
+    CHECK(bus_log_fit(out, 3, "abc", 3) == 0 && out[0] == 0, "no room for the mark: nothing");
+}
+
+/* Runs bus_log with stderr in a file; what it wrote there into got (NUL-terminated). */
+static int log_capturing(const bus_log_t *lg, const char *text, char *got, size_t cap) {
+    fflush(stderr);
+    FILE *f = tmpfile();
+    int saved = dup(2);
+    dup2(fileno(f), 2);
+    int rc = bus_log(lg, "%s", text);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(got, 1, cap - 1, f);
+    got[n] = 0;
+    fclose(f);
+    return rc;
+}
+
+/* bus_log: each line on stderr whole with the program's prefix, and on the bus as a "log"
+ * event under log/<program>, cut to BUS_LOG_MAX bytes of valid UTF-8; quiet is the bus only;
+ * no publisher is stderr only; a name that is not one fails the event, not the stderr line. */
+static void test_log(void) {
+    void *xsub = zmq_socket(g_ctx, ZMQ_XSUB);
+    CHECK(zmq_bind(xsub, "inproc://xsub-log") == 0);
+    CHECK(zmq_send(xsub, "\x01", 1, 0) == 1);
+    char err[128];
+    void *pub = bus_pub_open(g_ctx, "inproc://xsub-log", err, sizeof err);
+    CHECK(pub != NULL, "%s", err);
+    int ready = BUS_TIMEOUT;
+    for (int i = 0; i < 100 && ready == BUS_TIMEOUT; i++) { /* as in test_publish_through_xsub */
+        int ev;
+        size_t evl = sizeof ev;
+        zmq_getsockopt(xsub, ZMQ_EVENTS, &ev, &evl);
+        ready = bus_pub_wait(pub, 50);
+    }
+    CHECK(ready == 0);
+    /* 3000 e-acute (6000 bytes) then a second line */
+    size_t nlong = 6000;
+    char *text = malloc(nlong + 16), *got = malloc(3 * nlong);
+    for (size_t i = 0; i < nlong; i += 2) memcpy(text + i, "\xc3\xa9", 2);
+    strcpy(text + nlong, "\n\nsecond\n");
+    bus_log_t lg = {"tester", pub, 0};
+    int rc = log_capturing(&lg, text, got, 3 * nlong);
+    CHECK(rc == 0, "rc=%d", rc);
+    CHECK(strncmp(got, "tester: ", 8) == 0 && strncmp(got + 8, text, nlong) == 0 &&
+          strcmp(got + 8 + nlong, "\ntester: second\n") == 0, "stderr: the whole line, then the second");
+    char topic[64];
+    wire_msg_t m;
+    rc = bus_recv(xsub, 5000, topic, sizeof topic, &m, err, sizeof err);
+    CHECK(rc == 0 && m.type == MSG_LOG, "rc=%d %s", rc, err);
+    if (rc == 0) {
+        size_t n = strlen(m.u.log.line);
+        CHECK(strcmp(topic, "log/tester") == 0 && strcmp(m.u.log.program, "tester") == 0, "%s", topic);
+        CHECK(n <= BUS_LOG_MAX && n > BUS_LOG_MAX - 4, "cut to %zu bytes", n);
+        CHECK(wire_utf8_valid(m.u.log.line, n) && strcmp(m.u.log.line + n - 3, "\xe2\x80\xa6") == 0 &&
+              strncmp(m.u.log.line, text, n - 3) == 0, "a prefix of the line and the mark");
+        wire_msg_free(&m);
+    }
+    rc = bus_recv(xsub, 5000, topic, sizeof topic, &m, err, sizeof err);
+    CHECK(rc == 0 && m.type == MSG_LOG && strcmp(m.u.log.line, "second") == 0, "the empty line is skipped");
+    if (rc == 0) wire_msg_free(&m);
+    lg.quiet = 1;
+    CHECK(log_capturing(&lg, "hush", got, 64) == 0 && got[0] == 0, "quiet: nothing on stderr (%s)", got);
+    rc = bus_recv(xsub, 5000, topic, sizeof topic, &m, err, sizeof err);
+    CHECK(rc == 0 && strcmp(m.u.log.line, "hush") == 0, "quiet: the bus still hears it");
+    if (rc == 0) wire_msg_free(&m);
+    bus_log_t nopub = {"tester", NULL, 0};
+    CHECK(log_capturing(&nopub, "alone", got, 64) == 0 && strcmp(got, "tester: alone\n") == 0, "%s", got);
+    bus_log_t badname = {"a-program-name-much-longer-than-the-47-bytes-of-a-name", pub, 0};
+    CHECK(log_capturing(&badname, "x", got, 128) == BUS_ERR_ARG && strstr(got, ": x\n"), "%s", got);
+    CHECK(bus_log(NULL, "x") == BUS_ERR_ARG);
+    CHECK(bus_recv(xsub, 100, topic, sizeof topic, &m, err, sizeof err) == BUS_TIMEOUT, "nothing else was sent");
+    free(text);
+    free(got);
+    bus_close(&pub);
     zmq_close(xsub);
 }
 
@@ -183,6 +278,8 @@ int main(void) {
     g_ctx = zmq_ctx_new();
     RUN(test_endpoints);
     RUN(test_publish_through_xsub);
+    RUN(test_log_fit);
+    RUN(test_log);
     RUN(test_recv_timeout_and_malformed);
     RUN(test_request);
     RUN(test_signal_ends_wait); /* last: the flag stays set */

@@ -5,7 +5,8 @@
  * function computes in-process, in order, none missing or repeated. Then a "restarted
  * trainer" opens at a saved cursor and must get exactly the following batches. Also: fresh
  * clients get their first batch without waiting out a time-out, a loader added from the
- * on_wait hook is used at once, a third loader serving another dataset is never used, and the
+ * on_wait hook is used at once, a third loader serving another dataset is never used, a loader
+ * that stops answering is named when it does and when it answers again, and the
  * server's error replies to bad and garbage requests, and its info reply. Needs bin/loader
  * (built by `make all`, which tests/run.sh runs after). */
 #include <signal.h>
@@ -312,6 +313,71 @@ static void test_foreign_loader(void) {
     free(want);
 }
 
+/* A loader that stops answering (SIGSTOP) is named once through cfg.notice and again when it
+ * answers (SIGCONT, sent from the on_wait hook while next() waits); a short stall soon after
+ * its return is not named (a link slower than timeout_ms would be named every few seconds),
+ * one that lasts 5 x timeout_ms is. timeout_ms 300: the grace is 1.5 s (margins for a loaded machine). */
+typedef struct {
+    double cont_at;        /* progress_now() after which the loader gets SIGCONT; 0: sent */
+    int lost, back, other; /* the notices seen */
+} stall_t;
+
+static void stall_note(void *arg, const char *line) {
+    stall_t *s = arg;
+    if (strstr(line, ep[1]) && strstr(line, "has not answered for ")) s->lost++;
+    else if (strstr(line, ep[1]) && strstr(line, "answers again")) s->back++;
+    else s->other++, fprintf(stderr, "  unexpected notice: %s\n", line);
+}
+
+static void stall_wait(void *arg) {
+    stall_t *s = arg;
+    if (s->cont_at > 0 && progress_now() >= s->cont_at) {
+        kill(kids[1], SIGCONT);
+        s->cont_at = 0;
+    }
+}
+
+/* SIGSTOP, then the next batch with SIGCONT after stop_s; 1 when the batch came. */
+static int stalled_batch(loader_client_t *c, stall_t *s, double stop_s) {
+    char err[256];
+    msg_batch_t b;
+    kill(kids[1], SIGSTOP);
+    s->cont_at = progress_now() + stop_s;
+    int rc = loader_client_next(c, &b, err, sizeof err);
+    if (s->cont_at > 0) kill(kids[1], SIGCONT), s->cont_at = 0;
+    if (rc) return fprintf(stderr, "  %s\n", err), 0;
+    loader_batch_release(&b);
+    /* the replies to the copies sent during the stall come now: take them */
+    for (int k = 0; k < 8 && !loader_client_next(c, &b, err, sizeof err); k++) loader_batch_release(&b);
+    return 1;
+}
+
+static void test_silent_loader(void) {
+    loader_client_cfg_t cc = client_cfg();
+    cc.timeout_ms = 300;
+    cc.window = 1; /* one request at a time: each stall holds the batch next() waits for */
+    stall_t s = {0};
+    cc.notice = stall_note;
+    cc.on_wait = stall_wait;
+    cc.hook_arg = &s;
+    const char *eps[1] = {ep[1]};
+    char err[256] = "";
+    loader_client_t *c = NULL;
+    CHECK(loader_client_open(&c, zctx, eps, 1, &cc, err, sizeof err) == 0, "%s", err);
+    if (!c) return;
+    msg_batch_t b;
+    CHECK(loader_client_next(c, &b, err, sizeof err) == 0, "%s", err);
+    loader_batch_release(&b);
+    CHECK(stalled_batch(c, &s, 0.8) && s.lost == 1 && s.back == 1, "a 0.8 s stall: %d lost, %d back (want 1, 1)",
+          s.lost, s.back);
+    CHECK(stalled_batch(c, &s, 0.5) && s.lost == 1 && s.back == 1, "a short stall right after: %d lost, %d back (want "
+          "still 1, 1)", s.lost, s.back);
+    CHECK(stalled_batch(c, &s, 2.2) && s.lost == 2 && s.back == 2, "a 2.2 s stall right after: %d lost, %d back (want "
+          "2, 2)", s.lost, s.back);
+    CHECK(s.other == 0, "%d other notices", s.other);
+    loader_client_close(&c);
+}
+
 /* Raw REQ exchanges with a loader: garbage, wrong type, bad parameters, info. */
 static int raw(const void *body, size_t len, wire_msg_t *rep) {
     void *s = zmq_socket(zctx, ZMQ_REQ);
@@ -455,6 +521,7 @@ int main(void) {
         RUN(test_add_while_waiting);
         RUN(test_long_steps);
         RUN(test_foreign_loader);
+        RUN(test_silent_loader);
     }
     zmq_ctx_term(zctx);
     kids_kill();

@@ -23,6 +23,7 @@ struct trainer_data {
     loader_client_t *client;
     uint64_t start_epoch, start_step;
     uint32_t rank, world;
+    const bus_log_t *log;     /* the trainer's lines (bus/log.h) */
 };
 
 static int add_endpoint(trainer_data_t *d, const char *ep) {
@@ -34,10 +35,11 @@ static int add_endpoint(trainer_data_t *d, const char *ep) {
     return 1;
 }
 
-int trainer_data_open(trainer_data_t **out, void *zctx, const trainer_opts_t *o, char *err, size_t errlen) {
+int trainer_data_open(trainer_data_t **out, void *zctx, const trainer_opts_t *o, const bus_log_t *log, char *err,
+                      size_t errlen) {
     trainer_data_t *d = calloc(1, sizeof *d);
     if (!d) return snprintf(err, errlen, "out of memory"), -1;
-    d->zctx = zctx, d->o = o;
+    d->zctx = zctx, d->o = o, d->log = log;
     d->world = 1;
     if (o->loaders) {
         char *list = strdup(o->loaders), *save = NULL;
@@ -74,7 +76,7 @@ void trainer_data_poll(trainer_data_t *d) {
         int rc = bus_recv(d->sub, 0, topic, sizeof topic, &m, e, sizeof e);
         if (rc == BUS_TIMEOUT || rc == BUS_ERR_INTR || rc == BUS_ERR_ZMQ) return;
         if (rc == 0 && m.type == MSG_LOADER && m.u.loader.endpoint && add_endpoint(d, m.u.loader.endpoint) == 1)
-            fprintf(stderr, "trainer: discovered loader %s at %s\n", m.u.loader.name, m.u.loader.endpoint);
+            bus_log(d->log, "discovered loader %s at %s", m.u.loader.name, m.u.loader.endpoint);
         if (rc == 0) wire_msg_free(&m);
     }
 }
@@ -83,7 +85,7 @@ static uint8_t layout_of(const trainer_opts_t *o) { return strcmp(o->layout, "pa
 
 /* The client's hooks: discovery while a batch is awaited, and its lines about loaders. */
 static void poll_hook(void *arg) { trainer_data_poll(arg); }
-static void notice_hook(void *arg, const char *line) { fprintf(stderr, "trainer: %s\n", line); }
+static void notice_hook(void *arg, const char *line) { bus_log(((trainer_data_t *)arg)->log, "%s", line); }
 
 int trainer_data_probe(trainer_data_t *d, const loader_identity_t *expect, trainer_data_info_t *info, char *err,
                        size_t errlen) {
@@ -108,7 +110,7 @@ int trainer_data_probe(trainer_data_t *d, const loader_identity_t *expect, train
             zmq_close(s);
             if (rc == BUS_ERR_INTR) return snprintf(err, errlen, "interrupted"), -1;
             if (rc) {
-                fprintf(stderr, "trainer: loader %s did not answer info_req (%s)\n", d->eps[tried],
+                bus_log(d->log, "loader %s did not answer info_req (%s)", d->eps[tried],
                         rc == BUS_TIMEOUT ? "time-out" : e);
                 continue;
             }
@@ -133,13 +135,13 @@ int trainer_data_probe(trainer_data_t *d, const loader_identity_t *expect, train
                 if (tried < d->n_given)
                     return snprintf(err, errlen, "loader %s serves %s, but the run was trained on %s", d->eps[tried], got,
                                     want), -1;
-                fprintf(stderr, "trainer: loader %s serves %s, not the run's %s: not used\n", d->eps[tried], got, want);
+                bus_log(d->log, "loader %s serves %s, not the run's %s: not used", d->eps[tried], got, want);
                 d->foreign[tried] = 1;
                 continue;
             }
             if (info->steps_per_epoch == 0)
                 return snprintf(err, errlen, "dataset %s holds no full batch of B=%d x T=%d", info->id.dataset, o->B, o->T), -1;
-            fprintf(stderr, "trainer: dataset %s: %llu docs, %llu tokens, vocab %u (%s), %llu steps per epoch\n",
+            bus_log(d->log, "dataset %s: %llu docs, %llu tokens, vocab %u (%s), %llu steps per epoch",
                     info->id.dataset, (unsigned long long)info->id.n_docs, (unsigned long long)info->id.n_tokens,
                     info->id.vocab_size, info->id.tokenizer, (unsigned long long)info->steps_per_epoch);
             return 0;

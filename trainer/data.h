@@ -4,12 +4,13 @@
  * --loaders and/or from "loader/..." announcements on the bus (--discover, read between steps
  * and also while a batch is awaited), and a first info_req that tells the dataset (its
  * vocabulary, its identity) before the model is built. Once the run's dataset is known, only
- * loaders of that dataset are used; each other one is named once on stderr. */
+ * loaders of that dataset are used; each other one is named once on stderr and the bus. */
 #ifndef TRAINER_DATA_H
 #define TRAINER_DATA_H
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bus/log.h"
 #include "bus/wire.h"
 #include "loader/client.h"
 #include "trainer/opts.h"
@@ -22,7 +23,9 @@ typedef struct {
     char endpoint[256];        /* the loader that answered */
 } trainer_data_info_t;
 
-int trainer_data_open(trainer_data_t **d, void *zctx, const trainer_opts_t *o, char *err, size_t errlen);
+/* log: where its lines about loaders and the dataset go (bus/log.h); borrowed, must outlive d. */
+int trainer_data_open(trainer_data_t **d, void *zctx, const trainer_opts_t *o, const bus_log_t *log, char *err,
+                      size_t errlen);
 /* Data parallelism: this rank asks for its own rows (loader/batch.h: rank, world); default 0 of 1. */
 void trainer_data_set_rank(trainer_data_t *d, int rank, int world);
 /* Asks a loader for the dataset's description (waits for a discovered loader if needed).

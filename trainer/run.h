@@ -4,6 +4,7 @@
 #define TRAINER_RUN_H
 #include <stdint.h>
 
+#include "bus/log.h"
 #include "loader/client.h"
 #include "model/adamw.h"
 #include "model/config.h"
@@ -18,6 +19,7 @@
 typedef struct {
     const trainer_opts_t *o;
     void *zctx, *pub;
+    bus_log_t log;              /* its lines: stderr, and log/trainer once pub is open (bus/log.h) */
     trainer_data_t *data;
     const model_family_t *fam;
     void *model;

@@ -61,8 +61,8 @@ static void compare_compute(const run_t *r, json_t *st, const char *dir) {
     if (!now) return;
     if (json_is_object(was) && !json_equal(was, now)) {
         char *a = json_dumps(was, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(now, JSON_COMPACT | JSON_SORT_KEYS);
-        fprintf(stderr, "trainer: %s was computed with %s, this run with %s: the continuation is correct but not "
-                "bit-identical to an uninterrupted run\n", dir, a ? a : "?", b ? b : "?");
+        bus_log(&r->log, "%s was computed with %s, this run with %s: the continuation is correct but not "
+                "bit-identical to an uninterrupted run", dir, a ? a : "?", b ? b : "?");
         free(a);
         free(b);
     }
@@ -125,6 +125,7 @@ static int save_checkpoint(run_t *r, char *err, size_t errlen) {
         snprintf(topic, sizeof topic, "ckpt/%s", r->o->run);
         bus_publish(r->pub, topic, &m);
     }
+    bus_log(&r->log, "checkpoint %s written (step %lld)", path, r->step);
     if (r->fault_kill_ckpt && r->fault_kill_ckpt == r->step) raise(SIGKILL);
     return 0;
 }
@@ -245,7 +246,7 @@ static void publish_metrics(run_t *r, double loss, float lr, double gnorm, doubl
         if (n > 0) {
             line[n++] = '\n';
             if (write(r->metrics_fd, line, (size_t)n) != n) { /* one write per line: O_APPEND keeps lines whole */
-                fprintf(stderr, "trainer: warning: %s/metrics.jsonl: %s; no more metrics written there\n", r->run_dir,
+                bus_log(&r->log, "warning: %s/metrics.jsonl: %s; no more metrics written there", r->run_dir,
                         strerror(errno));
                 close(r->metrics_fd);
                 r->metrics_fd = -1;
@@ -264,7 +265,7 @@ static void open_metrics_file(run_t *r) {
     char path[1100];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
     r->metrics_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (r->metrics_fd < 0) fprintf(stderr, "trainer: warning: %s: %s; metrics go to the bus only\n", path, strerror(errno));
+    if (r->metrics_fd < 0) bus_log(&r->log, "warning: %s: %s; metrics go to the bus only", path, strerror(errno));
 }
 
 /* ---- setup ------------------------------------------------------------------------------ */
@@ -293,7 +294,7 @@ static int load_encoder(run_t *r, char *err, size_t errlen) {
     if (ckpt_find_latest(src, dir, sizeof dir, &step, warn, sizeof warn, why, sizeof why) != 1)
         snprintf(dir, sizeof dir, "%s", src);
     if (r->fam->load_encoder(r->model, dir, err, errlen)) return TRAIN_ESETUP;
-    fprintf(stderr, "trainer: encoder from %s%s\n", dir, r->cfg.freeze_encoder ? " (frozen)" : "");
+    bus_log(&r->log, "encoder from %s%s", dir, r->cfg.freeze_encoder ? " (frozen)" : "");
     return 0;
 }
 
@@ -364,7 +365,7 @@ static int resume(run_t *r, char *err, size_t errlen) {
     ckpt_pick_t *pick = malloc(sizeof *pick);
     if (!pick) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
     int found = ckpt_open_newest(r->run_dir, load_checkpoint, r, pick, err, errlen);
-    err_print_lines(stderr, "trainer: ", pick->warn);
+    bus_log(&r->log, "%s", pick->warn);
     int rc = found;
     if (found < 0) {
         rc = found == CKPT_EREFUSED ? TRAIN_ESETUP : found == CKPT_ENOMEM ? TRAIN_EMODEL : TRAIN_ECKPT;
@@ -372,7 +373,7 @@ static int resume(run_t *r, char *err, size_t errlen) {
         rc = err_fail(err, errlen, TRAIN_ECKPT, "--resume: every checkpoint in %s is damaged (%s); refusing to start over "
                       "(--allow-restart starts from scratch and replaces them)", r->run_dir, pick->skipped);
     } else if (found == 0) {
-        fprintf(stderr, "trainer: --resume: no usable checkpoint in %s, starting from scratch%s\n", r->run_dir,
+        bus_log(&r->log, "--resume: no usable checkpoint in %s, starting from scratch%s", r->run_dir,
                 pick->n_skipped ? " (--allow-restart)" : "");
     } else {
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", pick->path);
@@ -401,7 +402,7 @@ static int setup(run_t *r, char *err, size_t errlen) {
     if (r->rank == 0) {
         if (trainer_data_probe(r->data, r->have_data_id ? &r->data_id : NULL, &info, err, errlen)) return TRAIN_ESETUP;
         if (resumed && !r->have_data_id)
-            fprintf(stderr, "trainer: %s records no dataset (written by an older trainer): the loaders' is not checked\n",
+            bus_log(&r->log, "%s records no dataset (written by an older trainer): the loaders' is not checked",
                     r->last_ckpt);
         if (resumed && r->start_dstep >= info.steps_per_epoch) { /* a position converted to another world size */
             r->start_epoch++;
@@ -423,7 +424,7 @@ static int setup(run_t *r, char *err, size_t errlen) {
         if ((rc = build_model(r, err, errlen))) return rc;
         if (o->encoder && (rc = load_encoder(r, err, errlen))) return rc;
     } else if (o->encoder && r->rank == 0) {
-        fprintf(stderr, "trainer: --encoder %s not read: the resumed checkpoint holds the encoder\n", o->encoder);
+        bus_log(&r->log, "--encoder %s not read: the resumed checkpoint holds the encoder", o->encoder);
     }
     if (r->cfg.vocab_size != (int)info.id.vocab_size)
         return err_fail(err, errlen, TRAIN_ESETUP, "the model's vocabulary (%d) does not match the dataset's (%u tokens, tokenizer %s)",
@@ -439,7 +440,7 @@ static int setup(run_t *r, char *err, size_t errlen) {
         return err_fail(err, errlen, TRAIN_ESETUP, "%s", why);
     open_metrics_file(r);
     if (resumed && r->rank == 0)
-        fprintf(stderr, "trainer: resumed from %s (step %lld, data epoch %llu step %llu)\n", r->last_ckpt, r->step,
+        bus_log(&r->log, "resumed from %s (step %lld, data epoch %llu step %llu)", r->last_ckpt, r->step,
                 (unsigned long long)r->start_epoch, (unsigned long long)r->start_dstep);
     r->inputs = malloc(sizeof(uint32_t) * o->B * o->T);
     r->targets = malloc(sizeof(uint32_t) * o->B * o->T);
@@ -509,6 +510,7 @@ static int teardown(run_t *r, int rc, const char *err) {
     int hard = dp_close(&r->dp, rc && !r->agreed ? err : NULL); /* a failure of its own: the others learn why */
     device_close(&r->dev);
     trainer_data_close(&r->data);
+    r->log.pub = NULL; /* its lines go to stderr alone from here */
     bus_close(&r->pub);
     if (r->metrics_fd >= 0) close(r->metrics_fd);
     r->metrics_fd = -1;
@@ -555,42 +557,42 @@ static void print_start(run_t *r) {
         dp_train_memory(r->dpt, &dm);
         moments = dm.moments;
         snprintf(rank, sizeof rank, "rank %d: ", r->rank);
-        fprintf(stderr, "trainer: %sdevice %s, precision %s: parameters %s, gradients %s, optimizer moments %s%s, "
-                "data-parallel buffers %s, activations %s\n", rank, r->dev->name, precision_name(r->dev->precision), device_bytes_str(mm.params, a, sizeof a),
+        bus_log(&r->log, "%sdevice %s, precision %s: parameters %s, gradients %s, optimizer moments %s%s, "
+                "data-parallel buffers %s, activations %s", rank, r->dev->name, precision_name(r->dev->precision), device_bytes_str(mm.params, a, sizeof a),
                 device_bytes_str(mm.grads, b, sizeof b), device_bytes_str(moments, c, sizeof c),
                 o->zero ? " (ZeRO-1: this rank's shard)" : "", device_bytes_str(dm.buffers, e, sizeof e),
                 device_bytes_str(mm.activations, d, sizeof d));
     }
     if (r->rank != 0) return;
-    fprintf(stderr, "trainer: %s model, %lld parameters, vocab %d, B=%d T=%d accum %d, steps %lld..%lld, run dir %s\n",
+    bus_log(&r->log, "%s model, %lld parameters, vocab %d, B=%d T=%d accum %d, steps %lld..%lld, run dir %s",
             r->fam->name, (long long)family_param_count(r->fam, r->model), r->cfg.vocab_size, o->B, o->T, o->accum,
             r->step, o->steps, r->run_dir);
     if (r->dp)
-        fprintf(stderr, "trainer: data parallel (%s%s): %d ranks, global batch %lld rows = --batch %d x %d ranks x --accum %d, "
-                "%lld tokens per step\n", dp_kind_name(dp_get_kind(r->dp)), o->zero ? ", ZeRO-1" : "", r->world,
+        bus_log(&r->log, "data parallel (%s%s): %d ranks, global batch %lld rows = --batch %d x %d ranks x --accum %d, "
+                "%lld tokens per step", dp_kind_name(dp_get_kind(r->dp)), o->zero ? ", ZeRO-1" : "", r->world,
                 (long long)o->B * r->world * o->accum, o->B, r->world, o->accum, (long long)o->B * r->world * o->accum * o->T);
     else
-        fprintf(stderr, "trainer: device %s, precision %s: parameters %s, gradients %s, optimizer moments %s, activations %s\n",
+        bus_log(&r->log, "device %s, precision %s: parameters %s, gradients %s, optimizer moments %s, activations %s",
                 r->dev->name, precision_name(r->dev->precision), device_bytes_str(mm.params, a, sizeof a), device_bytes_str(mm.grads, b, sizeof b),
                 device_bytes_str(moments, c, sizeof c), device_bytes_str(mm.activations, d, sizeof d));
     if (r->cfg.kind == MODEL_FREE)
-        fprintf(stderr, "trainer: free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s\n",
+        bus_log(&r->log, "free transformer, H=%d latent bits, kappa (--kappa-unit %s) %g bits = %g nats per token%s",
                 r->cfg.latent_bits, o->kappa_unit, r->cfg.kappa_nats / M_LN2, r->cfg.kappa_nats,
                 fabsf(r->cfg.kappa_nats - trainer_opts_kappa_nats(o)) > 1e-6f * (1 + r->cfg.kappa_nats)
                     ? " (from the checkpoint; --kappa differs and is ignored)" : "");
     if (r->dev->precision == PRECISION_BF16 && device_is_host(r->dev) && !model_gemm_bf16_native())
-        fprintf(stderr, "trainer: this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
-                        "operands (the same numbers, no faster than fp32; docs/DEVICES.md)\n");
+        bus_log(&r->log, "this CPU has no bf16 instructions: bf16 products are fp32 products of rounded "
+                        "operands (the same numbers, no faster than fp32; docs/DEVICES.md)");
     if (r->cfg.kind == MODEL_LTM)
-        fprintf(stderr, "trainer: ltm, m=%d latent vectors per layer, window %d, K=%d inner steps, fast lr %g rising to "
-                "%g over %d steps%s\n", r->cfg.latent_vectors, r->cfg.sliding_window, r->cfg.inner_steps, r->cfg.fast_lr,
+        bus_log(&r->log, "ltm, m=%d latent vectors per layer, window %d, K=%d inner steps, fast lr %g rising to "
+                "%g over %d steps%s", r->cfg.latent_vectors, r->cfg.sliding_window, r->cfg.inner_steps, r->cfg.fast_lr,
                 r->cfg.fast_lr_end, r->cfg.fast_lr_steps,
                 r->cfg.latent_vectors != o->latent_vectors || r->cfg.inner_steps != o->inner_steps ||
                         r->cfg.sliding_window != o->attn_window || r->cfg.fast_lr != o->fast_lr || r->cfg.fast_lr_end != o->fast_lr_end
                     ? " (from the checkpoint; the flags differ and are ignored)" : "");
     char fl[160];
     trainer_opts_flops_line(&r->cfg, o->T, fl, sizeof fl);
-    if (fl[0]) fprintf(stderr, "trainer: %s\n", fl);
+    if (fl[0]) bus_log(&r->log, "%s", fl);
 }
 
 /* The loop; rc of the first failure. */
@@ -640,10 +642,10 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
     double all = progress_now() - t_begin;
     if (r->dpt && r->step > s_begin) {
         double comm = dp_train_comm_seconds(r->dpt);
-        fprintf(stderr, "trainer: rank %d: %lld steps in %.3f s, %.3f s of them in the gradient collectives (%.1f%%)\n",
+        bus_log(&r->log, "rank %d: %lld steps in %.3f s, %.3f s of them in the gradient collectives (%.1f%%)",
                 r->rank, r->step - s_begin, all, comm, 100 * comm / (all + 1e-9));
     } else if (r->rank == 0 && r->step > s_begin) {
-        fprintf(stderr, "trainer: %lld steps in %.3f s\n", r->step - s_begin, all);
+        bus_log(&r->log, "%lld steps in %.3f s", r->step - s_begin, all);
     }
     return 0;
 }
@@ -655,12 +657,12 @@ static void print_loader_stats(const run_t *r) {
     trainer_data_stats(r->data, &sent, &reissued, &dropped);
     char who[32] = "";
     if (r->world > 1) snprintf(who, sizeof who, "rank %d: ", r->rank);
-    fprintf(stderr, "trainer: %sloaders: %llu batch requests, %llu re-issued after --timeout-ms, %llu replies dropped (late or twice)\n",
+    bus_log(&r->log, "%sloaders: %llu batch requests, %llu re-issued after --timeout-ms, %llu replies dropped (late or twice)",
             who, (unsigned long long)sent, (unsigned long long)reissued, (unsigned long long)dropped);
 }
 
 int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
-    run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1, .lock_fd = -1};
+    run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1, .lock_fd = -1, .log = {.program = "trainer"}};
     int rc = 0, started = 0;
     *hard_exit = 0;
     bus_signals_install();
@@ -675,10 +677,11 @@ int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errle
     if (device_open(&r.dev, trainer_dp_device(&r, spec, sizeof spec), prec, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
     if ((rc = trainer_dp_open(&r, err, errlen))) goto done;
     r.pub = bus_pub_open(r.zctx, bus_endpoint_pub(o->bus_pub), perr, sizeof perr);
-    if (!r.pub && r.rank == 0) fprintf(stderr, "trainer: warning: no bus publisher (%s); training without events\n", perr);
+    if (!r.pub && r.rank == 0) bus_log(&r.log, "warning: no bus publisher (%s); training without events", perr);
     else if (r.pub) bus_pub_wait(r.pub, 500); /* so the first events are not dropped; no bus: go on after 0.5 s */
+    r.log.pub = r.pub;
     if (r.dp && dp_attach(r.dp, r.dev, err, errlen)) { rc = TRAIN_ESETUP; goto done; }
-    if ((rc = trainer_data_open(&r.data, r.zctx, o, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
+    if ((rc = trainer_data_open(&r.data, r.zctx, o, &r.log, err, errlen))) { rc = TRAIN_ESETUP; goto done; }
     trainer_data_set_rank(r.data, r.rank, r.world);
 
     if ((rc = setup(&r, err, errlen))) goto done;
@@ -692,7 +695,7 @@ int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errle
     if (r.saved_step != r.step)
         if ((rc = save_checkpoint(&r, err, errlen))) goto done;
     if (r.rank == 0)
-        fprintf(stderr, "trainer: %s at step %lld; checkpoint %s\n", r.stop || bus_signal_received() ? "stopped by signal" : "done",
+        bus_log(&r.log, "%s at step %lld; checkpoint %s", r.stop || bus_signal_received() ? "stopped by signal" : "done",
                 r.step, r.last_ckpt);
     print_loader_stats(&r);
 done:
@@ -704,6 +707,11 @@ done:
         char tmp[1024];
         snprintf(tmp, sizeof tmp, "rank %d: %s", r.rank, err);
         snprintf(err, errlen, "%s", tmp);
+    }
+    if (rc && r.pub) { /* the error's line on the bus too; bin/trainer prints it to stderr */
+        bus_log_t bus_only = r.log;
+        bus_only.quiet = 1;
+        bus_log(&bus_only, "%s", err);
     }
     *hard_exit = teardown(&r, rc, err);
     return rc;

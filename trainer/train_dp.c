@@ -67,7 +67,7 @@ int trainer_dp_open(run_t *r, char *err, size_t errlen) {
     if (r->world > 1) {
         char host[128] = "?";
         gethostname(host, sizeof host - 1);
-        fprintf(stderr, "trainer: rank %d of %d (%s): pid %d on %s\n", r->rank, r->world, o->dp, (int)getpid(), host);
+        bus_log(&r->log, "rank %d of %d (%s): pid %d on %s", r->rank, r->world, o->dp, (int)getpid(), host);
     }
     return 0;
 }
@@ -305,8 +305,8 @@ int trainer_dp_restore_position(run_t *r, long long batch, long long world, long
     long long rows_was = batch * world, rows_now = (long long)o->B * r->world, row = dstep * rows_was;
     r->start_dstep = (uint64_t)((row + rows_now - 1) / rows_now);
     if (rows_was != rows_now)
-        fprintf(stderr, "trainer: data position: row %lld of the epoch (the checkpoint's step %lld of %lld x %lld rows) is "
-                "step %llu of %d x %d rows%s\n", row, dstep, batch, world, (unsigned long long)r->start_dstep, o->B,
+        bus_log(&r->log, "data position: row %lld of the epoch (the checkpoint's step %lld of %lld x %lld rows) is "
+                "step %llu of %d x %d rows%s", row, dstep, batch, world, (unsigned long long)r->start_dstep, o->B,
                 r->world, row % rows_now ? " (the rows up to it skipped)" : "");
     return 0;
 }

@@ -219,8 +219,11 @@
     $('health').tBodies[0].innerHTML = html;
   }
 
+  // the newest line stays in view, unless the reader scrolled up to an older one
   function renderLog() {
-    $('log').textContent = S.log.map((l) => `${l.program}: ${l.line}`).join('\n');
+    const el = $('log'), atEnd = el.scrollTop + el.clientHeight >= el.scrollHeight - 4;
+    el.textContent = S.log.map((l) => `${l.program}: ${l.line}`).join('\n');
+    if (atEnd) el.scrollTop = el.scrollHeight;
   }
 
   // the charts the selected runs call for: one per metric (some drawn together), one per

@@ -99,6 +99,13 @@ function sh(cmd) { // a background shell line of the test (its pid is written to
   check(`a sample request returns text (${texts ? texts.length : 0} samples: ${JSON.stringify(texts)})`,
     texts && texts.length === 4 && texts.every((t) => t.length > 0));
   check('the samples are labelled by latent (a Free Transformer)', await page.$$eval('#sample-out .sample b', (els) => els.length === 4 && els[0].textContent === 'latent 0'));
+  // the Log box: the programs' own lines (log/<program> events), the newest in view
+  const logLines = await until(() => page.evaluate(() => {
+    const el = document.getElementById('log'), t = el.textContent;
+    return /^trainer: \S+ model, \d+ parameters/m.test(t) && /^trainer: checkpoint \S+ written \(step \d+\)$/m.test(t) &&
+      /^evaluator: lv step \d+ val: /m.test(t) && el.scrollTop + el.clientHeight >= el.scrollHeight - 4 ? t.split('\n').length : null;
+  }), 30000);
+  check(`the Log box shows the trainer's start and checkpoints and the evaluator's results, the newest in view (${logLines} lines)`, !!logLines);
   const shot = path.join(W, 'live.png');
   await page.screenshot({ path: shot, fullPage: true });
   check('a screenshot was written (' + shot + ')', fs.existsSync(shot) && fs.statSync(shot).size > 10000);
