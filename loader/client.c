@@ -372,7 +372,6 @@ static int same_config(const loader_client_t *c, const msg_batch_t *b) {
            b->steps_per_epoch == c->spe && b->step < c->spe;
 }
 
-/* Handles one reply from peer i. Returns a LOADER_E* status for a fatal error reply. */
 /* A loader whose request timed out (sent at sent_at) is reported silent once, and back at its
  * next reply. A link slower than timeout_ms would report both every few seconds for the whole
  * run, so a silence that starts within 5 x timeout_ms of the loader's last return is reported
@@ -398,6 +397,7 @@ static void peer_heard(loader_client_t *c, peer_t *p, double now) {
     p->back_at = now;
 }
 
+/* Handles one reply from peer i. Returns a LOADER_E* status for a fatal error reply. */
 static int on_reply(loader_client_t *c, int i, const void *body, size_t len, double now, char *err, size_t errlen) {
     wire_msg_t m;
     char why[256];
