@@ -26,7 +26,7 @@ static int set_value(flag_t *f, const char *val, char *err, size_t errlen) {
             return -1;
         }
         if (!in_range(f, (double)v)) {
-            snprintf(err, errlen, "--%s: %lld is outside [%g, %g]", f->name, v, f->min, f->max);
+            snprintf(err, errlen, "--%s: %lld is outside [%.0f, %.0f]", f->name, v, f->min, f->max); /* integers as such, not 1.07374e+09 */
             return -1;
         }
         if (f->kind == FLAG_INT) *(int *)f->dst = (int)v;
@@ -41,7 +41,7 @@ static int set_value(flag_t *f, const char *val, char *err, size_t errlen) {
             return -1;
         }
         if (!in_range(f, (double)v)) {
-            snprintf(err, errlen, "--%s: %llu is outside [%g, %g]", f->name, v, f->min, f->max);
+            snprintf(err, errlen, "--%s: %llu is outside [%.0f, %.0f]", f->name, v, f->min, f->max);
             return -1;
         }
         *(unsigned long long *)f->dst = v;
@@ -77,6 +77,8 @@ int flags_parse(int argc, char **argv, int first, flag_t *flags, int n, const ch
     if (npos) *npos = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
+        /* before the positional rule, which would take "-h" for an argument */
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
         if (strncmp(a, "--", 2) != 0 || !strcmp(a, "-") || !strcmp(a, "--")) {
             if (!pos || !npos || *npos >= pos_cap) {
                 snprintf(err, errlen, "unexpected argument '%s'", a);
@@ -85,7 +87,6 @@ int flags_parse(int argc, char **argv, int first, flag_t *flags, int n, const ch
             pos[(*npos)++] = a;
             continue;
         }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
         char name[64];
         const char *eq = strchr(a + 2, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);

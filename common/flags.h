@@ -23,7 +23,7 @@ typedef struct {
 } flag_t;
 
 /* Parses argv[first..argc). Positional arguments (not starting with "--") are collected in
- * pos[0..*npos) up to pos_cap (more is an error). "--help" returns 1 (caller prints usage).
+ * pos[0..*npos) up to pos_cap (more is an error). "--help" or "-h" returns 1 (caller prints usage).
  * Returns 0 on success, 1 for --help, -1 on error with the reason in err. */
 int flags_parse(int argc, char **argv, int first, flag_t *flags, int n, const char **pos, int *npos,
                 int pos_cap, char *err, size_t errlen);
