@@ -179,7 +179,7 @@ static int cmd_get(int argc, char **argv, int info) {
         {"connect", FLAG_STR, &ep, "loader endpoint", 0, 0, 0},
         {"B", FLAG_INT, &B, info ? "rows" : "rows (needed)", 1, 1 << 30, 0},
         {"T", FLAG_INT, &T, info ? "tokens per row (a row carries T+1)" : "tokens per row (a row carries T+1; needed)", 1, 1 << 30, 0},
-        {"world", FLAG_INT, &world, "data-parallel world size", 0, 1 << 30, 0},
+        {"world", FLAG_INT, &world, "data-parallel world size", 1, 1 << 30, 0},
         {"layout", FLAG_STR, &layout_s, "pack | pad", 0, 0, 0},
         {"split", FLAG_STR, &split_s, "train | val", 0, 0, 0},
         {"timeout-ms", FLAG_INT, &timeout_ms, "give up after this long", 1, 1e9, 0},
@@ -201,6 +201,10 @@ static int cmd_get(int argc, char **argv, int info) {
     /* 0 is "not given" (the flags' range starts at 1): a request without them only comes back
      * as the server's parameter error */
     if (!B || !T) { fprintf(stderr, "loader: get: --B and --T are needed (rows and tokens per row, see --help)\n"); return 2; }
+    if (rank >= world) {
+        fprintf(stderr, "loader: get: --rank %d is not below --world %d\n", rank, world);
+        return 2;
+    }
     if (parse_layout(layout_s, &layout) || parse_split(split_s, &split)) {
         fprintf(stderr, "loader: --layout must be pack|pad and --split train|val\n");
         return 2;

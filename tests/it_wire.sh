@@ -106,13 +106,16 @@ for a in "" "--B 2" "--T 8"; do
 done
 bin/loader get --connect "$L" --B 0 --T 8 2>"$W/bt.err" >/dev/null; rc=$?
 ok "get --B 0: out of the flag's range, one line (rc=$rc)" "[ $rc = 2 ] && [ \$(wc -l < $W/bt.err) = 1 ] && grep -q -- '--B: 0 is outside' $W/bt.err"
+for a in "--world 0" "--rank 2 --world 2"; do
+    bin/loader get --connect "$L" --B 2 --T 8 $a 2>"$W/bt.err" >/dev/null; rc=$?
+    ok "get $a: refused by the client, one line (rc=$rc: $(head -c 120 "$W/bt.err"))" "[ $rc = 2 ] && [ \$(wc -l < $W/bt.err) = 1 ]"
+done
 ok "get --help: --B and --T needed, no default 0" \
     "bin/loader get --help | grep -q -- '--B V  *rows (needed)\$' && ! bin/loader get --help | grep -q -- '--[BT] V.*default'"
 ok "info still defaults --B 1 --T 1" "bin/loader info --connect $L --help | grep -q -- '--B V  *rows (default: 1)'"
 bin/loader --data "$W/nope" --bind "ipc://$W/nope.ep" --quiet 2>"$W/nope.err"; rc=$?
 ok "a missing dataset: exit 1, one line, its path once (rc=$rc: $(cat "$W/nope.err"))" \
     "[ $rc = 1 ] && [ \$(wc -l < $W/nope.err) = 1 ] && [ \$(grep -o 'nope' $W/nope.err | wc -l) = 1 ]"
-
 # --- --name: the announcement's name field carries 1..47 bytes of UTF-8 ------------------------
 # (a longer name was cut there though the topic kept it whole; one not UTF-8 made every
 # announcement unsendable, so --discover never saw the loader): refused before binding
