@@ -3,6 +3,7 @@
  * and saying how each ended. The new process's own setup is sandbox_child.c. */
 #include "evaluator/sandbox_impl.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -334,6 +335,28 @@ static int has(const char *line, size_t n, const char *what) {
     return 0;
 }
 
+/* The line that names the program's last exception: the last line of the stderr's tail (its
+ * last 4 KiB) that starts with a name ending in "Error" or "Exception" (Python's "OSError:
+ * [Errno 28] ...", "MemoryError"); else its last non-empty line. Not the last line alone: the
+ * children of a fork bomb write their tracebacks into one pipe, and what the slot captured
+ * when the program ended may stop in the middle of one ("  File ..., line 4"), after the
+ * "BlockingIOError: [Errno 11]" lines that say why it failed. */
+static const char *exception_line(const char *s, size_t n, size_t *len) {
+    const size_t lo = n > 4096 ? n - 4096 : 0;
+    for (size_t end = n;;) {
+        size_t b = end, w = 0;
+        while (b > lo && s[b - 1] != '\n') b--;
+        while (b + w < end && (isalnum((unsigned char)s[b + w]) || s[b + w] == '_' || s[b + w] == '.')) w++;
+        if ((w >= 5 && !memcmp(s + b + w - 5, "Error", 5)) || (w >= 9 && !memcmp(s + b + w - 9, "Exception", 9))) {
+            *len = end - b;
+            return s + b;
+        }
+        if (b <= lo) break;
+        end = b - 1; /* the line before, its '\n' left out */
+    }
+    return last_line(s, n, len);
+}
+
 /* How a reaped slot ended (sandbox.h's rules); st is the program's wait status. */
 static sandbox_end classify(const sandbox_t *sb, const slot_t *s, int st, double cpu) {
     if (s->killed != SANDBOX_PASSED) return s->killed;
@@ -345,7 +368,7 @@ static sandbox_end classify(const sandbox_t *sb, const slot_t *s, int st, double
     }
     if (WEXITSTATUS(st) == 0) return SANDBOX_PASSED;
     size_t n;
-    const char *l = last_line(s->err.v ? s->err.v : "", s->err.n, &n);
+    const char *l = exception_line(s->err.v ? s->err.v : "", s->err.n, &n);
     if (has(l, n, "MemoryError") || has(l, n, "[Errno 12]")) return SANDBOX_MEMORY;
     if (has(l, n, "[Errno 27]") || has(l, n, "[Errno 28]")) return SANDBOX_DISK;
     if (has(l, n, "[Errno 11]") || has(l, n, "can't start new thread")) return SANDBOX_PROCS;

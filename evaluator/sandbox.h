@@ -49,7 +49,8 @@ enum {
 
 /* How a program ended. The first three and OUTPUT are known exactly; CPU, DISK and SIGNAL
  * from the signal that ended it; MEMORY, DISK, PROCS and FILES from a non-zero exit whose
- * last line of stderr names the error (Python's MemoryError, errno EFBIG/ENOSPC, EAGAIN on
+ * last exception line in stderr's tail (a line starting "...Error" or "...Exception"; else the
+ * last line) names the error (Python's MemoryError, errno EFBIG/ENOSPC, EAGAIN on
  * fork or "can't start new thread", EMFILE): another interpreter's such failures count as
  * FAILED. */
 typedef enum {

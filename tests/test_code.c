@@ -333,6 +333,21 @@ static void test_sandbox_basics(void) {
     /* a fresh working directory holding the program only */
     CHECK(r[3].end == SANDBOX_PASSED && strstr(r[3].out, "['main.py']"), "%s", r[3].out);
     for (int i = 0; i < 4; i++) sandbox_result_free(&r[i]);
+    /* a limit is read from the last exception line, not the last line: a fork bomb's children
+     * interleave their tracebacks, and the capture may end inside one (it_code's forkbomb once
+     * ended "failed" so); an exception after a handled one is what counts */
+    const char *ends[] = {
+        "import sys; sys.stderr.write('BlockingIOError: [Errno 11] Resource temporarily unavailable\\n"
+        "Traceback (most recent call last):\\n  File \"main.py\", line 4, in f\\n'); sys.exit(1)",
+        "import sys; sys.stderr.write('OSError: [Errno 28] No space left on device\\n    f.write(x)\\n'); sys.exit(1)",
+        "import sys; sys.stderr.write('OSError: [Errno 28] No space left on device\\nAssertionError\\n  x\\n'); sys.exit(1)",
+        "import sys; sys.stderr.write('no exception line here\\n'); sys.exit(1)"};
+    CHECK(sandbox_run(sb, ends, 4, r, NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    const sandbox_end want[] = {SANDBOX_PROCS, SANDBOX_DISK, SANDBOX_FAILED, SANDBOX_FAILED};
+    for (int i = 0; i < 4; i++) {
+        CHECK(r[i].end == want[i], "case %d: %s (stderr %s)", i, sandbox_end_name(r[i].end), r[i].err);
+        sandbox_result_free(&r[i]);
+    }
     sandbox_close(&sb);
     c.interpreter = "/nonexistent/python";
     CHECK(sandbox_open(&sb, &c, err, sizeof err) == SANDBOX_EINTERP && strstr(err, "/nonexistent/python"), "%s", err);
