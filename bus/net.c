@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -271,10 +273,31 @@ static int tcp_bind_host(void *s, const char *ep, char *tried, size_t cap, int *
     return rc;
 }
 
+/* 1 when a process is listening on the ipc endpoint's socket file. libzmq's bind of ipc://PATH
+ * removes whatever file is at PATH and binds anew, so a second bus or loader started on the
+ * endpoint of a live one took its name silently and cut the first off for good (its clients
+ * then reach the newcomer, the first serves nobody). A connect tells a live listener
+ * (accepted) from a stale file (ECONNREFUSED) or none (ENOENT); only the first is refused.
+ * Wildcards (ipc://*) and Linux's abstract names (ipc://@NAME) are left to libzmq. */
+static int ipc_in_use(const char *ep) {
+    const char *path = ep + strlen("ipc://");
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (!*path || *path == '*' || *path == '@' || strlen(path) >= sizeof a.sun_path) return 0;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    int live = connect(fd, (const struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return live;
+}
+
 int bus_net_bind(void *zctx, void *s, const char *ep, char *err, size_t errlen) {
     if (!zctx || !s || !ep) return err_fail(err, errlen, BUS_ERR_ARG, "bus_net_bind: NULL argument");
     int rc = ready(err, errlen);
     if (rc) return rc;
+    if (has_prefix(ep, "ipc://") && ipc_in_use(ep))
+        return err_fail(err, errlen, BUS_ERR_ZMQ, "bind %s: another process is serving there (stop it first, or "
+                        "choose another endpoint)", ep);
     if (!has_prefix(ep, "inproc://")) {
         if (!g.has_key) {
             if ((rc = clear_allowed(ep, "bind", err, errlen))) return rc;

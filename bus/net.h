@@ -92,7 +92,9 @@ void bus_net_reset(void);
 /* A socket of ZeroMQ type `type` for peers of `kind`: its size limit set, linger 0. */
 void *bus_net_socket(void *zctx, int type, bus_peer_kind kind, char *err, size_t errlen);
 /* Binds s as a server (CURVE when this program has a key pair); zctx is s's context, where
- * the handler that checks client keys runs. 0, BUS_ERR_REFUSED or BUS_ERR_ZMQ, err set. */
+ * the handler that checks client keys runs. An ipc endpoint a live process is listening on is
+ * refused (libzmq would take it over silently); a stale socket file is replaced. 0,
+ * BUS_ERR_REFUSED or BUS_ERR_ZMQ, err set. */
 int bus_net_bind(void *zctx, void *s, const char *endpoint, char *err, size_t errlen);
 /* The endpoint others should connect to for a socket bound as bound_as: the address actually
  * bound (an interface name or a wildcard port resolved), with a wildcard address (a star,

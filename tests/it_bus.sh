@@ -184,6 +184,23 @@ for same in "ipc://$TMP/same ipc://$TMP/same" "ipc://$TMP/same ipc://$TMP/./same
     check "--pub $1 --sub $2 refused: exit 2, one line (rc=$rc: $(head -c 160 "$TMP/e6"))" \
         test $rc -eq 2 -a "$(wc -l <"$TMP/e6")" -eq 1 -a ! -e "$TMP/same"
 done
+# a second bus on the ipc endpoints of the live one: libzmq would remove the first's socket
+# files and bind anew, cutting the first off for good; refused, and the first still forwards
+timeout 10 bin/bus --pub "$PUB" --sub "$SUB" 2>"$TMP/e7"; rc=$?
+check "a second bus on the live bus's ipc endpoints refused: exit 1, one line (rc=$rc: $(head -c 160 "$TMP/e7"))" \
+    test $rc -eq 1 -a "$(wc -l <"$TMP/e7")" -eq 1
+check "and it names the live one" grep -q 'another process is serving there' "$TMP/e7"
+bin/bus send --pub "$PUB" --wait-ms 2000 log/x log program=x line=still 2>"$TMP/e8"; rc=$?
+check "the first bus still answers (rc=$rc: $(head -c 160 "$TMP/e8"))" test $rc -eq 0
+# a stale socket file (its bus killed) is no obstacle
+stale_pub="ipc://$TMP/stale.pub" stale_sub="ipc://$TMP/stale.sub"
+bin/bus --pub "$stale_pub" --sub "$stale_sub" 2>/dev/null & B3=$!
+for _ in $(seq 50); do [ -S "$TMP/stale.pub" ] && break; sleep 0.1; done
+kill -9 "$B3"; wait "$B3" 2>/dev/null
+bin/bus --pub "$stale_pub" --sub "$stale_sub" 2>"$TMP/e9" & B3=$!; pids+=("$B3")
+sleep 0.5
+check "a bus starts over the socket files of a killed one" kill -0 "$B3"
+kill -TERM "$B3"; wait "$B3"
 kill -TERM "$BUS"; wait "$BUS"; rc=$?
 check "bus exits 0 on SIGTERM (rc=$rc)" test $rc -eq 0
 check "bus logged its stop line" grep -q 'stopping:.*2 runs kept' "$TMP/bus.log"

@@ -116,6 +116,13 @@ ok "info still defaults --B 1 --T 1" "bin/loader info --connect $L --help | grep
 bin/loader --data "$W/nope" --bind "ipc://$W/nope.ep" --quiet 2>"$W/nope.err"; rc=$?
 ok "a missing dataset: exit 1, one line, its path once (rc=$rc: $(cat "$W/nope.err"))" \
     "[ $rc = 1 ] && [ \$(wc -l < $W/nope.err) = 1 ] && [ \$(grep -o 'nope' $W/nope.err | wc -l) = 1 ]"
+# a second loader on the live one's ipc endpoint: libzmq would replace the socket file and the
+# first would serve nobody again; refused in one line, and the first still answers
+timeout 10 bin/loader --data "$W/ds" --bind "$L" --quiet 2>"$W/twice.err"; rc=$?
+ok "a second loader on a live loader's endpoint: exit 1, one line (rc=$rc: $(head -c 160 "$W/twice.err"))" \
+    "[ $rc = 1 ] && [ \$(wc -l < $W/twice.err) = 1 ] && grep -q 'another process is serving there' $W/twice.err"
+ok "and the first loader still answers" "bin/loader info --connect $L --timeout-ms 5000 >/dev/null"
+
 # --- --name: the announcement's name field carries 1..47 bytes of UTF-8 ------------------------
 # (a longer name was cut there though the topic kept it whole; one not UTF-8 made every
 # announcement unsendable, so --discover never saw the loader): refused before binding
