@@ -21,7 +21,13 @@ static int set_value(flag_t *f, const char *val, char *err, size_t errlen) {
     case FLAG_INT:
     case FLAG_I64: {
         long long v = strtoll(val, &end, 10);
-        if (errno || end == val || *end || (f->kind == FLAG_INT && (v > 2147483647LL || v < -2147483647LL))) {
+        if (errno == ERANGE || (!errno && end != val && !*end && f->kind == FLAG_INT && (v > 2147483647LL || v < -2147483647LL))) {
+            /* an integer, too large for the flag: say so, with its range where it has one */
+            if (f->min != f->max) snprintf(err, errlen, "--%s: %s is outside [%.0f, %.0f]", f->name, val, f->min, f->max);
+            else snprintf(err, errlen, "--%s: %s is too large", f->name, val);
+            return -1;
+        }
+        if (errno || end == val || *end) {
             snprintf(err, errlen, "--%s: '%s' is not an integer", f->name, val);
             return -1;
         }
