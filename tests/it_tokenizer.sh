@@ -98,7 +98,8 @@ expect_err 1 "truncated" $TOK encode --vocab "$T/trunc.ftbpe" --out "$T/x3" "$T/
 echo "garbage" >"$T/garbage.ftbpe"
 expect_err 1 "not a vocabulary file" $TOK decode --vocab "$T/garbage.ftbpe" </dev/null
 expect_err 1 "not in vocabulary" sh -c "echo 5 400 | $TOK decode --vocab $T/v.ftbpe"
-expect_err 1 "expected decimal token ids" sh -c "echo 5 x | $TOK decode --vocab $T/v.ftbpe"
+expect_err 1 "'-1' after 1 ids is not a token id" sh -c "echo 5 -1 | $TOK decode --vocab $T/v.ftbpe"
+expect_err 1 "'x' after 1 ids is not a token id" sh -c "echo 5 x | $TOK decode --vocab $T/v.ftbpe"
 expect_err 1 "not with bytes" $TOK decode --vocab bytes --dataset "$T/ds" --doc 0
 expect_err 1 "out of range\|document 999" $TOK decode --vocab "$T/v.ftbpe" --dataset "$T/ds" --doc 999
 expect_err 1 "is not implemented" $TOK train --vocab-size 300 --pattern '(oops' --out "$T/z" "$T/corpus.txt"

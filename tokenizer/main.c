@@ -174,13 +174,17 @@ static int cmd_encode(int argc, char **argv) {
     return 0;
 }
 
-/* Reads whitespace-separated decimal ids from f. */
+/* Reads whitespace-separated decimal ids from f: digits only (fscanf's %llu would take "-1" for
+ * 2^64 - 1 and report that number). */
 static int read_ids(FILE *f, bpe_ids_t *ids, char *err, size_t errlen) {
-    unsigned long long x;
+    char word[32];
     int r;
-    while ((r = fscanf(f, "%llu", &x)) == 1) {
-        if (x >= BPE_NO_RANK) {
-            snprintf(err, errlen, "stdin: id %llu out of range", x);
+    while ((r = fscanf(f, "%31s", word)) == 1) {
+        size_t digits = strspn(word, "0123456789");
+        errno = 0;
+        unsigned long long x = digits && !word[digits] ? strtoull(word, NULL, 10) : 0;
+        if (!digits || word[digits] || errno || x >= BPE_NO_RANK) {
+            snprintf(err, errlen, "stdin: '%s' after %zu ids is not a token id (a decimal number)", word, ids->n);
             return -1;
         }
         if (bpe_ids_push(ids, (uint32_t)x) < 0) {
