@@ -209,8 +209,11 @@ static req_t *admit_check(sampler_server_t *s, const msg_gen_req_t *r, const voi
     if (!r->latent || !strcmp(r->latent, "independent")) q->er.latent = SAMPLER_LATENT_INDEPENDENT;
     else if (!strcmp(r->latent, "shared")) q->er.latent = SAMPLER_LATENT_SHARED;
     else FAIL(PARAM, "latent '%.40s' is not independent or shared", r->latent);
-    if (r->max_new == 0 || r->group == 0 || !isfinite(r->temperature) || !isfinite(r->top_p))
-        FAIL(PARAM, "max_new and group must be >= 1, temperature and top_p finite");
+    /* each field by name: one message for four causes left the client to guess which */
+    if (r->max_new == 0) FAIL(PARAM, "max_new 0: at least 1 token");
+    if (r->group == 0) FAIL(PARAM, "group 0: at least 1 sample");
+    if (!isfinite(r->temperature)) FAIL(PARAM, "temperature %g is not a finite number", r->temperature);
+    if (!isfinite(r->top_p)) FAIL(PARAM, "top_p %g is not a finite number", r->top_p);
     if (r->max_new > (uint32_t)s->o.max_new)
         FAIL(LIMIT, "max_new %u exceeds this server's limit of %d", r->max_new, s->o.max_new);
     if (sample_opts_check(&q->er.sample, err, sizeof err)) FAIL(PARAM, "%s", err);

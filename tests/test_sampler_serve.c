@@ -118,11 +118,15 @@ static void test_good_request(void) {
 
 static void test_bad_requests(void) {
     msg_gen_req_t r = good();
-    r.max_new = 0; expect_error(&r, SERVE_EPARAM, "max_new");
+    /* each bad field named (one message for four causes before) */
+    r.max_new = 0; expect_error(&r, SERVE_EPARAM, "max_new 0");
+    r = good(); r.temperature = NAN; expect_error(&r, SERVE_EPARAM, "temperature nan is not a finite number");
+    r = good(); r.temperature = INFINITY; expect_error(&r, SERVE_EPARAM, "temperature inf");
+    r = good(); r.top_p = NAN; expect_error(&r, SERVE_EPARAM, "top_p nan is not a finite number");
     r = good(); r.max_new = 33; expect_error(&r, SERVE_ELIMIT, "limit of 32");
     r = good(); r.top_p = 0.0; expect_error(&r, SERVE_EPARAM, "top-p");
     r = good(); r.temperature = -1.0; expect_error(&r, SERVE_EPARAM, "temperature");
-    r = good(); r.group = 0; expect_error(&r, SERVE_EPARAM, "group");
+    r = good(); r.group = 0; expect_error(&r, SERVE_EPARAM, "group 0");
     r = good(); r.latent = "both"; expect_error(&r, SERVE_EPARAM, "latent");
     r = good(); r.flags = 4; expect_error(&r, SERVE_EPARAM, "flags");
     r = good(); r.prompt = ""; expect_error(&r, SERVE_EPARAM, "empty prompt");
