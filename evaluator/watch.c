@@ -3,12 +3,14 @@
 
 #include <jansson.h>
 #include <libgen.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -277,9 +279,14 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
                 break;
             }
         free(steps);
-        if (c->once && have < 0)
+        if (c->once && have < 0) {
+            struct stat st;
+            if (stat(w->run_dir, &st) != 0 || !S_ISDIR(st.st_mode)) /* not "no checkpoint": no run there at all */
+                return snprintf(err, errlen, "run directory %s: %s", w->run_dir,
+                                stat(w->run_dir, &st) != 0 ? strerror(errno) : "not a directory"), EVAL_EIO;
             return (w->skipped.n ? snprintf(err, errlen, "no usable checkpoint in %s (%d damaged)", w->run_dir, w->skipped.n)
                                  : snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir)), EVAL_EIO;
+        }
         if (c->once && c->all) {
             if (pick < 0) return 0; /* --once --all: everything on disk done */
         } else if (c->once && pick != have) {

@@ -88,10 +88,14 @@ has_log evaluator 'test("^live step [0-9]+ val: ce [0-9.e+-]+ ")'; r2=$?
 has_log evaluator 'test("^stopped by signal after [0-9]+ evaluation\\(s\\)$")'; r3=$?
 ok "log/evaluator: an evaluator's start, its results and its stop ($r1 $r2 $r3)" "[ $r1$r2$r3 = 000 ]"
 ok "the evaluator's stderr has the stop line too" "grep -q '^evaluator: stopped by signal after [0-9]* evaluation(s)$' $W/evB.log"
+mkdir -p "$W/none"  # a run directory without a checkpoint (one that does not exist: below)
 ev --run x --run-dir "$W/none" $VAL --once 2>"$W/b0.log"; rc=$?
 wait_for "has_log evaluator '. == \"run x: no complete checkpoint in \\(\$w)/none\"'" 10; r=$?
 ok "log/evaluator: the error it exits on, the line of its stderr (rc $rc)" \
    "[ $rc = 1 ] && [ $r = 0 ] && grep -qx 'evaluator: run x: no complete checkpoint in $W/none' $W/b0.log"
+ev --run x --run-dir "$W/no_such_run" $VAL --once --no-bus 2>"$W/b1.log"; rc=$?
+ok "--once on a run directory that does not exist says so, in one line (rc $rc: $(cat "$W/b1.log"))" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/b1.log) = 1 ] && grep -qx 'evaluator: run x: run directory $W/no_such_run: No such file or directory' $W/b1.log"
 # a loader started now (l0 started before the tap): --quiet keeps its stderr empty, not the bus
 bin/loader --data "$W/ds" --bind "ipc://$W/l1" --name l1 --quiet >/dev/null 2>"$W/l1.log" & l1=$!; pids+=($l1)
 wait_for "has_log loader 'startswith(\"serving \\(\$w)/ds at ipc://\\(\$w)/l1 (\")'" 20; r1=$?
