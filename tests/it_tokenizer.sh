@@ -95,6 +95,13 @@ expect_err 2 "not an integer" $TOK train --vocab-size lots --out "$T/y" "$T/corp
 expect_err 2 "unknown command" $TOK frobnicate
 head -c 3000 "$T/v.ftbpe" >"$T/trunc.ftbpe"
 expect_err 1 "truncated" $TOK encode --vocab "$T/trunc.ftbpe" --out "$T/x3" "$T/corpus.txt"
+# the header's count wrong either way, and a token line too long to be one: each said as it is
+sed '1s/"n_tokens": *[0-9]*/"n_tokens":-1/' "$T/v.ftbpe" >"$T/neg.ftbpe"
+expect_err 1 "n_tokens -1 is negative" $TOK ids --vocab "$T/neg.ftbpe" "$T/corpus.txt"
+sed '1s/"n_tokens": *[0-9]*/"n_tokens":3/' "$T/v.ftbpe" >"$T/more.ftbpe"
+expect_err 1 "more tokens than its header" $TOK ids --vocab "$T/more.ftbpe" "$T/corpus.txt"
+{ head -n 1 "$T/v.ftbpe"; printf '%s 5\n' "$(head -c 2000 /dev/zero | tr '\0' A)"; } >"$T/long.ftbpe"
+expect_err 1 "long.ftbpe:2: a token of over 1024 bytes" $TOK ids --vocab "$T/long.ftbpe" "$T/corpus.txt"
 echo "garbage" >"$T/garbage.ftbpe"
 expect_err 1 "not a vocabulary file" $TOK decode --vocab "$T/garbage.ftbpe" </dev/null
 expect_err 1 "not in vocabulary" sh -c "echo 5 400 | $TOK decode --vocab $T/v.ftbpe"

@@ -152,6 +152,11 @@ int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t e
         rc = err_fail(err, errlen, BPE_EFORMAT, "%s:1: header needs \"pattern\", \"name\" and \"n_tokens\"", path);
         goto done;
     }
+    if (json_integer_value(ntok) < 0) {
+        rc = err_fail(err, errlen, BPE_EFORMAT, "%s:1: header's n_tokens %lld is negative", path,
+                      (long long)json_integer_value(ntok));
+        goto done;
+    }
     if ((rc = bpe_vocab_new(&v, err, errlen)) < 0) goto done;
     if (bpe_vocab_set_pattern(v, json_string_value(pat)) < 0 || bpe_vocab_set_name(v, json_string_value(name)) < 0) {
         rc = err_fail(err, errlen, BPE_ENOMEM, "out of memory");
@@ -170,6 +175,11 @@ int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t e
         if (sp && sp - line <= (long)(4 * sizeof buf / 3)) blen = b64_decode(line, sp - line, buf);
         errno = 0;
         unsigned long long id = sp ? strtoull(sp + 1, &end, 10) : 0;
+        if (sp && sp - line > (long)(4 * sizeof buf / 3)) {
+            rc = err_fail(err, errlen, BPE_EFORMAT, "%s:%ld: a token of over %zu bytes (%ld base64 characters)", path,
+                          lineno, sizeof buf, (long)(sp - line));
+            goto done;
+        }
         if (blen <= 0 || errno || end == sp + 1 || *end != '\n' || id >= BPE_NO_RANK) {
             rc = err_fail(err, errlen, BPE_EFORMAT, "%s:%ld: expected \"<base64 token> <id>\"", path, lineno);
             goto done;
@@ -186,8 +196,9 @@ int bpe_vocab_load_file(bpe_vocab_t **out, const char *path, char *err, size_t e
         goto done;
     }
     if (count != json_integer_value(ntok)) {
-        rc = err_fail(err, errlen, BPE_EFORMAT, "%s: truncated: %ld tokens, header says %lld", path, count,
-                     (long long)json_integer_value(ntok));
+        rc = err_fail(err, errlen, BPE_EFORMAT, "%s: %s: %ld tokens, header says %lld", path,
+                      count < json_integer_value(ntok) ? "truncated" : "more tokens than its header", count,
+                      (long long)json_integer_value(ntok));
         goto done;
     }
     if ((rc = bpe_vocab_check(v, err, errlen)) < 0) {
