@@ -177,7 +177,7 @@ int loader_steps_per_epoch(const loader_src_t *s, const loader_params_t *p, uint
         return LOADER_EPARAM;
     }
     if (p->epoch >= LOADER_MAX_EPOCH) {
-        err_fail(err, errlen, 0, "epoch %llu beyond %llu", (unsigned long long)p->epoch,
+        err_fail(err, errlen, 0, "epoch %llu: epochs are below %llu", (unsigned long long)p->epoch,
                (unsigned long long)LOADER_MAX_EPOCH);
         return LOADER_ERANGE;
     }
