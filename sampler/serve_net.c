@@ -11,9 +11,11 @@
  * descriptor: their work is never dropped this way. */
 #include "sampler/serve.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -173,9 +175,14 @@ static void maybe_reload(loop_t *l, const wire_msg_t *m) {
     if (!ck || !ck->path || (int64_t)ck->step <= sampler_server_newest_step(l->s)) return;
     if (!path_inside(o->run_dir, ck->path)) {
         /* the bus says which checkpoint, never where: only the run directory is opened */
-        if (strcmp(l->refused, ck->path)) /* once, not on every repeat of the welcome index */
-            bus_log(&l->log, "not reloading %s: not a checkpoint inside the run directory %s",
-                    ck->path, o->run_dir ? o->run_dir : "(none)");
+        struct stat st;
+        if (!strcmp(l->refused, ck->path)) /* once, not on every repeat of the welcome index */
+            ;
+        else if (stat(ck->path, &st) != 0) /* a path that is not there at all: say that */
+            bus_log(&l->log, "not reloading %s: %s", ck->path, strerror(errno));
+        else
+            bus_log(&l->log, "not reloading %s: not a checkpoint inside the run directory %s", ck->path,
+                    o->run_dir ? o->run_dir : "(none)");
         snprintf(l->refused, sizeof l->refused, "%s", ck->path);
         return;
     }

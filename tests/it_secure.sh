@@ -148,6 +148,9 @@ CSEND ckpt/r1 ckpt run=r1 step=30 path="$W/r1/../elsewhere/ckpt-00000010" model=
 ok "sampler refuses a path outside its run directory" \
     "wait_for 'grep -q \"not reloading $W/elsewhere/ckpt-00000010: not a checkpoint inside\" $W/srv.log' 10"
 ok "... and one that leaves it with .." "wait_for 'grep -q \"not reloading $W/r1/../elsewhere\" $W/srv.log' 10"
+CSEND ckpt/r1 ckpt run=r1 step=40 path="$W/r1/ckpt-00000040" model=llama >/dev/null
+ok "... and says a path that is not there is not there" \
+    "wait_for 'grep -q \"not reloading $W/r1/ckpt-00000040: No such file or directory\" $W/srv.log' 10"
 C --prompt 'K>' --max-new 4 >"$W/gen2.json"
 ok "sampler still serves step 10 from the run directory" \
     "[ \"\$(jq -r '\"\\(.step) \\(.ckpt)\"' $W/gen2.json)\" = \"10 $W/r1/ckpt-00000010\" ]"
