@@ -104,6 +104,25 @@ expect_err 1 "out of range\|document 999" $TOK decode --vocab "$T/v.ftbpe" --dat
 expect_err 1 "is not implemented" $TOK train --vocab-size 300 --pattern '(oops' --out "$T/z" "$T/corpus.txt"
 expect_err 1 "no such vocabulary" env FT_TIKTOKEN_DIR="$T" $TOK encode --vocab gpt3 --out "$T/x4" "$T/corpus.txt"
 
+# a truncated data.mdb (a full disk, a partial copy): LMDB maps the file, so every reader used
+# to die of SIGBUS (rc 135, no word) on the first page past the end; a 0-byte one said "Bad file
+# descriptor". Now one line naming data.mdb from each program that opens a dataset, never a signal.
+$TOK synth --n 2000 --seed 1 >"$T/s.txt"
+$TOK encode --vocab bytes --out "$T/cut.ds" "$T/s.txt" 2>/dev/null
+full=$(stat -c%s "$T/cut.ds/data.mdb")
+cp "$T/cut.ds/data.mdb" "$T/data.mdb.full"
+for n in $((full / 2)) $((full - 8192)) 4096 0; do
+    cp "$T/data.mdb.full" "$T/cut.ds/data.mdb"
+    truncate -s $n "$T/cut.ds/data.mdb"
+    expect_err 1 "cut.ds: data.mdb is \(truncated\|empty\) ($n bytes.*rebuild it" $TOK info "$T/cut.ds"
+    expect_err 1 "cut.ds: data.mdb is \(truncated\|empty\) ($n bytes" $TOK decode --vocab bytes --dataset "$T/cut.ds" --doc 5
+    expect_err 1 "^loader: .*cut.ds: data.mdb is \(truncated\|empty\) ($n bytes" timeout 20 bin/loader --data "$T/cut.ds" --bind "ipc://$T/cut.sock"
+    expect_err 2 "^evaluator: .*cut.ds: data.mdb is \(truncated\|empty\) ($n bytes" timeout 20 bin/evaluator --run x --task val \
+        --data "$T/cut.ds" --val-docs 200 --batches 1 --batch 4 --seq-len 32
+done
+cp "$T/data.mdb.full" "$T/cut.ds/data.mdb"
+check "the whole data.mdb still opens" $TOK info "$T/cut.ds" >/dev/null
+
 # gpt2 through the dataset, when the encodings are here
 if [ -f data/tiktoken/encoders/gpt2.json ] || [ -n "${FT_TIKTOKEN_DIR:-}" ]; then
     printf "Hello world, it's 2024!\n  Two  spaces\tand a tab.\n" >"$T/g.txt"

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/rng.h"
@@ -204,6 +205,76 @@ static void test_damage(void) {
     CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL, "garbage meta accepted");
 }
 
+/* A data.mdb cut short (a full disk, a partial copy) used to kill the reader with SIGBUS on
+ * the first page past the end of the map; dataset_open must refuse it with a line instead.
+ * Each cut runs in a child so that a regression is one failed check, not a dead test. */
+static void test_truncated_file(void) {
+    char p[1200], file[1300], err[256] = "";
+    path_of(p, sizeof p, "cut");
+    snprintf(file, sizeof file, "%s/data.mdb", p);
+    dataset_meta_t m;
+    meta_init(&m, 1000);
+    dataset_writer_t *w = NULL;
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    if (!w) return;
+    uint32_t buf[201];
+    for (uint64_t i = 0; i < 400; i++) dataset_writer_add(w, buf, doc_gen(3, i, 1000, 200, buf), 0, err, sizeof err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    struct stat st;
+    CHECK(stat(file, &st) == 0 && st.st_size > 16 * 4096, "dataset too small to cut: %lld", (long long)st.st_size);
+    off_t full = st.st_size;
+    char *orig = malloc(full);
+    FILE *f = fopen(file, "rb");
+    CHECK(f && fread(orig, 1, full, f) == (size_t)full, "read %s", file);
+    if (f) fclose(f);
+    struct { off_t size; const char *want; } cuts[] = {
+        {full / 2, "data.mdb is truncated ("}, {full - 8192, "data.mdb is truncated ("},
+        {full - 1, "data.mdb is truncated ("}, {8192, "data.mdb is truncated (8192 bytes; its pages need"},
+        {4096, "less than LMDB's two meta pages"}, {100, "less than LMDB's two meta pages"},
+        {0, "data.mdb is empty (0 bytes)"},
+    };
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        f = fopen(file, "wb");
+        CHECK(f && fwrite(orig, 1, cuts[c].size, f) == (size_t)cuts[c].size, "write %s", file);
+        if (f) fclose(f);
+        int fd[2];
+        CHECK(pipe(fd) == 0, "pipe");
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fd[0]);
+            dataset_t *ds = NULL;
+            char e[256] = "";
+            int rc = dataset_open(&ds, p, e, sizeof e);
+            if (ds) { /* opened: read every document, where the SIGBUS used to be */
+                uint32_t out[201], len;
+                for (uint64_t i = 0; i < 400; i++) dataset_doc_read(ds, i, out, 201, &len);
+            }
+            if (write(fd[1], e, strlen(e)) < 0) _exit(3);
+            _exit(rc == DATASET_EFORMAT && !ds ? 0 : 1);
+        }
+        close(fd[1]);
+        char got[256] = "";
+        ssize_t n = read(fd[0], got, sizeof got - 1);
+        got[n > 0 ? n : 0] = 0;
+        close(fd[0]);
+        int ws = 0;
+        waitpid(pid, &ws, 0);
+        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "cut to %lld of %lld bytes: %s%s", (long long)cuts[c].size,
+              (long long)full, WIFSIGNALED(ws) ? "killed by signal " : "not refused: ",
+              WIFSIGNALED(ws) ? strsignal(WTERMSIG(ws)) : got);
+        CHECK(strstr(got, cuts[c].want) && strstr(got, "rebuild it") && !strchr(got, '\n'), "cut to %lld: \"%s\"",
+              (long long)cuts[c].size, got);
+    }
+    /* and the whole file opens again: the check does not refuse a good dataset */
+    f = fopen(file, "wb");
+    CHECK(f && fwrite(orig, 1, full, f) == (size_t)full, "write %s", file);
+    if (f) fclose(f);
+    dataset_t *ds = NULL;
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "restored: %s", err);
+    dataset_close(&ds);
+    free(orig);
+}
+
 int main(void) {
     const char *t = getenv("FT_TEST_TMP");
     snprintf(tmp, sizeof tmp, "%s/test_dataset.%d", t ? t : "/tmp", (int)getpid());
@@ -214,6 +285,7 @@ int main(void) {
     RUN(test_truncated_and_range_reads);
     RUN(test_refusals);
     RUN(test_damage);
+    RUN(test_truncated_file);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);

@@ -190,6 +190,26 @@ out:
 
 /* ---- reader ----------------------------------------------------------------------------- */
 
+/* The latest meta page (read by mdb_env_info, past any read snapshot, and the file only grows
+ * under a writer) names the last page in use; the file must reach its end. */
+static int size_check(MDB_env *env, const char *path, char *err, size_t errlen) {
+    MDB_envinfo ei;
+    MDB_stat es;
+    mdb_filehandle_t fd;
+    struct stat st;
+    int mrc;
+    if ((mrc = mdb_env_info(env, &ei)) || (mrc = mdb_env_stat(env, &es)) || (mrc = mdb_env_get_fd(env, &fd)))
+        return err_fail(err, errlen, DATASET_ELMDB, "dataset %s: %s", path, mdb_strerror(mrc));
+    if (fstat(fd, &st) != 0)
+        return err_fail(err, errlen, DATASET_ELMDB, "dataset %s: data.mdb: %s", path, strerror(errno));
+    unsigned long long need = ((unsigned long long)ei.me_last_pgno + 1) * es.ms_psize;
+    if ((unsigned long long)st.st_size < need)
+        return err_fail(err, errlen, DATASET_EFORMAT,
+                        "dataset %s: data.mdb is truncated (%lld bytes; its pages need %llu): rebuild it (bin/tokenizer encode)",
+                        path, (long long)st.st_size, need);
+    return DATASET_OK;
+}
+
 int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
     if (!out || !path) return DATASET_EARG;
     *out = NULL;
@@ -201,6 +221,12 @@ int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
                stat(path, &st) != 0 ? strerror(errno) : "no data.mdb");
         return DATASET_ENOENT;
     }
+    /* An empty data.mdb looks to LMDB like a new environment, which it then fails to write
+     * read-only ("Bad file descriptor"): say what it is instead. */
+    if (st.st_size == 0) {
+        err_fail(err, errlen, 0, "dataset %s: data.mdb is empty (0 bytes): rebuild it (bin/tokenizer encode)", path);
+        return DATASET_EFORMAT;
+    }
     dataset_t *ds = calloc(1, sizeof *ds);
     if (!ds) return DATASET_ENOMEM;
     int rc = DATASET_ELMDB, mrc;
@@ -209,9 +235,23 @@ int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
     if ((mrc = mdb_env_create(&ds->env)) || (mrc = mdb_env_set_maxdbs(ds->env, 2)) ||
         (mrc = mdb_env_open(ds->env, path, MDB_RDONLY | MDB_NOTLS, 0644)) ||
         (mrc = mdb_txn_begin(ds->env, NULL, MDB_RDONLY, &ds->txn))) {
-        err_fail(err, errlen, 0, "dataset %s: %s", path, mdb_strerror(mrc));
+        /* LMDB reads its two meta pages with read(), so a file cut inside them fails here
+         * (MDB_INVALID) rather than faulting: name the likely cause. */
+        long pg = sysconf(_SC_PAGESIZE);
+        if (st.st_size < 2 * (off_t)(pg > 0 ? pg : 4096)) {
+            err_fail(err, errlen, 0, "dataset %s: data.mdb is truncated (%lld bytes, less than LMDB's two meta pages): "
+                     "rebuild it (bin/tokenizer encode)", path, (long long)st.st_size);
+            rc = DATASET_EFORMAT;
+        } else {
+            err_fail(err, errlen, 0, "dataset %s: %s", path, mdb_strerror(mrc));
+        }
         goto fail;
     }
+    /* LMDB maps data.mdb and reads pages straight from the map: a page past the end of a
+     * truncated file is a SIGBUS in whichever program touches it, with no message. So check,
+     * before reading any page, that the file holds every page the environment says it uses. */
+    if ((rc = size_check(ds->env, path, err, errlen))) goto fail;
+    rc = DATASET_ELMDB;
     if ((mrc = mdb_dbi_open(ds->txn, "meta", 0, &meta_dbi)) || (mrc = mdb_dbi_open(ds->txn, "docs", 0, &ds->docs))) {
         err_fail(err, errlen, 0, "dataset %s: named db \"meta\"/\"docs\": %s", path, mdb_strerror(mrc));
         rc = DATASET_EFORMAT;
