@@ -123,6 +123,31 @@ done
 cp "$T/data.mdb.full" "$T/cut.ds/data.mdb"
 check "the whole data.mdb still opens" $TOK info "$T/cut.ds" >/dev/null
 
+# an info string that is not UTF-8 (written by another tool): refused at open with one line
+# naming the field; it used to pass, then tokenizer info exited 1 with no word and the loader
+# served but answered every info_req with "could not encode the info"
+if /usr/bin/python3 -c 'import lmdb, msgpack' 2>/dev/null; then
+    cp -r "$T/cut.ds" "$T/u8.ds"
+    /usr/bin/python3 - "$T/u8.ds" <<'PY'
+import sys, lmdb, msgpack
+env = lmdb.open(sys.argv[1], max_dbs=2)
+meta = env.open_db(b"meta")
+with env.begin(write=True, db=meta) as t:
+    info = msgpack.unpackb(t.get(b"info"), raw=True)
+    info[b"tokenizer"] = b"by\xfftes"
+    t.put(b"info", msgpack.packb(info, use_bin_type=False))
+PY
+    expect_err 1 "u8.ds: meta: field \"tokenizer\" is not UTF-8 text" $TOK info "$T/u8.ds"
+    expect_err 1 "^loader: .*u8.ds: meta: field \"tokenizer\" is not UTF-8" timeout 20 bin/loader --data "$T/u8.ds" --bind "ipc://$T/u8.sock"
+else
+    check "/usr/bin/python3 with lmdb and msgpack (python3-lmdb, python3-msgpack)" false
+fi
+# ... and encode never writes one: a file name's bad bytes become U+FFFD in source
+cp "$T/s.txt" "$T/s"$'\xff'".txt"
+$TOK encode --vocab bytes --out "$T/ff.ds" "$T/s"$'\xff'".txt" 2>/dev/null
+got=$($TOK info "$T/ff.ds" | jq -r .source)
+check "a non-UTF-8 file name: source cleaned, the dataset opens (source: $got)" [ "$got" = "$T/s"$'\xef\xbf\xbd'".txt" ]
+
 # gpt2 through the dataset, when the encodings are here
 if [ -f data/tiktoken/encoders/gpt2.json ] || [ -n "${FT_TIKTOKEN_DIR:-}" ]; then
     printf "Hello world, it's 2024!\n  Two  spaces\tand a tab.\n" >"$T/g.txt"

@@ -1,6 +1,7 @@
 /* tests/test_dataset.c: the LMDB dataset (tokenizer/dataset.c): round trips, growth of the
  * map, u16/u32 values, refusal of incomplete/damaged/foreign datasets. */
 #include <lmdb.h>
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,80 @@ static void test_truncated_file(void) {
     free(orig);
 }
 
+/* An info map like the writer's, with the string fields given as raw bytes (len, ptr). */
+static void put_info_strs(const char *p, const char *tok, size_t tn, const char *hash, size_t hn, const char *src, size_t sn) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 11);
+    const char *keys[] = {"version", "vocab_size", "eot_id", "token_bytes", "n_docs", "n_tokens", "n_bytes"};
+    uint64_t vals[] = {1, 100, 99, 2, 2, 6, 6};
+    msgpack_pack_str(&pk, 6), msgpack_pack_str_body(&pk, "format", 6);
+    msgpack_pack_str(&pk, 10), msgpack_pack_str_body(&pk, "ft-dataset", 10);
+    for (int i = 0; i < 7; i++) {
+        msgpack_pack_str(&pk, strlen(keys[i])), msgpack_pack_str_body(&pk, keys[i], strlen(keys[i]));
+        msgpack_pack_uint64(&pk, vals[i]);
+    }
+    const char *sk[] = {"tokenizer", "tokenizer_hash", "source"}, *sv[] = {tok, hash, src};
+    size_t sl[] = {tn, hn, sn};
+    for (int i = 0; i < 3; i++) {
+        msgpack_pack_str(&pk, strlen(sk[i])), msgpack_pack_str_body(&pk, sk[i], strlen(sk[i]));
+        msgpack_pack_str(&pk, sl[i]), msgpack_pack_str_body(&pk, sv[i], sl[i]);
+    }
+    raw_put(p, "meta", "info", 4, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* The info strings travel in the loader's info reply (a MessagePack str) and in JSON: one that
+ * is not UTF-8 used to pass open and fail far away (tokenizer info exited 1 with no word, the
+ * loader answered every info_req with "could not encode the info"). */
+static void test_info_utf8(void) {
+    char p[1200], err[256] = "";
+    dataset_t *ds = NULL;
+    path_of(p, sizeof p, "utf8");
+    make_small(p);
+    put_info_strs(p, "test", 4, "abc123", 6, "caf\xc3\xa9 \xe2\x84\x96", 9); /* good UTF-8 still opens */
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0 && strcmp(dataset_meta(ds)->source, "caf\xc3\xa9 \xe2\x84\x96") == 0, "%s", err);
+    dataset_close(&ds);
+    struct { const char *field, *tok, *hash, *src; size_t tn, hn, sn; } bad[] = {
+        {"tokenizer", "by\xfftes", "abc123", "x", 6, 6, 1},
+        {"tokenizer_hash", "test", "ab\xc3", "x", 4, 3, 1},          /* cut inside a character */
+        {"source", "test", "abc123", "a\xed\xa0\x80" "b", 4, 6, 5},      /* a surrogate */
+        {"source", "test", "abc123", "a\0b", 4, 6, 3},                /* a NUL would cut it in C */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        put_info_strs(p, bad[i].tok, bad[i].tn, bad[i].hash, bad[i].hn, bad[i].src, bad[i].sn);
+        char want[100];
+        snprintf(want, sizeof want, "field \"%s\" is not UTF-8 text", bad[i].field);
+        CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL && strstr(err, want), "%s: %s",
+              bad[i].field, err);
+        dataset_close(&ds);
+    }
+    /* the writer never writes one: source (file names: any bytes) is cleaned, a bad tokenizer
+     * name refused */
+    dataset_meta_t m;
+    meta_init(&m, 100);
+    snprintf(m.source, sizeof m.source, "in\xff.txt");
+    dataset_writer_t *w = NULL;
+    path_of(p, sizeof p, "utf8w");
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0 && strcmp(dataset_meta(ds)->source, "in\xef\xbf\xbd.txt") == 0,
+          "%s", ds ? dataset_meta(ds)->source : err);
+    dataset_close(&ds);
+    memset(m.source, 'a', sizeof m.source - 3); /* 253 'a', then a 3-byte character cut at 255 */
+    memcpy(m.source + 253, "\xe2\x84\x96", 3);
+    path_of(p, sizeof p, "utf8w2");
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "a source cut inside a character: %s", err);
+    dataset_close(&ds);
+    snprintf(m.tokenizer, sizeof m.tokenizer, "b\xffpe");
+    path_of(p, sizeof p, "utf8w3");
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == DATASET_EARG && w == NULL && strstr(err, "not UTF-8"), "%s", err);
+}
+
 int main(void) {
     const char *t = getenv("FT_TEST_TMP");
     snprintf(tmp, sizeof tmp, "%s/test_dataset.%d", t ? t : "/tmp", (int)getpid());
@@ -286,6 +361,7 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_damage);
     RUN(test_truncated_file);
+    RUN(test_info_utf8);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);

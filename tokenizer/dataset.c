@@ -7,6 +7,7 @@
  * Reader: one read-only environment with one long-lived read transaction (the dataset is
  * immutable once "info" exists), so dataset_doc_read is one B-tree lookup and a copy out of
  * the mmap. MDB_NOTLS lets a handle move between threads (one thread at a time). */
+#include "bus/utf8.h"
 #include "common/errmsg.h"
 #include "tokenizer/dataset.h"
 
@@ -104,6 +105,10 @@ static int obj_is_key(const msgpack_object *k, const char *name) {
 /* Copies a string field, refusing one that does not fit rather than silently cutting it. */
 static int obj_str(const msgpack_object *v, char *out, size_t cap) {
     if (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= cap) return -1;
+    /* Not UTF-8 (or a NUL that would cut it short in C) is -2: the reason gets its own line,
+     * since a string that passed here used to fail later and far away (the loader's info
+     * reply could not be encoded, tokenizer info printed nothing). */
+    if (!wire_utf8_valid(v->via.str.ptr, v->via.str.size) || memchr(v->via.str.ptr, 0, v->via.str.size)) return -2;
     memcpy(out, v->via.str.ptr, v->via.str.size);
     out[v->via.str.size] = 0;
     return 0;
@@ -158,13 +163,18 @@ static int meta_unpack(const void *data, size_t len, dataset_meta_t *m, char *er
             bad = obj_u64(v, &m->n_tokens); seen |= 32;
         } else if (obj_is_key(k, "n_bytes")) {
             bad = obj_u64(v, &m->n_bytes); seen |= 64;
-        } else if (obj_is_key(k, "tokenizer")) {
+        } else if (obj_is_key(k, "tokenizer")) { /* str fields: bad is -1 (type, size) or -2 (bytes) */
             bad = obj_str(v, m->tokenizer, sizeof m->tokenizer);
         } else if (obj_is_key(k, "tokenizer_hash")) {
             bad = obj_str(v, m->tokenizer_hash, sizeof m->tokenizer_hash);
         } else if (obj_is_key(k, "source")) {
             bad = obj_str(v, m->source, sizeof m->source);
         } /* unknown keys are ignored: a newer writer may add optional fields */
+        if (bad == -2) {
+            err_fail(err, errlen, 0, "meta: field \"%.*s\" is not UTF-8 text: rebuild the dataset (bin/tokenizer encode)",
+                     (int)k->via.str.size, k->via.str.ptr);
+            goto out;
+        }
         if (bad) {
             err_fail(err, errlen, 0, "meta: field \"%.*s\" has a wrong type or value",
                    k->type == MSGPACK_OBJECT_STR ? (int)k->via.str.size : 1,
@@ -376,6 +386,12 @@ int dataset_writer_open(dataset_writer_t **out, const char *path, const dataset_
         return DATASET_EARG;
     }
     if (strlen(path) >= 4000) { err_fail(err, errlen, 0, "dataset path too long"); return DATASET_EARG; }
+    /* dataset_open refuses a non-UTF-8 string, so never write one (source is cleaned below). */
+    if (!wire_utf8_valid(meta->tokenizer, strnlen(meta->tokenizer, sizeof meta->tokenizer)) ||
+        !wire_utf8_valid(meta->tokenizer_hash, strnlen(meta->tokenizer_hash, sizeof meta->tokenizer_hash))) {
+        err_fail(err, errlen, 0, "dataset %s: the tokenizer name or hash is not UTF-8 text", path);
+        return DATASET_EARG;
+    }
     char file[4200], lock[4200];
     snprintf(file, sizeof file, "%s/data.mdb", path);
     snprintf(lock, sizeof lock, "%s/lock.mdb", path);
@@ -404,6 +420,11 @@ int dataset_writer_open(dataset_writer_t **out, const char *path, const dataset_
     w->meta.tokenizer[sizeof w->meta.tokenizer - 1] = 0;
     w->meta.tokenizer_hash[sizeof w->meta.tokenizer_hash - 1] = 0;
     w->meta.source[sizeof w->meta.source - 1] = 0;
+    /* source is the input file names (any bytes, and cut at 255 maybe inside a character):
+     * write it as UTF-8, bad bytes as U+FFFD, cut at a character boundary. */
+    char clean[sizeof w->meta.source];
+    wire_utf8_clean(clean, sizeof clean, w->meta.source, strlen(w->meta.source));
+    memcpy(w->meta.source, clean, sizeof clean);
     snprintf(w->path, sizeof w->path, "%s", path);
     w->mapsize = DATASET_MAP_INITIAL;
     w->off_cap = 1024;

@@ -35,6 +35,9 @@ typedef struct {
     uint32_t token_bytes;      /* 2 or 4 */
     uint64_t n_docs, n_tokens; /* totals over all documents */
     uint64_t n_bytes;          /* UTF-8 bytes of the source text (for bits per byte) */
+    /* The three strings are UTF-8 (they travel in the loader's info reply, a MessagePack str,
+     * and in JSON): dataset_open refuses other bytes, the writer refuses them in tokenizer and
+     * tokenizer_hash and replaces them with U+FFFD in source (a file name may hold any byte). */
     char tokenizer[64];        /* "bytes", "bpe", "gpt2", "cl100k_base", ... */
     char tokenizer_hash[72];   /* hex digest of the vocabulary (merges/ranks + specials) */
     char source[256];          /* free text: where the documents came from */
