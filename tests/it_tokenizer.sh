@@ -142,6 +142,16 @@ PY
 else
     check "/usr/bin/python3 with lmdb and msgpack (python3-lmdb, python3-msgpack)" false
 fi
+# a document value of odd length (3 bytes, 2-byte tokens): the line says so; it said "not a
+# dataset of ours (format, version or meta)"
+if /usr/bin/python3 -c 'import lmdb' 2>/dev/null; then
+    cp -r "$T/cut.ds" "$T/odd.ds"
+    /usr/bin/python3 -c 'import sys, struct, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=2)
+with env.begin(write=True, db=env.open_db(b"docs")) as t: t.put(struct.pack(">Q", 3), b"abc")' "$T/odd.ds"
+    expect_err 1 "document 3: 3 bytes, not a whole number of 2-byte tokens" $TOK decode --vocab bytes --dataset "$T/odd.ds" --doc 3
+    expect_err 1 "^loader: .*odd.ds: document 3: 3 bytes, not a whole number of 2-byte tokens" timeout 20 bin/loader --data "$T/odd.ds" --bind "ipc://$T/odd.sock"
+fi
 # ... and encode never writes one: a file name's bad bytes become U+FFFD in source
 cp "$T/s.txt" "$T/s"$'\xff'".txt"
 $TOK encode --vocab bytes --out "$T/ff.ds" "$T/s"$'\xff'".txt" 2>/dev/null

@@ -188,7 +188,11 @@ static void test_damage(void) {
     CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "%s", err);
     uint32_t out[8], len;
     if (ds) {
-        CHECK(dataset_doc_read(ds, 1, out, 8, &len) == DATASET_EFORMAT, "odd-length value accepted");
+        int rc = dataset_doc_read(ds, 1, out, 8, &len);
+        CHECK(rc == DATASET_EFORMAT, "odd-length value accepted");
+        /* the line says what is wrong, not "not a dataset of ours (format, version or meta)" */
+        CHECK(strstr(dataset_doc_error(ds, rc), "3 bytes, not a whole number of 2-byte tokens"), "%s", dataset_doc_error(ds, rc));
+        CHECK(strcmp(dataset_doc_error(ds, DATASET_ERANGE), dataset_strerror(DATASET_ERANGE)) == 0, "in %s", __func__);
         CHECK(dataset_doc_read(ds, 0, out, 8, &len) == 0 && len == 4, "in %s", __func__);
     }
     dataset_close(&ds);

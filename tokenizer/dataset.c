@@ -30,6 +30,7 @@ struct dataset {
     MDB_txn *txn; /* read transaction held for the handle's lifetime */
     MDB_dbi docs;
     dataset_meta_t meta;
+    char why[160]; /* what the last EFORMAT/ELMDB from a document read found (dataset_doc_error) */
 };
 
 struct dataset_writer {
@@ -306,12 +307,31 @@ static int doc_get(dataset_t *ds, uint64_t idx, MDB_val *v) {
     key_encode(idx, kb);
     MDB_val k = {8, kb};
     int mrc = mdb_get(ds->txn, ds->docs, &k, v);
-    if (mrc == MDB_NOTFOUND) return DATASET_EFORMAT; /* a hole: the dataset is damaged */
-    if (mrc) return DATASET_ELMDB;
-    /* A value that is not a whole number of tokens is a damaged file, not a document. */
-    if (v->mv_size % ds->meta.token_bytes != 0 || v->mv_size / ds->meta.token_bytes > UINT32_MAX)
+    if (mrc == MDB_NOTFOUND) { /* a hole: the dataset is damaged */
+        snprintf(ds->why, sizeof ds->why, "missing from \"docs\" (a damaged dataset: rebuild it)");
         return DATASET_EFORMAT;
+    }
+    if (mrc) {
+        snprintf(ds->why, sizeof ds->why, "LMDB: %s", mdb_strerror(mrc));
+        return DATASET_ELMDB;
+    }
+    /* A value that is not a whole number of tokens is a damaged file, not a document. */
+    if (v->mv_size % ds->meta.token_bytes != 0) {
+        snprintf(ds->why, sizeof ds->why, "%zu bytes, not a whole number of %u-byte tokens (a damaged dataset: rebuild it)",
+                 v->mv_size, ds->meta.token_bytes);
+        return DATASET_EFORMAT;
+    }
+    if (v->mv_size / ds->meta.token_bytes > UINT32_MAX) {
+        snprintf(ds->why, sizeof ds->why, "%zu tokens, more than the 2^32-1 a document may hold",
+                 v->mv_size / ds->meta.token_bytes);
+        return DATASET_EFORMAT;
+    }
     return DATASET_OK;
+}
+
+const char *dataset_doc_error(const dataset_t *ds, int status) {
+    if (ds && ds->why[0] && (status == DATASET_EFORMAT || status == DATASET_ELMDB)) return ds->why;
+    return dataset_strerror(status);
 }
 
 int dataset_doc_len(dataset_t *ds, uint64_t idx, uint32_t *len) {

@@ -61,6 +61,10 @@ int dataset_doc_read(dataset_t *ds, uint64_t idx, uint32_t *out, uint32_t cap, u
  * head (added for the loader's pack layout). */
 int dataset_doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t *out, uint32_t n,
                            uint32_t *got, uint32_t *len);
+/* What the last failed document read on ds found, for status (what it returned): for
+ * DATASET_EFORMAT/ELMDB the particular damage ("3 bytes, not a whole number of 2-byte
+ * tokens ..."), else dataset_strerror(status). Valid until the next call on ds. */
+const char *dataset_doc_error(const dataset_t *ds, int status);
 void dataset_close(dataset_t **ds);
 
 /* Creates a new dataset at path (a directory; refuses to overwrite an existing dataset unless
