@@ -62,7 +62,7 @@ static int lens_read(dataset_t *ds, const char *path, uint32_t **out, char *err,
     for (uint64_t i = 0; i < n; i++) {
         int rc = dataset_doc_len(ds, i, &len[i]);
         if (rc) {
-            err_fail(err, errlen, 0, "dataset %s: document %llu: %s", path, (unsigned long long)i, dataset_strerror(rc));
+            err_fail(err, errlen, 0, "dataset %s: document %llu: %s", path, (unsigned long long)i, dataset_doc_error(ds, rc));
             free(len);
             return LOADER_EDATA;
         }
@@ -255,7 +255,7 @@ static int piece_copy(const split_t *sp, uint64_t local, uint32_t from, uint32_t
     int rc = dataset_doc_read_range(sp->ds, sp->first + local, from, out, n, &got, NULL);
     if (rc || got != n) {
         err_fail(err, errlen, 0, "document %llu: %s", (unsigned long long)(sp->first + local),
-               rc ? dataset_strerror(rc) : "shorter than its recorded length");
+               rc ? dataset_doc_error(sp->ds, rc) : "shorter than its recorded length");
         return LOADER_EDATA;
     }
     uint32_t bad = 0;

@@ -112,6 +112,60 @@ expect_err 1 "out of range\|document 999" $TOK decode --vocab "$T/v.ftbpe" --dat
 expect_err 1 "is not implemented" $TOK train --vocab-size 300 --pattern '(oops' --out "$T/z" "$T/corpus.txt"
 expect_err 1 "no such vocabulary" env FT_TIKTOKEN_DIR="$T" $TOK encode --vocab gpt3 --out "$T/x4" "$T/corpus.txt"
 
+# a truncated data.mdb (a full disk, a partial copy): LMDB maps the file, so every reader used
+# to die of SIGBUS (rc 135, no word) on the first page past the end; a 0-byte one said "Bad file
+# descriptor". Now one line naming data.mdb from each program that opens a dataset, never a signal.
+$TOK synth --n 2000 --seed 1 >"$T/s.txt"
+$TOK encode --vocab bytes --out "$T/cut.ds" "$T/s.txt" 2>/dev/null
+full=$(stat -c%s "$T/cut.ds/data.mdb")
+cp "$T/cut.ds/data.mdb" "$T/data.mdb.full"
+for n in $((full / 2)) $((full - 8192)) 4096 0; do
+    cp "$T/data.mdb.full" "$T/cut.ds/data.mdb"
+    truncate -s $n "$T/cut.ds/data.mdb"
+    expect_err 1 "cut.ds: data.mdb is \(truncated\|empty\) ($n bytes.*rebuild it" $TOK info "$T/cut.ds"
+    expect_err 1 "cut.ds: data.mdb is \(truncated\|empty\) ($n bytes" $TOK decode --vocab bytes --dataset "$T/cut.ds" --doc 5
+    expect_err 1 "^loader: .*cut.ds: data.mdb is \(truncated\|empty\) ($n bytes" timeout 20 bin/loader --data "$T/cut.ds" --bind "ipc://$T/cut.sock"
+    expect_err 2 "^evaluator: .*cut.ds: data.mdb is \(truncated\|empty\) ($n bytes" timeout 20 bin/evaluator --run x --task val \
+        --data "$T/cut.ds" --val-docs 200 --batches 1 --batch 4 --seq-len 32
+done
+cp "$T/data.mdb.full" "$T/cut.ds/data.mdb"
+check "the whole data.mdb still opens" $TOK info "$T/cut.ds" >/dev/null
+
+# an info string that is not UTF-8 (written by another tool): refused at open with one line
+# naming the field; it used to pass, then tokenizer info exited 1 with no word and the loader
+# served but answered every info_req with "could not encode the info"
+if /usr/bin/python3 -c 'import lmdb, msgpack' 2>/dev/null; then
+    cp -r "$T/cut.ds" "$T/u8.ds"
+    /usr/bin/python3 - "$T/u8.ds" <<'PY'
+import sys, lmdb, msgpack
+env = lmdb.open(sys.argv[1], max_dbs=2)
+meta = env.open_db(b"meta")
+with env.begin(write=True, db=meta) as t:
+    info = msgpack.unpackb(t.get(b"info"), raw=True)
+    info[b"tokenizer"] = b"by\xfftes"
+    t.put(b"info", msgpack.packb(info, use_bin_type=False))
+PY
+    expect_err 1 "u8.ds: meta: field \"tokenizer\" is not UTF-8 text" $TOK info "$T/u8.ds"
+    expect_err 1 "^loader: .*u8.ds: meta: field \"tokenizer\" is not UTF-8" timeout 20 bin/loader --data "$T/u8.ds" --bind "ipc://$T/u8.sock"
+else
+    check "/usr/bin/python3 with lmdb and msgpack (python3-lmdb, python3-msgpack)" false
+fi
+# a document value of odd length (3 bytes, 2-byte tokens): the line says so; it said "not a
+# dataset of ours (format, version or meta)"
+if /usr/bin/python3 -c 'import lmdb' 2>/dev/null; then
+    cp -r "$T/cut.ds" "$T/odd.ds"
+    /usr/bin/python3 -c 'import sys, struct, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=2)
+with env.begin(write=True, db=env.open_db(b"docs")) as t: t.put(struct.pack(">Q", 3), b"abc")' "$T/odd.ds"
+    expect_err 1 "document 3: 3 bytes, not a whole number of 2-byte tokens" $TOK decode --vocab bytes --dataset "$T/odd.ds" --doc 3
+    expect_err 1 "^loader: .*odd.ds: document 3: 3 bytes, not a whole number of 2-byte tokens" timeout 20 bin/loader --data "$T/odd.ds" --bind "ipc://$T/odd.sock"
+fi
+# ... and encode never writes one: a file name's bad bytes become U+FFFD in source
+cp "$T/s.txt" "$T/s"$'\xff'".txt"
+$TOK encode --vocab bytes --out "$T/ff.ds" "$T/s"$'\xff'".txt" 2>/dev/null
+got=$($TOK info "$T/ff.ds" | jq -r .source)
+check "a non-UTF-8 file name: source cleaned, the dataset opens (source: $got)" [ "$got" = "$T/s"$'\xef\xbf\xbd'".txt" ]
+
 # gpt2 through the dataset, when the encodings are here
 if [ -f data/tiktoken/encoders/gpt2.json ] || [ -n "${FT_TIKTOKEN_DIR:-}" ]; then
     printf "Hello world, it's 2024!\n  Two  spaces\tand a tab.\n" >"$T/g.txt"

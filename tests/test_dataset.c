@@ -1,10 +1,12 @@
 /* tests/test_dataset.c: the LMDB dataset (tokenizer/dataset.c): round trips, growth of the
  * map, u16/u32 values, refusal of incomplete/damaged/foreign datasets. */
 #include <lmdb.h>
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/rng.h"
@@ -186,7 +188,11 @@ static void test_damage(void) {
     CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "%s", err);
     uint32_t out[8], len;
     if (ds) {
-        CHECK(dataset_doc_read(ds, 1, out, 8, &len) == DATASET_EFORMAT, "odd-length value accepted");
+        int rc = dataset_doc_read(ds, 1, out, 8, &len);
+        CHECK(rc == DATASET_EFORMAT, "odd-length value accepted");
+        /* the line says what is wrong, not "not a dataset of ours (format, version or meta)" */
+        CHECK(strstr(dataset_doc_error(ds, rc), "3 bytes, not a whole number of 2-byte tokens"), "%s", dataset_doc_error(ds, rc));
+        CHECK(strcmp(dataset_doc_error(ds, DATASET_ERANGE), dataset_strerror(DATASET_ERANGE)) == 0, "in %s", __func__);
         CHECK(dataset_doc_read(ds, 0, out, 8, &len) == 0 && len == 4, "in %s", __func__);
     }
     dataset_close(&ds);
@@ -204,6 +210,150 @@ static void test_damage(void) {
     CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL, "garbage meta accepted");
 }
 
+/* A data.mdb cut short (a full disk, a partial copy) used to kill the reader with SIGBUS on
+ * the first page past the end of the map; dataset_open must refuse it with a line instead.
+ * Each cut runs in a child so that a regression is one failed check, not a dead test. */
+static void test_truncated_file(void) {
+    char p[1200], file[1300], err[256] = "";
+    path_of(p, sizeof p, "cut");
+    snprintf(file, sizeof file, "%s/data.mdb", p);
+    dataset_meta_t m;
+    meta_init(&m, 1000);
+    dataset_writer_t *w = NULL;
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    if (!w) return;
+    uint32_t buf[201];
+    for (uint64_t i = 0; i < 400; i++) dataset_writer_add(w, buf, doc_gen(3, i, 1000, 200, buf), 0, err, sizeof err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    struct stat st;
+    CHECK(stat(file, &st) == 0 && st.st_size > 16 * 4096, "dataset too small to cut: %lld", (long long)st.st_size);
+    off_t full = st.st_size;
+    char *orig = malloc(full);
+    FILE *f = fopen(file, "rb");
+    CHECK(f && fread(orig, 1, full, f) == (size_t)full, "read %s", file);
+    if (f) fclose(f);
+    struct { off_t size; const char *want; } cuts[] = {
+        {full / 2, "data.mdb is truncated ("}, {full - 8192, "data.mdb is truncated ("},
+        {full - 1, "data.mdb is truncated ("}, {8192, "data.mdb is truncated (8192 bytes; its pages need"},
+        {4096, "less than LMDB's two meta pages"}, {100, "less than LMDB's two meta pages"},
+        {0, "data.mdb is empty (0 bytes)"},
+    };
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        f = fopen(file, "wb");
+        CHECK(f && fwrite(orig, 1, cuts[c].size, f) == (size_t)cuts[c].size, "write %s", file);
+        if (f) fclose(f);
+        int fd[2];
+        CHECK(pipe(fd) == 0, "pipe");
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fd[0]);
+            dataset_t *ds = NULL;
+            char e[256] = "";
+            int rc = dataset_open(&ds, p, e, sizeof e);
+            if (ds) { /* opened: read every document, where the SIGBUS used to be */
+                uint32_t out[201], len;
+                for (uint64_t i = 0; i < 400; i++) dataset_doc_read(ds, i, out, 201, &len);
+            }
+            if (write(fd[1], e, strlen(e)) < 0) _exit(3);
+            _exit(rc == DATASET_EFORMAT && !ds ? 0 : 1);
+        }
+        close(fd[1]);
+        char got[256] = "";
+        ssize_t n = read(fd[0], got, sizeof got - 1);
+        got[n > 0 ? n : 0] = 0;
+        close(fd[0]);
+        int ws = 0;
+        waitpid(pid, &ws, 0);
+        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "cut to %lld of %lld bytes: %s%s", (long long)cuts[c].size,
+              (long long)full, WIFSIGNALED(ws) ? "killed by signal " : "not refused: ",
+              WIFSIGNALED(ws) ? strsignal(WTERMSIG(ws)) : got);
+        CHECK(strstr(got, cuts[c].want) && strstr(got, "rebuild it") && !strchr(got, '\n'), "cut to %lld: \"%s\"",
+              (long long)cuts[c].size, got);
+    }
+    /* and the whole file opens again: the check does not refuse a good dataset */
+    f = fopen(file, "wb");
+    CHECK(f && fwrite(orig, 1, full, f) == (size_t)full, "write %s", file);
+    if (f) fclose(f);
+    dataset_t *ds = NULL;
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "restored: %s", err);
+    dataset_close(&ds);
+    free(orig);
+}
+
+/* An info map like the writer's, with the string fields given as raw bytes (len, ptr). */
+static void put_info_strs(const char *p, const char *tok, size_t tn, const char *hash, size_t hn, const char *src, size_t sn) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 11);
+    const char *keys[] = {"version", "vocab_size", "eot_id", "token_bytes", "n_docs", "n_tokens", "n_bytes"};
+    uint64_t vals[] = {1, 100, 99, 2, 2, 6, 6};
+    msgpack_pack_str(&pk, 6), msgpack_pack_str_body(&pk, "format", 6);
+    msgpack_pack_str(&pk, 10), msgpack_pack_str_body(&pk, "ft-dataset", 10);
+    for (int i = 0; i < 7; i++) {
+        msgpack_pack_str(&pk, strlen(keys[i])), msgpack_pack_str_body(&pk, keys[i], strlen(keys[i]));
+        msgpack_pack_uint64(&pk, vals[i]);
+    }
+    const char *sk[] = {"tokenizer", "tokenizer_hash", "source"}, *sv[] = {tok, hash, src};
+    size_t sl[] = {tn, hn, sn};
+    for (int i = 0; i < 3; i++) {
+        msgpack_pack_str(&pk, strlen(sk[i])), msgpack_pack_str_body(&pk, sk[i], strlen(sk[i]));
+        msgpack_pack_str(&pk, sl[i]), msgpack_pack_str_body(&pk, sv[i], sl[i]);
+    }
+    raw_put(p, "meta", "info", 4, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* The info strings travel in the loader's info reply (a MessagePack str) and in JSON: one that
+ * is not UTF-8 used to pass open and fail far away (tokenizer info exited 1 with no word, the
+ * loader answered every info_req with "could not encode the info"). */
+static void test_info_utf8(void) {
+    char p[1200], err[256] = "";
+    dataset_t *ds = NULL;
+    path_of(p, sizeof p, "utf8");
+    make_small(p);
+    put_info_strs(p, "test", 4, "abc123", 6, "caf\xc3\xa9 \xe2\x84\x96", 9); /* good UTF-8 still opens */
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0 && strcmp(dataset_meta(ds)->source, "caf\xc3\xa9 \xe2\x84\x96") == 0, "%s", err);
+    dataset_close(&ds);
+    struct { const char *field, *tok, *hash, *src; size_t tn, hn, sn; } bad[] = {
+        {"tokenizer", "by\xfftes", "abc123", "x", 6, 6, 1},
+        {"tokenizer_hash", "test", "ab\xc3", "x", 4, 3, 1},          /* cut inside a character */
+        {"source", "test", "abc123", "a\xed\xa0\x80" "b", 4, 6, 5},      /* a surrogate */
+        {"source", "test", "abc123", "a\0b", 4, 6, 3},                /* a NUL would cut it in C */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        put_info_strs(p, bad[i].tok, bad[i].tn, bad[i].hash, bad[i].hn, bad[i].src, bad[i].sn);
+        char want[100];
+        snprintf(want, sizeof want, "field \"%s\" is not UTF-8 text", bad[i].field);
+        CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL && strstr(err, want), "%s: %s",
+              bad[i].field, err);
+        dataset_close(&ds);
+    }
+    /* the writer never writes one: source (file names: any bytes) is cleaned, a bad tokenizer
+     * name refused */
+    dataset_meta_t m;
+    meta_init(&m, 100);
+    snprintf(m.source, sizeof m.source, "in\xff.txt");
+    dataset_writer_t *w = NULL;
+    path_of(p, sizeof p, "utf8w");
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0 && strcmp(dataset_meta(ds)->source, "in\xef\xbf\xbd.txt") == 0,
+          "%s", ds ? dataset_meta(ds)->source : err);
+    dataset_close(&ds);
+    memset(m.source, 'a', sizeof m.source - 3); /* 253 'a', then a 3-byte character cut at 255 */
+    memcpy(m.source + 253, "\xe2\x84\x96", 3);
+    path_of(p, sizeof p, "utf8w2");
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "a source cut inside a character: %s", err);
+    dataset_close(&ds);
+    snprintf(m.tokenizer, sizeof m.tokenizer, "b\xffpe");
+    path_of(p, sizeof p, "utf8w3");
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == DATASET_EARG && w == NULL && strstr(err, "not UTF-8"), "%s", err);
+}
+
 int main(void) {
     const char *t = getenv("FT_TEST_TMP");
     snprintf(tmp, sizeof tmp, "%s/test_dataset.%d", t ? t : "/tmp", (int)getpid());
@@ -214,6 +364,8 @@ int main(void) {
     RUN(test_truncated_and_range_reads);
     RUN(test_refusals);
     RUN(test_damage);
+    RUN(test_truncated_file);
+    RUN(test_info_utf8);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);

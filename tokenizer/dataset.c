@@ -7,6 +7,7 @@
  * Reader: one read-only environment with one long-lived read transaction (the dataset is
  * immutable once "info" exists), so dataset_doc_read is one B-tree lookup and a copy out of
  * the mmap. MDB_NOTLS lets a handle move between threads (one thread at a time). */
+#include "bus/utf8.h"
 #include "common/errmsg.h"
 #include "tokenizer/dataset.h"
 
@@ -29,6 +30,7 @@ struct dataset {
     MDB_txn *txn; /* read transaction held for the handle's lifetime */
     MDB_dbi docs;
     dataset_meta_t meta;
+    char why[160]; /* what the last EFORMAT/ELMDB from a document read found (dataset_doc_error) */
 };
 
 struct dataset_writer {
@@ -104,6 +106,10 @@ static int obj_is_key(const msgpack_object *k, const char *name) {
 /* Copies a string field, refusing one that does not fit rather than silently cutting it. */
 static int obj_str(const msgpack_object *v, char *out, size_t cap) {
     if (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= cap) return -1;
+    /* Not UTF-8 (or a NUL that would cut it short in C) is -2: the reason gets its own line,
+     * since a string that passed here used to fail later and far away (the loader's info
+     * reply could not be encoded, tokenizer info printed nothing). */
+    if (!wire_utf8_valid(v->via.str.ptr, v->via.str.size) || memchr(v->via.str.ptr, 0, v->via.str.size)) return -2;
     memcpy(out, v->via.str.ptr, v->via.str.size);
     out[v->via.str.size] = 0;
     return 0;
@@ -158,13 +164,18 @@ static int meta_unpack(const void *data, size_t len, dataset_meta_t *m, char *er
             bad = obj_u64(v, &m->n_tokens); seen |= 32;
         } else if (obj_is_key(k, "n_bytes")) {
             bad = obj_u64(v, &m->n_bytes); seen |= 64;
-        } else if (obj_is_key(k, "tokenizer")) {
+        } else if (obj_is_key(k, "tokenizer")) { /* str fields: bad is -1 (type, size) or -2 (bytes) */
             bad = obj_str(v, m->tokenizer, sizeof m->tokenizer);
         } else if (obj_is_key(k, "tokenizer_hash")) {
             bad = obj_str(v, m->tokenizer_hash, sizeof m->tokenizer_hash);
         } else if (obj_is_key(k, "source")) {
             bad = obj_str(v, m->source, sizeof m->source);
         } /* unknown keys are ignored: a newer writer may add optional fields */
+        if (bad == -2) {
+            err_fail(err, errlen, 0, "meta: field \"%.*s\" is not UTF-8 text: rebuild the dataset (bin/tokenizer encode)",
+                     (int)k->via.str.size, k->via.str.ptr);
+            goto out;
+        }
         if (bad) {
             err_fail(err, errlen, 0, "meta: field \"%.*s\" has a wrong type or value",
                    k->type == MSGPACK_OBJECT_STR ? (int)k->via.str.size : 1,
@@ -190,6 +201,26 @@ out:
 
 /* ---- reader ----------------------------------------------------------------------------- */
 
+/* The latest meta page (read by mdb_env_info, past any read snapshot, and the file only grows
+ * under a writer) names the last page in use; the file must reach its end. */
+static int size_check(MDB_env *env, const char *path, char *err, size_t errlen) {
+    MDB_envinfo ei;
+    MDB_stat es;
+    mdb_filehandle_t fd;
+    struct stat st;
+    int mrc;
+    if ((mrc = mdb_env_info(env, &ei)) || (mrc = mdb_env_stat(env, &es)) || (mrc = mdb_env_get_fd(env, &fd)))
+        return err_fail(err, errlen, DATASET_ELMDB, "dataset %s: %s", path, mdb_strerror(mrc));
+    if (fstat(fd, &st) != 0)
+        return err_fail(err, errlen, DATASET_ELMDB, "dataset %s: data.mdb: %s", path, strerror(errno));
+    unsigned long long need = ((unsigned long long)ei.me_last_pgno + 1) * es.ms_psize;
+    if ((unsigned long long)st.st_size < need)
+        return err_fail(err, errlen, DATASET_EFORMAT,
+                        "dataset %s: data.mdb is truncated (%lld bytes; its pages need %llu): rebuild it (bin/tokenizer encode)",
+                        path, (long long)st.st_size, need);
+    return DATASET_OK;
+}
+
 int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
     if (!out || !path) return DATASET_EARG;
     *out = NULL;
@@ -201,6 +232,12 @@ int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
                stat(path, &st) != 0 ? strerror(errno) : "no data.mdb");
         return DATASET_ENOENT;
     }
+    /* An empty data.mdb looks to LMDB like a new environment, which it then fails to write
+     * read-only ("Bad file descriptor"): say what it is instead. */
+    if (st.st_size == 0) {
+        err_fail(err, errlen, 0, "dataset %s: data.mdb is empty (0 bytes): rebuild it (bin/tokenizer encode)", path);
+        return DATASET_EFORMAT;
+    }
     dataset_t *ds = calloc(1, sizeof *ds);
     if (!ds) return DATASET_ENOMEM;
     int rc = DATASET_ELMDB, mrc;
@@ -209,9 +246,23 @@ int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
     if ((mrc = mdb_env_create(&ds->env)) || (mrc = mdb_env_set_maxdbs(ds->env, 2)) ||
         (mrc = mdb_env_open(ds->env, path, MDB_RDONLY | MDB_NOTLS, 0644)) ||
         (mrc = mdb_txn_begin(ds->env, NULL, MDB_RDONLY, &ds->txn))) {
-        err_fail(err, errlen, 0, "dataset %s: %s", path, mdb_strerror(mrc));
+        /* LMDB reads its two meta pages with read(), so a file cut inside them fails here
+         * (MDB_INVALID) rather than faulting: name the likely cause. */
+        long pg = sysconf(_SC_PAGESIZE);
+        if (st.st_size < 2 * (off_t)(pg > 0 ? pg : 4096)) {
+            err_fail(err, errlen, 0, "dataset %s: data.mdb is truncated (%lld bytes, less than LMDB's two meta pages): "
+                     "rebuild it (bin/tokenizer encode)", path, (long long)st.st_size);
+            rc = DATASET_EFORMAT;
+        } else {
+            err_fail(err, errlen, 0, "dataset %s: %s", path, mdb_strerror(mrc));
+        }
         goto fail;
     }
+    /* LMDB maps data.mdb and reads pages straight from the map: a page past the end of a
+     * truncated file is a SIGBUS in whichever program touches it, with no message. So check,
+     * before reading any page, that the file holds every page the environment says it uses. */
+    if ((rc = size_check(ds->env, path, err, errlen))) goto fail;
+    rc = DATASET_ELMDB;
     if ((mrc = mdb_dbi_open(ds->txn, "meta", 0, &meta_dbi)) || (mrc = mdb_dbi_open(ds->txn, "docs", 0, &ds->docs))) {
         err_fail(err, errlen, 0, "dataset %s: named db \"meta\"/\"docs\": %s", path, mdb_strerror(mrc));
         rc = DATASET_EFORMAT;
@@ -256,12 +307,31 @@ static int doc_get(dataset_t *ds, uint64_t idx, MDB_val *v) {
     key_encode(idx, kb);
     MDB_val k = {8, kb};
     int mrc = mdb_get(ds->txn, ds->docs, &k, v);
-    if (mrc == MDB_NOTFOUND) return DATASET_EFORMAT; /* a hole: the dataset is damaged */
-    if (mrc) return DATASET_ELMDB;
-    /* A value that is not a whole number of tokens is a damaged file, not a document. */
-    if (v->mv_size % ds->meta.token_bytes != 0 || v->mv_size / ds->meta.token_bytes > UINT32_MAX)
+    if (mrc == MDB_NOTFOUND) { /* a hole: the dataset is damaged */
+        snprintf(ds->why, sizeof ds->why, "missing from \"docs\" (a damaged dataset: rebuild it)");
         return DATASET_EFORMAT;
+    }
+    if (mrc) {
+        snprintf(ds->why, sizeof ds->why, "LMDB: %s", mdb_strerror(mrc));
+        return DATASET_ELMDB;
+    }
+    /* A value that is not a whole number of tokens is a damaged file, not a document. */
+    if (v->mv_size % ds->meta.token_bytes != 0) {
+        snprintf(ds->why, sizeof ds->why, "%zu bytes, not a whole number of %u-byte tokens (a damaged dataset: rebuild it)",
+                 v->mv_size, ds->meta.token_bytes);
+        return DATASET_EFORMAT;
+    }
+    if (v->mv_size / ds->meta.token_bytes > UINT32_MAX) {
+        snprintf(ds->why, sizeof ds->why, "%zu tokens, more than the 2^32-1 a document may hold",
+                 v->mv_size / ds->meta.token_bytes);
+        return DATASET_EFORMAT;
+    }
     return DATASET_OK;
+}
+
+const char *dataset_doc_error(const dataset_t *ds, int status) {
+    if (ds && ds->why[0] && (status == DATASET_EFORMAT || status == DATASET_ELMDB)) return ds->why;
+    return dataset_strerror(status);
 }
 
 int dataset_doc_len(dataset_t *ds, uint64_t idx, uint32_t *len) {
@@ -336,6 +406,12 @@ int dataset_writer_open(dataset_writer_t **out, const char *path, const dataset_
         return DATASET_EARG;
     }
     if (strlen(path) >= 4000) { err_fail(err, errlen, 0, "dataset path too long"); return DATASET_EARG; }
+    /* dataset_open refuses a non-UTF-8 string, so never write one (source is cleaned below). */
+    if (!wire_utf8_valid(meta->tokenizer, strnlen(meta->tokenizer, sizeof meta->tokenizer)) ||
+        !wire_utf8_valid(meta->tokenizer_hash, strnlen(meta->tokenizer_hash, sizeof meta->tokenizer_hash))) {
+        err_fail(err, errlen, 0, "dataset %s: the tokenizer name or hash is not UTF-8 text", path);
+        return DATASET_EARG;
+    }
     char file[4200], lock[4200];
     snprintf(file, sizeof file, "%s/data.mdb", path);
     snprintf(lock, sizeof lock, "%s/lock.mdb", path);
@@ -364,6 +440,11 @@ int dataset_writer_open(dataset_writer_t **out, const char *path, const dataset_
     w->meta.tokenizer[sizeof w->meta.tokenizer - 1] = 0;
     w->meta.tokenizer_hash[sizeof w->meta.tokenizer_hash - 1] = 0;
     w->meta.source[sizeof w->meta.source - 1] = 0;
+    /* source is the input file names (any bytes, and cut at 255 maybe inside a character):
+     * write it as UTF-8, bad bytes as U+FFFD, cut at a character boundary. */
+    char clean[sizeof w->meta.source];
+    wire_utf8_clean(clean, sizeof clean, w->meta.source, strlen(w->meta.source));
+    memcpy(w->meta.source, clean, sizeof clean);
     snprintf(w->path, sizeof w->path, "%s", path);
     w->mapsize = DATASET_MAP_INITIAL;
     w->off_cap = 1024;

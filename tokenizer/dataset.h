@@ -35,6 +35,9 @@ typedef struct {
     uint32_t token_bytes;      /* 2 or 4 */
     uint64_t n_docs, n_tokens; /* totals over all documents */
     uint64_t n_bytes;          /* UTF-8 bytes of the source text (for bits per byte) */
+    /* The three strings are UTF-8 (they travel in the loader's info reply, a MessagePack str,
+     * and in JSON): dataset_open refuses other bytes, the writer refuses them in tokenizer and
+     * tokenizer_hash and replaces them with U+FFFD in source (a file name may hold any byte). */
     char tokenizer[64];        /* "bytes", "bpe", "gpt2", "cl100k_base", ... */
     char tokenizer_hash[72];   /* hex digest of the vocabulary (merges/ranks + specials) */
     char source[256];          /* free text: where the documents came from */
@@ -58,6 +61,10 @@ int dataset_doc_read(dataset_t *ds, uint64_t idx, uint32_t *out, uint32_t cap, u
  * head (added for the loader's pack layout). */
 int dataset_doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t *out, uint32_t n,
                            uint32_t *got, uint32_t *len);
+/* What the last failed document read on ds found, for status (what it returned): for
+ * DATASET_EFORMAT/ELMDB the particular damage ("3 bytes, not a whole number of 2-byte
+ * tokens ..."), else dataset_strerror(status). Valid until the next call on ds. */
+const char *dataset_doc_error(const dataset_t *ds, int status);
 void dataset_close(dataset_t **ds);
 
 /* Creates a new dataset at path (a directory; refuses to overwrite an existing dataset unless

@@ -225,7 +225,7 @@ static int cmd_decode(int argc, char **argv) {
         uint32_t len;
         int s = dataset_doc_len(ds, (uint64_t)doc, &len);
         if (s < 0) {
-            snprintf(err, sizeof err, "%s: document %lld: %s", dataset, doc, dataset_strerror(s));
+            snprintf(err, sizeof err, "%s: document %lld: %s", dataset, doc, dataset_doc_error(ds, s));
             goto done;
         }
         ids.v = malloc((len + 1) * sizeof *ids.v);
