@@ -330,6 +330,8 @@ int ckpt_open(const char *dir, ckpt_load_fn load, void *ctx, char *err, size_t e
     rc = load(ctx, dir, why, sizeof why);
     /* every verdict names the checkpoint, whatever the loader's message starts with */
     if (rc && strncmp(why, dir, strlen(dir)) == 0) return err_fail(err, errlen, rc, "%s", why);
+    /* a load that forgot its reason still gets a line that says something */
+    if (rc && !why[0]) return err_fail(err, errlen, rc, "%s: cannot be loaded (code %d, no reason given)", dir, rc);
     if (rc) return err_fail(err, errlen, rc, "%s: %s", dir, why);
     return 0;
 }
