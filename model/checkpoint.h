@@ -121,6 +121,9 @@ int ckpt_list(const char *run_dir, int full, int64_t **steps, int *n, char *warn
 
 /* Loading from a checkpoint directory, the pieces a load callback is made of. These do not
  * check the MANIFEST (ckpt_open does); the safetensors files carry their own xxh3. */
+/* config.json, validated, and checked against model.safetensors's header before anything is
+ * allocated: the decoder blocks its tensor names hold must be num_hidden_layers, the token
+ * embedding (vocab_size, hidden_size) (CKPT_EMISMATCH otherwise). */
 int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t errlen);
 /* Copies every view's tensor (by name, exact shape) into view.data; all must exist. */
 int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen);

@@ -64,4 +64,30 @@ ok "sampler: no usable checkpoint, naming them (rc $rc)" \
 bin/evaluator --run a --run-dir "$W/m" $VAL --once --no-bus >/dev/null 2>"$W/e3.log"; rc=$?
 ok "evaluator --once: no usable checkpoint (rc $rc)" "[ $rc = 1 ] && [ \$(grep -c '^evaluator: skipping' $W/e3.log) = 4 ] && grep -q 'no usable checkpoint' $W/e3.log"
 
+
+# 4. config.json's layer count and embedding checked against the tensor names before anything
+# is allocated (one line, skipped as damage: the previous checkpoint taken); a load that runs
+# out of memory names its reason (it printed "sampler: <dir>: " and nothing else)
+cp -r "$W/a" "$W/h"
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 16777216/' "$W/h/ckpt-00000040/config.json"
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 100000/' "$W/h/ckpt-00000030/config.json"
+"$W/remanifest" "$W/h/ckpt-00000040"; "$W/remanifest" "$W/h/ckpt-00000030"
+sample --ckpt "$W/h/ckpt-00000040" >/dev/null 2>"$W/h1.log"; rc=$?
+ok "sampler --ckpt: 16777216 layers refused in one line naming why (rc $rc)" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/h1.log) = 1 ] && grep -qx 'sampler: $W/h/ckpt-00000040/config.json: num_hidden_layers is 16777216 but model.safetensors holds 2 decoder block(s)' $W/h1.log"
+t0=$(date +%s)
+timeout 30 bin/sampler --prompt 'K>' --n 1 --max-new 4 --ckpt "$W/h/ckpt-00000030" >/dev/null 2>"$W/h2.log"; rc=$?
+ok "sampler --ckpt: 100000 layers refused before allocating, in seconds (rc $rc)" \
+   "[ $rc = 1 ] && [ \$((\$(date +%s) - t0)) -lt 10 ] && grep -q 'num_hidden_layers is 100000 but' $W/h2.log"
+sample --run-dir "$W/h" >/dev/null 2>"$W/h3.log"; rc=$?
+ok "sampler --run-dir skips both, uses ckpt-20 (rc $rc)" \
+   "[ $rc = 0 ] && [ \$(grep -c '^sampler: skipping .*num_hidden_layers is' $W/h3.log) = 2 ] && grep -q '^sampler: $W/h/ckpt-00000020: 1 samples' $W/h3.log"
+bin/evaluator --run a --run-dir "$W/h" $VAL --once --no-bus >"$W/h4.out" 2>"$W/h4.log"; rc=$?
+ok "evaluator --once: the same, step 20 (rc $rc)" \
+   "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 20' $W/h4.out >/dev/null && [ \$(grep -c '^evaluator: skipping .*num_hidden_layers is' $W/h4.log) = 2 ]"
+cp -r "$W/h" "$W/ht"
+train --run-dir "$W/ht" --resume 2>"$W/h5.log"; rc=$?
+ok "trainer --resume: the same, from ckpt-20, ends bit-identical (rc $rc)" \
+   "[ $rc = 0 ] && grep -q 'resumed from $W/ht/ckpt-00000020' $W/h5.log && [ \$(grep -c '^trainer: skipping .*num_hidden_layers is' $W/h5.log) = 2 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/ht/ckpt-00000040/model.safetensors"
+
 it_done

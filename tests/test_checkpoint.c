@@ -486,6 +486,31 @@ static void test_open_rule(void) {
      * out-of-memory once printed "sampler: <dir>: " and nothing else) */
     l = (loader_t){.damaged = -1, .refused = -1, .silent = 300};
     CHECK(ckpt_open(p, fake_load, &l, err, sizeof err) == CKPT_ENOMEM && strstr(err, p) && strstr(err, "no reason given"), "%s", err);
+    /* config.json against the safetensors header, before any allocation: the decoder blocks its
+     * names hold (here 1: model.layers.0.*) must be num_hidden_layers, the embedding (V, D) */
+    char cj[1300];
+    snprintf(cj, sizeof cj, "%s/ckpt-00000200/config.json", run);
+    json_t *cfgj = json_load_file(cj, 0, NULL);
+    model_config_t lc;
+    CHECK(cfgj, "%s: cannot read", cj);
+    const struct { const char *key; long long v; const char *why; } bad[] = {
+        {"num_hidden_layers", 100000, "num_hidden_layers is 100000 but model.safetensors holds 1 decoder block(s)"},
+        {"num_hidden_layers", 16777216, "num_hidden_layers is 16777216 but"},
+        {"vocab_size", 16777216, "vocab_size 16777216, hidden_size 8 but model.safetensors' token embedding is [16,8]"},
+    };
+    for (int i = 0; i < 3 && cfgj; i++) {
+        json_t *e = json_deep_copy(cfgj);
+        json_object_set_new(e, bad[i].key, json_integer(bad[i].v));
+        json_dump_file(e, cj, 0);
+        json_decref(e);
+        snprintf(p, sizeof p, "%s/ckpt-00000200", run);
+        CHECK(ckpt_load_config(p, &lc, err, sizeof err) == CKPT_EMISMATCH && strstr(err, bad[i].why) &&
+              strstr(err, "ckpt-00000200/config.json"), "%s: %s", bad[i].key, err);
+    }
+    if (cfgj) json_dump_file(cfgj, cj, 0);
+    json_decref(cfgj);
+    CHECK(ckpt_load_config(p, &lc, err, sizeof err) == 0 && lc.n_layers == 1, "%s", err);
+    snprintf(p, sizeof p, "%s/ckpt-00000300", run);
     CHECK(ckpt_is_damage(CKPT_EMISMATCH) && ckpt_is_damage(CKPT_ECORRUPT) && !ckpt_is_damage(CKPT_EREFUSED) &&
           !ckpt_is_damage(CKPT_ENOMEM), "damage codes");
 
