@@ -346,6 +346,11 @@ static void ck_list_add(char *list, size_t cap, const char *name) {
 
 int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick, char *err,
                      size_t errlen) {
+    return ckpt_open_newest_below(run_dir, INT64_MAX, load, ctx, pick, err, errlen);
+}
+
+int ckpt_open_newest_below(const char *run_dir, int64_t below, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick,
+                           char *err, size_t errlen) {
     if (!pick) return err_fail(err, errlen, CKPT_EARG, "ckpt_open_newest: no result buffer");
     memset(pick, 0, sizeof *pick);
     pick->step = -1;
@@ -357,7 +362,7 @@ int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pic
     int found = 0;
     for (int i = 0; i < n && !found; i++) {
         char dir[CKPT_PATH_MAX], why[1024];
-        if (ckpt_dir_name(dir, sizeof dir, run_dir, steps[i])) continue;
+        if (steps[i] >= below || ckpt_dir_name(dir, sizeof dir, run_dir, steps[i])) continue;
         rc = ckpt_open(dir, load, ctx, why, sizeof why);
         if (rc && !ckpt_is_damage(rc)) {
             free(steps);

@@ -90,4 +90,26 @@ train --run-dir "$W/ht" --resume 2>"$W/h5.log"; rc=$?
 ok "trainer --resume: the same, from ckpt-20, ends bit-identical (rc $rc)" \
    "[ $rc = 0 ] && grep -q 'resumed from $W/ht/ckpt-00000020' $W/h5.log && [ \$(grep -c '^trainer: skipping .*num_hidden_layers is' $W/h5.log) = 2 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/ht/ckpt-00000040/model.safetensors"
 
+# 5. state.json as the trainer wrote it: step = the directory's, >= 0; the data cursor inside the
+# dataset's epoch (checked once a loader has said how long it is). Otherwise the checkpoint is
+# damaged and skipped (a step of 100 in ckpt-40 ended the run at "step 100" with nothing
+# trained; -5 trained, then failed every save; a cursor of 99999999999 was taken as epoch 1)
+st() { jq -c "$2" "$1/state.json" >"$1/state.j" && mv "$1/state.j" "$1/state.json" && "$W/remanifest" "$1"; }
+for bad in 100 -5; do
+    rm -rf "$W/s"; cp -r "$W/a" "$W/s"; st "$W/s/ckpt-00000040" ".step = $bad"
+    train --run-dir "$W/s" --resume 2>"$W/s$bad.log"; rc=$?
+    ok "trainer: state.json step $bad in ckpt-40 skipped, resumed from ckpt-30, bit-identical (rc $rc)" \
+       "[ $rc = 0 ] && grep -qx 'trainer: skipping $W/s/ckpt-00000040/state.json: \"step\" is $bad, the directory.s name says 40' $W/s$bad.log && grep -q 'resumed from $W/s/ckpt-00000030 (step 30' $W/s$bad.log && cmp -s $W/a/ckpt-00000040/model.safetensors $W/s/ckpt-00000040/model.safetensors"
+done
+rm -rf "$W/s"; cp -r "$W/a" "$W/s"
+st "$W/s/ckpt-00000040" '.data_step = 99999999999'; st "$W/s/ckpt-00000030" '.data_epoch = -1'
+train --run-dir "$W/s" --resume 2>"$W/sd.log"; rc=$?
+ok "trainer: a data cursor beyond the epoch (ckpt-40) and a negative epoch (ckpt-30) skipped, resumed from ckpt-20 (rc $rc)" \
+   "[ $rc = 0 ] && grep -q '^trainer: skipping $W/s/ckpt-00000040: state.json data cursor row 399999999996 is beyond the dataset.s epoch' $W/sd.log && grep -q '^trainer: skipping $W/s/ckpt-00000030/state.json: data cursor epoch -1 step' $W/sd.log && grep -q 'resumed from $W/s/ckpt-00000020 (step 20' $W/sd.log && [ \$(grep -c 'resumed from' $W/sd.log) = 1 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/s/ckpt-00000040/model.safetensors"
+rm -rf "$W/s"; mkdir "$W/s"; cp -r "$W/a/ckpt-00000040" "$W/s/"
+st "$W/s/ckpt-00000040" '.data_step = 99999999999'
+train --run-dir "$W/s" --resume 2>"$W/sn.log"; rc=$?
+ok "trainer: its only checkpoint's cursor beyond the epoch: refuses to start over, naming it (rc $rc)" \
+   "[ $rc = 1 ] && grep -q 'every checkpoint in $W/s is damaged (ckpt-00000040)' $W/sn.log && ! grep -q '^step' $W/sn.log"
+
 it_done
