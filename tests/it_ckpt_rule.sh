@@ -112,4 +112,20 @@ train --run-dir "$W/s" --resume 2>"$W/sn.log"; rc=$?
 ok "trainer: its only checkpoint's cursor beyond the epoch: refuses to start over, naming it (rc $rc)" \
    "[ $rc = 1 ] && grep -q 'every checkpoint in $W/s is damaged (ckpt-00000040)' $W/sn.log && ! grep -q '^step' $W/sn.log"
 
+# 6. NaN weights under a MANIFEST that verifies (no xxh3 of its own: optional in safetensors):
+# the first step after --resume has a NaN loss, and the message names that checkpoint as the
+# cause and the one before it as the one to go back to (it called the NaN one "last good")
+nanify() { python3 - "$1/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); data = bytearray(b[8 + n:]); h['__metadata__'].pop('xxh3', None)
+s, t = h['model.norm.weight']['data_offsets']; data[s:t] = b'\x00\x00\xc0\x7f' * ((t - s) // 4)
+hb = json.dumps(h).encode(); open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + bytes(data))
+PY
+}
+rm -rf "$W/n"; cp -r "$W/a" "$W/n"; nanify "$W/n/ckpt-00000040"; "$W/remanifest" "$W/n/ckpt-00000040"
+bin/trainer --loaders "ipc://$W/l0" $MODEL --run a --steps 50 --ckpt-every 10 --run-dir "$W/n" --resume 2>"$W/n.log"; rc=$?
+ok "trainer: NaN on the first step after resuming names that checkpoint and the one before it (rc $rc)" \
+   "[ $rc != 0 ] && grep -q 'resumed from $W/n/ckpt-00000040' $W/n.log && grep -q 'loss is nan at step 41; stopped without saving: it is the first step from $W/n/ckpt-00000040, which --resume loaded, so that checkpoint is not good.*the one before it: $W/n/ckpt-00000030\$' $W/n.log && ! grep -q 'last good checkpoint: $W/n/ckpt-00000040' $W/n.log && [ ! -d $W/n/ckpt-00000050 ]"
+
 it_done

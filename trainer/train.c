@@ -391,7 +391,7 @@ static int resume(run_t *r, int64_t below, char *err, size_t errlen) {
     if (!pick) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
     /* a checkpoint found damaged after an earlier pass took it leaves nothing of its own behind */
     r->step = 0, r->start_epoch = 0, r->start_dstep = 0, r->start_row = 0, r->tokens_seen = 0;
-    r->saved_step = -1, r->last_ckpt[0] = 0;
+    r->saved_step = r->resumed_from = -1, r->last_ckpt[0] = 0;
     int found = ckpt_open_newest_below(r->run_dir, below, load_checkpoint, r, pick, err, errlen);
     bus_log(&r->log, "%s", pick->warn);
     /* the names of every pass (setup's retry after a data cursor beyond the epoch), for the refusal */
@@ -411,7 +411,7 @@ static int resume(run_t *r, int64_t below, char *err, size_t errlen) {
                 pick->n_skipped ? " (--allow-restart)" : "");
     } else {
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", pick->path);
-        r->saved_step = r->step;
+        r->saved_step = r->resumed_from = r->step;
         if (r->opt) adamw_set_steps(r->opt, r->step); /* under --dp: every rank, trainer_dp_start */
     }
     if (found <= 0) {
@@ -645,6 +645,21 @@ static void print_start(run_t *r) {
     if (fl[0]) bus_log(&r->log, "%s", fl);
 }
 
+/* A NaN on the very first step after --resume comes from the checkpoint it resumed from (its
+ * weights or moments, under a MANIFEST that verifies): calling that one "good" sent the user
+ * back to it. Says so, and names the usable checkpoint before it (verified; "none" if none). */
+static void nan_after_resume(run_t *r, char *err, size_t errlen) {
+    char before[4096] = "none", why[256];
+    ckpt_pick_t *pick = r->rank == 0 ? malloc(sizeof *pick) : NULL;
+    if (pick && ckpt_open_newest_below(r->run_dir, r->resumed_from, NULL, NULL, pick, why, sizeof why) == 1)
+        snprintf(before, sizeof before, "%s", pick->path);
+    free(pick);
+    size_t at = strlen(err);
+    snprintf(err + at, errlen - at, "; stopped without saving: it is the first step from %s, which --resume loaded, so "
+             "that checkpoint is not good (non-finite weights or moments?); the one before it: %s",
+             r->last_ckpt[0] ? r->last_ckpt : "?", before);
+}
+
 /* The loop; rc of the first failure. */
 static int train_loop(run_t *r, char *err, size_t errlen) {
     const trainer_opts_t *o = r->o;
@@ -662,7 +677,9 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
         rc = train_step(r, &loss, &lr, &gnorm, err, errlen);
         if (rc == LOADER_EIO) return 0; /* interrupted while waiting for data (under --dp: on some rank) */
         if (rc) {
-            if (rc == TRAIN_ENAN)
+            if (rc == TRAIN_ENAN && r->resumed_from >= 0 && r->step == r->resumed_from)
+                nan_after_resume(r, err, errlen);
+            else if (rc == TRAIN_ENAN)
                 snprintf(err + strlen(err), errlen - strlen(err), "; stopped without saving, last good checkpoint: %s",
                          r->last_ckpt[0] ? r->last_ckpt : "none");
             else if (rc > 0 || rc < TRAIN_EDP)
@@ -712,7 +729,7 @@ static void print_loader_stats(const run_t *r) {
 }
 
 int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
-    run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1, .lock_fd = -1, .log = {.program = "trainer"}};
+    run_t r = {.o = o, .saved_step = -1, .resumed_from = -1, .world = 1, .metrics_fd = -1, .lock_fd = -1, .log = {.program = "trainer"}};
     int rc = 0, started = 0;
     *hard_exit = 0;
     bus_signals_install();
