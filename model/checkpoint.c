@@ -330,6 +330,8 @@ int ckpt_open(const char *dir, ckpt_load_fn load, void *ctx, char *err, size_t e
     rc = load(ctx, dir, why, sizeof why);
     /* every verdict names the checkpoint, whatever the loader's message starts with */
     if (rc && strncmp(why, dir, strlen(dir)) == 0) return err_fail(err, errlen, rc, "%s", why);
+    /* a load that forgot its reason still gets a line that says something */
+    if (rc && !why[0]) return err_fail(err, errlen, rc, "%s: cannot be loaded (code %d, no reason given)", dir, rc);
     if (rc) return err_fail(err, errlen, rc, "%s: %s", dir, why);
     return 0;
 }
@@ -344,6 +346,11 @@ static void ck_list_add(char *list, size_t cap, const char *name) {
 
 int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick, char *err,
                      size_t errlen) {
+    return ckpt_open_newest_below(run_dir, INT64_MAX, load, ctx, pick, err, errlen);
+}
+
+int ckpt_open_newest_below(const char *run_dir, int64_t below, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick,
+                           char *err, size_t errlen) {
     if (!pick) return err_fail(err, errlen, CKPT_EARG, "ckpt_open_newest: no result buffer");
     memset(pick, 0, sizeof *pick);
     pick->step = -1;
@@ -355,7 +362,7 @@ int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pic
     int found = 0;
     for (int i = 0; i < n && !found; i++) {
         char dir[CKPT_PATH_MAX], why[1024];
-        if (ckpt_dir_name(dir, sizeof dir, run_dir, steps[i])) continue;
+        if (steps[i] >= below || ckpt_dir_name(dir, sizeof dir, run_dir, steps[i])) continue;
         rc = ckpt_open(dir, load, ctx, why, sizeof why);
         if (rc && !ckpt_is_damage(rc)) {
             free(steps);
@@ -611,6 +618,60 @@ int ckpt_save(const char *run_dir, int64_t step, const model_config_t *cfg,
 
 /* ---------------------------------------------------------------- loading */
 
+/* The decoder's blocks are "model.layers.<l>." (or "decoder.layers.<l>." in an autoencoder) for
+ * l < num_hidden_layers in every model kind, and the token embedding is (vocab_size, hidden_size)
+ * (docs/FORMATS.md §3). Both checked from the safetensors
+ * header alone, before any program allocates the model: a config.json whose layer count the
+ * tensors do not have (edited under a recomputed MANIFEST) is then refused as damage in
+ * microseconds, instead of after allocating num_hidden_layers blocks (gigabytes, or out of
+ * memory) only to find the tensors missing. A header that cannot be read is left to
+ * ckpt_load_params, whose message says what is wrong with it. */
+static int ck_check_layers(const char *dir, const model_config_t *cfg, char *err, size_t errlen) {
+    char p[CKPT_PATH_MAX];
+    ck_join(p, sizeof p, dir, "model.safetensors");
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat sb;
+    uint8_t b8[8];
+    uint64_t hlen = 0;
+    json_t *h = NULL;
+    if (fstat(fd, &sb) == 0 && pread(fd, b8, 8, 0) == 8) {
+        for (int i = 0; i < 8; i++) hlen |= (uint64_t)b8[i] << (8 * i);
+        char *buf = hlen >= 2 && hlen <= ST_HEADER_MAX && hlen <= (uint64_t)sb.st_size - 8 ? malloc(hlen) : NULL;
+        if (buf && pread(fd, buf, hlen, 8) == (ssize_t)hlen) h = json_loadb(buf, hlen, 0, NULL);
+        free(buf);
+    }
+    close(fd);
+    if (!json_is_object(h)) { json_decref(h); return 0; }
+    static const char *const pre[] = {"model.layers.", "decoder.layers."};
+    long long top = -1; /* highest block index seen */
+    const char *k;
+    json_t *v;
+    json_object_foreach(h, k, v) {
+        for (int i = 0; i < 2; i++) {
+            size_t n = strlen(pre[i]);
+            if (strncmp(k, pre[i], n) || k[n] < '0' || k[n] > '9') continue;
+            char *end;
+            long long l = strtoll(k + n, &end, 10);
+            if (*end == '.' && l > top) top = l;
+        }
+    }
+    /* the token embedding, (vocab_size, hidden_size) in every kind, under one of two names */
+    json_t *e = json_object_get(h, "model.embed_tokens.weight");
+    if (!e) e = json_object_get(h, "encoder.embed_tokens.weight");
+    json_t *sh = json_object_get(e, "shape");
+    long long ev = json_integer_value(json_array_get(sh, 0)), ed = json_integer_value(json_array_get(sh, 1));
+    int bad_emb = json_array_size(sh) == 2 && (ev != cfg->vocab_size || ed != cfg->d_model);
+    json_decref(h);
+    if (top + 1 != cfg->n_layers)
+        return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: num_hidden_layers is %d but model.safetensors holds "
+                        "%lld decoder block(s)", dir, cfg->n_layers, top + 1);
+    if (bad_emb)
+        return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: vocab_size %d, hidden_size %d but model.safetensors' "
+                        "token embedding is [%lld,%lld]", dir, cfg->vocab_size, cfg->d_model, ev, ed);
+    return 0;
+}
+
 int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t errlen) {
     if (!dir || !cfg || strlen(dir) > CKPT_DIR_MAX) return err_fail(err, errlen, CKPT_EARG, "ckpt_load_config: bad arguments");
     char p[CKPT_PATH_MAX], why[400];
@@ -623,7 +684,7 @@ int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t err
     }
     int rc = ckpt_config_from_json(j, cfg, why, sizeof why);
     json_decref(j);
-    return rc ? err_fail(err, errlen, rc, "%s: %s", p, why) : 0;
+    return rc ? err_fail(err, errlen, rc, "%s: %s", p, why) : ck_check_layers(dir, cfg, err, errlen);
 }
 
 int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen) {

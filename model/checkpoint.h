@@ -109,6 +109,12 @@ typedef struct {
 int ckpt_open_newest(const char *run_dir, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick, char *err,
                      size_t errlen);
 
+/* The same among the checkpoints older than step `below` only: for a caller that finds a taken
+ * checkpoint damaged only after the search (the trainer learns the dataset's epoch length from
+ * a loader after loading, and a data cursor beyond it is damage) and goes on from there. */
+int ckpt_open_newest_below(const char *run_dir, int64_t below, ckpt_load_fn load, void *ctx, ckpt_pick_t *pick,
+                           char *err, size_t errlen);
+
 /* ckpt_open_newest(run_dir, NULL, ...) with its results in separate buffers (warn may be NULL). */
 int ckpt_find_latest(const char *run_dir, char *out_path, size_t cap, int64_t *step,
                      char *warn, size_t warnlen, char *err, size_t errlen);
@@ -121,6 +127,9 @@ int ckpt_list(const char *run_dir, int full, int64_t **steps, int *n, char *warn
 
 /* Loading from a checkpoint directory, the pieces a load callback is made of. These do not
  * check the MANIFEST (ckpt_open does); the safetensors files carry their own xxh3. */
+/* config.json, validated, and checked against model.safetensors's header before anything is
+ * allocated: the decoder blocks its tensor names hold must be num_hidden_layers, the token
+ * embedding (vocab_size, hidden_size) (CKPT_EMISMATCH otherwise). */
 int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t errlen);
 /* Copies every view's tensor (by name, exact shape) into view.data; all must exist. */
 int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen);

@@ -85,12 +85,14 @@ static int load_cb(void *ctx, const char *dir, char *err, size_t errlen) {
     sampler_model_t *sm = NULL;
     char why[512];
     rc = sampler_model_create(&sm, lc->dev, &cfg, 0, why, sizeof why);
-    if (rc) return rc == SAMPLER_ENOMEM ? CKPT_ENOMEM : err_fail(err, errlen, CKPT_ECONFIG, "%s: %s", dir, why);
+    /* the reason goes into err whatever the code: ckpt_open prints err, an empty one reads as
+     * "<dir>: " and nothing else */
+    if (rc) return err_fail(err, errlen, rc == SAMPLER_ENOMEM ? CKPT_ENOMEM : CKPT_ECONFIG, "%s: %s", dir, why);
     int n = sampler_model_params(sm, NULL, 0);
     tensor_view_t *v = malloc(sizeof(*v) * n);
     if (!v) {
         sampler_model_free(&sm);
-        return err_fail(err, errlen, CKPT_ENOMEM, "out of memory");
+        return err_fail(err, errlen, CKPT_ENOMEM, "%s: out of memory", dir);
     }
     sampler_model_params(sm, v, n);
     rc = ckpt_load_params(dir, v, n, err, errlen);

@@ -64,4 +64,68 @@ ok "sampler: no usable checkpoint, naming them (rc $rc)" \
 bin/evaluator --run a --run-dir "$W/m" $VAL --once --no-bus >/dev/null 2>"$W/e3.log"; rc=$?
 ok "evaluator --once: no usable checkpoint (rc $rc)" "[ $rc = 1 ] && [ \$(grep -c '^evaluator: skipping' $W/e3.log) = 4 ] && grep -q 'no usable checkpoint' $W/e3.log"
 
+
+# 4. config.json's layer count and embedding checked against the tensor names before anything
+# is allocated (one line, skipped as damage: the previous checkpoint taken); a load that runs
+# out of memory names its reason (it printed "sampler: <dir>: " and nothing else)
+cp -r "$W/a" "$W/h"
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 16777216/' "$W/h/ckpt-00000040/config.json"
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 100000/' "$W/h/ckpt-00000030/config.json"
+"$W/remanifest" "$W/h/ckpt-00000040"; "$W/remanifest" "$W/h/ckpt-00000030"
+sample --ckpt "$W/h/ckpt-00000040" >/dev/null 2>"$W/h1.log"; rc=$?
+ok "sampler --ckpt: 16777216 layers refused in one line naming why (rc $rc)" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/h1.log) = 1 ] && grep -qx 'sampler: $W/h/ckpt-00000040/config.json: num_hidden_layers is 16777216 but model.safetensors holds 2 decoder block(s)' $W/h1.log"
+t0=$(date +%s)
+timeout 30 bin/sampler --prompt 'K>' --n 1 --max-new 4 --ckpt "$W/h/ckpt-00000030" >/dev/null 2>"$W/h2.log"; rc=$?
+ok "sampler --ckpt: 100000 layers refused before allocating, in seconds (rc $rc)" \
+   "[ $rc = 1 ] && [ \$((\$(date +%s) - t0)) -lt 10 ] && grep -q 'num_hidden_layers is 100000 but' $W/h2.log"
+sample --run-dir "$W/h" >/dev/null 2>"$W/h3.log"; rc=$?
+ok "sampler --run-dir skips both, uses ckpt-20 (rc $rc)" \
+   "[ $rc = 0 ] && [ \$(grep -c '^sampler: skipping .*num_hidden_layers is' $W/h3.log) = 2 ] && grep -q '^sampler: $W/h/ckpt-00000020: 1 samples' $W/h3.log"
+bin/evaluator --run a --run-dir "$W/h" $VAL --once --no-bus >"$W/h4.out" 2>"$W/h4.log"; rc=$?
+ok "evaluator --once: the same, step 20 (rc $rc)" \
+   "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 20' $W/h4.out >/dev/null && [ \$(grep -c '^evaluator: skipping .*num_hidden_layers is' $W/h4.log) = 2 ]"
+cp -r "$W/h" "$W/ht"
+train --run-dir "$W/ht" --resume 2>"$W/h5.log"; rc=$?
+ok "trainer --resume: the same, from ckpt-20, ends bit-identical (rc $rc)" \
+   "[ $rc = 0 ] && grep -q 'resumed from $W/ht/ckpt-00000020' $W/h5.log && [ \$(grep -c '^trainer: skipping .*num_hidden_layers is' $W/h5.log) = 2 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/ht/ckpt-00000040/model.safetensors"
+
+# 5. state.json as the trainer wrote it: step = the directory's, >= 0; the data cursor inside the
+# dataset's epoch (checked once a loader has said how long it is). Otherwise the checkpoint is
+# damaged and skipped (a step of 100 in ckpt-40 ended the run at "step 100" with nothing
+# trained; -5 trained, then failed every save; a cursor of 99999999999 was taken as epoch 1)
+st() { jq -c "$2" "$1/state.json" >"$1/state.j" && mv "$1/state.j" "$1/state.json" && "$W/remanifest" "$1"; }
+for bad in 100 -5; do
+    rm -rf "$W/s"; cp -r "$W/a" "$W/s"; st "$W/s/ckpt-00000040" ".step = $bad"
+    train --run-dir "$W/s" --resume 2>"$W/s$bad.log"; rc=$?
+    ok "trainer: state.json step $bad in ckpt-40 skipped, resumed from ckpt-30, bit-identical (rc $rc)" \
+       "[ $rc = 0 ] && grep -qx 'trainer: skipping $W/s/ckpt-00000040/state.json: \"step\" is $bad, the directory.s name says 40' $W/s$bad.log && grep -q 'resumed from $W/s/ckpt-00000030 (step 30' $W/s$bad.log && cmp -s $W/a/ckpt-00000040/model.safetensors $W/s/ckpt-00000040/model.safetensors"
+done
+rm -rf "$W/s"; cp -r "$W/a" "$W/s"
+st "$W/s/ckpt-00000040" '.data_step = 99999999999'; st "$W/s/ckpt-00000030" '.data_epoch = -1'
+train --run-dir "$W/s" --resume 2>"$W/sd.log"; rc=$?
+ok "trainer: a data cursor beyond the epoch (ckpt-40) and a negative epoch (ckpt-30) skipped, resumed from ckpt-20 (rc $rc)" \
+   "[ $rc = 0 ] && grep -q '^trainer: skipping $W/s/ckpt-00000040: state.json data cursor row 399999999996 is beyond the dataset.s epoch' $W/sd.log && grep -q '^trainer: skipping $W/s/ckpt-00000030/state.json: data cursor epoch -1 step' $W/sd.log && grep -q 'resumed from $W/s/ckpt-00000020 (step 20' $W/sd.log && [ \$(grep -c 'resumed from' $W/sd.log) = 1 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/s/ckpt-00000040/model.safetensors"
+rm -rf "$W/s"; mkdir "$W/s"; cp -r "$W/a/ckpt-00000040" "$W/s/"
+st "$W/s/ckpt-00000040" '.data_step = 99999999999'
+train --run-dir "$W/s" --resume 2>"$W/sn.log"; rc=$?
+ok "trainer: its only checkpoint's cursor beyond the epoch: refuses to start over, naming it (rc $rc)" \
+   "[ $rc = 1 ] && grep -q 'every checkpoint in $W/s is damaged (ckpt-00000040)' $W/sn.log && ! grep -q '^step' $W/sn.log"
+
+# 6. NaN weights under a MANIFEST that verifies (no xxh3 of its own: optional in safetensors):
+# the first step after --resume has a NaN loss, and the message names that checkpoint as the
+# cause and the one before it as the one to go back to (it called the NaN one "last good")
+nanify() { python3 - "$1/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); data = bytearray(b[8 + n:]); h['__metadata__'].pop('xxh3', None)
+s, t = h['model.norm.weight']['data_offsets']; data[s:t] = b'\x00\x00\xc0\x7f' * ((t - s) // 4)
+hb = json.dumps(h).encode(); open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + bytes(data))
+PY
+}
+rm -rf "$W/n"; cp -r "$W/a" "$W/n"; nanify "$W/n/ckpt-00000040"; "$W/remanifest" "$W/n/ckpt-00000040"
+bin/trainer --loaders "ipc://$W/l0" $MODEL --run a --steps 50 --ckpt-every 10 --run-dir "$W/n" --resume 2>"$W/n.log"; rc=$?
+ok "trainer: NaN on the first step after resuming names that checkpoint and the one before it (rc $rc)" \
+   "[ $rc != 0 ] && grep -q 'resumed from $W/n/ckpt-00000040' $W/n.log && grep -q 'loss is nan at step 41; stopped without saving: it is the first step from $W/n/ckpt-00000040, which --resume loaded, so that checkpoint is not good.*the one before it: $W/n/ckpt-00000030\$' $W/n.log && ! grep -q 'last good checkpoint: $W/n/ckpt-00000040' $W/n.log && [ ! -d $W/n/ckpt-00000050 ]"
+
 it_done

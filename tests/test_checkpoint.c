@@ -431,6 +431,7 @@ static void test_save_errors(void) {
 typedef struct {
     fake_model_t m;
     int64_t damaged, refused; /* steps the "program" finds bad content in / will not use */
+    int64_t silent;           /* a step whose load fails out of memory and forgets its reason */
     int calls;
 } loader_t;
 
@@ -443,6 +444,8 @@ static int fake_load(void *ctx, const char *dir, char *err, size_t errlen) {
     if (strstr(dir, want)) return err_fail(err, errlen, CKPT_EMISMATCH, "tensor shapes do not fit config.json");
     snprintf(want, sizeof want, "ckpt-%08lld", (long long)l->refused);
     if (strstr(dir, want)) return err_fail(err, errlen, CKPT_EREFUSED, "--model free but the checkpoint holds a llama model");
+    snprintf(want, sizeof want, "ckpt-%08lld", (long long)l->silent);
+    if (strstr(dir, want)) return CKPT_ENOMEM;
     return ckpt_load_params(dir, l->m.v, NP, err, errlen);
 }
 
@@ -456,7 +459,7 @@ static void test_open_rule(void) {
     corrupt_byte(p, 200); /* the MANIFEST sees this one */
 
     /* 300 passes its MANIFEST but not the load (as under a recomputed MANIFEST): skipped alike */
-    loader_t l = {.damaged = 300, .refused = -1};
+    loader_t l = {.damaged = 300, .refused = -1, .silent = -1};
     model_init(&l.m, 0);
     ckpt_pick_t pick;
     int rc = ckpt_open_newest(run, fake_load, &l, &pick, err, sizeof err);
@@ -471,19 +474,48 @@ static void test_open_rule(void) {
     CHECK(strstr(pick.warn, p), "the load's verdict names the checkpoint: %s", pick.warn);
 
     /* a refusal is not damage: the search stops with the program's reason, nothing older tried */
-    l = (loader_t){.damaged = -1, .refused = 300};
+    l = (loader_t){.damaged = -1, .refused = 300, .silent = -1};
     rc = ckpt_open_newest(run, fake_load, &l, &pick, err, sizeof err);
     CHECK(rc == CKPT_EREFUSED && strstr(err, "ckpt-00000300: --model free") && l.calls == 1, "rc=%d calls=%d %s", rc, l.calls, err);
 
     /* one checkpoint by path: the same verdicts, no fallback */
     snprintf(p, sizeof p, "%s/ckpt-00000300", run);
-    l = (loader_t){.damaged = 300, .refused = -1};
+    l = (loader_t){.damaged = 300, .refused = -1, .silent = -1};
     CHECK(ckpt_open(p, fake_load, &l, err, sizeof err) == CKPT_EMISMATCH && strstr(err, p), "%s", err);
+    /* a load that fails without a reason still gives a line that says something (the sampler's
+     * out-of-memory once printed "sampler: <dir>: " and nothing else) */
+    l = (loader_t){.damaged = -1, .refused = -1, .silent = 300};
+    CHECK(ckpt_open(p, fake_load, &l, err, sizeof err) == CKPT_ENOMEM && strstr(err, p) && strstr(err, "no reason given"), "%s", err);
+    /* config.json against the safetensors header, before any allocation: the decoder blocks its
+     * names hold (here 1: model.layers.0.*) must be num_hidden_layers, the embedding (V, D) */
+    char cj[1300];
+    snprintf(cj, sizeof cj, "%s/ckpt-00000200/config.json", run);
+    json_t *cfgj = json_load_file(cj, 0, NULL);
+    model_config_t lc;
+    CHECK(cfgj, "%s: cannot read", cj);
+    const struct { const char *key; long long v; const char *why; } bad[] = {
+        {"num_hidden_layers", 100000, "num_hidden_layers is 100000 but model.safetensors holds 1 decoder block(s)"},
+        {"num_hidden_layers", 16777216, "num_hidden_layers is 16777216 but"},
+        {"vocab_size", 16777216, "vocab_size 16777216, hidden_size 8 but model.safetensors' token embedding is [16,8]"},
+    };
+    for (int i = 0; i < 3 && cfgj; i++) {
+        json_t *e = json_deep_copy(cfgj);
+        json_object_set_new(e, bad[i].key, json_integer(bad[i].v));
+        json_dump_file(e, cj, 0);
+        json_decref(e);
+        snprintf(p, sizeof p, "%s/ckpt-00000200", run);
+        CHECK(ckpt_load_config(p, &lc, err, sizeof err) == CKPT_EMISMATCH && strstr(err, bad[i].why) &&
+              strstr(err, "ckpt-00000200/config.json"), "%s: %s", bad[i].key, err);
+    }
+    if (cfgj) json_dump_file(cfgj, cj, 0);
+    json_decref(cfgj);
+    CHECK(ckpt_load_config(p, &lc, err, sizeof err) == 0 && lc.n_layers == 1, "%s", err);
+    snprintf(p, sizeof p, "%s/ckpt-00000300", run);
     CHECK(ckpt_is_damage(CKPT_EMISMATCH) && ckpt_is_damage(CKPT_ECORRUPT) && !ckpt_is_damage(CKPT_EREFUSED) &&
           !ckpt_is_damage(CKPT_ENOMEM), "damage codes");
 
     /* none usable: 0, every one named; a missing run directory: 0, none named */
-    l = (loader_t){.damaged = 200, .refused = -1};
+    l = (loader_t){.damaged = 200, .refused = -1, .silent = -1};
     snprintf(p, sizeof p, "%s/ckpt-00000100/config.json", run);
     corrupt_byte(p, 2);
     rc = ckpt_open_newest(run, fake_load, &l, &pick, err, sizeof err);

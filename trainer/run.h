@@ -34,6 +34,9 @@ typedef struct {
     long long saved_step;    /* step of the newest checkpoint written or loaded, -1: none */
     double tokens_seen;      /* over every rank */
     uint64_t start_epoch, start_dstep; /* the data cursor to start from (a checkpoint's) */
+    long long resumed_from;  /* step of the checkpoint --resume loaded, -1: none */
+    long long start_row;     /* a resumed checkpoint's cursor as a row of its epoch (checked in setup) */
+    char resume_skipped[1024]; /* checkpoints --resume skipped in earlier passes (setup's retry) */
     uint64_t bound_epoch, bound_dstep; /* the data cursor at the last step boundary (checkpoints) */
     loader_identity_t data_id;  /* the run's dataset: recorded in state.json, checked on resume */
     int have_data_id;           /* a resumed checkpoint recorded it (older ones did not) */

@@ -160,6 +160,30 @@ static int restore_dataset(run_t *r, json_t *st, const char *dir, char *err, siz
     return 0;
 }
 
+/* state.json's numbers as the trainer writes them: a step >= 0 equal to the one in the
+ * directory's name (ckpt-<step>), a data cursor >= 0 whose row (data_step x batch x world) fits
+ * 64 bits, positive batch/accum/seq_len. Anything else is damage, skipped like a torn file:
+ * trusted, a step of 100 in ckpt-8 ended a run with nothing trained and a negative one failed at
+ * the first save. v: step, data_epoch, data_step, batch, seq_len, accum, data_seed. The data
+ * cursor's upper bound, the dataset's epoch, is known only once a loader answers (setup). */
+static int check_state(const long long *v, json_t *world, const char *dir, char *err, size_t errlen) {
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    long long named = -1;
+    if (sscanf(base, "ckpt-%lld", &named) != 1) named = -1;
+    if (v[0] < 0 || v[0] != named)
+        return err_fail(err, errlen, CKPT_EFORMAT, "%s/state.json: \"step\" is %lld, the directory's name says %lld", dir,
+                        v[0], named);
+    long long w = json_is_integer(world) ? json_integer_value(world) : 1;
+    if (v[3] < 1 || v[4] < 1 || v[5] < 1 || w < 1 || v[3] > INT32_MAX || w > INT32_MAX)
+        return err_fail(err, errlen, CKPT_EFORMAT, "%s/state.json: batch %lld, seq_len %lld, accum %lld, world %lld: "
+                        "each must be positive", dir, v[3], v[4], v[5], w);
+    if (v[1] < 0 || v[2] < 0 || v[2] > INT64_MAX / (v[3] * w))
+        return err_fail(err, errlen, CKPT_EFORMAT, "%s/state.json: data cursor epoch %lld step %lld is impossible", dir,
+                        v[1], v[2]);
+    return 0;
+}
+
 /* Checks that the flags describe the same data stream as the checkpoint's, then restores the
  * step, tokens seen, the data cursor and the dataset record. CKPT_EFORMAT when state.json
  * lacks something, CKPT_EREFUSED when a flag disagrees with it. */
@@ -170,6 +194,7 @@ static int restore_state(run_t *r, const char *dir, char *err, size_t errlen) {
     long long v[7];
     const char *keys[7] = {"step", "data_epoch", "data_step", "batch", "seq_len", "accum", "data_seed"};
     for (int i = 0; i < 7 && !rc; i++) rc = json_int_field(st, keys[i], &v[i], dir, err, errlen);
+    if (!rc) rc = check_state(v, json_object_get(st, "world"), dir, err, errlen);
     if (!rc) rc = restore_dataset(r, st, dir, err, errlen);
     const char *layout = json_string_value(json_object_get(st, "layout"));
     if (!rc && (!layout || strcmp(layout, r->o->layout)))
@@ -361,11 +386,20 @@ static int load_checkpoint(void *ctx, const char *dir, char *err, size_t errlen)
 
 /* --resume: the newest usable checkpoint (model/checkpoint.h's rule), loaded. 1 resumed, 0 start
  * from scratch, or a TRAIN_E* status. */
-static int resume(run_t *r, char *err, size_t errlen) {
+static int resume(run_t *r, int64_t below, char *err, size_t errlen) {
     ckpt_pick_t *pick = malloc(sizeof *pick);
     if (!pick) return err_fail(err, errlen, TRAIN_EMODEL, "out of memory");
-    int found = ckpt_open_newest(r->run_dir, load_checkpoint, r, pick, err, errlen);
+    /* a checkpoint found damaged after an earlier pass took it leaves nothing of its own behind */
+    r->step = 0, r->start_epoch = 0, r->start_dstep = 0, r->start_row = 0, r->tokens_seen = 0;
+    r->saved_step = r->resumed_from = -1, r->last_ckpt[0] = 0;
+    int found = ckpt_open_newest_below(r->run_dir, below, load_checkpoint, r, pick, err, errlen);
     bus_log(&r->log, "%s", pick->warn);
+    /* the names of every pass (setup's retry after a data cursor beyond the epoch), for the refusal */
+    size_t at = strlen(r->resume_skipped);
+    if (pick->skipped[0])
+        snprintf(r->resume_skipped + at, sizeof r->resume_skipped - at, "%s%s", at ? ", " : "", pick->skipped);
+    snprintf(pick->skipped, sizeof pick->skipped, "%s", r->resume_skipped);
+    if (pick->skipped[0] && !pick->n_skipped) pick->n_skipped = 1;
     int rc = found;
     if (found < 0) {
         rc = found == CKPT_EREFUSED ? TRAIN_ESETUP : found == CKPT_ENOMEM ? TRAIN_EMODEL : TRAIN_ECKPT;
@@ -377,7 +411,7 @@ static int resume(run_t *r, char *err, size_t errlen) {
                 pick->n_skipped ? " (--allow-restart)" : "");
     } else {
         snprintf(r->last_ckpt, sizeof r->last_ckpt, "%s", pick->path);
-        r->saved_step = r->step;
+        r->saved_step = r->resumed_from = r->step;
         if (r->opt) adamw_set_steps(r->opt, r->step); /* under --dp: every rank, trainer_dp_start */
     }
     if (found <= 0) {
@@ -394,20 +428,36 @@ static int setup(run_t *r, char *err, size_t errlen) {
     else snprintf(r->run_dir, sizeof r->run_dir, "runs/%s", o->run);
     int resumed = 0, rc;
     /* under --dp rank 0 alone reads the run directory (the others may be on other machines) */
-    if (o->resume && r->rank == 0 && (resumed = resume(r, err, errlen)) < 0) return resumed;
+    if (o->resume && r->rank == 0 && (resumed = resume(r, INT64_MAX, err, errlen)) < 0) return resumed;
 
     /* The dataset, from a loader, before a new model is built: its vocabulary sizes the model;
      * a resumed run takes only loaders of the dataset its checkpoint records. */
     trainer_data_info_t info;
-    if (r->rank == 0) {
+    while (r->rank == 0) {
         if (trainer_data_probe(r->data, r->have_data_id ? &r->data_id : NULL, &info, err, errlen)) return TRAIN_ESETUP;
         if (resumed && !r->have_data_id)
             bus_log(&r->log, "%s records no dataset (written by an older trainer): the loaders' is not checked",
                     r->last_ckpt);
+        /* the data cursor against the epoch the loader reports: a legitimate one is at most one
+         * step past its end in this run's rows (rounded up from another world size's); beyond
+         * that state.json is damaged, and the rule skips the checkpoint as it would at load */
+        const long long rows = (long long)o->B * r->world;
+        if (resumed && info.steps_per_epoch < (uint64_t)(INT64_MAX / rows) &&
+            r->start_row >= (long long)(info.steps_per_epoch + 1) * rows) {
+            bus_log(&r->log, "skipping %s: state.json data cursor row %lld is beyond the dataset's epoch (%llu steps of "
+                    "%lld rows)", r->last_ckpt, r->start_row, (unsigned long long)info.steps_per_epoch, rows);
+            const char *base = strrchr(r->last_ckpt, '/');
+            size_t at = strlen(r->resume_skipped);
+            snprintf(r->resume_skipped + at, sizeof r->resume_skipped - at, "%s%s", at ? ", " : "",
+                     base ? base + 1 : r->last_ckpt);
+            if ((resumed = resume(r, r->saved_step, err, errlen)) < 0) return resumed;
+            continue;
+        }
         if (resumed && r->start_dstep >= info.steps_per_epoch) { /* a position converted to another world size */
             r->start_epoch++;
             r->start_dstep = 0;
         }
+        break;
     }
     if (r->dp && (rc = trainer_dp_agree_setup(r, &resumed, &info, err, errlen))) return rc;
     r->data_id = info.id;
@@ -595,6 +645,21 @@ static void print_start(run_t *r) {
     if (fl[0]) bus_log(&r->log, "%s", fl);
 }
 
+/* A NaN on the very first step after --resume comes from the checkpoint it resumed from (its
+ * weights or moments, under a MANIFEST that verifies): calling that one "good" sent the user
+ * back to it. Says so, and names the usable checkpoint before it (verified; "none" if none). */
+static void nan_after_resume(run_t *r, char *err, size_t errlen) {
+    char before[4096] = "none", why[256];
+    ckpt_pick_t *pick = r->rank == 0 ? malloc(sizeof *pick) : NULL;
+    if (pick && ckpt_open_newest_below(r->run_dir, r->resumed_from, NULL, NULL, pick, why, sizeof why) == 1)
+        snprintf(before, sizeof before, "%s", pick->path);
+    free(pick);
+    size_t at = strlen(err);
+    snprintf(err + at, errlen - at, "; stopped without saving: it is the first step from %s, which --resume loaded, so "
+             "that checkpoint is not good (non-finite weights or moments?); the one before it: %s",
+             r->last_ckpt[0] ? r->last_ckpt : "?", before);
+}
+
 /* The loop; rc of the first failure. */
 static int train_loop(run_t *r, char *err, size_t errlen) {
     const trainer_opts_t *o = r->o;
@@ -612,7 +677,9 @@ static int train_loop(run_t *r, char *err, size_t errlen) {
         rc = train_step(r, &loss, &lr, &gnorm, err, errlen);
         if (rc == LOADER_EIO) return 0; /* interrupted while waiting for data (under --dp: on some rank) */
         if (rc) {
-            if (rc == TRAIN_ENAN)
+            if (rc == TRAIN_ENAN && r->resumed_from >= 0 && r->step == r->resumed_from)
+                nan_after_resume(r, err, errlen);
+            else if (rc == TRAIN_ENAN)
                 snprintf(err + strlen(err), errlen - strlen(err), "; stopped without saving, last good checkpoint: %s",
                          r->last_ckpt[0] ? r->last_ckpt : "none");
             else if (rc > 0 || rc < TRAIN_EDP)
@@ -662,7 +729,7 @@ static void print_loader_stats(const run_t *r) {
 }
 
 int trainer_run(const trainer_opts_t *o, int *hard_exit, char *err, size_t errlen) {
-    run_t r = {.o = o, .saved_step = -1, .world = 1, .metrics_fd = -1, .lock_fd = -1, .log = {.program = "trainer"}};
+    run_t r = {.o = o, .saved_step = -1, .resumed_from = -1, .world = 1, .metrics_fd = -1, .lock_fd = -1, .log = {.program = "trainer"}};
     int rc = 0, started = 0;
     *hard_exit = 0;
     bus_signals_install();

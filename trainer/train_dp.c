@@ -303,6 +303,7 @@ int trainer_dp_restore_position(run_t *r, long long batch, long long world, long
                         "--batch x ranks x --accum", now, o->B, r->world, r->world == 1 ? "" : "s", o->accum, was, batch,
                         world, world == 1 ? "" : "s", accum);
     long long rows_was = batch * world, rows_now = (long long)o->B * r->world, row = dstep * rows_was;
+    r->start_row = row;
     r->start_dstep = (uint64_t)((row + rows_now - 1) / rows_now);
     if (rows_was != rows_now)
         bus_log(&r->log, "data position: row %lld of the epoch (the checkpoint's step %lld of %lld x %lld rows) is "
