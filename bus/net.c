@@ -278,7 +278,9 @@ static int tcp_bind_host(void *s, const char *ep, char *tried, size_t cap, int *
  * endpoint of a live one took its name silently and cut the first off for good (its clients
  * then reach the newcomer, the first serves nobody). A connect tells a live listener
  * (accepted) from a stale file (ECONNREFUSED) or none (ENOENT); only the first is refused.
- * Wildcards (ipc://*) and Linux's abstract names (ipc://@NAME) are left to libzmq. */
+ * Wildcards (ipc://*) and Linux's abstract names (ipc://@NAME) are left to libzmq. A live one
+ * serving CURVE logs the probe as a client that broke off its handshake: true, and a sign that
+ * something tried to take its endpoint. */
 static int ipc_in_use(const char *ep) {
     const char *path = ep + strlen("ipc://");
     struct sockaddr_un a = {.sun_family = AF_UNIX};
