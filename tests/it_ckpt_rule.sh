@@ -105,7 +105,7 @@ rm -rf "$W/s"; cp -r "$W/a" "$W/s"
 st "$W/s/ckpt-00000040" '.data_step = 99999999999'; st "$W/s/ckpt-00000030" '.data_epoch = -1'
 train --run-dir "$W/s" --resume 2>"$W/sd.log"; rc=$?
 ok "trainer: a data cursor beyond the epoch (ckpt-40) and a negative epoch (ckpt-30) skipped, resumed from ckpt-20 (rc $rc)" \
-   "[ $rc = 0 ] && grep -q '^trainer: skipping $W/s/ckpt-00000040: state.json data cursor row 399999999996 is beyond the dataset.s epoch' $W/sd.log && grep -q '^trainer: skipping $W/s/ckpt-00000030/state.json: data cursor epoch -1 step' $W/sd.log && grep -q 'resumed from $W/s/ckpt-00000020 (step 20' $W/sd.log && [ \$(grep -c 'resumed from' $W/sd.log) = 1 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/s/ckpt-00000040/model.safetensors"
+   "[ $rc = 0 ] && grep -q '^trainer: skipping $W/s/ckpt-00000040: state.json data cursor row 399999999996 is beyond the dataset.s epoch' $W/sd.log && grep -q '^trainer: skipping $W/s/ckpt-00000030/state.json: data cursor epoch -1 step' $W/sd.log && grep -q 'resumed from $W/s/ckpt-00000020 (step 20' $W/sd.log && [ \$(grep -c 'resumed from' $W/sd.log) = 1 ] && [ \$(grep -c 'steps per epoch' $W/sd.log) = 1 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/s/ckpt-00000040/model.safetensors"
 rm -rf "$W/s"; mkdir "$W/s"; cp -r "$W/a/ckpt-00000040" "$W/s/"
 st "$W/s/ckpt-00000040" '.data_step = 99999999999'
 train --run-dir "$W/s" --resume 2>"$W/sn.log"; rc=$?

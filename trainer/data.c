@@ -24,6 +24,7 @@ struct trainer_data {
     uint64_t start_epoch, start_step;
     uint32_t rank, world;
     const bus_log_t *log;     /* the trainer's lines (bus/log.h) */
+    int dataset_said;         /* the dataset's line was logged (setup may ask again: a resume's retry) */
 };
 
 static int add_endpoint(trainer_data_t *d, const char *ep) {
@@ -141,9 +142,10 @@ int trainer_data_probe(trainer_data_t *d, const loader_identity_t *expect, train
             }
             if (info->steps_per_epoch == 0)
                 return snprintf(err, errlen, "dataset %s holds no full batch of B=%d x T=%d", info->id.dataset, o->B, o->T), -1;
-            bus_log(d->log, "dataset %s: %llu docs, %llu tokens, vocab %u (%s), %llu steps per epoch",
-                    info->id.dataset, (unsigned long long)info->id.n_docs, (unsigned long long)info->id.n_tokens,
-                    info->id.vocab_size, info->id.tokenizer, (unsigned long long)info->steps_per_epoch);
+            if (!d->dataset_said++)
+                bus_log(d->log, "dataset %s: %llu docs, %llu tokens, vocab %u (%s), %llu steps per epoch",
+                        info->id.dataset, (unsigned long long)info->id.n_docs, (unsigned long long)info->id.n_tokens,
+                        info->id.vocab_size, info->id.tokenizer, (unsigned long long)info->steps_per_epoch);
             return 0;
         }
         if (bus_signal_received()) return snprintf(err, errlen, "interrupted"), -1;
