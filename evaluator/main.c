@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
         {"threads", FLAG_INT, &threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 4096, 0},
         {"device", FLAG_STR, &device, "where the models run: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
         {"precision", FLAG_STR, &precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
-        {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr", 0, 0, 0},
+        {"quiet", FLAG_BOOL, &quiet, "no per-evaluation lines on stderr (the bus still gets them as log/evaluator)", 0, 0, 0},
         {"samples", FLAG_INT, &tc.samples, "code: completions n per problem (pass@k for every k <= n)", 1, 100000, 0},
         {"max-new", FLAG_INT, &tc.max_new, "code, em on GSM8K: tokens generated per completion at most", 1, 1 << 20, 0},
         {"top-p", FLAG_FLOAT, &tc.top_p, "code: nucleus sampling (1: off)", 0, 1, 0},

@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
         {"threads", FLAG_INT, &o.threads, "OpenMP threads (0: the default)", 0, 1024, 0},
         {"device", FLAG_STR, &o.device, "where the model runs: cpu, cuda or cuda:N (default $FT_DEVICE or cpu)", 0, 0, 0},
         {"precision", FLAG_STR, &o.precision, "products in fp32, bf16 or tf32 (the GPU's) (default fp32)", 0, 0, 0},
-        {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr", 0, 0, 0},
+        {"quiet", FLAG_BOOL, &o.quiet, "no timing line on stderr (--serve: no log lines there; the bus still gets them as log/sampler)", 0, 0, 0},
         {"serve", FLAG_STR, &o.serve, "serve generation requests on this ZeroMQ endpoint (ROUTER)", 0, 0, 0},
         {"follow", FLAG_STR, &o.follow, "with --serve: reload on the bus's ckpt events of this run", 0, 0, 0},
         {"bus-sub", FLAG_STR, &o.bus_sub, "bus subscriber endpoint (default $FT_BUS_SUB or " BUS_DEFAULT_SUB ")", 0, 0, 0},
