@@ -281,9 +281,10 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
         free(steps);
         if (c->once && have < 0) {
             struct stat st;
-            if (stat(w->run_dir, &st) != 0 || !S_ISDIR(st.st_mode)) /* not "no checkpoint": no run there at all */
-                return snprintf(err, errlen, "run directory %s: %s", w->run_dir,
-                                stat(w->run_dir, &st) != 0 ? strerror(errno) : "not a directory"), EVAL_EIO;
+            const int gone = stat(w->run_dir, &st) != 0; /* not "no checkpoint": no run there at all */
+            if (gone || !S_ISDIR(st.st_mode))
+                return snprintf(err, errlen, "run directory %s: %s", w->run_dir, gone ? strerror(errno) : "not a directory"),
+                       EVAL_EIO;
             return (w->skipped.n ? snprintf(err, errlen, "no usable checkpoint in %s (%d damaged)", w->run_dir, w->skipped.n)
                                  : snprintf(err, errlen, "no complete checkpoint in %s", w->run_dir)), EVAL_EIO;
         }

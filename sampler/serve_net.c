@@ -176,13 +176,13 @@ static void maybe_reload(loop_t *l, const wire_msg_t *m) {
     if (!path_inside(o->run_dir, ck->path)) {
         /* the bus says which checkpoint, never where: only the run directory is opened */
         struct stat st;
-        if (!strcmp(l->refused, ck->path)) /* once, not on every repeat of the welcome index */
-            ;
-        else if (stat(ck->path, &st) != 0) /* a path that is not there at all: say that */
-            bus_log(&l->log, "not reloading %s: %s", ck->path, strerror(errno));
-        else
-            bus_log(&l->log, "not reloading %s: not a checkpoint inside the run directory %s", ck->path,
-                    o->run_dir ? o->run_dir : "(none)");
+        if (strcmp(l->refused, ck->path)) { /* once, not on every repeat of the welcome index */
+            if (stat(ck->path, &st) != 0) /* a path that is not there at all: say that */
+                bus_log(&l->log, "not reloading %s: %s", ck->path, strerror(errno));
+            else
+                bus_log(&l->log, "not reloading %s: not a checkpoint inside the run directory %s", ck->path,
+                        o->run_dir ? o->run_dir : "(none)");
+        }
         snprintf(l->refused, sizeof l->refused, "%s", ck->path);
         return;
     }

@@ -384,6 +384,12 @@ static int load_checkpoint(void *ctx, const char *dir, char *err, size_t errlen)
     return restore_state(r, dir, err, errlen);
 }
 
+/* Adds a skipped checkpoint's name to the run's list (for the refusal when none is left). */
+static void resume_skipped_add(run_t *r, const char *name) {
+    size_t at = strlen(r->resume_skipped);
+    if (name[0]) snprintf(r->resume_skipped + at, sizeof r->resume_skipped - at, "%s%s", at ? ", " : "", name);
+}
+
 /* --resume: the newest usable checkpoint (model/checkpoint.h's rule), loaded. 1 resumed, 0 start
  * from scratch, or a TRAIN_E* status. */
 static int resume(run_t *r, int64_t below, char *err, size_t errlen) {
@@ -395,9 +401,7 @@ static int resume(run_t *r, int64_t below, char *err, size_t errlen) {
     int found = ckpt_open_newest_below(r->run_dir, below, load_checkpoint, r, pick, err, errlen);
     bus_log(&r->log, "%s", pick->warn);
     /* the names of every pass (setup's retry after a data cursor beyond the epoch), for the refusal */
-    size_t at = strlen(r->resume_skipped);
-    if (pick->skipped[0])
-        snprintf(r->resume_skipped + at, sizeof r->resume_skipped - at, "%s%s", at ? ", " : "", pick->skipped);
+    resume_skipped_add(r, pick->skipped);
     snprintf(pick->skipped, sizeof pick->skipped, "%s", r->resume_skipped);
     if (pick->skipped[0] && !pick->n_skipped) pick->n_skipped = 1;
     int rc = found;
@@ -447,9 +451,7 @@ static int setup(run_t *r, char *err, size_t errlen) {
             bus_log(&r->log, "skipping %s: state.json data cursor row %lld is beyond the dataset's epoch (%llu steps of "
                     "%lld rows)", r->last_ckpt, r->start_row, (unsigned long long)info.steps_per_epoch, rows);
             const char *base = strrchr(r->last_ckpt, '/');
-            size_t at = strlen(r->resume_skipped);
-            snprintf(r->resume_skipped + at, sizeof r->resume_skipped - at, "%s%s", at ? ", " : "",
-                     base ? base + 1 : r->last_ckpt);
+            resume_skipped_add(r, base ? base + 1 : r->last_ckpt);
             if ((resumed = resume(r, r->saved_step, err, errlen)) < 0) return resumed;
             continue;
         }
