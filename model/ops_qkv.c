@@ -5,19 +5,20 @@
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
+#include "model/ops_pack16.h"
 #include <string.h>
 
 /* The row loops are built per level (ops_clones.h) without FMA contraction (the Makefile:
  * a rotation is two products and a sum, which contraction would round once less), so every
  * level gives the baseline's bits, faster (they were only built for x86-64-v2). */
-/* One head's rotation (ops_rope_rotate's expressions, in its order), then the bf16 of its outputs
- * (o16: NULL for none) or, with r32, the outputs rounded in place (ops_bf16_round_out) while they
- * are in L1. out and x never overlap here (the split writes q
+/* One head's rotation (ops_rope_rotate's expressions, in its order), then with r32 the outputs
+ * rounded in place (ops_bf16_round_out) while they are in L1 (the bf16 shadows are written
+ * a row at a time by the callers: ops_pack16_row is a call). out and x never overlap here (the split writes q
  * and k apart from the fused rows, the join the fused rows from dq and dk), so the loop is
  * declared vectorisable: GCC at -O2 kept ops_rope_rotate scalar (out may alias x there), 1.3 ns
  * an element of the split at config M; without contraction (the Makefile) each lane gives the
  * scalar bits. */
-static inline __attribute__((always_inline)) void qkv_rotate16(float *restrict out, uint16_t *restrict o16,
+static inline __attribute__((always_inline)) void qkv_rotate16(float *restrict out,
                                                                const float *restrict x,
                                                                const float *restrict cs,
                                                                const float *restrict sn, int hd,
@@ -29,18 +30,16 @@ static inline __attribute__((always_inline)) void qkv_rotate16(float *restrict o
         out[i] = a * c - b * s;
         out[i + h] = b * c + a * s;
     }
-    if (o16) ops_bf16_pack_row(o16, out, (size_t)hd);
     if (r32) ops_bf16_round_row(out, (size_t)hd);
 }
-/* dv's row copied into the fused rows: as it is, with its bf16 (o16), or rounded (r32) */
-static inline __attribute__((always_inline)) void qkv_copy16(float *restrict out, uint16_t *restrict o16,
+/* dv's row copied into the fused rows: as it is, or rounded (r32) */
+static inline __attribute__((always_inline)) void qkv_copy16(float *restrict out,
                                                              const float *restrict x, int n, int r32) {
     if (r32) {
         ops_bf16_round_row_to(out, x, (size_t)n);
         return;
     }
     memcpy(out, x, sizeof(float) * n);
-    if (o16) ops_bf16_pack_row(o16, x, (size_t)n);
 }
 
 OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uint16_t *k16,
@@ -53,19 +52,22 @@ OPS_VARIANTS(void, split_rows, (float *q, float *k, float *v, uint16_t *q16, uin
         const size_t t = (size_t)(pos0 + n % T);
         /* ops_qkv_split_row's work, each row's bf16 written in the same loops */
         const float *row = qkv + (size_t)n * ld, *cs = cos_t + t * h2, *sn = sin_t + t * h2;
-        if (q)
+        /* (each row's bf16 in one call after its heads: ops_pack16_row is a call) */
+        if (q) {
             for (int h = 0; h < H; h++)
-                qkv_rotate16(q + (size_t)n * Dq + h * hd, q16 ? q16 + (size_t)n * Dq + h * hd : NULL,
-                             row + h * hd, cs, sn, hd, 1.0f, 0);
-        if (k)
+                qkv_rotate16(q + (size_t)n * Dq + h * hd, row + h * hd, cs, sn, hd, 1.0f, 0);
+            if (q16) ops_pack16_row(q16 + (size_t)n * Dq, q + (size_t)n * Dq, (size_t)Dq);
+        }
+        if (k) {
             for (int h = 0; h < Hkv; h++)
-                qkv_rotate16(k + (size_t)n * Dkv + h * hd, k16 ? k16 + (size_t)n * Dkv + h * hd : NULL,
-                             row + Dq + h * hd, cs, sn, hd, 1.0f, 0);
+                qkv_rotate16(k + (size_t)n * Dkv + h * hd, row + Dq + h * hd, cs, sn, hd, 1.0f, 0);
+            if (k16) ops_pack16_row(k16 + (size_t)n * Dkv, k + (size_t)n * Dkv, (size_t)Dkv);
+        }
         if (v) {
             float *restrict vr = v + (size_t)n * Dkv;
             const float *restrict src = row + Dq + Dkv;
             memcpy(vr, src, sizeof(float) * Dkv);
-            if (v16) ops_bf16_pack_row(v16 + (size_t)n * Dkv, src, (size_t)Dkv);
+            if (v16) ops_pack16_row(v16 + (size_t)n * Dkv, src, (size_t)Dkv);
         }
     }
 }
@@ -83,12 +85,11 @@ OPS_VARIANTS(void, join_rows, (float *dqkv, uint16_t *d16, int r32, const float 
         uint16_t *r16 = d16 ? d16 + (size_t)n * ld : NULL;
         const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
         for (int h = 0; h < H; h++)
-            qkv_rotate16(row + h * hd, r16 ? r16 + h * hd : NULL, dq + (size_t)n * Dq + h * hd, cs, sn,
-                         hd, -1.0f, r32);
+            qkv_rotate16(row + h * hd, dq + (size_t)n * Dq + h * hd, cs, sn, hd, -1.0f, r32);
         for (int h = 0; h < Hkv; h++)
-            qkv_rotate16(row + Dq + h * hd, r16 ? r16 + Dq + h * hd : NULL, dk + (size_t)n * Dkv + h * hd,
-                         cs, sn, hd, -1.0f, r32);
-        qkv_copy16(row + Dq + Dkv, r16 ? r16 + Dq + Dkv : NULL, dv + (size_t)n * Dkv, Dkv, r32);
+            qkv_rotate16(row + Dq + h * hd, dk + (size_t)n * Dkv + h * hd, cs, sn, hd, -1.0f, r32);
+        qkv_copy16(row + Dq + Dkv, dv + (size_t)n * Dkv, Dkv, r32);
+        if (r16) ops_pack16_row(r16, row, (size_t)ld);   /* the whole row's bf16 in one call */
     }
 }
 
@@ -105,12 +106,15 @@ OPS_VARIANTS(void, join_group, (float *dqkv, uint16_t *d16, int r32, const float
         uint16_t *r16 = d16 ? d16 + (size_t)n * ld : NULL;
         const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
         for (int h = kh * group; h < (kh + 1) * group; h++)
-            qkv_rotate16(row + h * hd, r16 ? r16 + h * hd : NULL, dq + (size_t)n * Dq + h * hd, cs, sn,
-                         hd, -1.0f, r32);
-        qkv_rotate16(row + Dq + kh * hd, r16 ? r16 + Dq + kh * hd : NULL,
-                     dk + (size_t)n * Dkv + kh * hd, cs, sn, hd, -1.0f, r32);
-        qkv_copy16(row + Dq + Dkv + kh * hd, r16 ? r16 + Dq + Dkv + kh * hd : NULL,
-                   dv + (size_t)n * Dkv + kh * hd, hd, r32);
+            qkv_rotate16(row + h * hd, dq + (size_t)n * Dq + h * hd, cs, sn, hd, -1.0f, r32);
+        qkv_rotate16(row + Dq + kh * hd, dk + (size_t)n * Dkv + kh * hd, cs, sn, hd, -1.0f, r32);
+        qkv_copy16(row + Dq + Dkv + kh * hd, dv + (size_t)n * Dkv + kh * hd, hd, r32);
+        if (r16) {   /* the group's q heads in one call, then its k and v heads */
+            const size_t q0 = (size_t)kh * group * hd;
+            ops_pack16_row(r16 + q0, row + q0, (size_t)group * hd);
+            ops_pack16_row(r16 + Dq + kh * hd, row + Dq + kh * hd, (size_t)hd);
+            ops_pack16_row(r16 + Dq + Dkv + kh * hd, row + Dq + Dkv + kh * hd, (size_t)hd);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
+#include "model/ops_pack16.h"
 
 /* o16: the output's bf16 shadow (ops_bf16.h) or NULL; each row packed while it is in L1.
  * only: the output is read by products only (ops_bf16.h): each row goes through a buffer on
@@ -20,7 +21,7 @@ OPS_VARIANTS(void, rms_fwd_rows, (float *out, uint16_t *o16, int only, int r32, 
     for (int n = n0; n < n1; n++) {
         float *o = rms_out_row(out, tmp, only, n, D);
         rstd[n] = ops_rmsnorm_row(o, x + (size_t)n * D, w, D, eps);
-        if (o16) ops_bf16_pack_row(o16 + (size_t)n * D, o, (size_t)D);
+        if (o16) ops_pack16_row(o16 + (size_t)n * D, o, (size_t)D);
         if (r32) ops_bf16_round_row(o, (size_t)D);
     }
 }
@@ -61,7 +62,7 @@ OPS_VARIANTS(void, add_rms_fwd_rows, (float *y, float *out, uint16_t *o16, int o
         OPS_SIMD
         for (int i = 0; i < D; i++) yr[i] = ar[i] + br[i];
         rstd[n] = ops_rmsnorm_row(o, yr, w, D, eps);
-        if (o16) ops_bf16_pack_row(o16 + (size_t)n * D, o, (size_t)D);
+        if (o16) ops_pack16_row(o16 + (size_t)n * D, o, (size_t)D);
         if (r32) ops_bf16_round_row(o, (size_t)D);
     }
 }
@@ -87,7 +88,7 @@ OPS_VARIANTS(void, rms_bwd_rows, (float *dx, uint16_t *dx16, const float *res, c
     for (int n = n0; n < n1; n++) {
         ops_rmsnorm_row_backward_res(dx + (size_t)n * D, res + (size_t)n * D, dout + (size_t)n * D,
                                      x + (size_t)n * D, w, rstd[n], D);
-        if (dx16) ops_bf16_pack_row(dx16 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
+        if (dx16) ops_pack16_row(dx16 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
     }
 }
 
@@ -114,7 +115,7 @@ OPS_VARIANTS(void, rms_bwd_rows_dw, (float *dx, uint16_t *dx16, float *dw, const
         const float *dy = dout + (size_t)n * D, *xr = x + (size_t)n * D;
         const float r = rstd[n];
         ops_rmsnorm_row_backward_res(dx + (size_t)n * D, res + (size_t)n * D, dy, xr, w, r, D);
-        if (dx16) ops_bf16_pack_row(dx16 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
+        if (dx16) ops_pack16_row(dx16 + (size_t)n * D, dx + (size_t)n * D, (size_t)D);
         OPS_SIMD
         for (int i = 0; i < D; i++) dw[i] += dy[i] * xr[i] * r;
     }

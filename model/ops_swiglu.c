@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
+#include "model/ops_pack16.h"
 
 /* out may alias gate (generate.c computes in place): element i is read before it is written,
  * which `omp simd` keeps true lane by lane, so no restrict here. */
@@ -13,15 +14,24 @@ OPS_VARIANTS(void, swiglu_fwd_range, (float *out, const float *gate, const float
     OPS_SIMD
     for (size_t i = lo; i < hi; i++) out[i] = ops_silu(gate[i]) * up[i];
 }
-/* The same writing the output's bf16 shadow o16 too (ops_bf16.h), in the same loop. */
+/* The loops that write bf16 (shadows, ops_bf16.h) go in chunks: a chunk's values into fp32
+ * (the output, or a buffer on the stack while it is in L1), then its bf16 in one call of
+ * ops_pack16_row (the CPU's conversion at v4-bf16, where shadows exist: a third of the loop's
+ * instructions were the integer rounding). The values are the same expressions as before. */
+#define SWIGLU_CHUNK 512
+/* the length of the chunk at c of a range ending at hi */
+static inline size_t swiglu_chunk(size_t c, size_t hi) {
+    return hi - c < SWIGLU_CHUNK ? hi - c : SWIGLU_CHUNK;
+}
+/* The same writing the output's bf16 shadow o16 too. */
 OPS_VARIANTS(void, swiglu_fwd_range16, (float *out, uint16_t *restrict o16, const float *gate,
                                const float *up, size_t lo, size_t hi),
              (out, o16, gate, up, lo, hi)) {
-    OPS_SIMD
-    for (size_t i = lo; i < hi; i++) {
-        const float h = ops_silu(gate[i]) * up[i];
-        out[i] = h;
-        o16[i] = ops_bf16_from_float(h);
+    for (size_t c = lo, m; c < hi; c += m) {
+        m = swiglu_chunk(c, hi);
+        OPS_SIMD
+        for (size_t i = c; i < c + m; i++) out[i] = ops_silu(gate[i]) * up[i];
+        ops_pack16_row(o16 + c, out + c, m);
     }
 }
 
@@ -29,8 +39,14 @@ OPS_VARIANTS(void, swiglu_fwd_range16, (float *out, uint16_t *restrict o16, cons
 OPS_VARIANTS(void, swiglu_fwd_only16, (uint16_t *restrict o16, const float *restrict gate,
                                        const float *restrict up, size_t lo, size_t hi),
              (o16, gate, up, lo, hi)) {
-    OPS_SIMD
-    for (size_t i = lo; i < hi; i++) o16[i] = ops_bf16_from_float(ops_silu(gate[i]) * up[i]);
+    float h[SWIGLU_CHUNK];
+    for (size_t c = lo, m; c < hi; c += m) {
+        m = swiglu_chunk(c, hi);
+        const float *restrict g = gate + c, *restrict u = up + c;
+        OPS_SIMD
+        for (size_t i = 0; i < m; i++) h[i] = ops_silu(g[i]) * u[i];
+        ops_pack16_row(o16 + c, h, m);
+    }
 }
 
 /* The output rounded in place (ops_bf16_round_out: bf16 emulated, read by products only). */
@@ -82,20 +98,17 @@ static inline __attribute__((always_inline)) void swiglu_bwd_body(
         dup[i] = acc ? dup[i] + du : du;
     }
 }
-/* The overwriting one with the gradients' bf16 shadows (ops_bf16.h) in the same loop. */
+/* The overwriting one with the gradients' bf16 shadows (ops_bf16.h), a chunk at a time. */
 OPS_VARIANTS(void, swiglu_bwd_set16, (float *restrict dgate, float *restrict dup,
                              uint16_t *restrict dg16, uint16_t *restrict du16,
                              const float *restrict dout, const float *restrict gate,
                              const float *restrict up, size_t lo, size_t hi),
              (dgate, dup, dg16, du16, dout, gate, up, lo, hi)) {
-    OPS_SIMD
-    for (size_t i = lo; i < hi; i++) {
-        float dg, du;
-        swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
-        dgate[i] = dg;
-        dup[i] = du;
-        dg16[i] = ops_bf16_from_float(dg);
-        du16[i] = ops_bf16_from_float(du);
+    for (size_t c = lo, m; c < hi; c += m) {
+        m = swiglu_chunk(c, hi);
+        swiglu_bwd_body(dgate, dup, dout, gate, up, c, c + m, 0, 0);
+        ops_pack16_row(dg16 + c, dgate + c, m);
+        ops_pack16_row(du16 + c, dup + c, m);
     }
 }
 /* The gradients' shadows alone (read by products only: ops_bf16.h). */
@@ -103,12 +116,14 @@ OPS_VARIANTS(void, swiglu_bwd_only16, (uint16_t *restrict dg16, uint16_t *restri
                                        const float *restrict dout, const float *restrict gate,
                                        const float *restrict up, size_t lo, size_t hi),
              (dg16, du16, dout, gate, up, lo, hi)) {
-    OPS_SIMD
-    for (size_t i = lo; i < hi; i++) {
-        float dg, du;
-        swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
-        dg16[i] = ops_bf16_from_float(dg);
-        du16[i] = ops_bf16_from_float(du);
+    float dg[SWIGLU_CHUNK], du[SWIGLU_CHUNK];
+    for (size_t c = lo, m; c < hi; c += m) {
+        m = swiglu_chunk(c, hi);
+        const float *restrict d = dout + c, *restrict g = gate + c, *restrict u = up + c;
+        OPS_SIMD
+        for (size_t i = 0; i < m; i++) swiglu_grad(d[i], g[i], u[i], &dg[i], &du[i]);
+        ops_pack16_row(dg16 + c, dg, m);
+        ops_pack16_row(du16 + c, du, m);
     }
 }
 OPS_VARIANTS(void, swiglu_bwd_add, (float *dgate, float *dup, const float *dout, const float *gate,

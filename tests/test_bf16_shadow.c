@@ -13,13 +13,18 @@
  * Where bf16 products are native (x86-64-v4-bf16 and up) shadows hold bf16 patterns; below,
  * they hold fp32 values (the emulated product's operands: a weight's rounded copy, a
  * products-only tensor rounded in place), and the same checks hold: every family, the same
- * bits with and without them. */
+ * bits with and without them.
+ * - the element-wise ops' row packing (model/ops_pack16.h: the CPU's conversion at v4-bf16
+ *   and up, the integer formula below) gives ops_bf16_from_float's bits: every subnormal and
+ *   signed zero, every top half with a spread of bottom halves (the rounding ties, the NaNs,
+ *   infinities, the largest finite), at every length up to 40 (the masked tail), unaligned. */
 #include "evaluator/lm.h"
 #include "model/adamw.h"
 #include "model/device.h"
 #include "model/family.h"
 #include "model/gemm.h"
 #include "model/ops_bf16.h"
+#include "model/ops_pack16.h"
 #include "tests/check.h"
 #include <stdlib.h>
 #include <string.h>
@@ -523,10 +528,53 @@ static void test_classifier_products_only(void) {
     CHECK(off[0] == off[0] && off[0] > 0.0f, "the loss is a positive number (%g)", off[0]);
 }
 
+static void test_pack16(void) {
+    enum { B = 1 << 16 };
+    float *x = malloc(sizeof(float) * (B + 1));
+    uint16_t *y = malloc(sizeof(uint16_t) * (B + 1));
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x4000, 0xc000};
+    long bad = 0, n = 0;
+    uint32_t first = 0;
+    for (int pass = 0; pass < 2 * 256 + 64; pass++) {
+        /* passes 0..511: subnormals (both signs, every bottom bit pattern, 2^23 each side);
+         * 512..575: each top half with low bits lows[] or a hash of it */
+        for (uint32_t i = 0; i < B; i++) {
+            uint32_t u;
+            if (pass < 512)
+                u = (pass & 256 ? 0x80000000u : 0u) | (((uint32_t)(pass & 255) << 15) | (i >> 1));
+            else {
+                const uint32_t k = (uint32_t)(pass - 512);
+                u = i << 16 | (k < 8 ? lows[k] : ((i * 2654435761u) ^ (k * 40503u)) & 0xffffu);
+            }
+            memcpy(&x[1 + i], &u, sizeof u);
+        }
+        ops_pack16_row(y + 1, x + 1, B);   /* (unaligned by one element) */
+        for (uint32_t i = 0; i < B; i++, n++)
+            if (y[1 + i] != ops_bf16_from_float(x[1 + i])) {
+                if (!bad) memcpy(&first, &x[1 + i], sizeof first);
+                bad++;
+            }
+    }
+    for (int len = 0; len <= 40; len++) {   /* the tail, and nothing written beyond it */
+        for (int i = 0; i <= 40; i++) x[i] = -1.5e-39f * (float)(i + 1) + 0.37f * (float)(i & 3), y[i] = 0x5a5a;
+        ops_pack16_row(y, x, (size_t)len);
+        for (int i = 0; i <= 40; i++, n++)
+            if (y[i] != (i < len ? ops_bf16_from_float(x[i]) : 0x5a5a)) {
+                if (!bad) memcpy(&first, &x[i], sizeof first);
+                bad++;
+            }
+    }
+    CHECK(bad == 0, "ops_pack16_row: %ld of %ld elements differ from ops_bf16_from_float (first 0x%08x)",
+          bad, n, first);
+    free(x);
+    free(y);
+}
+
 int main(void) {
     native = model_gemm_bf16_native();
     fprintf(stderr, "bf16 products %s: shadows of %s\n", native ? "native" : "emulated", native ? "bf16 patterns" : "fp32 values");
     RUN(test_table);
+    RUN(test_pack16);
     RUN(test_table_f32);
     RUN(test_weight_rewritten);
     RUN(test_optimizer_refresh);
