@@ -15,6 +15,8 @@
 typedef struct {
     float *work;          /* post_sampler_backward's chunk buffers, grown on demand */
     size_t work_floats;
+    ops_adamw_job_t *jobs;   /* adamw_update_multi's list, grown on demand */
+    int job_cap;
     char fault[160];      /* sticky: an op that could not run; sync reports it */
     int threads;          /* OpenMP threads when parallel (the count at open) */
 } cpu_impl_t;
@@ -167,13 +169,30 @@ static void cpu_adamw_update(device_t *d, float *p, float *g, float *m, float *v
     ops_bf16_adamw_update(p, sh, f32, g, m, v, n, s);
 }
 static double cpu_sumsq_multi(device_t *d, const float *const *x, const size_t *n, int count) { (void)d; return sumsq_multi(x, n, count); }
-/* each tensor as cpu_adamw_update (its shadow refreshed), in list order */
+/* each tensor as cpu_adamw_update (its shadow refreshed): the outputs named tensor by tensor in
+ * list order, then the updates in one pass (ops_bf16.h: the tensors are distinct buffers) */
 static void cpu_adamw_update_multi(device_t *d, const adamw_tensor_t *t, int count, const adamw_scalars_t *s) {
-    for (int i = 0; i < count; i++) {
-        adamw_scalars_t si = *s;
-        if (!t[i].decay) si.decay_mul = 1.0f;
-        cpu_adamw_update(d, t[i].p, t[i].g, t[i].m, t[i].v, t[i].n, &si);
+    cpu_impl_t *c = impl_of(d);
+    adamw_scalars_t nodecay = *s;
+    nodecay.decay_mul = 1.0f;
+    if (count > c->job_cap) {
+        ops_adamw_job_t *j = realloc(c->jobs, sizeof(*j) * count);
+        if (j) c->jobs = j, c->job_cap = count;
     }
+    if (count > c->job_cap) {   /* (no memory for the list: tensor by tensor) */
+        for (int i = 0; i < count; i++)
+            cpu_adamw_update(d, t[i].p, t[i].g, t[i].m, t[i].v, t[i].n, t[i].decay ? s : &nodecay);
+        return;
+    }
+    for (int i = 0; i < count; i++) {
+        int f32 = 0;
+        void *sh = ops_bf16_shadow_slice(t[i].p, t[i].n, &f32);
+        if (!sh) OUT(t[i].p, t[i].n);
+        OUT(t[i].g, t[i].n); OUT(t[i].m, t[i].n); OUT(t[i].v, t[i].n);
+        c->jobs[i] = (ops_adamw_job_t){.p = t[i].p, .g = t[i].g, .m = t[i].m, .v = t[i].v, .sh = sh,
+                                       .f32 = f32, .n = t[i].n, .s = t[i].decay ? s : &nodecay};
+    }
+    ops_bf16_adamw_update_multi(c->jobs, count);
 }
 
 /* The pass-through gradient needs chunk buffers, one per thread: the device keeps them. */
@@ -266,7 +285,7 @@ int device_cpu_open(device_t **pd, precision_t precision, char *err, size_t errl
 
 void device_cpu_close(device_t *d) {
     cpu_impl_t *c = impl_of(d);
-    if (c) free(c->work);
+    if (c) free(c->work), free(c->jobs);
     free(c);
     free(d);
 }

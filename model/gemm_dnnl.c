@@ -223,11 +223,15 @@ out:
     if (attr) dnnl_primitive_attr_destroy(attr);
 }
 
+/* FNV-1a over the key's 64-bit words (it was over its bytes: 80 dependent multiplies a call) */
 static uint32_t key_hash(const gemm_key *k) {
-    const unsigned char *p = (const unsigned char *)k;
-    uint32_t h = 2166136261u;   /* FNV-1a */
-    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 16777619u;
-    return h;
+    _Static_assert(sizeof(gemm_key) % 8 == 0, "gemm_key: whole words");
+    uint64_t h = 14695981039346656037u, w;
+    for (size_t i = 0; i < sizeof *k; i += 8) {
+        memcpy(&w, (const unsigned char *)k + i, 8);
+        h = (h ^ w) * 1099511628211u;
+    }
+    return (uint32_t)(h ^ (h >> 32));
 }
 
 static void entry_free(gemm_entry *e) {
@@ -274,12 +278,15 @@ static gemm_entry *cache_insert(gemm_entry *e) {
  * destroy them after (their allocations were ~40% of a call), and to look its entry up under
  * the cache's read lock: 2.6 us a call on Zen 3 at one thread before the product itself, ~5 ms
  * of a config S step at bf16 (attention's ~1800 small products a step). A thread now keeps,
- * for the entries it ran last (direct-mapped by the key's hash), the entry and its memory
- * objects, and points those at the call's buffers (dnnl_memory_set_data_handle): the same
- * primitive on the same data, so the same bits, with no lock and no allocation. Entries are
- * never freed while the process runs (above), so a slot's pointer stays valid; an uncached
- * entry (the table full) runs on memory objects of its own, as before. */
-#define THREAD_SLOTS 64
+ * for every entry it ran, the entry and its memory objects, and points those at the call's
+ * buffers (dnnl_memory_set_data_handle): the same primitive on the same data, so the same bits,
+ * with no lock and no allocation. The thread's table is open-addressed like the cache and as
+ * large, and holds cached entries only, so it never fills and never evicts (a direct-mapped
+ * table of 64 slots did: a config S step's ~70 shapes collided in it, ~1000 of its ~1850
+ * calls a step destroyed a slot's memory objects and made new ones). Entries are never freed
+ * while the process runs (above), so a slot's pointer stays valid; an uncached entry (the
+ * table full) runs on memory objects of its own, as before. */
+#define THREAD_SLOTS GEMM_CACHE_SLOTS
 typedef struct {
     gemm_key key;
     const gemm_entry *e;     /* NULL: an empty slot */
@@ -390,9 +397,13 @@ int gemm_dnnl(gemm_in_t in, gemm_op ta, gemm_op tb, int m, int n, int k, float a
     if (!t) return -1;
     gemm_key key;
     key_fill(&key, in, ta, tb, m, n, k, alpha, lda, sa, ldb, sb, beta, ldc, sc, batch);
-    thread_slot *sl = &t->slot[key_hash(&key) % THREAD_SLOTS];
-    if (sl->e && !memcmp(&sl->key, &key, sizeof key))
-        return sl->e->prim ? entry_run(sl->e, t->stream, sl->mem, A, B, C) : -1;
+    thread_slot *sl = NULL;
+    for (uint32_t i = key_hash(&key) & (THREAD_SLOTS - 1);; i = (i + 1) & (THREAD_SLOTS - 1)) {
+        sl = &t->slot[i];
+        if (!sl->e) break;   /* not run by this thread yet: the free slot it will take */
+        if (!memcmp(&sl->key, &key, sizeof key))
+            return sl->e->prim ? entry_run(sl->e, t->stream, sl->mem, A, B, C) : -1;
+    }
     int owned;
     gemm_entry *e = entry_get(&key, &owned);
     if (!e) return -1;
@@ -403,8 +414,7 @@ int gemm_dnnl(gemm_in_t in, gemm_op ta, gemm_op tb, int m, int n, int k, float a
         entry_free(e);
         return rc;
     }
-    mem_drop(sl->mem);   /* the slot's previous entry's */
-    sl->key = key, sl->e = e;
+    sl->key = key, sl->e = e;   /* (a free slot: no memory objects yet) */
     return e->prim ? entry_run(e, t->stream, sl->mem, A, B, C) : -1;
 }
 

@@ -1,6 +1,7 @@
 /* model/ops_adamw.c: AdamW's element loops and the gradient norm's sum of squares (ops.h);
  * model/adamw.c forms the scalars with PyTorch's arithmetic. */
 #include "model/ops.h"
+#include "model/gemm_impl.h"
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
@@ -58,6 +59,31 @@ void ops_bf16_adamw_update(float *p, void *sh, int f32, float *g, float *m, floa
     }
 }
 
+/* One region for the list: a region per tensor made the second thread wait at each of a
+ * step's ~40 joins, and run none of the small tensors (norm weights) it could have. */
+void ops_bf16_adamw_update_multi(const ops_adamw_job_t *job, int count) {
+    size_t total = 0;
+    for (int i = 0; i < count; i++) total += job[i].n;
+    if (total < 32768 || omp_in_parallel()) {   /* (as ops_bf16_adamw_update) */
+        for (int i = 0; i < count; i++)
+            ops_bf16_adamw_update(job[i].p, job[i].sh, job[i].f32, job[i].g, job[i].m, job[i].v,
+                                  job[i].n, job[i].s);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t lo, hi, at = 0;   /* the thread's share of the list's elements; at: job i's first */
+        ops_thread_range(total, &lo, &hi);
+        for (int i = 0; i < count && at < hi; at += job[i].n, i++) {
+            const size_t a = lo > at ? lo - at : 0, b = hi - at < job[i].n ? hi - at : job[i].n;
+            if (a >= b) continue;
+            const int f32 = job[i].f32;
+            adamw_range(job[i].p, f32 ? NULL : job[i].sh, f32 ? job[i].sh : NULL, job[i].g,
+                        job[i].m, job[i].v, a, b, job[i].s);
+        }
+    }
+}
+
 void adamw_update(float *p, float *g, float *m, float *v, size_t n, const adamw_scalars_t *s) {
     ops_bf16_adamw_update(p, NULL, 0, g, m, v, n, s);
 }
@@ -71,28 +97,48 @@ OPS_VARIANTS(void, sumsq_chunks, (double *part, const float *x, size_t n, size_t
     }
 }
 
-double sumsq(const float *x, size_t n) {
-    const size_t nch = (n + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
-    double stack_part[64], *part = nch <= 64 ? stack_part : malloc(sizeof(double) * nch);
+/* The list's chunks in one parallel region (a region per tensor: ~40 joins a step, the small
+ * tensors on one thread), each thread a contiguous share of them; each tensor's chunks are then
+ * added in order into its own sum, and the sums in list order: sumsq's bits, tensor by tensor.
+ * The chunk sums go to the calling thread's scratch (gemm_impl.h), not a malloc per tensor. */
+double sumsq_multi(const float *const *x, const size_t *n, int count) {
+    size_t chunks = 0, total = 0;
+    for (int i = 0; i < count; i++) {
+        chunks += (n[i] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+        total += n[i];
+    }
+    double *part = gemm_tls_buffer(GEMM_TLS_OPS_ROW, sizeof(double) * (chunks ? chunks : 1));
     if (!part) return NAN;
-    if (n < 32768 || omp_in_parallel()) {   /* (no parallel pragma: ops_bf16.c says why) */
-        sumsq_chunks(part, x, n, 0, nch);
+    if (total < 32768 || omp_in_parallel()) {   /* (no parallel pragma: ops_bf16.c says why) */
+        size_t at = 0;
+        for (int i = 0; i < count; i++) {
+            const size_t nch = (n[i] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+            sumsq_chunks(part + at, x[i], n[i], 0, nch);
+            at += nch;
+        }
     } else {
 #pragma omp parallel
         {
-            size_t lo, hi;
-            ops_thread_range(nch, &lo, &hi);
-            sumsq_chunks(part, x, n, lo, hi);
+            size_t lo, hi, at = 0;   /* the thread's chunks; at: tensor i's first */
+            ops_thread_range(chunks, &lo, &hi);
+            for (int i = 0; i < count && at < hi; i++) {
+                const size_t nch = (n[i] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+                const size_t a = lo > at ? lo - at : 0, b = hi - at < nch ? hi - at : nch;
+                if (a < b) sumsq_chunks(part + at, x[i], n[i], a, b);
+                at += nch;
+            }
         }
     }
-    double total = 0.0;
-    for (size_t c = 0; c < nch; c++) total += part[c];
-    if (part != stack_part) free(part);
-    return total;
+    double total_sq = 0.0;
+    size_t c = 0;
+    for (int i = 0; i < count; i++) {
+        const size_t nch = (n[i] + OPS_SUMSQ_CHUNK - 1) / OPS_SUMSQ_CHUNK;
+        double t = 0.0;
+        for (size_t j = 0; j < nch; j++) t += part[c + j];
+        total_sq += t;
+        c += nch;
+    }
+    return total_sq;
 }
 
-double sumsq_multi(const float *const *x, const size_t *n, int count) {
-    double total = 0.0;
-    for (int i = 0; i < count; i++) total += sumsq(x[i], n[i]);
-    return total;
-}
+double sumsq(const float *x, size_t n) { return sumsq_multi(&x, &n, 1); }

@@ -131,6 +131,17 @@ void *ops_bf16_shadow_slice(const float *x, size_t n, int *f32);
  * adamw_update). */
 void ops_bf16_adamw_update(float *p, void *sh, int f32, float *g, float *m, float *v, size_t n,
                            const struct adamw_scalars *s);
+/* A list of such updates in one pass (the optimizer's step, device_cpu.c): one parallel region
+ * for the whole list, each thread a contiguous share of the list's elements (the update is
+ * element by element: the same bits as the calls one by one, in any split). */
+typedef struct ops_adamw_job {
+    float *p, *g, *m, *v;
+    void *sh;   /* p's shadow slice, or NULL */
+    int f32;
+    size_t n;
+    const struct adamw_scalars *s;
+} ops_adamw_job_t;
+void ops_bf16_adamw_update_multi(const ops_adamw_job_t *job, int count);
 /* bytes at p are about to be written: every shadow overlapping them becomes invalid. */
 void ops_bf16_clobber(const void *p, size_t bytes);
 /* The buffer p of `bytes` is freed: the shadows inside it are dropped with their storage. */

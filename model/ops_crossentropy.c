@@ -1,6 +1,7 @@
 /* model/ops_crossentropy.c: softmax cross-entropy over the vocabulary, mean over counted
  * targets, with an optional fused gradient (row math in ops_math.h). */
 #include "model/ops.h"
+#include "model/gemm_impl.h"
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
@@ -81,7 +82,9 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
     const int r32 = dlogits && !d16 && ops_bf16_round_out(dlogits, (size_t)N * V);
 #pragma omp parallel
     {
-        float *e = malloc(sizeof(float) * (V > 0 ? V : 1));
+        /* the thread's scratch row, kept across calls (gemm_impl.h; was a malloc and free per
+         * thread and call) */
+        float *e = gemm_tls_buffer(GEMM_TLS_OPS_ROW, sizeof(float) * (V > 0 ? V : 1));
         if (!e) {
 #pragma omp atomic write
             fail = 1;
@@ -92,7 +95,6 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
                 row_loss[n] = ce_row_forward(dz ? dz + (size_t)n * V : NULL, d16 ? d16 + (size_t)n * V : NULL,
                                              r32, &lse[n], e, logits + (size_t)n * V, targets[n], !mask || mask[n],
                                              V, scale);
-        free(e);
     }
     if (only) ops_bf16_only_done(dlogits, (size_t)N * V);
     if (fail) {
