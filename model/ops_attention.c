@@ -427,7 +427,7 @@ static int att_forward16(float *out, float *lse, const float *q, const float *k,
 /* attention_backward_qkv's join (qkv_join_unrope_group), run by the worker of each (b, kh)
  * after its last block; NULL in the plain backward */
 typedef struct {
-    float *dqkv;
+    float *dqkv;     /* NULL: the shadow alone (qkv_join_unrope_group) */
     uint16_t *d16;   /* dqkv's shadow or NULL */
     int r32;         /* dqkv written rounded in place (ops_bf16_round_out) */
     const float *cos_t, *sin_t;
@@ -698,9 +698,15 @@ void attention_backward_qkv(float *dqkv, float *dq, float *dk, float *dv, const 
      * takes it; at bf16 emulated, dqkv rounded in place where it is read by products only (the
      * fused projection's backward: ops_bf16_round_out), which that product then finds */
     const size_t n = (size_t)B * T * (H + 2 * Hkv) * hd;
-    uint16_t *d16 = ops_bf16_shadows() ? ops_bf16_shadow_take(dqkv, n) : NULL;
-    const att_join_t join = {dqkv, d16, !d16 && ops_bf16_round_out(dqkv, n), cos_t, sin_t, pos0};
+    /* where dqkv is read by products only (native bf16), its shadow alone is written
+     * (ops_bf16_shadow_take_out; the join's dqkv NULL): the fp32 store, 4 of the join's 10
+     * bytes an element, to rows not in cache */
+    int only = 0;
+    uint16_t *d16 = ops_bf16_shadow_take_out(dqkv, n, &only);
+    const att_join_t join = {only ? NULL : dqkv, d16, !d16 && ops_bf16_round_out(dqkv, n), cos_t,
+                             sin_t, pos0};
     att_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, T, H, Hkv, hd, causal, window, 1, &join);
+    if (only) ops_bf16_only_done(dqkv, n);
 }
 
 /* ---- bf16 blocks (ops_bf16.h) ------------------------------------------------------------
