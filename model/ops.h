@@ -157,8 +157,9 @@ void qkv_join_unrope(float *dqkv, const float *dq, const float *dk, const float 
 /* The part of that join which key/value head kh of batch b owns (its query heads' dq, its dk
  * and dv, at the batch's T positions), each element as qkv_join_unrope writes it; d16: dqkv's
  * bf16 shadow or NULL; r32: the elements written rounded to bf16 as fp32 values (bf16 emulated,
- * dqkv read by products only: ops_bf16_round_out). For attention_backward_qkv, on the thread
- * that wrote those rows. */
+ * dqkv read by products only: ops_bf16_round_out); dqkv NULL (d16 not NULL): the shadow alone
+ * (ops_bf16_shadow_take_out's *only). For attention_backward_qkv, on the thread that wrote
+ * those rows. */
 void qkv_join_unrope_group(float *dqkv, uint16_t *d16, int r32, const float *dq, const float *dk,
                            const float *dv, const float *cos_t, const float *sin_t, int b, int kh,
                            int T, int H, int Hkv, int hd, int pos0);

@@ -99,10 +99,11 @@ OPS_VARIANTS(void, join_group, (float *dqkv, uint16_t *d16, int r32, const float
                                 int pos0),
              (dqkv, d16, r32, dq, dk, dv, cos_t, sin_t, b, kh, T, H, Hkv, hd, pos0)) {
     const int Dq = H * hd, Dkv = Hkv * hd, ld = Dq + 2 * Dkv, h2 = hd / 2, group = H / Hkv;
+    float tmp[dqkv ? 1 : ld];   /* dqkv NULL: each row's fp32 values here, only packed */
     for (int n = b * T; n < (b + 1) * T; n++) {
         const size_t t = (size_t)(pos0 + n % T);
         /* join_rows' work on the heads of this group: the same calls on the same elements */
-        float *row = dqkv + (size_t)n * ld;
+        float *row = dqkv ? dqkv + (size_t)n * ld : tmp;
         uint16_t *r16 = d16 ? d16 + (size_t)n * ld : NULL;
         const float *cs = cos_t + t * h2, *sn = sin_t + t * h2;
         for (int h = kh * group; h < (kh + 1) * group; h++)
