@@ -618,10 +618,73 @@ int ckpt_save(const char *run_dir, int64_t step, const model_config_t *cfg,
 
 /* ---------------------------------------------------------------- loading */
 
+/* The sizes config.json gives that block 0's tensors reveal (docs/FORMATS.md §3, §4, §4b, §6),
+ * each checked only where the tensor is present (the kinds differ; a missing tensor is left to
+ * the loader's own message): intermediate_size (the SwiGLU's F), the attention's widths (heads *
+ * hd and kv_heads * hd, hd = hidden_size / num_attention_heads), the masked mixers' mixing weight
+ * (ft_mixer_heads, ft_mixer_kernel, max_position_embeddings as its side). The first mismatch is
+ * one line naming the config field(s), the tensor and its shape. */
+static int ck_check_sizes(json_t *h, const char *dir, const model_config_t *cfg, char *err, size_t errlen) {
+    static const char *const blk[] = {"model.layers.0.", "decoder.layers.0.", "encoder.layers.0.", "free.encoder."};
+    static const char *const att[] = {"self_attn.", "cross_attn."};
+    const long long D = cfg->d_model, F = cfg->d_ff, T = cfg->max_seq, hd = cfg->n_heads ? D / cfg->n_heads : 0;
+    const long long Q = cfg->n_heads * hd, KV = cfg->n_kv_heads * hd;
+    char field[160], heads[160];
+    snprintf(field, sizeof field, "intermediate_size %d, hidden_size %d", cfg->d_ff, cfg->d_model);
+    snprintf(heads, sizeof heads, "num_attention_heads %d, num_key_value_heads %d, hidden_size %d (head dim %lld)",
+             cfg->n_heads, cfg->n_kv_heads, cfg->d_model, hd);
+    struct { char name[96]; int nd; long long want[4]; const char *field; } t[4 * (3 + 2 * 4) + 2];
+    int n = 0;
+    for (int b = 0; b < 4; b++) {
+        snprintf(t[n].name, sizeof t[n].name, "%smlp.gate_proj.weight", blk[b]);
+        t[n].nd = 2, t[n].want[0] = F, t[n].want[1] = D, t[n++].field = field;
+        snprintf(t[n].name, sizeof t[n].name, "%smlp.up_proj.weight", blk[b]);
+        t[n].nd = 2, t[n].want[0] = F, t[n].want[1] = D, t[n++].field = field;
+        snprintf(t[n].name, sizeof t[n].name, "%smlp.down_proj.weight", blk[b]);
+        t[n].nd = 2, t[n].want[0] = D, t[n].want[1] = F, t[n++].field = field;
+        for (int a = 0; a < 2; a++) {
+            static const char *const pr[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+            for (int j = 0; j < 4; j++) {
+                snprintf(t[n].name, sizeof t[n].name, "%s%s%s.weight", blk[b], att[a], pr[j]);
+                t[n].nd = 2, t[n].want[0] = j == 0 ? Q : j < 3 ? KV : D, t[n].want[1] = j == 3 ? Q : D;
+                t[n++].field = heads;
+            }
+        }
+    }
+    char mix[200];
+    snprintf(mix, sizeof mix, "ft_mixer_heads %d, ft_mixer_kernel %d, max_position_embeddings %d", cfg->mixer_heads,
+             cfg->mixer_kernel, cfg->max_seq);
+    for (int b = 0; b < 2; b++) { /* the mixers' decoder (or causal stack) */
+        snprintf(t[n].name, sizeof t[n].name, "%smixer.weight", blk[b]);
+        t[n].nd = 4, t[n].want[0] = cfg->mixer_heads, t[n].want[1] = cfg->mixer_kernel, t[n].want[2] = T,
+        t[n].want[3] = T, t[n++].field = mix;
+    }
+    for (int i = 0; i < n; i++) {
+        json_t *sh = json_object_get(json_object_get(h, t[i].name), "shape");
+        if (!json_is_array(sh)) continue;
+        int bad = (int)json_array_size(sh) != t[i].nd;
+        long long got[4] = {0};
+        for (int d = 0; d < t[i].nd && !bad; d++) {
+            got[d] = json_integer_value(json_array_get(sh, (size_t)d));
+            bad = got[d] != t[i].want[d];
+        }
+        if (!bad) continue;
+        char gs[128] = "[", ws[128] = "[";
+        for (size_t d = 0; d < json_array_size(sh) && d < 4; d++)
+            snprintf(gs + strlen(gs), sizeof gs - strlen(gs), "%s%lld", d ? "," : "", json_integer_value(json_array_get(sh, d)));
+        for (int d = 0; d < t[i].nd; d++)
+            snprintf(ws + strlen(ws), sizeof ws - strlen(ws), "%s%lld", d ? "," : "", t[i].want[d]);
+        return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: %s but model.safetensors' %s is %s], not %s]", dir,
+                        t[i].field, t[i].name, gs, ws);
+    }
+    return 0;
+}
+
 /* The decoder's blocks are "model.layers.<l>." (or "decoder.layers.<l>." in an autoencoder) for
  * l < num_hidden_layers in every model kind, and the token embedding is (vocab_size, hidden_size)
  * (docs/FORMATS.md §3). Both checked from the safetensors
- * header alone, before any program allocates the model: a config.json whose layer count the
+ * header alone, before any program allocates the model, and then the sizes block 0's tensors
+ * show (ck_check_sizes): a config.json whose layer count the
  * tensors do not have (edited under a recomputed MANIFEST) is then refused as damage in
  * microseconds, instead of after allocating num_hidden_layers blocks (gigabytes, or out of
  * memory) only to find the tensors missing. A header that cannot be read is left to
@@ -662,14 +725,17 @@ static int ck_check_layers(const char *dir, const model_config_t *cfg, char *err
     json_t *sh = json_object_get(e, "shape");
     long long ev = json_integer_value(json_array_get(sh, 0)), ed = json_integer_value(json_array_get(sh, 1));
     int bad_emb = json_array_size(sh) == 2 && (ev != cfg->vocab_size || ed != cfg->d_model);
-    json_decref(h);
+    int rc = 0;
     if (top + 1 != cfg->n_layers)
-        return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: num_hidden_layers is %d but model.safetensors holds "
-                        "%lld decoder block(s)", dir, cfg->n_layers, top + 1);
-    if (bad_emb)
-        return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: vocab_size %d, hidden_size %d but model.safetensors' "
-                        "token embedding is [%lld,%lld]", dir, cfg->vocab_size, cfg->d_model, ev, ed);
-    return 0;
+        rc = err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: num_hidden_layers is %d but model.safetensors holds "
+                      "%lld decoder block(s)", dir, cfg->n_layers, top + 1);
+    else if (bad_emb)
+        rc = err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: vocab_size %d, hidden_size %d but model.safetensors' "
+                      "token embedding is [%lld,%lld]", dir, cfg->vocab_size, cfg->d_model, ev, ed);
+    else
+        rc = ck_check_sizes(h, dir, cfg, err, errlen);
+    json_decref(h);
+    return rc;
 }
 
 int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t errlen) {

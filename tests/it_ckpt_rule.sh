@@ -90,6 +90,20 @@ train --run-dir "$W/ht" --resume 2>"$W/h5.log"; rc=$?
 ok "trainer --resume: the same, from ckpt-20, ends bit-identical (rc $rc)" \
    "[ $rc = 0 ] && grep -q 'resumed from $W/ht/ckpt-00000020' $W/h5.log && [ \$(grep -c '^trainer: skipping .*num_hidden_layers is' $W/h5.log) = 2 ] && cmp -s $W/a/ckpt-00000040/model.safetensors $W/ht/ckpt-00000040/model.safetensors"
 
+# the other sizes block 0's tensors reveal, the same way: intermediate_size 2^24 (gigabytes for
+# the MLPs before the loader's shape check refused it) and a kv-head count the k_proj lacks
+cp -r "$W/a" "$W/f"
+sed -i 's/"intermediate_size": 64/"intermediate_size": 16777216/' "$W/f/ckpt-00000040/config.json"
+sed -i 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$W/f/ckpt-00000030/config.json"
+"$W/remanifest" "$W/f/ckpt-00000040"; "$W/remanifest" "$W/f/ckpt-00000030"
+t0=$(date +%s)
+timeout 30 bin/sampler --prompt 'K>' --n 1 --max-new 4 --ckpt "$W/f/ckpt-00000040" >/dev/null 2>"$W/f1.log"; rc=$?
+ok "sampler --ckpt: intermediate_size 16777216 refused before allocating, in one line (rc $rc)" \
+   "[ $rc = 1 ] && [ \$((\$(date +%s) - t0)) -lt 10 ] && [ \$(wc -l < $W/f1.log) = 1 ] && grep -qx \"sampler: $W/f/ckpt-00000040/config.json: intermediate_size 16777216, hidden_size 32 but model.safetensors' model.layers.0.mlp.gate_proj.weight is \\[64,32\\], not \\[16777216,32\\]\" $W/f1.log"
+sample --run-dir "$W/f" >/dev/null 2>"$W/f2.log"; rc=$?
+ok "sampler --run-dir skips both (intermediate_size, num_key_value_heads), uses ckpt-20 (rc $rc)" \
+   "[ $rc = 0 ] && grep -q '^sampler: skipping .*intermediate_size 16777216' $W/f2.log && grep -q '^sampler: skipping .*num_key_value_heads 4.*k_proj.weight is \\[16,32\\], not \\[32,32\\]' $W/f2.log && grep -q '^sampler: $W/f/ckpt-00000020: 1 samples' $W/f2.log"
+
 # 5. state.json as the trainer wrote it: step = the directory's, >= 0; the data cursor inside the
 # dataset's epoch (checked once a loader has said how long it is). Otherwise the checkpoint is
 # damaged and skipped (a step of 100 in ckpt-40 ended the run at "step 100" with nothing

@@ -535,6 +535,63 @@ static void test_open_rule(void) {
     CHECK(!strcmp(out, "prog: skipping a\nprog: skipping b\nprog: skipping c\n"), "%s", out);
 }
 
+/* config.json's sizes that block 0's tensors reveal, checked from the header before any
+ * allocation: intermediate_size (the MLP's), the attention's widths (heads and kv heads), in the
+ * decoder and in the Free Transformer's encoder; each mismatch one line, as damage. */
+static void test_sizes_check(void) {
+    static float z[16 * 12];
+    tensor_view_t v[] = {
+        mkview("model.embed_tokens.weight", z, 16, 8),
+        mkview("model.layers.0.self_attn.q_proj.weight", z, 8, 8),
+        mkview("model.layers.0.self_attn.k_proj.weight", z, 4, 8),
+        mkview("model.layers.0.self_attn.v_proj.weight", z, 4, 8),
+        mkview("model.layers.0.self_attn.o_proj.weight", z, 8, 8),
+        mkview("model.layers.0.mlp.gate_proj.weight", z, 12, 8),
+        mkview("model.layers.0.mlp.up_proj.weight", z, 12, 8),
+        mkview("model.layers.0.mlp.down_proj.weight", z, 8, 12),
+        mkview("free.encoder.self_attn.k_proj.weight", z, 4, 8),
+        mkview("free.encoder.mlp.down_proj.weight", z, 8, 12),
+        mkview("model.norm.weight", z, 8, 0),
+    };
+    model_config_t c = small_config(), lc;
+    c.n_kv_heads = 1; /* hd = 8 / 2 = 4: k_proj, v_proj (1*4, 8) */
+    char run[1300], p[1400], cj[1500], err[1024] = "";
+    run_path(run, sizeof run, "sizes");
+    CHECK(ckpt_save(run, 1, &c, v, (int)(sizeof v / sizeof v[0]), NULL, NULL, 0, NULL, 0, p, sizeof p, err, sizeof err) == 0, "%s", err);
+    CHECK(ckpt_load_config(p, &lc, err, sizeof err) == 0 && lc.d_ff == 12 && lc.n_kv_heads == 1, "a sound one loads: %s", err);
+    snprintf(cj, sizeof cj, "%s/config.json", p);
+    json_t *cfgj = json_load_file(cj, 0, NULL);
+    CHECK(cfgj, "%s: cannot read", cj);
+    const struct { const char *key; long long v; const char *why; } bad[] = {
+        {"intermediate_size", 16777216, "config.json: intermediate_size 16777216, hidden_size 8 but model.safetensors' "
+                                         "model.layers.0.mlp.gate_proj.weight is [12,8], not [16777216,8]"},
+        {"intermediate_size", 13, "intermediate_size 13, hidden_size 8 but model.safetensors' model.layers.0.mlp.gate_proj.weight"},
+        {"num_key_value_heads", 2, "config.json: num_attention_heads 2, num_key_value_heads 2, hidden_size 8 (head dim 4) but "
+                                   "model.safetensors' model.layers.0.self_attn.k_proj.weight is [4,8], not [8,8]"},
+        {"num_attention_heads", 4, "num_attention_heads 4, num_key_value_heads 1, hidden_size 8 (head dim 2) but "
+                                   "model.safetensors' model.layers.0.self_attn.k_proj.weight is [4,8], not [2,8]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] && cfgj; i++) {
+        json_t *e = json_deep_copy(cfgj);
+        json_object_set_new(e, bad[i].key, json_integer(bad[i].v));
+        if (!strcmp(bad[i].key, "num_attention_heads")) json_object_del(e, "head_dim");
+        json_dump_file(e, cj, 0);
+        json_decref(e);
+        int rc = ckpt_load_config(p, &lc, err, sizeof err);
+        CHECK(rc == CKPT_EMISMATCH && strstr(err, bad[i].why) && !strchr(err, '\n'), "%s: rc %d: %s", bad[i].key, rc, err);
+    }
+    if (cfgj) json_dump_file(cfgj, cj, 0);
+    CHECK(ckpt_load_config(p, &lc, err, sizeof err) == 0, "restored: %s", err);
+    /* the Free Transformer's encoder block is checked too: its F here not the config's */
+    v[9] = mkview("free.encoder.mlp.down_proj.weight", z, 8, 13);
+    run_path(run, sizeof run, "sizes-enc");
+    CHECK(ckpt_save(run, 1, &c, v, (int)(sizeof v / sizeof v[0]), NULL, NULL, 0, NULL, 0, p, sizeof p, err, sizeof err) == 0, "%s", err);
+    int rc = ckpt_load_config(p, &lc, err, sizeof err);
+    CHECK(rc == CKPT_EMISMATCH && strstr(err, "intermediate_size 12, hidden_size 8 but model.safetensors' "
+                                              "free.encoder.mlp.down_proj.weight is [8,13], not [8,12]"), "rc %d: %s", rc, err);
+    json_decref(cfgj);
+}
+
 /* The run directory: made with its parents before any work, refused in one line if unusable. */
 static void test_run_dir(void) {
     char run[1300], err[1024] = "", p[1200];
@@ -702,6 +759,7 @@ int main(void) {
     RUN(test_keep_last);
     RUN(test_save_errors);
     RUN(test_open_rule);
+    RUN(test_sizes_check);
     RUN(test_run_dir);
     RUN(test_run_dir_lock);
     RUN(test_llama_checkpoint);
