@@ -20,6 +20,7 @@
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
+#include "model/ops_pack16.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -507,8 +508,8 @@ void attention_window_forward(float *out, float *lse, const float *q, const floa
     } while (0)
 /* Probabilities and score gradients of one head's np rows: P <- exp(S - lse) (0 where
  * masked), dP <- P * (dP - D_i) * scale with D_i = dout_i . out_i (Dr: one per row), in place;
- * or, with P16 and dS16 (bf16 patterns, rows Tk apart), rounded into those instead (P and dP
- * left as they are): the bf16 blocks' fused rounding; or, with Pc and dSc (rows nk apart),
+ * or, with P16 and dS16 (bf16 patterns, rows Tk apart), rounded into those instead (P and dP,
+ * the block's scratch, get the fp32 values): the bf16 blocks' fused rounding; or, with Pc and dSc (rows nk apart),
  * rounded into those as fp32 values: the emulated bf16 operands, compact; Pc and dSc may be P
  * and dP themselves (compacted in place, safe as in att_block_softmax). */
 OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t *dS16, float *Pc,
@@ -524,7 +525,23 @@ OPS_VARIANTS(void, att_block_grad, (float *P, float *dP, uint16_t *P16, uint16_t
         const int hx = att_row_end(lo, hi, nk);
         const float L = lrow[r], Di = Dr[r];
         if (Pc) ATT_GRAD_ROW(Pc + (size_t)r * nk, dSc + (size_t)r * nk, ops_bf16_round, 0.0f);
-        else if (P16) ATT_GRAD_ROW(P16 + (size_t)r * Tk, dS16 + (size_t)r * Tk, ops_bf16_from_float, 0);
+        else if (P16) {
+            /* P and dP are the block's scratch here (att_group_backward16 recomputes them per
+             * block): the row's values in fp32 in place, then packed (ops_pack16.h) */
+            uint16_t *restrict pd = P16 + (size_t)r * Tk, *restrict dd = dS16 + (size_t)r * Tk;
+#pragma omp simd
+            for (int j = lo; j < hx; j++) {
+                const float pj = ops_expf(p[j] - L);
+                p[j] = pj;
+                ds[j] = pj * (ds[j] - Di) * scale;
+            }
+            if (hx > lo) {
+                ops_pack16_row(pd + lo, p + lo, (size_t)(hx - lo));
+                ops_pack16_row(dd + lo, ds + lo, (size_t)(hx - lo));
+            }
+            for (int j = 0; j < lo; j++) pd[j] = dd[j] = 0;
+            for (int j = hi; j < nk; j++) pd[j] = dd[j] = 0;
+        }
         else ATT_GRAD_ROW(p, ds, ATT_AS_IS, 0.0f);
     }
 }
