@@ -58,6 +58,8 @@ if [ -n "$IN_GIVEN" ] && { [ -z "${IN[train]:-}" ] || [ -z "${IN[generate]:-}" ]
 fi
 for f in train generate eval; do
     file=${IN[$f]:-$DIR/$f.json}
+    # single files name one run: no eval.json from DIR beside another run's train and generate
+    [ -n "$IN_GIVEN" ] && [ -z "${IN[$f]:-}" ] && file=
     if [ ! -s "$file" ]; then
         # the evaluator's rows are the "the same for the evaluator", no target of their own:
         # an older run without bench_eval.sh is read without them

@@ -60,6 +60,12 @@ ok "AMX (bench/h100): 2 targets not met, exit 1 (rc $rc)" "[ $rc = 1 ] && jq -e 
 ok "AMX: M bf16/fp32 2.207 against 2.5, bf16 over PyTorch 1.649 against 2, 0.53 of the limit" \
    "jq -e '[.bf16_targets.rows[] | select(.needs == \"AMX\") | [.value, .status]] == [[2.207, \"not met\"], [1.649, \"not met\"], [0.53, \"met\"]]' $W/amx.json >/dev/null"
 ok "AMX: no evaluator run in those files, none listed" "grep -q 'no evaluator run' $W/amx.out && ! grep -q '^evaluator' $W/amx.out"
+# single files are one run: an eval.json in the default DIR (BENCH_OUT, a `make bench` left there)
+# is another run's, not read beside them (it was: this check failed wherever build/bench-out held one)
+BENCH_OUT="$W/zen3" bash $S --train bench/h100/amx_train.json --generate bench/h100/amx_generate.json \
+     --out "$W/amx3.json" --flags "avx512_bf16 amx_bf16 amx_tile" > "$W/amx3.out" 2>&1
+ok "--train/--generate with an eval.json in BENCH_OUT: that file not read" \
+   "grep -q 'no evaluator run' $W/amx3.out && ! grep -q '^evaluator' $W/amx3.out"
 bash $S --train bench/h100/amx_train.json --generate bench/h100/amx_generate.json --out "$W/amx2.json" \
      --flags "avx2 avx512_bf16" > /dev/null 2>&1
 ok "the same run judged by a CPU without AMX: AMX targets not measurable there" \
