@@ -407,7 +407,7 @@ static int run_pair(const model_family_t *fam, const model_config_t *c, char nam
             snprintf(outcome, sizeof outcome, json ? "\"mode\":\"eval\",\"a_logits_digest\":\"%016llx\","
                                                      "\"b_logits_digest\":\"%016llx\"" : "logits %016llx / %016llx", da, db);
         } else
-            snprintf(outcome, sizeof outcome, json ? "\"a_loss\":%.4f,\"b_loss\":%.4f" : "loss %.3f / %.3f", la, lb);
+            snprintf(outcome, sizeof outcome, json ? "\"a_loss\":%.9g,\"b_loss\":%.9g" : "loss %.3f / %.3f", la, lb);
         if (json)
             printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"B\":%d,\"T\":%d,\"steps\":%d,\"threads\":%d,"
                    "\"isa\":\"%s\",\"a\":\"%s\",\"b\":\"%s\",\"a_step_median_s\":%.5f,\"b_step_median_s\":%.5f,"
@@ -617,7 +617,7 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
         printf("{\"impl\":\"c\",\"config\":\"%c\",\"model\":\"%s\",\"params\":%lld,\"B\":%d,\"T\":%d,\"steps\":%d,"
                "\"threads\":%d,\"step_s\":%.4f,\"fwd_s\":%.4f,\"bwd_s\":%.4f,\"opt_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"flops_per_token\":%.0f,\"tr_flops_per_token\":%.0f,"
-               "\"exec_flops_per_token\":%.0f,\"loss\":%.4f,\"device\":\"%s\",\"precision\":\"%s\","
+               "\"exec_flops_per_token\":%.0f,\"loss\":%.9g,\"device\":\"%s\",\"precision\":\"%s\","
                "\"gemm_share\":%.4f,\"isa\":\"%s\",\"gemm_engine\":\"%s\",\"limit_precision\":\"%s\",\"limit_products_s\":%.5f,"
                "\"limit_gflops\":%.2f,\"gflops\":%.2f,\"clock_step_s\":%.5f,\"clock\":\"%s\","
                "\"limit_passes\":%d,\"step_best_s\":%.5f,\"step_median_s\":%.5f,\"limit_median_s\":%.5f,"
