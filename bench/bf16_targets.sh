@@ -9,9 +9,10 @@
 # as bench/bench_train.sh, bench/bench_generate.sh and bench/bench_eval.sh write them (`make
 # bench` leaves them there); the table goes to DIR/bf16_targets.json too. --run runs those three
 # first, into DIR (about 30 minutes on 2 cores with their default repeats; their environment
-# variables still apply). --train/--generate/--eval read single files instead (eval.json is
-# optional: runs older than bench_eval.sh have none), and --flags judges them by another
-# machine's CPU flags (its /proc/cpuinfo "flags" line) instead of this one's: bench/h100/ and
+# variables still apply). --train/--generate/--eval read single files instead, one run's, and
+# then nothing from DIR (--eval is optional: runs older than bench_eval.sh have none), and
+# --flags judges them by another machine's CPU flags (its /proc/cpuinfo "flags" line) instead
+# of this one's: bench/h100/ and
 # bench/h200/ hold two AMX hosts' runs. --out F writes the JSON there. Exits 0 when every target
 # measured by the run is met, 1 when one is not, 2 when an input is missing or malformed.
 #
