@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "model/mixer_config.h"
 #include "model/safetensors.h"
 
 #define CKPT_PATH_MAX 4096
@@ -618,64 +619,197 @@ int ckpt_save(const char *run_dir, int64_t step, const model_config_t *cfg,
 
 /* ---------------------------------------------------------------- loading */
 
-/* The sizes config.json gives that block 0's tensors reveal (docs/FORMATS.md §3, §4, §4b, §6),
- * each checked only where the tensor is present (the kinds differ; a missing tensor is left to
- * the loader's own message): intermediate_size (the SwiGLU's F), the attention's widths (heads *
- * hd and kv_heads * hd, hd = hidden_size / num_attention_heads), the masked mixers' mixing weight
- * (ft_mixer_heads, ft_mixer_kernel, max_position_embeddings as its side). The first mismatch is
- * one line naming the config field(s), the tensor and its shape. */
+/* The blocks of a family's encoder side (docs/FORMATS.md §4, §4b, §6), counted from the tensor
+ * names: the masked mixers' autoencoders and memory models hold exactly ft_encoder_layers blocks
+ * "encoder.layers.<l>.", l = 0..n-1; a Free Transformer holds its one encoder block
+ * "free.encoder."; a Latent-thought LM has a cross-attention (names "model.layers.<l>.cross_attn*")
+ * in every one of its num_hidden_layers blocks. Counted over the header's names (distinct indices),
+ * so a huge count in config.json makes nothing big; the first mismatch is one line. */
+static int ck_cmp_ll(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* How many distinct l some name "<pre><l>.<sub>..." has (sub "": any name under the block), and
+ * the first l >= 0 that none has (the count when they are 0..count-1); -1 when out of memory. */
+static long long ck_count_blocks(json_t *h, const char *pre, const char *sub, long long *missing) {
+    long long *idx = malloc(sizeof *idx * (json_object_size(h) + 1)), n = 0, distinct = 0;
+    if (!idx) return -1;
+    const size_t np = strlen(pre), ns = strlen(sub);
+    const char *k;
+    json_t *v;
+    json_object_foreach(h, k, v) {
+        if (strncmp(k, pre, np) || k[np] < '0' || k[np] > '9') continue;
+        char *end;
+        long long l = strtoll(k + np, &end, 10);
+        if (*end == '.' && !strncmp(end + 1, sub, ns)) idx[n++] = l;
+    }
+    qsort(idx, (size_t)n, sizeof *idx, ck_cmp_ll);
+    *missing = -1;
+    for (long long i = 0; i < n; i++) {
+        if (i && idx[i] == idx[i - 1]) continue;
+        if (idx[i] != distinct && *missing < 0) *missing = distinct;
+        distinct++;
+    }
+    if (*missing < 0) *missing = distinct;
+    free(idx);
+    return distinct;
+}
+
+static int ck_check_blocks(json_t *h, const char *dir, const model_config_t *cfg, char *err, size_t errlen) {
+    long long miss = 0, n = 0;
+    if (mixer_kind_has_encoder(cfg->kind)) {
+        if ((n = ck_count_blocks(h, "encoder.layers.", "", &miss)) < 0)
+            return err_fail(err, errlen, CKPT_ENOMEM, "%s/model.safetensors: out of memory", dir);
+        if (n != cfg->encoder_layers || miss != n) {
+            char gap[80] = "";
+            if (miss != n) snprintf(gap, sizeof gap, " (encoder.layers.%lld. missing)", miss);
+            return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: ft_encoder_layers is %d but model.safetensors holds "
+                            "%lld encoder block(s)%s", dir, cfg->encoder_layers, n, gap);
+        }
+    }
+    if (cfg->kind == MODEL_FREE) {
+        int has = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach(h, k, v) has |= !strncmp(k, "free.encoder.", 13);
+        if (!has)
+            return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: ft_model_kind free (one encoder block) but "
+                            "model.safetensors holds 0 encoder blocks (no free.encoder.* tensor)", dir);
+    }
+    if (cfg->kind == MODEL_LTM) { /* the decoder's count is checked: every index is below num_hidden_layers */
+        if ((n = ck_count_blocks(h, "model.layers.", "cross_attn", &miss)) < 0)
+            return err_fail(err, errlen, CKPT_ENOMEM, "%s/model.safetensors: out of memory", dir);
+        if (n != cfg->n_layers)
+            return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: ft_model_kind ltm, num_hidden_layers %d but "
+                            "model.safetensors holds a cross-attention in %lld of them (none in model.layers.%lld.)",
+                            dir, cfg->n_layers, n, miss);
+    }
+    return 0;
+}
+
+/* One tensor that config.json implies: its shape, and whether it may be absent (CK_MAY: checked
+ * where present, the kinds differ), must be present (CK_NEED) or must be absent (CK_NONE: a
+ * tensor the config says this model does not have, which the loader would silently ignore). */
+enum { CK_MAY, CK_NEED, CK_NONE };
+typedef struct {
+    char name[TENSOR_NAME_LEN];
+    int nd, rule;
+    long long want[4];
+    const char *field; /* the config.json field(s) the shape or the presence comes from, as printed */
+    const char *none;  /* CK_NONE: which config has it */
+} ck_want_t;
+typedef struct { ck_want_t t[96]; int n; } ck_wants_t;
+
+static void ck_want(ck_wants_t *w, int rule, const char *pre, const char *suf, const char *field, const char *none,
+                    int nd, long long a, long long b, long long c, long long d) {
+    if (w->n >= (int)(sizeof w->t / sizeof w->t[0])) return; /* sized for every kind below */
+    ck_want_t *t = &w->t[w->n++];
+    snprintf(t->name, sizeof t->name, "%s%s", pre, suf);
+    t->nd = nd, t->rule = rule, t->field = field, t->none = none;
+    t->want[0] = a, t->want[1] = b, t->want[2] = c, t->want[3] = d;
+}
+
+static void ck_shape_str(char *s, size_t cap, json_t *sh, const long long *want, int nd) {
+    snprintf(s, cap, "[");
+    size_t n = sh ? json_array_size(sh) : (size_t)nd;
+    for (size_t d = 0; d < n && d < 4; d++)
+        snprintf(s + strlen(s), cap - strlen(s), "%s%lld", d ? "," : "", sh ? json_integer_value(json_array_get(sh, d)) : want[d]);
+    snprintf(s + strlen(s), cap - strlen(s), "]");
+}
+
+/* The sizes config.json gives that model.safetensors' header shows (docs/FORMATS.md §3, §4, §4b,
+ * §6). In block 0 of every stack (model.layers.0., decoder.layers.0., encoder.layers.0., the Free
+ * Transformer's free.encoder.), where present: intermediate_size (the SwiGLU's F), the
+ * attention's widths (heads * hd and kv_heads * hd, hd = hidden_size / num_attention_heads), the
+ * masked mixers' mixing weight (ft_mixer_heads, ft_mixer_kernel, max_position_embeddings as its
+ * side) and bias. Then what each family adds, present exactly when its config says: the mixers'
+ * input/output projections (D, D) when ft_mixer_heads > 1; the Free Transformer's read-out
+ * (H, D) and post-sampler (D, 2^H), H = ft_latent_bits; the autoencoders' and memory models'
+ * down/up projections (d_e, D) / (D, d_e) when ft_embed_dim d_e < hidden_size, the memory
+ * projection (D, d_e), the unroll (D, D/2) when ft_unroll, memory.start (D) when
+ * ft_memory_start. The first mismatch is one line naming the config field(s), the tensor, its
+ * shape and the expected one. */
 static int ck_check_sizes(json_t *h, const char *dir, const model_config_t *cfg, char *err, size_t errlen) {
     static const char *const blk[] = {"model.layers.0.", "decoder.layers.0.", "encoder.layers.0.", "free.encoder."};
     static const char *const att[] = {"self_attn.", "cross_attn."};
     const long long D = cfg->d_model, F = cfg->d_ff, T = cfg->max_seq, hd = cfg->n_heads ? D / cfg->n_heads : 0;
-    const long long Q = cfg->n_heads * hd, KV = cfg->n_kv_heads * hd;
-    char field[160], heads[160];
+    const long long Q = cfg->n_heads * hd, KV = cfg->n_kv_heads * hd, hm = cfg->mixer_heads;
+    char field[160], heads[160], mix[200], proj[80], bits[120], emb[120], unroll[80], start[80];
     snprintf(field, sizeof field, "intermediate_size %d, hidden_size %d", cfg->d_ff, cfg->d_model);
     snprintf(heads, sizeof heads, "num_attention_heads %d, num_key_value_heads %d, hidden_size %d (head dim %lld)",
              cfg->n_heads, cfg->n_kv_heads, cfg->d_model, hd);
-    struct { char name[96]; int nd; long long want[4]; const char *field; } t[4 * (3 + 2 * 4) + 2];
-    int n = 0;
-    for (int b = 0; b < 4; b++) {
-        snprintf(t[n].name, sizeof t[n].name, "%smlp.gate_proj.weight", blk[b]);
-        t[n].nd = 2, t[n].want[0] = F, t[n].want[1] = D, t[n++].field = field;
-        snprintf(t[n].name, sizeof t[n].name, "%smlp.up_proj.weight", blk[b]);
-        t[n].nd = 2, t[n].want[0] = F, t[n].want[1] = D, t[n++].field = field;
-        snprintf(t[n].name, sizeof t[n].name, "%smlp.down_proj.weight", blk[b]);
-        t[n].nd = 2, t[n].want[0] = D, t[n].want[1] = F, t[n++].field = field;
-        for (int a = 0; a < 2; a++) {
-            static const char *const pr[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
-            for (int j = 0; j < 4; j++) {
-                snprintf(t[n].name, sizeof t[n].name, "%s%s%s.weight", blk[b], att[a], pr[j]);
-                t[n].nd = 2, t[n].want[0] = j == 0 ? Q : j < 3 ? KV : D, t[n].want[1] = j == 3 ? Q : D;
-                t[n++].field = heads;
-            }
-        }
-    }
-    char mix[200];
     snprintf(mix, sizeof mix, "ft_mixer_heads %d, ft_mixer_kernel %d, max_position_embeddings %d", cfg->mixer_heads,
              cfg->mixer_kernel, cfg->max_seq);
-    for (int b = 0; b < 2; b++) { /* the mixers' decoder (or causal stack) */
-        snprintf(t[n].name, sizeof t[n].name, "%smixer.weight", blk[b]);
-        t[n].nd = 4, t[n].want[0] = cfg->mixer_heads, t[n].want[1] = cfg->mixer_kernel, t[n].want[2] = T,
-        t[n].want[3] = T, t[n++].field = mix;
-    }
-    for (int i = 0; i < n; i++) {
-        json_t *sh = json_object_get(json_object_get(h, t[i].name), "shape");
-        if (!json_is_array(sh)) continue;
-        int bad = (int)json_array_size(sh) != t[i].nd;
-        long long got[4] = {0};
-        for (int d = 0; d < t[i].nd && !bad; d++) {
-            got[d] = json_integer_value(json_array_get(sh, (size_t)d));
-            bad = got[d] != t[i].want[d];
+    ck_wants_t w = {.n = 0};
+    for (int b = 0; b < 4; b++) {
+        ck_want(&w, CK_MAY, blk[b], "mlp.gate_proj.weight", field, NULL, 2, F, D, 0, 0);
+        ck_want(&w, CK_MAY, blk[b], "mlp.up_proj.weight", field, NULL, 2, F, D, 0, 0);
+        ck_want(&w, CK_MAY, blk[b], "mlp.down_proj.weight", field, NULL, 2, D, F, 0, 0);
+        for (int a = 0; a < 2; a++) {
+            static const char *const pr[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"};
+            char pre[64];
+            snprintf(pre, sizeof pre, "%s%s", blk[b], att[a]);
+            for (int j = 0; j < 4; j++)
+                ck_want(&w, CK_MAY, pre, pr[j], heads, NULL, 2, j == 0 ? Q : j < 3 ? KV : D, j == 3 ? Q : D, 0, 0);
         }
-        if (!bad) continue;
-        char gs[128] = "[", ws[128] = "[";
-        for (size_t d = 0; d < json_array_size(sh) && d < 4; d++)
-            snprintf(gs + strlen(gs), sizeof gs - strlen(gs), "%s%lld", d ? "," : "", json_integer_value(json_array_get(sh, d)));
-        for (int d = 0; d < t[i].nd; d++)
-            snprintf(ws + strlen(ws), sizeof ws - strlen(ws), "%s%lld", d ? "," : "", t[i].want[d]);
-        return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: %s but model.safetensors' %s is %s], not %s]", dir,
-                        t[i].field, t[i].name, gs, ws);
+    }
+    for (int b = 0; b < 3; b++) { /* the mixers' stacks */
+        ck_want(&w, CK_MAY, blk[b], "mixer.weight", mix, NULL, 4, hm, cfg->mixer_kernel, T, T);
+        ck_want(&w, CK_MAY, blk[b], "mixer.bias", mix, NULL, 1, hm * T, 0, 0, 0);
+    }
+    if (mixer_kind_uses_mixer(cfg->kind)) { /* block 0 of the decoder (and encoder) is a mixer block */
+        snprintf(proj, sizeof proj, "ft_mixer_heads %d, hidden_size %d", cfg->mixer_heads, cfg->d_model);
+        const char *dec = mixer_kind_is_autoencoder(cfg->kind) ? blk[1] : blk[0];
+        for (int e = 0; e < 1 + mixer_kind_has_encoder(cfg->kind); e++) {
+            ck_want(&w, hm > 1 ? CK_NEED : CK_NONE, e ? blk[2] : dec, "mixer.in_proj.weight", proj,
+                    "only ft_mixer_heads > 1 has", 2, D, D, 0, 0);
+            ck_want(&w, hm > 1 ? CK_NEED : CK_NONE, e ? blk[2] : dec, "mixer.out_proj.weight", proj,
+                    "only ft_mixer_heads > 1 has", 2, D, D, 0, 0);
+        }
+    }
+    if (cfg->kind == MODEL_FREE) {
+        const long long H = cfg->latent_bits;
+        snprintf(bits, sizeof bits, "ft_latent_bits %d, hidden_size %d", cfg->latent_bits, cfg->d_model);
+        ck_want(&w, CK_NEED, "free.", "readout.weight", bits, NULL, 2, H, D, 0, 0);
+        ck_want(&w, CK_NEED, "free.", "post_sampler.weight", bits, NULL, 2, D, 1LL << H, 0, 0);
+    }
+    if (mixer_kind_has_encoder(cfg->kind)) {
+        const long long de = mixer_embed_dim(cfg);
+        const int ae = mixer_kind_is_autoencoder(cfg->kind), less = de < D;
+        snprintf(emb, sizeof emb, "ft_embed_dim %lld, hidden_size %d", de, cfg->d_model);
+        ck_want(&w, less ? CK_NEED : CK_NONE, "encoder.", "down.weight", emb, "only ft_embed_dim < hidden_size has", 2, de, D, 0, 0);
+        if (ae) {
+            ck_want(&w, less ? CK_NEED : CK_NONE, "decoder.", "up.weight", emb, "only ft_embed_dim < hidden_size has", 2, D, de, 0, 0);
+            snprintf(unroll, sizeof unroll, "ft_unroll %s, hidden_size %d", cfg->unroll ? "true" : "false", cfg->d_model);
+            ck_want(&w, cfg->unroll ? CK_NEED : CK_NONE, "decoder.", "unroll.weight", unroll, "only ft_unroll true has", 2, D,
+                    D / 2, 0, 0);
+        } else {
+            ck_want(&w, CK_NEED, "memory.", "proj.weight", emb, NULL, 2, D, de, 0, 0);
+            snprintf(start, sizeof start, "ft_memory_start %s, hidden_size %d", cfg->memory_start ? "true" : "false", cfg->d_model);
+            ck_want(&w, cfg->memory_start ? CK_NEED : CK_NONE, "memory.", "start", start, "only ft_memory_start true has", 1, D,
+                    0, 0, 0);
+        }
+    }
+    for (int i = 0; i < w.n; i++) {
+        const ck_want_t *t = &w.t[i];
+        json_t *sh = json_object_get(json_object_get(h, t->name), "shape");
+        char gs[128], ws[128];
+        ck_shape_str(ws, sizeof ws, NULL, t->want, t->nd);
+        if (!json_is_array(sh)) {
+            if (t->rule != CK_NEED) continue;
+            return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: %s but model.safetensors holds no %s %s", dir, t->field,
+                            t->name, ws);
+        }
+        ck_shape_str(gs, sizeof gs, sh, NULL, 0);
+        if (t->rule == CK_NONE)
+            return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: %s but model.safetensors holds %s %s, which %s", dir,
+                            t->field, t->name, gs, t->none);
+        int bad = (int)json_array_size(sh) != t->nd;
+        for (int d = 0; d < t->nd && !bad; d++) bad = json_integer_value(json_array_get(sh, (size_t)d)) != t->want[d];
+        if (bad)
+            return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: %s but model.safetensors' %s is %s, not %s", dir,
+                            t->field, t->name, gs, ws);
     }
     return 0;
 }
@@ -732,7 +866,7 @@ static int ck_check_layers(const char *dir, const model_config_t *cfg, char *err
     else if (bad_emb)
         rc = err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: vocab_size %d, hidden_size %d but model.safetensors' "
                       "token embedding is [%lld,%lld]", dir, cfg->vocab_size, cfg->d_model, ev, ed);
-    else
+    else if (!(rc = ck_check_blocks(h, dir, cfg, err, errlen)))
         rc = ck_check_sizes(h, dir, cfg, err, errlen);
     json_decref(h);
     return rc;

@@ -592,6 +592,192 @@ static void test_sizes_check(void) {
     json_decref(cfgj);
 }
 
+/* Saves views under cfg as run "name"'s step 1; the checkpoint's path into p. */
+static int save_views(const char *name, const model_config_t *cfg, const tensor_view_t *v, int n, char *p, size_t cap) {
+    char run[1300], err[1024] = "";
+    run_path(run, sizeof run, name);
+    int rc = ckpt_save(run, 1, cfg, v, n, NULL, NULL, 0, NULL, 0, p, cap, err, sizeof err);
+    CHECK(rc == 0, "%s: save: %s", name, err);
+    return rc;
+}
+
+/* ckpt_load_config of p: 0 when want is NULL, else a mismatch in one line holding want. */
+static void load_says_as(const char *what, const char *p, const char *want) {
+    char err[1024] = "";
+    model_config_t lc;
+    int rc = ckpt_load_config(p, &lc, err, sizeof err);
+    if (!want) CHECK(rc == 0, "%s: the sound one loads: %s", p, err);
+    else CHECK(rc == CKPT_EMISMATCH && strstr(err, want) && !strchr(err, '\n'), "%s: rc %d: %s\n  wanted: %s", what, rc, err, want);
+}
+static void load_says(const char *p, const char *want) { load_says_as("as saved", p, want); }
+
+/* config.json of checkpoint p with key set to the JSON text val (then restored): refused as a
+ * mismatch, in one line holding want. */
+static void edited_says(const char *p, const char *key, const char *val, const char *want) {
+    char cj[1500];
+    snprintf(cj, sizeof cj, "%s/config.json", p);
+    json_t *orig = json_load_file(cj, 0, NULL), *e = json_deep_copy(orig);
+    CHECK(orig && e, "%s: cannot read", cj);
+    if (orig && e) {
+        json_object_set_new(e, key, json_loads(val, JSON_DECODE_ANY, NULL));
+        json_dump_file(e, cj, 0);
+        char what[200];
+        snprintf(what, sizeof what, "%s %s", key, val);
+        load_says_as(what, p, want);
+        json_dump_file(orig, cj, 0);
+    }
+    json_decref(e);
+    json_decref(orig);
+}
+
+static tensor_view_t mkview4(const char *name, float *d, int64_t a, int64_t b, int64_t c, int64_t e) {
+    tensor_view_t t = mkview(name, d, a, b);
+    t.ndim = 4, t.shape[2] = c, t.shape[3] = e;
+    return t;
+}
+
+/* What each family adds beyond block 0's sizes, checked from the header before any allocation:
+ * the mixers' input/output projections (D, D), present exactly when ft_mixer_heads > 1; the
+ * encoder blocks (ft_encoder_layers, the Free Transformer's one, the LTM's cross-attention in
+ * every layer); the Free Transformer's read-out and post-sampler against ft_latent_bits; the
+ * autoencoders' and memory models' down/up/memory projections against ft_embed_dim, and the
+ * tensors ft_unroll and ft_memory_start add. Each mismatch one line, as damage. */
+static void test_family_sizes_check(void) {
+    static float z[2 * 4 * 4 * 8];
+    char p[1400];
+#define N_OF(a) (int)(sizeof a / sizeof a[0])
+
+    /* (1) a causal mixer with 2 heads: mixer.in_proj and mixer.out_proj (D, D) */
+    model_config_t c = small_config();
+    c.kind = MODEL_MIXER, c.max_seq = 4, c.mixer_heads = 2, c.mixer_kernel = 1;
+    tensor_view_t mx[] = {
+        mkview("model.embed_tokens.weight", z, 16, 8),
+        mkview("model.layers.0.mixer.in_proj.weight", z, 8, 8),
+        mkview4("model.layers.0.mixer.weight", z, 2, 1, 4, 4),
+        mkview("model.layers.0.mixer.bias", z, 8, 0),
+        mkview("model.layers.0.mixer.out_proj.weight", z, 8, 8),
+        mkview("model.norm.weight", z, 8, 0),
+    };
+    if (!save_views("fam-mixer", &c, mx, N_OF(mx), p, sizeof p)) {
+        load_says(p, NULL);
+        /* a head count the header lacks is the mixing weight's mismatch (checked before) */
+        edited_says(p, "ft_mixer_heads", "1", "ft_mixer_heads 1, ft_mixer_kernel 1, max_position_embeddings 4 but "
+                    "model.safetensors' model.layers.0.mixer.weight is [2,1,4,4], not [1,1,4,4]");
+    }
+    mx[1] = mkview("model.layers.0.mixer.in_proj.weight", z, 8, 4);
+    if (!save_views("fam-mixer-in", &c, mx, N_OF(mx), p, sizeof p))
+        load_says(p, "config.json: ft_mixer_heads 2, hidden_size 8 but model.safetensors' "
+                  "model.layers.0.mixer.in_proj.weight is [8,4], not [8,8]");
+    mx[1] = mkview("model.layers.0.mixer.in_proj.weight", z, 8, 8);
+    if (!save_views("fam-mixer-out", &c, mx, N_OF(mx) - 2, p, sizeof p)) /* no out_proj, no norm */
+        load_says(p, "config.json: ft_mixer_heads 2, hidden_size 8 but model.safetensors holds no "
+                  "model.layers.0.mixer.out_proj.weight [8,8]");
+    c.mixer_heads = 1;
+    mx[2] = mkview4("model.layers.0.mixer.weight", z, 1, 1, 4, 4);
+    mx[3] = mkview("model.layers.0.mixer.bias", z, 4, 0);
+    if (!save_views("fam-mixer-h1", &c, mx, N_OF(mx), p, sizeof p))
+        load_says(p, "config.json: ft_mixer_heads 1, hidden_size 8 but model.safetensors holds "
+                  "model.layers.0.mixer.in_proj.weight [8,8], which only ft_mixer_heads > 1 has");
+
+    /* (2), (4) a mixer autoencoder: 2 encoder blocks, d_e 4 < D 8 (down, up), unrolled */
+    c = small_config();
+    c.kind = MODEL_MIXER_AE, c.max_seq = 4, c.mixer_heads = 1, c.mixer_kernel = 1, c.encoder_layers = 2;
+    c.embed_dim = 4, c.unroll = 1;
+    tensor_view_t ae[] = {
+        mkview("encoder.embed_tokens.weight", z, 16, 8),
+        mkview4("encoder.layers.0.mixer.weight", z, 1, 1, 4, 4),
+        mkview4("encoder.layers.1.mixer.weight", z, 1, 1, 4, 4),
+        mkview("encoder.down.weight", z, 4, 8),
+        mkview("decoder.up.weight", z, 8, 4),
+        mkview("decoder.unroll.weight", z, 8, 4),
+        mkview4("decoder.layers.0.mixer.weight", z, 1, 1, 4, 4),
+        mkview("decoder.norm.weight", z, 8, 0),
+    };
+    if (!save_views("fam-ae", &c, ae, N_OF(ae), p, sizeof p)) {
+        load_says(p, NULL);
+        edited_says(p, "ft_encoder_layers", "16777216", "config.json: ft_encoder_layers is 16777216 but model.safetensors "
+                    "holds 2 encoder block(s)");
+        edited_says(p, "ft_encoder_layers", "1", "ft_encoder_layers is 1 but model.safetensors holds 2 encoder block(s)");
+        edited_says(p, "ft_embed_dim", "2", "config.json: ft_embed_dim 2, hidden_size 8 but model.safetensors' "
+                    "encoder.down.weight is [4,8], not [2,8]");
+        edited_says(p, "ft_embed_dim", "8", "config.json: ft_embed_dim 8, hidden_size 8 but model.safetensors holds "
+                    "encoder.down.weight [4,8], which only ft_embed_dim < hidden_size has");
+        edited_says(p, "ft_unroll", "false", "config.json: ft_unroll false, hidden_size 8 but model.safetensors holds "
+                    "decoder.unroll.weight [8,4], which only ft_unroll true has");
+    }
+    ae[4] = mkview("decoder.up.weight", z, 8, 2);
+    if (!save_views("fam-ae-up", &c, ae, N_OF(ae), p, sizeof p))
+        load_says(p, "config.json: ft_embed_dim 4, hidden_size 8 but model.safetensors' decoder.up.weight is [8,2], not [8,4]");
+    ae[4] = mkview("decoder.up.weight", z, 8, 4);
+    ae[2] = mkview4("encoder.layers.2.mixer.weight", z, 1, 1, 4, 4); /* blocks 0 and 2 */
+    if (!save_views("fam-ae-gap", &c, ae, N_OF(ae), p, sizeof p))
+        load_says(p, "config.json: ft_encoder_layers is 2 but model.safetensors holds 2 encoder block(s) (encoder.layers.1. missing)");
+
+    /* (4) a mixer memory model: d_e = D (no down), memory.proj (D, d_e), no start vector */
+    c = small_config();
+    c.kind = MODEL_MIXER_MEM, c.max_seq = 4, c.mixer_heads = 1, c.mixer_kernel = 1, c.encoder_layers = 1;
+    c.embed_dim = 8;
+    tensor_view_t mem[] = {
+        mkview("encoder.embed_tokens.weight", z, 16, 8),
+        mkview4("encoder.layers.0.mixer.weight", z, 1, 1, 4, 4),
+        mkview("memory.proj.weight", z, 8, 8),
+        mkview("model.embed_tokens.weight", z, 16, 8),
+        mkview4("model.layers.0.mixer.weight", z, 1, 1, 4, 4),
+        mkview("model.norm.weight", z, 8, 0),
+    };
+    if (!save_views("fam-mem", &c, mem, N_OF(mem), p, sizeof p)) {
+        load_says(p, NULL);
+        edited_says(p, "ft_memory_start", "true", "config.json: ft_memory_start true, hidden_size 8 but model.safetensors holds "
+                    "no memory.start [8]");
+        edited_says(p, "ft_embed_dim", "4", "config.json: ft_embed_dim 4, hidden_size 8 but model.safetensors holds no "
+                    "encoder.down.weight [4,8]");
+    }
+    mem[2] = mkview("memory.proj.weight", z, 8, 4);
+    if (!save_views("fam-mem-proj", &c, mem, N_OF(mem), p, sizeof p))
+        load_says(p, "config.json: ft_embed_dim 8, hidden_size 8 but model.safetensors' memory.proj.weight is [8,4], not [8,8]");
+
+    /* (2), (3) a Free Transformer, H = 2: its encoder block, read-out (H, D), post-sampler (D, 2^H) */
+    c = small_config();
+    c.kind = MODEL_FREE, c.latent_bits = 2, c.kappa_nats = 0.5f;
+    tensor_view_t ft[] = {
+        mkview("model.embed_tokens.weight", z, 16, 8),
+        mkview("model.layers.0.input_layernorm.weight", z, 8, 0),
+        mkview("free.encoder.input_layernorm.weight", z, 8, 0),
+        mkview("free.readout.weight", z, 2, 8),
+        mkview("free.post_sampler.weight", z, 8, 4),
+    };
+    if (!save_views("fam-free", &c, ft, N_OF(ft), p, sizeof p)) {
+        load_says(p, NULL);
+        edited_says(p, "ft_latent_bits", "20", "config.json: ft_latent_bits 20, hidden_size 8 but model.safetensors' "
+                    "free.readout.weight is [2,8], not [20,8]");
+    }
+    ft[3] = mkview("free.readout.weight", z, 1, 8);
+    if (!save_views("fam-free-ro", &c, ft, N_OF(ft), p, sizeof p))
+        load_says(p, "config.json: ft_latent_bits 2, hidden_size 8 but model.safetensors' free.readout.weight is [1,8], not [2,8]");
+    ft[3] = mkview("free.readout.weight", z, 2, 8);
+    if (!save_views("fam-free-ps", &c, ft, N_OF(ft) - 1, p, sizeof p)) /* no post-sampler */
+        load_says(p, "config.json: ft_latent_bits 2, hidden_size 8 but model.safetensors holds no free.post_sampler.weight [8,4]");
+    if (!save_views("fam-free-enc", &c, ft, 2, p, sizeof p)) /* a baseline's tensors under a free config */
+        load_says(p, "config.json: ft_model_kind free (one encoder block) but model.safetensors holds 0 encoder blocks "
+                  "(no free.encoder.* tensor)");
+
+    /* (2) a Latent-thought LM of 2 layers: a cross-attention in each */
+    c = small_config();
+    c.kind = MODEL_LTM, c.n_layers = 2, c.latent_vectors = 2, c.inner_steps = 1, c.fast_lr = 0.3f, c.fast_lr_end = 0.3f;
+    c.fast_lr_steps = 1;
+    tensor_view_t lt[] = {
+        mkview("model.embed_tokens.weight", z, 16, 8),
+        mkview("model.layers.0.cross_attn_layernorm.weight", z, 8, 0),
+        mkview("model.layers.1.input_layernorm.weight", z, 8, 0),
+        mkview("model.layers.1.cross_attn_layernorm.weight", z, 8, 0),
+    };
+    if (!save_views("fam-ltm", &c, lt, N_OF(lt), p, sizeof p)) load_says(p, NULL);
+    if (!save_views("fam-ltm-1", &c, lt, N_OF(lt) - 1, p, sizeof p))
+        load_says(p, "config.json: ft_model_kind ltm, num_hidden_layers 2 but model.safetensors holds a cross-attention in "
+                  "1 of them (none in model.layers.1.)");
+#undef N_OF
+}
+
 /* The run directory: made with its parents before any work, refused in one line if unusable. */
 static void test_run_dir(void) {
     char run[1300], err[1024] = "", p[1200];
@@ -760,6 +946,7 @@ int main(void) {
     RUN(test_save_errors);
     RUN(test_open_rule);
     RUN(test_sizes_check);
+    RUN(test_family_sizes_check);
     RUN(test_run_dir);
     RUN(test_run_dir_lock);
     RUN(test_llama_checkpoint);
