@@ -104,6 +104,40 @@ sample --run-dir "$W/f" >/dev/null 2>"$W/f2.log"; rc=$?
 ok "sampler --run-dir skips both (intermediate_size, num_key_value_heads), uses ckpt-20 (rc $rc)" \
    "[ $rc = 0 ] && grep -q '^sampler: skipping .*intermediate_size 16777216' $W/f2.log && grep -q '^sampler: skipping .*num_key_value_heads 4.*k_proj.weight is \\[16,32\\], not \\[32,32\\]' $W/f2.log && grep -q '^sampler: $W/f/ckpt-00000020: 1 samples' $W/f2.log"
 
+# what each family adds, the same way (model/checkpoint.c ck_check_blocks, ck_check_sizes): a Free
+# Transformer's ft_latent_bits against its read-out (2^20 columns of post-sampler allocated before),
+# a baseline's config turned into a Free Transformer's (no encoder block), a mixer autoencoder's
+# ft_encoder_layers against its encoder blocks and ft_embed_dim against its down projection
+fam() { bin/trainer --loaders "ipc://$W/l0" $MODEL --steps 20 --ckpt-every 10 --keep 0 "$@"; }
+edit() { jq -c "$2" "$1/config.json" >"$1/config.j" && mv "$1/config.j" "$1/config.json" && "$W/remanifest" "$1"; }
+fam --run fr --run-dir "$W/fr" --model free --latent-bits 4 --kappa 0.125 2>"$W/fr.log"
+ok "a Free Transformer run of 20 steps exits 0" "[ $? = 0 ] && [ -d $W/fr/ckpt-00000020 ]"
+edit "$W/fr/ckpt-00000020" '.ft_latent_bits = 20'
+rm -rf "$W/fb"; mkdir "$W/fb"; cp -r "$W/a/ckpt-00000040" "$W/fb/"
+edit "$W/fb/ckpt-00000040" '.ft_model_kind = "free" | .ft_latent_bits = 20 | .ft_kappa_nats = 0.1'
+t0=$(date +%s)
+timeout 30 bin/sampler --prompt 'K>' --n 1 --max-new 4 --ckpt "$W/fr/ckpt-00000020" >/dev/null 2>"$W/fr1.log"; rc=$?
+ok "sampler --ckpt: ft_latent_bits 20 against a 4-bit read-out refused in one line (rc $rc)" \
+   "[ $rc = 1 ] && [ \$((\$(date +%s) - t0)) -lt 10 ] && [ \$(wc -l < $W/fr1.log) = 1 ] && grep -qx \"sampler: $W/fr/ckpt-00000020/config.json: ft_latent_bits 20, hidden_size 32 but model.safetensors' free.readout.weight is \\[4,32\\], not \\[20,32\\]\" $W/fr1.log"
+sample --run-dir "$W/fr" >/dev/null 2>"$W/fr2.log"; rc=$?
+ok "sampler --run-dir skips it, uses ckpt-10 (rc $rc)" \
+   "[ $rc = 0 ] && grep -q '^sampler: skipping .*ft_latent_bits 20' $W/fr2.log && grep -q '^sampler: $W/fr/ckpt-00000010: 1 samples' $W/fr2.log"
+sample --ckpt "$W/fb/ckpt-00000040" >/dev/null 2>"$W/fb1.log"; rc=$?
+ok "sampler --ckpt: a baseline's tensors under a Free Transformer's config refused in one line (rc $rc)" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/fb1.log) = 1 ] && grep -qx 'sampler: $W/fb/ckpt-00000040/config.json: ft_model_kind free (one encoder block) but model.safetensors holds 0 encoder blocks (no free.encoder.\\* tensor)' $W/fb1.log"
+AE="--model mixer-ae --embed-dim 8 --unroll"
+fam --run ae --run-dir "$W/ae" $AE 2>"$W/ae.log"
+ok "a mixer-ae run of 20 steps exits 0" "[ $? = 0 ] && [ -d $W/ae/ckpt-00000020 ]"
+rm -rf "$W/ae1" "$W/ae2"; cp -r "$W/ae" "$W/ae1"; cp -r "$W/ae" "$W/ae2"
+edit "$W/ae1/ckpt-00000020" '.ft_encoder_layers = 16777216'
+edit "$W/ae2/ckpt-00000020" '.ft_embed_dim = 4'
+sample --ckpt "$W/ae1/ckpt-00000020" >/dev/null 2>"$W/ae1.log"; rc=$?
+ok "sampler --ckpt: ft_encoder_layers 16777216 refused as damage in one line (rc $rc)" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/ae1.log) = 1 ] && grep -qx 'sampler: $W/ae1/ckpt-00000020/config.json: ft_encoder_layers is 16777216 but model.safetensors holds 2 encoder block(s)' $W/ae1.log"
+fam --run ae --run-dir "$W/ae2" $AE --resume 2>"$W/ae2.log"; rc=$?
+ok "trainer --resume: ft_embed_dim 4 against an (8, 32) down projection skipped, resumed from ckpt-10, bit-identical (rc $rc)" \
+   "[ $rc = 0 ] && grep -qx \"trainer: skipping $W/ae2/ckpt-00000020/config.json: ft_embed_dim 4, hidden_size 32 but model.safetensors' encoder.down.weight is \\[8,32\\], not \\[4,32\\]\" $W/ae2.log && grep -q 'resumed from $W/ae2/ckpt-00000010' $W/ae2.log && cmp -s $W/ae/ckpt-00000020/model.safetensors $W/ae2/ckpt-00000020/model.safetensors"
+
 # 5. state.json as the trainer wrote it: step = the directory's, >= 0; the data cursor inside the
 # dataset's epoch (checked once a loader has said how long it is). Otherwise the checkpoint is
 # damaged and skipped (a step of 100 in ckpt-40 ended the run at "step 100" with nothing
