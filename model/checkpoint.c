@@ -677,7 +677,7 @@ static int ck_check_blocks(json_t *h, const char *dir, const model_config_t *cfg
             return err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: ft_model_kind free (one encoder block) but "
                             "model.safetensors holds 0 encoder blocks (no free.encoder.* tensor)", dir);
     }
-    if (cfg->kind == MODEL_LTM) { /* the decoder's count is checked: every index is below num_hidden_layers */
+    if (cfg->kind == MODEL_LTM) { /* the decoder's blocks are 0..num_hidden_layers-1 (checked before) */
         if ((n = ck_count_blocks(h, "model.layers.", "cross_attn", &miss)) < 0)
             return err_fail(err, errlen, CKPT_ENOMEM, "%s/model.safetensors: out of memory", dir);
         if (n != cfg->n_layers)
@@ -719,7 +719,8 @@ static void ck_shape_str(char *s, size_t cap, json_t *sh, const long long *want,
 }
 
 /* The sizes config.json gives that model.safetensors' header shows (docs/FORMATS.md §3, §4, §4b,
- * §6). In block 0 of every stack (model.layers.0., decoder.layers.0., encoder.layers.0., the Free
+ * §6). The head: lm_head.weight (vocab_size, hidden_size) exactly when tie_word_embeddings is
+ * false. In block 0 of every stack (model.layers.0., decoder.layers.0., encoder.layers.0., the Free
  * Transformer's free.encoder.), where present: intermediate_size (the SwiGLU's F), the
  * attention's widths (heads * hd and kv_heads * hd, hd = hidden_size / num_attention_heads), the
  * masked mixers' mixing weight (ft_mixer_heads, ft_mixer_kernel, max_position_embeddings as its
@@ -735,13 +736,19 @@ static int ck_check_sizes(json_t *h, const char *dir, const model_config_t *cfg,
     static const char *const att[] = {"self_attn.", "cross_attn."};
     const long long D = cfg->d_model, F = cfg->d_ff, T = cfg->max_seq, hd = cfg->n_heads ? D / cfg->n_heads : 0;
     const long long Q = cfg->n_heads * hd, KV = cfg->n_kv_heads * hd, hm = cfg->mixer_heads;
-    char field[160], heads[160], mix[200], proj[80], bits[120], emb[120], unroll[80], start[80];
+    char field[160], heads[160], mix[200], proj[80], bits[120], emb[120], unroll[80], start[80], tie[120];
     snprintf(field, sizeof field, "intermediate_size %d, hidden_size %d", cfg->d_ff, cfg->d_model);
     snprintf(heads, sizeof heads, "num_attention_heads %d, num_key_value_heads %d, hidden_size %d (head dim %lld)",
              cfg->n_heads, cfg->n_kv_heads, cfg->d_model, hd);
     snprintf(mix, sizeof mix, "ft_mixer_heads %d, ft_mixer_kernel %d, max_position_embeddings %d", cfg->mixer_heads,
              cfg->mixer_kernel, cfg->max_seq);
     ck_wants_t w = {.n = 0};
+    /* the head: lm_head.weight (V, D) exactly when untied, in every kind (tied: the embedding is
+     * the head, and an lm_head.weight the loader skipped would be the trained head lost) */
+    snprintf(tie, sizeof tie, "tie_word_embeddings %s, vocab_size %d, hidden_size %d", cfg->tied ? "true" : "false",
+             cfg->vocab_size, cfg->d_model);
+    ck_want(&w, cfg->tied ? CK_NONE : CK_NEED, "", "lm_head.weight", tie, "only tie_word_embeddings false has", 2,
+            cfg->vocab_size, D, 0, 0);
     for (int b = 0; b < 4; b++) {
         ck_want(&w, CK_MAY, blk[b], "mlp.gate_proj.weight", field, NULL, 2, F, D, 0, 0);
         ck_want(&w, CK_MAY, blk[b], "mlp.up_proj.weight", field, NULL, 2, F, D, 0, 0);
@@ -815,8 +822,10 @@ static int ck_check_sizes(json_t *h, const char *dir, const model_config_t *cfg,
 }
 
 /* The decoder's blocks are "model.layers.<l>." (or "decoder.layers.<l>." in an autoencoder) for
- * l < num_hidden_layers in every model kind, and the token embedding is (vocab_size, hidden_size)
- * (docs/FORMATS.md §3). Both checked from the safetensors
+ * l = 0 .. num_hidden_layers - 1 in every model kind, counted as distinct indices with the first
+ * missing one named (the highest index once stood for the count: one name
+ * "model.layers.16777215.*" passed for 2^24 blocks), and the token embedding is (vocab_size,
+ * hidden_size) (docs/FORMATS.md §3). Both checked from the safetensors
  * header alone, before any program allocates the model, and then the sizes block 0's tensors
  * show (ck_check_sizes): a config.json whose layer count the
  * tensors do not have (edited under a recomputed MANIFEST) is then refused as damage in
@@ -840,18 +849,12 @@ static int ck_check_layers(const char *dir, const model_config_t *cfg, char *err
     }
     close(fd);
     if (!json_is_object(h)) { json_decref(h); return 0; }
-    static const char *const pre[] = {"model.layers.", "decoder.layers."};
-    long long top = -1; /* highest block index seen */
-    const char *k;
-    json_t *v;
-    json_object_foreach(h, k, v) {
-        for (int i = 0; i < 2; i++) {
-            size_t n = strlen(pre[i]);
-            if (strncmp(k, pre[i], n) || k[n] < '0' || k[n] > '9') continue;
-            char *end;
-            long long l = strtoll(k + n, &end, 10);
-            if (*end == '.' && l > top) top = l;
-        }
+    /* the decoder's stack: an autoencoder's "decoder.layers.", every other kind's "model.layers." */
+    const char *dec = mixer_kind_is_autoencoder(cfg->kind) ? "decoder.layers." : "model.layers.";
+    long long miss = 0, nb = ck_count_blocks(h, dec, "", &miss);
+    if (nb < 0) {
+        json_decref(h);
+        return err_fail(err, errlen, CKPT_ENOMEM, "%s/model.safetensors: out of memory", dir);
     }
     /* the token embedding, (vocab_size, hidden_size) in every kind, under one of two names */
     json_t *e = json_object_get(h, "model.embed_tokens.weight");
@@ -860,10 +863,12 @@ static int ck_check_layers(const char *dir, const model_config_t *cfg, char *err
     long long ev = json_integer_value(json_array_get(sh, 0)), ed = json_integer_value(json_array_get(sh, 1));
     int bad_emb = json_array_size(sh) == 2 && (ev != cfg->vocab_size || ed != cfg->d_model);
     int rc = 0;
-    if (top + 1 != cfg->n_layers)
+    if (nb != cfg->n_layers || miss != nb) {
+        char gap[80] = "";
+        if (miss != nb) snprintf(gap, sizeof gap, " (%s%lld. missing)", dec, miss);
         rc = err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: num_hidden_layers is %d but model.safetensors holds "
-                      "%lld decoder block(s)", dir, cfg->n_layers, top + 1);
-    else if (bad_emb)
+                      "%lld decoder block(s)%s", dir, cfg->n_layers, nb, gap);
+    } else if (bad_emb)
         rc = err_fail(err, errlen, CKPT_EMISMATCH, "%s/config.json: vocab_size %d, hidden_size %d but model.safetensors' "
                       "token embedding is [%lld,%lld]", dir, cfg->vocab_size, cfg->d_model, ev, ed);
     else if (!(rc = ck_check_blocks(h, dir, cfg, err, errlen)))

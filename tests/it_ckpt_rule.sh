@@ -138,6 +138,47 @@ fam --run ae --run-dir "$W/ae2" $AE --resume 2>"$W/ae2.log"; rc=$?
 ok "trainer --resume: ft_embed_dim 4 against an (8, 32) down projection skipped, resumed from ckpt-10, bit-identical (rc $rc)" \
    "[ $rc = 0 ] && grep -qx \"trainer: skipping $W/ae2/ckpt-00000020/config.json: ft_embed_dim 4, hidden_size 32 but model.safetensors' encoder.down.weight is \\[8,32\\], not \\[4,32\\]\" $W/ae2.log && grep -q 'resumed from $W/ae2/ckpt-00000010' $W/ae2.log && cmp -s $W/ae/ckpt-00000020/model.safetensors $W/ae2/ckpt-00000020/model.safetensors"
 
+# the decoder's blocks counted as distinct indices 0..num_hidden_layers-1 (the highest index stood
+# for the count: model.layers.1.* renamed model.layers.999.* in the header passed for 1000 blocks,
+# which the programs allocated before finding model.layers.1. missing; 2^24 the same way in
+# test_checkpoint), and the head against tie_word_embeddings: a tied config over an untied
+# checkpoint ran the embedding as the head with the trained lm_head.weight skipped; an untied config
+# over a tied one allocated a head the file lacks
+relayer() { python3 - "$1/model.safetensors" "$2" "$3" <<'PY'
+import json, struct, sys
+p, a, b = sys.argv[1:]; d = open(p, 'rb').read(); n = struct.unpack('<Q', d[:8])[0]
+h = {(b + k[len(a):] if k.startswith(a) else k): v for k, v in json.loads(d[8:8 + n]).items()}
+hb = json.dumps(h).encode(); hb += b' ' * (-(8 + len(hb)) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + d[8 + n:])
+PY
+}
+V=$(jq .vocab_size "$W/a/ckpt-00000040/config.json")
+rm -rf "$W/d"; cp -r "$W/a" "$W/d"
+relayer "$W/d/ckpt-00000040" model.layers.1. model.layers.999.; edit "$W/d/ckpt-00000040" '.num_hidden_layers = 1000'
+t0=$(date +%s)
+timeout 30 bin/sampler --prompt 'K>' --n 1 --max-new 4 --ckpt "$W/d/ckpt-00000040" >/dev/null 2>"$W/d1.log"; rc=$?
+ok "sampler --ckpt: blocks 0 and 999 under num_hidden_layers 1000 refused before allocating, in one line naming the gap (rc $rc)" \
+   "[ $rc = 1 ] && [ \$((\$(date +%s) - t0)) -lt 10 ] && [ \$(wc -l < $W/d1.log) = 1 ] && grep -qx 'sampler: $W/d/ckpt-00000040/config.json: num_hidden_layers is 1000 but model.safetensors holds 2 decoder block(s) (model.layers.1. missing)' $W/d1.log"
+sample --run-dir "$W/d" >/dev/null 2>"$W/d2.log"; rc=$?
+ok "sampler --run-dir skips it, uses ckpt-30 (rc $rc)" \
+   "[ $rc = 0 ] && grep -q '^sampler: skipping .*model.layers.1. missing' $W/d2.log && grep -q '^sampler: $W/d/ckpt-00000030: 1 samples' $W/d2.log"
+fam --run un --run-dir "$W/un" --untied 2>"$W/un.log"
+ok "an untied run of 20 steps exits 0 (lm_head.weight saved)" "[ $? = 0 ] && [ -d $W/un/ckpt-00000020 ] && grep -q lm_head.weight $W/un/ckpt-00000020/model.safetensors"
+edit "$W/un/ckpt-00000020" '.tie_word_embeddings = true'
+sample --ckpt "$W/un/ckpt-00000020" >/dev/null 2>"$W/un1.log"; rc=$?
+ok "sampler --ckpt: tie_word_embeddings true over a trained lm_head.weight refused in one line (rc $rc)" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/un1.log) = 1 ] && grep -qx \"sampler: $W/un/ckpt-00000020/config.json: tie_word_embeddings true, vocab_size $V, hidden_size 32 but model.safetensors holds lm_head.weight \\[$V,32\\], which only tie_word_embeddings false has\" $W/un1.log"
+sample --run-dir "$W/un" >/dev/null 2>"$W/un2.log"; rc=$?
+ok "sampler --run-dir skips it, uses ckpt-10 (rc $rc)" \
+   "[ $rc = 0 ] && grep -q '^sampler: skipping .*tie_word_embeddings true' $W/un2.log && grep -q '^sampler: $W/un/ckpt-00000010: 1 samples' $W/un2.log"
+rm -rf "$W/ti"; cp -r "$W/a" "$W/ti"; edit "$W/ti/ckpt-00000040" '.tie_word_embeddings = false'
+sample --ckpt "$W/ti/ckpt-00000040" >/dev/null 2>"$W/ti1.log"; rc=$?
+ok "sampler --ckpt: tie_word_embeddings false without lm_head.weight refused before allocating, in one line (rc $rc)" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/ti1.log) = 1 ] && grep -qx 'sampler: $W/ti/ckpt-00000040/config.json: tie_word_embeddings false, vocab_size $V, hidden_size 32 but model.safetensors holds no lm_head.weight \\[$V,32\\]' $W/ti1.log"
+bin/evaluator --run a --run-dir "$W/ti" $VAL --once --no-bus >"$W/ti2.out" 2>"$W/ti2.log"; rc=$?
+ok "evaluator --once: skips it, step 30 (rc $rc)" \
+   "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 30' $W/ti2.out >/dev/null && grep -q '^evaluator: skipping .*tie_word_embeddings false.*holds no lm_head.weight' $W/ti2.log"
+
 # 5. state.json as the trainer wrote it: step = the directory's, >= 0; the data cursor inside the
 # dataset's epoch (checked once a loader has said how long it is). Otherwise the checkpoint is
 # damaged and skipped (a step of 100 in ckpt-40 ended the run at "step 100" with nothing

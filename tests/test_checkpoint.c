@@ -778,6 +778,95 @@ static void test_family_sizes_check(void) {
 #undef N_OF
 }
 
+/* The decoder's blocks counted as distinct indices 0..num_hidden_layers-1 (the highest index
+ * once stood for the count: one name model.layers.16777215.* passed for 2^24 blocks, which the
+ * programs then allocated), in model.layers. and in an autoencoder's decoder.layers.; and the
+ * head: lm_head.weight (V, D) exactly when tie_word_embeddings is false (a tied config over an
+ * lm_head.weight ran the embedding as the head, the trained head skipped). Each one line. */
+static void test_decoder_and_head_check(void) {
+    static float z[16 * 8];
+    char p[1400];
+#define N_OF(a) (int)(sizeof a / sizeof a[0])
+    model_config_t c = small_config();
+    c.n_layers = 2;
+    tensor_view_t v[] = {
+        mkview("model.embed_tokens.weight", z, 16, 8),
+        mkview("model.layers.0.input_layernorm.weight", z, 8, 0),
+        mkview("model.layers.1.input_layernorm.weight", z, 8, 0),
+        mkview("model.norm.weight", z, 8, 0),
+    };
+    if (!save_views("dec", &c, v, N_OF(v), p, sizeof p)) {
+        load_says(p, NULL);
+        edited_says(p, "num_hidden_layers", "3", "config.json: num_hidden_layers is 3 but model.safetensors holds 2 decoder "
+                    "block(s)");
+    }
+    v[2] = mkview("model.layers.16777215.input_layernorm.weight", z, 8, 0); /* blocks 0 and 2^24-1 */
+    if (!save_views("dec-top", &c, v, N_OF(v), p, sizeof p)) {
+        load_says(p, "config.json: num_hidden_layers is 2 but model.safetensors holds 2 decoder block(s) "
+                  "(model.layers.1. missing)");
+        edited_says(p, "num_hidden_layers", "16777216", "config.json: num_hidden_layers is 16777216 but model.safetensors "
+                    "holds 2 decoder block(s) (model.layers.1. missing)");
+    }
+    c.n_layers = 16777216; /* one name model.layers.16777215.*, nothing else under model.layers. */
+    if (!save_views("dec-one", &c, v + 2, 1, p, sizeof p))
+        load_says(p, "config.json: num_hidden_layers is 16777216 but model.safetensors holds 1 decoder block(s) "
+                  "(model.layers.0. missing)");
+    /* an autoencoder's decoder stack is decoder.layers.: blocks 0 and 2 of 3 */
+    c = small_config();
+    c.kind = MODEL_MIXER_AE, c.max_seq = 4, c.mixer_heads = 1, c.mixer_kernel = 1, c.encoder_layers = 1, c.n_layers = 3;
+    c.embed_dim = 8;
+    tensor_view_t ae[] = {
+        mkview("encoder.embed_tokens.weight", z, 16, 8),
+        mkview("encoder.layers.0.norm.weight", z, 8, 0),
+        mkview("decoder.layers.0.norm.weight", z, 8, 0),
+        mkview("decoder.layers.2.norm.weight", z, 8, 0),
+        mkview("decoder.norm.weight", z, 8, 0),
+    };
+    if (!save_views("dec-ae", &c, ae, N_OF(ae), p, sizeof p)) {
+        load_says(p, "config.json: num_hidden_layers is 3 but model.safetensors holds 2 decoder block(s) "
+                  "(decoder.layers.1. missing)");
+        /* two distinct blocks, but not 0..1 */
+        edited_says(p, "num_hidden_layers", "2", "num_hidden_layers is 2 but model.safetensors holds 2 decoder block(s) "
+                    "(decoder.layers.1. missing)");
+    }
+    ae[3] = mkview("decoder.layers.1.norm.weight", z, 8, 0);
+    c.n_layers = 2;
+    if (!save_views("dec-ae-ok", &c, ae, N_OF(ae), p, sizeof p)) {
+        load_says(p, NULL);
+        /* the head, in an autoencoder too: untied wants lm_head.weight */
+        edited_says(p, "tie_word_embeddings", "false", "config.json: tie_word_embeddings false, vocab_size 16, hidden_size 8 "
+                    "but model.safetensors holds no lm_head.weight [16,8]");
+    }
+
+    /* the head of a baseline: tied without lm_head.weight, untied with it (V, D) */
+    c = small_config();
+    tensor_view_t hd[] = {
+        mkview("model.embed_tokens.weight", z, 16, 8),
+        mkview("model.layers.0.input_layernorm.weight", z, 8, 0),
+        mkview("model.norm.weight", z, 8, 0),
+        mkview("lm_head.weight", z, 16, 8),
+    };
+    if (!save_views("head-tied", &c, hd, N_OF(hd) - 1, p, sizeof p)) {
+        load_says(p, NULL);
+        edited_says(p, "tie_word_embeddings", "false", "config.json: tie_word_embeddings false, vocab_size 16, hidden_size 8 "
+                    "but model.safetensors holds no lm_head.weight [16,8]");
+    }
+    if (!save_views("head-both", &c, hd, N_OF(hd), p, sizeof p)) /* tied, but the head is there */
+        load_says(p, "config.json: tie_word_embeddings true, vocab_size 16, hidden_size 8 but model.safetensors holds "
+                  "lm_head.weight [16,8], which only tie_word_embeddings false has");
+    c.tied = 0;
+    if (!save_views("head-untied", &c, hd, N_OF(hd), p, sizeof p)) {
+        load_says(p, NULL);
+        edited_says(p, "tie_word_embeddings", "true", "config.json: tie_word_embeddings true, vocab_size 16, hidden_size 8 "
+                    "but model.safetensors holds lm_head.weight [16,8], which only tie_word_embeddings false has");
+    }
+    hd[3] = mkview("lm_head.weight", z, 16, 4);
+    if (!save_views("head-shape", &c, hd, N_OF(hd), p, sizeof p))
+        load_says(p, "config.json: tie_word_embeddings false, vocab_size 16, hidden_size 8 but model.safetensors' "
+                  "lm_head.weight is [16,4], not [16,8]");
+#undef N_OF
+}
+
 /* The run directory: made with its parents before any work, refused in one line if unusable. */
 static void test_run_dir(void) {
     char run[1300], err[1024] = "", p[1200];
@@ -947,6 +1036,7 @@ int main(void) {
     RUN(test_open_rule);
     RUN(test_sizes_check);
     RUN(test_family_sizes_check);
+    RUN(test_decoder_and_head_check);
     RUN(test_run_dir);
     RUN(test_run_dir_lock);
     RUN(test_llama_checkpoint);
