@@ -2,12 +2,14 @@
  * optimizer/schedule arithmetic against hand-computed values. (Backward passes are checked by
  * finite differences in test_gradcheck.c.) */
 #include "model/adamw.h"
+#include "model/device.h"
 #include "model/gemm.h"
 #include "model/ops.h"
 #include "model/ops_math.h"
 #include "model/schedule.h"
 #include "common/rng.h"
 #include "tests/check.h"
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -313,6 +315,72 @@ static void test_adamw_step(void) {
     CHECK(o == NULL, "destroy NULLs the handle");
 }
 
+/* rmsnorm_backward_res splits dx's rows and dw's columns over the threads (ops_rmsnorm.c):
+ * every thread count gives one thread's bits, for dx and dw together, dx alone and dw alone,
+ * at widths where a slab of 16 columns leaves some threads none (D = 20 at 3 and 4 threads)
+ * or a short last slab (D = 131), and with N smaller than the thread count. */
+static void test_rmsnorm_backward_threads(void) {
+    const int shape[][2] = {{37, 131}, {64, 20}, {2, 48}, {50, 256}};
+    const int saved = omp_get_max_threads();
+    for (size_t s = 0; s < sizeof shape / sizeof *shape; s++) {
+        const int N = shape[s][0], D = shape[s][1];
+        const size_t n = (size_t)N * D;
+        float *x = rnd(n), *dout = rnd(n), *res = rnd(n), *w = rnd(D), *dw0 = rnd(D), *r = rnd(N);
+        for (int i = 0; i < N; i++) r[i] = 0.5f + fabsf(r[i]);
+        float *dx1 = malloc(sizeof(float) * n), *dw1 = malloc(sizeof(float) * D);
+        float *dx = malloc(sizeof(float) * n), *dw = malloc(sizeof(float) * D);
+        omp_set_num_threads(1);
+        memcpy(dw1, dw0, sizeof(float) * D);
+        rmsnorm_backward_res(dx1, dw1, dout, x, w, r, res, N, D);
+        for (int threads = 1; threads <= 4; threads++) {
+            omp_set_num_threads(threads);
+            for (int which = 0; which < 3; which++) {   /* both, dx alone, dw alone */
+                memset(dx, 0xff, sizeof(float) * n);
+                memcpy(dw, dw0, sizeof(float) * D);
+                rmsnorm_backward_res(which == 2 ? NULL : dx, which == 1 ? NULL : dw, dout, x, w, r,
+                                     res, N, D);
+                const int dx_ok = which == 2 || !memcmp(dx, dx1, sizeof(float) * n);
+                const int dw_ok = !memcmp(dw, which == 1 ? dw0 : dw1, sizeof(float) * D);
+                CHECK(dx_ok && dw_ok, "rmsnorm_backward_res at %d threads (N=%d D=%d, %s): %s differs from one thread's",
+                      threads, N, D, which == 0 ? "dx and dw" : which == 1 ? "dx alone" : "dw alone",
+                      dx_ok ? "dw" : "dx");
+            }
+        }
+        float *all[] = {x, dout, res, w, dw0, r, dx1, dw1, dx, dw};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    }
+    omp_set_num_threads(saved);
+}
+
+/* The CPU device's zero: a buffer large enough to be split over the threads (device_cpu.c),
+ * of a size no multiple of a line, at an offset inside its allocation: every byte of it zero
+ * at every thread count, none beside it touched. */
+static void test_device_zero(void) {
+    char err[256];
+    device_t *d = NULL;
+    CHECK(!device_open(&d, "cpu", PRECISION_FP32, err, sizeof err), "cpu device: %s", err);
+    if (!d) return;
+    const size_t bytes = (3u << 20) + 1236, pad = 4096;
+    unsigned char *buf = malloc(bytes + 2 * pad);
+    const int saved = omp_get_max_threads();
+    for (int threads = 1; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        const size_t lens[] = {100, bytes};   /* below the split's threshold, above it */
+        for (int k = 0; k < 2; k++) {
+            const size_t len = lens[k];
+            memset(buf, 0xa5, bytes + 2 * pad);
+            DEV(d, zero, buf + pad + 20, len);
+            size_t bad = 0;
+            for (size_t i = 0; i < bytes + 2 * pad; i++)
+                bad += buf[i] != (i >= pad + 20 && i < pad + 20 + len ? 0 : 0xa5);
+            CHECK(bad == 0, "device zero of %zu bytes at %d threads: %zu bytes wrong", len, threads, bad);
+        }
+    }
+    omp_set_num_threads(saved);
+    free(buf);
+    device_close(&d);
+}
+
 int main(void) {
     rng_seed(&R, 99);
     RUN(test_gemm_mapping);
@@ -326,5 +394,7 @@ int main(void) {
     RUN(test_expf_accuracy);
     RUN(test_schedule);
     RUN(test_adamw_step);
+    RUN(test_rmsnorm_backward_threads);
+    RUN(test_device_zero);
     return check_summary();
 }
