@@ -62,13 +62,17 @@ static const float *llama_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B
         const int rows = lm->Bmax > GEN_PREFILL_CHUNK ? lm->Bmax : GEN_PREFILL_CHUNK;
         if (!(lg = calloc(1, sizeof *lg)) || !(lg->logits = malloc(sizeof(float) * lm->Bmax * V))) {
             if (lg) free(lg);
-            snprintf(err, errlen, "out of memory");
+            snprintf(err, errlen, "out of memory for the logits of %d rows", lm->Bmax);
+            lm->nomem = 1;
             return NULL;
         }
         lm->gen = lg;
-        if (gen_create_rows(&lg->g, lm->impl, lm->Bmax, lm->Tmax,
-                            rows < lm->Bmax * lm->Tmax ? rows : lm->Bmax * lm->Tmax, err, errlen))
+        int rc = gen_create_rows(&lg->g, lm->impl, lm->Bmax, lm->Tmax,
+                                 rows < lm->Bmax * lm->Tmax ? rows : lm->Bmax * lm->Tmax, err, errlen);
+        if (rc) {
+            lm->nomem = rc == LLAMA_ENOMEM;
             return NULL;
+        }
     }
     if (!lg->g) { snprintf(err, errlen, "no generator"); return NULL; }
     gen_reset(lg->g);
@@ -121,9 +125,10 @@ int eval_lm_create(eval_lm_t **out, device_t *dev, const model_config_t *cfg, in
     eval_lm_t *lm = calloc(1, sizeof *lm);
     if (!lm) return err_fail(err, errlen, EVAL_ENOMEM, "out of memory");
     llama_t *m = NULL;
-    if (llama_create_on(&m, dev, cfg, Bmax, Tmax, seed, err, errlen)) {
+    int rc = llama_create_on(&m, dev, cfg, Bmax, Tmax, seed, err, errlen);
+    if (rc) {
         free(lm);
-        return EVAL_EMODEL;
+        return rc == LLAMA_ENOMEM ? EVAL_ENOMEM : EVAL_EMODEL;
     }
     lm->cfg = *cfg;
     lm->dev = dev ? dev : device_cpu_default();
@@ -143,9 +148,10 @@ int eval_lm_load(eval_lm_t **out, device_t *dev, const char *dir, int Bmax, int 
     if (!out || !dir) return err_fail(err, errlen, EVAL_EARG, "eval_lm_load: bad argument");
     *out = NULL;
     model_config_t cfg;
-    if (ckpt_load_config(dir, &cfg, err, errlen)) return EVAL_EMODEL;
+    int rc = ckpt_load_config(dir, &cfg, err, errlen);
+    if (rc) return rc == CKPT_ENOMEM ? EVAL_ENOMEM : EVAL_EMODEL;
     eval_lm_t *lm = NULL;
-    int rc = eval_lm_create(&lm, dev, &cfg, Bmax, Tmax, 0, err, errlen);
+    rc = eval_lm_create(&lm, dev, &cfg, Bmax, Tmax, 0, err, errlen);
     if (rc) return rc;
     const model_family_t *fam = family_for_kind(cfg.kind);
     int np = fam->params(lm->impl, NULL, 0);
@@ -160,7 +166,7 @@ int eval_lm_load(eval_lm_t **out, device_t *dev, const char *dir, int Bmax, int 
     free(v);
     if (rc) {
         eval_lm_free(&lm);
-        return EVAL_EMODEL;
+        return rc == CKPT_ENOMEM ? EVAL_ENOMEM : EVAL_EMODEL; /* out of memory is not damage */
     }
     *out = lm;
     return 0;

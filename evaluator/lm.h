@@ -58,6 +58,10 @@ struct eval_lm {
     const float *(*gen_next)(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
                              char *err, size_t errlen);
     void *gen;            /* the generator behind gen_start / gen_next (created on first use) */
+    /* 1 when the last failed call (logits, gen_start, ltm_score, ...) failed for lack of memory
+     * (the generator's cache is made on first use): the tasks report any model failure as
+     * EVAL_EMODEL, and the evaluator must not take an out-of-memory for a damaged checkpoint */
+    int nomem;
     /* Autoencoders and memory models (seed 004; NULL otherwise, and `logits` is then NULL:
      * they are no next-token models): (B,T,V) logits where row t predicts token t of the
      * chunk itself, from the stored embedding of the chunk (and, for a memory model, the

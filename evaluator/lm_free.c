@@ -58,13 +58,18 @@ static const float *free_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B,
     if (!fg) {
         if (!(fg = calloc(1, sizeof *fg)) || !(fg->logits = malloc(sizeof(float) * lm->Bmax * V))) {
             if (fg) free(fg);
-            snprintf(err, errlen, "out of memory");
+            snprintf(err, errlen, "out of memory for the logits of %d rows", lm->Bmax);
+            lm->nomem = 1;
             return NULL;
         }
         lm->gen = fg;
         /* chunks: Bmax decode rows, or one whole prompt */
         const int rows = lm->Bmax > lm->Tmax ? lm->Bmax : lm->Tmax;
-        if (gen_free_create_rows(&fg->g, lm->impl, lm->Bmax, lm->Tmax, rows, err, errlen)) return NULL;
+        int rc = gen_free_create_rows(&fg->g, lm->impl, lm->Bmax, lm->Tmax, rows, err, errlen);
+        if (rc) {
+            lm->nomem = rc == LLAMA_ENOMEM; /* kv_free.c: the llama codes */
+            return NULL;
+        }
     }
     if (!fg->g) { snprintf(err, errlen, "no generator"); return NULL; }
     gen_free_reset(fg->g);
@@ -108,9 +113,10 @@ int eval_lm_create_free(eval_lm_t **out, device_t *dev, const model_config_t *cf
     eval_lm_t *lm = calloc(1, sizeof *lm);
     if (!lm) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     free_t *m = NULL;
-    if (free_create_on(&m, dev ? dev : device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen)) {
+    int rc = free_create_on(&m, dev ? dev : device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen);
+    if (rc) {
         free(lm);
-        return EVAL_EMODEL;
+        return rc == FREE_ENOMEM ? EVAL_ENOMEM : EVAL_EMODEL;
     }
     lm->cfg = *cfg;
     lm->dev = dev ? dev : device_cpu_default();

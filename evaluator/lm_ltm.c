@@ -29,7 +29,9 @@ static int ltm_lm_infer(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *t
 
 static int ltm_lm_score(eval_lm_t *lm, const uint32_t *targets, const uint8_t *mask, int S, double *ce,
                         double *kl, double *logw, char *err, size_t errlen) {
-    return ltm_score(lm->impl, targets, mask, S, ce, kl, logw, err, errlen) ? EVAL_EMODEL : 0;
+    int rc = ltm_score(lm->impl, targets, mask, S, ce, kl, logw, err, errlen);
+    lm->nomem = rc == LTM_ENOMEM;
+    return rc == LTM_ENOMEM ? EVAL_ENOMEM : rc ? EVAL_EMODEL : 0;
 }
 
 static int ltm_lm_prior(eval_lm_t *lm, int B, uint64_t key, uint64_t row0, char *err, size_t errlen) {
@@ -57,8 +59,11 @@ static const float *ltm_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const u
 static const float *ltm_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, int n,
                                   const float *u, char *err, size_t errlen) {
     (void)u;
-    if (!lm->gen && gen_ltm_create((gen_ltm_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen))
+    int rc = lm->gen ? 0 : gen_ltm_create((gen_ltm_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen);
+    if (rc) {
+        lm->nomem = rc == LLAMA_ENOMEM; /* kv_ltm.c: the llama codes */
         return NULL;
+    }
     gen_ltm_reset(lm->gen);
     int *slots = malloc(sizeof(int) * B);
     uint32_t *in = malloc(sizeof(uint32_t) * B * (n > 1 ? n - 1 : 1)), *tg = malloc(sizeof(uint32_t) * B * (n > 1 ? n - 1 : 1));
@@ -111,9 +116,10 @@ int eval_lm_create_ltm(eval_lm_t **out, device_t *dev, const model_config_t *cfg
     eval_lm_t *lm = calloc(1, sizeof *lm);
     if (!lm) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     ltm_t *m = NULL;
-    if (ltm_create_on(&m, dev ? dev : device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen)) {
+    int rc = ltm_create_on(&m, dev ? dev : device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen);
+    if (rc) {
         free(lm);
-        return EVAL_EMODEL;
+        return rc == LTM_ENOMEM ? EVAL_ENOMEM : EVAL_EMODEL;
     }
     lm->cfg = *cfg;
     lm->dev = dev ? dev : device_cpu_default();

@@ -9,6 +9,7 @@
 
 #include "evaluator/lm.h"
 #include "model/mixer_gen.h"
+#include "model/llama.h" /* LLAMA_ENOMEM: the mixers return the llama codes */
 #include "model/mixers.h"
 
 /* The forward of (B,T) tokens, the encoder reading enc_tokens (NULL: tokens); the host logits. */
@@ -39,7 +40,11 @@ static const float *mixer_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const
 static const float *mixer_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, int n, const float *u,
                                     char *err, size_t errlen) {
     (void)u;
-    if (!lm->gen && mixer_gen_create((mixer_gen_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen)) return NULL;
+    int rc = lm->gen ? 0 : mixer_gen_create((mixer_gen_t **)&lm->gen, lm->impl, lm->Bmax, lm->Tmax, err, errlen);
+    if (rc) {
+        lm->nomem = rc == LLAMA_ENOMEM;
+        return NULL;
+    }
     mixer_gen_reset(lm->gen);
     if (mixer_gen_step(lm->gen, prompt, B, n, NULL, err, errlen)) return NULL;
     return mixer_gen_logits(lm->gen);
@@ -72,9 +77,10 @@ int eval_lm_create_mixers(eval_lm_t **out, device_t *dev, const model_config_t *
     eval_lm_t *lm = calloc(1, sizeof *lm);
     if (!lm) return snprintf(err, errlen, "out of memory"), EVAL_ENOMEM;
     mixers_t *m = NULL;
-    if (mixers_create_on(&m, dev ? dev : device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen)) {
+    int rc = mixers_create_on(&m, dev ? dev : device_cpu_default(), cfg, Bmax, Tmax, seed, err, errlen);
+    if (rc) {
         free(lm);
-        return EVAL_EMODEL;
+        return rc == LLAMA_ENOMEM ? EVAL_ENOMEM : EVAL_EMODEL;
     }
     lm->cfg = *cfg;
     lm->dev = dev ? dev : device_cpu_default();

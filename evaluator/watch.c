@@ -54,6 +54,11 @@ typedef struct {
     stepset_t done, skipped;
     char *warned;        /* every warning line printed so far, '\n'-separated, printed once */
     int evaluated;
+    /* after an out-of-memory (not damage: the checkpoint stays to do), nothing is tried again
+     * before retry_at (CLOCK_MONOTONIC s); oom_ms, the wait, doubles from --poll-ms to 60 s
+     * while it lasts and is forgotten after an evaluation that went through */
+    int oom_ms;
+    double retry_at;
     /* test hook (README, "Fault injection"): $FT_EVALUATOR_FAULT_KILL_AFTER_EVALS=N raises
      * SIGKILL right after the N-th result is recorded, so a test kills at an exact point */
     long long fault_kill_after;
@@ -114,6 +119,37 @@ static void publish(watch_t *w, const eval_record_t *r) {
     bus_publish(w->pub, topic, &m); /* dropped when nobody listens: monitoring never blocks */
 }
 
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Checkpoint dir could not be loaded or scored for lack of memory (why: the reason, with
+ * what it needed where the model says). That is no damage: it is neither skipped nor marked.
+ * --once: the error the evaluator exits on (EVAL_ENOMEM). Watching: one line, and everything
+ * waits oom_ms (doubling) before the next try, since memory may come back (the trainer's
+ * peak passes) and every checkpoint of the run needs about as much. */
+static int out_of_memory(watch_t *w, const char *dir, const char *during, const char *why, char *err,
+                         size_t errlen) {
+    const eval_watch_cfg_t *c = w->c;
+    size_t n = strlen(dir);
+    if (!strncmp(why, dir, n) && !strncmp(why + n, ": ", 2)) why += n + 2; /* ckpt_open's "<dir>: " */
+    if (c->once)
+        return snprintf(err, errlen, "%s: out of memory %s, not damage (the checkpoint is not skipped): %s", dir,
+                        during, why),
+               EVAL_ENOMEM;
+    const int poll = c->poll_ms > 0 ? c->poll_ms : 2000;
+    w->oom_ms = w->oom_ms ? (w->oom_ms > 30000 ? 60000 : 2 * w->oom_ms) : poll;
+    w->retry_at = mono_now() + w->oom_ms / 1000.0;
+    bus_log(&w->log, "%s: out of memory %s, not damage (not skipped; trying again in %.1f s): %s", dir, during,
+            w->oom_ms / 1000.0, why);
+    char state[2400];
+    snprintf(state, sizeof state, "out of memory on %.2000s, trying again in %.1f s", dir, w->oom_ms / 1000.0);
+    bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
+    return 0;
+}
+
 static double state_tokens_seen(const char *dir) {
     json_t *st = NULL;
     char e[256];
@@ -150,17 +186,25 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     char state[2400];
     snprintf(state, sizeof state, "evaluating %s", dir);
     bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
-    if (ckpt_open(dir, load_lm, &load, why, sizeof why)) { /* the rule of model/checkpoint.h */
+    int rc = ckpt_open(dir, load_lm, &load, why, sizeof why); /* the rule of model/checkpoint.h */
+    if (rc == CKPT_ENOMEM) return out_of_memory(w, dir, "loading it", why, err, errlen);
+    if (rc) {
         bus_log(&w->log, "skipping %s", why);
         set_add(&w->skipped, step);
         return 0;
     }
     eval_lm_t *lm = load.lm;
     eval_values_t vals;
-    int rc = eval_task_run(c->task, lm, &vals, (volatile int *)c->stop, why, sizeof why);
+    rc = eval_task_run(c->task, lm, &vals, (volatile int *)c->stop, why, sizeof why);
     double n_params = (double)lm->n_params;
+    const int nomem = rc == EVAL_ENOMEM || (rc == EVAL_EMODEL && lm->nomem);
     eval_lm_free(&lm);
     if (rc == EVAL_EINTR) return 1;
+    if (nomem) {
+        char during[WIRE_NAME_LEN + 32];
+        snprintf(during, sizeof during, "running task %s on it", c->tag);
+        return out_of_memory(w, dir, during, why, err, errlen);
+    }
     if (rc == EVAL_EMODEL) {
         bus_log(&w->log, "skipping %s: %s", dir, why);
         set_add(&w->skipped, step);
@@ -185,6 +229,8 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     publish(w, &r);
     set_add(&w->done, step);
     w->evaluated++;
+    w->oom_ms = 0;
+    w->retry_at = 0;
     snprintf(state, sizeof state, "idle, last evaluated step %lld", (long long)step);
     bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
     char said[WIRE_MAX_STR];
@@ -294,6 +340,11 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
             /* --once is about the newest checkpoint only */
             bus_log(&w->log_q, "step %lld of run %s already evaluated", (long long)have, c->run);
             return 0;
+        }
+        const double wait_s = pick >= 0 && w->retry_at ? w->retry_at - mono_now() : 0;
+        if (wait_s > 0) { /* out of memory a moment ago: give it time (an event ends the wait early) */
+            if (wait_event(w, wait_s * 1000 < poll ? (int)(wait_s * 1000) + 1 : poll)) return 0;
+            continue;
         }
         if (pick >= 0) {
             rc = evaluate(w, pick, err, errlen);

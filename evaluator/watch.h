@@ -12,7 +12,9 @@
  * where they stopped: every checkpoint still on disk from the oldest step they recorded on
  * that the file lacks (newest first, then the backlog), each once, however many were killed.
  * A checkpoint that is not usable (model/checkpoint.h's rule, ckpt_open) is skipped with one
- * line on stderr, once. */
+ * line on stderr, once. Running out of memory loading or scoring one is no damage: it is not
+ * skipped; once, the error returned (EVAL_ENOMEM); watching, one line and another try after
+ * poll_ms, doubling up to 60 s (docs/evaluator.md). */
 #ifndef EVALUATOR_WATCH_H
 #define EVALUATOR_WATCH_H
 #include "model/device.h"

@@ -144,6 +144,8 @@ void loader_src_close(loader_src_t **ps) {
     *ps = NULL;
 }
 
+int loader_src_shrunk(const loader_src_t *s) { return s && (dataset_shrunk(s->ds[0]) || dataset_shrunk(s->ds[1])); }
+
 const dataset_meta_t *loader_src_meta(const loader_src_t *s) { return s ? &s->meta : NULL; }
 
 int loader_src_split_info(const loader_src_t *s, int split, loader_split_info_t *out) {

@@ -66,6 +66,10 @@ int loader_src_open(loader_src_t **s, const char *path, const char *val_path, ui
                     size_t errlen);
 void loader_src_close(loader_src_t **s);
 const dataset_meta_t *loader_src_meta(const loader_src_t *s);
+/* 1 when a data.mdb was truncated under s by another process (tokenizer/dataset.h,
+ * dataset_shrunk): the read that found it failed with LOADER_EDATA and one line, and s can
+ * serve nothing more. */
+int loader_src_shrunk(const loader_src_t *s);
 int loader_src_split_info(const loader_src_t *s, int split, loader_split_info_t *out);
 
 /* Validates p (everything but step) and gives steps_per_epoch; 0 with LOADER_EEMPTY when the

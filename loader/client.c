@@ -21,9 +21,11 @@
 
 #include "bus/net.h"
 #include "common/progress.h"
+#include "common/saylimit.h"
 #include "loader/batch.h"
 
 #define INFO_REQ_BIT (1ull << 63) /* req_id of info requests, told apart from batch ones */
+#define BAD_PER_S 10              /* lines a second about bad replies; the rest are counted */
 
 enum { PEER_UNKNOWN = 0, PEER_OK = 1, PEER_FOREIGN = -1 }; /* what its info reply showed */
 
@@ -65,6 +67,9 @@ struct loader_client {
     loader_identity_t expect; /* the dataset accepted */
     int have_expect;          /* from cfg, or from the first info reply */
     uint64_t sent, reissued, dropped;
+    /* bad replies (malformed, or answering nothing we asked): one line each through
+     * cfg.notice, BAD_PER_S a second; the others are counted */
+    saylimit_t bad;
     char why[512];            /* why the last endpoint could not be added */
 };
 
@@ -101,6 +106,28 @@ static void notice(loader_client_t *c, const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     c->cfg.notice(c->cfg.hook_arg, line);
+}
+
+/* Says the count of bad replies not said one by one, once their second is over. */
+static void bad_flush(loader_client_t *c, double now) {
+    unsigned long long n = saylimit_unsaid(&c->bad, now);
+    if (n) notice(c, "%llu more bad replies from loaders in the last second(s), not said one by one", n);
+}
+
+/* A reply from loader p dropped for what it is (not for coming late or twice, which re-issued
+ * requests make normal): counted, and said in one line, what was wrong and from which loader. */
+static void bad_reply(loader_client_t *c, const peer_t *p, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void bad_reply(loader_client_t *c, const peer_t *p, const char *fmt, ...) {
+    c->dropped++;
+    double now = progress_now();
+    bad_flush(c, now);
+    if (!saylimit_take(&c->bad, now, BAD_PER_S)) return;
+    char line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    notice(c, "dropped a reply from loader %s: %s", p->ep, line);
 }
 
 void loader_batch_release(msg_batch_t *b) {
@@ -402,7 +429,7 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
     wire_msg_t m;
     char why[256];
     if (wire_decode(body, len, &m, why, sizeof why) != WIRE_OK) {
-        c->dropped++;
+        bad_reply(c, &c->peers[i], "%s", why);
         return LOADER_OK;
     }
     int rc = LOADER_OK;
@@ -438,8 +465,19 @@ static int on_reply(loader_client_t *c, int i, const void *body, size_t len, dou
         err_fail(err, errlen, 0, "loader %s: error %d: %s", p->ep, m.u.error.code,
                m.u.error.message ? m.u.error.message : "");
         rc = m.u.error.code < 0 ? m.u.error.code : LOADER_EPARAM;
+    } else if (m.type == MSG_BATCH) { /* we asked it for nothing of the kind */
+        const msg_batch_t *b = &m.u.batch;
+        if (!c->spe || p->state != PEER_OK)
+            bad_reply(c, p, "a batch before we accepted its info reply (req_id %llu)", (unsigned long long)b->req_id);
+        else
+            bad_reply(c, p, "a batch for a request not ours (req_id %llu: seed %llu, rank %u/%u, B %u, T %u, layout %u, split %u, "
+                      "step %llu of %llu; we ask seed %llu, rank %u/%u, B %u, T %u, layout %u, split %u, %llu steps)",
+                      (unsigned long long)b->req_id, (unsigned long long)b->seed, b->rank, b->world, b->B, b->T,
+                      b->layout, b->split, (unsigned long long)b->step, (unsigned long long)b->steps_per_epoch,
+                      (unsigned long long)c->cfg.seed, c->cfg.rank, c->cfg.world, c->cfg.B, c->cfg.T, c->cfg.layout,
+                      c->cfg.split, (unsigned long long)c->spe);
     } else {
-        c->dropped++;
+        bad_reply(c, p, "a %s message, which is no reply of a loader", wire_type_name(m.type));
     }
     wire_msg_free(&m);
     return rc;
@@ -453,6 +491,7 @@ static int pump(loader_client_t *c, int ms, char *err, size_t errlen) {
     int r = zmq_poll(items, n, ms);
     if (r < 0) return zmq_errno() == EINTR ? LOADER_OK : LOADER_EIO;
     double now = progress_now();
+    bad_flush(c, now);
     for (int i = 0; i < n; i++) {
         if (!(items[i].revents & ZMQ_POLLIN)) continue;
         for (;;) {
@@ -473,8 +512,11 @@ static int pump(loader_client_t *c, int ms, char *err, size_t errlen) {
             int rc = LOADER_OK;
             if (bad == 0 && nf == 2 && zmq_msg_size(&f[0]) == 0)
                 rc = on_reply(c, i, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), now, err, errlen);
-            else if (bad >= 0)
-                c->dropped++;
+            else if (bad > 0)
+                bad_reply(c, &c->peers[i], "more than 2 frames (a reply is an empty frame and the body)");
+            else if (bad == 0)
+                bad_reply(c, &c->peers[i], "%d frame%s%s (a reply is an empty frame and the body)", nf,
+                          nf == 1 ? "" : "s", nf == 2 ? ", the first not empty" : "");
             for (int k = 0; k < nf; k++) zmq_msg_close(&f[k]);
             if (bad < 0) break;
             if (rc) return rc;

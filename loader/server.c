@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,51 @@
 #include "bus/log.h"
 #include "bus/net.h"
 #include "common/progress.h"
+#include "common/saylimit.h"
 #include "bus/wire.h"
 
 #define MAX_FRAMES 16 /* envelope frames we echo; a request with more is dropped */
+#define SAY_PER_S 10  /* lines a second about refused requests; the rest are counted */
+
+/* What the handlers have to say: one line per refused or dropped request (what was wrong, from
+ * where), and the error the service stops on (a dataset cut under it). The poll loop says them
+ * (say_drain): it owns the bus socket, which a worker thread may not touch. A flood of bad
+ * requests is said SAY_PER_S lines a second, then one line with the count of the others. */
+typedef struct {
+    pthread_mutex_t mu;
+    char line[SAY_PER_S][480];
+    int n;               /* queued */
+    saylimit_t lim;
+    atomic_int stop;     /* fatal holds the error the service stops on */
+    char fatal[600];
+} say_t;
+
+static void say_add(say_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say_add(say_t *s, const char *fmt, ...) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    if (s->n < SAY_PER_S && saylimit_take(&s->lim, progress_now(), SAY_PER_S)) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->line[s->n++], sizeof s->line[0], fmt, ap);
+        va_end(ap);
+    } else if (s->n == SAY_PER_S) {
+        s->lim.unsaid++; /* the queue is full (not drained yet): counted like the rest */
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void say_drain(say_t *s, bus_log_t *lg) {
+    char line[SAY_PER_S][480];
+    pthread_mutex_lock(&s->mu);
+    int n = s->n;
+    memcpy(line, s->line, sizeof line[0] * (size_t)n);
+    s->n = 0;
+    unsigned long long unsaid = saylimit_unsaid(&s->lim, progress_now());
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) bus_log(lg, "%s", line[i]);
+    if (unsaid) bus_log(lg, "%llu more refused request(s) in the last second(s), not said one by one", unsaid);
+}
 
 struct loader_handler {
     loader_src_t *src;
@@ -32,6 +75,8 @@ struct loader_handler {
     uint8_t *mask;
     size_t tok_cap, mask_cap;
     atomic_uint_fast64_t *served, *errors; /* shared counters (may be NULL) */
+    say_t *say;                            /* shared (NULL: nothing is said) */
+    char said[320];                        /* the message of the last error reply */
 };
 
 int loader_handler_open(loader_handler_t **out, const loader_server_cfg_t *cfg, char *err, size_t errlen) {
@@ -56,7 +101,8 @@ void loader_handler_close(loader_handler_t **ph) {
     *ph = NULL;
 }
 
-static int reply_error(uint64_t req_id, int code, const char *msg, void **reply, size_t *rlen) {
+static int reply_error(loader_handler_t *h, uint64_t req_id, int code, const char *msg, void **reply, size_t *rlen) {
+    snprintf(h->said, sizeof h->said, "%s", msg);
     if (wire_error_encode(req_id, code, msg, reply, rlen) != WIRE_OK) {
         *reply = NULL;
         return LOADER_EIO - 1;
@@ -79,13 +125,13 @@ static int reply_batch(loader_handler_t *h, const msg_batch_req_t *q, void **rep
                          .world = q->world, .B = q->B, .T = q->T, .layout = q->layout, .split = q->split};
     uint64_t steps = 0;
     int rc = loader_steps_per_epoch(h->src, &p, &steps, err, sizeof err);
-    if (rc) return reply_error(q->req_id, rc, err, reply, rlen);
+    if (rc) return reply_error(h, q->req_id, rc, err, reply, rlen);
     size_t ntok = (size_t)q->B * (q->T + 1), nmask = q->layout == WIRE_PAD ? (size_t)q->B * q->T : 0;
     if (grow((void **)&h->tokens, &h->tok_cap, ntok * sizeof *h->tokens) ||
         grow((void **)&h->mask, &h->mask_cap, nmask ? nmask : 1))
-        return reply_error(q->req_id, LOADER_ENOMEM, "out of memory for the batch", reply, rlen);
+        return reply_error(h, q->req_id, LOADER_ENOMEM, "out of memory for the batch", reply, rlen);
     rc = loader_batch_make(h->src, &p, h->tokens, nmask ? h->mask : NULL, &steps, err, sizeof err);
-    if (rc) return reply_error(q->req_id, rc, err, reply, rlen);
+    if (rc) return reply_error(h, q->req_id, rc, err, reply, rlen);
     wire_msg_t m;
     memset(&m, 0, sizeof m);
     m.type = MSG_BATCH;
@@ -104,7 +150,7 @@ static int reply_batch(loader_handler_t *h, const msg_batch_req_t *q, void **rep
     b->tokens = h->tokens;
     b->mask = nmask ? h->mask : NULL;
     if (wire_encode(&m, reply, rlen) != WIRE_OK)
-        return reply_error(q->req_id, LOADER_ENOMEM, "could not encode the batch", reply, rlen);
+        return reply_error(h, q->req_id, LOADER_ENOMEM, "could not encode the batch", reply, rlen);
     return LOADER_OK;
 }
 
@@ -113,7 +159,7 @@ static int reply_info(loader_handler_t *h, const msg_info_req_t *q, void **reply
     loader_params_t p = {.world = q->world, .B = q->B, .T = q->T, .layout = q->layout, .split = q->split};
     uint64_t steps = 0;
     int rc = loader_steps_per_epoch(h->src, &p, &steps, err, sizeof err);
-    if (rc) return reply_error(q->req_id, rc, err, reply, rlen);
+    if (rc) return reply_error(h, q->req_id, rc, err, reply, rlen);
     const dataset_meta_t *dm = loader_src_meta(h->src);
     loader_split_info_t si;
     loader_src_split_info(h->src, q->split, &si);
@@ -132,7 +178,7 @@ static int reply_info(loader_handler_t *h, const msg_info_req_t *q, void **reply
     i->tokenizer_hash = (char *)dm->tokenizer_hash;
     i->dataset = (char *)h->dataset;
     if (wire_encode(&m, reply, rlen) != WIRE_OK)
-        return reply_error(q->req_id, LOADER_ENOMEM, "could not encode the info", reply, rlen);
+        return reply_error(h, q->req_id, LOADER_ENOMEM, "could not encode the info", reply, rlen);
     return LOADER_OK;
 }
 
@@ -154,14 +200,14 @@ int loader_handler_reply(loader_handler_t *h, const void *req, size_t len, void 
     int rc = wire_decode_diag(req, len, &m, &d, err, sizeof err);
     if (rc != WIRE_OK) {
         snprintf(line, sizeof line, "request not understood: %s", err);
-        rc = reply_error(d.has_req_id ? d.req_id : 0, undecoded_code(rc, &d), line, reply, rlen);
+        rc = reply_error(h, d.has_req_id ? d.req_id : 0, undecoded_code(rc, &d), line, reply, rlen);
     } else if (m.type == MSG_BATCH_REQ) {
         rc = reply_batch(h, &m.u.batch_req, reply, rlen);
     } else if (m.type == MSG_INFO_REQ) {
         rc = reply_info(h, &m.u.info_req, reply, rlen);
     } else {
         snprintf(line, sizeof line, "a loader answers batch_req and info_req, not %s", wire_type_name(m.type));
-        rc = reply_error(d.has_req_id ? d.req_id : 0, LOADER_ETYPE, line, reply, rlen);
+        rc = reply_error(h, d.has_req_id ? d.req_id : 0, LOADER_ETYPE, line, reply, rlen);
     }
     /* served counts batches (what the announcement's "served" means, PROTOCOL.md §2.3);
      * info replies and error replies are not batches */
@@ -183,9 +229,32 @@ static void mp_close(multipart_t *m) {
     m->n = 0;
 }
 
+/* Where a request came from, for a line about it, from what the frames the peer sent carry
+ * (on the ROUTER itself; a worker thread gets them through an inproc socket, without): over
+ * TCP its address and port (the connection's, ZMQ_SRCFD), over ipc its process (ZeroMQ's
+ * Peer-Address there is "localhost:UID:GID:PID"); always the routing id the ROUTER gave the
+ * connection, the first frame (m: the message as the ROUTER delivered it). */
+static void peer_of(multipart_t *m, char *out, size_t cap) {
+    size_t n = m->n ? zmq_msg_size(&m->f[0]) : 0, k = 0;
+    const unsigned char *id = m->n ? zmq_msg_data(&m->f[0]) : NULL;
+    char hex[80] = "", where[160] = "";
+    for (size_t i = 0; i < n && i < 32 && k + 3 < sizeof hex; i++) k += (size_t)snprintf(hex + k, sizeof hex - k, "%02x", id[i]);
+    zmq_msg_t *last = m->n > 1 ? &m->f[m->n - 1] : NULL;
+    if (last && saylimit_peer_addr(zmq_msg_get(last, ZMQ_SRCFD), where, sizeof where - 1) == 0) strcat(where, " ");
+    const char *a = last && !where[0] ? zmq_msg_gets(last, "Peer-Address") : NULL;
+    unsigned long uid, gid, pid;
+    if (a && sscanf(a, "localhost:%lu:%lu:%lu", &uid, &gid, &pid) == 3)
+        snprintf(where, sizeof where, "process %lu (uid %lu) ", pid, uid);
+    else if (a && *a)
+        snprintf(where, sizeof where, "%.100s ", a);
+    if (where[0]) snprintf(out, cap, "%s(routing id %s)", where, n ? hex : "none");
+    else snprintf(out, cap, "the peer with routing id %s", n ? hex : "none");
+}
+
 /* Reads one whole multipart message (non-blocking: call after poll said POLLIN). Returns 0,
- * or -1 when nothing was there or it had too many frames (then it is consumed and dropped). */
-static int mp_recv(void *sock, multipart_t *m) {
+ * -1 when nothing was there, or -2 when it had too many frames (then it is consumed and
+ * dropped, and s says so). */
+static int mp_recv(void *sock, multipart_t *m, say_t *s) {
     m->n = 0;
     int more = 1, over = 0;
     while (more) {
@@ -200,7 +269,13 @@ static int mp_recv(void *sock, multipart_t *m) {
         if (f == &tmp) { zmq_msg_close(f); over = 1; }
         else m->n++;
     }
-    if (over) { mp_close(m); return -1; }
+    if (over) {
+        char from[160];
+        peer_of(m, from, sizeof from);
+        say_add(s, "dropped a request from %s: more than %d frames (PROTOCOL.md §1.3)", from, MAX_FRAMES);
+        mp_close(m);
+        return -2;
+    }
     return 0;
 }
 
@@ -216,14 +291,29 @@ static void mp_send(void *sock, multipart_t *m, int n, const void *body, size_t 
 /* Answers one multipart request read from sock on the same socket. */
 static void serve_one(loader_handler_t *h, void *sock) {
     multipart_t m;
-    if (mp_recv(sock, &m)) return;
+    if (mp_recv(sock, &m, h->say)) return;
     if (m.n >= 1) {
         void *reply = NULL;
         size_t rlen = 0;
         zmq_msg_t *body = &m.f[m.n - 1];
-        loader_handler_reply(h, zmq_msg_data(body), zmq_msg_size(body), &reply, &rlen);
+        int rc = loader_handler_reply(h, zmq_msg_data(body), zmq_msg_size(body), &reply, &rlen);
+        /* the dataset was cut under us: every later batch would fail too; the service stops
+         * (after this reply), and its error line is the one line said about it */
+        const int fatal = rc == LOADER_EDATA && h->say && loader_src_shrunk(h->src);
+        if (rc != LOADER_OK && !fatal) { /* what was refused, from where (the error reply says it to the peer too) */
+            char from[160];
+            peer_of(&m, from, sizeof from);
+            say_add(h->say, "refused a request from %s: error %d (%s): %s", from, rc, loader_strerror(rc),
+                    reply ? h->said : "not even an error reply could be encoded");
+        }
         if (reply) mp_send(sock, &m, m.n - 1, reply, rlen);
         free(reply);
+        if (fatal) {
+            pthread_mutex_lock(&h->say->mu);
+            if (!atomic_load(&h->say->stop)) snprintf(h->say->fatal, sizeof h->say->fatal, "%s", h->said);
+            atomic_store(&h->say->stop, 1);
+            pthread_mutex_unlock(&h->say->mu);
+        }
     }
     mp_close(&m);
 }
@@ -272,6 +362,9 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
     int nthreads = cfg->threads < 1 ? 1 : cfg->threads;
     atomic_uint_fast64_t served = 0, errors = 0;
     atomic_int quit = 0;
+    say_t say;
+    memset(&say, 0, sizeof say);
+    pthread_mutex_init(&say.mu, NULL);
     loader_handler_t *h[64] = {0};
     worker_t wk[64];
     pthread_t th[64];
@@ -284,6 +377,7 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         if ((rc = loader_handler_open(&h[i], cfg, err, errlen))) goto out;
         h[i]->served = &served;
         h[i]->errors = &errors;
+        h[i]->say = &say;
     }
     zctx = zmq_ctx_new();
     int zero = 0, hwm = 10000;
@@ -329,6 +423,17 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
     double t_announce = 0, t_log = progress_now();
     uint64_t logged = 0;
     while (!*stop) {
+        say_drain(&say, &lg);
+        if (atomic_load(&say.stop)) { /* a worker's last error reply goes out first */
+            multipart_t m;
+            while (backend && mp_recv(backend, &m, NULL) == 0) {
+                mp_send(router, &m, m.n, NULL, 0);
+                mp_close(&m);
+            }
+            snprintf(err, errlen, "%s", say.fatal);
+            rc = LOADER_EDATA;
+            break;
+        }
         double now = progress_now();
         if (now - t_announce >= 1.0) {
             announce(pub, cfg, endpoint, atomic_load(&served));
@@ -358,15 +463,16 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
             continue;
         }
         multipart_t m;
-        if ((it[0].revents & ZMQ_POLLIN) && mp_recv(router, &m) == 0) {
+        if ((it[0].revents & ZMQ_POLLIN) && mp_recv(router, &m, &say) == 0) {
             mp_send(backend, &m, m.n, NULL, 0);
             mp_close(&m);
         }
-        if ((it[1].revents & ZMQ_POLLIN) && mp_recv(backend, &m) == 0) {
+        if ((it[1].revents & ZMQ_POLLIN) && mp_recv(backend, &m, NULL) == 0) {
             mp_send(router, &m, m.n, NULL, 0);
             mp_close(&m);
         }
     }
+    say_drain(&say, &lg);
     bus_log(&lg, "stopping after %llu batches served, %llu errors", (unsigned long long)atomic_load(&served),
             (unsigned long long)atomic_load(&errors));
 out:
@@ -377,5 +483,6 @@ out:
     if (router) zmq_close(router);
     if (zctx) zmq_ctx_term(zctx);
     for (int i = 0; i < nthreads; i++) loader_handler_close(&h[i]);
+    pthread_mutex_destroy(&say.mu);
     return rc;
 }

@@ -141,6 +141,27 @@ ok "the newest good one evaluated instead, the .tmp ignored" "jq -s -e 'length =
 ev --run c --run-dir "$W/c" $VAL --once --no-bus >"$W/c1.out" 2>"$W/c1.log"
 ok "--once falls back to the newest good checkpoint too" "[ $? = 0 ] && jq -s -e 'length == 1 and .[0].step == 60' $W/c1.out >/dev/null && grep -q 'skipp.*ckpt-00000064' $W/c1.log"
 
+# 4b. out of memory is not damage: a sound checkpoint whose activations (B=4096 rows of 80
+# positions, 2.2 GiB) do not fit under a 1 GB address-space limit is neither skipped nor
+# called damaged; --once exits 1 with one line that names it and what it needed; a watching
+# evaluator says so, tries again later, and evaluates it once the memory is there (the limit
+# is raised under it: a soft limit, so prlimit may lift it)
+mkdir -p "$W/m"; cp -r "$W/ref/ckpt-00000060" "$W/ref/ckpt-00000064" "$W/m/"
+BIG="--task mc --file evaluator/tasks/synth_mc.jsonl --vocab bytes --limit 8 --batch 4096 --threads 1"
+(ulimit -S -v 1000000; exec timeout -k 5 60 bin/evaluator --run m --run-dir "$W/m" $BIG --once --no-bus) >/dev/null 2>"$W/m1.log"; rc=$?
+ok "--once out of memory: rc 1, one line naming the checkpoint and its size, no skip (rc $rc: $(head -c 300 "$W/m1.log"))" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/m1.log) = 1 ] && grep -q '^evaluator: run m: $W/m/ckpt-00000064: out of memory loading it, not damage.*2.23 GiB' $W/m1.log && ! grep -qi 'skipping\|damaged)' $W/m1.log"
+if command -v prlimit >/dev/null; then
+    (ulimit -S -v 1000000; exec bin/evaluator --run m --run-dir "$W/m" $BIG --no-bus --poll-ms 100 --out "$W/m.jsonl") >/dev/null 2>"$W/m2.log" & e=$!; pids+=($e)
+    wait_for "[ \$(grep -c 'out of memory' $W/m2.log) -ge 2 ]" 30
+    ok "watching: out of memory said, nothing skipped, tried again later" \
+       "grep -q '$W/m/ckpt-00000064: out of memory loading it, not damage (not skipped; trying again in 0.2 s)' $W/m2.log && ! grep -q skipping $W/m2.log && [ ! -s $W/m.jsonl ]"
+    prlimit --pid $e --as=unlimited:unlimited
+    wait_for "[ \$(jq -s length $W/m.jsonl 2>/dev/null) = 1 ]" 60; kill -TERM $e; wait $e; rc=$?
+    ok "watching: once the memory is there the checkpoint is evaluated (rc $rc)" \
+       "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 64 and .[0].values.n == 8' $W/m.jsonl >/dev/null"
+fi
+
 # 5. bad input: one line, non-zero exit, nothing hangs
 ev --run x --run-dir "$W/none" $VAL --once --no-bus 2>"$W/b1.log"; rc=$?
 ok "--once without checkpoints fails with one line (rc $rc)" "[ $rc = 1 ] && [ \$(wc -l < $W/b1.log) = 1 ] && grep -q 'no complete checkpoint' $W/b1.log"

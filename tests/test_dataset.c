@@ -210,21 +210,64 @@ static void test_damage(void) {
     CHECK(dataset_open(&ds, p, err, sizeof err) == DATASET_EFORMAT && ds == NULL, "garbage meta accepted");
 }
 
+/* Writes dataset `name` of 400 documents from doc_gen(seed, ...), vocabulary 1000; its path in
+ * p, its data.mdb in file. 0, or -1 (with a failed check). */
+static int write_400(const char *name, uint64_t seed, char *p, size_t pcap, char *file, size_t fcap) {
+    char err[256] = "";
+    path_of(p, pcap, name);
+    snprintf(file, fcap, "%s/data.mdb", p);
+    dataset_meta_t m;
+    meta_init(&m, 1000);
+    dataset_writer_t *w = NULL;
+    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
+    if (!w) return -1;
+    uint32_t buf[201];
+    for (uint64_t i = 0; i < 400; i++) dataset_writer_add(w, buf, doc_gen(seed, i, 1000, 200, buf), 0, err, sizeof err);
+    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    return 0;
+}
+
+/* Runs fn(arg, msg, cap) in a child, so that a SIGBUS there is one failed check, not a dead
+ * test: fn fills msg (one line) and returns 0 when all went as it should. The line in got; the
+ * child's wait status returned. */
+static int in_child(int (*fn)(const char *arg, char *msg, size_t cap), const char *arg, char *got, size_t cap) {
+    int fd[2];
+    CHECK(pipe(fd) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        char msg[600] = "";
+        int rc = fn(arg, msg, sizeof msg);
+        if (write(fd[1], msg, strlen(msg)) < 0) _exit(3);
+        _exit(rc ? 1 : 0);
+    }
+    close(fd[1]);
+    ssize_t n = read(fd[0], got, cap - 1);
+    got[n > 0 ? n : 0] = 0;
+    close(fd[0]);
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    return ws;
+}
+
+/* The dataset at p opens, or is refused with DATASET_EFORMAT; opened, every document is read
+ * (where the SIGBUS used to be). 0 when it was refused. */
+static int open_cut(const char *p, char *msg, size_t cap) {
+    dataset_t *ds = NULL;
+    int rc = dataset_open(&ds, p, msg, cap);
+    if (ds) {
+        uint32_t out[201], len;
+        for (uint64_t i = 0; i < 400; i++) dataset_doc_read(ds, i, out, 201, &len);
+    }
+    return rc == DATASET_EFORMAT && !ds ? 0 : 1;
+}
+
 /* A data.mdb cut short (a full disk, a partial copy) used to kill the reader with SIGBUS on
  * the first page past the end of the map; dataset_open must refuse it with a line instead.
  * Each cut runs in a child so that a regression is one failed check, not a dead test. */
 static void test_truncated_file(void) {
     char p[1200], file[1300], err[256] = "";
-    path_of(p, sizeof p, "cut");
-    snprintf(file, sizeof file, "%s/data.mdb", p);
-    dataset_meta_t m;
-    meta_init(&m, 1000);
-    dataset_writer_t *w = NULL;
-    CHECK(dataset_writer_open(&w, p, &m, 0, err, sizeof err) == 0, "%s", err);
-    if (!w) return;
-    uint32_t buf[201];
-    for (uint64_t i = 0; i < 400; i++) dataset_writer_add(w, buf, doc_gen(3, i, 1000, 200, buf), 0, err, sizeof err);
-    CHECK(dataset_writer_close(&w, err, sizeof err) == 0, "%s", err);
+    if (write_400("cut", 3, p, sizeof p, file, sizeof file)) return;
     struct stat st;
     CHECK(stat(file, &st) == 0 && st.st_size > 16 * 4096, "dataset too small to cut: %lld", (long long)st.st_size);
     off_t full = st.st_size;
@@ -242,28 +285,8 @@ static void test_truncated_file(void) {
         f = fopen(file, "wb");
         CHECK(f && fwrite(orig, 1, cuts[c].size, f) == (size_t)cuts[c].size, "write %s", file);
         if (f) fclose(f);
-        int fd[2];
-        CHECK(pipe(fd) == 0, "pipe");
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(fd[0]);
-            dataset_t *ds = NULL;
-            char e[256] = "";
-            int rc = dataset_open(&ds, p, e, sizeof e);
-            if (ds) { /* opened: read every document, where the SIGBUS used to be */
-                uint32_t out[201], len;
-                for (uint64_t i = 0; i < 400; i++) dataset_doc_read(ds, i, out, 201, &len);
-            }
-            if (write(fd[1], e, strlen(e)) < 0) _exit(3);
-            _exit(rc == DATASET_EFORMAT && !ds ? 0 : 1);
-        }
-        close(fd[1]);
-        char got[256] = "";
-        ssize_t n = read(fd[0], got, sizeof got - 1);
-        got[n > 0 ? n : 0] = 0;
-        close(fd[0]);
-        int ws = 0;
-        waitpid(pid, &ws, 0);
+        char got[600] = "";
+        int ws = in_child(open_cut, p, got, sizeof got);
         CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "cut to %lld of %lld bytes: %s%s", (long long)cuts[c].size,
               (long long)full, WIFSIGNALED(ws) ? "killed by signal " : "not refused: ",
               WIFSIGNALED(ws) ? strsignal(WTERMSIG(ws)) : got);
@@ -278,6 +301,41 @@ static void test_truncated_file(void) {
     CHECK(dataset_open(&ds, p, err, sizeof err) == 0, "restored: %s", err);
     dataset_close(&ds);
     free(orig);
+}
+
+/* The file cut AFTER dataset_open (another process truncates data.mdb under a running
+ * loader): the open-time size check cannot see it, and a read of a mapped page past the new
+ * end used to be a SIGBUS. Now every read fails with one line and the handle says it is
+ * shrunk. In a child, so that a regression is one failed check, not a dead test. */
+static int read_past_cut(const char *p, char *msg, size_t cap) {
+    char file[1300];
+    snprintf(file, sizeof file, "%s/data.mdb", p);
+    dataset_t *ds = NULL;
+    if (dataset_open(&ds, p, msg, cap)) return 2;
+    uint32_t out[201], len, want[201];
+    int bad = 0, first = -1, rc = 0;
+    for (uint64_t i = 0; i < 400 && !bad; i++) /* every document reads before the cut */
+        bad = dataset_doc_read(ds, i, out, 201, &len) || len != doc_gen(5, i, 1000, 200, want) ||
+              memcmp(out, want, sizeof(uint32_t) * len);
+    if (bad || truncate(file, 8192) != 0) return snprintf(msg, cap, "reads before the cut, or the cut, failed"), 3;
+    for (uint64_t i = 0; i < 400; i++) { /* past the cut: an error, not a SIGBUS */
+        rc = dataset_doc_read(ds, i, out, 201, &len);
+        if (rc && first < 0) first = (int)i;
+    }
+    int rc_len = dataset_doc_len(ds, 0, &len); /* a shrunk handle refuses every read */
+    snprintf(msg, cap, "%s", dataset_doc_error(ds, rc));
+    dataset_close(&ds);
+    return first >= 0 && rc == DATASET_EFORMAT && rc_len == DATASET_EFORMAT ? 0 : 1;
+}
+
+static void test_shrunk_after_open(void) {
+    char p[1200], file[1300], got[600] = "";
+    if (write_400("shrink", 5, p, sizeof p, file, sizeof file)) return;
+    int ws = in_child(read_past_cut, p, got, sizeof got);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "reads after the cut: %s%d (%s)",
+          WIFSIGNALED(ws) ? "killed by signal " : "exit ", WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws), got);
+    CHECK(strstr(got, "/shrink/data.mdb shrank under the reader (now 8192 bytes; its pages need ") &&
+          strstr(got, "rebuild it") && !strchr(got, '\n'), "\"%s\"", got);
 }
 
 /* An info map like the writer's, with the string fields given as raw bytes (len, ptr). */
@@ -365,6 +423,7 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_damage);
     RUN(test_truncated_file);
+    RUN(test_shrunk_after_open);
     RUN(test_info_utf8);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <lmdb.h>
 #include <msgpack.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +33,10 @@ struct dataset {
     MDB_txn *txn; /* read transaction held for the handle's lifetime */
     MDB_dbi docs;
     dataset_meta_t meta;
-    char why[160]; /* what the last EFORMAT/ELMDB from a document read found (dataset_doc_error) */
+    int shrunk;    /* data.mdb was cut under the open handle: no page is touched again */
+    unsigned long long need; /* bytes data.mdb must hold: every page the environment uses */
+    char path[4096];
+    char why[600]; /* what the last EFORMAT/ELMDB from a document read found (dataset_doc_error) */
 };
 
 struct dataset_writer {
@@ -201,9 +207,53 @@ out:
 
 /* ---- reader ----------------------------------------------------------------------------- */
 
+/* The SIGBUS guard. dataset_open checks that data.mdb holds every page, but another process
+ * can truncate the file afterwards, and a read of a mapped page past the new end is a SIGBUS
+ * in the reader (a loader, an evaluator): a crash without a word. So every document read runs
+ * under a sigsetjmp, and a SIGBUS inside one jumps back to it: the read fails with a line, the
+ * handle is marked and never touches the map again. A fault elsewhere in the process (not
+ * inside a guarded read of this thread) gets the handler that was there before. Leaving LMDB's
+ * mdb_get by a jump is sound for a read-only transaction: the cursor is on our stack and it
+ * takes no lock. SA_NODEFER keeps SIGBUS unblocked after the jump (sigsetjmp(, 0) restores no
+ * mask: no system call per read). */
+static __thread sigjmp_buf *guard_jmp;
+static struct sigaction guard_prev;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+
+static void guard_on_sigbus(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    if (guard_jmp) siglongjmp(*guard_jmp, 1);
+    sigaction(SIGBUS, &guard_prev, NULL); /* not ours: the fault, re-executed, goes there */
+    if (si->si_code <= 0) raise(sig);     /* a kill(), not a fault: nothing re-executes */
+}
+
+static void guard_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = guard_on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &guard_prev);
+}
+
+/* After a SIGBUS in a read of ds: marks it and says what happened, in ds->why. */
+static int shrunk_fail(dataset_t *ds) {
+    ds->shrunk = 1;
+    mdb_filehandle_t fd;
+    struct stat st;
+    char now[64] = "";
+    if (mdb_env_get_fd(ds->env, &fd) == 0 && fstat(fd, &st) == 0) snprintf(now, sizeof now, "now %lld bytes; ", (long long)st.st_size);
+    snprintf(ds->why, sizeof ds->why,
+             "%.400s/data.mdb shrank under the reader (%sits pages need %llu): another process truncated it; rebuild it (bin/tokenizer encode)",
+             ds->path, now, ds->need);
+    return DATASET_EFORMAT;
+}
+
+int dataset_shrunk(const dataset_t *ds) { return ds && ds->shrunk; }
+
 /* The latest meta page (read by mdb_env_info, past any read snapshot, and the file only grows
  * under a writer) names the last page in use; the file must reach its end. */
-static int size_check(MDB_env *env, const char *path, char *err, size_t errlen) {
+static int size_check(MDB_env *env, const char *path, unsigned long long *needp, char *err, size_t errlen) {
     MDB_envinfo ei;
     MDB_stat es;
     mdb_filehandle_t fd;
@@ -214,6 +264,7 @@ static int size_check(MDB_env *env, const char *path, char *err, size_t errlen) 
     if (fstat(fd, &st) != 0)
         return err_fail(err, errlen, DATASET_ELMDB, "dataset %s: data.mdb: %s", path, strerror(errno));
     unsigned long long need = ((unsigned long long)ei.me_last_pgno + 1) * es.ms_psize;
+    if (needp) *needp = need;
     if ((unsigned long long)st.st_size < need)
         return err_fail(err, errlen, DATASET_EFORMAT,
                         "dataset %s: data.mdb is truncated (%lld bytes; its pages need %llu): rebuild it (bin/tokenizer encode)",
@@ -261,7 +312,9 @@ int dataset_open(dataset_t **out, const char *path, char *err, size_t errlen) {
     /* LMDB maps data.mdb and reads pages straight from the map: a page past the end of a
      * truncated file is a SIGBUS in whichever program touches it, with no message. So check,
      * before reading any page, that the file holds every page the environment says it uses. */
-    if ((rc = size_check(ds->env, path, err, errlen))) goto fail;
+    if ((rc = size_check(ds->env, path, &ds->need, err, errlen))) goto fail;
+    snprintf(ds->path, sizeof ds->path, "%s", path);
+    pthread_once(&guard_once, guard_install);
     rc = DATASET_ELMDB;
     if ((mrc = mdb_dbi_open(ds->txn, "meta", 0, &meta_dbi)) || (mrc = mdb_dbi_open(ds->txn, "docs", 0, &ds->docs))) {
         err_fail(err, errlen, 0, "dataset %s: named db \"meta\"/\"docs\": %s", path, mdb_strerror(mrc));
@@ -334,12 +387,26 @@ const char *dataset_doc_error(const dataset_t *ds, int status) {
     return dataset_strerror(status);
 }
 
-int dataset_doc_len(dataset_t *ds, uint64_t idx, uint32_t *len) {
+static int doc_len(dataset_t *ds, uint64_t idx, uint32_t *len) {
     MDB_val v;
     int rc = doc_get(ds, idx, &v);
     if (rc) return rc;
     if (len) *len = (uint32_t)(v.mv_size / ds->meta.token_bytes);
     return DATASET_OK;
+}
+
+int dataset_doc_len(dataset_t *ds, uint64_t idx, uint32_t *len) {
+    if (!ds) return DATASET_EARG;
+    if (ds->shrunk) return DATASET_EFORMAT; /* ds->why still says why */
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        guard_jmp = NULL;
+        return shrunk_fail(ds);
+    }
+    guard_jmp = &jb;
+    int rc = doc_len(ds, idx, len);
+    guard_jmp = NULL;
+    return rc;
 }
 
 /* Little-endian values are not aligned inside LMDB pages: assemble from bytes (the
@@ -354,8 +421,8 @@ static void tokens_decode(const uint8_t *p, uint32_t tb, uint32_t *out, uint32_t
     }
 }
 
-int dataset_doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t *out, uint32_t n,
-                           uint32_t *got, uint32_t *len) {
+static int doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t *out, uint32_t n,
+                          uint32_t *got, uint32_t *len) {
     MDB_val v;
     int rc = doc_get(ds, idx, &v);
     if (rc) return rc;
@@ -366,6 +433,21 @@ int dataset_doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t 
     tokens_decode((const uint8_t *)v.mv_data + (size_t)from * ds->meta.token_bytes, ds->meta.token_bytes, out, m);
     if (got) *got = m;
     return DATASET_OK;
+}
+
+int dataset_doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t *out, uint32_t n,
+                           uint32_t *got, uint32_t *len) {
+    if (!ds) return DATASET_EARG;
+    if (ds->shrunk) return DATASET_EFORMAT;
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        guard_jmp = NULL;
+        return shrunk_fail(ds);
+    }
+    guard_jmp = &jb;
+    int rc = doc_read_range(ds, idx, from, out, n, got, len);
+    guard_jmp = NULL;
+    return rc;
 }
 
 int dataset_doc_read(dataset_t *ds, uint64_t idx, uint32_t *out, uint32_t cap, uint32_t *len) {

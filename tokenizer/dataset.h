@@ -65,6 +65,12 @@ int dataset_doc_read_range(dataset_t *ds, uint64_t idx, uint32_t from, uint32_t 
  * DATASET_EFORMAT/ELMDB the particular damage ("3 bytes, not a whole number of 2-byte
  * tokens ..."), else dataset_strerror(status). Valid until the next call on ds. */
 const char *dataset_doc_error(const dataset_t *ds, int status);
+/* 1 when data.mdb was truncated under the open handle (another process cut it): a document
+ * read that touched a page past the new end failed with DATASET_EFORMAT and "... shrank under
+ * the reader ..." instead of the SIGBUS it would be (the reads run under a SIGBUS guard), and
+ * every later read fails the same way without touching the file. The handle is of no further
+ * use: close it (a reader serving others should stop and say so). */
+int dataset_shrunk(const dataset_t *ds);
 void dataset_close(dataset_t **ds);
 
 /* Creates a new dataset at path (a directory; refuses to overwrite an existing dataset unless

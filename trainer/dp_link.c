@@ -15,9 +15,11 @@
 #include "bus/wire.h"
 #include "common/errmsg.h"
 #include "common/progress.h"
+#include "common/saylimit.h"
 #include "trainer/dp.h"
 
 #define ID_MAX 256 /* ZeroMQ routing ids are at most 255 bytes */
+#define BAD_PER_S 10 /* lines a second about frames that do not decode; the rest are counted */
 
 typedef struct {
     unsigned char id[ID_MAX];
@@ -46,6 +48,9 @@ struct dp_link {
     char why[512];
     char farewell[512];     /* a rank that stops alone: why, sent as it leaves */
     int refused;            /* rank 0 refused the group: its refusals must get out on close */
+    /* frames that did not decode: said BAD_PER_S a second, the others counted; one thread at
+     * a time reads the socket (the rendezvous, then the beats) */
+    saylimit_t bad;
 };
 
 
@@ -72,15 +77,18 @@ static int send_msg(void *s, const unsigned char *id, size_t idlen, const wire_m
 }
 
 /* Receives one message without waiting: 1 with m filled (and id, fd for a ROUTER), 0 when
- * nothing is there, -1 for a frame that does not decode (dropped). */
-static int recv_msg(void *s, int router, unsigned char *id, size_t *idlen, int *fd, wire_msg_t *m) {
+ * nothing is there, -1 for a frame that does not decode (dropped; why says what was wrong). */
+static int recv_msg(void *s, int router, unsigned char *id, size_t *idlen, int *fd, wire_msg_t *m, char *why,
+                    size_t whylen) {
     zmq_msg_t part;
     int got = 0, n = 0, rc = -1;
     size_t nid = 0;
+    snprintf(why, whylen, "a message without a body");
     for (int more = 1; more; n++) {
         zmq_msg_init(&part);
         if (zmq_msg_recv(&part, s, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
             zmq_msg_close(&part);
+            if (n) snprintf(why, whylen, "a message cut after %d frame(s): %s", n, zmq_strerror(zmq_errno()));
             return n == 0 ? 0 : -1;
         }
         more = zmq_msg_more(&part);
@@ -88,15 +96,36 @@ static int recv_msg(void *s, int router, unsigned char *id, size_t *idlen, int *
             nid = zmq_msg_size(&part) < ID_MAX ? zmq_msg_size(&part) : ID_MAX;
             memcpy(id, zmq_msg_data(&part), nid);
         } else if (!more) { /* the body is the last frame */
-            char e[256];
             got = 1;
-            rc = wire_decode(zmq_msg_data(&part), zmq_msg_size(&part), m, e, sizeof e) == 0 ? 1 : -1;
+            rc = wire_decode(zmq_msg_data(&part), zmq_msg_size(&part), m, why, whylen) == 0 ? 1 : -1;
             if (fd) *fd = zmq_msg_get(&part, ZMQ_SRCFD);
         }
         zmq_msg_close(&part);
     }
     if (idlen) *idlen = nid;
     return got ? rc : -1;
+}
+
+/* A message that did not decode (a stray client, a fuzzer, a rank of another build) is
+ * dropped, and said on stderr in one line: what was wrong and where it came from (rank 0: the
+ * connection's address; another rank hears only rank 0). BAD_PER_S lines a second at most;
+ * the others are counted into the next line. */
+static void bad_flush(dp_link_t *l, double now) {
+    unsigned long long n = saylimit_unsaid(&l->bad, now);
+    if (n) fprintf(stderr, "trainer: rank %d: %llu more data-parallel messages dropped in the last second(s), not said one by one\n",
+                   l->cfg.rank, n);
+}
+
+static void bad_frame(dp_link_t *l, int fd, const char *why) {
+    double now = progress_now();
+    bad_flush(l, now);
+    if (!saylimit_take(&l->bad, now, BAD_PER_S)) return;
+    char from[320] = "rank 0", addr[96];
+    if (l->cfg.rank == 0 && saylimit_peer_addr(fd, addr, sizeof addr) == 0)
+        snprintf(from, sizeof from, "%s (to %.200s)", addr, l->bound);
+    else if (l->cfg.rank == 0)
+        snprintf(from, sizeof from, "a connection to %.200s", l->bound);
+    fprintf(stderr, "trainer: rank %d: dropped a data-parallel message from %s: %s\n", l->cfg.rank, from, why);
 }
 
 /* ---- creating the socket ------------------------------------------------------------------ */
@@ -209,7 +238,9 @@ static int rendezvous_rank0(dp_link_t *l, char *err, size_t errlen) {
         zmq_poll(&it, 1, 100);
         peer_t p = {0};
         wire_msg_t m;
-        int got = recv_msg(l->sock, 1, p.id, &p.idlen, &p.fd, &m);
+        char bad[256];
+        int got = recv_msg(l->sock, 1, p.id, &p.idlen, &p.fd, &m, bad, sizeof bad);
+        if (got < 0) bad_frame(l, p.fd, bad);
         if (got <= 0) continue;
         if (m.type != MSG_DP_HELLO) { /* a late beat or a stray peer: not part of the meeting */
             wire_msg_free(&m);
@@ -282,7 +313,10 @@ static int rendezvous_rank(dp_link_t *l, const char *endpoint, char *nccl_id, si
         zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
         zmq_poll(&it, 1, 100);
         wire_msg_t w;
-        if (recv_msg(l->sock, 0, NULL, NULL, NULL, &w) <= 0) continue;
+        char why[256];
+        int got = recv_msg(l->sock, 0, NULL, NULL, NULL, &w, why, sizeof why);
+        if (got < 0) bad_frame(l, -1, why);
+        if (got <= 0) continue;
         if (w.type != MSG_DP_WELCOME) {
             wire_msg_free(&w);
             continue;
@@ -354,14 +388,19 @@ static void send_beat(dp_link_t *l, const peer_t *to, int bye) {
 /* Everything that arrived on the rendezvous socket. */
 static void read_beats(dp_link_t *l) {
     const int rank0 = l->cfg.rank == 0;
+    bad_flush(l, progress_now());
     for (;;) {
         unsigned char id[ID_MAX];
         size_t idlen = 0;
         int fd = -1;
         wire_msg_t m;
-        int got = recv_msg(l->sock, rank0, id, &idlen, &fd, &m);
+        char why[256];
+        int got = recv_msg(l->sock, rank0, id, &idlen, &fd, &m, why, sizeof why);
         if (got == 0) return;
-        if (got < 0) continue;
+        if (got < 0) {
+            bad_frame(l, fd, why);
+            continue;
+        }
         if (m.type == MSG_DP_BEAT) {
             const msg_dp_beat_t *b = &m.u.dp_beat;
             if (rank0 && b->rank > 0 && b->rank < (uint32_t)l->cfg.world && l->peers[b->rank].joined &&
