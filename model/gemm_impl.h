@@ -42,10 +42,11 @@ void gemm_blas(gemm_op ta, gemm_op tb, int m, int n, int k, float alpha, const f
  * across calls, freed when the thread ends; slot picks one of GEMM_TLS_SLOTS independent
  * buffers. NULL when out of memory. */
 enum { GEMM_TLS_A, GEMM_TLS_B, GEMM_TLS_SCRATCH, GEMM_TLS_OPS_X, GEMM_TLS_OPS_Y, GEMM_TLS_OPS_W,
-       GEMM_TLS_OPS_ROW, GEMM_TLS_SLOTS };
+       GEMM_TLS_OPS_ROW, GEMM_TLS_OPS_ATT, GEMM_TLS_SLOTS };
 /* (A and B: the rounded operands of gemm.c; SCRATCH: oneDNN's; OPS_X and OPS_Y: the bf16
  * operands an op rounds once for several products, ops_linear.c; OPS_W: a weight rounded
  * there when it has no shadow; OPS_ROW: the scratch row of the ops that keep one per thread,
- * ops_crossentropy.c, and no product in between.) */
+ * ops_crossentropy.c, and no product in between; OPS_ATT: the blocked attention's scratch per
+ * thread, ops_attention.c, products in between, which use A, B and SCRATCH only.) */
 void *gemm_tls_buffer(int slot, size_t bytes);
 #endif

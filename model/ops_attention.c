@@ -16,6 +16,7 @@
  * (ops_math.h ops_att_range); a block's products then run over the keys its rows see, so a
  * window W costs O(T W), not O(T^2). */
 #include "model/gemm.h"
+#include "model/gemm_impl.h"
 #include "model/ops.h"
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
@@ -232,17 +233,23 @@ OPS_VARIANTS(void, att_gather_round, (float *xs, const float *x, int b, int kh, 
                                   x + att_row(b, kh, group, j, i0, i, Tq, H, hd), (size_t)hd);
 }
 
-/* ... and back: written over x's rows, or added into them (add). Built per level
- * (ops_clones.h): the backward's dq adds ran 4 lanes wide in the baseline build (an add per
- * element either way: the same bits). */
+/* ... and back: written over x's rows (add 0), or added into them (add 1), or written as added
+ * to zeros (ATT_SET: 0 + x, the bits of att_zero_owned's zeros with the rows added, -0 made +0,
+ * without the zeroing pass and without reading the rows). Built per level (ops_clones.h): the
+ * backward's dq adds ran 4 lanes wide in the baseline build (an add per element either way:
+ * the same bits). */
+#define ATT_SET 2
 OPS_VARIANTS(void, att_scatter, (float *x, const float *xs, int add, int b, int kh, int group,
                                  int i0, int np, int Tq, int H, int hd),
              (x, xs, add, b, kh, group, i0, np, Tq, H, hd)) {
     for (int j = 0; j < group; j++)
         for (int i = 0; i < np; i++) {
-            float *row = x + att_row(b, kh, group, j, i0, i, Tq, H, hd);
-            const float *srow = xs + ((size_t)j * np + i) * hd;
+            float *restrict row = x + att_row(b, kh, group, j, i0, i, Tq, H, hd);
+            const float *restrict srow = xs + ((size_t)j * np + i) * hd;
             if (!add) memcpy(row, srow, sizeof(float) * hd);
+            else if (add == ATT_SET)
+#pragma omp simd
+                for (int d = 0; d < hd; d++) row[d] = 0.0f + srow[d];
             else
 #pragma omp simd
                 for (int d = 0; d < hd; d++) row[d] += srow[d];
@@ -333,28 +340,44 @@ static inline __attribute__((always_inline)) int att_row_end(int lo, int hi, int
 OPS_VARIANTS(void, att_block_softmax, (float *S, uint16_t *P, float *Pc, float *lse, int i0, int nq,
                               int klo, int nk, int Tq, int Tk, int causal, int window),
              (S, P, Pc, lse, i0, nq, klo, nk, Tq, Tk, causal, window)) {
-    for (int r = 0; r < nq; r++) {
-        float *s = S + (size_t)r * Tk;
-        int lo, hi;
-        ops_att_range(i0 + r, Tq, Tk, causal, window, &lo, &hi);
-        lo -= klo, hi -= klo;
-        if (hi < lo) hi = lo;
-        const int hx = att_row_end(lo, hi, nk);
-        const float mx = att_row_max(s, lo, hi);
-        /* the exponentials over the widened row (att_row_end), then their sum over [lo, hi) in
-         * a loop of its own: the same reduction as when the two were one loop (checked at every
-         * level: lanes of the vector width, the tail into lane 0, then the lanes in order), so
-         * the same bits, and no scalar exponential in the tail */
+    /* Two stages a row, skewed by one row: row r's maximum, exponentials and sum, then row
+     * r - 1's probabilities. A row's sum ends in a serial chain (the lanes added in order, then
+     * 1 / l: ~20% of this function's samples, perf annotate) that the next row's independent
+     * work now overlaps. Each row's operations and their order are unchanged: the same bits. */
+    int plo = 0, phi = 0, phx = 0;
+    float pl = 0.0f, pmx = 0.0f;
+    for (int r = 0; r <= nq; r++) {
+        int lo = 0, hi = 0, hx = 0;
+        float mx = 0.0f, l = 0.0f;
+        if (r < nq) {
+            float *s = S + (size_t)r * Tk;
+            ops_att_range(i0 + r, Tq, Tk, causal, window, &lo, &hi);
+            lo -= klo, hi -= klo;
+            if (hi < lo) hi = lo;
+            hx = att_row_end(lo, hi, nk);
+            mx = att_row_max(s, lo, hi);
+            /* the exponentials over the widened row (att_row_end), then their sum over [lo, hi)
+             * in a loop of its own: the same reduction as when the two were one loop (checked at
+             * every level: lanes of the vector width, the tail into lane 0, then the lanes in
+             * order), so the same bits, and no scalar exponential in the tail */
 #pragma omp simd
-        for (int j = lo; j < hx; j++) s[j] = ops_expf(s[j] - mx);
-        float l = 0.0f;
+            for (int j = lo; j < hx; j++) s[j] = ops_expf(s[j] - mx);
 #pragma omp simd reduction(+ : l)
-        for (int j = lo; j < hi; j++) l += s[j];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        if (Pc) ATT_P_ROW(Pc + (size_t)r * nk, ops_bf16_round, 0.0f);
-        else if (P) ATT_P_ROW(P + (size_t)r * Tk, ops_bf16_from_float, 0);
-        else ATT_P_ROW(s, ATT_AS_IS, 0.0f);
-        lse[r] = l > 0.0f ? mx + logf(l) : INFINITY;
+            for (int j = lo; j < hi; j++) l += s[j];
+        }
+        if (r > 0) {   /* row r - 1's probabilities */
+            const int q = r - 1;
+            const float *s = S + (size_t)q * Tk;
+            const float inv = pl > 0.0f ? 1.0f / pl : 0.0f;
+            {
+                const int lo = plo, hi = phi, hx = phx;
+                if (Pc) ATT_P_ROW(Pc + (size_t)q * nk, ops_bf16_round, 0.0f);
+                else if (P) ATT_P_ROW(P + (size_t)q * Tk, ops_bf16_from_float, 0);
+                else ATT_P_ROW((float *)s, ATT_AS_IS, 0.0f);
+            }
+            lse[q] = pl > 0.0f ? pmx + logf(pl) : INFINITY;
+        }
+        plo = lo, phi = hi, phx = hx, pl = l, pmx = mx;
     }
 }
 
@@ -764,29 +787,35 @@ OPS_VARIANTS(void, att_scatter_out16, (float *out, uint16_t *out16, const float 
     ATT_SCATTER_SHADOW(out16, ops_bf16_from_float)
 }
 
-/* One thread's scratch for the bf16 blocks (rows x Tk and rows x hd). */
+/* One thread's scratch for the bf16 blocks (rows x Tk and rows x hd): att16_scratch_alloc. */
 typedef struct {
     float *S, *dP, *Os;
     uint16_t *P16, *dS16, *Qs16, *dOs16;
 } att16_scratch;
 
+/* The thread's buffer (gemm_tls_buffer, kept across calls) carved into the pieces, each 64-byte
+ * aligned. Was seven mallocs and frees per thread per call (~450 KB at config S: a share of
+ * malloc_consolidate, _int_malloc and _int_free in every call). */
 static int att16_scratch_alloc(att16_scratch *w, size_t rows, int Tk, int hd, int backward) {
     const size_t st = rows * (size_t)(Tk > 0 ? Tk : 1), sh = rows * (size_t)hd;
+#define ATT16_UP(x) (((x) + 63) & ~(size_t)63)
+    const size_t nf = ATT16_UP(sizeof(float) * st), nh = ATT16_UP(sizeof(uint16_t) * st);
+    const size_t of = ATT16_UP(sizeof(float) * sh), oh = ATT16_UP(sizeof(uint16_t) * sh);
+#undef ATT16_UP
+    const size_t bytes = nf + of + nh + oh + (backward ? nf + nh + oh : 0);
+    char *p = gemm_tls_buffer(GEMM_TLS_OPS_ATT, bytes);
     memset(w, 0, sizeof *w);
-    w->S = malloc(sizeof(float) * st);
-    w->Os = malloc(sizeof(float) * sh);
-    w->P16 = malloc(sizeof(uint16_t) * st);
-    w->Qs16 = malloc(sizeof(uint16_t) * sh);
+    if (!p) return 0;
+    w->S = (float *)p, p += nf;
+    w->Os = (float *)p, p += of;
+    w->P16 = (uint16_t *)p, p += nh;
+    w->Qs16 = (uint16_t *)p, p += oh;
     if (backward) {
-        w->dP = malloc(sizeof(float) * st);
-        w->dS16 = malloc(sizeof(uint16_t) * st);
-        w->dOs16 = malloc(sizeof(uint16_t) * sh);
+        w->dP = (float *)p, p += nf;
+        w->dS16 = (uint16_t *)p, p += nh;
+        w->dOs16 = (uint16_t *)p;
     }
-    return w->S && w->Os && w->P16 && w->Qs16 && (!backward || (w->dP && w->dS16 && w->dOs16));
-}
-static void att16_scratch_free(att16_scratch *w) {
-    free(w->S); free(w->dP); free(w->Os);
-    free(w->P16); free(w->dS16); free(w->Qs16); free(w->dOs16);
+    return 1;
 }
 
 static void att_block_forward16(float *out, uint16_t *out16, float *lse, const att16_t *a,
@@ -852,7 +881,6 @@ static int att_forward16(float *out, float *lse, const float *q, const float *k,
                             att_row_forward(out, lse, q, k, v, b, h, i, Tq, Tk, H, Hkv, hd, causal,
                                             window);
                 }
-        att16_scratch_free(&w);
     }
     if (fell_back && out16) ops_bf16_clobber(out, sizeof(float) * B * Tq * H * hd);
     att16_free(&a);
@@ -883,15 +911,20 @@ static void att_D_pack(float *D, uint16_t *d16, const float *dout, const float *
 static void att_group_backward16(float *dq, float *dk, float *dv, const float *dout,
                                  const float *out, const float *lse, const att16_t *a,
                                  att16_scratch *w, int b, int kh, int Tq, int Tk, int H, int Hkv,
-                                 int hd, int causal, int window) {
+                                 int hd, int causal, int window, int set) {
     const int group = H / Hkv, ldk = Hkv * hd, np = att_block_positions(group);
     const float scale = 1.0f / sqrtf((float)hd);
     for (int i0 = 0; i0 < Tq; i0 += np) {
         int n, rows, klo, nk;
         size_t ko;
         if (!att_bwd_block(i0, np, group, b, kh, Tq, Tk, Hkv, hd, causal, window, &n, &rows, &klo,
-                           &nk, &ko))
+                           &nk, &ko)) {
+            if (set && dq)   /* rows that see no key: dq 0 (att_zero_owned's zeros) */
+                for (int t = i0; t < i0 + n; t++)
+                    memset(dq + (((size_t)b * Tq + t) * H + (size_t)kh * group) * hd, 0,
+                           sizeof(float) * group * hd);
             continue;
+        }
         att_gather_e(w->Qs16, a->q, sizeof(uint16_t), b, kh, group, i0, n, Tq, H, hd);
         att_gather_e(w->dOs16, a->dout, sizeof(uint16_t), b, kh, group, i0, n, Tq, H, hd);
         /* the forward's scores (the same product: the same bits), dP = dO V^T */
@@ -913,7 +946,7 @@ static void att_group_backward16(float *dq, float *dk, float *dv, const float *d
         if (dq) {
             model_gemm_bf16(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, a->k + ko, ldk, w->dS16, Tk, 0.0f,
                             w->Os, hd);
-            att_scatter(dq, w->Os, 1, b, kh, group, i0, n, Tq, H, hd);
+            att_scatter(dq, w->Os, set ? ATT_SET : 1, b, kh, group, i0, n, Tq, H, hd);
         }
     }
 }
@@ -947,10 +980,11 @@ static int att_backward16(float *dq, float *dk, float *dv, const float *dout, co
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < Hkv; kh++) {
-                if (set) att_zero_owned(dq, dk, dv, b, kh, Tq, Tk, H, Hkv, hd);
+                /* (with its scratch, the worker writes dq's rows as set: ATT_SET) */
+                if (set) att_zero_owned(ok ? NULL : dq, dk, dv, b, kh, Tq, Tk, H, Hkv, hd);
                 if (ok)
                     att_group_backward16(dq, dk, dv, dout, out, lse, &a, &w, b, kh, Tq, Tk, H, Hkv,
-                                         hd, causal, window);
+                                         hd, causal, window, set);
                 else   /* no scratch: the key-block kernel, which needs none */
                     att_group_backward(dq, dk, dv, dout, out, lse, q, k, v, b, kh, Tq, Tk, H, Hkv,
                                        hd, causal, window);
@@ -958,7 +992,6 @@ static int att_backward16(float *dq, float *dk, float *dv, const float *dout, co
                     qkv_join_unrope_group(join->dqkv, join->d16, join->r32, dq, dk, dv, join->cos_t,
                                           join->sin_t, b, kh, Tq, H, Hkv, hd, join->pos0);
             }
-        att16_scratch_free(&w);
     }
     att16_free(&a);
     return 0;
