@@ -4,6 +4,7 @@
 #include "model/gemm_impl.h"
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
+#include "model/ops_exp16.h"
 #include "model/ops_math.h"
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +21,26 @@ static int ce_count(const uint8_t *mask, int N) {
  * (its bf16 shadow, ops_bf16.h, packed while the row is in cache), either may be NULL: dz NULL with dz16 is a shadow written alone (the
  * logits' buffer marked products-only). e: the thread's scratch row of V floats, which keeps
  * exp(z - max) between the sum and the gradient (one exponential per logit, ops_math.h; V
- * floats stay in the core's cache from row to row, where the fp32 dz would go out to memory). */
+ * floats stay in the core's cache from row to row, where the fp32 dz would go out to memory).
+ * mx: the row's max (ops_max_row); zn: the next row of the thread or NULL, whose max goes to *mxn
+ * (at v4 taken in the exponentials' pass, ops_exp16.h, with their bits); zp: the row after zn
+ * or NULL (at v4 prefetched in that pass). */
 OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, int r32, float *lse, float *e,
-                                     const float *z, uint32_t t, int counted, int V, float scale),
-             (dz, dz16, r32, lse, e, z, t, counted, V, scale)) {
-    const float mx = ops_max_row(z, V);
+                                     const float *z, uint32_t t, int counted, int V, float scale,
+                                     float mx, const float *zn, float *mxn, const float *zp),
+             (dz, dz16, r32, lse, e, z, t, counted, V, scale, mx, zn, mxn, zp)) {
     /* before dz, which may overwrite z; a row not counted may carry any target (never read) */
     const float loss_z = counted ? z[t] : 0.0f;
-    const float l = mx + logf(ops_exp_row(e, z, mx, V));
+    float s;
+#if OPS_EXP16
+    if (cpu_isa() >= CPU_ISA_V4 && V % 16 == 0) s = ops_exp_row16(e, z, mx, V, zn, mxn, zp);
+    else
+#endif
+    {
+        s = ops_exp_row(e, z, mx, V);
+        if (zn) *mxn = ops_max_row(zn, V);
+    }
+    const float l = mx + logf(s);
     *lse = l;
     if (!counted) {
         if (dz) memset(dz, 0, sizeof(float) * V);
@@ -56,6 +69,8 @@ OPS_VARIANTS(float, ce_row_forward, (float *dz, uint16_t *dz16, int r32, float *
     if (dz16) dz16[t] = ops_bf16_from_float(gt);
     return l - loss_z;
 }
+
+OPS_VARIANTS(float, ce_row_max, (const float *z, int V), (z, V)) { return ops_max_row(z, V); }
 
 OPS_VARIANTS(void, ce_row_backward, (float *dz, const float *z, float lse, uint32_t t, int counted, int V,
                             float scale),
@@ -89,12 +104,16 @@ float crossentropy_forward(float *dlogits, float *lse, int *count, const float *
 #pragma omp atomic write
             fail = 1;
         }
-#pragma omp for schedule(static)
-        for (int n = 0; n < N; n++)
-            if (e)
-                row_loss[n] = ce_row_forward(dz ? dz + (size_t)n * V : NULL, d16 ? d16 + (size_t)n * V : NULL,
-                                             r32, &lse[n], e, logits + (size_t)n * V, targets[n], !mask || mask[n],
-                                             V, scale);
+        /* the thread's rows in order, each handing the next its max (ce_row_forward) */
+        size_t lo, hi;
+        ops_thread_range((size_t)N, &lo, &hi);
+        float mx = e && lo < hi ? ce_row_max(logits + lo * V, V) : 0.0f;
+        for (size_t n = lo; e && n < hi; n++) {
+            const float *z = logits + n * V;
+            row_loss[n] = ce_row_forward(dz ? dz + n * V : NULL, d16 ? d16 + n * V : NULL, r32, &lse[n], e,
+                                         z, targets[n], !mask || mask[n], V, scale, mx,
+                                         n + 1 < hi ? z + V : NULL, &mx, n + 2 < hi ? z + 2 * (size_t)V : NULL);
+        }
     }
     if (only) ops_bf16_only_done(dlogits, (size_t)N * V);
     if (fail) {

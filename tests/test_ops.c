@@ -5,6 +5,8 @@
 #include "model/device.h"
 #include "model/gemm.h"
 #include "model/ops.h"
+#include "model/ops_clones.h"
+#include "model/ops_exp16.h"
 #include "model/ops_math.h"
 #include "model/schedule.h"
 #include "common/rng.h"
@@ -381,6 +383,72 @@ static void test_device_zero(void) {
     device_close(&d);
 }
 
+/* ops_exp16.h against the v4 build of the generic code it stands in for (the same bits):
+ * ops_expf16 lane by lane against ops_expf vectorised at v4, on normal draws and on the edges
+ * (each clamp and around it, +-0, +-inf, NaN, huge values); ops_exp_row16's sum and fused max
+ * against ops_exp_row and ops_max_row at v4, with ties of +0 and -0 in the max. Runs where the
+ * CPU has AVX-512 (whatever FT_CPU_ISA says: it calls the v4 builds directly). The references
+ * are built as model/ops_*.c are (-fno-trapping-math, model/module.mk: without it they stay
+ * scalar, in another order). */
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+OPS_VARIANTS(void, ref_exp, (float *y, const float *x, int n), (y, x, n)) {
+    OPS_SIMD
+    for (int i = 0; i < n; i++) y[i] = ops_expf(x[i]);
+}
+OPS_VARIANTS(float, ref_exp_row, (float *e, const float *z, float mx, int n), (e, z, mx, n)) {
+    return ops_exp_row(e, z, mx, n);
+}
+OPS_VARIANTS(float, ref_max_row, (const float *z, int n), (z, n)) { return ops_max_row(z, n); }
+#pragma GCC pop_options
+#if OPS_EXP16
+static OPS_TARGET_V4 __attribute__((noinline)) void exp16_all(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i += 16) _mm512_storeu_ps(y + i, ops_expf16(_mm512_loadu_ps(x + i)));
+}
+#endif
+static void test_exp16(void) {
+    (void)ref_exp, (void)ref_exp_row, (void)ref_max_row;   /* (their v4 builds are called) */
+#if OPS_EXP16
+    if (cpu_isa_best() < CPU_ISA_V4) {
+        fprintf(stderr, "  (no AVX-512: skipped)\n");
+        return;
+    }
+    enum { N = 4096 };
+    float *x = malloc(sizeof(float) * N), *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+    float *zn = malloc(sizeof(float) * N);
+    const float edge[] = {-87.33654f, 88.0f, -87.3f, -87.4f, 87.9f, 88.1f, 0.0f, -0.0f, INFINITY, -INFINITY,
+                          NAN, -NAN, 1e30f, -1e30f, 3.4e38f, -3.4e38f, 1e-40f, -1e-40f, 0.34657359f, -0.34657359f};
+    const int ne = (int)(sizeof edge / sizeof *edge);
+    long bad = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        for (int i = 0; i < N; i++) {
+            const float g = rng_normal(&R);
+            x[i] = pass == 0 ? 8.0f * g : pass == 1 ? 60.0f * g : -90.0f + 4.0f * g;
+            if (i % 5 == 0) x[i] = edge[(i / 5) % ne];
+            if (i % 7 == 0) x[i] = nextafterf(edge[(i / 7) % ne], (i & 8) ? INFINITY : -INFINITY);
+        }
+        ref_exp_v4(a, x, N);
+        exp16_all(b, x, N);
+        for (int i = 0; i < N; i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    }
+    CHECK(bad == 0, "ops_expf16: %ld lanes differ from ops_expf's v4 build", bad);
+    for (int pass = 0; pass < 4; pass++) {
+        for (int i = 0; i < N; i++) x[i] = 5.0f * rng_normal(&R), zn[i] = pass < 2 ? 3.0f * rng_normal(&R) : -1.0f;
+        if (pass >= 2)   /* the max a tie of signed zeros, in varied lanes */
+            for (int i = 3 * pass; i < N; i += 37) zn[i] = (i / 37) & 1 ? 0.0f : -0.0f;
+        const float mx = ref_max_row_v4(x, N), s0 = ref_exp_row_v4(a, x, mx, N), m0 = ref_max_row_v4(zn, N);
+        float m1 = 1.0f;
+        const float s1 = ops_exp_row16(b, x, mx, N, zn, &m1, x), s2 = ops_exp_row16(b, x, mx, N, NULL, NULL, NULL);
+        CHECK(!memcmp(a, b, sizeof(float) * N), "ops_exp_row16: the row's exponentials (pass %d)", pass);
+        CHECK(!memcmp(&s0, &s1, sizeof s0) && !memcmp(&s0, &s2, sizeof s0), "ops_exp_row16: the sum %a %a %a", s0, s1, s2);
+        CHECK(!memcmp(&m0, &m1, sizeof m0), "ops_exp_row16: the next row's max %a, %a (pass %d)", m0, m1, pass);
+    }
+    free(x), free(a), free(b), free(zn);
+#else
+    fprintf(stderr, "  (not built: skipped)\n");
+#endif
+}
+
 int main(void) {
     rng_seed(&R, 99);
     RUN(test_gemm_mapping);
@@ -390,6 +458,7 @@ int main(void) {
     RUN(test_ltm_latent_values);
     RUN(test_rope_properties);
     RUN(test_crossentropy_values);
+    RUN(test_exp16);
     RUN(test_math_helpers);
     RUN(test_expf_accuracy);
     RUN(test_schedule);
