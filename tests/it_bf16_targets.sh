@@ -3,7 +3,7 @@
 # output written here by hand (each kind of CPU, met and not met, a missing field, a missing
 # file) and on the two AMX hosts' committed runs (bench/h100), whose figures README quotes: the
 # script must pick the targets of the CPU's kind, compare each the right way round, and exit 0 /
-# 1 / 2 (met / not met / unreadable). jq only: no bench runs.
+# 1 / 2 (met / not met / unreadable). jq only, but for one short `generate --versus` run.
 set -u
 cd "$(dirname "$0")/.."
 . tests/lib/pipeline.sh
@@ -48,6 +48,26 @@ ok "AVX512_BF16: S at 0.771 < 0.8 not met, M 0.857 >= 0.85 met, exit 1 (rc $rc)"
    "[ $rc = 1 ] && [ \"\$(status_of $W/zen5 'S: bf16 step of the bf16')\" = 'not met' ] && [ \"\$(status_of $W/zen5 'M: bf16 step of the bf16')\" = met ]"
 ok "AVX512_BF16: generation over our fp32 1.8 >= 1.5 met; the 5% rule not measurable" \
    "[ \"\$(status_of $W/zen5 'generation, Free Transformer: bf16 over our fp32')\" = met ] && [ \"\$(status_of $W/zen5 'M: bf16 step / fp32')\" = 'not measurable on this CPU' ]"
+# the paired generation ratio (generate --versus bf16), where the file has one, decides that rule:
+# the ratio of two medians says 1.46 (not met), the paired median 1.65 (met) -- and the other way
+cp -r "$W/zen5" "$W/zen5pair" && cp -r "$W/zen5" "$W/zen5pair2"
+jq '.generate.free.bf16_over_ours_fp32 = 1.46 | .generate.free.bf16_over_ours_fp32_interleaved = {median: 1.65, lo90: 1.5, hi90: 1.8, pairs: 12}' \
+   "$W/zen5/generate.json" > "$W/zen5pair/generate.json"
+jq '.generate.free.bf16_over_ours_fp32_interleaved = {median: 1.42, lo90: 1.3, hi90: 1.6, pairs: 12}' \
+   "$W/zen5/generate.json" > "$W/zen5pair2/generate.json"
+bash $S --flags "avx2 avx512f avx512_bf16" "$W/zen5pair" > /dev/null 2>&1
+bash $S --flags "avx2 avx512f avx512_bf16" "$W/zen5pair2" > /dev/null 2>&1
+ok "generation over our fp32: the paired median judges where present (1.65 met over the medians' 1.46; 1.42 not met over 1.8)" \
+   "[ \"\$(status_of $W/zen5pair 'generation, Free Transformer: bf16 over our fp32')\" = met ] && [ \"\$(status_of $W/zen5pair2 'generation, Free Transformer: bf16 over our fp32')\" = 'not met' ] && [ \"\$(status_of $W/zen5pair2 'generation, baseline: bf16 over our fp32')\" = met ]"
+# generate --versus itself: one process, both precisions, the paired fields (a short run)
+make -s build/bench/generate >/dev/null 2>&1
+G=$(OMP_NUM_THREADS=2 build/bench/generate --model free --new 8 --repeats 3 --versus bf16 --json 2>&1)
+ok "generate --versus bf16: the pairs, both sides' medians and the paired ratio with its interval ($G)" \
+   "jq -e '.pairs == 3 and .a == \"fp32\" and .b == \"bf16\" and .b_over_a_speed_median > 0 and .b_over_a_speed_lo90 <= .b_over_a_speed_median and .b_over_a_speed_median <= .b_over_a_speed_hi90' <<< '$G' >/dev/null"
+build/bench/generate --versus bf16 --profile > /dev/null 2> "$W/vp.err"; rc=$?
+build/bench/generate --versus fp8 > /dev/null 2> "$W/vf.err"; rc2=$?
+ok "generate --versus with --profile, or an unknown precision: one line, exit 2 (rc $rc, $rc2)" \
+   "[ $rc = 2 ] && [ $rc2 = 2 ] && [ \$(wc -l < $W/vp.err) = 1 ] && [ \$(wc -l < $W/vf.err) = 1 ]"
 fake "$W/pinned" x86-64-v3 1.0 1.0 0.9 0.9 800 790 480 16 3.6 0.9 1.0
 bash $S --flags "avx2 avx512_bf16" "$W/pinned" > /dev/null 2>&1
 ok "AVX512_BF16 run pinned at x86-64-v3: its targets 'not measured by this run'" \
