@@ -29,35 +29,7 @@
 #include "model/device.h"
 #include "model/prof.h"
 #include "sampler/sampler.h"
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* the median of v[0 .. n) (sorts v) */
-static double median_d(double *v, int n) {
-    qsort(v, n, sizeof(double), cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* the 5% and 95% points of the median of the n ratios resampled with replacement */
-static void ratio_interval(const double *ratio, int n, double *lo, double *hi) {
-    enum { RESAMPLES = 2000 };
-    double *med = malloc(sizeof(double) * RESAMPLES), *v = malloc(sizeof(double) * n);
-    *lo = *hi = 0.0;
-    if (med && v) {
-        rng_t r;
-        rng_seed(&r, 2026);
-        for (int k = 0; k < RESAMPLES; k++) {
-            for (int i = 0; i < n; i++) v[i] = ratio[rng_below(&r, (uint64_t)n)];
-            med[k] = median_d(v, n);
-        }
-        qsort(med, RESAMPLES, sizeof(double), cmp_d);
-        *lo = med[RESAMPLES / 20], *hi = med[RESAMPLES - 1 - RESAMPLES / 20];
-    }
-    free(med), free(v);
-}
+#include "bench/stats.h"
 
 /* --versus: the two models take turns, repeats pairs; 0, or 1 with err */
 static int run_pair(sampler_model_t *a, sampler_model_t *b, const uint32_t *prompt, int P, sampler_opts_t o,
@@ -143,8 +115,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int k = 0; k < repeats; k++) ratio[k] = t[k] / tb[k];
-        ratio_interval(ratio, repeats, &lo, &hi);
-        const double med = median_d(ratio, repeats), ma = median_d(t, repeats), mb = median_d(tb, repeats);
+        bench_median_interval(ratio, repeats, &lo, &hi);
+        const double med = bench_median(ratio, repeats), ma = bench_median(t, repeats), mb = bench_median(tb, repeats);
         if (json)
             printf("{\"impl\":\"ours\",\"model\":\"%s\",\"n\":%d,\"prompt\":%d,\"new\":%d,\"pairs\":%d,\"threads\":%d,"
                    "\"isa\":\"%s\",\"a\":\"%s\",\"b\":\"%s\",\"a_median_s\":%.6f,\"b_median_s\":%.6f,"
@@ -183,8 +155,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "  %-28s %9.2f us/token %5.1f%%\n", l[i].name, l[i].seconds / repeats / n_new / n * 1e6,
                     100 * l[i].seconds / all);
     }
-    qsort(t, repeats, sizeof(double), cmp_d);
-    double med = repeats % 2 ? t[repeats / 2] : 0.5 * (t[repeats / 2 - 1] + t[repeats / 2]);
+    double med = bench_median(t, repeats);
     double tok_s = (double)n * n_new / med;
     if (json)
         printf("{\"impl\":\"ours\",\"model\":\"%s\",\"n\":%d,\"prompt\":%d,\"new\":%d,\"repeats\":%d,"

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/stats.h"
 #include "common/progress.h"
 #include "model/gemm.h"
 #include "model/gemm_impl.h"
@@ -44,11 +45,6 @@ typedef struct {
     float beta;
     int threads1;   /* runs at one thread (inside attention's parallel region) */
 } shape_t;
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static float *filled(size_t n, int mod) {
     float *p = malloc(sizeof(float) * n);
@@ -101,7 +97,7 @@ static int measure(unsigned engines, const shape_t *s, int reps, double *g, doub
         }
     for (int e = 0; !rc && e < ENG_COUNT; e++)
         if (engines >> e & 1) {
-            qsort(t + e * reps, reps, sizeof *t, cmp);
+            qsort(t + e * reps, reps, sizeof *t, bench_cmp_double);
             g[e] = t[e * reps + reps / 2];
             best[e] = t[e * reps + reps - 1];
         }

@@ -36,6 +36,7 @@
 #include "model/ops_bf16.h"
 #include "model/prof.h"
 #include "common/rng.h"
+#include "bench/stats.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,15 +242,6 @@ static uint64_t logits_digest(void *m, const model_config_t *c, int B, int T) {
  * build/emu/bench/train_step for bench/gpu_model.sh): they count the first timed step alone. */
 extern void emu_perf_step(int begin) __attribute__((weak));
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median_of(double *v, int n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* --profile: each op's time per step (model/prof.h), the median over the timed steps, as a
  * table on stderr, largest first (at one thread by the thread's CPU clock, which other
  * processes on the core do not inflate; else by the wall clock); the product's lines (inside the Linear and attention ops)
@@ -262,10 +254,10 @@ static void profile_report(int nsteps, int nlines, const double *step_s) {
     double v[PROF_MAX_STEPS], med[PROF_LINES], step_med, ops = 0;
     int order[PROF_LINES];
     for (int s = 0; s < nsteps; s++) v[s] = step_s[s];
-    step_med = median_of(v, nsteps);
+    step_med = bench_median(v, nsteps);
     for (int i = 0; i < nlines; i++) {
         for (int s = 0; s < nsteps; s++) v[s] = prof_per[s][i];
-        med[i] = median_of(v, nsteps);
+        med[i] = bench_median(v, nsteps);
         order[i] = i;
         if (strncmp(prof_names[i].name, "gemm.", 5)) ops += med[i];
     }
@@ -344,22 +336,7 @@ static int trainee_step(const model_family_t *fam, trainee_t *t, int s, const ui
 static double pair_ratios(const double *a, const double *b, int n, double *ratio) {
     double v[PROF_MAX_PAIRS];
     for (int i = 0; i < n; i++) ratio[i] = v[i] = b[i] / a[i];
-    return median_of(v, n);
-}
-
-/* the 5% and 95% points of the median of n pairs resampled with replacement */
-static void pair_interval(const double *ratio, int n, double *lo, double *hi) {
-    enum { RESAMPLES = 2000 };
-    static double med[RESAMPLES];
-    double v[PROF_MAX_PAIRS];
-    rng_t r;
-    rng_seed(&r, 2026);
-    for (int k = 0; k < RESAMPLES; k++) {
-        for (int i = 0; i < n; i++) v[i] = ratio[rng_below(&r, (uint64_t)n)];
-        med[k] = median_of(v, n);
-    }
-    qsort(med, RESAMPLES, sizeof *med, cmp_double);
-    *lo = med[RESAMPLES / 20], *hi = med[RESAMPLES - 1 - RESAMPLES / 20];
+    return bench_median(v, n);
 }
 
 /* A is the model run() made (dev, its precision); B the same config at --versus's precision */
@@ -396,10 +373,10 @@ static int run_pair(const model_family_t *fam, const model_config_t *c, char nam
     }
     if (!rc) {
         const double med = pair_ratios(ta, tb, steps, ratio);
-        pair_interval(ratio, steps, &lo, &hi);
+        bench_median_interval(ratio, steps, &lo, &hi);
         double sa[PROF_MAX_PAIRS], sb[PROF_MAX_PAIRS];
         memcpy(sa, ta, sizeof(double) * steps), memcpy(sb, tb, sizeof(double) * steps);
-        const double ma = median_of(sa, steps), mb = median_of(sb, steps);
+        const double ma = bench_median(sa, steps), mb = bench_median(sb, steps);
         /* what each side computed: --eval, its logits (no targets, no loss); else its loss */
         char outcome[128];
         if (eval_only) {
@@ -593,8 +570,8 @@ static int run(char name, const char *model, int H, int mh, int mk, int B, int T
     /* --limit: the best (and the median) pass against the best (and the median) step */
     double limit_s = -1.0, limit_gflops = -1.0, limit_med = -1.0, step_best = -1.0, step_med = -1.0;
     if (limit && !rc && npass > 0) {
-        limit_med = median_of(clk_pass, npass), limit_s = clk_pass[0];   /* sorted by median_of */
-        step_med = median_of(clk_step, steps), step_best = clk_step[0];
+        limit_med = bench_median(clk_pass, npass), limit_s = clk_pass[0];   /* sorted by bench_median */
+        step_med = bench_median(clk_step, steps), step_best = clk_step[0];
         limit_gflops = fpt * B * T / limit_s / 1e9;
     }
     free(pl), free(clk_step), free(clk_pass);
