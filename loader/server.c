@@ -219,8 +219,9 @@ int loader_handler_reply(loader_handler_t *h, const void *req, size_t len, void 
 
 /* ---- sockets ---------------------------------------------------------------------------- */
 
+/* a worker's messages carry one frame more: where they came from (peer_from) */
 typedef struct {
-    zmq_msg_t f[MAX_FRAMES];
+    zmq_msg_t f[MAX_FRAMES + 1];
     int n;
 } multipart_t;
 
@@ -230,7 +231,8 @@ static void mp_close(multipart_t *m) {
 }
 
 /* Where a request came from, for a line about it, from what the frames the peer sent carry
- * (on the ROUTER itself; a worker thread gets them through an inproc socket, without): over
+ * (on the ROUTER itself: the poll loop says it to a worker thread in a frame of its own,
+ * peer_from, since the frames it passes on over inproc lose what they carried): over
  * TCP its address and port (the connection's, ZMQ_SRCFD), over ipc its process (ZeroMQ's
  * Peer-Address there is "localhost:UID:GID:PID"); always the routing id the ROUTER gave the
  * connection, the first frame (m: the message as the ROUTER delivered it). */
@@ -251,14 +253,15 @@ static void peer_of(multipart_t *m, char *out, size_t cap) {
     else snprintf(out, cap, "the peer with routing id %s", n ? hex : "none");
 }
 
-/* Reads one whole multipart message (non-blocking: call after poll said POLLIN). Returns 0,
- * -1 when nothing was there, or -2 when it had too many frames (then it is consumed and
- * dropped, and s says so). */
-static int mp_recv(void *sock, multipart_t *m, say_t *s) {
+/* Reads one whole multipart message (non-blocking: call after poll said POLLIN) of at most
+ * MAX_FRAMES + extra frames (extra 1: a worker's, which begins with where it came from).
+ * Returns 0, -1 when nothing was there, or -2 when it had too many frames (then it is consumed
+ * and dropped, and s says so). */
+static int mp_recv(void *sock, multipart_t *m, int extra, say_t *s) {
     m->n = 0;
     int more = 1, over = 0;
     while (more) {
-        zmq_msg_t tmp, *f = m->n < MAX_FRAMES ? &m->f[m->n] : &tmp;
+        zmq_msg_t tmp, *f = m->n < MAX_FRAMES + extra ? &m->f[m->n] : &tmp;
         zmq_msg_init(f);
         if (zmq_msg_recv(f, sock, m->n == 0 && !over ? ZMQ_DONTWAIT : 0) < 0) {
             zmq_msg_close(f);
@@ -279,20 +282,22 @@ static int mp_recv(void *sock, multipart_t *m, say_t *s) {
     return 0;
 }
 
-/* Sends frames [0, n) then, if body != NULL, body as the last frame; frees nothing. */
-static void mp_send(void *sock, multipart_t *m, int n, const void *body, size_t blen) {
-    for (int i = 0; i < n; i++) {
+/* Sends frames [i0, n) then, if body != NULL, body as the last frame; frees nothing. */
+static void mp_send(void *sock, multipart_t *m, int i0, int n, const void *body, size_t blen) {
+    for (int i = i0; i < n; i++) {
         int more = (i < n - 1 || body) ? ZMQ_SNDMORE : 0;
         zmq_msg_send(&m->f[i], sock, more | ZMQ_DONTWAIT); /* ROUTER drops unroutable replies */
     }
     if (body) zmq_send(sock, body, blen, ZMQ_DONTWAIT);
 }
 
-/* Answers one multipart request read from sock on the same socket. */
-static void serve_one(loader_handler_t *h, void *sock) {
+/* Answers one multipart request read from sock on the same socket. via: sock is a worker's
+ * (inproc), whose messages begin with a frame saying where they came from (peer_from), which
+ * the reply leaves out; else sock is the ROUTER. */
+static void serve_one(loader_handler_t *h, void *sock, int via) {
     multipart_t m;
-    if (mp_recv(sock, &m, h->say)) return;
-    if (m.n >= 1) {
+    if (mp_recv(sock, &m, via, h->say)) return;
+    if (m.n >= 1 + via) {
         void *reply = NULL;
         size_t rlen = 0;
         zmq_msg_t *body = &m.f[m.n - 1];
@@ -301,12 +306,13 @@ static void serve_one(loader_handler_t *h, void *sock) {
          * (after this reply), and its error line is the one line said about it */
         const int fatal = rc == LOADER_EDATA && h->say && loader_src_shrunk(h->src);
         if (rc != LOADER_OK && !fatal) { /* what was refused, from where (the error reply says it to the peer too) */
-            char from[160];
-            peer_of(&m, from, sizeof from);
+            char from[200];
+            if (!via) peer_of(&m, from, sizeof from);
+            else snprintf(from, sizeof from, "%.*s", (int)zmq_msg_size(&m.f[0]), (const char *)zmq_msg_data(&m.f[0]));
             say_add(h->say, "refused a request from %s: error %d (%s): %s", from, rc, loader_strerror(rc),
                     reply ? h->said : "not even an error reply could be encoded");
         }
-        if (reply) mp_send(sock, &m, m.n - 1, reply, rlen);
+        if (reply) mp_send(sock, &m, via, m.n - 1, reply, rlen);
         free(reply);
         if (fatal) {
             pthread_mutex_lock(&h->say->mu);
@@ -337,7 +343,7 @@ static void *worker_main(void *arg) {
     }
     while (!atomic_load(w->quit)) {
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 200) > 0) serve_one(w->h, sock);
+        if (zmq_poll(&it, 1, 200) > 0) serve_one(w->h, sock, 1);
     }
     zmq_close(sock);
     return NULL;
@@ -426,8 +432,8 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         say_drain(&say, &lg);
         if (atomic_load(&say.stop)) { /* a worker's last error reply goes out first */
             multipart_t m;
-            while (backend && mp_recv(backend, &m, NULL) == 0) {
-                mp_send(router, &m, m.n, NULL, 0);
+            while (backend && mp_recv(backend, &m, 0, NULL) == 0) {
+                mp_send(router, &m, 0, m.n, NULL, 0);
                 mp_close(&m);
             }
             snprintf(err, errlen, "%s", say.fatal);
@@ -454,7 +460,7 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
         if (!backend) {
             /* drain what is there, but come back to the clock now and then */
             for (int k = 0; k < 64 && (it[0].revents & ZMQ_POLLIN); k++) {
-                serve_one(h[0], router);
+                serve_one(h[0], router, 0);
                 int ev = 0;
                 size_t evl = sizeof ev;
                 zmq_getsockopt(router, ZMQ_EVENTS, &ev, &evl);
@@ -463,12 +469,15 @@ int loader_server_run(const loader_server_cfg_t *cfg, volatile sig_atomic_t *sto
             continue;
         }
         multipart_t m;
-        if ((it[0].revents & ZMQ_POLLIN) && mp_recv(router, &m, &say) == 0) {
-            mp_send(backend, &m, m.n, NULL, 0);
+        if ((it[0].revents & ZMQ_POLLIN) && mp_recv(router, &m, 0, &say) == 0) {
+            /* where it came from, first: only here can it be known (peer_of) */
+            char from[200];
+            peer_of(&m, from, sizeof from);
+            if (zmq_send(backend, from, strlen(from), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) mp_send(backend, &m, 0, m.n, NULL, 0);
             mp_close(&m);
         }
-        if ((it[1].revents & ZMQ_POLLIN) && mp_recv(backend, &m, NULL) == 0) {
-            mp_send(router, &m, m.n, NULL, 0);
+        if ((it[1].revents & ZMQ_POLLIN) && mp_recv(backend, &m, 0, NULL) == 0) {
+            mp_send(router, &m, 0, m.n, NULL, 0);
             mp_close(&m);
         }
     }

@@ -3,8 +3,9 @@
 # (docs/PROTOCOL.md §1.3, "Bad requests and bad replies"; python3-zmq as the peer):
 #   1. the loader: a request that does not decode, one of another type, one with a bad field,
 #      one of too many frames, each get one line that says what was wrong and from where (the
-#      peer's address over TCP, its routing id over ipc); a flood is said 10 lines a second plus
-#      one line with the count; the loader keeps serving, and the lines reach the bus too;
+#      peer's address over TCP, its process over ipc, with its routing id), also where worker
+#      threads (--threads 2) answer; a flood is said 10 lines a second plus one line with the
+#      count; the loader keeps serving, and the lines reach the bus too;
 #   2. the trainer: replies that do not decode, with a frame too many or a non-empty delimiter,
 #      a batch it did not ask for, a message of another type: one line each naming the loader
 #      (a relay in front of a real loader spoils the first replies); the run finishes as the
@@ -19,10 +20,13 @@ it_init it_bad_frames 1
 PY=/usr/bin/python3
 it_synth_data "$W/ds" 2000 5
 it_pipeline "$W/ds" log
-P=$(it_port_base 1)
+P=$(it_port_base 2)
 bin/loader --data "$W/ds" --bind "ipc://$W/la" --name la >/dev/null 2>"$W/la.log" & la=$!; pids+=($la)
 bin/loader --data "$W/ds" --bind "tcp://127.0.0.1:$P" --name lt >/dev/null 2>"$W/lt.log" & lt=$!; pids+=($lt)
-wait_for "grep -q serving $W/la.log && grep -q serving $W/lt.log" 20
+# the same behind worker threads, which get the requests from the poll loop over inproc
+bin/loader --data "$W/ds" --bind "ipc://$W/lw" --name lw --threads 2 >/dev/null 2>"$W/lw.log" & lw=$!; pids+=($lw)
+bin/loader --data "$W/ds" --bind "tcp://127.0.0.1:$((P + 1))" --name lwt --threads 2 >/dev/null 2>"$W/lwt.log" & lwt=$!; pids+=($lwt)
+wait_for "grep -q serving $W/la.log && grep -q serving $W/lt.log && grep -q serving $W/lw.log && grep -q serving $W/lwt.log" 20
 
 # --- 1. the loader ---------------------------------------------------------------------------
 $PY - "ipc://$W/la" "tcp://127.0.0.1:$P" >"$W/py1.out" 2>"$W/py1.err" <<'PYEOF'
@@ -63,6 +67,24 @@ ok "a flood of 40: 10 lines and one with the count of the other 30 (got $n)" \
 wait_for "grep -q 'over tcp\\|0xc1' $W/lt.log" 5
 ok "over TCP the line names the peer's address" \
    "grep -Eq '^loader: refused a request from 127\\.0\\.0\\.1:[0-9]+ \\(routing id [0-9a-f]+\\): error -1 ' $W/lt.log"
+# worker threads: the same lines, the peer named as on the poll loop's own socket; a request of
+# exactly 16 frames (the routing id and 15) still gets its error reply
+$PY - "ipc://$W/lw" "tcp://127.0.0.1:$((P + 1))" >"$W/py3.out" 2>"$W/py3.err" <<'PYEOF'
+import sys, zmq, msgpack
+ctx = zmq.Context()
+for ep in sys.argv[1:]:
+    s = ctx.socket(zmq.DEALER); s.setsockopt(zmq.LINGER, 0); s.setsockopt(zmq.RCVTIMEO, 10000); s.connect(ep)
+    s.send_multipart([b"", b"\xc1 to a worker"]); print("w", msgpack.unpackb(s.recv_multipart()[-1], raw=False)["code"])
+    s.send_multipart([b""] * 14 + [b"\xc1 sixteen"]); f = s.recv_multipart()
+    print("16", len(f), msgpack.unpackb(f[-1], raw=False)["code"])
+PYEOF
+ok "worker threads answer: error replies, 16 frames too ($(head -c 300 "$W/py3.err"))" \
+   "[ \"\$(cat $W/py3.out | tr '\n' ' ')\" = 'w -1 16 15 -1 w -1 16 15 -1 ' ]"
+wait_for "[ \$(grep -c 0xc1 $W/lwt.log) -ge 2 ] && [ \$(grep -c 0xc1 $W/lw.log) -ge 2 ]" 5
+ok "worker threads, ipc: the line names the peer's process" \
+   "[ \$(grep -Ec \"^loader: refused a request from $ID: error -1 \\(malformed request\\): request not understood: invalid byte 0xc1 at 0\$\" $W/lw.log) = 2 ]"
+ok "worker threads, TCP: the line names the peer's address" \
+   "[ \$(grep -Ec '^loader: refused a request from 127\\.0\\.0\\.1:[0-9]+ \\(routing id [0-9a-f]+\\): error -1 ' $W/lwt.log) = 2 ]"
 ok "the lines reach the bus (log/loader)" "wait_for \"grep -q 'refused a request from' $W/tap.log\" 5"
 ok "the loader still serves" "bin/loader info --connect ipc://$W/la >/dev/null"
 
