@@ -892,16 +892,53 @@ int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t err
     return rc ? err_fail(err, errlen, rc, "%s: %s", p, why) : ck_check_layers(dir, cfg, err, errlen);
 }
 
-int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen) {
+/* Every tensor of f is <pre[k]><name of a view> for some k: a tensor the model does not have
+ * (another family's stack, encoder.* in a baseline, a name nobody writes) is refused by name,
+ * since loading around it would evaluate, sample or resume another network than the one
+ * trained. CKPT_EMISMATCH. (Tensors are found in file order; the views are looked at from where
+ * the last match was, so a file written from these views costs one comparison a tensor.) */
+static int ck_no_strays(const st_file_t *f, const char *const *pre, int npre, const tensor_view_t *v, int n,
+                        char *err, size_t errlen) {
+    int at = 0;
+    for (int i = 0; i < st_count(f); i++) {
+        const char *name = st_name(f, i);
+        int found = 0;
+        for (int k = 0; k < npre && !found; k++) {
+            const size_t lp = strlen(pre[k]);
+            if (strncmp(name, pre[k], lp)) continue;
+            for (int j = 0; j < n && !found; j++)
+                if (!strcmp(name + lp, v[(at + j) % n].name)) found = 1, at = (at + j + 1) % n;
+        }
+        if (!found)
+            return err_fail(err, errlen, CKPT_EMISMATCH, "%s: tensor %s is not one of the %d of this model (config.json "
+                            "has no such tensor: another model's or a stack this one does not have; refused, not ignored)",
+                            st_path(f), name, n);
+    }
+    return 0;
+}
+
+/* all: every tensor of the file must be a view's (ckpt_load_params), else the views' only. */
+static int ck_load_params(const char *dir, const tensor_view_t *views, int n, int all, char *err, size_t errlen) {
     if (!dir || strlen(dir) > CKPT_DIR_MAX || ck_check_views("params", views, n, err, errlen)) return err_fail(err, errlen, CKPT_EARG, "ckpt_load_params: bad arguments");
     char p[CKPT_PATH_MAX];
     ck_join(p, sizeof p, dir, "model.safetensors");
     st_file_t *f = NULL;
     int rc = st_open(&f, p, err, errlen);
     if (rc) return ck_st_code(rc);
+    /* a tensor missing or misshapen is said first (the commoner damage), then a stray one */
+    static const char *const none[] = {""};
     rc = st_read_into(f, views, n, 1, err, errlen);
+    rc = rc < 0 ? ck_st_code(rc) : all ? ck_no_strays(f, none, 1, views, n, err, errlen) : 0;
     st_close(&f);
-    return rc < 0 ? ck_st_code(rc) : 0;
+    return rc;
+}
+
+int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen) {
+    return ck_load_params(dir, views, n, 1, err, errlen);
+}
+
+int ckpt_load_params_some(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen) {
+    return ck_load_params(dir, views, n, 0, err, errlen);
 }
 
 int ckpt_load_optimizer(const char *dir, const tensor_view_t *m, const tensor_view_t *v, int n,
@@ -915,10 +952,14 @@ int ckpt_load_optimizer(const char *dir, const tensor_view_t *m, const tensor_vi
     st_file_t *f = NULL;
     int rc = st_open(&f, p, err, errlen);
     if (rc) return ck_st_code(rc);
+    /* the moments of a tensor the model does not have are as stray as the tensor (the two
+     * groups carry the parameters' names) */
+    static const char *const pre[] = {"exp_avg.", "exp_avg_sq."};
     rc = st_read_into_prefixed(f, "exp_avg.", m, n, 1, err, errlen);
     if (rc >= 0) rc = st_read_into_prefixed(f, "exp_avg_sq.", v, n, 1, err, errlen);
+    rc = rc < 0 ? ck_st_code(rc) : ck_no_strays(f, pre, 2, m, n, err, errlen);
     st_close(&f);
-    return rc < 0 ? ck_st_code(rc) : 0;
+    return rc;
 }
 
 int ckpt_load_state(const char *dir, json_t **state, char *err, size_t errlen) {

@@ -131,8 +131,14 @@ int ckpt_list(const char *run_dir, int full, int64_t **steps, int *n, char *warn
  * allocated: the decoder blocks its tensor names hold must be num_hidden_layers, the token
  * embedding (vocab_size, hidden_size) (CKPT_EMISMATCH otherwise). */
 int ckpt_load_config(const char *dir, model_config_t *cfg, char *err, size_t errlen);
-/* Copies every view's tensor (by name, exact shape) into view.data; all must exist. */
+/* Copies every view's tensor (by name, exact shape) into view.data; all must exist, and every
+ * tensor of the file must be one of them: a tensor the model does not have (a stray stack:
+ * encoder.* in a baseline, another family's, a name nobody writes) is refused by name
+ * (CKPT_EMISMATCH), not ignored. ckpt_load_optimizer holds its moments to the same rule. */
 int ckpt_load_params(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen);
+/* The views' tensors only, the file's others not looked at: part of a model from another's
+ * checkpoint (a memory model's encoder from an autoencoder's, mixers_load_encoder). */
+int ckpt_load_params_some(const char *dir, const tensor_view_t *views, int n, char *err, size_t errlen);
 int ckpt_load_optimizer(const char *dir, const tensor_view_t *m, const tensor_view_t *v, int n,
                         char *err, size_t errlen);
 /* *state receives a new reference to the state.json object (caller json_decref's it). */

@@ -291,7 +291,7 @@ int mixers_load_encoder(mixers_t *m, const char *dir, char *err, size_t errlen) 
         return err_fail(err, errlen, LLAMA_ECONFIG, "--encoder %s: %s", dir, why);
     int rc = encoder_compatible(&m->cfg, &have, dir, err, errlen);
     if (rc) return rc;
-    if (ckpt_load_params(dir, m->pv, m->n_enc_views, why, sizeof why))
+    if (ckpt_load_params_some(dir, m->pv, m->n_enc_views, why, sizeof why)) /* its encoder of a whole model */
         return err_fail(err, errlen, LLAMA_ECONFIG, "--encoder %s: %s", dir, why);
     return 0;
 }

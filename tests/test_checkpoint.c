@@ -1002,6 +1002,36 @@ static void test_llama_checkpoint(void) {
     CHECK(same, "moments not bit-exact after reload");
     CHECK(nonzero > 0, "the test step left the moments zero; the comparison proves nothing");
 
+    /* a stray stack (encoder.* in a baseline) or a name nobody writes, in model.safetensors or
+     * as moments in optimizer.safetensors: refused in one line naming the tensor, not ignored */
+    {
+        static float zz[24 * 16];
+        const char *const stray[] = {"encoder.layers.0.mlp.up_proj.weight", "frobnicator.weight"};
+        for (int s = 0; s < 2; s++) {
+            tensor_view_t *px = calloc((size_t)np + 1, sizeof *px);
+            memcpy(px, pa, sizeof *px * (size_t)np);
+            px[np] = mkview(stray[s], zz, 24, 16);
+            char sdir[1024], srun[700];
+            snprintf(srun, sizeof srun, "%s-stray%d", run, s);
+            CHECK(ckpt_save(srun, 7, &c, px, np + 1, m, v, np, NULL, 0, sdir, sizeof sdir, err, sizeof err) == 0, "%s", err);
+            int rc = ckpt_load_params(sdir, pb, np, err, sizeof err);
+            CHECK(rc == CKPT_EMISMATCH && strstr(err, "model.safetensors: tensor ") && strstr(err, stray[s]) &&
+                  strstr(err, "not one of the") && !strchr(err, '\n'), "stray %s: rc %d: %s", stray[s], rc, err);
+            /* the memory model's encoder from a whole checkpoint: only the views asked for */
+            CHECK(ckpt_load_params_some(sdir, pb, np, err, sizeof err) == 0, "part of a model: %s", err);
+            tensor_view_t *mx = calloc((size_t)np + 1, sizeof *mx), *vx = calloc((size_t)np + 1, sizeof *vx);
+            memcpy(mx, m, sizeof *mx * (size_t)np), memcpy(vx, v, sizeof *vx * (size_t)np);
+            mx[np] = vx[np] = px[np];
+            snprintf(srun, sizeof srun, "%s-stray-opt%d", run, s);
+            CHECK(ckpt_save(srun, 7, &c, pa, np, mx, vx, np + 1, NULL, 0, sdir, sizeof sdir, err, sizeof err) == 0, "%s", err);
+            CHECK(ckpt_load_params(sdir, pb, np, err, sizeof err) == 0, "the parameters alone are sound: %s", err);
+            rc = ckpt_load_optimizer(sdir, m2, v2, np, err, sizeof err);
+            CHECK(rc == CKPT_EMISMATCH && strstr(err, "optimizer.safetensors: tensor exp_avg") && strstr(err, stray[s]),
+                  "stray moments of %s: rc %d: %s", stray[s], rc, err);
+            free(px), free(mx), free(vx);
+        }
+    }
+
     if (access("/usr/bin/python3", X_OK) == 0) {
         char pyf[700], cmd[2200];
         run_path(pyf, sizeof pyf, "hf_names.py");
