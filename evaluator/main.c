@@ -93,7 +93,7 @@ static int score_given(const eval_task_cfg_t *tc, const char *run, const char *t
 int main(int argc, char **argv) {
     const char *run = NULL, *run_dir = NULL, *bus_sub = NULL, *bus_pub = NULL, *out = NULL, *tag = NULL, *name = NULL;
     const char *device = device_default_spec(), *precision = "fp32";
-    int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0;
+    int once = 0, all = 0, no_bus = 0, quiet = 0, poll_ms = 2000, threads = 0, oom_tries = 5;
     eval_task_cfg_t tc = {.task = NULL, .batches = 16, .batch = 8, .seq_len = 0, .seed = 0,
                          .bits_per_param = 0, .samples = 1, .max_new = 256,
                          .top_p = 1, .sandbox = {.wall_s = 10, .cpu_s = 5}};
@@ -113,6 +113,7 @@ int main(int argc, char **argv) {
         {"bus-pub", FLAG_STR, &bus_pub, "bus XSUB endpoint (default: $FT_BUS_PUB or " BUS_DEFAULT_PUB ")", 0, 0, 0},
         {"no-bus", FLAG_BOOL, &no_bus, "neither subscribe nor publish (poll the directory)", 0, 0, 0},
         {"poll-ms", FLAG_INT, &poll_ms, "directory rescan period when the bus is quiet", 50, 600000, 0},
+        {"oom-tries", FLAG_INT, &oom_tries, "watching: tries of a checkpoint that runs out of memory (waits doubling from --poll-ms to 60 s) before it is given up, unscored (0: never)", 0, 1000000, 0},
         {"data", FLAG_STR, &tc.data, "val: dataset directory", 0, 0, 0},
         {"val-docs", FLAG_I64, &tc.val_docs, "val: evaluate the last N documents of --data (0: all of it)", 0, 1e15, 0},
         {"batches", FLAG_INT, &tc.batches, "val: batches evaluated (0: the whole split)", 0, 1e9, 0},
@@ -206,6 +207,7 @@ int main(int argc, char **argv) {
     eval_watch_cfg_t wc = {
         .run = run, .run_dir = run_dir, .bus_sub = bus_sub, .bus_pub = bus_pub, .no_bus = no_bus,
         .out = out, .tag = tag ? tag : tc.task, .name = name, .once = once, .all = all, .poll_ms = poll_ms,
+        .oom_tries = oom_tries,
         .quiet = quiet, .task = task, .dev = dev, .stop = bus_signal_flag(),
     };
     err[0] = 0;

@@ -52,11 +52,15 @@ typedef struct {
     bus_log_t log, log_q; /* its lines (bus/log.h); log_q's are those --quiet keeps off stderr */
     bus_beat_t *beat;    /* stage/evaluator/<name> every second (NULL: no bus, or --once) */
     stepset_t done, skipped;
+    stepset_t starved;   /* given up on after oom_tries tries short of memory: not scored, not damaged */
+    stepset_t tried;     /* checkpoints short of memory so far, and how often (tries[i] for tried.v[i]) */
+    int *tries;
     char *warned;        /* every warning line printed so far, '\n'-separated, printed once */
     int evaluated;
     /* after an out-of-memory (not damage: the checkpoint stays to do), nothing is tried again
      * before retry_at (CLOCK_MONOTONIC s); oom_ms, the wait, doubles from --poll-ms to 60 s
-     * while it lasts and is forgotten after an evaluation that went through */
+     * while it lasts and is forgotten after an evaluation that went through, or when a
+     * checkpoint is given up on (the next one is tried at once) */
     int oom_ms;
     double retry_at;
     /* test hook (README, "Fault injection"): $FT_EVALUATOR_FAULT_KILL_AFTER_EVALS=N raises
@@ -125,27 +129,53 @@ static double mono_now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Checkpoint dir could not be loaded or scored for lack of memory (why: the reason, with
- * what it needed where the model says). That is no damage: it is neither skipped nor marked.
- * --once: the error the evaluator exits on (EVAL_ENOMEM). Watching: one line, and everything
- * waits oom_ms (doubling) before the next try, since memory may come back (the trainer's
- * peak passes) and every checkpoint of the run needs about as much. */
-static int out_of_memory(watch_t *w, const char *dir, const char *during, const char *why, char *err,
+/* One more try of checkpoint step that ran out of memory: how many so far. */
+static int tries_bump(watch_t *w, int64_t step) {
+    for (int i = 0; i < w->tried.n; i++)
+        if (w->tried.v[i] == step) return ++w->tries[i];
+    if (w->tried.n == w->tried.cap) { /* tries grows with tried (set_add doubles its cap) */
+        int *t = realloc(w->tries, sizeof *t * (size_t)(w->tried.cap ? 2 * w->tried.cap : 32));
+        if (!t) return 1;
+        w->tries = t;
+    }
+    if (set_add(&w->tried, step)) return 1;
+    return w->tries[w->tried.n - 1] = 1;
+}
+
+/* Checkpoint dir (step) could not be loaded or scored for lack of memory (why: the reason,
+ * with what it needed where the model says). That is no damage: it is neither skipped nor
+ * marked. --once: the error the evaluator exits on (EVAL_ENOMEM). Watching: one line, and
+ * everything waits oom_ms (doubling) before the next try, since memory may come back (the
+ * trainer's peak passes) and every checkpoint of the run needs about as much; after oom_tries
+ * tries of this one, one line gives it up (not scored for lack of memory) and the others go on. */
+static int out_of_memory(watch_t *w, int64_t step, const char *dir, const char *during, const char *why, char *err,
                          size_t errlen) {
     const eval_watch_cfg_t *c = w->c;
-    size_t n = strlen(dir);
-    if (!strncmp(why, dir, n) && !strncmp(why + n, ": ", 2)) why += n + 2; /* ckpt_open's "<dir>: " */
+    const size_t dl = strlen(dir);
+    if (!strncmp(why, dir, dl) && !strncmp(why + dl, ": ", 2)) why += dl + 2; /* ckpt_open's "<dir>: " */
     if (c->once)
         return snprintf(err, errlen, "%s: out of memory %s, not damage (the checkpoint is not skipped): %s", dir,
                         during, why),
                EVAL_ENOMEM;
-    const int poll = c->poll_ms > 0 ? c->poll_ms : 2000;
+    const int poll = c->poll_ms > 0 ? c->poll_ms : 2000, n = tries_bump(w, step);
+    char state[2400];
+    if (c->oom_tries > 0 && n >= c->oom_tries) {
+        set_add(&w->starved, step);
+        w->oom_ms = 0;
+        w->retry_at = 0;
+        bus_log(&w->log, "%s: out of memory %s, not damage; giving up on it after %d tries: not scored for lack of "
+                "memory (a restart, or --once on it, with more memory scores it): %s", dir, during, n, why);
+        snprintf(state, sizeof state, "gave up on %.2000s: out of memory %d times, not scored", dir, n);
+        bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
+        return 0;
+    }
     w->oom_ms = w->oom_ms ? (w->oom_ms > 30000 ? 60000 : 2 * w->oom_ms) : poll;
     w->retry_at = mono_now() + w->oom_ms / 1000.0;
-    bus_log(&w->log, "%s: out of memory %s, not damage (not skipped; trying again in %.1f s): %s", dir, during,
-            w->oom_ms / 1000.0, why);
-    char state[2400];
-    snprintf(state, sizeof state, "out of memory on %.2000s, trying again in %.1f s", dir, w->oom_ms / 1000.0);
+    char left[48] = "";
+    if (c->oom_tries > 0) snprintf(left, sizeof left, ", try %d of %d", n + 1, c->oom_tries);
+    bus_log(&w->log, "%s: out of memory %s, not damage (not skipped; trying again in %.1f s%s): %s", dir, during,
+            w->oom_ms / 1000.0, left, why);
+    snprintf(state, sizeof state, "out of memory on %.2000s, trying again in %.1f s%s", dir, w->oom_ms / 1000.0, left);
     bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
     return 0;
 }
@@ -187,7 +217,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     snprintf(state, sizeof state, "evaluating %s", dir);
     bus_beat_set(w->beat, state, (uint64_t)w->evaluated);
     int rc = ckpt_open(dir, load_lm, &load, why, sizeof why); /* the rule of model/checkpoint.h */
-    if (rc == CKPT_ENOMEM) return out_of_memory(w, dir, "loading it", why, err, errlen);
+    if (rc == CKPT_ENOMEM) return out_of_memory(w, step, dir, "loading it", why, err, errlen);
     if (rc) {
         bus_log(&w->log, "skipping %s", why);
         set_add(&w->skipped, step);
@@ -203,7 +233,7 @@ static int evaluate(watch_t *w, int64_t step, char *err, size_t errlen) {
     if (nomem) {
         char during[WIRE_NAME_LEN + 32];
         snprintf(during, sizeof during, "running task %s on it", c->tag);
-        return out_of_memory(w, dir, during, why, err, errlen);
+        return out_of_memory(w, step, dir, during, why, err, errlen);
     }
     if (rc == EVAL_EMODEL) {
         bus_log(&w->log, "skipping %s: %s", dir, why);
@@ -317,7 +347,8 @@ static int watch_loop(watch_t *w, char *err, size_t errlen) {
         for (int i = n - 1; i >= 0; i--) {
             if (set_has(&w->skipped, steps[i])) continue;
             if (have < 0) have = steps[i];
-            if (pick < 0 && steps[i] >= floor && !set_has(&w->done, steps[i])) pick = steps[i];
+            if (pick < 0 && steps[i] >= floor && !set_has(&w->done, steps[i]) && !set_has(&w->starved, steps[i]))
+                pick = steps[i];
         }
         for (int i = n - 1; i >= 0; i--)
             if (steps[i] < pick && !set_has(&w->skipped, steps[i])) {
@@ -416,6 +447,9 @@ out:
     if (w.zctx) zmq_ctx_term(w.zctx);
     free(w.done.v);
     free(w.skipped.v);
+    free(w.starved.v);
+    free(w.tried.v);
+    free(w.tries);
     free(w.warned);
     return rc;
 }

@@ -14,7 +14,8 @@
  * A checkpoint that is not usable (model/checkpoint.h's rule, ckpt_open) is skipped with one
  * line on stderr, once. Running out of memory loading or scoring one is no damage: it is not
  * skipped; once, the error returned (EVAL_ENOMEM); watching, one line and another try after
- * poll_ms, doubling up to 60 s (docs/evaluator.md). */
+ * poll_ms, doubling up to 60 s, and after oom_tries tries of one checkpoint one line that gives
+ * it up, unscored, while newer ones go on (docs/evaluator.md). */
 #ifndef EVALUATOR_WATCH_H
 #define EVALUATOR_WATCH_H
 #include "model/device.h"
@@ -35,6 +36,7 @@ typedef struct {
     int once;              /* evaluate the newest checkpoint (with all: every one) and return */
     int all;               /* also evaluate the checkpoints older than the newest at start */
     int poll_ms;           /* directory rescan period when the bus is quiet */
+    int oom_tries;         /* watching: tries of a checkpoint short of memory before giving it up (0: never) */
     int quiet;             /* no progress lines on stderr (they still go to the bus, log/evaluator) */
     eval_task_t *task;
     device_t *dev;         /* where the evaluated models run (NULL: the CPU) */

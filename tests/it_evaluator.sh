@@ -152,7 +152,8 @@ BIG="--task mc --file evaluator/tasks/synth_mc.jsonl --vocab bytes --limit 8 --b
 ok "--once out of memory: rc 1, one line naming the checkpoint and its size, no skip (rc $rc: $(head -c 300 "$W/m1.log"))" \
    "[ $rc = 1 ] && [ \$(wc -l < $W/m1.log) = 1 ] && grep -q '^evaluator: run m: $W/m/ckpt-00000064: out of memory loading it, not damage.*2.23 GiB' $W/m1.log && ! grep -qi 'skipping\|damaged)' $W/m1.log"
 if command -v prlimit >/dev/null; then
-    (ulimit -S -v 1000000; exec bin/evaluator --run m --run-dir "$W/m" $BIG --no-bus --poll-ms 100 --out "$W/m.jsonl") >/dev/null 2>"$W/m2.log" & e=$!; pids+=($e)
+    # (--oom-tries 0: never given up, however long the limit is raised late)
+    (ulimit -S -v 1000000; exec bin/evaluator --run m --run-dir "$W/m" $BIG --no-bus --poll-ms 100 --oom-tries 0 --out "$W/m.jsonl") >/dev/null 2>"$W/m2.log" & e=$!; pids+=($e)
     wait_for "[ \$(grep -c 'out of memory' $W/m2.log) -ge 2 ]" 30
     ok "watching: out of memory said, nothing skipped, tried again later" \
        "grep -q '$W/m/ckpt-00000064: out of memory loading it, not damage (not skipped; trying again in 0.2 s)' $W/m2.log && ! grep -q skipping $W/m2.log && [ ! -s $W/m.jsonl ]"
@@ -160,6 +161,23 @@ if command -v prlimit >/dev/null; then
     wait_for "[ \$(jq -s length $W/m.jsonl 2>/dev/null) = 1 ]" 60; kill -TERM $e; wait $e; rc=$?
     ok "watching: once the memory is there the checkpoint is evaluated (rc $rc)" \
        "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 64 and .[0].values.n == 8' $W/m.jsonl >/dev/null"
+fi
+
+# 4c. watching, a checkpoint that never fits is given up after --oom-tries tries: one line (on
+# stderr and the bus) says it was not scored for lack of memory; the evaluator goes on with
+# newer checkpoints and does not try that one again
+if command -v prlimit >/dev/null; then
+    mkdir -p "$W/g"; cp -r "$W/ref/ckpt-00000060" "$W/g/"
+    (ulimit -S -v 1000000; exec bin/evaluator --run g --run-dir "$W/g" $BIG --poll-ms 100 --oom-tries 3 --out "$W/g.jsonl") >/dev/null 2>"$W/g.log" & e=$!; pids+=($e)
+    wait_for "grep -q 'giving up' $W/g.log" 30
+    ok "watching: after --oom-tries 3 tries one line gives the checkpoint up, unscored ($(grep -c . "$W/g.log") lines)" \
+       "[ \$(grep -Ec 'ckpt-00000060: out of memory loading it, not damage \(not skipped; trying again in [0-9.]+ s, try [23] of 3\)' $W/g.log) = 2 ] && [ \$(grep -c 'ckpt-00000060: out of memory loading it, not damage; giving up on it after 3 tries: not scored for lack of memory' $W/g.log) = 1 ] && ! grep -q skipping $W/g.log"
+    ok "the give-up reaches the bus (log/evaluator)" "wait_for \"grep -q 'giving up on it after 3 tries' $W/tap.log\" 5"
+    prlimit --pid $e --as=unlimited:unlimited
+    cp -r "$W/ref/ckpt-00000064" "$W/g/"
+    wait_for "[ \$(jq -s length $W/g.jsonl 2>/dev/null) = 1 ]" 60; sleep 0.5; kill -TERM $e; wait $e; rc=$?
+    ok "a newer checkpoint is evaluated, the one given up not tried again (rc $rc)" \
+       "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 64' $W/g.jsonl >/dev/null && [ \$(grep -c 'ckpt-00000060: out of memory' $W/g.log) = 3 ]"
 fi
 
 # 5. bad input: one line, non-zero exit, nothing hangs
