@@ -30,6 +30,18 @@ uint32_t eval_argmax(const float *row, int V) {
     return best;
 }
 
+const float *eval_lm_failed(eval_lm_t *lm, int nomem) {
+    lm->nomem = nomem != 0;
+    return NULL;
+}
+
+const float *eval_lm_done(eval_lm_t *lm, const float *host, const char *what, char *err, size_t errlen) {
+    const int rc = DEV(lm->dev, sync, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == DEVICE_ENOMEM);
+    if (!host) return snprintf(err, errlen, "out of host memory for %s", what), eval_lm_failed(lm, 1);
+    return host;
+}
+
 static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *z, int B,
                                     int T, char *err, size_t errlen) {
     (void)z;
@@ -37,12 +49,13 @@ static const float *llama_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
         err_fail(err, errlen, EVAL_EARG, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax,
                 lm->Tmax);
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
-    if (llama_set_shape(m, B, T, err, errlen)) return NULL;
     float loss;
-    if (llama_forward(m, tokens, NULL, NULL, &loss, err, errlen)) return NULL;
-    return llama_logits(m);
+    int rc = llama_set_shape(m, B, T, err, errlen);
+    if (!rc) rc = llama_forward(m, tokens, NULL, NULL, &loss, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == LLAMA_ENOMEM);
+    return eval_lm_done(lm, llama_logits(m), "the logits", err, errlen);
 }
 
 /* lm->gen: the generator and the (Bmax, V) logits of gen_start's rows. */
@@ -74,12 +87,12 @@ static const float *llama_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B
             return NULL;
         }
     }
-    if (!lg->g) { snprintf(err, errlen, "no generator"); return NULL; }
+    if (!lg->g) { snprintf(err, errlen, "no generator"); return eval_lm_failed(lm, 0); }
     gen_reset(lg->g);
     for (int b = 0; b < B; b++) {
         int left;
         while ((left = gen_prefill_next(lg->g, b, prompt + (size_t)b * n, n, err, errlen)) > 0) {}
-        if (left < 0) return NULL;
+        if (left < 0) return eval_lm_failed(lm, left == LLAMA_ENOMEM);
         memcpy(lg->logits + (size_t)b * V, gen_logits(lg->g), sizeof(float) * V);
     }
     return lg->logits;
@@ -91,9 +104,10 @@ static const float *llama_gen_next(eval_lm_t *lm, const uint32_t *tokens, const 
     llama_gen_t *lg = lm->gen;
     if (!lg || !lg->g) {
         snprintf(err, errlen, "gen_next before gen_start");
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
-    if (gen_step(lg->g, tokens, B, 1, NULL, err, errlen)) return NULL;
+    const int rc = gen_step(lg->g, tokens, B, 1, NULL, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == LLAMA_ENOMEM);
     return gen_logits(lg->g);
 }
 

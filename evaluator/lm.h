@@ -121,6 +121,15 @@ int eval_lm_create_mixers(eval_lm_t **lm, device_t *dev, const model_config_t *c
 void *eval_lm_model(eval_lm_t *lm);
 void eval_lm_free(eval_lm_t **lm);
 
+/* For the eval_lm_t implementations (lm.c, lm_free.c, lm_mixers.c, lm_ltm.c). A call that
+ * failed: lm->nomem = nomem (1: for lack of memory, which is no damage), NULL. */
+const float *eval_lm_failed(eval_lm_t *lm, int nomem);
+/* The end of a call that computed on lm's device: its faults show at a sync (a work buffer a
+ * GPU could not get is a lack of memory; the CPU's sync costs nothing), and a host copy that
+ * could not be made (host NULL: "out of host memory for <what>") is one too. host, or NULL
+ * with err and lm->nomem set. */
+const float *eval_lm_done(eval_lm_t *lm, const float *host, const char *what, char *err, size_t errlen);
+
 /* log softmax of one row of V logits at index `target` (max-subtracted, double accumulation). */
 double eval_logprob(const float *row, int V, uint32_t target);
 /* Index of the largest logit (the lowest index on ties, so greedy decoding is deterministic). */

@@ -13,6 +13,7 @@
 #include "model/generate.h"
 
 static int shape_ok(eval_lm_t *lm, int B, int T, char *err, size_t errlen) {
+    lm->nomem = 0;
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
         snprintf(err, errlen, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax, lm->Tmax);
         return 0;
@@ -24,19 +25,21 @@ static const float *free_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const 
                                    int T, char *err, size_t errlen) {
     if (!z) {
         snprintf(err, errlen, "the Free Transformer needs latent indices Z for its logits");
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
     if (!shape_ok(lm, B, T, err, errlen)) return NULL;
     float ce;
-    if (free_forward_z(lm->impl, tokens, z, NULL, NULL, &ce, err, errlen)) return NULL;
-    return free_logits(lm->impl);
+    const int rc = free_forward_z(lm->impl, tokens, z, NULL, NULL, &ce, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == FREE_ENOMEM);
+    return eval_lm_done(lm, free_logits(lm->impl), "the logits", err, errlen);
 }
 
 static const float *free_lm_encode(eval_lm_t *lm, const uint32_t *tokens, int B, int T, char *err,
                                    size_t errlen) {
     if (!shape_ok(lm, B, T, err, errlen)) return NULL;
-    if (free_encode(lm->impl, tokens, err, errlen)) return NULL;
-    return free_bit_logits(lm->impl);
+    const int rc = free_encode(lm->impl, tokens, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == FREE_ENOMEM);
+    return eval_lm_done(lm, free_bit_logits(lm->impl), "the encoder's bit logits", err, errlen);
 }
 
 /* lm->gen: the generator and the (Bmax, V) logits of gen_start's rows. */
@@ -51,7 +54,7 @@ static const float *free_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B,
                                    const float *u, char *err, size_t errlen) {
     if (!u) {
         snprintf(err, errlen, "the Free Transformer's prompt needs uniforms for its latents");
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
     free_gen_t *fg = lm->gen;
     const int V = lm->cfg.vocab_size, H = lm->latent_bits;
@@ -71,12 +74,12 @@ static const float *free_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B,
             return NULL;
         }
     }
-    if (!fg->g) { snprintf(err, errlen, "no generator"); return NULL; }
+    if (!fg->g) { snprintf(err, errlen, "no generator"); return eval_lm_failed(lm, 0); }
     gen_free_reset(fg->g);
     for (int b = 0; b < B; b++) {
-        if (gen_free_step_slots(fg->g, &b, prompt + (size_t)b * n, 1, n, NULL, u + (size_t)b * n * H,
-                                NULL, err, errlen))
-            return NULL;
+        const int rc = gen_free_step_slots(fg->g, &b, prompt + (size_t)b * n, 1, n, NULL, u + (size_t)b * n * H,
+                                           NULL, err, errlen);
+        if (rc) return eval_lm_failed(lm, rc == LLAMA_ENOMEM); /* kv_free.c: the llama codes */
         memcpy(fg->logits + (size_t)b * V, gen_logits(gen_free_decoder(fg->g)), sizeof(float) * V);
     }
     return fg->logits;
@@ -87,9 +90,10 @@ static const float *free_gen_next(eval_lm_t *lm, const uint32_t *tokens, const u
     free_gen_t *fg = lm->gen;
     if (!fg || !fg->g) {
         snprintf(err, errlen, "gen_next before gen_start");
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
-    if (gen_free_step(fg->g, tokens, B, 1, z, NULL, NULL, err, errlen)) return NULL;
+    const int rc = gen_free_step(fg->g, tokens, B, 1, z, NULL, NULL, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == LLAMA_ENOMEM);
     return gen_logits(gen_free_decoder(fg->g));
 }
 

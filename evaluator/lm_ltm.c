@@ -12,6 +12,7 @@
 #include "model/ltm.h"
 
 static int shape_ok(eval_lm_t *lm, int B, int T, char *err, size_t errlen) {
+    lm->nomem = 0;
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
         snprintf(err, errlen, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax, lm->Tmax);
         return 0;
@@ -24,7 +25,9 @@ static int ltm_lm_infer(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *t
                         char *err, size_t errlen) {
     if (!shape_ok(lm, B, T, err, errlen)) return EVAL_EARG;
     ltm_infer_t o = {.steps = steps, .lr = lm->ltm_fast_lr, .key = key, .row0 = row0};
-    return ltm_infer(lm->impl, tokens, targets, mask, &o, NULL, NULL, err, errlen) ? EVAL_EMODEL : 0;
+    const int rc = ltm_infer(lm->impl, tokens, targets, mask, &o, NULL, NULL, err, errlen);
+    lm->nomem = rc == LTM_ENOMEM;
+    return rc == LTM_ENOMEM ? EVAL_ENOMEM : rc ? EVAL_EMODEL : 0;
 }
 
 static int ltm_lm_score(eval_lm_t *lm, const uint32_t *targets, const uint8_t *mask, int S, double *ce,
@@ -46,11 +49,12 @@ static const float *ltm_lm_logits(eval_lm_t *lm, const uint32_t *tokens, const u
     (void)z;
     if (B != ltm_batch(lm->impl)) {
         snprintf(err, errlen, "logits for %d rows, but the latents were inferred for %d", B, ltm_batch(lm->impl));
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
     if (!shape_ok(lm, B, T, err, errlen)) return NULL;
-    if (ltm_forward_z(lm->impl, tokens, NULL, NULL, NULL, err, errlen)) return NULL;
-    return ltm_logits(lm->impl);
+    const int rc = ltm_forward_z(lm->impl, tokens, NULL, NULL, NULL, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == LTM_ENOMEM);
+    return eval_lm_done(lm, ltm_logits(lm->impl), "the logits", err, errlen);
 }
 
 /* The prompts' latents (the posterior from each prompt's own tokens; a one-token prompt: the
@@ -68,7 +72,7 @@ static const float *ltm_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, 
     int *slots = malloc(sizeof(int) * B);
     uint32_t *in = malloc(sizeof(uint32_t) * B * (n > 1 ? n - 1 : 1)), *tg = malloc(sizeof(uint32_t) * B * (n > 1 ? n - 1 : 1));
     const float *out = NULL;
-    if (!slots || !in || !tg) { snprintf(err, errlen, "out of memory"); goto done; }
+    if (!slots || !in || !tg) { snprintf(err, errlen, "out of memory"); eval_lm_failed(lm, 1); goto done; }
     for (int b = 0; b < B; b++) slots[b] = b;
     if (n > 1) {
         for (int b = 0; b < B; b++) {
@@ -79,8 +83,10 @@ static const float *ltm_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B, 
     } else if (ltm_lm_prior(lm, B, LTM_SALT, 0, err, errlen)) {
         goto done;
     }
-    if (gen_ltm_set_latents(lm->gen, slots, B, err, errlen) || gen_ltm_step(lm->gen, prompt, B, n, NULL, err, errlen))
+    if ((rc = gen_ltm_set_latents(lm->gen, slots, B, err, errlen)) || (rc = gen_ltm_step(lm->gen, prompt, B, n, NULL, err, errlen))) {
+        eval_lm_failed(lm, rc == LLAMA_ENOMEM); /* kv_ltm.c: the llama codes */
         goto done;
+    }
     out = gen_logits(gen_ltm_decoder(lm->gen));
 done:
     free(slots);
@@ -94,9 +100,10 @@ static const float *ltm_gen_next(eval_lm_t *lm, const uint32_t *tokens, const ui
     (void)z;
     if (!lm->gen) {
         snprintf(err, errlen, "gen_next before gen_start");
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
-    if (gen_ltm_step(lm->gen, tokens, B, 1, NULL, err, errlen)) return NULL;
+    const int rc = gen_ltm_step(lm->gen, tokens, B, 1, NULL, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == LLAMA_ENOMEM);
     return gen_logits(gen_ltm_decoder(lm->gen));
 }
 

@@ -17,17 +17,17 @@ static const float *forward(eval_lm_t *lm, const uint32_t *tokens, const uint32_
                             char *err, size_t errlen) {
     if (B < 1 || T < 1 || B > lm->Bmax || T > lm->Tmax) {
         snprintf(err, errlen, "batch %dx%d outside the model's %dx%d", B, T, lm->Bmax, lm->Tmax);
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
-    if (mixers_set_shape(lm->impl, B, T, err, errlen) ||
-        mixers_forward_enc(lm->impl, tokens, enc_tokens, NULL, NULL, NULL, err, errlen))
-        return NULL;
-    return mixers_logits(lm->impl);
+    int rc = mixers_set_shape(lm->impl, B, T, err, errlen);
+    if (!rc) rc = mixers_forward_enc(lm->impl, tokens, enc_tokens, NULL, NULL, NULL, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == LLAMA_ENOMEM);
+    return eval_lm_done(lm, mixers_logits(lm->impl), "the logits", err, errlen);
 }
 
 static const float *chunk_logits(eval_lm_t *lm, const uint32_t *tokens, const uint32_t *enc_tokens, int bits,
                                  int zero, int B, int T, char *err, size_t errlen) {
-    if (mixers_set_embed_eval(lm->impl, bits, zero, err, errlen)) return NULL;
+    if (mixers_set_embed_eval(lm->impl, bits, zero, err, errlen)) return eval_lm_failed(lm, 0);
     return forward(lm, tokens, enc_tokens, B, T, err, errlen);
 }
 
@@ -46,7 +46,7 @@ static const float *mixer_gen_start(eval_lm_t *lm, const uint32_t *prompt, int B
         return NULL;
     }
     mixer_gen_reset(lm->gen);
-    if (mixer_gen_step(lm->gen, prompt, B, n, NULL, err, errlen)) return NULL;
+    if ((rc = mixer_gen_step(lm->gen, prompt, B, n, NULL, err, errlen))) return eval_lm_failed(lm, rc == LLAMA_ENOMEM);
     return mixer_gen_logits(lm->gen);
 }
 
@@ -55,9 +55,10 @@ static const float *mixer_gen_next(eval_lm_t *lm, const uint32_t *tokens, const 
     (void)z;
     if (!lm->gen) {
         snprintf(err, errlen, "gen_next before gen_start");
-        return NULL;
+        return eval_lm_failed(lm, 0);
     }
-    if (mixer_gen_step(lm->gen, tokens, B, 1, NULL, err, errlen)) return NULL;
+    const int rc = mixer_gen_step(lm->gen, tokens, B, 1, NULL, err, errlen);
+    if (rc) return eval_lm_failed(lm, rc == LLAMA_ENOMEM);
     return mixer_gen_logits(lm->gen);
 }
 

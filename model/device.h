@@ -34,6 +34,9 @@
 
 typedef enum { DEVICE_CPU = 0, DEVICE_CUDA = 1 } device_kind;
 
+/* sync's (and device_open's) failures */
+enum { DEVICE_EFAULT = -1, DEVICE_ENOMEM = -2 };
+
 typedef struct device device_t;
 
 typedef struct device_ops {
@@ -44,7 +47,9 @@ typedef struct device_ops {
     void (*download)(device_t *d, void *dst_host, const void *src, size_t bytes);
     void (*copy)(device_t *d, void *dst, const void *src, size_t bytes);
     void (*zero)(device_t *d, void *p, size_t bytes);
-    /* Waits for queued work; returns 0, or -1 with one line in err (a device fault). */
+    /* Waits for queued work; returns 0, or with one line in err DEVICE_ENOMEM when the fault
+     * was a lack of memory (a work buffer, a host copy: no fault of the model or its data, the
+     * same work may run when memory is back), else DEVICE_EFAULT. */
     int (*sync)(device_t *d, char *err, size_t errlen);
     /* A hint for small work (a decode step): on = 0 until the next on = 1 asks the device to
      * run the ops without its parallel machinery (the CPU: one OpenMP thread, since a region's
@@ -250,6 +255,15 @@ typedef struct {
         __attribute__((cleanup(prof_end))) prof_timer_t dev_prof_ = prof_begin(#op);       \
         (void)dev_prof_;                                                                   \
         (d)->ops->op((d), __VA_ARGS__);                                                    \
+    })
+
+/* DEV(d, sync, ...) as a family's status: 0, nomem when the fault was a lack of memory
+ * (DEVICE_ENOMEM), else fault, so that a caller tells "out of memory" from a model that
+ * failed (the evaluator must not take the one for a damaged checkpoint). */
+#define DEV_SYNC_AS(d, err, errlen, fault, nomem)                                          \
+    ({                                                                                     \
+        const int dev_sync_rc_ = DEV(d, sync, err, errlen);                                \
+        dev_sync_rc_ == 0 ? 0 : dev_sync_rc_ == DEVICE_ENOMEM ? (nomem) : (fault);        \
     })
 
 /* The hint above for n floats at p (no timer: not an op). */

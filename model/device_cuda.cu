@@ -143,6 +143,7 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     char fault[256];          /* the first error since the last sync; sync reports it once */
+    int fault_nomem;          /* ... and it was a lack of memory (device or host) */
     void *work;               /* scratch for attention's row terms, bf16 operands, dZ chunks */
     size_t work_bytes;
     struct cuda_alloc { void *p; size_t bytes; } *allocs; /* what alloc handed out, for free's count */
@@ -201,7 +202,11 @@ static void staged_flush(device_t *d);
 
 static void fault(device_t *d, const char *what, const char *why) {
     cuda_impl_t *c = impl_of(d);
-    if (!c->fault[0]) snprintf(c->fault, sizeof c->fault, "%s: %s: %s", d->name, what, why);
+    if (!c->fault[0]) {
+        snprintf(c->fault, sizeof c->fault, "%s: %s: %s", d->name, what, why);
+        /* cudaErrorMemoryAllocation's string, or ours: "out of device memory", "... host memory" */
+        c->fault_nomem = !strcmp(why, cudaGetErrorString(cudaErrorMemoryAllocation)) || !strncmp(why, "out of ", 7);
+    }
     /* a launch that failed may have left a shadow it was to fill: none is trusted now */
     for (int i = 0; i < c->n_shadow; i++) c->shadow[i].valid = 0;
 }
@@ -639,7 +644,7 @@ static int cu_sync(device_t *d, char *err, size_t errlen) {
     if (!c->fault[0]) return 0;
     snprintf(err, errlen, "%s", c->fault);
     c->fault[0] = 0;
-    return -1;
+    return c->fault_nomem ? DEVICE_ENOMEM : DEVICE_EFAULT;
 }
 static void cu_set_parallel(device_t *d, int on) { (void)d; (void)on; }
 

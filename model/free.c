@@ -347,7 +347,7 @@ int free_forward(free_t *m, const uint32_t *tokens, const uint32_t *targets, con
     float ce = 0;
     if ((rc = second_half(m, targets, mask, &ce, err, errlen))) return rc;
     m->from_encoder = 1;
-    if (!targets) return DEV(d, sync, err, errlen) ? FREE_EARG : 0;
+    if (!targets) return DEV_SYNC_AS(d, err, errlen, FREE_EARG, FREE_ENOMEM);
     // free bits: mean over counted positions of max(0, KL_t - kappa)
     m->has_mask = mask != NULL;
     if (mask) DEV(d, upload, m->mask, mask, N);
@@ -361,7 +361,7 @@ int free_forward(free_t *m, const uint32_t *tokens, const uint32_t *targets, con
     m->loss = m->ce + m->kl_term;
     m->has_targets = 1;
     if (loss) *loss = (float)m->loss;
-    return DEV(d, sync, err, errlen) ? FREE_EARG : 0;
+    return DEV_SYNC_AS(d, err, errlen, FREE_EARG, FREE_ENOMEM);
 }
 
 int free_backward(free_t *m, char *err, size_t errlen) {
@@ -402,7 +402,7 @@ int free_backward(free_t *m, char *err, size_t errlen) {
     // first half of the decoder and the embedding
     llama_blocks_backward(dec, m->half, 0);
     llama_embed_backward(dec);
-    return DEV(d, sync, err, errlen) ? FREE_EARG : 0;
+    return DEV_SYNC_AS(d, err, errlen, FREE_EARG, FREE_ENOMEM);
 }
 
 int free_forward_z(free_t *m, const uint32_t *tokens, const uint32_t *z, const uint32_t *targets,

@@ -392,7 +392,7 @@ int gen_finish(gen_t *g, float *all_logits, char *err, size_t errlen) {
     int rc = 0;
     WITH_PARALLEL(g, g->B * g->T, rc = head(g, all_logits));
     if (rc) { snprintf(err, errlen, "gen_finish: out of memory for every position's logits"); return rc; }
-    if (DEV(g->dev, sync, err, errlen)) return LLAMA_EARG;
+    if ((rc = DEV_SYNC_AS(g->dev, err, errlen, LLAMA_EARG, LLAMA_ENOMEM))) return rc;
     for (int b = 0; b < g->B; b++) g->pos[g->seq_slot[b]] += g->T;
     g->open = 0;
     return 0;

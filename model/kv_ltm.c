@@ -151,7 +151,7 @@ int gen_ltm_set_latents(gen_ltm_t *g, const int *slots, int B, char *err, size_t
         }
     }
     for (int b = 0; b < B; b++) g->ready[slots[b]] = 1;
-    return DEV(d, sync, err, errlen) ? LLAMA_EARG : 0;
+    return DEV_SYNC_AS(d, err, errlen, LLAMA_EARG, LLAMA_ENOMEM);
 }
 
 int gen_ltm_step(gen_ltm_t *g, const uint32_t *tokens, int B, int T, float *all_logits, char *err,

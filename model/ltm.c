@@ -551,7 +551,7 @@ static int inner_loop(ltm_t *m, const uint32_t *targets, const uint8_t *mask, in
             if (ce) ce[r] = c;
             if (kl) kl[r] = q;
         }
-        if (DEV(m->dev, sync, err, errlen)) return LTM_EARG;
+        if ((rc = DEV_SYNC_AS(m->dev, err, errlen, LTM_EARG, LTM_ENOMEM))) return rc;
     }
     // the forward at the final posterior (a fresh draw), with the trainer's gradient scale
     float cef = 0;
@@ -569,7 +569,7 @@ static int inner_loop(ltm_t *m, const uint32_t *targets, const uint8_t *mask, in
     m->count = count;
     m->ce = c;
     m->kl_sum = q;
-    return DEV(m->dev, sync, err, errlen) ? LTM_EARG : 0;
+    return DEV_SYNC_AS(m->dev, err, errlen, LTM_EARG, LTM_ENOMEM);
 }
 
 int ltm_forward(ltm_t *m, const uint32_t *tokens, const uint32_t *targets, const uint8_t *mask,
@@ -598,7 +598,7 @@ int ltm_backward(ltm_t *m, char *err, size_t errlen) {
         return LTM_EARG;
     }
     blocks_backward(m, 0);
-    return DEV(m->dev, sync, err, errlen) ? LTM_EARG : 0;
+    return DEV_SYNC_AS(m->dev, err, errlen, LTM_EARG, LTM_ENOMEM);
 }
 
 void ltm_metrics(ltm_t *m, family_metrics_t *out) {
@@ -707,7 +707,7 @@ int ltm_score(ltm_t *m, const uint32_t *targets, const uint8_t *mask, int S, dou
             logw[(size_t)s * B + b] = -ce[(size_t)s * B + b] + r;
         }
     }
-    rc = DEV(m->dev, sync, err, errlen) ? LTM_EARG : 0;
+    rc = DEV_SYNC_AS(m->dev, err, errlen, LTM_EARG, LTM_ENOMEM);
 out:
     free(klr);
     free(mu);
@@ -729,7 +729,7 @@ int ltm_forward_z(ltm_t *m, const uint32_t *tokens, const uint32_t *targets, con
     llama_set_grad_scale(m->dec, m->grad_scale);
     rc = llama_head_forward(m->dec, targets, mask, ce, err, errlen);
     if (rc) return rc;
-    return DEV(m->dev, sync, err, errlen) ? LTM_EARG : 0;
+    return DEV_SYNC_AS(m->dev, err, errlen, LTM_EARG, LTM_ENOMEM);
 }
 
 int ltm_set_posterior(ltm_t *m, const float *mu, const float *ls, const float *eps, int n_eps) {

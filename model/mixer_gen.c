@@ -176,5 +176,5 @@ int mixer_gen_step(mixer_gen_t *g, const uint32_t *tokens, int B, int T, float *
     }
     g->pos += T;
     g->B = B;
-    return DEV(d, sync, err, errlen) ? LLAMA_EARG : 0;
+    return DEV_SYNC_AS(d, err, errlen, LLAMA_EARG, LLAMA_ENOMEM);
 }

@@ -151,7 +151,7 @@ int mixers_forward_enc(mixers_t *m, const uint32_t *tokens, const uint32_t *enc_
         m->dlogits_scale = m->grad_scale;
         if (loss) *loss = l;
     }
-    return DEV(d, sync, err, errlen) ? LLAMA_EARG : 0;
+    return DEV_SYNC_AS(d, err, errlen, LLAMA_EARG, LLAMA_ENOMEM);
 }
 
 /* d loss / d stream(0) of the encoder (in sh.dA) from d loss / d m (the stored embedding):
@@ -226,7 +226,7 @@ int mixers_backward(mixers_t *m, char *err, size_t errlen) {
     } else {
         DEV(d, embedding_backward, m->g.dec_embed, dx, m->tokens, N, D);
     }
-    return DEV(d, sync, err, errlen) ? LLAMA_EARG : 0;
+    return DEV_SYNC_AS(d, err, errlen, LLAMA_EARG, LLAMA_ENOMEM);
 }
 
 /* A device buffer's host copy (the buffer itself on the CPU device). */

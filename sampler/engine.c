@@ -231,6 +231,15 @@ static int oldest_prefill(const engine_t *e) {
     return best;
 }
 
+/* A family's failed step as the engine's status: its lack of memory (LLAMA_ENOMEM, which the
+ * generators, the Free Transformer's and the LTM's share; a device fault for lack of memory
+ * among them) SAMPLER_ENOMEM, so that a caller (the evaluator's code task) tells it from a
+ * model that failed; anything else SAMPLER_EMODEL. */
+static int model_rc(int rc) {
+    _Static_assert((int)LLAMA_ENOMEM == (int)LTM_ENOMEM && (int)LLAMA_ENOMEM == (int)FREE_ENOMEM, "one out-of-memory code");
+    return rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EMODEL;
+}
+
 /* The latent-thought LM: row i's latents into its slot, before its prompt (sampler.h): the
  * posterior inferred from the row's prompt alone, or the prior, on the sample's own streams. */
 static int ltm_latents(engine_t *e, int i, char *err, size_t errlen) {
@@ -240,15 +249,16 @@ static int ltm_latents(engine_t *e, int i, char *err, size_t errlen) {
     const engine_req_t *r = &w->req;
     const int P = w->pub.P, prior = r->ltm_prior || P < 2;
     const uint64_t key = rng_counter_key(r->seed ^ SAMPLER_LATENT_SALT, 3);
-    if (ltm_set_shape(m, 1, prior ? 1 : P - 1, err, errlen)) return SAMPLER_EMODEL;
+    int rc = ltm_set_shape(m, 1, prior ? 1 : P - 1, err, errlen);
+    if (rc) return model_rc(rc);
     if (prior) {
         ltm_prior(m, key, r->index);
     } else {
         ltm_infer_t inf = {.steps = r->inner_steps > 0 ? r->inner_steps : c->inner_steps,
                            .lr = r->fast_lr > 0 ? r->fast_lr : c->fast_lr_end, .key = key, .row0 = r->index};
-        if (ltm_infer(m, w->prompt, w->prompt + 1, NULL, &inf, NULL, NULL, err, errlen)) return SAMPLER_EMODEL;
+        if ((rc = ltm_infer(m, w->prompt, w->prompt + 1, NULL, &inf, NULL, NULL, err, errlen))) return model_rc(rc);
     }
-    return gen_ltm_set_latents(e->genl, &i, 1, err, errlen) ? SAMPLER_EMODEL : 0;
+    return (rc = gen_ltm_set_latents(e->genl, &i, 1, err, errlen)) ? model_rc(rc) : 0;
 }
 
 /* One prefill chunk of row i: the prompt's next chunk (the baseline), or all of it with the
@@ -258,17 +268,18 @@ static int prefill_chunk(engine_t *e, int i, char *err, size_t errlen) {
     const int P = w->pub.P;
     if (e->genf) {
         for (int j = 0; j < P * e->H; j++) e->u[j] = rng_f32(&w->latents);
-        if (gen_free_step_slots(e->genf, &i, w->prompt, 1, P, NULL, e->u, NULL, err, errlen))
-            return SAMPLER_EMODEL;
+        const int rc = gen_free_step_slots(e->genf, &i, w->prompt, 1, P, NULL, e->u, NULL, err, errlen);
+        if (rc) return model_rc(rc);
         memcpy(w->z, gen_free_z(e->genf), sizeof(uint32_t) * P);
         w->pub.n_z = P;
         take(e, w, gen_logits(e->gen));
         return P;
     }
     const int pos = gen_slot_pos(e->gen, i);
-    if (e->genl && pos == 0 && ltm_latents(e, i, err, errlen)) return SAMPLER_EMODEL;
+    int rc;
+    if (e->genl && pos == 0 && (rc = ltm_latents(e, i, err, errlen))) return rc;
     const int left = gen_prefill_next(e->gen, i, w->prompt, P, err, errlen);
-    if (left < 0) return SAMPLER_EMODEL;
+    if (left < 0) return model_rc(left);
     if (left == 0) take(e, w, gen_logits(e->gen));
     return P - left - pos;
 }
@@ -301,7 +312,7 @@ int engine_step(engine_t *e, char *err, size_t errlen) {
         gen_blocks(e->gen, 0, e->sm->cfg.n_layers, NULL);
         rc = gen_finish(e->gen, NULL, err, errlen);
     }
-    if (rc) return SAMPLER_EMODEL;
+    if (rc) return model_rc(rc);
     const float *lg = gen_logits(e->gen);
     if (!e->observe && e->nsmp > 1 && !gen_threads(e->gen, nd)) {
         /* a step that ran in parallel (gen_threads): its picks too (a fifth of a 32-row step

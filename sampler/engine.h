@@ -91,8 +91,8 @@ size_t engine_bytes(const engine_t *e);
  * max_seq or the engine's max_pos). It runs from the next engine_step. */
 int engine_add(engine_t *e, const engine_req_t *r, char *err, size_t errlen);
 /* One step: prefill chunks, then one decode chunk of every decoding row. Rows that finish
- * become ENGINE_DONE. 0, or SAMPLER_EMODEL when the model failed (every live row is then
- * left as it was). */
+ * become ENGINE_DONE. 0, or SAMPLER_EMODEL when the model failed, SAMPLER_ENOMEM when it
+ * failed for lack of memory (every live row is then left as it was). */
 int engine_step(engine_t *e, char *err, size_t errlen);
 /* Row i (0 <= i < max_batch): valid until the next engine_step or engine_release of it. */
 const engine_row_t *engine_row(const engine_t *e, int i);

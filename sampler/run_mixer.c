@@ -49,7 +49,7 @@ int sampler_generate_mixer(sampler_model_t *sm, const uint32_t *prompt, int P, c
         }
         // prefill: the whole prompt in one chunk, then one token per step
         mixer_gen_reset(sm->genm);
-        if (mixer_gen_step(sm->genm, chunk, B, P, NULL, err, errlen)) { rc = SAMPLER_EMODEL; break; }
+        if ((rc = mixer_gen_step(sm->genm, chunk, B, P, NULL, err, errlen))) { rc = rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EMODEL; break; }
         int done = 0;
         for (int s = 0; s < M; s++) {
             const float *lg = mixer_gen_logits(sm->genm);
@@ -71,7 +71,7 @@ int sampler_generate_mixer(sampler_model_t *sm, const uint32_t *prompt, int P, c
                 }
             }
             if (done == B || s == M - 1) break;
-            if (mixer_gen_step(sm->genm, next, B, 1, NULL, err, errlen)) { rc = SAMPLER_EMODEL; break; }
+            if ((rc = mixer_gen_step(sm->genm, next, B, 1, NULL, err, errlen))) { rc = rc == LLAMA_ENOMEM ? SAMPLER_ENOMEM : SAMPLER_EMODEL; break; }
         }
         for (int b = 0; b < B; b++) res->new_tokens += res->len[i0 + b];
     }

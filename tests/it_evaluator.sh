@@ -180,6 +180,17 @@ if command -v prlimit >/dev/null; then
        "[ $rc = 0 ] && jq -s -e 'length == 1 and .[0].step == 64' $W/g.jsonl >/dev/null && [ \$(grep -c 'ckpt-00000060: out of memory' $W/g.log) = 3 ]"
 fi
 
+# 4d. out of memory while scoring, not loading (a device fault for lack of memory, as a GPU's work
+# buffer it could not get; FT_DEVICE_FAULT_NOMEM=1 makes the process's first sync report one):
+# the same handling, "running task"; --once exits 1, watching tries again and evaluates
+FT_DEVICE_FAULT_NOMEM=1 ev --run m --run-dir "$W/m" $MC --once --no-bus >/dev/null 2>"$W/s1.log"; rc=$?
+ok "--once, out of memory scoring: rc 1, one line, not skipped (rc $rc: $(head -c 300 "$W/s1.log"))" \
+   "[ $rc = 1 ] && [ \$(wc -l < $W/s1.log) = 1 ] && grep -q '^evaluator: run m: $W/m/ckpt-00000064: out of memory running task mc on it, not damage (the checkpoint is not skipped): cpu: out of memory (FT_DEVICE_FAULT_NOMEM=1)' $W/s1.log"
+FT_DEVICE_FAULT_NOMEM=1 bin/evaluator --run m --run-dir "$W/m" $MC --no-bus --poll-ms 100 --out "$W/s.jsonl" >/dev/null 2>"$W/s2.log" & e=$!; pids+=($e)
+wait_for "[ \$(jq -s length $W/s.jsonl 2>/dev/null) = 1 ]" 60; kill -TERM $e; wait $e; rc=$?
+ok "watching: out of memory scoring said once, tried again, evaluated (rc $rc)" \
+   "[ $rc = 0 ] && [ \$(grep -c 'out of memory running task mc on it, not damage (not skipped; trying again in 0.1 s, try 2 of 5)' $W/s2.log) = 1 ] && jq -s -e 'length == 1 and .[0].step == 64' $W/s.jsonl >/dev/null && ! grep -q skipping $W/s2.log"
+
 # 5. bad input: one line, non-zero exit, nothing hangs
 ev --run x --run-dir "$W/none" $VAL --once --no-bus 2>"$W/b1.log"; rc=$?
 ok "--once without checkpoints fails with one line (rc $rc)" "[ $rc = 1 ] && [ \$(wc -l < $W/b1.log) = 1 ] && grep -q 'no complete checkpoint' $W/b1.log"

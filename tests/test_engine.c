@@ -18,6 +18,7 @@
 #include "model/generate.h"
 #include "sampler/engine.h"
 #include "tests/check.h"
+#include "tests/fault_device.h"
 
 #define NREQ 26  /* more than the 16 rows below which products run row by row anyway */
 #define ROWS 20
@@ -288,6 +289,40 @@ out:
     sampler_model_free(&sm);
 }
 
+/* A step whose device runs out of memory (the prompt's prefill, the LTM's latents, a decode
+ * chunk) is SAMPLER_ENOMEM, another fault SAMPLER_EMODEL (the evaluator's code task tells the
+ * first from a damaged checkpoint by it); with the fault gone the row finishes. */
+static void nomem_travels(const model_config_t *c, const char *name) {
+    char err[256];
+    sampler_model_t *sm = NULL;
+    engine_t *e = NULL;
+    fault_rc = 0;
+    CHECK(sampler_model_create(&sm, fault_device(), c, 3, err, sizeof err) == 0, "%s: %s", name, err);
+    if (!sm || engine_create(&e, sm, 2, 40, err, sizeof err)) {
+        CHECK(0, "%s: %s", name, err);
+        sampler_model_free(&sm);
+        return;
+    }
+    engine_req_t r = request(3, -1);
+    r.P = 17, r.max_new = 4;
+    int row = engine_add(e, &r, err, sizeof err);
+    CHECK(row >= 0, "%s: %s", name, err);
+    for (int phase = 0; phase < 2 && row >= 0; phase++) { /* 0: the prompt, 1: a decode chunk */
+        for (int k = 0; k < 2; k++) {
+            fault_rc = k ? DEVICE_EFAULT : DEVICE_ENOMEM;
+            err[0] = 0;
+            const int rc = engine_step(e, err, sizeof err), want = k ? SAMPLER_EMODEL : SAMPLER_ENOMEM;
+            CHECK(rc == want && err[0], "%s, %s, %s: rc %d, want %d: %s", name, phase ? "decoding" : "the prompt",
+                  k ? "a fault" : "out of memory", rc, want, err);
+        }
+        fault_rc = 0;
+        CHECK(engine_step(e, err, sizeof err) == 0, "%s: after the faults: %s", name, err);
+    }
+    while (row >= 0 && engine_row(e, row)->state != ENGINE_DONE) CHECK(engine_step(e, err, sizeof err) == 0, "%s", err);
+    engine_destroy(&e);
+    sampler_model_free(&sm);
+}
+
 int main(void) {
     char err[256];
     rng_t r;
@@ -325,6 +360,7 @@ int main(void) {
         cli_is_engine(sm);
         refusals(sm);
         if (fam < 2) evaluator_is_engine(NULL, &c); /* the LTM's evaluator infers z on streams of its own */
+        nomem_travels(&c, name);
         fprintf(stderr, "%s %s\n", check_failed_ == f0 ? "ok  " : "FAIL", name);
         sampler_model_free(&sm);
     }

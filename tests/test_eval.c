@@ -15,6 +15,7 @@
 #include "loader/batch.h"
 #include "model/llama.h"
 #include "tests/check.h"
+#include "tests/fault_device.h"
 #include "tests/tmpdir.h"
 #include "tokenizer/dataset.h"
 
@@ -729,6 +730,86 @@ static void test_results_file(void) {
     unlink(path);
 }
 
+/* Every scoring call of every family (logits, the encoder, chunk logits, the latent inference,
+ * the generator's prompt and step) whose device faults: for lack of memory lm->nomem says so
+ * (the evaluator retries, no damage), for another fault it does not (the checkpoint is skipped);
+ * a task over it stops with the model's failure and nomem set. Then the same calls work. */
+static void test_scoring_nomem(void) {
+    device_t *dev = fault_device();
+    model_config_t kinds[5];
+    const char *names[5] = {"llama", "free", "ltm", "mixer", "mixer-ae"};
+    kinds[0] = small_cfg(16, 0);
+    kinds[1] = small_cfg(16, 0), kinds[1].kind = MODEL_FREE, kinds[1].n_layers = 2, kinds[1].latent_bits = 3;
+    kinds[1].kappa_nats = 0.1f;
+    kinds[2] = (model_config_t){.kind = MODEL_LTM, .vocab_size = 16, .d_model = 8, .n_layers = 2, .n_heads = 2,
+                                .n_kv_heads = 1, .d_ff = 16, .max_seq = 32, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+                                .tied = 1, .latent_vectors = 2, .inner_steps = 2, .fast_lr = 0.3f, .fast_lr_end = 0.3f,
+                                .fast_lr_steps = 1};
+    kinds[3] = (model_config_t){.kind = MODEL_MIXER, .vocab_size = 16, .d_model = 8, .n_layers = 2, .n_heads = 2,
+                                .n_kv_heads = 1, .d_ff = 16, .max_seq = 8, .rope_theta = 1e4f, .norm_eps = 1e-5f,
+                                .tied = 1, .mixer_heads = 1, .mixer_kernel = 1};
+    kinds[4] = kinds[3], kinds[4].kind = MODEL_MIXER_AE, kinds[4].encoder_layers = 1, kinds[4].embed_dim = 4;
+    kinds[4].unroll = 1, kinds[4].no_mask_encoder = 1;
+    const int B = 2, T = 4;
+    const uint32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, z[8] = {0};
+    float u[2 * 4 * 3];
+    for (int i = 0; i < 24; i++) u[i] = 0.5f;
+    for (int k = 0; k < 5; k++) {
+        eval_lm_t *lm = NULL;
+        char err[512] = "";
+        fault_rc = 0;
+        CHECK(eval_lm_create(&lm, dev, &kinds[k], B, 8, 3, err, sizeof err) == 0, "%s: %s", names[k], err);
+        if (!lm) continue;
+        for (int pass = 0; pass < 3; pass++) {
+            fault_rc = pass == 0 ? DEVICE_ENOMEM : pass == 1 ? DEVICE_EFAULT : 0;
+            const int want = pass == 0; /* nomem */
+#define SCORES(what, ok)                                                                                   \
+    do {                                                                                                   \
+        lm->nomem = !want;                                                                                 \
+        err[0] = 0;                                                                                        \
+        const int ok_ = (ok);                                                                              \
+        if (fault_rc) CHECK(!ok_ && lm->nomem == want && err[0], "%s %s, %s: ok %d nomem %d: %s", names[k], what, \
+                            want ? "out of memory" : "a fault", ok_, lm->nomem, err);                      \
+        else CHECK(ok_, "%s %s after the fault: %s", names[k], what, err);                                 \
+    } while (0)
+            if (lm->ltm_infer) SCORES("ltm_infer", lm->ltm_infer(lm, tok, tok, NULL, B, T, 2, 1, 0, err, sizeof err) == 0);
+            if (lm->logits && lm->ltm_infer && fault_rc) { /* logits read an inference that worked */
+                fault_rc = 0;
+                CHECK(lm->ltm_infer(lm, tok, tok, NULL, B, T, 2, 1, 0, err, sizeof err) == 0, "%s", err);
+                fault_rc = want ? DEVICE_ENOMEM : DEVICE_EFAULT;
+            }
+            if (lm->logits) SCORES("logits", lm->logits(lm, tok, z, B, T, err, sizeof err) != NULL);
+            if (lm->encode) SCORES("encode", lm->encode(lm, tok, B, T, err, sizeof err) != NULL);
+            if (lm->chunk_logits) SCORES("chunk_logits", lm->chunk_logits(lm, tok, NULL, 32, 0, B, T, err, sizeof err) != NULL);
+            if (lm->gen_start) SCORES("gen_start", lm->gen_start(lm, tok, B, T, u, err, sizeof err) != NULL);
+            if (lm->gen_next && !fault_rc) SCORES("gen_next", lm->gen_next(lm, tok, z, B, err, sizeof err) != NULL);
+            if (lm->gen_next && fault_rc) { /* a step after a prompt that worked */
+                const int f = fault_rc;
+                fault_rc = 0;
+                CHECK(lm->gen_start(lm, tok, B, T, u, err, sizeof err) != NULL, "%s", err);
+                fault_rc = f;
+                SCORES("gen_next", lm->gen_next(lm, tok, z, B, err, sizeof err) != NULL);
+            }
+#undef SCORES
+        }
+        if (k == 0) { /* a task: the model's failure, nomem set */
+            eval_task_cfg_t c = base_cfg("val");
+            c.data = tmp_path("ds16");
+            c.batches = 1, c.batch = B;
+            eval_task_t *t = NULL;
+            eval_values_t v;
+            CHECK(eval_task_open(&t, &c, err, sizeof err) == 0, "%s", err);
+            fault_rc = DEVICE_ENOMEM;
+            lm->nomem = 0;
+            int rc = t ? eval_task_run(t, lm, &v, NULL, err, sizeof err) : 0;
+            CHECK(rc == EVAL_EMODEL && lm->nomem && strstr(err, "out of memory"), "task val: rc %d nomem %d: %s", rc, lm->nomem, err);
+            eval_task_close(&t);
+        }
+        fault_rc = 0;
+        eval_lm_free(&lm);
+    }
+}
+
 int main(void) {
     const char *base = getenv("FT_TEST_TMP");
     snprintf(tmpdir, sizeof tmpdir, "%s/test_eval.%d", base ? base : "/tmp", (int)getpid());
@@ -752,6 +833,7 @@ int main(void) {
     RUN(test_ltm_accumulate);
     RUN(test_synth);
     RUN(test_results_file);
+    RUN(test_scoring_nomem);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     return check_summary();
