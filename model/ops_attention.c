@@ -20,6 +20,7 @@
 #include "model/ops.h"
 #include "model/ops_bf16.h"
 #include "model/ops_clones.h"
+#include "model/ops_exp16.h"
 #include "model/ops_math.h"
 #include "model/ops_pack16.h"
 #include <math.h>
@@ -787,6 +788,172 @@ OPS_VARIANTS(void, att_scatter_out16, (float *out, uint16_t *out16, const float 
     ATT_SCATTER_SHADOW(out16, ops_bf16_from_float)
 }
 
+/* The bf16 blocks' element-wise passes on 16 lanes. P16 and dS16 are written only where bf16
+ * products are native (x86-64-v4-bf16 and up), where att_block_softmax and att_block_grad run
+ * their v4 build; these are the same rows written with ops_expf16 (ops_exp16.h: the v4 build's
+ * exponentials) and VCVTNEPS2BF16 (ops_pack16.h: ops_bf16_from_float's bits), in fewer passes:
+ * the softmax's exponentials and their sum in one pass, the rounding of P and dS in the pass that
+ * computes them (no fp32 store and packing pass), the rows' ragged ends masked instead of
+ * widened. Each element is the same function of its inputs as in the v4 build; a row's sum keeps
+ * that build's association (below); a row's maximum is exact in any order (att_row_max). */
+#if OPS_EXP16 && OPS_PACK16_NATIVE
+#define ATT_ROWS16 1
+
+/* lanes [0, n) of 16, n >= 0 */
+static inline __attribute__((always_inline)) __mmask16 att_mask16(int n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* max of s[lo .. hi) (att_row_max's value) */
+static inline OPS_TARGET_BF16 __attribute__((always_inline)) float att_max16(const float *s, int lo,
+                                                                            int hi) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int j = lo;
+    for (; j + 16 <= hi; j += 16) m = _mm512_max_ps(_mm512_loadu_ps(s + j), m);
+    if (j < hi) {
+        const __mmask16 k = att_mask16(hi - j);
+        m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, s + j), m);
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+/* s[j] = exp(s[j] - mx) over [lo, hi), in place; *acc: the 16-lane sum of the whole vectors
+ * from lo, *rem: the remaining elements' exponentials in lanes 0 .. hi - lo mod 16, the other
+ * lanes zero (att_block_softmax16 adds them up) */
+static inline OPS_TARGET_BF16 __attribute__((always_inline)) void att_exp16(float *s, int lo, int hi,
+                                                                           float mx, float *acc,
+                                                                           float *rem) {
+    const __m512 m = _mm512_set1_ps(mx);
+    __m512 a = _mm512_setzero_ps(), e = _mm512_setzero_ps();
+    int j = lo;
+    for (; j + 16 <= hi; j += 16) {
+        const __m512 x = ops_expf16(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
+        _mm512_storeu_ps(s + j, x);
+        a = _mm512_add_ps(a, x);
+    }
+    if (j < hi) {
+        const __mmask16 k = att_mask16(hi - j);
+        e = _mm512_maskz_mov_ps(k, ops_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), m)));
+        _mm512_mask_storeu_ps(s + j, k, e);
+    }
+    _mm512_storeu_ps(acc, a);
+    _mm512_storeu_ps(rem, e);
+}
+
+/* 16 lanes rounded to bf16, stored: the lanes of kv as they are, the others of kw as zeros */
+static inline OPS_TARGET_BF16 __attribute__((always_inline)) void att_put16(uint16_t *y, __m512 x,
+                                                                           __mmask16 kv,
+                                                                           __mmask16 kw) {
+    _mm256_mask_storeu_epi16(y, kw, ops_pack16_vec_(_mm512_maskz_mov_ps(kv, x)));
+}
+
+/* att_block_softmax with P (bf16 patterns, rows Tk apart), 16 rows at a time: each row's
+ * maximum and exponentials, then the 16 rows' sums together, then their probabilities. A row's
+ * sum keeps the association of att_block_softmax's `omp simd` reduction in the v4 build: one
+ * 16-lane accumulator over the whole vectors from lo, the remaining elements added in order
+ * into lane 0, then lanes 0..15 in order to a zero. Here lane r of a vector is row r's: the
+ * accumulators' lane u of the 16 rows in one gather, the remainder as 15 lanes, those past the
+ * row's end zero (x + 0 is x for every x but -0, and lane 0 is a sum of exponentials from +0,
+ * never -0). Row by row, those 31 dependent additions were the pass's critical path (a third
+ * of its samples), and the remainder's loop, of a length that changes from row to row, a
+ * mispredicted branch a row. */
+static OPS_TARGET_BF16 void att_block_softmax16(float *S, uint16_t *P, float *lse, int i0, int nq,
+                                                int klo, int nk, int Tq, int Tk, int causal,
+                                                int window) {
+    float acc[16][16], rem[16][16], mxs[16], ls[16], invs[16];
+    int los[16], his[16];
+    const __m512i ix = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+    for (int r0 = 0; r0 < nq; r0 += 16) {
+        const int g = nq - r0 < 16 ? nq - r0 : 16;
+        for (int r = 0; r < 16; r++) {
+            if (r >= g) {   /* (lanes of no row: defined values) */
+                _mm512_storeu_ps(acc[r], _mm512_setzero_ps());
+                _mm512_storeu_ps(rem[r], _mm512_setzero_ps());
+                continue;
+            }
+            float *s = S + (size_t)(r0 + r) * Tk;
+            int lo, hi;
+            ops_att_range(i0 + r0 + r, Tq, Tk, causal, window, &lo, &hi);
+            lo -= klo, hi -= klo;
+            if (hi < lo) hi = lo;
+            los[r] = lo, his[r] = hi;
+            mxs[r] = att_max16(s, lo, hi);
+            att_exp16(s, lo, hi, mxs[r], acc[r], rem[r]);
+        }
+        __m512 a0 = _mm512_i32gather_ps(ix, &acc[0][0], 4);
+        for (int u = 0; u < 15; u++) a0 = _mm512_add_ps(a0, _mm512_i32gather_ps(ix, &rem[0][u], 4));
+        __m512 l = _mm512_add_ps(_mm512_setzero_ps(), a0);
+        for (int u = 1; u < 16; u++) l = _mm512_add_ps(l, _mm512_i32gather_ps(ix, &acc[0][u], 4));
+        _mm512_storeu_ps(ls, l);
+        _mm512_storeu_ps(invs, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(l, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                                   _mm512_set1_ps(1.0f), l));
+        for (int r = 0; r < g; r++) {   /* [lo, hi) rounded, zeros elsewhere */
+            const float *s = S + (size_t)(r0 + r) * Tk;
+            uint16_t *pd = P + (size_t)(r0 + r) * Tk;
+            const int lo = los[r], hi = his[r];
+            const __m512 vi = _mm512_set1_ps(invs[r]);
+            if (lo > 0) memset(pd, 0, sizeof(uint16_t) * lo);
+            int j = lo;
+            for (; j + 16 <= hi; j += 16)
+                _mm256_storeu_si256((__m256i *)(pd + j),
+                                    ops_pack16_vec_(_mm512_mul_ps(_mm512_loadu_ps(s + j), vi)));
+            if (j < nk) {
+                const __mmask16 kv = att_mask16(hi - j);
+                att_put16(pd + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(kv, s + j), vi), kv,
+                          att_mask16(nk - j));
+                if (j + 16 < nk) memset(pd + j + 16, 0, sizeof(uint16_t) * (nk - j - 16));
+            }
+            lse[r0 + r] = ls[r] > 0.0f ? mxs[r] + logf(ls[r]) : INFINITY;
+        }
+    }
+}
+
+/* att_block_grad with P16 and dS16: P <- exp(S - lse), dS <- P (dP - D_i) scale, rounded
+ * straight into P16 and dS16 (P and dP only read) */
+static OPS_TARGET_BF16 void att_block_grad16(const float *P, const float *dP, uint16_t *P16,
+                                             uint16_t *dS16, const float *lrow, const float *Dr,
+                                             int i0, int nq, int klo, int nk, int Tq, int Tk,
+                                             int causal, int window, float scale) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int r = 0; r < nq; r++) {
+        const float *p = P + (size_t)r * Tk, *ds = dP + (size_t)r * Tk;
+        uint16_t *pd = P16 + (size_t)r * Tk, *dd = dS16 + (size_t)r * Tk;
+        int lo, hi;
+        ops_att_range(i0 + r, Tq, Tk, causal, window, &lo, &hi);
+        lo -= klo, hi -= klo;
+        if (hi < lo) hi = lo;
+        const __m512 vL = _mm512_set1_ps(lrow[r]), vD = _mm512_set1_ps(Dr[r]);
+        if (lo > 0) {
+            memset(pd, 0, sizeof(uint16_t) * lo);
+            memset(dd, 0, sizeof(uint16_t) * lo);
+        }
+        int j = lo;
+        for (; j + 16 <= hi; j += 16) {
+            const __m512 pj = ops_expf16(_mm512_sub_ps(_mm512_loadu_ps(p + j), vL));
+            const __m512 g = _mm512_mul_ps(
+                _mm512_mul_ps(pj, _mm512_sub_ps(_mm512_loadu_ps(ds + j), vD)), vs);
+            _mm256_storeu_si256((__m256i *)(pd + j), ops_pack16_vec_(pj));
+            _mm256_storeu_si256((__m256i *)(dd + j), ops_pack16_vec_(g));
+        }
+        if (j < nk) {
+            const __mmask16 kv = att_mask16(hi - j), kw = att_mask16(nk - j);
+            const __m512 pj = ops_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(kv, p + j), vL));
+            const __m512 g = _mm512_mul_ps(
+                _mm512_mul_ps(pj, _mm512_sub_ps(_mm512_maskz_loadu_ps(kv, ds + j), vD)), vs);
+            att_put16(pd + j, pj, kv, kw);
+            att_put16(dd + j, g, kv, kw);
+            if (j + 16 < nk) {
+                memset(pd + j + 16, 0, sizeof(uint16_t) * (nk - j - 16));
+                memset(dd + j + 16, 0, sizeof(uint16_t) * (nk - j - 16));
+            }
+        }
+    }
+}
+#else
+#define ATT_ROWS16 0
+#endif
+
 /* One thread's scratch for the bf16 blocks (rows x Tk and rows x hd): att16_scratch_alloc. */
 typedef struct {
     float *S, *dP, *Os;
@@ -835,9 +1002,15 @@ static void att_block_forward16(float *out, uint16_t *out16, float *lse, const a
         model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, 1.0f / sqrtf((float)hd), a->k + ko, ldk,
                         w->Qs16, hd, 0.0f, w->S, Tk);
         for (int j = 0; j < group; j++)
+#if ATT_ROWS16
+            att_block_softmax16(w->S + (size_t)j * np * Tk, w->P16 + (size_t)j * np * Tk,
+                                lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq,
+                                Tk, causal, window);
+#else
             att_block_softmax(w->S + (size_t)j * np * Tk, w->P16 + (size_t)j * np * Tk, NULL,
                               lse + att_lse_at(b, kh, group, j, i0, Tq, H), i0, np, klo, nk, Tq, Tk,
                               causal, window);
+#endif
         model_gemm_bf16(GEMM_N, GEMM_N, hd, rows, nk, 1.0f, a->v + ko, ldk, w->P16, Tk, 0.0f, w->Os,
                         hd);
     }
@@ -933,11 +1106,19 @@ static void att_group_backward16(float *dq, float *dk, float *dv, const float *d
         model_gemm_bf16(GEMM_T, GEMM_N, nk, rows, hd, 1.0f, a->v + ko, ldk, w->dOs16, hd, 0.0f,
                         w->dP, Tk);
         for (int j = 0; j < group; j++)
+#if ATT_ROWS16
+            att_block_grad16(w->S + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
+                             w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk,
+                             lse + att_lse_at(b, kh, group, j, i0, Tq, H),
+                             a->D + att_lse_at(b, kh, group, j, i0, Tq, H), i0, n, klo, nk, Tq,
+                             Tk, causal, window, scale);
+#else
             att_block_grad(w->S + (size_t)j * n * Tk, w->dP + (size_t)j * n * Tk,
                              w->P16 + (size_t)j * n * Tk, w->dS16 + (size_t)j * n * Tk, NULL, NULL,
                              lse + att_lse_at(b, kh, group, j, i0, Tq, H),
                              a->D + att_lse_at(b, kh, group, j, i0, Tq, H), i0, n,
                              klo, nk, Tq, Tk, causal, window, scale);
+#endif
         /* dV += P^T dO, dK += dS^T Q, dQ += dS K */
         model_gemm_bf16(GEMM_N, GEMM_T, hd, nk, rows, 1.0f, w->dOs16, hd, w->P16, Tk, 1.0f, dv + ko,
                         ldk);
