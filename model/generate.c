@@ -275,8 +275,9 @@ int gen_begin_slots(gen_t *g, const int *slots, const uint32_t *tokens, int B, i
  * once for several rows where the CPU's few-row product (ops_linear.c, up to 16 rows) reads it
  * once per 4 (a serving step with a 16-token prompt to prefill spent 18% of its time there,
  * perf, config S, 32 rows); larger chunks through the ordinary product. */
+static int by_rows(const gen_t *g, int N) { return g->T == 1 || N <= GEN_PREFILL_CHUNK; }
 static void lin(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out) {
-    if (g->T == 1 || N <= GEN_PREFILL_CHUNK) DEV(g->dev, linear_rows, y, x, w, N, in, out);
+    if (by_rows(g, N)) DEV(g->dev, linear_rows, y, x, w, N, in, out);
     else DEV(g->dev, linear_forward, y, x, w, N, in, out);
 }
 void gen_linear(gen_t *g, float *y, const float *x, const float *w, int N, int in, int out) {
@@ -304,7 +305,15 @@ static void block_step(gen_t *g, int l, const float *r) {
     const float *cs = llama_rope_cos(g->m), *sn = llama_rope_sin(g->m);
     const size_t seq_stride = (size_t)g->Tmax * Dkv, layer_stride = (size_t)g->Bmax * seq_stride;
     float *kc = g->kc + l * layer_stride, *vc = g->vc + l * layer_stride;
-    const int fused = w.wk == w.wq + (size_t)Dq * D && w.wv == w.wk + (size_t)Dkv * D;
+    /* q|k|v in one product where the weights lie so. Not in a block whose keys/values read
+     * x + r (the Free Transformer's block L/2) when the chunk goes through the row products:
+     * there the fused product ran twice, on each input, and half of each result went unused
+     * (config S: 512 x 256 multiply-adds a token thrown away, 3% of a decode step), where q
+     * from x and k, v from x + r cost one; every element of linear_rows is its row's dot
+     * product whatever the product's width (ops.h), so the bits are the same. A chunk through
+     * the ordinary product keeps the fused pair (its bits could depend on the output's width). */
+    const int fused = w.wk == w.wq + (size_t)Dq * D && w.wv == w.wk + (size_t)Dkv * D &&
+                      !(r && by_rows(g, N));
     // attention rmsnorm of the query input, and of the key/value input x + r when injected
     DEV(d, rmsnorm_forward, g->xn, g->rstd, g->x, w.attn_norm, N, D, c->norm_eps);
     const float *kv_in = g->xn;

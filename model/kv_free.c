@@ -111,23 +111,32 @@ int gen_free_step_slots(gen_free_t *g, const int *slots, const uint32_t *tokens,
     int rc = gen_begin_slots(g->g, slots, tokens, B, T, err, errlen);
     if (rc) return rc;
     device_t *d = g->dev;
+    /* The latent path's ops run under the chunk's thread rule, as the decoder's own ops do
+     * (gen_threads): a decode step of one row runs serially. With the device's threads on, the
+     * post-sampler's gather opened a parallel region every token, and libgomp's woken worker
+     * then spun through the rest of the step (perf, 2 threads, config S, bf16: 30% of the
+     * process's samples in the worker's libgomp spin, 6% in the main thread's; and on a shared
+     * 2-core machine the step waited at the region's barrier for a descheduled worker). */
+    const int serial = gen_threads(g->g, N);
     if (!z) {
         // prompt: encoder over the prompt only (non-causal), bits from the caller's uniforms
-        DEV(d, set_parallel, !gen_threads(g->g, N));
+        DEV(d, set_parallel, !serial);
         rc = free_set_shape(g->m, B, T, err, errlen);
         if (!rc) rc = free_encode(g->m, tokens, err, errlen);
-        DEV(d, set_parallel, 1);
-        if (rc) { gen_reset(g->g); return rc; }
+        if (rc) { DEV(d, set_parallel, 1); gen_reset(g->g); return rc; }
         DEV(d, upload, g->u, u, sizeof(float) * N * g->H);
         DEV(d, binmap_forward, g->z, g->prob, free_bit_logits_dev(g->m), g->u, N, g->H);
         DEV(d, download, g->z_host, g->z, sizeof(uint32_t) * N);
+        DEV(d, set_parallel, 1);
     } else {
         memcpy(g->z_host, z, sizeof(uint32_t) * N);
         DEV(d, upload, g->z, z, sizeof(uint32_t) * N);
     }
     // lower half, then R = W_post[:, Z] into the key/value input of block L/2, upper half
     gen_blocks(g->g, 0, g->half, NULL);
+    DEV(d, set_parallel, !serial);
     DEV(d, post_sampler_forward, g->r, free_weights(g->m).post, g->z, N, g->D, g->H);
+    DEV(d, set_parallel, 1);
     gen_blocks(g->g, g->half, g->L, g->r);
     return gen_finish(g->g, all_logits, err, errlen);
 }

@@ -7,7 +7,18 @@
 #include "model/ops_clones.h"
 #include "model/ops_math.h"
 #include <math.h>
+#include <omp.h>
 #include <string.h>
+
+/* 1 when linear_rows' tasks are worth a parallel region: a product of at least 2^20
+ * multiply-adds, more than one thread allowed, not inside a region already. Otherwise the tasks
+ * run in a plain loop: a region with a false `if` (or a team of one: the generator's serial
+ * decode, model/generate.c) still costs libgomp a team of one and a futex wake at its end -- a
+ * system call per product, ~21 a token at config S (strace), about a microsecond each on the
+ * VM. The tasks are the same either way, so the bits are. */
+static int rows_parallel(int N, int in, int out) {
+    return (double)N * in * out >= (1 << 20) && omp_get_max_threads() > 1 && !omp_in_parallel();
+}
 
 /* Output columns per parallel task of linear_rows (a task reads its 64 weight rows once per
  * pair of input rows). */
@@ -291,14 +302,35 @@ static int linear_rows_bf16(float *y, const float *x, const float *w, int N, int
     if (!x16) return -1;
     ops_bf16_pack(x16, x, (size_t)N * in);
     const int cols = 16, tasks = (out + cols - 1) / cols;
-#pragma omp parallel for schedule(static) if ((double)N * in * out >= (1 << 20))
-    for (int t = 0; t < tasks; t++) {
-        const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
-        rows_tile16(y, w16, x16, N, o0, o1, in, out);
+    if (rows_parallel(N, in, out)) {
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < tasks; t++) {
+            const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
+            rows_tile16(y, w16, x16, N, o0, o1, in, out);
+        }
+    } else {
+        for (int t = 0; t < tasks; t++) {
+            const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
+            rows_tile16(y, w16, x16, N, o0, o1, in, out);
+        }
     }
     return 0;
 }
 #endif
+
+/* Task t of linear_rows: output columns [t*cols, (t+1)*cols). */
+static void rows_task(float *y, const float *x, const float *w, int N, int in, int out, int cols,
+                      int wide, int t) {
+    const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
+#ifdef OPS_TARGET_V4
+    if (wide) {
+        rows_tile_wide(y, w, x, 0, N, o0, o1, in, out);
+        return;
+    }
+#endif
+    (void)wide;
+    rows_tile(y, w, x, 0, N, o0, o1, in, out);
+}
 
 void linear_rows(float *y, const float *x, const float *w, int N, int in, int out) {
 #ifdef OPS_TARGET_V4
@@ -311,17 +343,11 @@ void linear_rows(float *y, const float *x, const float *w, int N, int in, int ou
      * config S's 512- and 256-wide products evenly between two threads (48 left one thread
      * 6 tasks against 5, and 3 against 3 of unequal width) */
     const int cols = wide ? 16 : ROWS_COLS_PER_TASK, tasks = (out + cols - 1) / cols;
-#pragma omp parallel for schedule(static) if ((double)N * in * out >= (1 << 20))
-    for (int t = 0; t < tasks; t++) {
-        const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
-#ifdef OPS_TARGET_V4
-        if (wide) {
-            rows_tile_wide(y, w, x, 0, N, o0, o1, in, out);
-            continue;
-        }
-#endif
-        (void)wide;
-        rows_tile(y, w, x, 0, N, o0, o1, in, out);
+    if (rows_parallel(N, in, out)) {
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < tasks; t++) rows_task(y, x, w, N, in, out, cols, wide, t);
+    } else {
+        for (int t = 0; t < tasks; t++) rows_task(y, x, w, N, in, out, cols, wide, t);
     }
 }
 

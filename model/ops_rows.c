@@ -1,18 +1,34 @@
 /* model/ops_rows.c: element-wise and row helpers (ops.h). Each element's result is one
  * expression, or a sum in the order of n, so the thread count changes no bit. */
 #include "model/ops.h"
+#include <omp.h>
 #include <string.h>
 
 /* Below this many elements a loop is not worth a parallel region. */
 #define ROWS_PAR_MIN 32768
 
+/* The additions below run without any region when it would be a team of one (few elements, one
+ * thread allowed, or inside a region): a region with a false `if` still costs libgomp a team
+ * and a futex wake at its end, a system call per call (8 a decode token at config S, strace). */
+static int rows_par(size_t n) {
+    return n >= ROWS_PAR_MIN && omp_get_max_threads() > 1 && !omp_in_parallel();
+}
+
 void add_forward(float *y, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= ROWS_PAR_MIN)
+    if (!rows_par(n)) {
+        for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+        return;
+    }
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
 void add_inplace(float *y, const float *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= ROWS_PAR_MIN)
+    if (!rows_par(n)) {
+        for (size_t i = 0; i < n; i++) y[i] += x[i];
+        return;
+    }
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
