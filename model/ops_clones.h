@@ -49,4 +49,13 @@ static inline void ops_thread_range(size_t n, size_t *lo, size_t *hi) {
     *lo = n * t / nt;
     *hi = n * (t + 1) / nt;
 }
+
+/* 1 when a parallel region is worth opening: work of at least min, more than one thread
+ * allowed, not inside a region already. Otherwise the caller runs the region's tasks in a plain
+ * loop (the same tasks in the same order, so the same bits): in libgomp a region with a false
+ * `if`, or a team of one (the generator's serial decode, model/generate.c), still ends in a
+ * futex wake, a system call per call (about a microsecond on the VM). */
+static inline int ops_par(double work, double min) {
+    return work >= min && omp_get_max_threads() > 1 && !omp_in_parallel();
+}
 #endif

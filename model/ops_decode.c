@@ -10,14 +10,11 @@
 #include <omp.h>
 #include <string.h>
 
-/* 1 when linear_rows' tasks are worth a parallel region: a product of at least 2^20
- * multiply-adds, more than one thread allowed, not inside a region already. Otherwise the tasks
- * run in a plain loop: a region with a false `if` (or a team of one: the generator's serial
- * decode, model/generate.c) still costs libgomp a team of one and a futex wake at its end -- a
- * system call per product, ~21 a token at config S (strace), about a microsecond each on the
- * VM. The tasks are the same either way, so the bits are. */
+/* 1 when linear_rows' tasks are worth a parallel region (ops_par): a product of at least 2^20
+ * multiply-adds. Otherwise the tasks run in a plain loop (~21 futex wakes a token at config S
+ * with a region, strace). */
 static int rows_parallel(int N, int in, int out) {
-    return (double)N * in * out >= (1 << 20) && omp_get_max_threads() > 1 && !omp_in_parallel();
+    return ops_par((double)N * in * out, 1 << 20);
 }
 
 /* Output columns per parallel task of linear_rows (a task reads its 64 weight rows once per
@@ -484,32 +481,47 @@ static OPS_TARGET_V4 void rows_att_pair(float *o, const float *q, const float *k
 }
 #endif
 
+/* attention_rows' task (n, h): query head h of row n (two heads h, h + 1 where pair; the
+ * caller's h steps by 2 then) */
+static inline __attribute__((always_inline)) void att_task(float *out, const float *q,
+                                                           const float *kc, const float *vc,
+                                                           const int *base, const int *len, int n,
+                                                           int h, int H, int rep, int ldk, int hd,
+                                                           int pair) {
+    const size_t off = ((size_t)n * H + h) * hd, kv = (size_t)base[n] * ldk + (size_t)(h / rep) * hd;
+#ifdef OPS_TARGET_V4
+    if (pair) {
+        rows_att_pair(out + off, q + off, kc + kv, vc + kv, len[n], ldk, hd);
+        return;
+    }
+#endif
+    (void)pair;
+    rows_att_head(out + off, q + off, kc + kv, vc + kv, len[n], ldk, hd);
+}
+
 void attention_rows(float *out, const float *q, const float *kc, const float *vc, const int *base,
                     const int *len, int N, int H, int Hkv, int hd) {
     const int rep = H / Hkv, ldk = Hkv * hd;
     /* parallel when the rows' keys are worth it (~0.1 ms of one core: 32 rows of config S at
-     * ~50 positions, not 8); the caller's thread count decides the rest (set_parallel) */
+     * ~50 positions, not 8); the caller's thread count decides the rest (set_parallel); below
+     * that, or at one thread, no region at all (ops_par) */
     double keys = 0.0;
     for (int n = 0; n < N; n++) keys += len[n];
+    int pair = 0;
 #ifdef OPS_TARGET_V4
-    if (rep % 2 == 0 && hd % 8 == 0 && hd / 8 <= ATT_PAIR_MAX_VEC && cpu_isa() >= CPU_ISA_V4) {
-        const int H2 = H / 2;
-#pragma omp parallel for collapse(2) schedule(static) if (keys * H * hd >= (1 << 18))
+    pair = rep % 2 == 0 && hd % 8 == 0 && hd / 8 <= ATT_PAIR_MAX_VEC && cpu_isa() >= CPU_ISA_V4;
+#endif
+    const int step = pair ? 2 : 1, Hs = H / step;
+    if (ops_par(keys * H * hd, 1 << 18)) {
+#pragma omp parallel for collapse(2) schedule(static)
         for (int n = 0; n < N; n++)
-            for (int h2 = 0; h2 < H2; h2++) {
-                const size_t off = ((size_t)n * H + 2 * h2) * hd;
-                const size_t kv = (size_t)base[n] * ldk + (size_t)(2 * h2 / rep) * hd;
-                rows_att_pair(out + off, q + off, kc + kv, vc + kv, len[n], ldk, hd);
-            }
+            for (int hs = 0; hs < Hs; hs++)
+                att_task(out, q, kc, vc, base, len, n, hs * step, H, rep, ldk, hd, pair);
         return;
     }
-#endif
-#pragma omp parallel for collapse(2) schedule(static) if (keys * H * hd >= (1 << 18))
     for (int n = 0; n < N; n++)
-        for (int h = 0; h < H; h++) {
-            const size_t off = ((size_t)n * H + h) * hd, kv = (size_t)base[n] * ldk + (size_t)(h / rep) * hd;
-            rows_att_head(out + off, q + off, kc + kv, vc + kv, len[n], ldk, hd);
-        }
+        for (int hs = 0; hs < Hs; hs++)
+            att_task(out, q, kc, vc, base, len, n, hs * step, H, rep, ldk, hd, pair);
 }
 
 void scatter_rows(float *dst, int ld_dst, const int *dst_row, const float *src, int ld_src, int N,

@@ -1,12 +1,21 @@
 /* model/ops_embedding.c: token embedding lookup and its scatter-add backward. */
 #include "model/ops.h"
+#include "model/ops_clones.h"
 #include <omp.h>
 #include <stddef.h>
 #include <string.h>
 
+static inline void emb_row(float *out, const uint32_t *tokens, const float *table, int n, int D) {
+    memcpy(out + (size_t)n * D, table + (size_t)tokens[n] * D, sizeof(float) * D);
+}
+
 void embedding_forward(float *out, const uint32_t *tokens, const float *table, int N, int D) {
+    if (!ops_par(N, 2)) {   /* a team of one (ops_par): no region */
+        for (int n = 0; n < N; n++) emb_row(out, tokens, table, n, D);
+        return;
+    }
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * D, table + (size_t)tokens[n] * D, sizeof(float) * D);
+    for (int n = 0; n < N; n++) emb_row(out, tokens, table, n, D);
 }
 
 /* Two rows with the same token add into the same table row, so rows are not split across

@@ -39,11 +39,15 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
                      float eps) {
     int only, r32;
     uint16_t *o16 = rms_out16(out, N, D, &only, &r32);
+    if (!ops_par(N, 2)) {   /* a team of one (ops_par): the rows in a plain loop */
+        rms_fwd_rows(out, o16, only, r32, rstd, x, w, 0, N, D, eps);
+    } else {
 #pragma omp parallel
-    {
-        size_t lo, hi;
-        ops_thread_range((size_t)N, &lo, &hi);
-        rms_fwd_rows(out, o16, only, r32, rstd, x, w, (int)lo, (int)hi, D, eps);
+        {
+            size_t lo, hi;
+            ops_thread_range((size_t)N, &lo, &hi);
+            rms_fwd_rows(out, o16, only, r32, rstd, x, w, (int)lo, (int)hi, D, eps);
+        }
     }
     if (only) ops_bf16_only_done(out, (size_t)N * D);
 }
@@ -71,11 +75,15 @@ void add_rmsnorm_forward(float *y, float *out, float *rstd, const float *a, cons
                          const float *w, int N, int D, float eps) {
     int only, r32;
     uint16_t *o16 = rms_out16(out, N, D, &only, &r32);
+    if (!ops_par(N, 2)) {   /* (as rmsnorm_forward) */
+        add_rms_fwd_rows(y, out, o16, only, r32, rstd, a, b, w, 0, N, D, eps);
+    } else {
 #pragma omp parallel
-    {
-        size_t lo, hi;
-        ops_thread_range((size_t)N, &lo, &hi);
-        add_rms_fwd_rows(y, out, o16, only, r32, rstd, a, b, w, (int)lo, (int)hi, D, eps);
+        {
+            size_t lo, hi;
+            ops_thread_range((size_t)N, &lo, &hi);
+            add_rms_fwd_rows(y, out, o16, only, r32, rstd, a, b, w, (int)lo, (int)hi, D, eps);
+        }
     }
     if (only) ops_bf16_only_done(out, (size_t)N * D);
 }

@@ -1,21 +1,17 @@
 /* model/ops_rows.c: element-wise and row helpers (ops.h). Each element's result is one
  * expression, or a sum in the order of n, so the thread count changes no bit. */
 #include "model/ops.h"
+#include "model/ops_clones.h"
 #include <omp.h>
 #include <string.h>
 
 /* Below this many elements a loop is not worth a parallel region. */
 #define ROWS_PAR_MIN 32768
 
-/* The additions below run without any region when it would be a team of one (few elements, one
- * thread allowed, or inside a region): a region with a false `if` still costs libgomp a team
- * and a futex wake at its end, a system call per call (8 a decode token at config S, strace). */
-static int rows_par(size_t n) {
-    return n >= ROWS_PAR_MIN && omp_get_max_threads() > 1 && !omp_in_parallel();
-}
-
+/* The additions below run without any region when it would be a team of one (ops_par): 8
+ * futex wakes a decode token at config S (strace). */
 void add_forward(float *y, const float *a, const float *b, size_t n) {
-    if (!rows_par(n)) {
+    if (!ops_par((double)n, ROWS_PAR_MIN)) {
         for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
         return;
     }
@@ -24,7 +20,7 @@ void add_forward(float *y, const float *a, const float *b, size_t n) {
 }
 
 void add_inplace(float *y, const float *x, size_t n) {
-    if (!rows_par(n)) {
+    if (!ops_par((double)n, ROWS_PAR_MIN)) {
         for (size_t i = 0; i < n; i++) y[i] += x[i];
         return;
     }

@@ -136,20 +136,30 @@ OPS_VARIANTS(void, swiglu_fwd_round, (float *restrict out, const float *restrict
     for (size_t i = lo; i < hi; i++) out[i] = ops_bf16_round(ops_silu(gate[i]) * up[i]);
 }
 
+/* swiglu_forward's elements [lo, hi) through the loop its output's form asks for */
+static inline void swiglu_fwd_part(float *out, uint16_t *o16, const float *gate, const float *up,
+                                   size_t lo, size_t hi, int r32, int only) {
+    if (r32) swiglu_fwd_round(out, gate, up, lo, hi);
+    else if (only) swiglu_fwd_only16(o16, gate, up, lo, hi);
+    else if (o16) swiglu_fwd_range16(out, o16, gate, up, lo, hi);
+    else swiglu_fwd_range(out, gate, up, lo, hi);
+}
+
 void swiglu_forward(float *out, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
     int only = 0;
     uint16_t *o16 = out != gate && out != up ? ops_bf16_shadow_take_out(out, n, &only)
                                              : ops_bf16_shadows() ? ops_bf16_shadow_take(out, n) : NULL;
     const int r32 = !o16 && out != gate && out != up && ops_bf16_round_out(out, n);
+    if (!ops_par((double)n, 2)) {   /* a team of one (ops_par): all n in a plain call */
+        swiglu_fwd_part(out, o16, gate, up, 0, n, r32, only);
+    } else {
 #pragma omp parallel
-    {
-        size_t lo, hi;
-        ops_thread_range(n, &lo, &hi);
-        if (r32) swiglu_fwd_round(out, gate, up, lo, hi);
-        else if (only) swiglu_fwd_only16(o16, gate, up, lo, hi);
-        else if (o16) swiglu_fwd_range16(out, o16, gate, up, lo, hi);
-        else swiglu_fwd_range(out, gate, up, lo, hi);
+        {
+            size_t lo, hi;
+            ops_thread_range(n, &lo, &hi);
+            swiglu_fwd_part(out, o16, gate, up, lo, hi, r32, only);
+        }
     }
     if (only) ops_bf16_only_done(out, n);
 }
