@@ -291,6 +291,13 @@ static OPS_TARGET_BF16 void rows_tile16(float *y, const uint16_t *w, const uint1
         for (int n = 0; n < N; n++) y[(size_t)n * out + o] = dot16(w + (size_t)o * in, x + (size_t)n * in, in);
 }
 
+/* Task t of linear_rows_bf16: output columns [t*cols, (t+1)*cols). */
+static inline void rows_task16(float *y, const uint16_t *w16, const uint16_t *x16, int N, int in, int out,
+                               int cols, int t) {
+    const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
+    rows_tile16(y, w16, x16, N, o0, o1, in, out);
+}
+
 /* The bf16 row products; -1 (nothing written) when they do not apply here. */
 static int linear_rows_bf16(float *y, const float *x, const float *w, int N, int in, int out) {
     if (!ops_bf16_native() || cpu_isa() < CPU_ISA_V4_BF16) return -1;
@@ -301,15 +308,9 @@ static int linear_rows_bf16(float *y, const float *x, const float *w, int N, int
     const int cols = 16, tasks = (out + cols - 1) / cols;
     if (rows_parallel(N, in, out)) {
 #pragma omp parallel for schedule(static)
-        for (int t = 0; t < tasks; t++) {
-            const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
-            rows_tile16(y, w16, x16, N, o0, o1, in, out);
-        }
+        for (int t = 0; t < tasks; t++) rows_task16(y, w16, x16, N, in, out, cols, t);
     } else {
-        for (int t = 0; t < tasks; t++) {
-            const int o0 = t * cols, o1 = o0 + cols < out ? o0 + cols : out;
-            rows_tile16(y, w16, x16, N, o0, o1, in, out);
-        }
+        for (int t = 0; t < tasks; t++) rows_task16(y, w16, x16, N, in, out, cols, t);
     }
     return 0;
 }
